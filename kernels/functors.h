@@ -1,0 +1,90 @@
+// kernels/functors.h — element-wise math shared by the CPU and CUDA kernels.
+// Each functor is __host__ __device__ so the CPU tests exercise exactly the math the GPU runs.
+// Forward functors compute y = f(x) (or f(a, b)); backward functors compute dL/dx from
+// (x or y, dy). Types are templated so float32 and float64 share one definition.
+#pragma once
+#include <cmath>
+
+#if defined(__CUDACC__)
+#define MINIDL_HD __host__ __device__ __forceinline__
+#else
+#define MINIDL_HD inline
+#endif
+
+namespace minidl::kernels {
+
+// ---- binary ----
+struct AddOp { template <class T> MINIDL_HD T operator()(T a, T b) const { return a + b; } };
+struct SubOp { template <class T> MINIDL_HD T operator()(T a, T b) const { return a - b; } };
+struct MulOp { template <class T> MINIDL_HD T operator()(T a, T b) const { return a * b; } };
+struct DivOp { template <class T> MINIDL_HD T operator()(T a, T b) const { return a / b; } };
+struct MaximumOp { template <class T> MINIDL_HD T operator()(T a, T b) const { return a > b ? a : b; } };
+struct MinimumOp { template <class T> MINIDL_HD T operator()(T a, T b) const { return a < b ? a : b; } };
+struct EqOp { template <class T> MINIDL_HD T operator()(T a, T b) const { return a == b ? T(1) : T(0); } };
+struct GtOp { template <class T> MINIDL_HD T operator()(T a, T b) const { return a > b ? T(1) : T(0); } };
+struct LtOp { template <class T> MINIDL_HD T operator()(T a, T b) const { return a < b ? T(1) : T(0); } };
+
+// ---- unary forward ----
+struct NegOp { template <class T> MINIDL_HD T operator()(T x) const { return -x; } };
+struct ExpOp { template <class T> MINIDL_HD T operator()(T x) const { return exp(x); } };
+struct LogOp { template <class T> MINIDL_HD T operator()(T x) const { return log(x); } };
+struct SqrtOp { template <class T> MINIDL_HD T operator()(T x) const { return sqrt(x); } };
+struct RsqrtOp { template <class T> MINIDL_HD T operator()(T x) const { return T(1) / sqrt(x); } };
+struct AbsOp { template <class T> MINIDL_HD T operator()(T x) const { return x < T(0) ? -x : x; } };
+struct TanhOp { template <class T> MINIDL_HD T operator()(T x) const { return tanh(x); } };
+struct SigmoidOp {
+  template <class T> MINIDL_HD T operator()(T x) const {
+    // stable for large |x|: never exponentiates a large positive number
+    if (x >= T(0)) return T(1) / (T(1) + exp(-x));
+    T e = exp(x);
+    return e / (T(1) + e);
+  }
+};
+struct ReluOp { template <class T> MINIDL_HD T operator()(T x) const { return x > T(0) ? x : T(0); } };
+struct PowScalarOp {
+  double p;
+  template <class T> MINIDL_HD T operator()(T x) const {
+    if (p == 2.0) return x * x;
+    return pow(x, T(p));
+  }
+};
+struct AddScalarOp { double s; template <class T> MINIDL_HD T operator()(T x) const { return x + T(s); } };
+struct MulScalarOp { double s; template <class T> MINIDL_HD T operator()(T x) const { return x * T(s); } };
+
+// GELU, exact form: x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2))
+struct GeluErfOp {
+  template <class T> MINIDL_HD T operator()(T x) const {
+    return T(0.5) * x * (T(1) + erf(x * T(0.70710678118654752440)));
+  }
+};
+// GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+struct GeluTanhOp {
+  template <class T> MINIDL_HD T operator()(T x) const {
+    const T k = T(0.79788456080286535588);
+    return T(0.5) * x * (T(1) + tanh(k * (x + T(0.044715) * x * x * x)));
+  }
+};
+
+// ---- unary backward: dx from (input x, upstream dy) ----
+struct ReluBackward { template <class T> MINIDL_HD T operator()(T x, T dy) const { return x > T(0) ? dy : T(0); } };
+struct GeluErfBackward {
+  template <class T> MINIDL_HD T operator()(T x, T dy) const {
+    const T cdf = T(0.5) * (T(1) + erf(x * T(0.70710678118654752440)));
+    const T pdf = T(0.39894228040143267794) * exp(T(-0.5) * x * x);
+    return dy * (cdf + x * pdf);
+  }
+};
+struct GeluTanhBackward {
+  template <class T> MINIDL_HD T operator()(T x, T dy) const {
+    const T k = T(0.79788456080286535588);
+    const T inner = k * (x + T(0.044715) * x * x * x);
+    const T t = tanh(inner);
+    const T dinner = k * (T(1) + T(3) * T(0.044715) * x * x);
+    return dy * (T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * dinner);
+  }
+};
+// backward from the output y: tanh' = 1 - y^2, sigmoid' = y (1 - y)
+struct TanhBackwardFromY { template <class T> MINIDL_HD T operator()(T y, T dy) const { return dy * (T(1) - y * y); } };
+struct SigmoidBackwardFromY { template <class T> MINIDL_HD T operator()(T y, T dy) const { return dy * y * (T(1) - y); } };
+
+}  // namespace minidl::kernels

@@ -1,0 +1,105 @@
+// tensor/ops.h — math on Tensors, without autograd: element-wise (broadcasting), reductions,
+// linear algebra, softmax, joining and indexing. Each op checks its inputs and throws
+// std::invalid_argument naming the op and the shapes/dtypes involved. CPU work is done by
+// kernels/cpu; results are new contiguous tensors unless the name ends in '_' (in place).
+// Reductions are deterministic: the same bits whatever the thread count.
+#pragma once
+#include <vector>
+
+#include "tensor/tensor.h"
+
+namespace minidl {
+
+// ---- broadcasting helpers ----
+Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);  // throws naming op and shapes
+// Sums `t` down to `shape` (the inverse of broadcasting), for gradients of broadcast ops.
+Tensor sum_to(const Tensor& t, const Shape& shape);
+
+// ---- element-wise binary (same dtype; shapes broadcast) ----
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor maximum(const Tensor& a, const Tensor& b);
+Tensor minimum(const Tensor& a, const Tensor& b);
+Tensor eq(const Tensor& a, const Tensor& b);  // 1 where equal, else 0, in a's dtype
+Tensor gt(const Tensor& a, const Tensor& b);
+Tensor lt(const Tensor& a, const Tensor& b);
+// with a scalar
+Tensor add(const Tensor& a, double s);
+Tensor mul(const Tensor& a, double s);
+Tensor operator+(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& a, const Tensor& b);
+Tensor operator*(const Tensor& a, const Tensor& b);
+Tensor operator/(const Tensor& a, const Tensor& b);
+Tensor operator+(const Tensor& a, double s);
+Tensor operator-(const Tensor& a, double s);
+Tensor operator*(const Tensor& a, double s);
+Tensor operator/(const Tensor& a, double s);
+Tensor operator*(double s, const Tensor& a);
+Tensor operator-(const Tensor& a);
+
+// ---- element-wise unary (floating dtypes) ----
+Tensor neg(const Tensor& x);
+Tensor exp(const Tensor& x);
+Tensor log(const Tensor& x);
+Tensor sqrt(const Tensor& x);
+Tensor rsqrt(const Tensor& x);
+Tensor abs(const Tensor& x);
+Tensor tanh(const Tensor& x);
+Tensor sigmoid(const Tensor& x);
+Tensor relu(const Tensor& x);
+Tensor gelu(const Tensor& x, bool tanh_approximation = false);
+Tensor pow(const Tensor& x, double p);
+// derivatives used by autograd: dx from (x or y, dy)
+Tensor relu_backward(const Tensor& x, const Tensor& dy);
+Tensor gelu_backward(const Tensor& x, const Tensor& dy, bool tanh_approximation = false);
+Tensor tanh_backward(const Tensor& y, const Tensor& dy);
+Tensor sigmoid_backward(const Tensor& y, const Tensor& dy);
+
+// ---- in place (optimizers, gradient accumulation); `a` keeps its shape, b broadcasts ----
+Tensor& add_(Tensor& a, const Tensor& b, double alpha = 1.0);  // a += alpha * b
+Tensor& mul_(Tensor& a, double s);
+Tensor& mul_(Tensor& a, const Tensor& b);
+// a = a * beta + b * alpha (beta first), e.g. momentum buffers; a += alpha * b * c (addcmul)
+Tensor& lerp_(Tensor& a, const Tensor& b, double weight);  // a += weight * (b - a)
+Tensor& addcmul_(Tensor& a, const Tensor& b, const Tensor& c, double alpha);
+Tensor& addcdiv_(Tensor& a, const Tensor& b, const Tensor& c, double alpha);  // a += alpha * b / c
+
+// ---- reductions; dims empty = all dims; negative dims allowed ----
+Tensor sum(const Tensor& x, const Shape& dims = {}, bool keepdim = false);
+Tensor mean(const Tensor& x, const Shape& dims = {}, bool keepdim = false);
+// variance with `correction` (1 = unbiased, 0 = biased), as torch.var(correction=)
+Tensor var(const Tensor& x, const Shape& dims = {}, int64_t correction = 1, bool keepdim = false);
+struct MaxResult {
+  Tensor values;
+  Tensor indices;  // int64, position along dim of the first maximum
+};
+MaxResult max(const Tensor& x, int64_t dim, bool keepdim = false);
+Tensor max(const Tensor& x);  // over all elements, 0-d
+Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);
+// top-k indices along the last dim of a 2-d tensor (largest first), for top-5 accuracy
+Tensor topk_indices(const Tensor& x, int64_t k);
+
+// ---- linear algebra (Eigen) ----
+// torch.matmul semantics: 1-d·1-d, 2-d·2-d, batched (..., n, k)·(..., k, m) with broadcast batch dims.
+Tensor matmul(const Tensor& a, const Tensor& b);
+Tensor mm(const Tensor& a, const Tensor& b);  // 2-d only; a or b may be transposed views (no copy)
+
+// ---- softmax family (numerically stable: subtract the max) ----
+Tensor softmax(const Tensor& x, int64_t dim);
+Tensor log_softmax(const Tensor& x, int64_t dim);
+// backward: dx = y * (dy - sum(dy * y)) ; log: dx = dy - exp(y) * sum(dy)
+Tensor softmax_backward(const Tensor& y, const Tensor& dy, int64_t dim);
+Tensor log_softmax_backward(const Tensor& y, const Tensor& dy, int64_t dim);
+
+// ---- joining and indexing ----
+Tensor cat(const std::vector<Tensor>& ts, int64_t dim);
+Tensor stack(const std::vector<Tensor>& ts, int64_t dim);
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);  // index: int64 1-d
+// out = zeros(shape); out.index_add_(dim, index, src) — the backward of index_select
+Tensor index_add(const Shape& shape, int64_t dim, const Tensor& index, const Tensor& src);
+// out[i] = x[i, target[i]] for 2-d x and int64 target — used by cross_entropy / accuracy
+Tensor gather_rows(const Tensor& x, const Tensor& target);
+
+}  // namespace minidl

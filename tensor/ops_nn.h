@@ -1,0 +1,92 @@
+// tensor/ops_nn.h — the neural-network primitives on Tensors, each forward beside its backward,
+// without autograd (autograd/ wraps them). Layout is NCHW for images, (N, ..., C) for layer_norm.
+// conv2d is im2col + GEMM (Eigen); pools keep what backward needs (argmax indices).
+// Batch norm is split as PyTorch's CUDA kernels are (batch_norm_stats / _elemt /
+// _backward_reduce / _backward_elemt) so dist's SyncBatchNorm reuses the same pieces with
+// statistics gathered across ranks.
+#pragma once
+#include <cstdint>
+
+#include "tensor/random.h"
+#include "tensor/tensor.h"
+
+namespace minidl {
+
+struct Conv2dParams {
+  int64_t stride_h = 1, stride_w = 1;
+  int64_t pad_h = 0, pad_w = 0;
+  int64_t dilation_h = 1, dilation_w = 1;
+  int64_t groups = 1;
+};
+// x (N, C_in, H, W), w (C_out, C_in/groups, kH, kW), b (C_out) or undefined -> (N, C_out, H_out, W_out)
+Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dParams& p);
+struct Conv2dGrads {
+  Tensor dx, dw, db;  // db undefined when the bias was undefined
+};
+Conv2dGrads conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, bool has_bias, const Conv2dParams& p);
+
+struct Pool2dParams {
+  int64_t kernel_h, kernel_w;
+  int64_t stride_h, stride_w;  // PyTorch: stride defaults to kernel
+  int64_t pad_h = 0, pad_w = 0;
+  bool count_include_pad = true;  // avg_pool2d only
+};
+struct MaxPool2dResult {
+  Tensor out;      // (N, C, H_out, W_out)
+  Tensor indices;  // int64, flat index h*W + w of the max within each (n, c) plane
+};
+MaxPool2dResult max_pool2d_forward(const Tensor& x, const Pool2dParams& p);
+Tensor max_pool2d_backward(const Tensor& dy, const Tensor& indices, const Shape& x_shape);
+Tensor avg_pool2d_forward(const Tensor& x, const Pool2dParams& p);
+Tensor avg_pool2d_backward(const Tensor& dy, const Shape& x_shape, const Pool2dParams& p);
+// adaptive average pooling to (out_h, out_w), PyTorch's start/end index rule
+Tensor adaptive_avg_pool2d_forward(const Tensor& x, int64_t out_h, int64_t out_w);
+Tensor adaptive_avg_pool2d_backward(const Tensor& dy, const Shape& x_shape);
+
+// ---- batch norm pieces; x is (N, C) or (N, C, *); per-channel tensors are (C) ----
+struct BatchNormStats {
+  Tensor mean;    // (C)
+  Tensor invstd;  // (C) 1 / sqrt(biased_var + eps)
+};
+BatchNormStats batch_norm_stats(const Tensor& x, double eps);
+// y = (x - mean) * invstd * weight + bias ; weight / bias may be undefined (affine=false)
+Tensor batch_norm_elemt(const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& weight,
+                        const Tensor& bias);
+struct BatchNormReduce {
+  Tensor sum_dy;       // (C) sum over N, * of dy
+  Tensor sum_dy_xmu;   // (C) sum of dy * (x - mean)
+  Tensor grad_weight;  // (C) sum_dy_xmu * invstd (undefined if weight undefined)
+  Tensor grad_bias;    // (C) sum_dy (undefined if weight undefined)
+};
+BatchNormReduce batch_norm_backward_reduce(const Tensor& dy, const Tensor& x, const Tensor& mean,
+                                           const Tensor& invstd, const Tensor& weight);
+// dx = (dy - sum_dy / count - (x - mean) * invstd^2 * sum_dy_xmu / count) * weight * invstd
+Tensor batch_norm_backward_elemt(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& invstd,
+                                 const Tensor& weight, const Tensor& sum_dy, const Tensor& sum_dy_xmu,
+                                 int64_t count);
+// eval mode: dx = dy * weight * invstd (statistics are constants)
+
+// ---- layer norm over the last `normalized` dims ----
+struct LayerNormResult {
+  Tensor out;
+  Tensor mean;    // (rows) float of x's dtype
+  Tensor invstd;  // (rows)
+};
+LayerNormResult layer_norm_forward(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
+                                   const Tensor& bias, double eps);
+struct LayerNormGrads {
+  Tensor dx, dweight, dbias;  // dweight / dbias undefined when weight undefined
+};
+LayerNormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& invstd,
+                                   const Shape& normalized_shape, const Tensor& weight);
+
+// ---- dropout: mask element i is keep iff philox_uniform(key, i) >= p; scale 1/(1-p) ----
+Tensor dropout_mask(const Shape& shape, double p, RandomKey key, DType dtype);  // values 0 or 1/(1-p)
+
+// ---- losses ----
+// logits (N, C), target int64 (N) -> 0-d mean loss; label_smoothing as torch.nn.functional.cross_entropy
+Tensor cross_entropy_forward(const Tensor& logits, const Tensor& target, double label_smoothing);
+Tensor cross_entropy_backward(const Tensor& logits, const Tensor& target, double label_smoothing,
+                              const Tensor& grad_loss);  // grad_loss: 0-d
+
+}  // namespace minidl

@@ -1,0 +1,393 @@
+// tensor/tensor.cpp — Tensor metadata, views, copies and element access.
+#include "tensor/tensor.h"
+
+#include <algorithm>
+#include <cstring>
+#include <sstream>
+#include <stdexcept>
+
+#include "kernels/cpu/copy.h"
+#include "kernels/cuda_api.h"
+
+namespace minidl {
+
+std::string shape_str(const Shape& s) {
+  std::string r = "[";
+  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+  return r + "]";
+}
+
+int64_t shape_numel(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t d : s) n *= d;
+  return n;
+}
+
+Shape contiguous_strides(const Shape& s) {
+  Shape st(s.size());
+  int64_t acc = 1;
+  for (int64_t i = static_cast<int64_t>(s.size()) - 1; i >= 0; --i) {
+    st[i] = acc;
+    acc *= std::max<int64_t>(s[i], 1);
+  }
+  return st;
+}
+
+int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op) {
+  const int64_t lo = ndim == 0 ? -1 : -ndim, hi = ndim == 0 ? 0 : ndim - 1;
+  if (dim < lo || dim > hi)
+    throw std::out_of_range(std::string(op) + ": dimension " + std::to_string(dim) + " out of range for a " +
+                            std::to_string(ndim) + "-d tensor (expected in [" + std::to_string(lo) + ", " +
+                            std::to_string(hi) + "])");
+  return dim < 0 ? dim + std::max<int64_t>(ndim, 1) : dim;
+}
+
+Tensor::Tensor(std::shared_ptr<Storage> storage, Shape shape, Shape strides, int64_t offset, DType dtype)
+    : storage_(std::move(storage)), shape_(std::move(shape)), strides_(std::move(strides)), offset_(offset),
+      numel_(shape_numel(shape_)), dtype_(dtype) {
+  for (int64_t d : shape_)
+    if (d < 0) throw std::invalid_argument("Tensor: negative size in shape " + shape_str(shape_));
+}
+
+Tensor::Tensor(const Shape& shape, DType dtype, Device device)
+    : shape_(shape), strides_(contiguous_strides(shape)), numel_(shape_numel(shape)), dtype_(dtype) {
+  for (int64_t d : shape_)
+    if (d < 0) throw std::invalid_argument("empty: negative size in shape " + shape_str(shape_));
+  storage_ = std::make_shared<Storage>(static_cast<size_t>(numel_) * element_size(dtype), device);
+}
+
+int64_t Tensor::size(int64_t d) const { return shape_[wrap_dim(d, dim(), "size")]; }
+int64_t Tensor::stride(int64_t d) const { return strides_[wrap_dim(d, dim(), "stride")]; }
+Device Tensor::device() const { return storage_ ? storage_->device() : Device::cpu(); }
+
+bool Tensor::is_contiguous() const {
+  int64_t expected = 1;
+  for (int64_t i = dim() - 1; i >= 0; --i) {
+    if (shape_[i] == 1) continue;
+    if (strides_[i] != expected) return false;
+    expected *= shape_[i];
+  }
+  return true;
+}
+
+std::string Tensor::desc() const {
+  if (!defined()) return "undefined tensor";
+  return std::string(dtype_name(dtype_)) + shape_str(shape_) + " on " + device().str();
+}
+
+void* Tensor::raw_data() const {
+  if (!defined()) throw std::logic_error("Tensor::raw_data: undefined tensor");
+  return static_cast<char*>(storage_->data()) + offset_ * static_cast<int64_t>(element_size(dtype_));
+}
+
+// ---------------------------------------------------------------- views
+
+namespace {
+// Infers one -1 entry and checks that the element count matches.
+Shape infer_shape(const Shape& shape, int64_t numel, const char* op, const Shape& from) {
+  Shape out = shape;
+  int64_t known = 1, infer = -1;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (out[i] == -1) {
+      if (infer >= 0) throw std::invalid_argument(std::string(op) + ": only one dimension can be -1, got " + shape_str(shape));
+      infer = static_cast<int64_t>(i);
+    } else if (out[i] < 0) {
+      throw std::invalid_argument(std::string(op) + ": invalid size in " + shape_str(shape));
+    } else {
+      known *= out[i];
+    }
+  }
+  if (infer >= 0) {
+    if (known == 0 || numel % known != 0)
+      throw std::invalid_argument(std::string(op) + ": shape " + shape_str(shape) + " is invalid for input of shape " +
+                                  shape_str(from));
+    out[infer] = numel / known;
+  }
+  if (shape_numel(out) != numel)
+    throw std::invalid_argument(std::string(op) + ": shape " + shape_str(shape) + " is invalid for input of shape " +
+                                shape_str(from) + " (" + std::to_string(numel) + " elements)");
+  return out;
+}
+
+// Strides for viewing (old shape, old strides) as new shape, or empty when impossible.
+// Same algorithm as PyTorch's computeStride: match groups of dims with contiguous chunks.
+bool view_strides(const Shape& old_shape, const Shape& old_strides, const Shape& new_shape, Shape& out) {
+  out.assign(new_shape.size(), 0);
+  if (shape_numel(old_shape) == 0) {
+    out = contiguous_strides(new_shape);
+    return true;
+  }
+  int64_t view_d = static_cast<int64_t>(new_shape.size()) - 1;
+  int64_t chunk_base_stride = old_strides.empty() ? 1 : old_strides.back();
+  int64_t tensor_numel = 1, view_numel = 1;
+  for (int64_t tensor_d = static_cast<int64_t>(old_shape.size()) - 1; tensor_d >= 0; --tensor_d) {
+    tensor_numel *= old_shape[tensor_d];
+    if (tensor_d == 0 || (old_shape[tensor_d - 1] != 1 &&
+                          old_strides[tensor_d - 1] != tensor_numel * chunk_base_stride)) {
+      while (view_d >= 0 && (view_numel < tensor_numel || new_shape[view_d] == 1)) {
+        out[view_d] = view_numel * chunk_base_stride;
+        view_numel *= new_shape[view_d];
+        --view_d;
+      }
+      if (view_numel != tensor_numel) return false;
+      if (tensor_d > 0) {
+        chunk_base_stride = old_strides[tensor_d - 1];
+        tensor_numel = 1;
+        view_numel = 1;
+      }
+    }
+  }
+  return view_d == -1;
+}
+}  // namespace
+
+Tensor Tensor::view(const Shape& shape) const {
+  Shape ns = infer_shape(shape, numel_, "view", shape_);
+  Shape st;
+  if (!view_strides(shape_, strides_, ns, st))
+    throw std::invalid_argument("view: cannot view " + desc() + " as " + shape_str(ns) +
+                                " without a copy (its strides are incompatible); use reshape()");
+  return Tensor(storage_, ns, st, offset_, dtype_);
+}
+
+Tensor Tensor::reshape(const Shape& shape) const {
+  Shape ns = infer_shape(shape, numel_, "reshape", shape_);
+  Shape st;
+  if (view_strides(shape_, strides_, ns, st)) return Tensor(storage_, ns, st, offset_, dtype_);
+  return contiguous().view(ns);
+}
+
+Tensor Tensor::flatten(int64_t start, int64_t end) const {
+  if (dim() == 0) return reshape({1});
+  start = wrap_dim(start, dim(), "flatten");
+  end = wrap_dim(end, dim(), "flatten");
+  if (start > end) throw std::invalid_argument("flatten: start dim must not come after end dim");
+  Shape ns(shape_.begin(), shape_.begin() + start);
+  int64_t m = 1;
+  for (int64_t i = start; i <= end; ++i) m *= shape_[i];
+  ns.push_back(m);
+  ns.insert(ns.end(), shape_.begin() + end + 1, shape_.end());
+  return reshape(ns);
+}
+
+Tensor Tensor::permute(const Shape& dims) const {
+  if (static_cast<int64_t>(dims.size()) != dim())
+    throw std::invalid_argument("permute: got " + std::to_string(dims.size()) + " dims " + shape_str(dims) + " for " + desc());
+  Shape ns(dims.size()), st(dims.size());
+  std::vector<bool> seen(dims.size(), false);
+  for (size_t i = 0; i < dims.size(); ++i) {
+    const int64_t d = wrap_dim(dims[i], dim(), "permute");
+    if (seen[d]) throw std::invalid_argument("permute: repeated dim in " + shape_str(dims));
+    seen[d] = true;
+    ns[i] = shape_[d];
+    st[i] = strides_[d];
+  }
+  return Tensor(storage_, ns, st, offset_, dtype_);
+}
+
+Tensor Tensor::transpose(int64_t d0, int64_t d1) const {
+  d0 = wrap_dim(d0, dim(), "transpose");
+  d1 = wrap_dim(d1, dim(), "transpose");
+  Shape ns = shape_, st = strides_;
+  std::swap(ns[d0], ns[d1]);
+  std::swap(st[d0], st[d1]);
+  return Tensor(storage_, ns, st, offset_, dtype_);
+}
+
+Tensor Tensor::t() const {
+  if (dim() != 2) throw std::invalid_argument("t: expected a 2-d tensor, got " + desc());
+  return transpose(0, 1);
+}
+
+Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
+  d = wrap_dim(d, dim(), "narrow");
+  if (start < 0) start += shape_[d];
+  if (start < 0 || length < 0 || start + length > shape_[d])
+    throw std::out_of_range("narrow: start " + std::to_string(start) + " + length " + std::to_string(length) +
+                            " exceeds size " + std::to_string(shape_[d]) + " of dim " + std::to_string(d) + " of " + desc());
+  Shape ns = shape_;
+  ns[d] = length;
+  return Tensor(storage_, ns, strides_, offset_ + start * strides_[d], dtype_);
+}
+
+Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const {
+  d = wrap_dim(d, dim(), "slice");
+  if (step <= 0) throw std::invalid_argument("slice: step must be positive, got " + std::to_string(step));
+  const int64_t n = shape_[d];
+  if (start < 0) start += n;
+  if (end < 0) end += n;
+  start = std::clamp<int64_t>(start, 0, n);
+  end = std::clamp<int64_t>(end, start, n);
+  Shape ns = shape_, st = strides_;
+  ns[d] = (end - start + step - 1) / step;
+  st[d] = strides_[d] * step;
+  return Tensor(storage_, ns, st, offset_ + start * strides_[d], dtype_);
+}
+
+Tensor Tensor::select(int64_t d, int64_t index) const {
+  d = wrap_dim(d, dim(), "select");
+  if (index < -shape_[d] || index >= shape_[d])
+    throw std::out_of_range("select: index " + std::to_string(index) + " out of range for dim " + std::to_string(d) +
+                            " of size " + std::to_string(shape_[d]) + " (" + desc() + ")");
+  if (index < 0) index += shape_[d];
+  Shape ns = shape_, st = strides_;
+  ns.erase(ns.begin() + d);
+  st.erase(st.begin() + d);
+  return Tensor(storage_, ns, st, offset_ + index * strides_[d], dtype_);
+}
+
+Tensor Tensor::expand(const Shape& shape) const {
+  if (static_cast<int64_t>(shape.size()) < dim())
+    throw std::invalid_argument("expand: target " + shape_str(shape) + " has fewer dims than " + desc());
+  const int64_t lead = static_cast<int64_t>(shape.size()) - dim();
+  Shape ns(shape.size()), st(shape.size());
+  for (int64_t i = 0; i < static_cast<int64_t>(shape.size()); ++i) {
+    if (i < lead) {
+      if (shape[i] < 0) throw std::invalid_argument("expand: -1 not allowed for new leading dims in " + shape_str(shape));
+      ns[i] = shape[i];
+      st[i] = 0;
+      continue;
+    }
+    const int64_t have = shape_[i - lead];
+    const int64_t want = shape[i] == -1 ? have : shape[i];
+    if (have == want) {
+      ns[i] = have;
+      st[i] = strides_[i - lead];
+    } else if (have == 1) {
+      ns[i] = want;
+      st[i] = 0;
+    } else {
+      throw std::invalid_argument("expand: cannot expand " + desc() + " to " + shape_str(shape) + " (dim " +
+                                  std::to_string(i) + ": " + std::to_string(have) + " vs " + std::to_string(want) + ")");
+    }
+  }
+  return Tensor(storage_, ns, st, offset_, dtype_);
+}
+
+Tensor Tensor::squeeze() const {
+  Shape ns, st;
+  for (int64_t i = 0; i < dim(); ++i)
+    if (shape_[i] != 1) {
+      ns.push_back(shape_[i]);
+      st.push_back(strides_[i]);
+    }
+  return Tensor(storage_, ns, st, offset_, dtype_);
+}
+
+Tensor Tensor::squeeze(int64_t d) const {
+  d = wrap_dim(d, dim(), "squeeze");
+  if (shape_[d] != 1) return *this;
+  Shape ns = shape_, st = strides_;
+  ns.erase(ns.begin() + d);
+  st.erase(st.begin() + d);
+  return Tensor(storage_, ns, st, offset_, dtype_);
+}
+
+Tensor Tensor::unsqueeze(int64_t d) const {
+  d = wrap_dim(d, dim() + 1, "unsqueeze");
+  Shape ns = shape_, st = strides_;
+  const int64_t s = d < dim() ? strides_[d] * shape_[d] : 1;
+  ns.insert(ns.begin() + d, 1);
+  st.insert(st.begin() + d, s);
+  return Tensor(storage_, ns, st, offset_, dtype_);
+}
+
+// ---------------------------------------------------------------- copies
+
+Tensor Tensor::contiguous() const {
+  if (is_contiguous()) return *this;
+  return clone();
+}
+
+Tensor Tensor::clone() const {
+  Tensor out(shape_, dtype_, device());
+  out.copy_(*this);
+  return out;
+}
+
+Tensor Tensor::to(DType dt) const {
+  if (dt == dtype_) return *this;
+  Tensor out(shape_, dt, device());
+  out.copy_(*this);
+  return out;
+}
+
+Tensor Tensor::to(Device dev) const {
+  if (dev == device()) return *this;
+  Tensor src = contiguous();
+  Tensor out(shape_, dtype_, dev);
+  const size_t nbytes = static_cast<size_t>(numel_) * element_size(dtype_);
+  const int kind = dev.is_cuda() && src.device().is_cpu() ? 0 : dev.is_cpu() ? 1 : 2;
+  kernels::cuda::memcpy(out.raw_data(), src.raw_data(), nbytes, kind);
+  return out;
+}
+
+Tensor& Tensor::fill_(double value) {
+  if (!device().is_cpu()) throw std::runtime_error("fill_: only CPU tensors are supported here, got " + desc());
+  dispatch(dtype_, "fill_", [&](auto tag) {
+    using T = decltype(tag);
+    T* p = data<T>();
+    const T v = static_cast<T>(value);
+    if (is_contiguous()) {
+      std::fill(p, p + numel_, v);
+    } else {
+      for_each_offset(shape_, strides_, [&](int64_t, int64_t off) { p[off] = v; });
+    }
+  });
+  return *this;
+}
+
+Tensor& Tensor::copy_(const Tensor& src) {
+  if (!src.defined()) throw std::invalid_argument("copy_: source is undefined");
+  if (!device().is_cpu() || !src.device().is_cpu()) {
+    if (shape_ != src.shape_ || dtype_ != src.dtype_ || !is_contiguous())
+      throw std::runtime_error("copy_: device copies need equal shapes and dtypes and a contiguous destination (" +
+                               desc() + " <- " + src.desc() + ")");
+    Tensor s = src.to(device());
+    Tensor c = s.contiguous();
+    const int kind = device().is_cuda() && c.device().is_cpu() ? 0 : device().is_cpu() ? 1 : 2;
+    kernels::cuda::memcpy(raw_data(), c.raw_data(), static_cast<size_t>(numel_) * element_size(dtype_), kind);
+    return *this;
+  }
+  Tensor s = src.shape_ == shape_ ? src : src.expand(shape_);
+  dispatch(dtype_, "copy_", [&](auto dtag) {
+    using D = decltype(dtag);
+    dispatch(s.dtype_, "copy_", [&](auto stag) {
+      using S = decltype(stag);
+      kernels::cpu::strided_copy<S, D>(s.data<S>(), s.strides_, data<D>(), strides_, shape_);
+    });
+  });
+  return *this;
+}
+
+// ---------------------------------------------------------------- values
+
+double Tensor::item() const {
+  if (numel_ != 1) throw std::invalid_argument("item: only one-element tensors can be converted, got " + desc());
+  Tensor c = cpu();
+  return dispatch(dtype_, "item", [&](auto tag) -> double {
+    using T = decltype(tag);
+    return static_cast<double>(*c.data<T>());
+  });
+}
+
+template <class T>
+std::vector<T> Tensor::to_vector() const {
+  std::vector<T> out(static_cast<size_t>(numel_));
+  if (numel_ == 0) return out;
+  Tensor c = cpu();
+  dispatch(dtype_, "to_vector", [&](auto tag) {
+    using S = decltype(tag);
+    const S* p = c.data<S>();
+    for_each_offset(c.shape_, c.strides_, [&](int64_t i, int64_t off) { out[i] = static_cast<T>(p[off]); });
+  });
+  return out;
+}
+
+template std::vector<float> Tensor::to_vector<float>() const;
+template std::vector<double> Tensor::to_vector<double>() const;
+template std::vector<int64_t> Tensor::to_vector<int64_t>() const;
+template std::vector<uint8_t> Tensor::to_vector<uint8_t>() const;
+template std::vector<int> Tensor::to_vector<int>() const;
+
+}  // namespace minidl

@@ -1,0 +1,52 @@
+// tests/common/testing.cpp — tensor comparison helpers for the tests.
+#include "tests/common/testing.h"
+
+#include <cmath>
+#include <sstream>
+
+namespace minidl::testing {
+
+double max_abs_diff(const Tensor& a, const Tensor& b) {
+  EXPECT_EQ(a.shape(), b.shape()) << "shape " << shape_str(a.shape()) << " vs " << shape_str(b.shape());
+  if (a.shape() != b.shape()) return INFINITY;
+  const auto va = a.to_vector<double>(), vb = b.to_vector<double>();
+  double m = 0;
+  for (size_t i = 0; i < va.size(); ++i) m = std::max(m, std::fabs(va[i] - vb[i]));
+  return m;
+}
+
+void expect_close(const Tensor& actual, const Tensor& expected, double rtol, double atol, const std::string& what) {
+  ASSERT_EQ(actual.shape(), expected.shape())
+      << what << ": shape " << shape_str(actual.shape()) << " vs expected " << shape_str(expected.shape());
+  const auto va = actual.to_vector<double>(), vb = expected.to_vector<double>();
+  size_t worst = 0, bad = 0;
+  double worst_excess = -1;
+  for (size_t i = 0; i < va.size(); ++i) {
+    const double tol = atol + rtol * std::fabs(vb[i]);
+    const double err = std::fabs(va[i] - vb[i]);
+    const bool ok = err <= tol || (std::isnan(va[i]) && std::isnan(vb[i]));
+    if (!ok) {
+      ++bad;
+      if (err - tol > worst_excess) {
+        worst_excess = err - tol;
+        worst = i;
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << va.size() << " elements differ; worst at flat index "
+                     << worst << ": got " << va[worst] << ", expected " << vb[worst] << " (rtol " << rtol
+                     << ", atol " << atol << ")";
+}
+
+void expect_equal(const Tensor& actual, const Tensor& expected, const std::string& what) {
+  ASSERT_EQ(actual.dtype(), expected.dtype()) << what;
+  ASSERT_EQ(actual.shape(), expected.shape()) << what;
+  const auto va = actual.to_vector<double>(), vb = expected.to_vector<double>();
+  for (size_t i = 0; i < va.size(); ++i)
+    if (va[i] != vb[i] && !(std::isnan(va[i]) && std::isnan(vb[i]))) {
+      ADD_FAILURE() << what << ": element " << i << " is " << va[i] << ", expected " << vb[i];
+      return;
+    }
+}
+
+}  // namespace minidl::testing

@@ -1,0 +1,34 @@
+// tests/common/testing.h — helpers shared by the test executables: tensor comparison and
+// the error-message matcher used by the bad-input tests.
+#pragma once
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "tensor/tensor_all.h"
+
+namespace minidl::testing {
+
+// Max |a - b| over elements; shapes must be equal (fails the test otherwise).
+double max_abs_diff(const Tensor& a, const Tensor& b);
+// Asserts shapes equal and |a - b| <= atol + rtol * |b| element-wise, reporting the worst element.
+void expect_close(const Tensor& actual, const Tensor& expected, double rtol, double atol, const std::string& what = "");
+// Asserts bit-identical contents (same dtype and shape).
+void expect_equal(const Tensor& actual, const Tensor& expected, const std::string& what = "");
+
+}  // namespace minidl::testing
+
+// EXPECT_THROW_MSG(stmt, ExceptionType, "substring"): throws that type and the message contains it.
+#define EXPECT_THROW_MSG(stmt, etype, substr)                                                  \
+  EXPECT_THROW(                                                                                \
+      {                                                                                        \
+        try {                                                                                  \
+          stmt;                                                                                \
+        } catch (const etype& e) {                                                             \
+          EXPECT_THAT(std::string(e.what()), ::testing::HasSubstr(substr));                    \
+          throw;                                                                               \
+        }                                                                                      \
+      },                                                                                       \
+      etype)
