@@ -1,0 +1,23 @@
+// kernels/cpu/gemm.h — general matrix multiply on the CPU (Eigen's GEMM, compiled once in gemm.cpp).
+//
+//   C (M, N) = alpha * op(A) (M, K) · op(B) (K, N) + beta * C
+//
+// All matrices are row-major with a leading dimension (the distance in elements between rows):
+//   op(A) = A      when trans_a == false: A is stored (M, K), lda >= K
+//   op(A) = A^T    when trans_a == true:  A is stored (K, M), lda >= M
+// (same for B: stored (K, N) with ldb >= N, or (N, K) with ldb >= K when trans_b). C is (M, N),
+// ldc >= N. A transposed 2-d view of a row-major matrix is exactly "stored transposed", so views
+// are multiplied without copies. beta == 0 means C is write-only (its old contents, even NaN,
+// are ignored). Uses Eigen's threads (set by kernels::cpu::set_num_threads).
+#pragma once
+#include <cstdint>
+
+namespace minidl::kernels::cpu {
+
+void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, bool trans_a, const float* B,
+          int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha = 1.0f, float beta = 0.0f);
+
+void gemm(int64_t M, int64_t N, int64_t K, const double* A, int64_t lda, bool trans_a, const double* B,
+          int64_t ldb, bool trans_b, double* C, int64_t ldc, double alpha = 1.0, double beta = 0.0);
+
+}  // namespace minidl::kernels::cpu
