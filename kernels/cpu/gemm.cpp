@@ -1,0 +1,82 @@
+// kernels/cpu/gemm.cpp — the one translation unit that compiles Eigen's GEMM (see gemm.h).
+//
+// Determinism: Eigen's own multi-threaded GEMM picks its K-blocking from the thread count, which
+// changes the order in which each output element's products are summed. Instead we cut C into
+// fixed tiles (their size depends only on M, N, K), run Eigen's single-threaded blocked kernel on
+// each tile, and spread the tiles over threads with parallel_for. Every element of C is then
+// computed by the same code in the same order whatever the thread count: bit-identical results.
+#include "kernels/cpu/gemm.h"
+
+#include <Eigen/Core>
+#include <algorithm>
+
+#include "kernels/cpu/parallel.h"
+
+namespace minidl::kernels::cpu {
+
+namespace {
+
+using Eigen::Index;
+
+// C (m, n) += alpha * op(A) (m, k) · op(B) (k, n) on one tile, single-threaded Eigen kernel.
+// LhsOrder/RhsOrder: RowMajor = stored as is, ColMajor = stored transposed.
+template <class T, int LhsOrder, int RhsOrder>
+void tile_kernel(Index m, Index n, Index k, const T* a, Index lda, const T* b, Index ldb, T* c, Index ldc, T alpha) {
+  using namespace Eigen::internal;
+  gemm_blocking_space<Eigen::RowMajor, T, T, Eigen::Dynamic, Eigen::Dynamic, Eigen::Dynamic> blocking(m, n, k, 1, true);
+  general_matrix_matrix_product<Index, T, LhsOrder, false, T, RhsOrder, false, Eigen::RowMajor, 1>::run(
+      m, n, k, a, lda, b, ldb, c, 1, ldc, alpha, blocking, nullptr);
+}
+
+template <class T>
+void gemm_impl(int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, bool trans_a, const T* B, int64_t ldb,
+               bool trans_b, T* C, int64_t ldc, T alpha, T beta) {
+  if (M <= 0 || N <= 0) return;
+  // C = beta * C first (beta == 0: overwrite, ignoring NaNs already there).
+  for (int64_t i = 0; i < M; ++i) {
+    T* row = C + i * ldc;
+    if (beta == T(0)) {
+      std::fill(row, row + N, T(0));
+    } else if (beta != T(1)) {
+      for (int64_t j = 0; j < N; ++j) row[j] *= beta;
+    }
+  }
+  if (K <= 0 || alpha == T(0)) return;
+
+  // Tile sizes depend only on the problem, never on the thread count (see the file comment).
+  const double flops = 2.0 * double(M) * double(N) * double(K);
+  const int64_t mt = flops < 4e6 ? M : 256;  // small products: one tile, no threading overhead
+  const int64_t nt = flops < 4e6 ? N : 512;
+  const int64_t tiles_m = (M + mt - 1) / mt, tiles_n = (N + nt - 1) / nt;
+
+  auto run_tile = [&](int64_t tile) {
+    const int64_t i0 = (tile / tiles_n) * mt, j0 = (tile % tiles_n) * nt;
+    const int64_t m = std::min(mt, M - i0), n = std::min(nt, N - j0);
+    // op(A) rows i0.. : A stored (M, K) -> row offset i0*lda; stored (K, M) -> column offset i0.
+    const T* a = trans_a ? A + i0 : A + i0 * lda;
+    const T* b = trans_b ? B + j0 * ldb : B + j0;
+    T* c = C + i0 * ldc + j0;
+    constexpr int R = Eigen::RowMajor, Cm = Eigen::ColMajor;
+    if (!trans_a && !trans_b) tile_kernel<T, R, R>(m, n, K, a, lda, b, ldb, c, ldc, alpha);
+    else if (!trans_a && trans_b) tile_kernel<T, R, Cm>(m, n, K, a, lda, b, ldb, c, ldc, alpha);
+    else if (trans_a && !trans_b) tile_kernel<T, Cm, R>(m, n, K, a, lda, b, ldb, c, ldc, alpha);
+    else tile_kernel<T, Cm, Cm>(m, n, K, a, lda, b, ldb, c, ldc, alpha);
+  };
+  parallel_for(tiles_m * tiles_n, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) run_tile(t);
+  });
+}
+
+}  // namespace
+
+void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, bool trans_a, const float* B, int64_t ldb,
+          bool trans_b, float* C, int64_t ldc, float alpha, float beta) {
+  gemm_impl<float>(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, alpha, beta);
+}
+
+void gemm(int64_t M, int64_t N, int64_t K, const double* A, int64_t lda, bool trans_a, const double* B, int64_t ldb,
+          bool trans_b, double* C, int64_t ldc, double alpha, double beta) {
+  gemm_impl<double>(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, alpha, beta);
+}
+
+}  // namespace minidl::kernels::cpu
