@@ -1,0 +1,58 @@
+// autograd/ops_linalg.cpp — matmul (torch.matmul semantics) and linear, with their backward.
+#include "autograd/ops.h"
+#include "tensor/ops.h"
+
+namespace minidl {
+
+// C = A B: dA = dC B^T, dB = A^T dC (batch dims summed back to each input's shape).
+// 1-d operands are promoted to matrices as torch.matmul does, and their gradients squeezed back.
+Variable matmul(const Variable& a, const Variable& b) {
+  Tensor y = matmul(a.data(), b.data());
+  const bool ga = a.requires_grad(), gb = b.requires_grad();
+  return Variable::make_result(
+      y, {a, b},
+      [ta = gb ? a.data() : Tensor(), tb = ga ? b.data() : Tensor(), sa = a.shape(), sb = b.shape()](
+          const Tensor& dy) -> std::vector<Tensor> {
+        // promote: a (k) -> (1, k); b (k) -> (k, 1); dy gets the matching unit dims back
+        Tensor g = dy;
+        if (sa.size() == 1) g = g.unsqueeze(-2);
+        if (sb.size() == 1) g = g.unsqueeze(-1);
+        Tensor da, db;
+        if (tb.defined()) {  // a needs a gradient
+          Tensor b2 = sb.size() == 1 ? tb.unsqueeze(-1) : tb;
+          da = matmul(g, b2.transpose(-1, -2));
+          if (sa.size() == 1) da = da.squeeze(-2);
+          da = sum_to(da, sa);
+        }
+        if (ta.defined()) {  // b needs a gradient
+          Tensor a2 = sa.size() == 1 ? ta.unsqueeze(-2) : ta;
+          if (a2.dim() > 2 && sb.size() <= 2) {
+            // (..., n, k)^T (..., n, m) summed over the batch = one GEMM on the flattened rows
+            const int64_t k = a2.size(-1), m = g.size(-1);
+            db = mm(a2.reshape({-1, k}).t(), g.reshape({-1, m}));
+          } else {
+            db = sum_to(matmul(a2.transpose(-1, -2), g), sb.size() == 1 ? Shape{sb[0], 1} : sb);
+          }
+          if (sb.size() == 1) db = db.reshape(sb);
+        }
+        return {da, db};
+      },
+      "MatmulBackward");
+}
+
+// y = x W^T + b. Leading dims of x are flattened into rows so the whole layer is one GEMM.
+Variable linear(const Variable& x, const Variable& w, const Variable& b) {
+  if (w.dim() != 2 || x.dim() < 1 || x.size(-1) != w.size(1))
+    throw std::invalid_argument("linear: input " + x.data().desc() + " does not match weight " + w.data().desc() +
+                                " (expected input (..., " + std::to_string(w.dim() == 2 ? w.size(1) : -1) + "))");
+  if (b.defined() && (b.dim() != 1 || b.size(0) != w.size(0)))
+    throw std::invalid_argument("linear: bias " + b.data().desc() + " does not match weight " + w.data().desc());
+  Shape out_shape = x.shape();
+  out_shape.back() = w.size(0);
+  Variable x2 = x.dim() == 2 ? x : reshape(x, {-1, x.size(-1)});
+  Variable y = matmul(x2, transpose(w, 0, 1));
+  if (b.defined()) y = add(y, b);
+  return x.dim() == 2 ? y : reshape(y, out_shape);
+}
+
+}  // namespace minidl

@@ -1,0 +1,152 @@
+// autograd/ops_nn.cpp — differentiable neural-network ops: softmax family, convolution,
+// pooling, batch norm, layer norm, dropout, embedding. Each forward calls the tensor/ops_nn.h
+// kernel and its backward (right below it) calls the matching backward kernel.
+#include "autograd/ops.h"
+#include "tensor/creation.h"
+#include "tensor/ops.h"
+
+namespace minidl {
+
+// softmax: dx = y * (dy - sum(dy * y))
+Variable softmax(const Variable& x, int64_t dim) {
+  Tensor y = softmax(x.data(), dim);
+  return Variable::make_result(y, {x},
+                               [y, dim](const Tensor& dy) -> std::vector<Tensor> { return {softmax_backward(y, dy, dim)}; },
+                               "SoftmaxBackward");
+}
+
+// log_softmax: dx = dy - exp(y) * sum(dy)
+Variable log_softmax(const Variable& x, int64_t dim) {
+  Tensor y = log_softmax(x.data(), dim);
+  return Variable::make_result(
+      y, {x}, [y, dim](const Tensor& dy) -> std::vector<Tensor> { return {log_softmax_backward(y, dy, dim)}; },
+      "LogSoftmaxBackward");
+}
+
+// conv2d: dx by col2im, dw and db by GEMM/reduction (tensor/ops_conv.cpp)
+Variable conv2d(const Variable& x, const Variable& w, const Variable& b, const Conv2dParams& p) {
+  Tensor y = conv2d_forward(x.data(), w.data(), b.defined() ? b.data() : Tensor(), p);
+  return Variable::make_result(y, {x, w, b},
+                               [tx = x.data(), tw = w.data(), has_bias = b.defined(), p](const Tensor& dy) -> std::vector<Tensor> {
+                                 Conv2dGrads g = conv2d_backward(tx, tw, dy, has_bias, p);
+                                 return {g.dx, g.dw, g.db};
+                               },
+                               "Conv2dBackward");
+}
+
+// max_pool2d: the gradient goes to each window's argmax
+Variable max_pool2d(const Variable& x, const Pool2dParams& p) {
+  MaxPool2dResult r = max_pool2d_forward(x.data(), p);
+  return Variable::make_result(r.out, {x},
+                               [idx = r.indices, in = x.shape()](const Tensor& dy) -> std::vector<Tensor> {
+                                 return {max_pool2d_backward(dy, idx, in)};
+                               },
+                               "MaxPool2dBackward");
+}
+
+// avg_pool2d: each window's gradient is spread evenly over it
+Variable avg_pool2d(const Variable& x, const Pool2dParams& p) {
+  return Variable::make_result(avg_pool2d_forward(x.data(), p), {x},
+                               [in = x.shape(), p](const Tensor& dy) -> std::vector<Tensor> {
+                                 return {avg_pool2d_backward(dy, in, p)};
+                               },
+                               "AvgPool2dBackward");
+}
+
+Variable adaptive_avg_pool2d(const Variable& x, int64_t out_h, int64_t out_w) {
+  return Variable::make_result(adaptive_avg_pool2d_forward(x.data(), out_h, out_w), {x},
+                               [in = x.shape()](const Tensor& dy) -> std::vector<Tensor> {
+                                 return {adaptive_avg_pool2d_backward(dy, in)};
+                               },
+                               "AdaptiveAvgPool2dBackward");
+}
+
+// batch_norm, training: normalise with the batch's mean and biased variance; backward through
+// the statistics (PyTorch's formula). Eval: normalise with running stats, which are constants.
+Variable batch_norm(const Variable& x, Tensor running_mean, Tensor running_var, const Variable& weight,
+                    const Variable& bias, bool training, double momentum, double eps) {
+  if (x.dim() < 2) throw std::invalid_argument("batch_norm: expected input (N, C, *), got " + x.data().desc());
+  const int64_t C = x.size(1);
+  const int64_t count = x.numel() / std::max<int64_t>(C, 1);
+  const Tensor w = weight.defined() ? weight.data() : Tensor();
+  const Tensor b = bias.defined() ? bias.data() : Tensor();
+  Tensor mean_t, invstd_t;
+  if (training) {
+    if (count <= 1)
+      throw std::invalid_argument("batch_norm: expected more than 1 value per channel when training, got input " +
+                                  x.data().desc());
+    BatchNormStats s = batch_norm_stats(x.data(), eps);
+    mean_t = s.mean;
+    invstd_t = s.invstd;
+    if (running_mean.defined()) {
+      NoGradGuard no_grad;
+      // biased var = 1/invstd^2 - eps; running stats use the unbiased one
+      Tensor var_b = sub(div(ones_like(invstd_t), mul(invstd_t, invstd_t)), full_like(invstd_t, eps));
+      Tensor var_u = mul(var_b, static_cast<double>(count) / static_cast<double>(count - 1));
+      lerp_(running_mean, mean_t.to(running_mean.dtype()), momentum);
+      lerp_(running_var, var_u.to(running_var.dtype()), momentum);
+    }
+  } else {
+    if (!running_mean.defined() || !running_var.defined())
+      throw std::invalid_argument("batch_norm: eval mode needs running_mean and running_var");
+    mean_t = running_mean;
+    invstd_t = rsqrt(add(running_var, eps));
+  }
+  Tensor y = batch_norm_elemt(x.data(), mean_t, invstd_t, w, b);
+  return Variable::make_result(
+      y, {x, weight, bias},
+      [tx = x.data(), mean_t, invstd_t, w, training, count](const Tensor& dy) -> std::vector<Tensor> {
+        BatchNormReduce r = batch_norm_backward_reduce(dy, tx, mean_t, invstd_t, w);
+        Tensor dx;
+        if (training) {
+          dx = batch_norm_backward_elemt(dy, tx, mean_t, invstd_t, w, r.sum_dy, r.sum_dy_xmu, count);
+        } else {  // dx = dy * weight * invstd, per channel
+          Tensor scale = w.defined() ? mul(w, invstd_t) : invstd_t;
+          Shape bshape(tx.dim(), 1);
+          bshape[1] = tx.size(1);
+          dx = mul(dy, scale.reshape(bshape));
+        }
+        return {dx, r.grad_weight, r.grad_bias};
+      },
+      "BatchNormBackward");
+}
+
+// layer_norm over the trailing normalized_shape dims
+Variable layer_norm(const Variable& x, const Shape& normalized_shape, const Variable& weight, const Variable& bias,
+                    double eps) {
+  const Tensor w = weight.defined() ? weight.data() : Tensor();
+  LayerNormResult r = layer_norm_forward(x.data(), normalized_shape, w, bias.defined() ? bias.data() : Tensor(), eps);
+  return Variable::make_result(r.out, {x, weight, bias},
+                               [tx = x.data(), mean = r.mean, invstd = r.invstd, normalized_shape, w](
+                                   const Tensor& dy) -> std::vector<Tensor> {
+                                 LayerNormGrads g = layer_norm_backward(dy, tx, mean, invstd, normalized_shape, w);
+                                 return {g.dx, g.dweight, g.dbias};
+                               },
+                               "LayerNormBackward");
+}
+
+// dropout: y = x * mask, dx = dy * mask (mask holds 0 or 1/(1-p))
+Variable dropout(const Variable& x, double p, bool training, RandomKey key) {
+  if (p < 0 || p >= 1) throw std::invalid_argument("dropout: p must be in [0, 1), got " + std::to_string(p));
+  if (!training || p == 0) return x;
+  Tensor mask = dropout_mask(x.shape(), p, key, x.dtype());
+  return Variable::make_result(mul(x.data(), mask), {x},
+                               [mask](const Tensor& dy) -> std::vector<Tensor> { return {mul(dy, mask)}; },
+                               "DropoutBackward");
+}
+
+Variable dropout(const Variable& x, double p, bool training) {
+  if (!training || p == 0) return dropout(x, p, training, RandomKey{});
+  return dropout(x, p, training, next_random_key());
+}
+
+// embedding: rows of weight gathered by index; composed from index_select and reshape
+Variable embedding(const Tensor& indices, const Variable& weight) {
+  if (indices.dtype() != DType::Int64)
+    throw std::invalid_argument("embedding: indices must be int64, got " + indices.desc());
+  Shape out = indices.shape();
+  out.push_back(weight.size(1));
+  return reshape(index_select(weight, 0, indices.reshape({-1})), out);
+}
+
+}  // namespace minidl
