@@ -1,0 +1,75 @@
+// nn/batchnorm.cpp — BatchNorm layers (see batchnorm.h); the math is autograd's batch_norm.
+#include "nn/batchnorm.h"
+
+#include <cstdio>
+
+namespace minidl::nn {
+
+BatchNormBase::BatchNormBase(const BatchNormOptions& o) : options(o) {
+  if (o.num_features <= 0) throw std::invalid_argument("BatchNorm: num_features must be positive");
+  if (o.affine) {
+    weight = Variable(ones({o.num_features}), true);
+    bias = Variable(zeros({o.num_features}), true);
+    register_parameter("weight", weight);
+    register_parameter("bias", bias);
+  }
+  if (o.track_running_stats) {
+    running_mean = zeros({o.num_features});
+    running_var = ones({o.num_features});
+    num_batches_tracked = zeros({}, DType::Int64);
+    register_buffer("running_mean", running_mean);
+    register_buffer("running_var", running_var);
+    register_buffer("num_batches_tracked", num_batches_tracked);
+  }
+}
+
+void BatchNormBase::reset_running_stats() {
+  if (!running_mean.defined()) return;
+  running_mean.fill_(0.0);
+  running_var.fill_(1.0);
+  num_batches_tracked.fill_(0.0);
+}
+
+std::string BatchNormBase::extra_repr() const {
+  char buf[160];
+  std::string m = options.momentum ? std::to_string(*options.momentum) : "None";
+  if (options.momentum) {
+    std::snprintf(buf, sizeof buf, "%g", *options.momentum);
+    m = buf;
+  }
+  std::snprintf(buf, sizeof buf, "%lld, eps=%g, momentum=%s, affine=%s, track_running_stats=%s",
+                static_cast<long long>(options.num_features), options.eps, m.c_str(), options.affine ? "True" : "False",
+                options.track_running_stats ? "True" : "False");
+  return buf;
+}
+
+double BatchNormBase::next_momentum() {
+  if (!training_ || !running_mean.defined()) return 0.0;
+  int64_t* n = num_batches_tracked.data<int64_t>();
+  *n += 1;
+  return options.momentum ? *options.momentum : 1.0 / static_cast<double>(*n);
+}
+
+Variable BatchNormBase::forward(const Variable& x) {
+  check_input_dim(x);
+  if (x.size(1) != options.num_features)
+    throw std::invalid_argument(type_name() + ": expected " + std::to_string(options.num_features) +
+                                " channels in dim 1, got input " + x.data().desc());
+  const bool batch_stats = uses_batch_stats();
+  const double momentum = next_momentum();
+  if (batch_stats)  // training (running stats updated when tracked), or eval without running stats
+    return batch_norm(x, training_ ? running_mean : Tensor(), training_ ? running_var : Tensor(), weight, bias,
+                      /*training=*/true, momentum, options.eps);
+  return batch_norm(x, running_mean, running_var, weight, bias, /*training=*/false, 0.0, options.eps);
+}
+
+void BatchNorm1d::check_input_dim(const Variable& x) const {
+  if (x.dim() != 2 && x.dim() != 3)
+    throw std::invalid_argument("BatchNorm1d: expected 2D or 3D input (N, C) / (N, C, L), got " + x.data().desc());
+}
+
+void BatchNorm2d::check_input_dim(const Variable& x) const {
+  if (x.dim() != 4) throw std::invalid_argument("BatchNorm2d: expected 4D input (N, C, H, W), got " + x.data().desc());
+}
+
+}  // namespace minidl::nn

@@ -1,0 +1,121 @@
+// nn/layers.h — the small layers: LayerNorm, Dropout, activations (ReLU, GELU, Tanh), pooling
+// (MaxPool2d, AvgPool2d, AdaptiveAvgPool2d), Flatten and Embedding. Each is a thin Module over
+// the functional op of autograd/ops.h.
+#pragma once
+#include "nn/module.h"
+
+namespace minidl::nn {
+
+struct LayerNormOptions {
+  Shape normalized_shape;
+  double eps = 1e-5;
+  bool elementwise_affine = true;
+};
+class LayerNorm : public Module {
+ public:
+  explicit LayerNorm(const LayerNormOptions& o);
+  std::string type_name() const override { return "LayerNorm"; }
+  std::string extra_repr() const override;
+  Variable forward(const Variable& x) override;
+  LayerNormOptions options;
+  Variable weight, bias;  // normalized_shape, when elementwise_affine
+};
+
+struct DropoutOptions {
+  double p = 0.5;
+};
+class Dropout : public Module {
+ public:
+  explicit Dropout(const DropoutOptions& o = {});
+  std::string type_name() const override { return "Dropout"; }
+  std::string extra_repr() const override;
+  Variable forward(const Variable& x) override;
+  DropoutOptions options;
+};
+
+class ReLU : public Module {
+ public:
+  std::string type_name() const override { return "ReLU"; }
+  Variable forward(const Variable& x) override { return relu(x); }
+};
+
+struct GELUOptions {
+  bool tanh_approximation = false;
+};
+class GELU : public Module {
+ public:
+  explicit GELU(const GELUOptions& o = {}) : options(o) {}
+  std::string type_name() const override { return "GELU"; }
+  std::string extra_repr() const override { return options.tanh_approximation ? "approximate='tanh'" : ""; }
+  Variable forward(const Variable& x) override { return gelu(x, options.tanh_approximation); }
+  GELUOptions options;
+};
+
+class Tanh : public Module {
+ public:
+  std::string type_name() const override { return "Tanh"; }
+  Variable forward(const Variable& x) override { return tanh(x); }
+};
+
+struct Pool2dOptions {
+  int64_t kernel = 2;
+  int64_t stride = 0;  // 0: same as kernel, as PyTorch's default
+  int64_t padding = 0;
+};
+class MaxPool2d : public Module {
+ public:
+  explicit MaxPool2d(const Pool2dOptions& o);
+  std::string type_name() const override { return "MaxPool2d"; }
+  std::string extra_repr() const override;
+  Variable forward(const Variable& x) override { return max_pool2d(x, params); }
+  Pool2dParams params;
+};
+class AvgPool2d : public Module {
+ public:
+  explicit AvgPool2d(const Pool2dOptions& o);
+  std::string type_name() const override { return "AvgPool2d"; }
+  std::string extra_repr() const override;
+  Variable forward(const Variable& x) override { return avg_pool2d(x, params); }
+  Pool2dParams params;
+};
+
+struct AdaptiveAvgPool2dOptions {
+  int64_t out_h = 1, out_w = 1;
+};
+class AdaptiveAvgPool2d : public Module {
+ public:
+  explicit AdaptiveAvgPool2d(const AdaptiveAvgPool2dOptions& o) : options(o) {}
+  std::string type_name() const override { return "AdaptiveAvgPool2d"; }
+  std::string extra_repr() const override;
+  Variable forward(const Variable& x) override { return adaptive_avg_pool2d(x, options.out_h, options.out_w); }
+  AdaptiveAvgPool2dOptions options;
+};
+
+struct FlattenOptions {
+  int64_t start = 1, end = -1;
+};
+class Flatten : public Module {
+ public:
+  explicit Flatten(const FlattenOptions& o = {}) : options(o) {}
+  std::string type_name() const override { return "Flatten"; }
+  std::string extra_repr() const override;
+  Variable forward(const Variable& x) override { return flatten(x, options.start, options.end); }
+  FlattenOptions options;
+};
+
+struct EmbeddingOptions {
+  int64_t num_embeddings = 0;
+  int64_t embedding_dim = 0;
+};
+// Embedding: int64 indices (*) -> (*, dim); weight ~ N(0, 1) as in PyTorch.
+class Embedding : public Module {
+ public:
+  explicit Embedding(const EmbeddingOptions& o);
+  std::string type_name() const override { return "Embedding"; }
+  std::string extra_repr() const override;
+  Variable forward(const Tensor& indices) { return embedding(indices, weight); }
+  EmbeddingOptions options;
+  Variable weight;  // (num_embeddings, embedding_dim)
+};
+
+}  // namespace minidl::nn

@@ -1,0 +1,109 @@
+// nn/module.h — Module: the base of every layer and model.
+//
+// A Module owns named parameters (Variables that require grad), named buffers (Tensors that are
+// state but not learned, like BatchNorm's running statistics) and named child modules. Children
+// are ordinary members registered by name, so modules are neither copyable nor movable:
+//
+//   struct Net : nn::Module {
+//     nn::Linear fc1{{.in = 784, .out = 256}};
+//     nn::Linear fc2{{.in = 256, .out = 10}};
+//     Net() { register_module("fc1", fc1); register_module("fc2", fc2); }
+//     Variable forward(const Variable& x) override { return fc2(relu(fc1(x))); }
+//   };
+//
+// Names are dotted as in PyTorch ("features.0.weight"), so state_dict() keys line up with a
+// PyTorch model of the same structure.
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "autograd/autograd_all.h"
+#include "tensor/serialize.h"
+#include "tensor/tensor_all.h"
+
+namespace minidl::nn {
+
+class Module {
+ public:
+  Module() = default;
+  virtual ~Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+  Module(Module&&) = delete;
+  Module& operator=(Module&&) = delete;
+
+  // The single-input forward most layers have; modules without one throw.
+  virtual Variable forward(const Variable& x);
+  Variable operator()(const Variable& x) { return forward(x); }
+
+  // "Linear"; used by the printed tree.
+  virtual std::string type_name() const = 0;
+  // The text inside the parentheses of this module's line: "in_features=784, out_features=256, bias=True".
+  virtual std::string extra_repr() const { return ""; }
+
+  // ---- traversal (registration order; own entries first, then children's, depth first) ----
+  std::vector<std::pair<std::string, Variable>> named_parameters(bool recurse = true) const;
+  std::vector<Variable> parameters(bool recurse = true) const;
+  std::vector<std::pair<std::string, Tensor*>> named_buffers(bool recurse = true) const;
+  std::vector<std::pair<std::string, Module*>> named_children() const { return children_; }
+  std::vector<Module*> children() const;
+  // Every module below (and including) this one, with its dotted name ("" for this one).
+  std::vector<std::pair<std::string, Module*>> named_modules(const std::string& prefix = "");
+  int64_t num_parameters() const;
+
+  // ---- mode ----
+  virtual void train(bool on = true);
+  void eval() { train(false); }
+  bool is_training() const { return training_; }
+
+  void zero_grad(bool set_to_none = true);
+
+  // ---- state ----
+  // Parameters' and buffers' current tensors by dotted name (shared, not copied).
+  TensorMap state_dict() const;
+  struct LoadResult {
+    std::vector<std::string> missing_keys;
+    std::vector<std::string> unexpected_keys;
+  };
+  // Copies values in place. strict: any missing or unexpected key is an error naming them all;
+  // a shape or dtype mismatch is always an error naming the key.
+  LoadResult load_state_dict(const TensorMap& state, bool strict = true);
+
+  // A printable tree like PyTorch's repr, ending with the parameter count.
+  std::string to_string() const;
+
+  // Replaces a child that this module owns (a container's child, e.g. Sequential's), used by
+  // convert_sync_batchnorm. Member children cannot be replaced: that is an error naming them.
+  bool owns_child(const std::string& name) const;
+  void replace_module(const std::string& name, std::unique_ptr<Module> replacement);
+
+ protected:
+  Variable& register_parameter(const std::string& name, Variable& param);
+  Tensor& register_buffer(const std::string& name, Tensor& buffer);
+  template <class M>
+  M& register_module(const std::string& name, M& child) {
+    add_child(name, &child);
+    return child;
+  }
+  // For containers (Sequential) that own their children.
+  Module& register_owned_module(const std::string& name, std::unique_ptr<Module> child);
+
+  bool training_ = true;
+
+ private:
+  void add_child(const std::string& name, Module* child);
+  void check_new_name(const std::string& name, const char* what) const;
+  std::string repr(int indent) const;
+
+  std::vector<std::pair<std::string, Variable*>> params_;
+  std::vector<std::pair<std::string, Tensor*>> buffers_;
+  std::vector<std::pair<std::string, Module*>> children_;
+  std::vector<std::unique_ptr<Module>> owned_;
+};
+
+std::ostream& operator<<(std::ostream& os, const Module& m);
+
+}  // namespace minidl::nn
