@@ -50,6 +50,7 @@ struct PowScalarOp {
 };
 struct AddScalarOp { double s; template <class T> MINIDL_HD T operator()(T x) const { return x + T(s); } };
 struct MulScalarOp { double s; template <class T> MINIDL_HD T operator()(T x) const { return x * T(s); } };
+struct DivScalarOp { double s; template <class T> MINIDL_HD T operator()(T x) const { return x / T(s); } };
 
 // GELU, exact form: x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2))
 struct GeluErfOp {
@@ -86,5 +87,15 @@ struct GeluTanhBackward {
 // backward from the output y: tanh' = 1 - y^2, sigmoid' = y (1 - y)
 struct TanhBackwardFromY { template <class T> MINIDL_HD T operator()(T y, T dy) const { return dy * (T(1) - y * y); } };
 struct SigmoidBackwardFromY { template <class T> MINIDL_HD T operator()(T y, T dy) const { return dy * y * (T(1) - y); } };
+
+// ---- in-place update rules (optimizers, gradient accumulation): new a from (a, b[, c]) ----
+struct AddScaledOp { double alpha; template <class T> MINIDL_HD T operator()(T a, T b) const { return a + T(alpha) * b; } };
+struct AxpbyOp {  // a * beta + b * alpha
+  double beta, alpha;
+  template <class T> MINIDL_HD T operator()(T a, T b) const { return a * T(beta) + b * T(alpha); }
+};
+struct LerpOp { double w; template <class T> MINIDL_HD T operator()(T a, T b) const { return a + T(w) * (b - a); } };
+struct AddcmulOp { double alpha; template <class T> MINIDL_HD T operator()(T a, T b, T c) const { return a + T(alpha) * b * c; } };
+struct AddcdivOp { double alpha; template <class T> MINIDL_HD T operator()(T a, T b, T c) const { return a + T(alpha) * b / c; } };
 
 }  // namespace minidl::kernels

@@ -62,6 +62,7 @@ Tensor& add_(Tensor& a, const Tensor& b, double alpha = 1.0);  // a += alpha * b
 Tensor& mul_(Tensor& a, double s);
 Tensor& mul_(Tensor& a, const Tensor& b);
 // a = a * beta + b * alpha (beta first), e.g. momentum buffers; a += alpha * b * c (addcmul)
+Tensor& axpby_(Tensor& a, double beta, const Tensor& b, double alpha);
 Tensor& lerp_(Tensor& a, const Tensor& b, double weight);  // a += weight * (b - a)
 Tensor& addcmul_(Tensor& a, const Tensor& b, const Tensor& c, double alpha);
 Tensor& addcdiv_(Tensor& a, const Tensor& b, const Tensor& c, double alpha);  // a += alpha * b / c

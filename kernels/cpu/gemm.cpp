@@ -7,6 +7,8 @@
 // computed by the same code in the same order whatever the thread count: bit-identical results.
 #include "kernels/cpu/gemm.h"
 
+// GCC 12 reports false "maybe-uninitialized" warnings inside Eigen's packing code.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <Eigen/Core>
 #include <algorithm>
 

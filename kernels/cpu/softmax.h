@@ -1,0 +1,71 @@
+// kernels/cpu/softmax.h — softmax / log_softmax and their backward along the middle axis of a
+// contiguous (outer, len, inner) array (the softmax dim is `len`; inner = 1 when it is the last
+// dim). Numerically stable: the row max is subtracted before exponentiating. Each row is one
+// sequential loop (sums in double), so results do not depend on the thread count.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/cpu/parallel.h"
+
+namespace minidl::kernels::cpu {
+
+// Calls fn(base, stride) for each of the outer * inner rows of length len.
+template <class F>
+void for_each_softmax_row(int64_t outer, int64_t len, int64_t inner, F&& fn) {
+  parallel_for(outer * inner, std::max<int64_t>(1, 8192 / std::max<int64_t>(len, 1)), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) fn((r / inner) * len * inner + r % inner, inner);
+  });
+}
+
+// y = softmax(x) or log_softmax(x) along len
+template <class T>
+void softmax_forward(const T* x, T* y, int64_t outer, int64_t len, int64_t inner, bool log) {
+  if (len == 0) return;
+  for_each_softmax_row(outer, len, inner, [&](int64_t base, int64_t s) {
+    const T* xr = x + base;
+    T* yr = y + base;
+    T m = xr[0];
+    for (int64_t i = 1; i < len; ++i) m = xr[i * s] > m ? xr[i * s] : m;
+    if (std::isinf(m) && m < 0) m = T(0);  // all -inf: avoid (-inf) - (-inf) = NaN
+    double sum = 0;
+    if (log) {
+      for (int64_t i = 0; i < len; ++i) sum += double(std::exp(xr[i * s] - m));
+      const T lse = m + T(std::log(sum));
+      for (int64_t i = 0; i < len; ++i) yr[i * s] = xr[i * s] - lse;
+    } else {
+      for (int64_t i = 0; i < len; ++i) {
+        const T e = std::exp(xr[i * s] - m);
+        yr[i * s] = e;
+        sum += double(e);
+      }
+      const T inv = T(1.0 / sum);
+      for (int64_t i = 0; i < len; ++i) yr[i * s] *= inv;
+    }
+  });
+}
+
+// softmax:     dx = y * (dy - sum(dy * y))
+// log_softmax: dx = dy - exp(y) * sum(dy)
+template <class T>
+void softmax_backward(const T* y, const T* dy, T* dx, int64_t outer, int64_t len, int64_t inner, bool log) {
+  if (len == 0) return;
+  for_each_softmax_row(outer, len, inner, [&](int64_t base, int64_t s) {
+    const T* yr = y + base;
+    const T* gr = dy + base;
+    T* dr = dx + base;
+    double dot = 0;
+    if (log) {
+      for (int64_t i = 0; i < len; ++i) dot += double(gr[i * s]);
+      const T sd = T(dot);
+      for (int64_t i = 0; i < len; ++i) dr[i * s] = gr[i * s] - std::exp(yr[i * s]) * sd;
+    } else {
+      for (int64_t i = 0; i < len; ++i) dot += double(gr[i * s]) * double(yr[i * s]);
+      const T sd = T(dot);
+      for (int64_t i = 0; i < len; ++i) dr[i * s] = yr[i * s] * (gr[i * s] - sd);
+    }
+  });
+}
+
+}  // namespace minidl::kernels::cpu

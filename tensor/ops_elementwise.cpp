@@ -1,0 +1,237 @@
+// tensor/ops_elementwise.cpp — element-wise ops on CPU tensors: broadcasting binary ops, ops with
+// a scalar, unary math, activation backward helpers, in-place updates, and sum_to (the inverse
+// of broadcasting). Each op checks its inputs, lines the operands up as strided views of one
+// shape (a broadcast operand gets stride 0 via expand) and runs a kernels/cpu/elementwise.h loop
+// with a functor from kernels/functors.h.
+#include <stdexcept>
+#include <string>
+
+#include "kernels/cpu/elementwise.h"
+#include "kernels/functors.h"
+#include "tensor/ops.h"
+#include "tensor/ops_util.h"
+
+namespace minidl {
+
+namespace k = kernels;
+using kernels::cpu::StridedLoop;
+using detail::check_cpu;
+using detail::check_same_dtype;
+
+// ---------------------------------------------------------------- broadcasting
+
+Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
+  // right-aligned: sizes must match or one of them be 1
+  const size_t n = std::max(a.size(), b.size());
+  Shape out(n);
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t da = i < n - a.size() ? 1 : a[i - (n - a.size())];
+    const int64_t db = i < n - b.size() ? 1 : b[i - (n - b.size())];
+    if (da != db && da != 1 && db != 1)
+      throw std::invalid_argument(std::string(op) + ": shapes " + shape_str(a) + " and " + shape_str(b) +
+                                  " cannot be broadcast");
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+Tensor sum_to(const Tensor& t, const Shape& shape) {
+  check_cpu(t, "sum_to");
+  if (t.shape() == shape) return t;
+  const int64_t lead = t.dim() - static_cast<int64_t>(shape.size());
+  if (lead < 0 || broadcast_shapes(shape, t.shape(), "sum_to") != t.shape())
+    throw std::invalid_argument("sum_to: cannot sum " + t.desc() + " down to shape " + shape_str(shape));
+  Shape dims;
+  for (int64_t d = 0; d < t.dim(); ++d)
+    if (d < lead || (shape[d - lead] == 1 && t.size(d) != 1)) dims.push_back(d);
+  if (dims.empty()) return t.reshape(shape);
+  return sum(t, dims, /*keepdim=*/true).reshape(shape);
+}
+
+namespace {
+
+// Throws when an in-place destination has a broadcast (stride 0) dim: its elements alias.
+void check_writable(const Tensor& a, const char* op) {
+  for (int64_t d = 0; d < a.dim(); ++d)
+    if (a.stride(d) == 0 && a.size(d) > 1)
+      throw std::invalid_argument(std::string(op) + ": cannot write in place into an expanded (broadcast) tensor " +
+                                  a.desc());
+}
+
+// b viewed with a's shape (for in-place ops, where `a` keeps its shape).
+Tensor expand_to(const Tensor& b, const Tensor& a, const char* op) {
+  if (b.shape() == a.shape()) return b;
+  if (broadcast_shapes(a.shape(), b.shape(), op) != a.shape())
+    throw std::invalid_argument(std::string(op) + ": shape " + shape_str(b.shape()) +
+                                " cannot be broadcast to the in-place destination's shape " + shape_str(a.shape()));
+  return b.expand(a.shape());
+}
+
+enum class Kinds { Any, Floating };
+
+template <class F>
+void dispatch_kind(DType t, const char* op, Kinds kinds, F&& f) {
+  if (kinds == Kinds::Floating) dispatch_floating(t, op, f);
+  else dispatch(t, op, f);
+}
+
+// out (broadcast shape) = f(a, b)
+template <class Op>
+Tensor binary_op(const Tensor& a, const Tensor& b, const char* op, Op f, Kinds kinds = Kinds::Any) {
+  check_cpu(a, op);
+  check_cpu(b, op);
+  check_same_dtype(a, b, op);
+  const Shape shape = broadcast_shapes(a.shape(), b.shape(), op);
+  Tensor out(shape, a.dtype());
+  const Tensor ea = a.shape() == shape ? a : a.expand(shape);
+  const Tensor eb = b.shape() == shape ? b : b.expand(shape);
+  const StridedLoop<3> loop(shape, {&out.strides(), &ea.strides(), &eb.strides()});
+  dispatch_kind(a.dtype(), op, kinds, [&](auto tag) {
+    using T = decltype(tag);
+    k::cpu::binary_kernel(loop, out.data<T>(), ea.data<T>(), eb.data<T>(), f);
+  });
+  return out;
+}
+
+// out (x's shape, contiguous) = f(x)
+template <class Op>
+Tensor unary_op(const Tensor& x, const char* op, Op f, Kinds kinds = Kinds::Floating) {
+  check_cpu(x, op);
+  Tensor out(x.shape(), x.dtype());
+  const StridedLoop<2> loop(x.shape(), {&out.strides(), &x.strides()});
+  dispatch_kind(x.dtype(), op, kinds, [&](auto tag) {
+    using T = decltype(tag);
+    k::cpu::unary_kernel(loop, out.data<T>(), x.data<T>(), f);
+  });
+  return out;
+}
+
+// a = f(a)
+template <class Op>
+Tensor& unary_inplace(Tensor& a, const char* op, Op f, Kinds kinds) {
+  check_cpu(a, op);
+  check_writable(a, op);
+  const StridedLoop<2> loop(a.shape(), {&a.strides(), &a.strides()});
+  dispatch_kind(a.dtype(), op, kinds, [&](auto tag) {
+    using T = decltype(tag);
+    k::cpu::unary_kernel(loop, a.data<T>(), a.data<T>(), f);
+  });
+  return a;
+}
+
+// a = f(a, b), b broadcast to a's shape
+template <class Op>
+Tensor& binary_inplace(Tensor& a, const Tensor& b, const char* op, Op f, Kinds kinds) {
+  check_cpu(a, op);
+  check_cpu(b, op);
+  check_same_dtype(a, b, op);
+  check_writable(a, op);
+  const Tensor eb = expand_to(b, a, op);
+  const StridedLoop<3> loop(a.shape(), {&a.strides(), &a.strides(), &eb.strides()});
+  dispatch_kind(a.dtype(), op, kinds, [&](auto tag) {
+    using T = decltype(tag);
+    k::cpu::binary_kernel(loop, a.data<T>(), a.data<T>(), eb.data<T>(), f);
+  });
+  return a;
+}
+
+// a = f(a, b, c), b and c broadcast to a's shape
+template <class Op>
+Tensor& ternary_inplace(Tensor& a, const Tensor& b, const Tensor& c, const char* op, Op f) {
+  check_cpu(a, op);
+  check_cpu(b, op);
+  check_cpu(c, op);
+  check_same_dtype(a, b, op);
+  check_same_dtype(a, c, op);
+  check_writable(a, op);
+  const Tensor eb = expand_to(b, a, op);
+  const Tensor ec = expand_to(c, a, op);
+  const StridedLoop<4> loop(a.shape(), {&a.strides(), &a.strides(), &eb.strides(), &ec.strides()});
+  dispatch_floating(a.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    k::cpu::ternary_kernel(loop, a.data<T>(), a.data<T>(), eb.data<T>(), ec.data<T>(), f);
+  });
+  return a;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- binary
+
+Tensor add(const Tensor& a, const Tensor& b) { return binary_op(a, b, "add", k::AddOp{}); }
+Tensor sub(const Tensor& a, const Tensor& b) { return binary_op(a, b, "sub", k::SubOp{}); }
+Tensor mul(const Tensor& a, const Tensor& b) { return binary_op(a, b, "mul", k::MulOp{}); }
+Tensor div(const Tensor& a, const Tensor& b) { return binary_op(a, b, "div", k::DivOp{}, Kinds::Floating); }
+Tensor maximum(const Tensor& a, const Tensor& b) { return binary_op(a, b, "maximum", k::MaximumOp{}); }
+Tensor minimum(const Tensor& a, const Tensor& b) { return binary_op(a, b, "minimum", k::MinimumOp{}); }
+Tensor eq(const Tensor& a, const Tensor& b) { return binary_op(a, b, "eq", k::EqOp{}); }
+Tensor gt(const Tensor& a, const Tensor& b) { return binary_op(a, b, "gt", k::GtOp{}); }
+Tensor lt(const Tensor& a, const Tensor& b) { return binary_op(a, b, "lt", k::LtOp{}); }
+
+Tensor add(const Tensor& a, double s) { return unary_op(a, "add", k::AddScalarOp{s}, Kinds::Any); }
+Tensor mul(const Tensor& a, double s) { return unary_op(a, "mul", k::MulScalarOp{s}, Kinds::Any); }
+
+Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
+Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
+Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
+Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
+Tensor operator+(const Tensor& a, double s) { return add(a, s); }
+Tensor operator-(const Tensor& a, double s) { return add(a, -s); }
+Tensor operator*(const Tensor& a, double s) { return mul(a, s); }
+Tensor operator/(const Tensor& a, double s) { return unary_op(a, "div", k::DivScalarOp{s}, Kinds::Floating); }
+Tensor operator*(double s, const Tensor& a) { return mul(a, s); }
+Tensor operator-(const Tensor& a) { return neg(a); }
+
+// ---------------------------------------------------------------- unary
+
+Tensor neg(const Tensor& x) { return unary_op(x, "neg", k::NegOp{}, Kinds::Any); }
+Tensor exp(const Tensor& x) { return unary_op(x, "exp", k::ExpOp{}); }
+Tensor log(const Tensor& x) { return unary_op(x, "log", k::LogOp{}); }
+Tensor sqrt(const Tensor& x) { return unary_op(x, "sqrt", k::SqrtOp{}); }
+Tensor rsqrt(const Tensor& x) { return unary_op(x, "rsqrt", k::RsqrtOp{}); }
+Tensor abs(const Tensor& x) { return unary_op(x, "abs", k::AbsOp{}, Kinds::Any); }
+Tensor tanh(const Tensor& x) { return unary_op(x, "tanh", k::TanhOp{}); }
+Tensor sigmoid(const Tensor& x) { return unary_op(x, "sigmoid", k::SigmoidOp{}); }
+Tensor relu(const Tensor& x) { return unary_op(x, "relu", k::ReluOp{}); }
+Tensor gelu(const Tensor& x, bool tanh_approximation) {
+  return tanh_approximation ? unary_op(x, "gelu", k::GeluTanhOp{}) : unary_op(x, "gelu", k::GeluErfOp{});
+}
+Tensor pow(const Tensor& x, double p) { return unary_op(x, "pow", k::PowScalarOp{p}); }
+
+// dx from (x or y, dy); shapes broadcast like any binary op (normally they are equal)
+Tensor relu_backward(const Tensor& x, const Tensor& dy) {
+  return binary_op(x, dy, "relu_backward", k::ReluBackward{}, Kinds::Floating);
+}
+Tensor gelu_backward(const Tensor& x, const Tensor& dy, bool tanh_approximation) {
+  return tanh_approximation ? binary_op(x, dy, "gelu_backward", k::GeluTanhBackward{}, Kinds::Floating)
+                            : binary_op(x, dy, "gelu_backward", k::GeluErfBackward{}, Kinds::Floating);
+}
+Tensor tanh_backward(const Tensor& y, const Tensor& dy) {
+  return binary_op(y, dy, "tanh_backward", k::TanhBackwardFromY{}, Kinds::Floating);
+}
+Tensor sigmoid_backward(const Tensor& y, const Tensor& dy) {
+  return binary_op(y, dy, "sigmoid_backward", k::SigmoidBackwardFromY{}, Kinds::Floating);
+}
+
+// ---------------------------------------------------------------- in place
+
+Tensor& add_(Tensor& a, const Tensor& b, double alpha) {
+  if (alpha == 1.0) return binary_inplace(a, b, "add_", k::AddOp{}, Kinds::Any);
+  return binary_inplace(a, b, "add_", k::AddScaledOp{alpha}, Kinds::Any);
+}
+Tensor& mul_(Tensor& a, double s) { return unary_inplace(a, "mul_", k::MulScalarOp{s}, Kinds::Any); }
+Tensor& mul_(Tensor& a, const Tensor& b) { return binary_inplace(a, b, "mul_", k::MulOp{}, Kinds::Any); }
+Tensor& axpby_(Tensor& a, double beta, const Tensor& b, double alpha) {
+  return binary_inplace(a, b, "axpby_", k::AxpbyOp{beta, alpha}, Kinds::Floating);
+}
+Tensor& lerp_(Tensor& a, const Tensor& b, double weight) {
+  return binary_inplace(a, b, "lerp_", k::LerpOp{weight}, Kinds::Floating);
+}
+Tensor& addcmul_(Tensor& a, const Tensor& b, const Tensor& c, double alpha) {
+  return ternary_inplace(a, b, c, "addcmul_", k::AddcmulOp{alpha});
+}
+Tensor& addcdiv_(Tensor& a, const Tensor& b, const Tensor& c, double alpha) {
+  return ternary_inplace(a, b, c, "addcdiv_", k::AddcdivOp{alpha});
+}
+
+}  // namespace minidl

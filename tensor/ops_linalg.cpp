@@ -1,0 +1,142 @@
+// tensor/ops_linalg.cpp — matrix products: mm (2-d) and matmul (torch.matmul semantics: 1-d
+// vectors, 2-d matrices, batched (..., n, k)·(..., k, m) with broadcast batch dims).
+// The work is kernels::cpu::gemm (Eigen). A 2-d operand whose rows or columns are stride 1 —
+// a contiguous matrix, a row slice, or a transposed view — is passed as a pointer plus a
+// leading dimension and a transpose flag, so transposes are never copied.
+#include <stdexcept>
+#include <string>
+
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/parallel.h"
+#include "tensor/ops.h"
+#include "tensor/ops_util.h"
+
+namespace minidl {
+
+using detail::check_cpu;
+
+namespace {
+
+// How gemm reads a (rows, cols) matrix with strides (s0, s1): as stored, or stored transposed.
+struct GemmOperand {
+  bool ok = false;
+  bool trans = false;
+  int64_t ld = 0;
+};
+
+GemmOperand gemm_layout(int64_t rows, int64_t cols, int64_t s0, int64_t s1) {
+  const int64_t r = std::max<int64_t>(rows, 1), c = std::max<int64_t>(cols, 1);
+  if ((s1 == 1 || cols <= 1) && (rows <= 1 || s0 >= c)) return {true, false, rows <= 1 ? c : s0};
+  if ((s0 == 1 || rows <= 1) && (cols <= 1 || s1 >= r)) return {true, true, cols <= 1 ? r : s1};
+  return {};
+}
+
+// The layout of the last two dims of t, making t contiguous first when gemm cannot read it.
+GemmOperand matrix_layout(Tensor& t) {
+  const int64_t nd = t.dim();
+  GemmOperand g = gemm_layout(t.size(nd - 2), t.size(nd - 1), t.stride(nd - 2), t.stride(nd - 1));
+  if (!g.ok) {
+    t = t.contiguous();
+    g = gemm_layout(t.size(nd - 2), t.size(nd - 1), t.stride(nd - 2), t.stride(nd - 1));
+  }
+  return g;
+}
+
+void check_operands(const Tensor& a, const Tensor& b, const char* op) {
+  check_cpu(a, op);
+  check_cpu(b, op);
+  detail::check_same_dtype(a, b, op);
+  if (!a.is_floating_point())
+    throw std::invalid_argument(std::string(op) + ": expected a floating dtype (float32 or float64), got " +
+                                dtype_name(a.dtype()));
+}
+
+[[noreturn]] void shape_error(const Tensor& a, const Tensor& b, const char* op, int64_t ka, int64_t kb) {
+  throw std::invalid_argument(std::string(op) + ": shapes " + shape_str(a.shape()) + " and " + shape_str(b.shape()) +
+                              " cannot be multiplied (" + std::to_string(ka) + " != " + std::to_string(kb) + ")");
+}
+
+// out (batch..., n, m) = a (batch..., n, k) · b (batch..., k, m); a and b already expanded to the
+// same batch dims (stride 0 where broadcast). out is contiguous.
+void batched_gemm(Tensor a, Tensor b, Tensor& out) {
+  const int64_t nd = a.dim();
+  const int64_t n = a.size(nd - 2), k = a.size(nd - 1), m = b.size(nd - 1);
+  const GemmOperand ga = matrix_layout(a), gb = matrix_layout(b);
+  const Shape batch_shape(out.shape().begin(), out.shape().end() - 2);
+  const int64_t batches = shape_numel(batch_shape);
+  dispatch_floating(a.dtype(), "matmul", [&](auto tag) {
+    using T = decltype(tag);
+    const T* pa = a.data<T>();
+    const T* pb = b.data<T>();
+    T* po = out.data<T>();
+    auto run = [&](int64_t i) {
+      int64_t oa = 0, ob = 0;
+      for (int64_t d = nd - 3, rem = i; d >= 0; --d) {
+        const int64_t idx = rem % batch_shape[d];
+        rem /= batch_shape[d];
+        oa += idx * a.stride(d);
+        ob += idx * b.stride(d);
+      }
+      kernels::cpu::gemm(n, m, k, pa + oa, ga.ld, ga.trans, pb + ob, gb.ld, gb.trans, po + i * n * m, m);
+    };
+    // Small products run one per thread; large ones are threaded inside gemm. Either way each
+    // output element is computed the same way whatever the thread count.
+    const bool small = 2.0 * double(n) * double(m) * double(k) < 4e6;
+    if (small) {
+      kernels::cpu::parallel_for(batches, 1, [&](int64_t b0, int64_t b1) {
+        for (int64_t i = b0; i < b1; ++i) run(i);
+      });
+    } else {
+      for (int64_t i = 0; i < batches; ++i) run(i);
+    }
+  });
+}
+
+}  // namespace
+
+Tensor mm(const Tensor& a, const Tensor& b) {
+  check_operands(a, b, "mm");
+  if (a.dim() != 2 || b.dim() != 2)
+    throw std::invalid_argument("mm: expected 2-d tensors, got shapes " + shape_str(a.shape()) + " and " +
+                                shape_str(b.shape()));
+  if (a.size(1) != b.size(0)) shape_error(a, b, "mm", a.size(1), b.size(0));
+  Tensor out({a.size(0), b.size(1)}, a.dtype());  // (n, m)
+  batched_gemm(a, b, out);
+  return out;
+}
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  check_operands(a, b, "matmul");
+  if (a.dim() == 0 || b.dim() == 0)
+    throw std::invalid_argument("matmul: both arguments need at least 1 dimension, got shapes " +
+                                shape_str(a.shape()) + " and " + shape_str(b.shape()));
+  const int64_t ka = a.size(-1), kb = b.dim() == 1 ? b.size(0) : b.size(-2);
+  if (ka != kb) shape_error(a, b, "matmul", ka, kb);
+  // 1-d operands become matrices: a (k) -> (1, k), b (k) -> (k, 1); the dim is dropped after.
+  const Tensor a2 = a.dim() == 1 ? a.unsqueeze(0) : a;
+  const Tensor b2 = b.dim() == 1 ? b.unsqueeze(1) : b;
+  Tensor out;
+  if (a2.dim() == 2 && b2.dim() == 2) {
+    out = mm(a2, b2);
+  } else if (b2.dim() == 2 && a2.is_contiguous()) {
+    // (batch..., n, k) · (k, m): fold the batch into the rows, one big gemm
+    Shape os(a2.shape().begin(), a2.shape().end() - 1);
+    os.push_back(b2.size(1));
+    out = mm(a2.reshape({-1, ka}), b2).view(os);
+  } else {
+    const Shape ba(a2.shape().begin(), a2.shape().end() - 2), bb(b2.shape().begin(), b2.shape().end() - 2);
+    Shape batch = broadcast_shapes(ba, bb, "matmul");
+    Shape sa = batch, sb = batch, so = batch;
+    sa.insert(sa.end(), a2.shape().end() - 2, a2.shape().end());
+    sb.insert(sb.end(), b2.shape().end() - 2, b2.shape().end());
+    so.push_back(a2.size(-2));
+    so.push_back(b2.size(-1));
+    out = Tensor(so, a.dtype());  // (batch..., n, m)
+    batched_gemm(a2.expand(sa), b2.expand(sb), out);
+  }
+  if (a.dim() == 1) out = out.squeeze(-2);
+  if (b.dim() == 1) out = out.squeeze(-1);
+  return out;
+}
+
+}  // namespace minidl

@@ -1,0 +1,113 @@
+// tests/tensor/test_ops_linalg.cpp — mm and matmul: hand-computed products, transposed and
+// sliced views (no copies needed), 1-d and batched broadcasting, dtypes, errors.
+#include "tests/common/testing.h"
+
+using namespace minidl;
+using minidl::testing::expect_close;
+using minidl::testing::expect_equal;
+
+namespace {
+Tensor f32(std::vector<float> v, Shape s = {}) { return from_vector<float>(v, s); }
+Tensor f64(std::vector<double> v, Shape s = {}) { return from_vector<double>(v, s); }
+
+// Reference product of contiguous copies: (n, k) x (k, m), accumulated in double.
+Tensor naive_mm(const Tensor& a, const Tensor& b) {
+  const int64_t n = a.size(0), k = a.size(1), m = b.size(1);
+  auto va = a.to_vector<double>(), vb = b.to_vector<double>();
+  std::vector<double> out(n * m, 0.0);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < m; ++j)
+      for (int64_t p = 0; p < k; ++p) out[i * m + j] += va[i * k + p] * vb[p * m + j];
+  return from_vector(out, {n, m}, a.dtype());
+}
+}  // namespace
+
+TEST(Mm, HandComputed2x3Times3x2) {
+  Tensor a = f32({1, 2, 3, 4, 5, 6}, {2, 3});
+  Tensor b = f32({7, 8, 9, 10, 11, 12}, {3, 2});
+  Tensor c = mm(a, b);
+  EXPECT_EQ(c.dtype(), DType::Float32);
+  expect_equal(c, f32({58, 64, 139, 154}, {2, 2}));
+}
+
+TEST(Mm, TransposedViewsOfEitherOperand) {
+  Tensor a = randn({5, 7}, DType::Float64), b = randn({7, 4}, DType::Float64);
+  Tensor at = a.t().contiguous().t();  // same values, column-major strides
+  Tensor bt = b.t().contiguous().t();
+  Tensor ref = naive_mm(a, b);
+  expect_close(mm(at, b), ref, 1e-12, 1e-12);
+  expect_close(mm(a, bt), ref, 1e-12, 1e-12);
+  expect_close(mm(at, bt), ref, 1e-12, 1e-12);
+  // a.t() of a (7, 5) matrix, as in the backward of a linear layer
+  Tensor w = randn({7, 5}, DType::Float64);
+  expect_close(mm(w.t(), b), naive_mm(w.t().contiguous(), b), 1e-12, 1e-12);
+}
+
+TEST(Mm, SlicedRowsAndColumns) {
+  Tensor big = randn({10, 12}, DType::Float64);
+  Tensor a = big.slice(0, 1, 6).slice(1, 2, 9);   // (5, 7), row stride 12
+  Tensor b = big.slice(0, 0, 7).slice(1, 0, 3);   // (7, 3)
+  expect_close(mm(a, b), naive_mm(a.contiguous(), b.contiguous()), 1e-12, 1e-12);
+  Tensor strided = big.slice(1, 0, 12, 2);        // (10, 6), column stride 2: copied internally
+  expect_close(mm(strided.t(), big.slice(1, 0, 4)), naive_mm(strided.t().contiguous(), big.slice(1, 0, 4).contiguous()),
+               1e-12, 1e-12);
+}
+
+TEST(Mm, LargeFloat32MatchesDoubleReference) {
+  Tensor a = randn({130, 300}), b = randn({300, 70});
+  expect_close(mm(a, b), naive_mm(a, b).to(DType::Float32), 1e-4, 1e-4);
+}
+
+TEST(Mm, EmptyInnerDimGivesZeros) { expect_equal(mm(zeros({2, 0}), zeros({0, 3})), zeros({2, 3})); }
+
+TEST(Matmul, VectorVectorIsADot) {
+  Tensor d = matmul(f32({1, 2, 3}), f32({4, 5, 6}));
+  EXPECT_EQ(d.dim(), 0);
+  EXPECT_EQ(d.item(), 32.0);
+}
+
+TEST(Matmul, MatrixVectorAndVectorMatrix) {
+  Tensor a = f32({1, 2, 3, 4, 5, 6}, {2, 3});
+  expect_equal(matmul(a, f32({1, 0, -1})), f32({-2, -2}));
+  expect_equal(matmul(f32({1, -1}), a), f32({-3, -3, -3}));
+}
+
+TEST(Matmul, BatchedTimesMatrixFoldsBatch) {
+  Tensor x = randn({2, 3, 4}, DType::Float64), w = randn({4, 5}, DType::Float64);
+  Tensor y = matmul(x, w);
+  EXPECT_EQ(y.shape(), (Shape{2, 3, 5}));
+  for (int64_t i = 0; i < 2; ++i) expect_close(y[i], naive_mm(x[i], w), 1e-12, 1e-12);
+}
+
+TEST(Matmul, BatchDimsBroadcast) {
+  Tensor a = randn({2, 1, 3, 4}, DType::Float64), b = randn({3, 4, 2}, DType::Float64);
+  Tensor c = matmul(a, b);
+  EXPECT_EQ(c.shape(), (Shape{2, 3, 3, 2}));
+  for (int64_t i = 0; i < 2; ++i)
+    for (int64_t j = 0; j < 3; ++j) expect_close(c[i][j], naive_mm(a[i][0], b[j]), 1e-12, 1e-12);
+}
+
+TEST(Matmul, BatchedWithTransposedViewLikeAttention) {
+  Tensor q = randn({2, 5, 8}, DType::Float64), k = randn({2, 5, 8}, DType::Float64);
+  Tensor s = matmul(q, k.transpose(-2, -1));  // (2, 5, 5)
+  for (int64_t i = 0; i < 2; ++i) expect_close(s[i], naive_mm(q[i], k[i].t().contiguous()), 1e-12, 1e-12);
+}
+
+TEST(Matmul, VectorTimesBatch) {
+  Tensor v = f64({1, 2}), b = randn({3, 2, 4}, DType::Float64);
+  Tensor c = matmul(v, b);
+  EXPECT_EQ(c.shape(), (Shape{3, 4}));
+  for (int64_t i = 0; i < 3; ++i) expect_close(c[i], naive_mm(v.view({1, 2}), b[i]).view({4}), 1e-12, 1e-12);
+}
+
+TEST(Matmul, Errors) {
+  EXPECT_THROW_MSG(matmul(zeros({2, 3}), zeros({4, 5})), std::invalid_argument,
+                   "matmul: shapes [2, 3] and [4, 5] cannot be multiplied (3 != 4)");
+  EXPECT_THROW_MSG(matmul(zeros({2, 3}), zeros({3, 2}, DType::Float64)), std::invalid_argument,
+                   "matmul: dtype mismatch float32 vs float64");
+  EXPECT_THROW_MSG(matmul(arange(4).view({2, 2}), arange(4).view({2, 2})), std::invalid_argument,
+                   "matmul: expected a floating dtype");
+  EXPECT_THROW_MSG(mm(zeros({2, 3, 1}), zeros({1, 2})), std::invalid_argument, "mm: expected 2-d tensors");
+  EXPECT_THROW_MSG(matmul(zeros({2, 2, 3}), zeros({3, 3, 2})), std::invalid_argument,
+                   "matmul: shapes [2] and [3] cannot be broadcast");
+}
