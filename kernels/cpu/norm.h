@@ -1,0 +1,203 @@
+// kernels/cpu/norm.h — batch norm and layer norm on raw pointers, forward beside backward.
+//
+// Batch norm sees x as (N, C, S) (S = product of the trailing dims, 1 for (N, C) input) and is
+// split like PyTorch's kernels: stats (per-channel mean and invstd), elemt (normalise + affine),
+// backward_reduce (per-channel sums of dy and dy*(x-mean)), backward_elemt (dx from those sums).
+// Layer norm sees x as (rows, M) and normalises each row.
+//
+// Reproducibility: sums accumulate in double. Every reduction runs in a fixed order that does
+// not depend on the thread count: per-channel sums loop over n, then s, inside one thread (threads
+// split channels); layer norm's weight gradient sums fixed 32-row chunks, then the chunks in order.
+// Per-channel vectors (mean, invstd, weight, bias, sums) come in as double arrays; a null weight
+// means 1 and a null bias means 0.
+// Tested through tensor/ops_norm.cpp by tests/tensor/test_ops_norm.cpp (hand-computed values, a
+// full batch-norm backward assembled from the pieces, float64 finite differences).
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/cpu/parallel.h"
+
+namespace minidl::kernels::cpu {
+
+// ---- batch norm ----
+
+// x (N, C, S) -> mean (C), invstd (C) = 1 / sqrt(biased_var + eps); two passes per channel.
+template <class T>
+void batch_norm_stats(const T* x, int64_t N, int64_t C, int64_t S, double eps, T* mean, T* invstd) {
+  const double count = static_cast<double>(N * S);
+  parallel_for(C, 1, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) {
+      double s = 0;
+      for (int64_t n = 0; n < N; ++n) {
+        const T* p = x + (n * C + c) * S;
+        for (int64_t i = 0; i < S; ++i) s += p[i];
+      }
+      const double m = s / count;
+      double ss = 0;
+      for (int64_t n = 0; n < N; ++n) {
+        const T* p = x + (n * C + c) * S;
+        for (int64_t i = 0; i < S; ++i) {
+          const double d = p[i] - m;
+          ss += d * d;
+        }
+      }
+      mean[c] = static_cast<T>(m);
+      invstd[c] = static_cast<T>(1.0 / std::sqrt(ss / count + eps));
+    }
+  });
+}
+
+// y (N, C, S) = (x - mean[c]) * invstd[c] * weight[c] + bias[c]; parallel over the N*C planes.
+template <class T>
+void batch_norm_elemt(const T* x, int64_t N, int64_t C, int64_t S, const double* mean, const double* invstd,
+                      const double* weight, const double* bias, T* y) {
+  parallel_for(N * C, std::max<int64_t>(1, 16384 / std::max<int64_t>(S, 1)), [&](int64_t p0, int64_t p1) {
+    for (int64_t pl = p0; pl < p1; ++pl) {
+      const int64_t c = pl % C;
+      const double m = mean[c], scale = invstd[c] * (weight ? weight[c] : 1.0), b = bias ? bias[c] : 0.0;
+      const T* xp = x + pl * S;
+      T* yp = y + pl * S;
+      for (int64_t i = 0; i < S; ++i) yp[i] = static_cast<T>((xp[i] - m) * scale + b);
+    }
+  });
+}
+
+// sum_dy (C) = sum over (n, s) of dy; sum_dy_xmu (C) = sum of dy * (x - mean[c]).
+template <class T>
+void batch_norm_backward_reduce(const T* dy, const T* x, int64_t N, int64_t C, int64_t S, const double* mean,
+                                double* sum_dy, double* sum_dy_xmu) {
+  parallel_for(C, 1, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) {
+      const double m = mean[c];
+      double a = 0, b = 0;
+      for (int64_t n = 0; n < N; ++n) {
+        const T* g = dy + (n * C + c) * S;
+        const T* xp = x + (n * C + c) * S;
+        for (int64_t i = 0; i < S; ++i) {
+          a += g[i];
+          b += g[i] * (xp[i] - m);
+        }
+      }
+      sum_dy[c] = a;
+      sum_dy_xmu[c] = b;
+    }
+  });
+}
+
+// dx = (dy - sum_dy / count - (x - mean) * invstd^2 * sum_dy_xmu / count) * weight * invstd
+template <class T>
+void batch_norm_backward_elemt(const T* dy, const T* x, int64_t N, int64_t C, int64_t S, const double* mean,
+                               const double* invstd, const double* weight, const double* sum_dy,
+                               const double* sum_dy_xmu, int64_t count, T* dx) {
+  const double inv_count = 1.0 / static_cast<double>(count);
+  parallel_for(N * C, std::max<int64_t>(1, 16384 / std::max<int64_t>(S, 1)), [&](int64_t p0, int64_t p1) {
+    for (int64_t pl = p0; pl < p1; ++pl) {
+      const int64_t c = pl % C;
+      const double m = mean[c], is = invstd[c];
+      const double mean_dy = sum_dy[c] * inv_count;
+      const double k = is * is * sum_dy_xmu[c] * inv_count;
+      const double scale = (weight ? weight[c] : 1.0) * is;
+      const T* g = dy + pl * S;
+      const T* xp = x + pl * S;
+      T* o = dx + pl * S;
+      for (int64_t i = 0; i < S; ++i) o[i] = static_cast<T>((g[i] - mean_dy - (xp[i] - m) * k) * scale);
+    }
+  });
+}
+
+// ---- layer norm ----
+
+// x (rows, M) -> y (rows, M), mean (rows), invstd (rows); weight / bias (M) or null.
+template <class T>
+void layer_norm_forward(const T* x, int64_t rows, int64_t M, const T* weight, const T* bias, double eps, T* y,
+                        T* mean, T* invstd) {
+  parallel_for(rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(M, 1)), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const T* xp = x + r * M;
+      T* yp = y + r * M;
+      double s = 0;
+      for (int64_t j = 0; j < M; ++j) s += xp[j];
+      const double m = s / static_cast<double>(M);
+      double ss = 0;
+      for (int64_t j = 0; j < M; ++j) {
+        const double d = xp[j] - m;
+        ss += d * d;
+      }
+      const double is = 1.0 / std::sqrt(ss / static_cast<double>(M) + eps);
+      for (int64_t j = 0; j < M; ++j) {
+        double v = (xp[j] - m) * is;
+        if (weight) v *= weight[j];
+        if (bias) v += bias[j];
+        yp[j] = static_cast<T>(v);
+      }
+      mean[r] = static_cast<T>(m);
+      invstd[r] = static_cast<T>(is);
+    }
+  });
+}
+
+// dx (rows, M) = invstd * (g - mean_j(g) - xhat * mean_j(g * xhat)), g = dy * weight, xhat = (x - mean) * invstd.
+template <class T>
+void layer_norm_backward_input(const T* dy, const T* x, int64_t rows, int64_t M, const T* mean, const T* invstd,
+                               const T* weight, T* dx) {
+  parallel_for(rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(M, 1)), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const T* g = dy + r * M;
+      const T* xp = x + r * M;
+      T* o = dx + r * M;
+      const double m = mean[r], is = invstd[r];
+      double sg = 0, sgx = 0;
+      for (int64_t j = 0; j < M; ++j) {
+        const double gj = weight ? static_cast<double>(g[j]) * weight[j] : static_cast<double>(g[j]);
+        sg += gj;
+        sgx += gj * (xp[j] - m) * is;
+      }
+      const double mg = sg / static_cast<double>(M), mgx = sgx / static_cast<double>(M);
+      for (int64_t j = 0; j < M; ++j) {
+        const double gj = weight ? static_cast<double>(g[j]) * weight[j] : static_cast<double>(g[j]);
+        o[j] = static_cast<T>(is * (gj - mg - (xp[j] - m) * is * mgx));
+      }
+    }
+  });
+}
+
+// dweight (M) = sum over rows of dy * xhat, dbias (M) = sum over rows of dy; in fixed 32-row chunks.
+template <class T>
+void layer_norm_backward_affine(const T* dy, const T* x, int64_t rows, int64_t M, const T* mean, const T* invstd,
+                                double* dweight, double* dbias) {
+  constexpr int64_t kChunk = 32;
+  const int64_t chunks = (rows + kChunk - 1) / kChunk;
+  std::vector<double> part(static_cast<size_t>(2 * chunks * M), 0.0);  // (chunks, 2, M)
+  parallel_for(chunks, 1, [&](int64_t k0, int64_t k1) {
+    for (int64_t k = k0; k < k1; ++k) {
+      double* pw = part.data() + 2 * k * M;
+      double* pb = pw + M;
+      const int64_t r_end = std::min(rows, (k + 1) * kChunk);
+      for (int64_t r = k * kChunk; r < r_end; ++r) {
+        const T* g = dy + r * M;
+        const T* xp = x + r * M;
+        const double m = mean[r], is = invstd[r];
+        for (int64_t j = 0; j < M; ++j) {
+          pw[j] += g[j] * ((xp[j] - m) * is);
+          pb[j] += g[j];
+        }
+      }
+    }
+  });
+  parallel_for(M, 1024, [&](int64_t j0, int64_t j1) {
+    for (int64_t j = j0; j < j1; ++j) {
+      double w = 0, b = 0;
+      for (int64_t k = 0; k < chunks; ++k) {
+        w += part[static_cast<size_t>(2 * k * M + j)];
+        b += part[static_cast<size_t>((2 * k + 1) * M + j)];
+      }
+      dweight[j] = w;
+      dbias[j] = b;
+    }
+  });
+}
+
+}  // namespace minidl::kernels::cpu

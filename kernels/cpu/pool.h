@@ -1,0 +1,132 @@
+// kernels/cpu/pool.h — 2-d pooling on one (H, W) plane at a time: max (with argmax indices),
+// average (count_include_pad or not) and adaptive average, each forward beside its backward.
+// Window rules follow PyTorch's CPU kernels exactly (padding = -inf for max, PyTorch's divisor
+// rule for avg, start = floor(o*H/OH), end = ceil((o+1)*H/OH) for adaptive). Callers loop over
+// the N*C planes with parallel_for; planes never share output, so no reduction order matters.
+// Tested through tensor/ops_pool.cpp by tests/tensor/test_ops_pool.cpp (hand-computed cases and
+// float64 finite differences of every backward).
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+namespace minidl::kernels::cpu {
+
+struct PoolWindow {
+  int64_t kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w;
+};
+
+// x (H, W) -> y (H_out, W_out), idx (H_out, W_out) = flat h*W + w of the max in x.
+// NaN wins (propagates), as in PyTorch; ties keep the first position in row-major order.
+template <class T>
+void max_pool2d_plane_forward(const T* x, int64_t H, int64_t W, T* y, int64_t* idx, int64_t H_out, int64_t W_out,
+                              const PoolWindow& p) {
+  for (int64_t oh = 0; oh < H_out; ++oh) {
+    const int64_t h0 = oh * p.stride_h - p.pad_h;
+    const int64_t hs = std::max<int64_t>(h0, 0), he = std::min(h0 + p.kernel_h, H);
+    for (int64_t ow = 0; ow < W_out; ++ow) {
+      const int64_t w0 = ow * p.stride_w - p.pad_w;
+      const int64_t ws = std::max<int64_t>(w0, 0), we = std::min(w0 + p.kernel_w, W);
+      T best = -std::numeric_limits<T>::infinity();
+      int64_t best_i = hs * W + ws;
+      bool nan_seen = false;
+      for (int64_t h = hs; h < he && !nan_seen; ++h)
+        for (int64_t w = ws; w < we && !nan_seen; ++w) {
+          const T v = x[h * W + w];
+          if (v > best || std::isnan(v)) {
+            best = v;
+            best_i = h * W + w;
+            nan_seen = std::isnan(v);
+          }
+        }
+      y[oh * W_out + ow] = best;
+      idx[oh * W_out + ow] = best_i;
+    }
+  }
+}
+
+// dx (H*W) += dy at each recorded index; dx must be zeroed by the caller.
+template <class T>
+void max_pool2d_plane_backward(const T* dy, const int64_t* idx, int64_t n_out, T* dx) {
+  for (int64_t i = 0; i < n_out; ++i) dx[idx[i]] += dy[i];
+}
+
+// The window of output (oh, ow) clipped to the input, and its divisor, as PyTorch's avg_pool2d.
+struct AvgWindow {
+  int64_t hs, he, ws, we;
+  int64_t divisor;
+};
+inline AvgWindow avg_window(int64_t oh, int64_t ow, int64_t H, int64_t W, const PoolWindow& p,
+                            bool count_include_pad) {
+  int64_t hs = oh * p.stride_h - p.pad_h, ws = ow * p.stride_w - p.pad_w;
+  int64_t he = std::min(hs + p.kernel_h, H + p.pad_h), we = std::min(ws + p.kernel_w, W + p.pad_w);
+  const int64_t padded = (he - hs) * (we - ws);
+  hs = std::max<int64_t>(hs, 0);
+  ws = std::max<int64_t>(ws, 0);
+  he = std::min(he, H);
+  we = std::min(we, W);
+  return {hs, he, ws, we, count_include_pad ? padded : (he - hs) * (we - ws)};
+}
+
+// x (H, W) -> y (H_out, W_out); sums in double.
+template <class T>
+void avg_pool2d_plane_forward(const T* x, int64_t H, int64_t W, T* y, int64_t H_out, int64_t W_out,
+                              const PoolWindow& p, bool count_include_pad) {
+  for (int64_t oh = 0; oh < H_out; ++oh)
+    for (int64_t ow = 0; ow < W_out; ++ow) {
+      const AvgWindow a = avg_window(oh, ow, H, W, p, count_include_pad);
+      double s = 0;
+      for (int64_t h = a.hs; h < a.he; ++h)
+        for (int64_t w = a.ws; w < a.we; ++w) s += x[h * W + w];
+      y[oh * W_out + ow] = static_cast<T>(a.divisor > 0 ? s / static_cast<double>(a.divisor) : 0.0);
+    }
+}
+
+// dx (H, W) += dy / divisor over each window; dx must be zeroed by the caller.
+template <class T>
+void avg_pool2d_plane_backward(const T* dy, int64_t H_out, int64_t W_out, T* dx, int64_t H, int64_t W,
+                               const PoolWindow& p, bool count_include_pad) {
+  for (int64_t oh = 0; oh < H_out; ++oh)
+    for (int64_t ow = 0; ow < W_out; ++ow) {
+      const AvgWindow a = avg_window(oh, ow, H, W, p, count_include_pad);
+      if (a.divisor <= 0) continue;
+      const T g = static_cast<T>(static_cast<double>(dy[oh * W_out + ow]) / static_cast<double>(a.divisor));
+      for (int64_t h = a.hs; h < a.he; ++h)
+        for (int64_t w = a.ws; w < a.we; ++w) dx[h * W + w] += g;
+    }
+}
+
+// PyTorch's adaptive pooling bounds: [floor(o*in/out), ceil((o+1)*in/out)).
+inline int64_t adaptive_start(int64_t o, int64_t out, int64_t in) { return (o * in) / out; }
+inline int64_t adaptive_end(int64_t o, int64_t out, int64_t in) { return ((o + 1) * in + out - 1) / out; }
+
+template <class T>
+void adaptive_avg_pool2d_plane_forward(const T* x, int64_t H, int64_t W, T* y, int64_t H_out, int64_t W_out) {
+  for (int64_t oh = 0; oh < H_out; ++oh) {
+    const int64_t hs = adaptive_start(oh, H_out, H), he = adaptive_end(oh, H_out, H);
+    for (int64_t ow = 0; ow < W_out; ++ow) {
+      const int64_t ws = adaptive_start(ow, W_out, W), we = adaptive_end(ow, W_out, W);
+      double s = 0;
+      for (int64_t h = hs; h < he; ++h)
+        for (int64_t w = ws; w < we; ++w) s += x[h * W + w];
+      y[oh * W_out + ow] = static_cast<T>(s / static_cast<double>((he - hs) * (we - ws)));
+    }
+  }
+}
+
+// dx (H, W) += dy / window size; dx must be zeroed by the caller.
+template <class T>
+void adaptive_avg_pool2d_plane_backward(const T* dy, int64_t H_out, int64_t W_out, T* dx, int64_t H, int64_t W) {
+  for (int64_t oh = 0; oh < H_out; ++oh) {
+    const int64_t hs = adaptive_start(oh, H_out, H), he = adaptive_end(oh, H_out, H);
+    for (int64_t ow = 0; ow < W_out; ++ow) {
+      const int64_t ws = adaptive_start(ow, W_out, W), we = adaptive_end(ow, W_out, W);
+      const T g = static_cast<T>(static_cast<double>(dy[oh * W_out + ow]) / static_cast<double>((he - hs) * (we - ws)));
+      for (int64_t h = hs; h < he; ++h)
+        for (int64_t w = ws; w < we; ++w) dx[h * W + w] += g;
+    }
+  }
+}
+
+}  // namespace minidl::kernels::cpu

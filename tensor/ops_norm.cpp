@@ -1,0 +1,228 @@
+// tensor/ops_norm.cpp — batch norm pieces (batch_norm_stats / _elemt / _backward_reduce /
+// _backward_elemt, as PyTorch splits them) and layer norm forward/backward on Tensors
+// (declared in tensor/ops_nn.h). Shapes are checked here; the loops live in kernels/cpu/norm.h.
+// The batch norm pieces are pure per-rank computations: dist's SyncBatchNorm all-reduces their
+// per-channel outputs between calls. Per-channel outputs have x's dtype; sums run in double.
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/norm.h"
+#include "tensor/creation.h"
+#include "tensor/ops_nn.h"
+#include "tensor/ops_nn_checks.h"
+
+namespace minidl {
+
+namespace {
+
+using nn_checks::require_channel_vector;
+using nn_checks::require_float_cpu;
+
+// x (N, C, *) seen as (N, C, S).
+struct NCS {
+  int64_t N, C, S;
+};
+
+NCS batch_norm_layout(const Tensor& x, const char* op) {
+  require_float_cpu(x, op, "input");
+  if (x.dim() < 2) throw std::invalid_argument(std::string(op) + ": expected input (N, C) or (N, C, *), got " + x.desc());
+  const int64_t N = x.size(0), C = x.size(1);
+  return {N, C, C * N == 0 ? 0 : x.numel() / (N * C)};
+}
+
+// The values of an optional per-channel tensor as doubles (empty when undefined).
+std::vector<double> values_or_empty(const Tensor& t) { return t.defined() ? t.to_vector<double>() : std::vector<double>{}; }
+const double* ptr_or_null(const std::vector<double>& v) { return v.empty() ? nullptr : v.data(); }
+
+Tensor from_doubles(const std::vector<double>& v, DType dtype) {
+  return from_vector(v, {static_cast<int64_t>(v.size())}, dtype);
+}
+
+void require_like_input(const Tensor& dy, const Tensor& x, const char* op) {
+  require_float_cpu(dy, op, "grad_output");
+  if (dy.shape() != x.shape() || dy.dtype() != x.dtype())
+    throw std::invalid_argument(std::string(op) + ": expected grad_output shaped and typed like input " + x.desc() +
+                                ", got " + dy.desc());
+}
+
+}  // namespace
+
+// ---- batch norm ----
+
+BatchNormStats batch_norm_stats(const Tensor& x_in, double eps) {
+  constexpr const char* op = "batch_norm_stats";
+  const NCS d = batch_norm_layout(x_in, op);
+  if (d.N * d.S == 0)
+    throw std::invalid_argument(std::string(op) + ": expected at least one value per channel, got input " +
+                                x_in.desc());
+  const Tensor x = x_in.contiguous();
+  Tensor mean({d.C}, x.dtype()), invstd({d.C}, x.dtype());
+  dispatch_floating(x.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    kernels::cpu::batch_norm_stats(x.data<T>(), d.N, d.C, d.S, eps, mean.data<T>(), invstd.data<T>());
+  });
+  return {mean, invstd};
+}
+
+Tensor batch_norm_elemt(const Tensor& x_in, const Tensor& mean, const Tensor& invstd, const Tensor& weight,
+                        const Tensor& bias) {
+  constexpr const char* op = "batch_norm_elemt";
+  const NCS d = batch_norm_layout(x_in, op);
+  require_channel_vector(mean, d.C, op, "mean", false);
+  require_channel_vector(invstd, d.C, op, "invstd", false);
+  require_channel_vector(weight, d.C, op, "weight", true);
+  require_channel_vector(bias, d.C, op, "bias", true);
+  const Tensor x = x_in.contiguous();
+  const auto m = mean.to_vector<double>(), is = invstd.to_vector<double>();
+  const auto w = values_or_empty(weight), b = values_or_empty(bias);
+  Tensor y(x.shape(), x.dtype());
+  dispatch_floating(x.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    kernels::cpu::batch_norm_elemt(x.data<T>(), d.N, d.C, d.S, m.data(), is.data(), ptr_or_null(w), ptr_or_null(b),
+                                   y.data<T>());
+  });
+  return y;
+}
+
+BatchNormReduce batch_norm_backward_reduce(const Tensor& dy_in, const Tensor& x_in, const Tensor& mean,
+                                           const Tensor& invstd, const Tensor& weight) {
+  constexpr const char* op = "batch_norm_backward_reduce";
+  const NCS d = batch_norm_layout(x_in, op);
+  require_like_input(dy_in, x_in, op);
+  require_channel_vector(mean, d.C, op, "mean", false);
+  require_channel_vector(invstd, d.C, op, "invstd", false);
+  require_channel_vector(weight, d.C, op, "weight", true);
+  const Tensor x = x_in.contiguous(), dy = dy_in.contiguous();
+  const auto m = mean.to_vector<double>();
+  std::vector<double> sum_dy(static_cast<size_t>(d.C)), sum_dy_xmu(static_cast<size_t>(d.C));
+  dispatch_floating(x.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    kernels::cpu::batch_norm_backward_reduce(dy.data<T>(), x.data<T>(), d.N, d.C, d.S, m.data(), sum_dy.data(),
+                                             sum_dy_xmu.data());
+  });
+  BatchNormReduce r;
+  r.sum_dy = from_doubles(sum_dy, x.dtype());
+  r.sum_dy_xmu = from_doubles(sum_dy_xmu, x.dtype());
+  if (weight.defined()) {
+    const auto is = invstd.to_vector<double>();
+    std::vector<double> gw(static_cast<size_t>(d.C));
+    for (int64_t c = 0; c < d.C; ++c) gw[c] = sum_dy_xmu[c] * is[c];
+    r.grad_weight = from_doubles(gw, x.dtype());
+    r.grad_bias = from_doubles(sum_dy, x.dtype());
+  }
+  return r;
+}
+
+Tensor batch_norm_backward_elemt(const Tensor& dy_in, const Tensor& x_in, const Tensor& mean, const Tensor& invstd,
+                                 const Tensor& weight, const Tensor& sum_dy, const Tensor& sum_dy_xmu,
+                                 int64_t count) {
+  constexpr const char* op = "batch_norm_backward_elemt";
+  const NCS d = batch_norm_layout(x_in, op);
+  require_like_input(dy_in, x_in, op);
+  require_channel_vector(mean, d.C, op, "mean", false);
+  require_channel_vector(invstd, d.C, op, "invstd", false);
+  require_channel_vector(weight, d.C, op, "weight", true);
+  require_channel_vector(sum_dy, d.C, op, "sum_dy", false);
+  require_channel_vector(sum_dy_xmu, d.C, op, "sum_dy_xmu", false);
+  if (count <= 0)
+    throw std::invalid_argument(std::string(op) + ": count must be positive, got " + std::to_string(count) +
+                                " for input " + x_in.desc());
+  const Tensor x = x_in.contiguous(), dy = dy_in.contiguous();
+  const auto m = mean.to_vector<double>(), is = invstd.to_vector<double>(), w = values_or_empty(weight);
+  const auto sd = sum_dy.to_vector<double>(), sdx = sum_dy_xmu.to_vector<double>();
+  Tensor dx(x.shape(), x.dtype());
+  dispatch_floating(x.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    kernels::cpu::batch_norm_backward_elemt(dy.data<T>(), x.data<T>(), d.N, d.C, d.S, m.data(), is.data(),
+                                            ptr_or_null(w), sd.data(), sdx.data(), count, dx.data<T>());
+  });
+  return dx;
+}
+
+// ---- layer norm ----
+
+namespace {
+
+// x (..., normalized_shape) -> {rows, M}; checks the trailing dims and the affine parameters.
+std::pair<int64_t, int64_t> layer_norm_layout(const Tensor& x, const Shape& normalized, const Tensor& weight,
+                                              const Tensor& bias, const char* op) {
+  require_float_cpu(x, op, "input");
+  const int64_t k = static_cast<int64_t>(normalized.size());
+  if (k == 0 || x.dim() < k || !std::equal(normalized.begin(), normalized.end(), x.shape().end() - k))
+    throw std::invalid_argument(std::string(op) + ": expected input whose trailing dims are normalized_shape " +
+                                shape_str(normalized) + ", got " + x.desc());
+  for (const auto* p : {&weight, &bias}) {
+    if (!p->defined()) continue;
+    const char* name = p == &weight ? "weight" : "bias";
+    require_float_cpu(*p, op, name);
+    if (p->shape() != normalized || p->dtype() != x.dtype())
+      throw std::invalid_argument(std::string(op) + ": expected " + name + " " + dtype_name(x.dtype()) +
+                                  shape_str(normalized) + " to match input " + x.desc() + ", got " + p->desc());
+  }
+  const int64_t M = shape_numel(normalized);
+  return {M == 0 ? 0 : x.numel() / M, M};
+}
+
+}  // namespace
+
+LayerNormResult layer_norm_forward(const Tensor& x_in, const Shape& normalized_shape, const Tensor& weight_in,
+                                   const Tensor& bias_in, double eps) {
+  constexpr const char* op = "layer_norm";
+  const auto [rows, M] = layer_norm_layout(x_in, normalized_shape, weight_in, bias_in, op);
+  const Tensor x = x_in.contiguous();
+  const Tensor weight = weight_in.defined() ? weight_in.contiguous() : Tensor();
+  const Tensor bias = bias_in.defined() ? bias_in.contiguous() : Tensor();
+  LayerNormResult r{Tensor(x.shape(), x.dtype()), Tensor({rows}, x.dtype()), Tensor({rows}, x.dtype())};
+  if (M == 0) return r;
+  dispatch_floating(x.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    kernels::cpu::layer_norm_forward(x.data<T>(), rows, M, weight.defined() ? weight.data<T>() : nullptr,
+                                     bias.defined() ? bias.data<T>() : nullptr, eps, r.out.data<T>(),
+                                     r.mean.data<T>(), r.invstd.data<T>());
+  });
+  return r;
+}
+
+LayerNormGrads layer_norm_backward(const Tensor& dy_in, const Tensor& x_in, const Tensor& mean_in,
+                                   const Tensor& invstd_in, const Shape& normalized_shape, const Tensor& weight_in) {
+  constexpr const char* op = "layer_norm_backward";
+  const auto [rows, M] = layer_norm_layout(x_in, normalized_shape, weight_in, Tensor(), op);
+  require_like_input(dy_in, x_in, op);
+  for (const auto* p : {&mean_in, &invstd_in}) {
+    const char* name = p == &mean_in ? "mean" : "invstd";
+    require_float_cpu(*p, op, name);
+    if (p->numel() != rows || p->dtype() != x_in.dtype())
+      throw std::invalid_argument(std::string(op) + ": expected " + name + " with " + std::to_string(rows) + " " +
+                                  dtype_name(x_in.dtype()) + " values (one per row of " + x_in.desc() + "), got " +
+                                  p->desc());
+  }
+  const Tensor x = x_in.contiguous(), dy = dy_in.contiguous();
+  const Tensor mean = mean_in.contiguous(), invstd = invstd_in.contiguous();
+  const Tensor weight = weight_in.defined() ? weight_in.contiguous() : Tensor();
+  LayerNormGrads g;
+  g.dx = Tensor(x.shape(), x.dtype());
+  std::vector<double> dw, db;
+  if (weight.defined()) {
+    dw.assign(static_cast<size_t>(M), 0.0);
+    db.assign(static_cast<size_t>(M), 0.0);
+  }
+  if (M > 0) {
+    dispatch_floating(x.dtype(), op, [&](auto tag) {
+      using T = decltype(tag);
+      const T* w = weight.defined() ? weight.data<T>() : nullptr;
+      kernels::cpu::layer_norm_backward_input(dy.data<T>(), x.data<T>(), rows, M, mean.data<T>(), invstd.data<T>(),
+                                              w, g.dx.data<T>());
+      if (weight.defined())
+        kernels::cpu::layer_norm_backward_affine(dy.data<T>(), x.data<T>(), rows, M, mean.data<T>(),
+                                                 invstd.data<T>(), dw.data(), db.data());
+    });
+  }
+  if (weight.defined()) {
+    g.dweight = from_vector(dw, normalized_shape, x.dtype());
+    g.dbias = from_vector(db, normalized_shape, x.dtype());
+  }
+  return g;
+}
+
+}  // namespace minidl

@@ -1,0 +1,236 @@
+// tensor/ops_pool.cpp — max_pool2d, avg_pool2d and adaptive_avg_pool2d on Tensors, each forward
+// beside its backward (declared in tensor/ops_nn.h). Shapes are checked here; the per-plane
+// loops live in kernels/cpu/pool.h and run in parallel over the N*C planes.
+// x is (N, C, H, W) (or (C, H, W)); outputs keep the leading dims and replace (H, W).
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/cpu/parallel.h"
+#include "kernels/cpu/pool.h"
+#include "tensor/creation.h"
+#include "tensor/ops_nn.h"
+#include "tensor/ops_nn_checks.h"
+
+namespace minidl {
+
+namespace {
+
+using nn_checks::require_float_cpu;
+
+// Planes per parallel chunk: about 16K elements of work each.
+int64_t plane_grain(int64_t plane_elems) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(plane_elems, 1)); }
+
+void require_image(const Tensor& x, const char* op) {
+  require_float_cpu(x, op, "input");
+  if (x.dim() != 3 && x.dim() != 4)
+    throw std::invalid_argument(std::string(op) + ": expected input (N, C, H, W) or (C, H, W), got " + x.desc());
+}
+
+void require_image_shape(const Shape& s, const char* op) {
+  if (s.size() != 3 && s.size() != 4)
+    throw std::invalid_argument(std::string(op) + ": expected input shape (N, C, H, W) or (C, H, W), got " +
+                                shape_str(s));
+}
+
+std::string params_str(const Pool2dParams& p) {
+  return "kernel (" + std::to_string(p.kernel_h) + ", " + std::to_string(p.kernel_w) + "), stride (" +
+         std::to_string(p.stride_h) + ", " + std::to_string(p.stride_w) + "), padding (" + std::to_string(p.pad_h) +
+         ", " + std::to_string(p.pad_w) + ")";
+}
+
+// Validates the window and returns {H_out, W_out}: floor((H + 2 pad - kernel) / stride) + 1.
+std::pair<int64_t, int64_t> pool_out_size(int64_t H, int64_t W, const Pool2dParams& p, const char* op,
+                                          const std::string& what) {
+  if (p.kernel_h <= 0 || p.kernel_w <= 0 || p.stride_h <= 0 || p.stride_w <= 0 || p.pad_h < 0 || p.pad_w < 0)
+    throw std::invalid_argument(std::string(op) + ": kernel and stride must be positive and padding non-negative, got " +
+                                params_str(p));
+  if (2 * p.pad_h > p.kernel_h || 2 * p.pad_w > p.kernel_w)
+    throw std::invalid_argument(std::string(op) + ": padding must be at most half the kernel size, got " +
+                                params_str(p));
+  if (H + 2 * p.pad_h < p.kernel_h || W + 2 * p.pad_w < p.kernel_w)
+    throw std::invalid_argument(std::string(op) + ": " + params_str(p) + " gives an empty output for input " + what);
+  return {(H + 2 * p.pad_h - p.kernel_h) / p.stride_h + 1, (W + 2 * p.pad_w - p.kernel_w) / p.stride_w + 1};
+}
+
+kernels::cpu::PoolWindow window_of(const Pool2dParams& p) {
+  return {p.kernel_h, p.kernel_w, p.stride_h, p.stride_w, p.pad_h, p.pad_w};
+}
+
+Shape with_spatial(Shape s, int64_t h, int64_t w) {
+  s[s.size() - 2] = h;
+  s[s.size() - 1] = w;
+  return s;
+}
+
+// dy must be x_shape with (H, W) replaced by the expected output size.
+void require_grad_shape(const Tensor& dy, const Shape& expected, const char* op, const Shape& x_shape) {
+  if (dy.shape() != expected)
+    throw std::invalid_argument(std::string(op) + ": expected grad_output of shape " + shape_str(expected) +
+                                " for input " + shape_str(x_shape) + ", got " + dy.desc());
+}
+
+}  // namespace
+
+// ---- max_pool2d ----
+
+MaxPool2dResult max_pool2d_forward(const Tensor& x_in, const Pool2dParams& p) {
+  constexpr const char* op = "max_pool2d";
+  require_image(x_in, op);
+  const Tensor x = x_in.contiguous();  // (P = N*C planes, H, W)
+  const int64_t H = x.size(x.dim() - 2), W = x.size(x.dim() - 1);
+  const auto [H_out, W_out] = pool_out_size(H, W, p, op, x.desc());
+  const Shape out_shape = with_spatial(x.shape(), H_out, W_out);
+  Tensor out(out_shape, x.dtype()), indices(out_shape, DType::Int64);
+  const int64_t planes = x.numel() / std::max<int64_t>(H * W, 1);
+  const auto win = window_of(p);
+  dispatch_floating(x.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    const T* xp = x.data<T>();
+    T* yp = out.data<T>();
+    int64_t* ip = indices.data<int64_t>();
+    kernels::cpu::parallel_for(planes, plane_grain(H * W), [&](int64_t b, int64_t e) {
+      for (int64_t pl = b; pl < e; ++pl)
+        kernels::cpu::max_pool2d_plane_forward(xp + pl * H * W, H, W, yp + pl * H_out * W_out,
+                                               ip + pl * H_out * W_out, H_out, W_out, win);
+    });
+  });
+  return {out, indices};
+}
+
+Tensor max_pool2d_backward(const Tensor& dy_in, const Tensor& indices_in, const Shape& x_shape) {
+  constexpr const char* op = "max_pool2d_backward";
+  require_image_shape(x_shape, op);
+  require_float_cpu(dy_in, op, "grad_output");
+  nn_checks::require_defined(indices_in, op, "indices");
+  if (indices_in.dtype() != DType::Int64 || indices_in.shape() != dy_in.shape() || !indices_in.device().is_cpu())
+    throw std::invalid_argument(std::string(op) + ": expected int64 indices on cpu shaped like grad_output " +
+                                dy_in.desc() + ", got " + indices_in.desc());
+  if (dy_in.dim() != static_cast<int64_t>(x_shape.size()) ||
+      !std::equal(x_shape.begin(), x_shape.end() - 2, dy_in.shape().begin()))
+    throw std::invalid_argument(std::string(op) + ": grad_output " + dy_in.desc() +
+                                " does not match the leading dims of input " + shape_str(x_shape));
+  const Tensor dy = dy_in.contiguous(), indices = indices_in.contiguous();
+  const int64_t H = x_shape[x_shape.size() - 2], W = x_shape.back();
+  const int64_t n_out = dy.size(dy.dim() - 2) * dy.size(dy.dim() - 1);
+  const int64_t planes = shape_numel(x_shape) / std::max<int64_t>(H * W, 1);
+  const int64_t* ip = indices.data<int64_t>();
+  for (int64_t i = 0; i < indices.numel(); ++i)
+    if (ip[i] < 0 || ip[i] >= H * W)
+      throw std::invalid_argument(std::string(op) + ": index " + std::to_string(ip[i]) + " is outside the " +
+                                  std::to_string(H) + "x" + std::to_string(W) + " plane of input " + shape_str(x_shape));
+  Tensor dx = zeros(x_shape, dy.dtype());
+  dispatch_floating(dy.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    const T* gp = dy.data<T>();
+    T* dxp = dx.data<T>();
+    kernels::cpu::parallel_for(planes, plane_grain(H * W), [&](int64_t b, int64_t e) {
+      for (int64_t pl = b; pl < e; ++pl)
+        kernels::cpu::max_pool2d_plane_backward(gp + pl * n_out, ip + pl * n_out, n_out, dxp + pl * H * W);
+    });
+  });
+  return dx;
+}
+
+// ---- avg_pool2d ----
+
+Tensor avg_pool2d_forward(const Tensor& x_in, const Pool2dParams& p) {
+  constexpr const char* op = "avg_pool2d";
+  require_image(x_in, op);
+  const Tensor x = x_in.contiguous();
+  const int64_t H = x.size(x.dim() - 2), W = x.size(x.dim() - 1);
+  const auto [H_out, W_out] = pool_out_size(H, W, p, op, x.desc());
+  Tensor out(with_spatial(x.shape(), H_out, W_out), x.dtype());
+  const int64_t planes = x.numel() / std::max<int64_t>(H * W, 1);
+  const auto win = window_of(p);
+  dispatch_floating(x.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    const T* xp = x.data<T>();
+    T* yp = out.data<T>();
+    kernels::cpu::parallel_for(planes, plane_grain(H * W), [&](int64_t b, int64_t e) {
+      for (int64_t pl = b; pl < e; ++pl)
+        kernels::cpu::avg_pool2d_plane_forward(xp + pl * H * W, H, W, yp + pl * H_out * W_out, H_out, W_out, win,
+                                               p.count_include_pad);
+    });
+  });
+  return out;
+}
+
+Tensor avg_pool2d_backward(const Tensor& dy_in, const Shape& x_shape, const Pool2dParams& p) {
+  constexpr const char* op = "avg_pool2d_backward";
+  require_image_shape(x_shape, op);
+  require_float_cpu(dy_in, op, "grad_output");
+  const int64_t H = x_shape[x_shape.size() - 2], W = x_shape.back();
+  const auto [H_out, W_out] = pool_out_size(H, W, p, op, shape_str(x_shape));
+  require_grad_shape(dy_in, with_spatial(x_shape, H_out, W_out), op, x_shape);
+  const Tensor dy = dy_in.contiguous();
+  Tensor dx = zeros(x_shape, dy.dtype());
+  const int64_t planes = shape_numel(x_shape) / std::max<int64_t>(H * W, 1);
+  const auto win = window_of(p);
+  dispatch_floating(dy.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    const T* gp = dy.data<T>();
+    T* dxp = dx.data<T>();
+    kernels::cpu::parallel_for(planes, plane_grain(H * W), [&](int64_t b, int64_t e) {
+      for (int64_t pl = b; pl < e; ++pl)
+        kernels::cpu::avg_pool2d_plane_backward(gp + pl * H_out * W_out, H_out, W_out, dxp + pl * H * W, H, W, win,
+                                                p.count_include_pad);
+    });
+  });
+  return dx;
+}
+
+// ---- adaptive_avg_pool2d ----
+
+Tensor adaptive_avg_pool2d_forward(const Tensor& x_in, int64_t out_h, int64_t out_w) {
+  constexpr const char* op = "adaptive_avg_pool2d";
+  require_image(x_in, op);
+  if (out_h <= 0 || out_w <= 0)
+    throw std::invalid_argument(std::string(op) + ": output size must be positive, got (" + std::to_string(out_h) +
+                                ", " + std::to_string(out_w) + ") for input " + x_in.desc());
+  const Tensor x = x_in.contiguous();
+  const int64_t H = x.size(x.dim() - 2), W = x.size(x.dim() - 1);
+  if (H <= 0 || W <= 0)
+    throw std::invalid_argument(std::string(op) + ": expected a non-empty plane, got input " + x.desc());
+  Tensor out(with_spatial(x.shape(), out_h, out_w), x.dtype());
+  const int64_t planes = x.numel() / (H * W);
+  dispatch_floating(x.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    const T* xp = x.data<T>();
+    T* yp = out.data<T>();
+    kernels::cpu::parallel_for(planes, plane_grain(H * W), [&](int64_t b, int64_t e) {
+      for (int64_t pl = b; pl < e; ++pl)
+        kernels::cpu::adaptive_avg_pool2d_plane_forward(xp + pl * H * W, H, W, yp + pl * out_h * out_w, out_h, out_w);
+    });
+  });
+  return out;
+}
+
+Tensor adaptive_avg_pool2d_backward(const Tensor& dy_in, const Shape& x_shape) {
+  constexpr const char* op = "adaptive_avg_pool2d_backward";
+  require_image_shape(x_shape, op);
+  require_float_cpu(dy_in, op, "grad_output");
+  if (dy_in.dim() != static_cast<int64_t>(x_shape.size()) ||
+      !std::equal(x_shape.begin(), x_shape.end() - 2, dy_in.shape().begin()))
+    throw std::invalid_argument(std::string(op) + ": grad_output " + dy_in.desc() +
+                                " does not match the leading dims of input " + shape_str(x_shape));
+  const Tensor dy = dy_in.contiguous();
+  const int64_t H = x_shape[x_shape.size() - 2], W = x_shape.back();
+  const int64_t out_h = dy.size(dy.dim() - 2), out_w = dy.size(dy.dim() - 1);
+  Tensor dx = zeros(x_shape, dy.dtype());
+  if (H <= 0 || W <= 0 || out_h <= 0 || out_w <= 0) return dx;
+  const int64_t planes = shape_numel(x_shape) / (H * W);
+  dispatch_floating(dy.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    const T* gp = dy.data<T>();
+    T* dxp = dx.data<T>();
+    kernels::cpu::parallel_for(planes, plane_grain(H * W), [&](int64_t b, int64_t e) {
+      for (int64_t pl = b; pl < e; ++pl)
+        kernels::cpu::adaptive_avg_pool2d_plane_backward(gp + pl * out_h * out_w, out_h, out_w, dxp + pl * H * W, H,
+                                                         W);
+    });
+  });
+  return dx;
+}
+
+}  // namespace minidl

@@ -1,0 +1,125 @@
+// tests/tensor/test_ops_pool.cpp — max_pool2d, avg_pool2d, adaptive_avg_pool2d forward/backward
+// (tensor/ops_pool.cpp, kernels/cpu/pool.h): hand-computed windows, float64 finite differences of
+// every backward (with padding and overlapping windows), error messages.
+#include <cmath>
+#include <limits>
+
+#include "tests/common/testing.h"
+#include "tests/tensor/finite_difference.h"
+
+using namespace minidl;
+using minidl::testing::expect_close;
+using minidl::testing::expect_equal;
+using minidl::testing::numeric_grad;
+using minidl::testing::randn64;
+
+TEST(MaxPool2d, TakesTheMaxOfEachWindowAndRecordsWhere) {
+  Tensor x = arange(16, DType::Float32).reshape({1, 1, 4, 4});
+  MaxPool2dResult r = max_pool2d_forward(x, {.kernel_h = 2, .kernel_w = 2, .stride_h = 2, .stride_w = 2});
+  expect_equal(r.out, from_vector<float>({5, 7, 13, 15}, {1, 1, 2, 2}));
+  expect_equal(r.indices, from_vector<int64_t>({5, 7, 13, 15}, {1, 1, 2, 2}));
+}
+
+TEST(MaxPool2d, PaddingIsNeverTheMax) {
+  // All-negative input: padded positions (-inf) must not win; 3x3 kernel, stride 1, padding 1.
+  Tensor x = from_vector<double>({-9, -8, -7, -6, -5, -4, -3, -2, -1}, {1, 1, 3, 3});
+  MaxPool2dResult r = max_pool2d_forward(x, {.kernel_h = 3, .kernel_w = 3, .stride_h = 1, .stride_w = 1, .pad_h = 1, .pad_w = 1});
+  expect_equal(r.out, from_vector<double>({-5, -4, -4, -2, -1, -1, -2, -1, -1}, {1, 1, 3, 3}));
+  expect_equal(r.indices, from_vector<int64_t>({4, 5, 5, 7, 8, 8, 7, 8, 8}, {1, 1, 3, 3}));
+}
+
+TEST(MaxPool2d, NanPropagates) {
+  Tensor x = from_vector<float>({1, std::numeric_limits<float>::quiet_NaN(), 3, 4}, {1, 1, 2, 2});
+  MaxPool2dResult r = max_pool2d_forward(x, {.kernel_h = 2, .kernel_w = 2, .stride_h = 2, .stride_w = 2});
+  EXPECT_TRUE(std::isnan(r.out.item()));
+  EXPECT_EQ(r.indices.item<int64_t>(), 1);
+}
+
+TEST(MaxPool2d, BackwardRoutesEachGradientToItsMax) {
+  // Overlapping windows (kernel 2, stride 1) share the max 9: it receives both gradients.
+  Tensor x = from_vector<float>({1, 9, 2, 3, 4, 5}, {1, 1, 2, 3});
+  const Pool2dParams p{.kernel_h = 2, .kernel_w = 2, .stride_h = 1, .stride_w = 1};
+  MaxPool2dResult r = max_pool2d_forward(x, p);
+  expect_equal(r.indices, from_vector<int64_t>({1, 1}, {1, 1, 1, 2}));
+  Tensor dx = max_pool2d_backward(from_vector<float>({10, 20}, {1, 1, 1, 2}), r.indices, x.shape());
+  expect_equal(dx, from_vector<float>({0, 30, 0, 0, 0, 0}, {1, 1, 2, 3}));
+}
+
+TEST(MaxPool2d, BackwardMatchesFiniteDifferences) {
+  for (const Pool2dParams& p : {Pool2dParams{.kernel_h = 3, .kernel_w = 2, .stride_h = 2, .stride_w = 1, .pad_h = 1, .pad_w = 1},
+                                Pool2dParams{.kernel_h = 2, .kernel_w = 2, .stride_h = 2, .stride_w = 2}}) {
+    Tensor x = randn64({2, 3, 5, 6}, 1);
+    MaxPool2dResult r = max_pool2d_forward(x, p);
+    Tensor dy = randn64(r.out.shape(), 2);
+    Tensor dx = max_pool2d_backward(dy, r.indices, x.shape());
+    expect_close(dx, numeric_grad([&](const Tensor& v) { return max_pool2d_forward(v, p).out; }, x, dy), 1e-6, 1e-7);
+  }
+}
+
+TEST(AvgPool2d, CountIncludePadDividesByTheFullWindow) {
+  Tensor x = from_vector<double>({1, 2, 3, 4}, {1, 1, 2, 2});
+  Pool2dParams p{.kernel_h = 2, .kernel_w = 2, .stride_h = 1, .stride_w = 1, .pad_h = 1, .pad_w = 1};
+  expect_close(avg_pool2d_forward(x, p),
+               from_vector<double>({0.25, 0.75, 0.5, 1.0, 2.5, 1.5, 0.75, 1.75, 1.0}, {1, 1, 3, 3}), 0, 1e-15);
+  p.count_include_pad = false;
+  expect_close(avg_pool2d_forward(x, p), from_vector<double>({1, 1.5, 2, 2, 2.5, 3, 3, 3.5, 4}, {1, 1, 3, 3}), 0,
+               1e-15);
+}
+
+TEST(AvgPool2d, BackwardMatchesFiniteDifferences) {
+  for (bool include_pad : {true, false}) {
+    const Pool2dParams p{.kernel_h = 3, .kernel_w = 3, .stride_h = 2, .stride_w = 1, .pad_h = 1, .pad_w = 1,
+                         .count_include_pad = include_pad};
+    Tensor x = randn64({2, 2, 5, 4}, 3);
+    Tensor y = avg_pool2d_forward(x, p);
+    Tensor dy = randn64(y.shape(), 4);
+    expect_close(avg_pool2d_backward(dy, x.shape(), p),
+                 numeric_grad([&](const Tensor& v) { return avg_pool2d_forward(v, p); }, x, dy), 1e-6, 1e-7,
+                 include_pad ? "count_include_pad" : "exclude pad");
+  }
+}
+
+TEST(AdaptiveAvgPool2d, UsesPyTorchsOverlappingBins) {
+  // W = 5 into 3 bins: [0, 2), [1, 4), [3, 5).
+  Tensor x = from_vector<float>({1, 2, 3, 4, 5}, {1, 1, 1, 5});
+  expect_close(adaptive_avg_pool2d_forward(x, 1, 3), from_vector<float>({1.5f, 3.0f, 4.5f}, {1, 1, 1, 3}), 0, 1e-6);
+  // Output 1x1 is the global mean.
+  Tensor g = adaptive_avg_pool2d_forward(arange(12, DType::Float64).reshape({1, 2, 2, 3}), 1, 1);
+  expect_equal(g, from_vector<double>({2.5, 8.5}, {1, 2, 1, 1}));
+}
+
+TEST(AdaptiveAvgPool2d, BackwardMatchesFiniteDifferences) {
+  Tensor x = randn64({2, 3, 5, 7}, 5);
+  Tensor dy = randn64({2, 3, 3, 4}, 6);
+  expect_close(adaptive_avg_pool2d_backward(dy, x.shape()),
+               numeric_grad([&](const Tensor& v) { return adaptive_avg_pool2d_forward(v, 3, 4); }, x, dy), 1e-6, 1e-7);
+}
+
+TEST(Pool2d, AcceptsNonContiguousInput) {
+  Tensor x = randn64({2, 6, 5, 3}, 7).permute({0, 3, 1, 2});  // (2, 3, 6, 5), strided
+  const Pool2dParams p{.kernel_h = 2, .kernel_w = 2, .stride_h = 2, .stride_w = 2};
+  expect_equal(max_pool2d_forward(x, p).out, max_pool2d_forward(x.contiguous(), p).out);
+  expect_equal(avg_pool2d_forward(x, p), avg_pool2d_forward(x.contiguous(), p));
+}
+
+TEST(Pool2d, RejectsBadShapesAndWindows) {
+  const Pool2dParams p{.kernel_h = 2, .kernel_w = 2, .stride_h = 2, .stride_w = 2};
+  EXPECT_THROW_MSG(max_pool2d_forward(zeros({4, 4}), p), std::invalid_argument,
+                   "max_pool2d: expected input (N, C, H, W) or (C, H, W), got float32[4, 4] on cpu");
+  EXPECT_THROW_MSG(avg_pool2d_forward(zeros({1, 1, 1, 4}), p), std::invalid_argument,
+                   "avg_pool2d: kernel (2, 2), stride (2, 2), padding (0, 0) gives an empty output for input "
+                   "float32[1, 1, 1, 4] on cpu");
+  EXPECT_THROW_MSG(max_pool2d_forward(zeros({1, 1, 4, 4}),
+                                      {.kernel_h = 2, .kernel_w = 2, .stride_h = 1, .stride_w = 1, .pad_h = 2}),
+                   std::invalid_argument, "padding must be at most half the kernel size");
+  EXPECT_THROW_MSG(max_pool2d_forward(zeros({1, 1, 4, 4}), {.kernel_h = 2, .kernel_w = 2, .stride_h = 0, .stride_w = 1}),
+                   std::invalid_argument, "kernel and stride must be positive");
+  EXPECT_THROW_MSG(avg_pool2d_backward(zeros({1, 1, 3, 3}), {1, 1, 4, 4}, p), std::invalid_argument,
+                   "avg_pool2d_backward: expected grad_output of shape [1, 1, 2, 2] for input [1, 1, 4, 4], got "
+                   "float32[1, 1, 3, 3] on cpu");
+  EXPECT_THROW_MSG(max_pool2d_backward(zeros({1, 1, 2, 2}), from_vector<int64_t>({0, 1, 2, 99}, {1, 1, 2, 2}),
+                                       {1, 1, 4, 4}),
+                   std::invalid_argument, "index 99 is outside the 4x4 plane");
+  EXPECT_THROW_MSG(adaptive_avg_pool2d_forward(zeros({1, 1, 4, 4}), 0, 2), std::invalid_argument,
+                   "adaptive_avg_pool2d: output size must be positive, got (0, 2)");
+}
