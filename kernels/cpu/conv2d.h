@@ -1,0 +1,106 @@
+// kernels/cpu/conv2d.h — 2-d convolution forward and backward as im2col + GEMM, on raw pointers.
+//   forward, per image n and group g:  y[n, g] (O/G, L) = w[g] (O/G, K) · col(x[n, g]) (K, L) + b
+//   backward: dcol = w[g]^T · dy[n, g] then col2im -> dx;  dw[g] += dy[n, g] · col(x[n, g])^T;
+//             db[o] = sum over n, l of dy[n, o, l]
+// with K = (C/G)*kH*kW and L = H_out*W_out. Images run in parallel; the weight gradient is
+// summed in blocks of images fixed by N alone (at most 16 blocks, added in block order), so the
+// result does not depend on the thread count. GEMM is kernels/cpu/gemm.h (Eigen).
+// Tested through tensor/ops_conv.cpp by tests/tensor/test_ops_conv.cpp (naive direct
+// convolution, float64 finite differences with stride, padding, dilation and groups).
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/im2col.h"
+#include "kernels/cpu/parallel.h"
+
+namespace minidl::kernels::cpu {
+
+struct Conv2dShape {
+  int64_t N, C, H, W;  // x (N, C, H, W)
+  int64_t O, kH, kW;   // w (O, C/groups, kH, kW)
+  int64_t groups;
+  int64_t stride_h, stride_w, pad_h, pad_w, dil_h, dil_w;
+  int64_t H_out, W_out;  // y (N, O, H_out, W_out)
+
+  ConvGeometry group_geometry() const {
+    return {C / groups, H, W, kH, kW, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, H_out, W_out};
+  }
+};
+
+// x (N, C, H, W), w (O, C/G, kH, kW), b (O) or null -> y (N, O, H_out, W_out)
+template <class T>
+void conv2d_forward(const T* x, const T* w, const T* b, const Conv2dShape& s, T* y) {
+  const ConvGeometry geo = s.group_geometry();
+  const int64_t Cg = s.C / s.groups, Og = s.O / s.groups;
+  const int64_t K = Cg * s.kH * s.kW, L = s.H_out * s.W_out;
+  parallel_for(s.N, 1, [&](int64_t n0, int64_t n1) {
+    std::vector<T> col(static_cast<size_t>(K * L));  // (K, L), one buffer per chunk of images
+    for (int64_t n = n0; n < n1; ++n) {
+      for (int64_t g = 0; g < s.groups; ++g) {
+        im2col(x + (n * s.C + g * Cg) * s.H * s.W, geo, col.data());
+        gemm(Og, L, K, w + g * Og * K, K, false, col.data(), L, false, y + (n * s.O + g * Og) * L, L, T(1), T(0));
+      }
+      if (b)
+        for (int64_t o = 0; o < s.O; ++o) {
+          T* plane = y + (n * s.O + o) * L;
+          for (int64_t l = 0; l < L; ++l) plane[l] += b[o];
+        }
+    }
+  });
+}
+
+// dy (N, O, H_out, W_out) -> dx (N, C, H, W), dw (O, C/G, kH, kW), db (O) (db may be null: no bias)
+template <class T>
+void conv2d_backward(const T* x, const T* w, const T* dy, const Conv2dShape& s, T* dx, T* dw, T* db) {
+  const ConvGeometry geo = s.group_geometry();
+  const int64_t Cg = s.C / s.groups, Og = s.O / s.groups;
+  const int64_t K = Cg * s.kH * s.kW, L = s.H_out * s.W_out;
+  const int64_t w_numel = s.O * K;
+  // Fixed blocks of images (depend on N only): block k sums its images' dw into partial[k].
+  const int64_t per_block = std::max<int64_t>(1, (s.N + 15) / 16);
+  const int64_t blocks = (s.N + per_block - 1) / per_block;
+  std::vector<T> partial(static_cast<size_t>(std::max<int64_t>(blocks, 1) * w_numel), T(0));
+  parallel_for(blocks, 1, [&](int64_t k0, int64_t k1) {
+    std::vector<T> col(static_cast<size_t>(K * L)), dcol(static_cast<size_t>(K * L));  // (K, L)
+    for (int64_t k = k0; k < k1; ++k) {
+      T* dw_k = partial.data() + k * w_numel;
+      for (int64_t n = k * per_block; n < std::min(s.N, (k + 1) * per_block); ++n) {
+        T* dx_n = dx + n * s.C * s.H * s.W;
+        std::fill(dx_n, dx_n + s.C * s.H * s.W, T(0));
+        for (int64_t g = 0; g < s.groups; ++g) {
+          const T* dy_ng = dy + (n * s.O + g * Og) * L;  // (Og, L)
+          const int64_t x_off = (n * s.C + g * Cg) * s.H * s.W;
+          // dw[g] (Og, K) += dy[n, g] (Og, L) · col^T (L, K)
+          im2col(x + x_off, geo, col.data());
+          gemm(Og, K, L, dy_ng, L, false, col.data(), L, true, dw_k + g * Og * K, K, T(1), T(1));
+          // dcol (K, L) = w[g]^T (K, Og) · dy[n, g] (Og, L), scattered back into dx
+          gemm(K, L, Og, w + g * Og * K, K, true, dy_ng, L, false, dcol.data(), L, T(1), T(0));
+          col2im(dcol.data(), geo, dx + x_off);
+        }
+      }
+    }
+  });
+  parallel_for(w_numel, 4096, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      T acc = T(0);
+      for (int64_t k = 0; k < blocks; ++k) acc += partial[static_cast<size_t>(k * w_numel + i)];
+      dw[i] = acc;
+    }
+  });
+  if (db)
+    parallel_for(s.O, 1, [&](int64_t o0, int64_t o1) {
+      for (int64_t o = o0; o < o1; ++o) {
+        double acc = 0;
+        for (int64_t n = 0; n < s.N; ++n) {
+          const T* plane = dy + (n * s.O + o) * L;
+          for (int64_t l = 0; l < L; ++l) acc += plane[l];
+        }
+        db[o] = static_cast<T>(acc);
+      }
+    });
+}
+
+}  // namespace minidl::kernels::cpu

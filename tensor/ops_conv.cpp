@@ -1,0 +1,106 @@
+// tensor/ops_conv.cpp — conv2d forward/backward on Tensors (declared in tensor/ops_nn.h):
+// stride, padding, dilation and groups, as torch.nn.functional.conv2d. Shapes are checked here;
+// the im2col + GEMM loops live in kernels/cpu/conv2d.h. Inputs may be strided views: they are
+// made contiguous first.
+//   x (N, C, H, W), w (O, C/groups, kH, kW), b (O) -> y (N, O, H_out, W_out)
+//   H_out = (H + 2*pad_h - dil_h*(kH - 1) - 1) / stride_h + 1   (same for W)
+#include <stdexcept>
+#include <string>
+
+#include "kernels/cpu/conv2d.h"
+#include "tensor/creation.h"
+#include "tensor/ops_nn.h"
+#include "tensor/ops_nn_checks.h"
+
+namespace minidl {
+
+namespace {
+
+std::string params_str(const Conv2dParams& p) {
+  auto pair = [](int64_t a, int64_t b) { return "(" + std::to_string(a) + ", " + std::to_string(b) + ")"; };
+  return "stride " + pair(p.stride_h, p.stride_w) + ", padding " + pair(p.pad_h, p.pad_w) + ", dilation " +
+         pair(p.dilation_h, p.dilation_w) + ", groups " + std::to_string(p.groups);
+}
+
+// Checks x, w (and b when defined) against each other and p; returns the full geometry.
+kernels::cpu::Conv2dShape conv_shape(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dParams& p,
+                                     const char* op) {
+  using nn_checks::require_float_cpu;
+  require_float_cpu(x, op, "input");
+  require_float_cpu(w, op, "weight");
+  if (p.stride_h < 1 || p.stride_w < 1 || p.dilation_h < 1 || p.dilation_w < 1 || p.pad_h < 0 || p.pad_w < 0 ||
+      p.groups < 1)
+    throw std::invalid_argument(std::string(op) +
+                                ": stride, dilation and groups must be positive and padding non-negative, got " +
+                                params_str(p));
+  if (w.dim() != 4)
+    throw std::invalid_argument(std::string(op) + ": expected weight (C_out, C_in/groups, kH, kW), got " + w.desc());
+  const int64_t O = w.size(0), Cg = w.size(1), kH = w.size(2), kW = w.size(3);
+  if (O % p.groups != 0)
+    throw std::invalid_argument(std::string(op) + ": C_out = " + std::to_string(O) + " of weight " + w.desc() +
+                                " is not divisible by groups = " + std::to_string(p.groups));
+  if (x.dim() != 4 || x.size(1) != Cg * p.groups)
+    throw std::invalid_argument(std::string(op) + ": expected input (N, C, H, W) with C = " +
+                                std::to_string(Cg * p.groups) + " (weight " + shape_str(w.shape()) +
+                                (p.groups > 1 ? ", groups " + std::to_string(p.groups) : std::string()) + "), got " +
+                                x.desc());
+  nn_checks::require_same_dtype(x, w, op, "input", "weight");
+  if (b.defined()) {
+    require_float_cpu(b, op, "bias");
+    if (b.dim() != 1 || b.size(0) != O || b.dtype() != x.dtype())
+      throw std::invalid_argument(std::string(op) + ": expected bias " + dtype_name(x.dtype()) + "[" +
+                                  std::to_string(O) + "] for weight " + w.desc() + ", got " + b.desc());
+  }
+  kernels::cpu::Conv2dShape s{};
+  s.N = x.size(0), s.C = x.size(1), s.H = x.size(2), s.W = x.size(3);
+  s.O = O, s.kH = kH, s.kW = kW, s.groups = p.groups;
+  s.stride_h = p.stride_h, s.stride_w = p.stride_w, s.pad_h = p.pad_h, s.pad_w = p.pad_w;
+  s.dil_h = p.dilation_h, s.dil_w = p.dilation_w;
+  const int64_t span_h = p.dilation_h * (kH - 1) + 1, span_w = p.dilation_w * (kW - 1) + 1;
+  if (kH < 1 || kW < 1 || s.H + 2 * p.pad_h < span_h || s.W + 2 * p.pad_w < span_w)
+    throw std::invalid_argument(std::string(op) + ": kernel " + shape_str(w.shape()) + " with " + params_str(p) +
+                                " does not fit input " + x.desc() + " (padded input smaller than the dilated kernel)");
+  s.H_out = (s.H + 2 * p.pad_h - span_h) / p.stride_h + 1;
+  s.W_out = (s.W + 2 * p.pad_w - span_w) / p.stride_w + 1;
+  return s;
+}
+
+}  // namespace
+
+Tensor conv2d_forward(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, const Conv2dParams& p) {
+  constexpr const char* op = "conv2d";
+  const kernels::cpu::Conv2dShape s = conv_shape(x_in, w_in, b_in, p, op);
+  const Tensor x = x_in.contiguous(), w = w_in.contiguous();
+  const Tensor b = b_in.defined() ? b_in.contiguous() : Tensor();
+  Tensor y({s.N, s.O, s.H_out, s.W_out}, x.dtype());
+  dispatch_floating(x.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    kernels::cpu::conv2d_forward(x.data<T>(), w.data<T>(), b.defined() ? b.data<T>() : nullptr, s, y.data<T>());
+  });
+  return y;
+}
+
+Conv2dGrads conv2d_backward(const Tensor& x_in, const Tensor& w_in, const Tensor& dy_in, bool has_bias,
+                            const Conv2dParams& p) {
+  constexpr const char* op = "conv2d_backward";
+  const kernels::cpu::Conv2dShape s = conv_shape(x_in, w_in, Tensor(), p, op);
+  nn_checks::require_float_cpu(dy_in, op, "grad_output");
+  const Shape y_shape{s.N, s.O, s.H_out, s.W_out};
+  if (dy_in.shape() != y_shape || dy_in.dtype() != x_in.dtype())
+    throw std::invalid_argument(std::string(op) + ": expected grad_output " + dtype_name(x_in.dtype()) +
+                                shape_str(y_shape) + " for input " + x_in.desc() + " and weight " +
+                                shape_str(w_in.shape()) + ", got " + dy_in.desc());
+  const Tensor x = x_in.contiguous(), w = w_in.contiguous(), dy = dy_in.contiguous();
+  Conv2dGrads g;
+  g.dx = Tensor(x.shape(), x.dtype());
+  g.dw = Tensor(w.shape(), w.dtype());
+  if (has_bias) g.db = Tensor({s.O}, x.dtype());
+  dispatch_floating(x.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    kernels::cpu::conv2d_backward(x.data<T>(), w.data<T>(), dy.data<T>(), s, g.dx.data<T>(), g.dw.data<T>(),
+                                  has_bias ? g.db.data<T>() : nullptr);
+  });
+  return g;
+}
+
+}  // namespace minidl
