@@ -120,11 +120,22 @@ MaxResult max_impl(const Tensor& x, const Shape& dims, bool keepdim, const char*
     cpu::reduce_rows<Acc>(
         p.outer, len,
         [&](int64_t r, int64_t b, int64_t e) {
+          // pass 1 (vectorisable): the max value and whether there is a NaN; pass 2: its first index
           const T* row = src + r * len;
-          Acc best{row[b], b};
-          for (int64_t i = b + 1; i < e; ++i)
-            if (beats(row[i], best.first)) best = {row[i], i};
-          return best;
+          T m = row[b];
+          bool nan = false;
+          for (int64_t i = b; i < e; ++i) {
+            const T v = row[i];
+            m = v > m ? v : m;
+            nan |= v != v;
+          }
+          int64_t i = b;
+          if (nan) {
+            while (row[i] == row[i]) ++i;
+          } else {
+            while (row[i] != m) ++i;
+          }
+          return Acc{row[i], i};
         },
         [&](const Acc& a, const Acc& b) { return beats(b.first, a.first) ? b : a; },
         [&](int64_t r, const Acc& a) {

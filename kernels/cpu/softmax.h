@@ -6,16 +6,22 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cpu/parallel.h"
 
 namespace minidl::kernels::cpu {
 
-// Calls fn(base, stride) for each of the outer * inner rows of length len.
+// Calls fn(base, stride) for each of the outer * inner rows of length len. When inner == 1 the
+// stride is passed as a compile-time 1 so the row loops vectorise.
 template <class F>
 void for_each_softmax_row(int64_t outer, int64_t len, int64_t inner, F&& fn) {
   parallel_for(outer * inner, std::max<int64_t>(1, 8192 / std::max<int64_t>(len, 1)), [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) fn((r / inner) * len * inner + r % inner, inner);
+    if (inner == 1) {
+      for (int64_t r = r0; r < r1; ++r) fn(r * len, std::integral_constant<int64_t, 1>{});
+    } else {
+      for (int64_t r = r0; r < r1; ++r) fn((r / inner) * len * inner + r % inner, inner);
+    }
   });
 }
 
@@ -23,7 +29,7 @@ void for_each_softmax_row(int64_t outer, int64_t len, int64_t inner, F&& fn) {
 template <class T>
 void softmax_forward(const T* x, T* y, int64_t outer, int64_t len, int64_t inner, bool log) {
   if (len == 0) return;
-  for_each_softmax_row(outer, len, inner, [&](int64_t base, int64_t s) {
+  for_each_softmax_row(outer, len, inner, [&](int64_t base, auto s) {
     const T* xr = x + base;
     T* yr = y + base;
     T m = xr[0];
@@ -51,7 +57,7 @@ void softmax_forward(const T* x, T* y, int64_t outer, int64_t len, int64_t inner
 template <class T>
 void softmax_backward(const T* y, const T* dy, T* dx, int64_t outer, int64_t len, int64_t inner, bool log) {
   if (len == 0) return;
-  for_each_softmax_row(outer, len, inner, [&](int64_t base, int64_t s) {
+  for_each_softmax_row(outer, len, inner, [&](int64_t base, auto s) {
     const T* yr = y + base;
     const T* gr = dy + base;
     T* dr = dx + base;
