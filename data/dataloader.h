@@ -1,0 +1,135 @@
+// data/dataloader.h — DataLoader: turns a Dataset and a Sampler into batches of tensors.
+//
+//   data::DataLoader loader(dataset, {.batch_size = 128, .shuffle = true, .num_workers = 2, .seed = 0});
+//   for (int64_t epoch = 0; epoch < epochs; ++epoch) {
+//     loader.set_epoch(epoch);                       // new shuffle, new augmentation
+//     for (auto& batch : loader) { ... batch.input (B, ...), batch.target (B) ... }
+//   }
+//
+// Batches are collated by stacking: inputs (B, ...) and targets (B) (or (B, ...)). With
+// num_workers > 0, background threads load batches ahead of the consumer: each worker claims the
+// next unclaimed batch index, loads and collates it, and stores it under that index; the
+// consumer takes batch 0, 1, 2, ... in order. At most num_workers * prefetch_factor batches are
+// claimed but not yet consumed. The order — and every bit of every batch — is therefore the same
+// whatever num_workers is (0 loads in the calling thread). An exception thrown while loading a
+// batch is rethrown to the consumer when it reaches that batch. Destroying the loader (or
+// set_epoch, or begin()) mid-epoch stops and joins the workers.
+#pragma once
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <iterator>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "data/dataset.h"
+#include "data/sampler.h"
+#include "data/transforms.h"
+
+namespace minidl::data {
+
+struct DataLoaderOptions {
+  int64_t batch_size = 1;
+  bool shuffle = false;    // RandomSampler(seed), reshuffled by set_epoch; exclusive with a custom sampler
+  bool drop_last = false;  // drop a last batch smaller than batch_size
+  int num_workers = 0;     // background loading threads; 0 = load in the calling thread
+  uint64_t seed = 0;       // for shuffling and for the transform's SampleKey
+  int prefetch_factor = 2; // batches in flight per worker
+  // Applied to each example's input on the worker, keyed by (seed, epoch, dataset index).
+  std::shared_ptr<const Transform> transform = nullptr;
+};
+
+struct Batch {
+  Tensor input;                  // (B, ...) stacked example inputs
+  Tensor target;                 // (B) or (B, ...) stacked example targets
+  std::vector<int64_t> indices;  // the B dataset indices, in batch order
+  int64_t index = 0;             // position of this batch in the epoch
+};
+
+// Stacks examples whose inputs (and targets) share one shape and dtype. Throws naming the first
+// example that differs.
+Batch collate(const std::vector<Example>& examples);
+
+class DataLoader {
+ public:
+  // sampler: which indices in which order (e.g. dist::DistributedSampler); by default a
+  // SequentialSampler, or a RandomSampler(seed) when options.shuffle.
+  DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions options = {},
+             std::shared_ptr<Sampler> sampler = nullptr);
+  ~DataLoader();
+  DataLoader(const DataLoader&) = delete;
+  DataLoader& operator=(const DataLoader&) = delete;
+
+  // Batches per epoch.
+  int64_t size() const { return batch_sampler_.size(); }
+  // Sets the epoch of the sampler and of the transforms' keys; stops a pass in progress.
+  void set_epoch(int64_t epoch);
+  int64_t epoch() const { return epoch_; }
+  const DataLoaderOptions& options() const { return options_; }
+  const Dataset& dataset() const { return *dataset_; }
+
+  // The next batch of the current pass (starting a pass if none is in progress), or nullopt
+  // when the pass is over; the call after that starts the next pass.
+  std::optional<Batch> next();
+  // Abandons the pass in progress (joins the workers); the next next() starts from batch 0.
+  void reset();
+
+  class Iterator {
+   public:
+    using value_type = Batch;
+    using difference_type = std::ptrdiff_t;
+    Iterator() = default;
+    Batch& operator*() const { return *current_; }
+    Batch* operator->() const { return &*current_; }
+    Iterator& operator++() {
+      current_ = loader_->next();
+      return *this;
+    }
+    void operator++(int) { ++*this; }
+    bool operator==(std::default_sentinel_t) const { return !current_.has_value(); }
+
+   private:
+    friend class DataLoader;
+    Iterator(DataLoader* loader, std::optional<Batch> first) : loader_(loader), current_(std::move(first)) {}
+    DataLoader* loader_ = nullptr;
+    mutable std::optional<Batch> current_;
+  };
+  // Starts a new pass over the current epoch (abandoning one in progress).
+  Iterator begin();
+  std::default_sentinel_t end() const { return {}; }
+
+ private:
+  struct Loaded {
+    std::optional<Batch> batch;
+    std::exception_ptr error;
+  };
+  Batch load_batch(int64_t k) const;  // batch k of the pass, loaded and collated
+  void start_pass();
+  void stop_workers();
+  void worker_loop();
+
+  std::shared_ptr<const Dataset> dataset_;
+  DataLoaderOptions options_;
+  BatchSampler batch_sampler_;
+  int64_t epoch_ = 0;
+
+  // The pass in progress. batches_ is fixed while workers run.
+  bool active_ = false;
+  std::vector<std::vector<int64_t>> batches_;
+  std::vector<std::thread> workers_;
+
+  // Shared with the workers, guarded by mutex_.
+  std::mutex mutex_;
+  std::condition_variable work_cv_;   // workers wait here for room in the window or stop_
+  std::condition_variable ready_cv_;  // the consumer waits here for ready_[next_to_yield_]
+  int64_t next_to_load_ = 0;          // first batch index no worker has claimed
+  int64_t next_to_yield_ = 0;         // the batch the consumer takes next
+  bool stop_ = false;
+  std::map<int64_t, Loaded> ready_;   // loaded batches (or their errors) not yet consumed
+};
+
+}  // namespace minidl::data
