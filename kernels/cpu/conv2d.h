@@ -18,6 +18,10 @@
 
 namespace minidl::kernels::cpu {
 
+// Items per parallel chunk so that a chunk holds at least ~64K multiply-adds (tiny problems stay
+// on one thread). Chunking changes which thread runs what, never the arithmetic.
+inline int64_t conv_grain(int64_t work_per_item) { return std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(work_per_item, 1)); }
+
 struct Conv2dShape {
   int64_t N, C, H, W;  // x (N, C, H, W)
   int64_t O, kH, kW;   // w (O, C/groups, kH, kW)
@@ -36,7 +40,7 @@ void conv2d_forward(const T* x, const T* w, const T* b, const Conv2dShape& s, T*
   const ConvGeometry geo = s.group_geometry();
   const int64_t Cg = s.C / s.groups, Og = s.O / s.groups;
   const int64_t K = Cg * s.kH * s.kW, L = s.H_out * s.W_out;
-  parallel_for(s.N, 1, [&](int64_t n0, int64_t n1) {
+  parallel_for(s.N, conv_grain(s.O * K * L), [&](int64_t n0, int64_t n1) {
     std::vector<T> col(static_cast<size_t>(K * L));  // (K, L), one buffer per chunk of images
     for (int64_t n = n0; n < n1; ++n) {
       for (int64_t g = 0; g < s.groups; ++g) {
@@ -63,7 +67,7 @@ void conv2d_backward(const T* x, const T* w, const T* dy, const Conv2dShape& s, 
   const int64_t per_block = std::max<int64_t>(1, (s.N + 15) / 16);
   const int64_t blocks = (s.N + per_block - 1) / per_block;
   std::vector<T> partial(static_cast<size_t>(std::max<int64_t>(blocks, 1) * w_numel), T(0));
-  parallel_for(blocks, 1, [&](int64_t k0, int64_t k1) {
+  parallel_for(blocks, conv_grain(2 * per_block * s.O * K * L), [&](int64_t k0, int64_t k1) {
     std::vector<T> col(static_cast<size_t>(K * L)), dcol(static_cast<size_t>(K * L));  // (K, L)
     for (int64_t k = k0; k < k1; ++k) {
       T* dw_k = partial.data() + k * w_numel;
@@ -91,7 +95,7 @@ void conv2d_backward(const T* x, const T* w, const T* dy, const Conv2dShape& s, 
     }
   });
   if (db)
-    parallel_for(s.O, 1, [&](int64_t o0, int64_t o1) {
+    parallel_for(s.O, conv_grain(s.N * L), [&](int64_t o0, int64_t o1) {
       for (int64_t o = o0; o < o1; ++o) {
         double acc = 0;
         for (int64_t n = 0; n < s.N; ++n) {

@@ -22,13 +22,17 @@
 
 namespace minidl::kernels::cpu {
 
+// Items per parallel chunk so that a chunk touches at least ~16K elements (tiny inputs stay on
+// one thread). Chunking decides which thread runs what, never the order of any sum.
+inline int64_t norm_grain(int64_t elems_per_item) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(elems_per_item, 1)); }
+
 // ---- batch norm ----
 
 // x (N, C, S) -> mean (C), invstd (C) = 1 / sqrt(biased_var + eps); two passes per channel.
 template <class T>
 void batch_norm_stats(const T* x, int64_t N, int64_t C, int64_t S, double eps, T* mean, T* invstd) {
   const double count = static_cast<double>(N * S);
-  parallel_for(C, 1, [&](int64_t c0, int64_t c1) {
+  parallel_for(C, norm_grain(N * S), [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c) {
       double s = 0;
       for (int64_t n = 0; n < N; ++n) {
@@ -54,7 +58,7 @@ void batch_norm_stats(const T* x, int64_t N, int64_t C, int64_t S, double eps, T
 template <class T>
 void batch_norm_elemt(const T* x, int64_t N, int64_t C, int64_t S, const double* mean, const double* invstd,
                       const double* weight, const double* bias, T* y) {
-  parallel_for(N * C, std::max<int64_t>(1, 16384 / std::max<int64_t>(S, 1)), [&](int64_t p0, int64_t p1) {
+  parallel_for(N * C, norm_grain(S), [&](int64_t p0, int64_t p1) {
     for (int64_t pl = p0; pl < p1; ++pl) {
       const int64_t c = pl % C;
       const double m = mean[c], scale = invstd[c] * (weight ? weight[c] : 1.0), b = bias ? bias[c] : 0.0;
@@ -69,7 +73,7 @@ void batch_norm_elemt(const T* x, int64_t N, int64_t C, int64_t S, const double*
 template <class T>
 void batch_norm_backward_reduce(const T* dy, const T* x, int64_t N, int64_t C, int64_t S, const double* mean,
                                 double* sum_dy, double* sum_dy_xmu) {
-  parallel_for(C, 1, [&](int64_t c0, int64_t c1) {
+  parallel_for(C, norm_grain(N * S), [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c) {
       const double m = mean[c];
       double a = 0, b = 0;
@@ -93,7 +97,7 @@ void batch_norm_backward_elemt(const T* dy, const T* x, int64_t N, int64_t C, in
                                const double* invstd, const double* weight, const double* sum_dy,
                                const double* sum_dy_xmu, int64_t count, T* dx) {
   const double inv_count = 1.0 / static_cast<double>(count);
-  parallel_for(N * C, std::max<int64_t>(1, 16384 / std::max<int64_t>(S, 1)), [&](int64_t p0, int64_t p1) {
+  parallel_for(N * C, norm_grain(S), [&](int64_t p0, int64_t p1) {
     for (int64_t pl = p0; pl < p1; ++pl) {
       const int64_t c = pl % C;
       const double m = mean[c], is = invstd[c];
@@ -114,7 +118,7 @@ void batch_norm_backward_elemt(const T* dy, const T* x, int64_t N, int64_t C, in
 template <class T>
 void layer_norm_forward(const T* x, int64_t rows, int64_t M, const T* weight, const T* bias, double eps, T* y,
                         T* mean, T* invstd) {
-  parallel_for(rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(M, 1)), [&](int64_t r0, int64_t r1) {
+  parallel_for(rows, norm_grain(M), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const T* xp = x + r * M;
       T* yp = y + r * M;
@@ -143,7 +147,7 @@ void layer_norm_forward(const T* x, int64_t rows, int64_t M, const T* weight, co
 template <class T>
 void layer_norm_backward_input(const T* dy, const T* x, int64_t rows, int64_t M, const T* mean, const T* invstd,
                                const T* weight, T* dx) {
-  parallel_for(rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(M, 1)), [&](int64_t r0, int64_t r1) {
+  parallel_for(rows, norm_grain(M), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const T* g = dy + r * M;
       const T* xp = x + r * M;
@@ -171,7 +175,7 @@ void layer_norm_backward_affine(const T* dy, const T* x, int64_t rows, int64_t M
   constexpr int64_t kChunk = 32;
   const int64_t chunks = (rows + kChunk - 1) / kChunk;
   std::vector<double> part(static_cast<size_t>(2 * chunks * M), 0.0);  // (chunks, 2, M)
-  parallel_for(chunks, 1, [&](int64_t k0, int64_t k1) {
+  parallel_for(chunks, norm_grain(kChunk * M), [&](int64_t k0, int64_t k1) {
     for (int64_t k = k0; k < k1; ++k) {
       double* pw = part.data() + 2 * k * M;
       double* pb = pw + M;

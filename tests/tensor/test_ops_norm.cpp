@@ -118,7 +118,8 @@ TEST(BatchNorm, EvalBackwardIsDyTimesWeightTimesInvstd) {
 }
 
 TEST(BatchNorm, PiecesGiveTheSameBitsForAnyThreadCount) {
-  Tensor x = randn64({64, 5, 7}, 9).to(DType::Float32), dy = randn64({64, 5, 7}, 10).to(DType::Float32);
+  // 64 * 300 values per channel: large enough that the channels are split across threads.
+  Tensor x = randn64({64, 5, 300}, 9).to(DType::Float32), dy = randn64({64, 5, 300}, 10).to(DType::Float32);
   Tensor w = ones({5});
   const int saved = kernels::cpu::get_num_threads();
   kernels::cpu::set_num_threads(1);
@@ -189,15 +190,15 @@ TEST(LayerNorm, BackwardWithoutWeightMatchesFiniteDifferences) {
 }
 
 TEST(LayerNorm, WeightGradientIsTheSameForAnyThreadCount) {
-  // 100 rows: several fixed 32-row chunks.
-  Tensor x = randn64({100, 24}, 17).to(DType::Float32), dy = randn64({100, 24}, 18).to(DType::Float32);
-  Tensor w = ones({24});
-  LayerNormResult r = layer_norm_forward(x, {24}, w, Tensor(), 1e-5);
+  // 100 rows of 600: four fixed 32-row chunks, large enough to be split across threads.
+  Tensor x = randn64({100, 600}, 17).to(DType::Float32), dy = randn64({100, 600}, 18).to(DType::Float32);
+  Tensor w = ones({600});
+  LayerNormResult r = layer_norm_forward(x, {600}, w, Tensor(), 1e-5);
   const int saved = kernels::cpu::get_num_threads();
   kernels::cpu::set_num_threads(1);
-  LayerNormGrads a = layer_norm_backward(dy, x, r.mean, r.invstd, {24}, w);
+  LayerNormGrads a = layer_norm_backward(dy, x, r.mean, r.invstd, {600}, w);
   kernels::cpu::set_num_threads(4);
-  LayerNormGrads b = layer_norm_backward(dy, x, r.mean, r.invstd, {24}, w);
+  LayerNormGrads b = layer_norm_backward(dy, x, r.mean, r.invstd, {600}, w);
   kernels::cpu::set_num_threads(saved);
   expect_equal(a.dweight, b.dweight);
   expect_equal(a.dbias, b.dbias);
