@@ -1,6 +1,8 @@
-// autograd/variable.cpp — Variable, grad mode, and the backward engine (reverse topological order).
+// autograd/variable.cpp — Variable, grad mode, and the backward engine (dependency-counted).
 #include "autograd/variable.h"
 
+#include <atomic>
+#include <queue>
 #include <stdexcept>
 #include <unordered_map>
 #include <unordered_set>
@@ -59,6 +61,8 @@ Variable Variable::make_result(Tensor data, std::vector<Variable> inputs, Backwa
   if (!needs) return out;
   out.impl_->requires_grad = true;
   auto node = std::make_shared<Node>();
+  static std::atomic<uint64_t> next_sequence_nr{0};
+  node->sequence_nr = next_sequence_nr.fetch_add(1);
   node->name = name;
   node->inputs = std::move(inputs);
   node->backward = std::move(backward);
@@ -82,35 +86,35 @@ void accumulate(std::unordered_map<VariableImpl*, Tensor>& grads, VariableImpl* 
   }
 }
 
-// Post-order DFS over the graph below the roots (iterative, so deep graphs do not overflow).
-std::vector<VariableImpl*> topological_order(const std::vector<Variable>& roots) {
-  std::vector<VariableImpl*> order;
-  std::unordered_set<VariableImpl*> visited;
-  struct Frame {
-    VariableImpl* v;
-    size_t next_input;
-  };
-  std::vector<Frame> stack;
-  for (const auto& r : roots) {
-    if (visited.count(r.impl())) continue;
-    visited.insert(r.impl());
-    stack.push_back({r.impl(), 0});
-    while (!stack.empty()) {
-      Frame& f = stack.back();
-      const auto& node = f.v->grad_fn;
-      if (node && f.next_input < node->inputs.size()) {
-        VariableImpl* in = node->inputs[f.next_input++].impl();
-        if (in && in->requires_grad && !visited.count(in)) {
-          visited.insert(in);
-          stack.push_back({in, 0});
-        }
-      } else {
-        order.push_back(f.v);
-        stack.pop_back();
-      }
+// Number of gradient contributions each Variable will receive: one per edge from a consumer
+// inside the graph below the roots (iterative traversal, so deep graphs do not overflow).
+std::unordered_map<VariableImpl*, int> count_dependencies(const std::vector<Variable>& roots) {
+  std::unordered_map<VariableImpl*, int> deps;
+  std::unordered_set<VariableImpl*> seen;
+  std::vector<VariableImpl*> stack;
+  for (const auto& r : roots)
+    if (seen.insert(r.impl()).second) stack.push_back(r.impl());
+  while (!stack.empty()) {
+    VariableImpl* v = stack.back();
+    stack.pop_back();
+    if (!v->grad_fn) continue;
+    for (const auto& in : v->grad_fn->inputs) {
+      VariableImpl* i = in.impl();
+      if (!i || !i->requires_grad) continue;
+      ++deps[i];
+      if (seen.insert(i).second) stack.push_back(i);
     }
   }
-  return order;
+  return deps;
+}
+
+void accumulate_into_leaf(VariableImpl* v, const Tensor& g) {
+  if (!v->grad.defined()) {
+    v->grad = g.clone();  // own copy: g may alias another gradient
+  } else {
+    add_(v->grad, g);
+  }
+  for (auto& hook : v->post_accumulate_grad_hooks) hook(v->grad);
 }
 }  // namespace
 
@@ -134,37 +138,55 @@ void backward(const std::vector<Variable>& roots, const std::vector<Tensor>& gra
     accumulate(grads, r.impl(), g);
   }
 
-  const std::vector<VariableImpl*> order = topological_order(roots);
-  for (auto it = order.rbegin(); it != order.rend(); ++it) {
-    VariableImpl* v = *it;
-    auto git = grads.find(v);
-    if (git == grads.end()) continue;  // nothing flowed here (e.g. an unused branch)
-    Tensor g = std::move(git->second);
-    grads.erase(git);
-    if (!v->grad_fn) {  // leaf: accumulate into .grad, then the hooks
-      if (!v->grad.defined()) {
-        v->grad = g.is_contiguous() ? g.clone() : g.contiguous();
-      } else {
-        add_(v->grad, g);
-      }
-      for (auto& hook : v->post_accumulate_grad_hooks) hook(v->grad);
-      continue;
+  // Kahn's algorithm: a Variable is ready when all its contributions have arrived. Among ready
+  // nodes the most recently created runs first (as PyTorch), and a ready leaf is finished at
+  // once, so the hooks of the layers nearest the loss fire first (DDP starts those buckets early).
+  std::unordered_map<VariableImpl*, int> deps = count_dependencies(roots);
+  auto later_first = [](VariableImpl* a, VariableImpl* b) { return a->grad_fn->sequence_nr < b->grad_fn->sequence_nr; };
+  std::priority_queue<VariableImpl*, std::vector<VariableImpl*>, decltype(later_first)> ready(later_first);
+  std::unordered_set<VariableImpl*> queued;
+  for (const auto& r : roots) {
+    if (deps[r.impl()] != 0 || !queued.insert(r.impl()).second) continue;
+    if (r.is_leaf()) {
+      accumulate_into_leaf(r.impl(), grads.at(r.impl()));
+    } else {
+      ready.push(r.impl());
     }
+  }
+  while (!ready.empty()) {
+    VariableImpl* v = ready.top();
+    ready.pop();
     Node& node = *v->grad_fn;
-    if (node.released)
-      throw std::logic_error("backward: trying to backward through the graph a second time (through " + node.name +
-                             "): its saved tensors were freed; pass retain_graph=true to the first backward");
-    std::vector<Tensor> in_grads = node.backward(g);
-    if (in_grads.size() != node.inputs.size())
-      throw std::logic_error(node.name + ": backward returned " + std::to_string(in_grads.size()) + " gradients for " +
-                             std::to_string(node.inputs.size()) + " inputs");
+    // A node no gradient reached still releases its inputs' dependency counts.
+    std::vector<Tensor> in_grads(node.inputs.size());
+    auto git = grads.find(v);
+    if (git != grads.end()) {
+      Tensor g = std::move(git->second);
+      grads.erase(git);
+      if (node.released)
+        throw std::logic_error("backward: trying to backward through the graph a second time (through " + node.name +
+                               "): its saved tensors were freed; pass retain_graph=true to the first backward");
+      in_grads = node.backward(g);
+      if (in_grads.size() != node.inputs.size())
+        throw std::logic_error(node.name + ": backward returned " + std::to_string(in_grads.size()) +
+                               " gradients for " + std::to_string(node.inputs.size()) + " inputs");
+    }
     for (size_t i = 0; i < in_grads.size(); ++i) {
-      const Variable& in = node.inputs[i];
-      if (!in.requires_grad() || !in_grads[i].defined()) continue;
-      if (in_grads[i].shape() != in.shape())
-        throw std::logic_error(node.name + ": gradient for input " + std::to_string(i) + " is " + in_grads[i].desc() +
-                               ", expected shape " + shape_str(in.shape()));
-      accumulate(grads, in.impl(), in_grads[i]);
+      VariableImpl* in = node.inputs[i].impl();
+      if (!in || !in->requires_grad) continue;
+      if (in_grads[i].defined()) {
+        if (in_grads[i].shape() != in->data.shape())
+          throw std::logic_error(node.name + ": gradient for input " + std::to_string(i) + " is " + in_grads[i].desc() +
+                                 ", expected shape " + shape_str(in->data.shape()));
+        accumulate(grads, in, in_grads[i]);
+      }
+      if (--deps[in] > 0) continue;
+      if (in->grad_fn) {
+        ready.push(in);
+      } else if (auto it = grads.find(in); it != grads.end()) {
+        accumulate_into_leaf(in, it->second);
+        grads.erase(it);
+      }
     }
     if (!retain_graph) {
       node.released = true;

@@ -6,9 +6,8 @@
 //   Variable x(randn({3}), /*requires_grad=*/true);
 //   Variable y = sum(mul(x, x));   // y.grad_fn(): "SumBackward" -> "MulBackward" -> x
 //   y.backward();                  // x.grad() == 2 * x
-// backward() runs the graph in reverse topological order, so every node (and every leaf's
-// post-accumulate hook, which DDP uses to start all-reduces) runs once all gradient
-// contributions to it have arrived. Without retain_graph the graph's closures (and the tensors
+// backward() runs each node (and each leaf's post-accumulate hook, which DDP uses to start
+// all-reduces) as soon as all gradient contributions to it have arrived. Without retain_graph the graph's closures (and the tensors
 // they saved) are freed; a second backward through them is an error.
 #pragma once
 #include <functional>
@@ -31,6 +30,7 @@ struct Node {
   std::vector<Variable> inputs;  // edges to the op's inputs
   BackwardFn backward;
   bool released = false;         // set after a backward without retain_graph
+  uint64_t sequence_nr = 0;      // creation order; later nodes run first among ready ones
 };
 
 struct VariableImpl {

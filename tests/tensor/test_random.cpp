@@ -1,5 +1,6 @@
 // tests/tensor/test_random.cpp — Philox 4x32-10 known answers (Random123's kat_vectors) and the
 // properties minidl relies on: values depend only on (seed, stream, index).
+#include "kernels/cpu/parallel.h"
 #include "kernels/philox.h"
 #include "tests/common/testing.h"
 

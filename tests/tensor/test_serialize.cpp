@@ -85,7 +85,7 @@ TEST(Safetensors, TruncatedFileIsAClearError) {
 
 TEST(Safetensors, CorruptHeaderIsAClearError) {
   std::string b = serialize({{"x", ones({2})}});
-  b[10] = '#';
+  b[8] = '#';  // the opening brace of the JSON header
   EXPECT_THROW_MSG(deserialize(b, "f"), std::runtime_error, "f: corrupt JSON header");
   std::string huge(8, '\xff');
   EXPECT_THROW_MSG(deserialize(huge + "{}", "g"), std::runtime_error, "exceeds the 100 MiB limit");
