@@ -1,0 +1,30 @@
+// dist/process.cpp — describing a child's end, and PR_SET_PDEATHSIG. See process.h.
+#include "dist/process.h"
+
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstring>
+
+namespace minidl::dist {
+
+std::string describe_exit(int wait_status) {
+  if (WIFEXITED(wait_status)) return "exited with status " + std::to_string(WEXITSTATUS(wait_status));
+  if (WIFSIGNALED(wait_status)) {
+    int sig = WTERMSIG(wait_status);
+    const char* name = strsignal(sig);
+    return "was killed by signal " + std::to_string(sig) + " (" + (name ? name : "unknown") + ")";
+  }
+  return "ended with wait status " + std::to_string(wait_status);
+}
+
+bool exited_ok(int wait_status) { return WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0; }
+
+void die_with_parent(int signal, pid_t parent_pid) {
+  prctl(PR_SET_PDEATHSIG, signal);
+  if (getppid() != parent_pid) _exit(1);  // the parent died before prctl took effect
+}
+
+}  // namespace minidl::dist

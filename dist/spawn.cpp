@@ -1,0 +1,217 @@
+// dist/spawn.cpp — spawn(): fork nprocs children, collect their results or errors through one
+// pipe each, stop everyone when one fails. See spawn.h.
+//
+// Pipe protocol, child to parent: one tag byte, then bytes until the pipe closes.
+//   'R' result   fn returned; the rest is its result
+//   'E' message  fn threw; the rest is the exception's message (the child then exits 1)
+#include "dist/spawn.h"
+
+#include <fcntl.h>
+#include <omp.h>
+#include <poll.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <stdexcept>
+
+#include "dist/process.h"
+#include "dist/socket.h"
+
+namespace minidl::dist {
+
+namespace {
+
+struct Child {
+  pid_t pid = -1;
+  int fd = -1;           // read end of the child's pipe; -1 once closed
+  std::string data;      // everything read from it
+  bool exited = false;
+  int status = 0;
+  Clock::time_point exited_at;
+};
+
+void write_all_fd(int fd, const std::string& bytes) {
+  size_t done = 0;
+  while (done < bytes.size()) {
+    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return;  // the parent is gone; nothing to report to
+    }
+    done += static_cast<size_t>(n);
+  }
+}
+
+// The child side: set the environment, run fn, report through the pipe, _exit.
+[[noreturn]] void run_child(int rank, int nprocs, const std::function<std::string(int)>& fn,
+                            const SpawnOptions& options, uint16_t port, int write_fd, pid_t parent) {
+  die_with_parent(SIGTERM, parent);
+  omp_set_num_threads(std::max(1, options.omp_threads));
+  auto set = [](const char* name, const std::string& value) { ::setenv(name, value.c_str(), 1); };
+  set("RANK", std::to_string(rank));
+  set("WORLD_SIZE", std::to_string(nprocs));
+  set("LOCAL_RANK", std::to_string(rank));
+  set("LOCAL_WORLD_SIZE", std::to_string(nprocs));
+  set("GROUP_RANK", "0");
+  set("MASTER_ADDR", options.master_addr);
+  set("MASTER_PORT", std::to_string(port));
+  std::string report;
+  int code = 0;
+  try {
+    report = "R" + fn(rank);
+  } catch (const std::exception& e) {
+    report = std::string("E") + e.what();
+    code = 1;
+  } catch (...) {
+    report = "Eunknown exception (not derived from std::exception)";
+    code = 1;
+  }
+  write_all_fd(write_fd, report);
+  ::close(write_fd);
+  std::cout.flush();
+  std::cerr.flush();
+  std::fflush(nullptr);
+  _exit(code);
+}
+
+// Reads what is available on the child's pipe; closes it at end of stream.
+void drain(Child& c) {
+  char buf[65536];
+  while (c.fd >= 0) {
+    ssize_t n = ::read(c.fd, buf, sizeof(buf));
+    if (n > 0) {
+      c.data.append(buf, static_cast<size_t>(n));
+    } else if (n == 0) {
+      ::close(c.fd);
+      c.fd = -1;
+    } else if (errno != EINTR) {
+      if (errno != EAGAIN) {
+        ::close(c.fd);
+        c.fd = -1;
+      }
+      return;
+    }
+  }
+}
+
+void signal_all(std::vector<Child>& children, int sig) {
+  for (auto& c : children) {
+    if (!c.exited) ::kill(c.pid, sig);
+  }
+}
+
+std::string failure_message(int rank, const Child& c) {
+  std::string how = (!c.data.empty() && c.data[0] == 'E') ? c.data.substr(1) : describe_exit(c.status);
+  return "spawn: rank " + std::to_string(rank) + " failed: " + how;
+}
+
+// Waits for every child; on the first failure stops the others. Returns the index of the first
+// failed child, or -1.
+int supervise(std::vector<Child>& children, std::chrono::milliseconds kill_grace) {
+  int failed = -1;
+  bool stopping = false;
+  bool killed = false;
+  Clock::time_point kill_at;
+  const auto eof_grace = std::chrono::seconds(1);  // a grandchild may still hold a pipe open
+  while (true) {
+    std::vector<pollfd> fds;
+    std::vector<Child*> owners;
+    for (auto& c : children) {
+      if (c.fd >= 0) {
+        fds.push_back({c.fd, POLLIN, 0});
+        owners.push_back(&c);
+      }
+    }
+    if (!fds.empty()) ::poll(fds.data(), fds.size(), 20);
+    for (size_t i = 0; i < fds.size(); ++i) {
+      if (fds[i].revents != 0) drain(*owners[i]);
+    }
+    bool all_done = true;
+    for (size_t i = 0; i < children.size(); ++i) {
+      Child& c = children[i];
+      if (!c.exited && ::waitpid(c.pid, &c.status, WNOHANG) == c.pid) {
+        c.exited = true;
+        c.exited_at = Clock::now();
+        drain(c);  // what it wrote before exiting is in the pipe now
+        if (!exited_ok(c.status) && !stopping) {
+          failed = static_cast<int>(i);
+          stopping = true;
+          kill_at = Clock::now() + kill_grace;
+          signal_all(children, SIGTERM);
+        }
+      }
+      if (c.exited && c.fd >= 0 && Clock::now() - c.exited_at > eof_grace) {
+        ::close(c.fd);
+        c.fd = -1;
+      }
+      all_done = all_done && c.exited && c.fd < 0;
+    }
+    if (all_done) return failed;
+    if (stopping && !killed && Clock::now() >= kill_at) {
+      signal_all(children, SIGKILL);
+      killed = true;
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> spawn_with_results(int nprocs, const std::function<std::string(int rank)>& fn,
+                                            const SpawnOptions& options) {
+  if (nprocs < 1) throw std::runtime_error("spawn: nprocs must be at least 1, got " + std::to_string(nprocs));
+  uint16_t port = options.master_port != 0 ? options.master_port : find_free_port(options.master_addr);
+  pid_t parent = ::getpid();
+  std::cout.flush();  // or the children would print the parent's buffered output again
+  std::cerr.flush();
+  std::fflush(nullptr);
+
+  std::vector<Child> children(static_cast<size_t>(nprocs));
+  for (int rank = 0; rank < nprocs; ++rank) {
+    int fds[2];
+    pid_t pid = -1;
+    if (::pipe2(fds, O_CLOEXEC) == 0) {
+      pid = ::fork();
+      if (pid < 0) {
+        ::close(fds[0]);
+        ::close(fds[1]);
+      }
+    }
+    if (pid < 0) {
+      int err = errno;
+      children.resize(static_cast<size_t>(rank));
+      signal_all(children, SIGKILL);
+      supervise(children, std::chrono::milliseconds(0));
+      throw std::runtime_error("spawn: cannot start rank " + std::to_string(rank) + ": " + std::strerror(err));
+    }
+    if (pid == 0) {
+      ::close(fds[0]);
+      for (int r = 0; r < rank; ++r) ::close(children[r].fd);  // the siblings' pipes are not ours
+      run_child(rank, nprocs, fn, options, port, fds[1], parent);
+    }
+    ::close(fds[1]);
+    fcntl(fds[0], F_SETFL, O_NONBLOCK);
+    children[rank].pid = pid;
+    children[rank].fd = fds[0];
+  }
+
+  int failed = supervise(children, options.kill_grace);
+  if (failed >= 0) throw std::runtime_error(failure_message(failed, children[failed]));
+  std::vector<std::string> results;
+  for (auto& c : children) results.push_back(c.data.empty() ? std::string() : c.data.substr(1));
+  return results;
+}
+
+void spawn(int nprocs, const std::function<void(int rank)>& fn, const SpawnOptions& options) {
+  spawn_with_results(nprocs, [&](int rank) {
+    fn(rank);
+    return std::string();
+  }, options);
+}
+
+}  // namespace minidl::dist

@@ -1,0 +1,51 @@
+// dist/spawn.h — in-program launching, like torch.multiprocessing.spawn: run fn(rank) in
+// nprocs forked child processes that form one world on this machine.
+//
+//   int main(int argc, char** argv) {
+//     int nproc = ...;  // e.g. from --nproc
+//     minidl::dist::spawn(nproc, [&](int rank) { train(rank, nproc); });
+//   }
+//
+// Each child gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK (0), MASTER_ADDR
+// and MASTER_PORT in its environment before fn runs, so dist::world_info_from_env() (and
+// init()) inside fn work as under minidl-run. spawn returns when every child has finished.
+// If one fails (an exception, a non-zero exit, a signal), the others get SIGTERM, then SIGKILL
+// after options.kill_grace, and spawn throws std::runtime_error naming the first failed rank:
+// "spawn: rank 1 failed: <exception message>" or "spawn: rank 1 failed: was killed by signal 11
+// (Segmentation fault)". No child outlives spawn; a child also gets SIGTERM if the parent dies.
+//
+// fork() without exec, so read these before using it:
+//  - Only the calling thread exists in a child. Objects that own threads (a TCPStore server, a
+//    DataLoader with workers, a process group) must be created inside fn, not before spawn.
+//  - OpenMP: GNU libgomp's thread pool does not survive fork(); a child that starts a parallel
+//    region with more than one thread after the parent has used OpenMP hangs. Children therefore
+//    run with omp_set_num_threads(options.omp_threads), 1 by default. Raise it only when the
+//    parent has not run an OpenMP region before spawn (or use minidl-run, which execs fresh
+//    processes).
+//  - A child leaves with _exit() after fn (stdout and stderr flushed): the parent's atexit
+//    handlers and static destructors do not run twice.
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace minidl::dist {
+
+struct SpawnOptions {
+  std::string master_addr = "127.0.0.1";
+  uint16_t master_port = 0;  // 0: a free port, picked by the parent
+  std::chrono::milliseconds kill_grace = std::chrono::seconds(3);  // SIGTERM, then SIGKILL after this
+  int omp_threads = 1;  // OpenMP threads in each child (see the note above)
+};
+
+// Runs fn(rank) for rank in [0, nprocs) in child processes; returns when all have succeeded.
+void spawn(int nprocs, const std::function<void(int rank)>& fn, const SpawnOptions& options = {});
+
+// Like spawn, and each child hands a result back (a byte string, sent through a pipe; meant for
+// small things: metrics, a checksum). Returns the results in rank order.
+std::vector<std::string> spawn_with_results(int nprocs, const std::function<std::string(int rank)>& fn,
+                                            const SpawnOptions& options = {});
+
+}  // namespace minidl::dist

@@ -1,0 +1,79 @@
+// dist/store.h — TCPStore: the key-value store every rank uses to find the others (rendezvous),
+// as torch.distributed.TCPStore. Rank 0 hosts the server (is_server = true); every rank,
+// rank 0 included, is a client that connects to MASTER_ADDR:MASTER_PORT, retrying until the
+// timeout while the server is not up yet.
+//
+//   TCPStore store("127.0.0.1", {.port = 29500, .is_server = rank == 0});
+//   store.set("addr/" + std::to_string(rank), my_address);
+//   std::string peer = store.get("addr/0");   // blocks until rank 0 has set it
+//   if (store.add("arrived", 1) == world) ...  // atomic counter
+//
+// Values are byte strings. Every blocking call ends with std::runtime_error naming the key and
+// the timeout ("TCPStore::get: key 'x' not set within 30 s") rather than hanging.
+//
+// One TCPStore object holds one connection; calls on it are serialised by a mutex, so a thread
+// blocked in get() delays other threads using the same object (give each thread its own
+// TCPStore if that matters). Do not use a TCPStore across fork(): the child must create its own.
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "dist/socket.h"
+#include "dist/store_server.h"
+
+namespace minidl::dist {
+
+struct TCPStoreOptions {
+  uint16_t port = 0;        // server: 0 picks a free port (read it back with port()); client: required
+  bool is_server = false;   // host the server in this process (rank 0)
+  std::chrono::milliseconds timeout = std::chrono::seconds(300);  // connect, get and wait
+  bool bind_all_interfaces = false;  // server: listen on every interface instead of host only
+};
+
+class TCPStore {
+ public:
+  // host: the server's address (MASTER_ADDR). Throws std::runtime_error if the server cannot
+  // listen or the client cannot connect within options.timeout.
+  TCPStore(std::string host, TCPStoreOptions options);
+  ~TCPStore();
+  TCPStore(const TCPStore&) = delete;
+  TCPStore& operator=(const TCPStore&) = delete;
+
+  void set(const std::string& key, const std::string& value);
+  // The value of key; waits until some client sets it, at most timeout().
+  std::string get(const std::string& key);
+  // Adds delta to the integer stored at key (missing: 0) and returns the new value, atomically.
+  int64_t add(const std::string& key, int64_t delta);
+  // Waits until every key exists (at most timeout, default timeout()).
+  void wait(const std::vector<std::string>& keys);
+  void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
+  // Whether every key exists now (no waiting).
+  bool check(const std::vector<std::string>& keys);
+  // Removes key; returns whether it existed.
+  bool delete_key(const std::string& key);
+  int64_t num_keys();
+
+  std::chrono::milliseconds timeout() const { return timeout_; }
+  void set_timeout(std::chrono::milliseconds timeout) { timeout_ = timeout; }
+  const std::string& host() const { return host_; }
+  uint16_t port() const { return port_; }
+
+ private:
+  // Sends a request, returns the reply body after its status byte. A transport failure closes
+  // the connection (the stream is out of step) and throws naming `what`.
+  std::string request(const std::string& body, std::chrono::milliseconds wait, const std::string& what,
+                      uint8_t* status);
+
+  std::string host_;
+  uint16_t port_;
+  std::chrono::milliseconds timeout_;
+  std::unique_ptr<TCPStoreServer> server_;  // only on the hosting rank
+  std::mutex mutex_;                        // one request at a time on socket_
+  Socket socket_;
+};
+
+}  // namespace minidl::dist

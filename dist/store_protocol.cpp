@@ -1,0 +1,98 @@
+// dist/store_protocol.cpp — encoding and framing of TCPStore messages. See store_protocol.h.
+#include "dist/store_protocol.h"
+
+namespace minidl::dist::protocol {
+
+Writer& Writer::u8(uint8_t v) {
+  body_.push_back(static_cast<char>(v));
+  return *this;
+}
+
+Writer& Writer::u32(uint32_t v) {
+  for (int shift = 24; shift >= 0; shift -= 8) body_.push_back(static_cast<char>((v >> shift) & 0xff));
+  return *this;
+}
+
+Writer& Writer::i64(int64_t v) {
+  auto u = static_cast<uint64_t>(v);
+  for (int shift = 56; shift >= 0; shift -= 8) body_.push_back(static_cast<char>((u >> shift) & 0xff));
+  return *this;
+}
+
+Writer& Writer::str(const std::string& s) {
+  u32(static_cast<uint32_t>(s.size()));
+  body_ += s;
+  return *this;
+}
+
+const char* Reader::take(size_t n) {
+  if (body_.size() - pos_ < n) {
+    throw ProtocolError("truncated message (" + std::to_string(body_.size()) + " bytes)");
+  }
+  const char* p = body_.data() + pos_;
+  pos_ += n;
+  return p;
+}
+
+uint8_t Reader::u8() { return static_cast<uint8_t>(*take(1)); }
+
+uint32_t Reader::u32() {
+  const char* p = take(4);
+  uint32_t v = 0;
+  for (int i = 0; i < 4; ++i) v = (v << 8) | static_cast<uint8_t>(p[i]);
+  return v;
+}
+
+int64_t Reader::i64() {
+  const char* p = take(8);
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v = (v << 8) | static_cast<uint8_t>(p[i]);
+  return static_cast<int64_t>(v);
+}
+
+std::string Reader::str() {
+  uint32_t n = u32();
+  const char* p = take(n);
+  return std::string(p, n);
+}
+
+void Reader::expect_end() const {
+  if (pos_ != body_.size()) {
+    throw ProtocolError(std::to_string(body_.size() - pos_) + " unexpected bytes at the end of a message");
+  }
+}
+
+void send_frame(int fd, const std::string& body) {
+  if (body.size() > kMaxMessageBytes) {
+    throw std::runtime_error("TCPStore: message of " + std::to_string(body.size()) +
+                             " bytes exceeds the limit of " + std::to_string(kMaxMessageBytes) + " bytes");
+  }
+  Writer header;
+  header.u32(static_cast<uint32_t>(body.size()));
+  // One send for small messages keeps them in one TCP segment.
+  if (body.size() < 4096) {
+    std::string frame = header.body() + body;
+    send_all(fd, frame.data(), frame.size());
+  } else {
+    send_all(fd, header.body().data(), 4);
+    send_all(fd, body.data(), body.size());
+  }
+}
+
+bool recv_frame(int fd, std::string& body, Clock::time_point deadline) {
+  char header[4];
+  if (!recv_all(fd, header, sizeof(header), deadline)) return false;
+  std::string header_str(header, 4);
+  uint32_t size = Reader(header_str).u32();
+  if (size > kMaxMessageBytes) {
+    throw ProtocolError("message of " + std::to_string(size) + " bytes exceeds the limit of " +
+                        std::to_string(kMaxMessageBytes) + " bytes");
+  }
+  body.resize(size);
+  if (size > 0 && !recv_all(fd, body.data(), size, deadline)) {
+    throw std::runtime_error("connection closed in the middle of a message");
+  }
+  return true;
+}
+
+}  // namespace minidl::dist::protocol

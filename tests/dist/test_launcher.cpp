@@ -1,0 +1,173 @@
+// tests/dist/test_launcher.cpp — minidl-run: the environment it gives workers, prefixed output,
+// a failing worker stops the rest, SIGTERM reaches every worker, no process is left behind, bad
+// flags, and two launchers (--nnodes 2) forming one world of 4 on 127.0.0.1.
+// Simple workers are /bin/sh scripts; the store worker is this test binary itself
+// (MINIDL_TEST_WORKER, see worker_entry.cpp).
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <thread>
+
+#include "dist/socket.h"
+#include "tests/common/testing.h"
+#include "tests/dist/dist_test_util.h"
+
+using namespace std::chrono_literals;
+using ::testing::HasSubstr;
+using minidl::testing::exit_code;
+using minidl::testing::launcher_path;
+using minidl::testing::process_alive;
+using minidl::testing::read_pid_files;
+using minidl::testing::start_process;
+using minidl::testing::Subprocess;
+using minidl::testing::wait_process;
+
+namespace {
+
+class Launcher : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    struct stat st {};
+    ASSERT_EQ(::stat(launcher_path().c_str(), &st), 0)
+        << launcher_path() << " is missing: build the minidl-run target";
+  }
+
+  // minidl-run ARGS..., run to completion (at most 10 s).
+  Subprocess run(const std::vector<std::string>& args, const std::map<std::string, std::string>& env = {}) {
+    std::vector<std::string> argv{launcher_path()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    Subprocess p = start_process(argv, env);
+    EXPECT_TRUE(wait_process(p, 10s)) << "minidl-run did not finish within 10 s";
+    return p;
+  }
+
+  static void expect_all_gone(const std::vector<pid_t>& pids) {
+    for (pid_t pid : pids) EXPECT_FALSE(process_alive(pid)) << "worker pid " << pid << " is still alive";
+  }
+};
+
+// A shell worker that records its pid as DIR/pid.$RANK and waits until n workers have done so.
+std::string record_pid_and_wait(const std::string& dir, int n) {
+  return "echo $$ > " + dir + "/pid.$RANK; while [ $(ls " + dir + " | wc -l) -lt " + std::to_string(n) +
+         " ]; do sleep 0.02; done; ";
+}
+
+}  // namespace
+
+TEST_F(Launcher, GivesEachWorkerItsPlaceInTheWorld) {
+  uint16_t port = minidl::dist::find_free_port();
+  Subprocess p = run({"--nproc-per-node", "2", "--nnodes", "3", "--node-rank", "1", "--master-port", std::to_string(port),
+                      "/bin/sh", "-c",
+                      "echo $RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $GROUP_RANK $MASTER_ADDR $MASTER_PORT"});
+  EXPECT_EQ(exit_code(p), 0) << p.err;
+  std::string tail = " 6 0 2 1 127.0.0.1 " + std::to_string(port) + "\n";
+  EXPECT_THAT(p.out, HasSubstr("[rank 2] 2" + tail));
+  tail = " 6 1 2 1 127.0.0.1 " + std::to_string(port) + "\n";
+  EXPECT_THAT(p.out, HasSubstr("[rank 3] 3" + tail));
+}
+
+TEST_F(Launcher, PrefixesEveryOutputLineWithTheRank) {
+  Subprocess p = run({"--nproc-per-node=2", "/bin/sh", "-c",
+                      "echo one $RANK; echo two $RANK; echo oops $RANK >&2; printf 'no newline'"});
+  EXPECT_EQ(exit_code(p), 0) << p.err;
+  for (std::string r : {"0", "1"}) {
+    EXPECT_THAT(p.out, HasSubstr("[rank " + r + "] one " + r + "\n"));
+    EXPECT_THAT(p.out, HasSubstr("[rank " + r + "] two " + r + "\n"));
+    EXPECT_THAT(p.out, HasSubstr("[rank " + r + "] no newline\n"));
+    EXPECT_THAT(p.err, HasSubstr("[rank " + r + "] oops " + r + "\n"));
+  }
+  EXPECT_THAT(p.out, ::testing::Not(HasSubstr("oops")));
+}
+
+TEST_F(Launcher, AFailingWorkerStopsTheOthersAndIsNamed) {
+  std::string dir = minidl::testing::make_temp_dir();
+  auto start = std::chrono::steady_clock::now();
+  Subprocess p = run({"--nproc-per-node", "3", "/bin/sh", "-c",
+                      record_pid_and_wait(dir, 3) + "if [ $RANK = 1 ]; then exit 1; fi; exec sleep 30"});
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
+  EXPECT_EQ(exit_code(p), 1);
+  EXPECT_THAT(p.err, HasSubstr("failed: rank 1 exited with status 1"));
+  auto pids = read_pid_files(dir);
+  EXPECT_EQ(pids.size(), 3u);
+  expect_all_gone(pids);
+}
+
+TEST_F(Launcher, AWorkerKilledByASignalIsNamed) {
+  Subprocess p = run({"--nproc-per-node", "2", "/bin/sh", "-c",
+                      "if [ $RANK = 0 ]; then kill -KILL $$; fi; exec sleep 30"});
+  EXPECT_EQ(exit_code(p), 1);
+  EXPECT_THAT(p.err, HasSubstr("failed: rank 0 was killed by signal 9"));
+}
+
+TEST_F(Launcher, SigtermEndsAllWorkers) {
+  std::string dir = minidl::testing::make_temp_dir();
+  Subprocess p = start_process({launcher_path(), "--nproc-per-node", "2", "/bin/sh", "-c",
+                                record_pid_and_wait(dir, 2) + "exec sleep 30"});
+  for (int i = 0; i < 250 && read_pid_files(dir).size() < 2; ++i) std::this_thread::sleep_for(20ms);
+  auto pids = read_pid_files(dir);
+  ASSERT_EQ(pids.size(), 2u);
+  ::kill(p.pid, SIGTERM);
+  ASSERT_TRUE(wait_process(p, 10s));
+  EXPECT_EQ(exit_code(p), 128 + SIGTERM);
+  EXPECT_THAT(p.err, HasSubstr("received SIGTERM, forwarding it to the workers"));
+  expect_all_gone(pids);
+}
+
+TEST_F(Launcher, AWorkerIgnoringSigtermIsKilledAfterTheGracePeriod) {
+  std::string dir = minidl::testing::make_temp_dir();
+  // sh ignores TERM and so does the sleep it starts; only SIGKILL ends them.
+  Subprocess p = start_process({launcher_path(), "--nproc-per-node", "2", "/bin/sh", "-c",
+                                "trap '' TERM; " + record_pid_and_wait(dir, 2) + "sleep 30"});
+  for (int i = 0; i < 250 && read_pid_files(dir).size() < 2; ++i) std::this_thread::sleep_for(20ms);
+  auto pids = read_pid_files(dir);
+  ASSERT_EQ(pids.size(), 2u);
+  auto start = std::chrono::steady_clock::now();
+  ::kill(p.pid, SIGTERM);
+  ASSERT_TRUE(wait_process(p, 10s));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 8s);
+  EXPECT_EQ(exit_code(p), 128 + SIGTERM);
+  expect_all_gone(pids);
+}
+
+TEST_F(Launcher, AProgramThatCannotStartIsAFailure) {
+  Subprocess p = run({"--nproc-per-node", "1", "/nonexistent/program"});
+  EXPECT_EQ(exit_code(p), 1);
+  EXPECT_THAT(p.err, HasSubstr("cannot run '/nonexistent/program'"));
+  EXPECT_THAT(p.err, HasSubstr("failed: rank 0 exited with status 127"));
+}
+
+TEST_F(Launcher, BadFlagsPrintUsageAndExit2) {
+  for (std::vector<std::string> args : std::vector<std::vector<std::string>>{
+           {"--nproc-per-node", "two", "/bin/true"},
+           {"--nproc-per-node", "0", "/bin/true"},
+           {"--nnodes", "2", "--node-rank", "2", "/bin/true"},
+           {"--master-port", "70000", "/bin/true"},
+           {"--frobnicate", "/bin/true"},
+           {"--nproc-per-node", "2"},
+           {"--nproc-per-node"}}) {
+    Subprocess p = run(args);
+    EXPECT_EQ(exit_code(p), 2) << args[0];
+    EXPECT_THAT(p.err, HasSubstr("usage: minidl-run")) << args[0];
+  }
+}
+
+TEST_F(Launcher, TwoNodesOnOneMachineFormAWorldOfFour) {
+  std::string port = std::to_string(minidl::dist::find_free_port());
+  std::map<std::string, std::string> env{{"MINIDL_TEST_WORKER", "count"}};
+  auto node = [&](const std::string& node_rank) {
+    return start_process({launcher_path(), "--nproc-per-node", "2", "--nnodes", "2", "--node-rank", node_rank,
+                          "--master-addr", "127.0.0.1", "--master-port", port, minidl::testing::self_path()},
+                         env);
+  };
+  Subprocess node0 = node("0");
+  Subprocess node1 = node("1");
+  ASSERT_TRUE(wait_process(node0, 10s));
+  ASSERT_TRUE(wait_process(node1, 10s));
+  EXPECT_EQ(exit_code(node0), 0) << node0.err;
+  EXPECT_EQ(exit_code(node1), 0) << node1.err;
+  EXPECT_THAT(node0.out, HasSubstr("[rank 0] rank 0/4 local 0 group 0 count 4\n"));
+  EXPECT_THAT(node0.out, HasSubstr("[rank 1] rank 1/4 local 1 group 0 count 4\n"));
+  EXPECT_THAT(node1.out, HasSubstr("[rank 2] rank 2/4 local 0 group 1 count 4\n"));
+  EXPECT_THAT(node1.out, HasSubstr("[rank 3] rank 3/4 local 1 group 1 count 4\n"));
+}

@@ -1,0 +1,92 @@
+// tests/dist/test_spawn.cpp — dist::spawn: children see the world in their environment, meet
+// through the TCPStore, hand results back; a failing rank stops the others and its error
+// reaches the parent; no child is left behind.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <thread>
+
+#include "dist/env.h"
+#include "dist/spawn.h"
+#include "dist/store.h"
+#include "tests/common/testing.h"
+#include "tests/dist/dist_test_util.h"
+
+using namespace std::chrono_literals;
+using minidl::dist::SpawnOptions;
+using minidl::dist::spawn;
+using minidl::dist::spawn_with_results;
+
+namespace {
+
+// True when this process has no children left, reaped or not.
+bool no_children_left() {
+  int status = 0;
+  return ::waitpid(-1, &status, WNOHANG) == -1 && errno == ECHILD;
+}
+
+}  // namespace
+
+TEST(Spawn, ChildrenSeeTheWorldAndHandResultsBack) {
+  minidl::testing::EnvGuard env;  // the parent's own variables must not leak into the test
+  auto results = spawn_with_results(3, [](int rank) {
+    auto w = minidl::dist::world_info_from_env();
+    minidl::dist::TCPStore store(w.master_addr, {.port = w.master_port, .is_server = w.rank == 0, .timeout = 8s});
+    int64_t count = minidl::testing::count_rendezvous(store, w.rank, w.world_size);
+    return "rank " + std::to_string(rank) + " env " + std::to_string(w.rank) + "/" + std::to_string(w.world_size) +
+           " local " + std::to_string(w.local_rank) + "/" + std::to_string(w.local_world_size) + " count " +
+           std::to_string(count) + " addr " + w.master_addr;
+  });
+  ASSERT_EQ(results.size(), 3u);
+  for (int r = 0; r < 3; ++r) {
+    std::string n = std::to_string(r);
+    EXPECT_EQ(results[r], "rank " + n + " env " + n + "/3 local " + n + "/3 count 3 addr 127.0.0.1");
+  }
+  EXPECT_TRUE(no_children_left());
+}
+
+TEST(Spawn, LargeResultsArriveWhole) {
+  auto results = spawn_with_results(2, [](int rank) { return std::string(300000 + rank, static_cast<char>('a' + rank)); });
+  EXPECT_EQ(results[0], std::string(300000, 'a'));
+  EXPECT_EQ(results[1], std::string(300001, 'b'));
+}
+
+TEST(Spawn, AFailingRankStopsTheOthersAndReportsItsMessage) {
+  auto start = std::chrono::steady_clock::now();
+  EXPECT_THROW_MSG(spawn(3, [](int rank) {
+    if (rank == 1) throw std::runtime_error("boom from rank one");
+    std::this_thread::sleep_for(30s);  // the others would run long; spawn must stop them
+  }), std::runtime_error, "spawn: rank 1 failed: boom from rank one");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+  EXPECT_TRUE(no_children_left());
+}
+
+TEST(Spawn, ARankKilledByASignalIsNamed) {
+  EXPECT_THROW_MSG(spawn(2, [](int rank) {
+    if (rank == 0) ::raise(SIGKILL);
+    std::this_thread::sleep_for(30s);
+  }), std::runtime_error, "spawn: rank 0 failed: was killed by signal 9");
+  EXPECT_TRUE(no_children_left());
+}
+
+TEST(Spawn, AChildIgnoringSigtermIsKilledAfterTheGracePeriod) {
+  auto start = std::chrono::steady_clock::now();
+  EXPECT_THROW_MSG(spawn(2, [](int rank) {
+    if (rank == 1) {
+      std::this_thread::sleep_for(100ms);
+      ::_exit(4);
+    }
+    ::signal(SIGTERM, SIG_IGN);
+    std::this_thread::sleep_for(30s);
+  }, SpawnOptions{.kill_grace = 500ms}), std::runtime_error, "spawn: rank 1 failed: exited with status 4");
+  auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_GE(took, 500ms);
+  EXPECT_LT(took, 5s);
+  EXPECT_TRUE(no_children_left());
+}
+
+TEST(Spawn, NprocsMustBePositive) {
+  EXPECT_THROW_MSG(spawn(0, [](int) {}), std::runtime_error, "spawn: nprocs must be at least 1, got 0");
+}

@@ -1,0 +1,151 @@
+// tools/minidl_run.cpp — minidl-run, the launcher (torchrun's counterpart):
+//
+//   minidl-run --nproc-per-node N [--nnodes M --node-rank K --master-addr A --master-port P]
+//              PROGRAM ARGS...
+//
+// starts N copies of PROGRAM on this node with RANK = K*N + local, WORLD_SIZE = M*N, LOCAL_RANK,
+// LOCAL_WORLD_SIZE = N, GROUP_RANK = K, MASTER_ADDR, MASTER_PORT in their environment, prefixes
+// their output lines with "[rank R] ", forwards SIGINT/SIGTERM/SIGHUP, and when a worker fails
+// stops the others and exits 1 naming the rank and how it ended. Bad flags: usage, exit 2.
+//
+// Defaults: one node; MASTER_ADDR 127.0.0.1; MASTER_PORT a free port on one node, 29500 with
+// several (every node must be given the same one). Like torchrun, when OMP_NUM_THREADS is not
+// set and N > 1 it is set for the workers — to cores / N rather than torchrun's 1.
+// Two nodes on one machine:  minidl-run --nproc-per-node 2 --nnodes 2 --node-rank 0 --master-port 29500 ./train
+//                            minidl-run --nproc-per-node 2 --nnodes 2 --node-rank 1 --master-port 29500 ./train
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <iostream>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include "dist/socket.h"
+#include "tools/worker_group.h"
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: minidl-run --nproc-per-node N [--nnodes M] [--node-rank K] [--master-addr A]\n"
+    "                  [--master-port P] PROGRAM [ARGS...]\n"
+    "  --nproc-per-node N  workers on this node (default 1)\n"
+    "  --nnodes M          nodes in the job (default 1)\n"
+    "  --node-rank K       this node's index in [0, M) (default 0)\n"
+    "  --master-addr A     address of the node hosting rank 0 (default 127.0.0.1)\n"
+    "  --master-port P     its port (default: a free port with one node, 29500 with several)\n"
+    "Each worker gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR and\n"
+    "MASTER_PORT in its environment.\n";
+
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+int parse_int(const std::string& flag, const std::string& value, int lo, int hi) {
+  size_t used = 0;
+  long v = 0;
+  try {
+    v = std::stol(value, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != value.size()) throw UsageError(flag + " needs an integer, got '" + value + "'");
+  if (v < lo || v > hi) {
+    throw UsageError(flag + " must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + value);
+  }
+  return static_cast<int>(v);
+}
+
+minidl::launcher::LaunchConfig parse_args(int argc, char** argv, bool& help) {
+  minidl::launcher::LaunchConfig c;
+  std::optional<int> port;
+  int i = 1;
+  for (; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--") {
+      ++i;
+      break;
+    }
+    if (arg == "-h" || arg == "--help") {
+      help = true;
+      return c;
+    }
+    if (arg.rfind("--", 0) != 0) break;  // PROGRAM
+    std::string name = arg, value;
+    bool has_value = false;
+    if (auto eq = arg.find('='); eq != std::string::npos) {
+      name = arg.substr(0, eq);
+      value = arg.substr(eq + 1);
+      has_value = true;
+    }
+    std::replace(name.begin(), name.end(), '_', '-');  // torchrun accepts --nproc_per_node too
+    auto take = [&]() -> std::string {
+      if (has_value) return value;
+      if (i + 1 >= argc) throw UsageError(name + " needs a value");
+      return argv[++i];
+    };
+    if (name == "--nproc-per-node") {
+      c.nproc_per_node = parse_int(name, take(), 1, 4096);
+    } else if (name == "--nnodes") {
+      c.nnodes = parse_int(name, take(), 1, 65536);
+    } else if (name == "--node-rank") {
+      c.node_rank = parse_int(name, take(), 0, 65535);
+    } else if (name == "--master-addr") {
+      c.master_addr = take();
+      if (c.master_addr.empty()) throw UsageError("--master-addr must not be empty");
+    } else if (name == "--master-port") {
+      port = parse_int(name, take(), 1, 65535);
+    } else {
+      throw UsageError("unknown option " + arg);
+    }
+  }
+  for (; i < argc; ++i) c.command.push_back(argv[i]);
+  if (c.command.empty()) throw UsageError("no PROGRAM given");
+  if (c.node_rank >= c.nnodes) {
+    throw UsageError("--node-rank " + std::to_string(c.node_rank) + " is not below --nnodes " + std::to_string(c.nnodes));
+  }
+  if (port) {
+    c.master_port = static_cast<uint16_t>(*port);
+  } else {
+    c.master_port = c.nnodes == 1 ? minidl::dist::find_free_port(c.master_addr) : 29500;
+  }
+  return c;
+}
+
+void default_omp_threads(int nproc_per_node) {
+  if (nproc_per_node <= 1 || std::getenv("OMP_NUM_THREADS") != nullptr) return;
+  unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  int threads = std::max(1, static_cast<int>(cores) / nproc_per_node);
+  ::setenv("OMP_NUM_THREADS", std::to_string(threads).c_str(), 1);
+  std::cerr << "minidl-run: OMP_NUM_THREADS not set; using " << threads << " per worker (" << cores
+            << " cores / " << nproc_per_node << " workers)\n";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  minidl::launcher::LaunchConfig config;
+  try {
+    bool help = false;
+    config = parse_args(argc, argv, help);
+    if (help) {
+      std::cout << kUsage;
+      return 0;
+    }
+  } catch (const UsageError& e) {
+    std::cerr << "minidl-run: " << e.what() << "\n" << kUsage;
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "minidl-run: " << e.what() << "\n";
+    return 2;
+  }
+  default_omp_threads(config.nproc_per_node);
+  try {
+    return minidl::launcher::run_workers(config);
+  } catch (const std::exception& e) {
+    std::cerr << "minidl-run: " << e.what() << "\n";
+    return 1;
+  }
+}
