@@ -13,6 +13,9 @@
 // after options.kill_grace, and spawn throws std::runtime_error naming the first failed rank:
 // "spawn: rank 1 failed: <exception message>" or "spawn: rank 1 failed: was killed by signal 11
 // (Segmentation fault)". No child outlives spawn; a child also gets SIGTERM if the parent dies.
+// Children stay in the parent's process group (Ctrl-C reaches them all) and are signalled by
+// pid: processes a child starts itself are its own business. Unlike mp.spawn, which returns a
+// context object, spawn returns nothing; results come from spawn_with_results.
 //
 // fork() without exec, so read these before using it:
 //  - Only the calling thread exists in a child. Objects that own threads (a TCPStore server, a

@@ -11,6 +11,8 @@
 // Defaults: one node; MASTER_ADDR 127.0.0.1; MASTER_PORT a free port on one node, 29500 with
 // several (every node must be given the same one). Like torchrun, when OMP_NUM_THREADS is not
 // set and N > 1 it is set for the workers — to cores / N rather than torchrun's 1.
+// Workers read stdin from /dev/null and run in their own process groups (a stop signal reaches
+// whatever they started, too); they get SIGTERM if the launcher itself is killed.
 // Two nodes on one machine:  minidl-run --nproc-per-node 2 --nnodes 2 --node-rank 0 --master-port 29500 ./train
 //                            minidl-run --nproc-per-node 2 --nnodes 2 --node-rank 1 --master-port 29500 ./train
 #include <unistd.h>

@@ -28,6 +28,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+const int kHandledSignals[] = {SIGCHLD, SIGINT, SIGTERM, SIGHUP};
 int g_signal_pipe[2] = {-1, -1};
 
 void on_signal(int sig) {
@@ -43,7 +44,7 @@ void install_signal_handlers() {
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
-  for (int sig : {SIGCHLD, SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &sa, nullptr);
+  for (int sig : kHandledSignals) sigaction(sig, &sa, nullptr);
   ::signal(SIGPIPE, SIG_IGN);  // a closed stdout must not kill the launcher (reset in workers)
 }
 
@@ -155,9 +156,20 @@ int run_workers(const LaunchConfig& c) {
     Worker w;
     w.local_rank = local;
     w.rank = c.node_rank * c.nproc_per_node + local;
+    // Block our signals across fork(): a signal meant for the worker that arrived before exec
+    // would otherwise run the launcher's handler in the child and be lost.
+    sigset_t block, old;
+    sigemptyset(&block);
+    for (int sig : kHandledSignals) sigaddset(&block, sig);
+    sigprocmask(SIG_BLOCK, &block, &old);
     w.pid = ::fork();
+    if (w.pid == 0) {
+      for (int sig : kHandledSignals) ::signal(sig, SIG_DFL);
+      sigprocmask(SIG_SETMASK, &old, nullptr);  // pending signals now act with default dispositions
+      exec_worker(c, local, out[1], err[1], launcher);
+    }
+    sigprocmask(SIG_SETMASK, &old, nullptr);
     if (w.pid < 0) throw std::runtime_error(std::string("fork failed: ") + std::strerror(errno));
-    if (w.pid == 0) exec_worker(c, local, out[1], err[1], launcher);
     ::setpgid(w.pid, w.pid);  // also here, so it holds before we ever signal the group
     ::close(out[1]);
     ::close(err[1]);

@@ -125,15 +125,21 @@ int exit_code(const Subprocess& p) {
   return -1;
 }
 
-bool process_alive(pid_t pid) { return ::kill(pid, 0) == 0 || errno != ESRCH; }
+bool process_alive(pid_t pid) {
+  if (::kill(pid, 0) != 0 && errno == ESRCH) return false;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string pid_field, comm, state;
+  if (!(stat >> pid_field >> comm >> state)) return false;  // gone in between
+  return state != "Z";  // comm of our workers ("sh", "sleep") has no spaces
+}
 
-std::vector<pid_t> read_pid_files(const std::string& dir) {
+std::vector<pid_t> read_pid_files(const std::string& dir, const std::string& prefix) {
   std::vector<pid_t> pids;
   DIR* d = ::opendir(dir.c_str());
   if (d == nullptr) return pids;
   while (dirent* e = ::readdir(d)) {
     std::string name = e->d_name;
-    if (name.rfind("pid.", 0) != 0) continue;
+    if (name.rfind(prefix, 0) != 0) continue;
     std::ifstream in(dir + "/" + name);
     pid_t pid = 0;
     if (in >> pid && pid > 0) pids.push_back(pid);
@@ -142,10 +148,21 @@ std::vector<pid_t> read_pid_files(const std::string& dir) {
   return pids;
 }
 
-std::string make_temp_dir() {
+TempDir::TempDir() {
   char tmpl[] = "/tmp/minidl_dist_test_XXXXXX";
   if (::mkdtemp(tmpl) == nullptr) throw std::runtime_error("mkdtemp failed");
-  return tmpl;
+  path_ = tmpl;
+}
+
+TempDir::~TempDir() {
+  if (DIR* d = ::opendir(path_.c_str())) {
+    while (dirent* e = ::readdir(d)) {
+      std::string name = e->d_name;
+      if (name != "." && name != "..") ::unlink((path_ + "/" + name).c_str());
+    }
+    ::closedir(d);
+  }
+  ::rmdir(path_.c_str());
 }
 
 std::string launcher_path() { return std::string(MINIDL_BINARY_DIR) + "/tools/minidl-run"; }

@@ -43,12 +43,24 @@ bool wait_process(Subprocess& p, std::chrono::milliseconds timeout);
 // Exit code of an exited process, or 128 + signal.
 int exit_code(const Subprocess& p);
 
-// Whether a process with this pid exists (zombies count as existing).
+// Whether a process with this pid is running (a zombie, already dead but not yet reaped by
+// whoever inherited it, does not count).
 bool process_alive(pid_t pid);
-// Pids written as files "pid.<rank>" (contents: a pid) in dir.
-std::vector<pid_t> read_pid_files(const std::string& dir);
-// A fresh empty directory under /tmp.
-std::string make_temp_dir();
+// Pids written as files "<prefix><rank>" (contents: a pid) in dir.
+std::vector<pid_t> read_pid_files(const std::string& dir, const std::string& prefix = "pid.");
+
+// A fresh empty directory under /tmp, removed with its files on destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
 
 // Path of the minidl-run binary in the build tree, and of this test executable.
 std::string launcher_path();

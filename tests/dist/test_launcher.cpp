@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <thread>
 
@@ -49,8 +50,17 @@ class Launcher : public ::testing::Test {
 
 // A shell worker that records its pid as DIR/pid.$RANK and waits until n workers have done so.
 std::string record_pid_and_wait(const std::string& dir, int n) {
-  return "echo $$ > " + dir + "/pid.$RANK; while [ $(ls " + dir + " | wc -l) -lt " + std::to_string(n) +
+  return "echo $$ > " + dir + "/pid.$RANK; while [ $(ls " + dir + " | grep -c '^pid') -lt " + std::to_string(n) +
          " ]; do sleep 0.02; done; ";
+}
+
+// Waits (at most 5 s) until none of pids is running.
+bool all_gone_within_5s(const std::vector<pid_t>& pids) {
+  for (int i = 0; i < 250; ++i) {
+    if (std::none_of(pids.begin(), pids.end(), process_alive)) return true;
+    std::this_thread::sleep_for(20ms);
+  }
+  return false;
 }
 
 }  // namespace
@@ -81,16 +91,23 @@ TEST_F(Launcher, PrefixesEveryOutputLineWithTheRank) {
 }
 
 TEST_F(Launcher, AFailingWorkerStopsTheOthersAndIsNamed) {
-  std::string dir = minidl::testing::make_temp_dir();
+  minidl::testing::TempDir tmp;
+  const std::string& dir = tmp.path();
   auto start = std::chrono::steady_clock::now();
+  // Every worker also leaves a background grandchild; it must not survive either.
   Subprocess p = run({"--nproc-per-node", "3", "/bin/sh", "-c",
-                      record_pid_and_wait(dir, 3) + "if [ $RANK = 1 ]; then exit 1; fi; exec sleep 30"});
+                      "sleep 30 & echo $! > " + dir + "/grandchild.$RANK; " + record_pid_and_wait(dir, 3) +
+                          "if [ $RANK = 1 ]; then exit 1; fi; exec sleep 30"});
   EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
   EXPECT_EQ(exit_code(p), 1);
+  EXPECT_THAT(p.err, HasSubstr("rank 1 (local rank 1, pid "));
   EXPECT_THAT(p.err, HasSubstr("failed: rank 1 exited with status 1"));
   auto pids = read_pid_files(dir);
   EXPECT_EQ(pids.size(), 3u);
   expect_all_gone(pids);
+  auto grandchildren = read_pid_files(dir, "grandchild.");
+  EXPECT_EQ(grandchildren.size(), 3u);
+  EXPECT_TRUE(all_gone_within_5s(grandchildren));  // orphaned zombies are reaped by init
 }
 
 TEST_F(Launcher, AWorkerKilledByASignalIsNamed) {
@@ -101,7 +118,8 @@ TEST_F(Launcher, AWorkerKilledByASignalIsNamed) {
 }
 
 TEST_F(Launcher, SigtermEndsAllWorkers) {
-  std::string dir = minidl::testing::make_temp_dir();
+  minidl::testing::TempDir tmp;
+  const std::string& dir = tmp.path();
   Subprocess p = start_process({launcher_path(), "--nproc-per-node", "2", "/bin/sh", "-c",
                                 record_pid_and_wait(dir, 2) + "exec sleep 30"});
   for (int i = 0; i < 250 && read_pid_files(dir).size() < 2; ++i) std::this_thread::sleep_for(20ms);
@@ -114,8 +132,36 @@ TEST_F(Launcher, SigtermEndsAllWorkers) {
   expect_all_gone(pids);
 }
 
+TEST_F(Launcher, SigintIsForwardedToo) {
+  minidl::testing::TempDir tmp;
+  const std::string& dir = tmp.path();
+  Subprocess p = start_process({launcher_path(), "--nproc-per-node", "2", "/bin/sh", "-c",
+                                record_pid_and_wait(dir, 2) + "exec sleep 30"});
+  for (int i = 0; i < 250 && read_pid_files(dir).size() < 2; ++i) std::this_thread::sleep_for(20ms);
+  auto pids = read_pid_files(dir);
+  ASSERT_EQ(pids.size(), 2u);
+  ::kill(p.pid, SIGINT);
+  ASSERT_TRUE(wait_process(p, 10s));
+  EXPECT_EQ(exit_code(p), 128 + SIGINT);
+  expect_all_gone(pids);
+}
+
+TEST_F(Launcher, WorkersDieWithAKilledLauncher) {
+  minidl::testing::TempDir tmp;
+  const std::string& dir = tmp.path();
+  Subprocess p = start_process({launcher_path(), "--nproc-per-node", "2", "/bin/sh", "-c",
+                                record_pid_and_wait(dir, 2) + "exec sleep 30"});
+  for (int i = 0; i < 250 && read_pid_files(dir).size() < 2; ++i) std::this_thread::sleep_for(20ms);
+  auto pids = read_pid_files(dir);
+  ASSERT_EQ(pids.size(), 2u);
+  ::kill(p.pid, SIGKILL);  // no chance to clean up: PR_SET_PDEATHSIG sends the workers SIGTERM
+  ASSERT_TRUE(wait_process(p, 10s));
+  EXPECT_TRUE(all_gone_within_5s(pids));
+}
+
 TEST_F(Launcher, AWorkerIgnoringSigtermIsKilledAfterTheGracePeriod) {
-  std::string dir = minidl::testing::make_temp_dir();
+  minidl::testing::TempDir tmp;
+  const std::string& dir = tmp.path();
   // sh ignores TERM and so does the sleep it starts; only SIGKILL ends them.
   Subprocess p = start_process({launcher_path(), "--nproc-per-node", "2", "/bin/sh", "-c",
                                 "trap '' TERM; " + record_pid_and_wait(dir, 2) + "sleep 30"});
