@@ -1,0 +1,87 @@
+// examples/bench_core.cpp — Google Benchmark figures for the core: GEMM GFLOP/s (256..2048),
+// conv2d forward/backward of the reference CNN's layers, element-wise bandwidth (GB/s), and the
+// cost of one tiny op with and without autograd (µs/op). tools/bench_torch.py measures the same
+// things with PyTorch on the same machine; docs/benchmarks.md records both.
+//   ./build/examples/bench_core --benchmark_min_time=0.5
+//   MINIDL_THREADS=1 ./build/examples/bench_core     # one thread
+#include <benchmark/benchmark.h>
+
+#include <cstdlib>
+
+#include "autograd/autograd_all.h"
+#include "kernels/cpu/parallel.h"
+#include "tensor/tensor_all.h"
+
+using namespace minidl;
+
+namespace {
+
+// C (n, n) = A (n, n) B (n, n), float32: 2 n^3 flops
+void BM_Gemm(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  Tensor a = randn({n, n}, RandomKey{1, 0}), b = randn({n, n}, RandomKey{1, 1});
+  for (auto _ : state) benchmark::DoNotOptimize(mm(a, b));
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * n * n * n * static_cast<double>(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_Gemm)->Arg(256)->Arg(512)->Arg(1024)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// The reference CNN's two convolutions at batch 128: (128,1,28,28)->32 and (128,32,14,14)->64, 3x3 pad 1.
+void conv_case(benchmark::State& state, bool backward) {
+  const int64_t cin = state.range(0), cout = state.range(1), hw = state.range(2), n = 128;
+  Tensor x = randn({n, cin, hw, hw}, RandomKey{2, 0}), w = randn({cout, cin, 3, 3}, RandomKey{2, 1});
+  Tensor b = zeros({cout});
+  Conv2dParams p{.pad_h = 1, .pad_w = 1};
+  Tensor y = conv2d_forward(x, w, b, p);
+  Tensor dy = ones_like(y);
+  for (auto _ : state) {
+    if (backward) {
+      benchmark::DoNotOptimize(conv2d_backward(x, w, dy, true, p));
+    } else {
+      benchmark::DoNotOptimize(conv2d_forward(x, w, b, p));
+    }
+  }
+  const double flops = 2.0 * n * cout * hw * hw * cin * 9 * (backward ? 2 : 1);
+  state.counters["GFLOP/s"] = benchmark::Counter(flops * static_cast<double>(state.iterations()) / 1e9,
+                                                 benchmark::Counter::kIsRate);
+}
+void BM_Conv2dForward(benchmark::State& s) { conv_case(s, false); }
+void BM_Conv2dBackward(benchmark::State& s) { conv_case(s, true); }
+BENCHMARK(BM_Conv2dForward)->Args({1, 32, 28})->Args({32, 64, 14})->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Conv2dBackward)->Args({1, 32, 28})->Args({32, 64, 14})->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// y = a + b over n float32: reads 2n, writes n elements
+void BM_AddBandwidth(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  Tensor a = randn({n}, RandomKey{3, 0}), b = randn({n}, RandomKey{3, 1});
+  for (auto _ : state) benchmark::DoNotOptimize(add(a, b));
+  state.counters["GB/s"] = benchmark::Counter(12.0 * n * static_cast<double>(state.iterations()) / 1e9,
+                                              benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_AddBandwidth)->Arg(1 << 20)->Arg(1 << 24)->UseRealTime();
+
+// One tiny op (add of two 1-element tensors): the per-op overhead of dispatch and allocation.
+void BM_TinyOpTensor(benchmark::State& state) {
+  Tensor a = ones({1}), b = ones({1});
+  for (auto _ : state) benchmark::DoNotOptimize(add(a, b));
+}
+BENCHMARK(BM_TinyOpTensor);
+
+// The same with autograd recording a graph node (inputs require grad).
+void BM_TinyOpAutograd(benchmark::State& state) {
+  Variable a(ones({1}), true), b(ones({1}), true);
+  for (auto _ : state) benchmark::DoNotOptimize(add(a, b));
+}
+BENCHMARK(BM_TinyOpAutograd);
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (const char* t = std::getenv("MINIDL_THREADS")) kernels::cpu::set_num_threads(std::atoi(t));
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::AddCustomContext("minidl threads", std::to_string(kernels::cpu::get_num_threads()));
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
