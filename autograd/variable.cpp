@@ -48,9 +48,17 @@ Variable& Variable::requires_grad_(bool r) {
   return *this;
 }
 
-void Variable::register_post_accumulate_grad_hook(GradHook hook) const {
+uint64_t Variable::register_post_accumulate_grad_hook(GradHook hook) const {
   if (!is_leaf()) throw std::logic_error("register_post_accumulate_grad_hook: only leaf Variables have one");
-  impl_->post_accumulate_grad_hooks.push_back(std::move(hook));
+  static std::atomic<uint64_t> next_handle{1};
+  const uint64_t handle = next_handle.fetch_add(1);
+  impl_->post_accumulate_grad_hooks.emplace_back(handle, std::move(hook));
+  return handle;
+}
+
+void Variable::remove_post_accumulate_grad_hook(uint64_t handle) const {
+  auto& hooks = impl_->post_accumulate_grad_hooks;
+  std::erase_if(hooks, [handle](const auto& h) { return h.first == handle; });
 }
 
 Variable Variable::make_result(Tensor data, std::vector<Variable> inputs, BackwardFn backward, const char* name) {
@@ -114,7 +122,7 @@ void accumulate_into_leaf(VariableImpl* v, const Tensor& g) {
   } else {
     add_(v->grad, g);
   }
-  for (auto& hook : v->post_accumulate_grad_hooks) hook(v->grad);
+  for (auto& [handle, hook] : v->post_accumulate_grad_hooks) hook(v->grad);
 }
 }  // namespace
 

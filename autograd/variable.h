@@ -38,7 +38,7 @@ struct VariableImpl {
   Tensor grad;
   bool requires_grad = false;
   std::shared_ptr<Node> grad_fn;
-  std::vector<GradHook> post_accumulate_grad_hooks;
+  std::vector<std::pair<uint64_t, GradHook>> post_accumulate_grad_hooks;  // (handle, hook)
 };
 
 class Variable {
@@ -68,8 +68,9 @@ class Variable {
   Variable detach() const { return Variable(impl_->data, false); }
 
   // Called after this leaf's gradient for the current backward has been accumulated into .grad.
-  void register_post_accumulate_grad_hook(GradHook hook) const;
-  void clear_hooks() const { impl_->post_accumulate_grad_hooks.clear(); }
+  // Returns a handle for remove_post_accumulate_grad_hook.
+  uint64_t register_post_accumulate_grad_hook(GradHook hook) const;
+  void remove_post_accumulate_grad_hook(uint64_t handle) const;
 
   // Tensor-like accessors
   const Shape& shape() const { return impl_->data.shape(); }
