@@ -63,14 +63,12 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions
   if (options_.prefetch_factor < 1)
     throw std::invalid_argument("DataLoader: prefetch_factor must be >= 1, got " +
                                 std::to_string(options_.prefetch_factor));
-  epoch_ = batch_sampler_.sampler()->epoch();
 }
 
 DataLoader::~DataLoader() { stop_workers(); }
 
 void DataLoader::set_epoch(int64_t epoch) {
   reset();
-  epoch_ = epoch;
   batch_sampler_.set_epoch(epoch);
 }
 
@@ -86,7 +84,7 @@ Batch DataLoader::load_batch(int64_t k) const {
   for (int64_t i : indices) {
     Example ex = dataset_->get(i);
     if (options_.transform)
-      ex.input = options_.transform->apply(ex.input, SampleKey{.seed = options_.seed, .epoch = epoch_, .index = i});
+      ex.input = options_.transform->apply(ex.input, SampleKey{.seed = options_.seed, .epoch = pass_epoch_, .index = i});
     examples.push_back(std::move(ex));
   }
   Batch b = collate(examples);
@@ -98,6 +96,7 @@ Batch DataLoader::load_batch(int64_t k) const {
 void DataLoader::start_pass() {
   stop_workers();
   batches_ = batch_sampler_.batches();
+  pass_epoch_ = epoch();
   next_to_load_ = 0;
   next_to_yield_ = 0;
   stop_ = false;

@@ -66,9 +66,9 @@ class DataLoader {
 
   // Batches per epoch.
   int64_t size() const { return batch_sampler_.size(); }
-  // Sets the epoch of the sampler and of the transforms' keys; stops a pass in progress.
+  // Sets the sampler's epoch, which also keys the transforms; stops a pass in progress.
   void set_epoch(int64_t epoch);
-  int64_t epoch() const { return epoch_; }
+  int64_t epoch() const { return batch_sampler_.sampler()->epoch(); }
   const DataLoaderOptions& options() const { return options_; }
   const Dataset& dataset() const { return *dataset_; }
 
@@ -115,11 +115,11 @@ class DataLoader {
   std::shared_ptr<const Dataset> dataset_;
   DataLoaderOptions options_;
   BatchSampler batch_sampler_;
-  int64_t epoch_ = 0;
 
-  // The pass in progress. batches_ is fixed while workers run.
+  // The pass in progress. batches_ and pass_epoch_ are fixed while workers run.
   bool active_ = false;
   std::vector<std::vector<int64_t>> batches_;
+  int64_t pass_epoch_ = 0;
   std::vector<std::thread> workers_;
 
   // Shared with the workers, guarded by mutex_.

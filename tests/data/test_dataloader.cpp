@@ -138,6 +138,19 @@ TEST(DataLoader, TransformIsKeyedByDatasetIndexNotBatchPosition) {
     }
 }
 
+TEST(DataLoader, EpochSetOnACustomSamplerAlsoKeysTheTransform) {
+  auto ds = make_images(6);
+  auto sampler = std::make_shared<RandomSampler>(6, 4);
+  const auto crop = std::make_shared<RandomCrop>(RandomCropOptions{.size = 4, .padding = 2});
+  DataLoader loader(ds, {.batch_size = 6, .seed = 4, .transform = crop}, sampler);
+  sampler->set_epoch(3);  // as a training loop driving a DistributedSampler might
+  EXPECT_EQ(loader.epoch(), 3);
+  const Batch b = *loader.next();
+  EXPECT_EQ(b.indices, randperm(6, RandomKey{4, 3}).to_vector<int64_t>());
+  const Tensor want = crop->apply(ds->get(b.indices[0]).input, {.seed = 4, .epoch = 3, .index = b.indices[0]});
+  expect_equal(b.input[0].contiguous(), want);
+}
+
 TEST(DataLoader, CustomSamplerDecidesTheOrder) {
   class Reversed : public Sampler {
    public:
@@ -174,10 +187,18 @@ TEST(DataLoader, PrefetchIsBoundedByWorkersTimesPrefetchFactor) {
   auto counting = std::make_shared<InstrumentedDataset>(make_dataset(100));
   DataLoader loader(counting, {.batch_size = 2, .num_workers = 2, .prefetch_factor = 2});
   ASSERT_TRUE(loader.next().has_value());
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  // Consumed batch 0; window of 2 * 2 batches ahead: batches 1..4 at most, 2 examples each.
-  EXPECT_LE(counting->calls.load(), 2 * 5);
-  EXPECT_GE(counting->calls.load(), 2 * 2);
+  // Consumed batch 0; the window of 2 * 2 batches ahead fills up (batches 1..4, 2 examples each)...
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (counting->calls.load() < 2 * 5 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_EQ(counting->calls.load(), 2 * 5);
+  // ...and no further while the consumer does not take a batch.
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(counting->calls.load(), 2 * 5);
+  ASSERT_TRUE(loader.next().has_value());
+  while (counting->calls.load() < 2 * 6 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_EQ(counting->calls.load(), 2 * 6);
 }
 
 TEST(DataLoader, DestroyingMidEpochJoinsWorkersWithoutDeadlock) {
