@@ -1,0 +1,80 @@
+// dist/process_group.cpp — the backend-independent parts of ProcessGroup: reduce-op names, the
+// blocking all_gather / reduce_scatter forms, and the byte-string collectives built on them
+// (all_gather_object: all-gather the lengths, then the bytes padded to the longest;
+// broadcast_object: broadcast the length, then the bytes).
+#include "dist/process_group.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "tensor/creation.h"
+
+namespace minidl::dist {
+
+const char* reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::SUM: return "sum";
+    case ReduceOp::AVG: return "avg";
+    case ReduceOp::MAX: return "max";
+    case ReduceOp::MIN: return "min";
+  }
+  return "?";
+}
+
+bool debug_mode(const ProcessGroupOptions& options) {
+  if (options.debug.has_value()) return *options.debug;
+  const char* env = std::getenv("MINIDL_DIST_DEBUG");
+  return env != nullptr && std::string(env) == "1";
+}
+
+std::vector<Tensor> ProcessGroup::all_gather(const Tensor& t) {
+  std::vector<Tensor> out;
+  all_gather_async(t, out)->wait();
+  return out;
+}
+
+Tensor ProcessGroup::reduce_scatter(const Tensor& input, ReduceOp op) {
+  if (input.dim() < 1 || input.size(0) % size_ != 0)
+    throw std::invalid_argument("reduce_scatter: input " + input.desc() + " must have a first dim divisible by the world size " +
+                                std::to_string(size_));
+  Shape shape = input.shape();
+  shape[0] /= size_;  // (size * n, ...) -> (n, ...)
+  Tensor out = empty(shape, input.dtype(), input.device());
+  reduce_scatter_async(input, out, op)->wait();
+  return out;
+}
+
+std::vector<std::string> ProcessGroup::all_gather_object(const std::string& bytes) {
+  // 1. Every rank's length: int64[1] each.
+  Tensor length = from_vector<int64_t>({static_cast<int64_t>(bytes.size())}, {1});
+  std::vector<Tensor> lengths = all_gather(length);
+  int64_t longest = 0;
+  for (const Tensor& l : lengths) longest = std::max(longest, l.data<int64_t>()[0]);
+  // 2. The bytes, padded to the longest so every rank sends the same shape: uint8[longest].
+  Tensor padded = zeros({longest}, DType::UInt8);
+  if (!bytes.empty()) std::memcpy(padded.data<uint8_t>(), bytes.data(), bytes.size());
+  std::vector<Tensor> gathered = all_gather(padded);
+  std::vector<std::string> out(static_cast<size_t>(size_));
+  for (int r = 0; r < size_; ++r) {
+    const auto* p = reinterpret_cast<const char*>(gathered[static_cast<size_t>(r)].data<uint8_t>());
+    out[static_cast<size_t>(r)].assign(p, static_cast<size_t>(lengths[static_cast<size_t>(r)].data<int64_t>()[0]));
+  }
+  return out;
+}
+
+void ProcessGroup::broadcast_object(std::string& bytes, int root) {
+  // 1. The root's length, so the others can size their buffer.
+  Tensor length = from_vector<int64_t>({static_cast<int64_t>(bytes.size())}, {1});
+  broadcast(length, root);
+  const int64_t n = length.data<int64_t>()[0];
+  // 2. The bytes: uint8[n].
+  Tensor buffer = zeros({n}, DType::UInt8);
+  if (rank_ == root && n > 0) std::memcpy(buffer.data<uint8_t>(), bytes.data(), static_cast<size_t>(n));
+  broadcast(buffer, root);
+  bytes.assign(reinterpret_cast<const char*>(buffer.data<uint8_t>()), static_cast<size_t>(n));
+}
+
+}  // namespace minidl::dist

@@ -1,0 +1,79 @@
+// dist/process_group.h — ProcessGroup: the collectives every data-parallel piece is built on.
+//
+// One interface, two backends: ProcessGroupGloo (CPU tensors, Gloo over TCP, rendezvous through
+// our TCPStore) and ProcessGroupNCCL (CUDA tensors). Collectives work in place on contiguous
+// tensors and are issued in the same order on every rank. *_async variants return a Work whose
+// wait() blocks until the result is in the tensor (and rethrows the collective's error).
+// Every collective has a timeout: a rank that never arrives makes the others fail with an error
+// naming the collective, its sequence number and the timeout, never hang.
+// With MINIDL_DIST_DEBUG=1 ranks first compare (sequence number, op, dtype, shape) and fail fast
+// naming the first rank that differs.
+#pragma once
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tensor/tensor.h"
+
+namespace minidl::dist {
+
+enum class ReduceOp { SUM, AVG, MAX, MIN };
+const char* reduce_op_name(ReduceOp op);
+
+class Work {
+ public:
+  virtual ~Work() = default;
+  virtual void wait() = 0;             // rethrows the collective's error, if any
+  virtual bool is_completed() = 0;
+};
+
+struct ProcessGroupOptions {
+  std::chrono::milliseconds timeout = std::chrono::seconds(300);
+  // Debug mode (compare every collective's fingerprint across ranks first). Unset: on when the
+  // environment has MINIDL_DIST_DEBUG=1.
+  std::optional<bool> debug;
+};
+
+// Whether options.debug, or else MINIDL_DIST_DEBUG=1, asks for debug mode.
+bool debug_mode(const ProcessGroupOptions& options);
+
+class ProcessGroup {
+ public:
+  ProcessGroup(int rank, int size) : rank_(rank), size_(size) {}
+  virtual ~ProcessGroup() = default;
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  virtual std::string backend_name() const = 0;
+
+  // ---- async primitives (in place) ----
+  virtual std::shared_ptr<Work> all_reduce_async(Tensor& t, ReduceOp op = ReduceOp::SUM) = 0;
+  virtual std::shared_ptr<Work> broadcast_async(Tensor& t, int root) = 0;
+  // Gathers every rank's tensor: out[r] is rank r's tensor (out is resized to size()). Tensors may
+  // differ in their first dim; all other dims and the dtype must match.
+  virtual std::shared_ptr<Work> all_gather_async(const Tensor& t, std::vector<Tensor>& out) = 0;
+  // input (size() * n, ...) -> out (n, ...): rank r gets the reduction of every rank's r-th slab.
+  virtual std::shared_ptr<Work> reduce_scatter_async(const Tensor& input, Tensor& out, ReduceOp op = ReduceOp::SUM) = 0;
+  virtual std::shared_ptr<Work> barrier_async() = 0;
+
+  // ---- blocking forms ----
+  void all_reduce(Tensor& t, ReduceOp op = ReduceOp::SUM) { all_reduce_async(t, op)->wait(); }
+  void broadcast(Tensor& t, int root) { broadcast_async(t, root)->wait(); }
+  std::vector<Tensor> all_gather(const Tensor& t);
+  Tensor reduce_scatter(const Tensor& input, ReduceOp op = ReduceOp::SUM);
+  void barrier() { barrier_async()->wait(); }
+
+  // ---- byte strings (any serialised object) ----
+  std::vector<std::string> all_gather_object(const std::string& bytes);
+  void broadcast_object(std::string& bytes, int root);
+
+ protected:
+  int rank_;
+  int size_;
+};
+
+}  // namespace minidl::dist

@@ -1,0 +1,73 @@
+// tests/dist/pg_test_util.h — helpers for the process-group tests: run a function in N forked
+// ranks that each own a TCPStore and a ProcessGroupGloo (created in the child, never in the
+// parent: Gloo starts threads, which do not survive fork), and checks that throw (GoogleTest
+// assertions in a child would be lost; an exception reaches the parent through spawn's message).
+#pragma once
+#include <chrono>
+#include <functional>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "dist/env.h"
+#include "dist/process_group_gloo.h"
+#include "dist/spawn.h"
+#include "dist/store.h"
+#include "tensor/tensor_all.h"
+#include "tests/dist/dist_test_util.h"
+
+namespace minidl::testing {
+
+inline dist::ProcessGroupOptions quick_options(std::chrono::milliseconds timeout = std::chrono::seconds(5),
+                                               std::optional<bool> debug = false) {
+  return dist::ProcessGroupOptions{.timeout = timeout, .debug = debug};
+}
+
+// Runs fn(pg) on every rank of a world of n forked processes; returns each rank's result.
+inline std::vector<std::string> run_gloo_world(int n, const std::function<std::string(dist::ProcessGroupGloo&)>& fn,
+                                               dist::ProcessGroupOptions options = quick_options()) {
+  EnvGuard env;  // the parent's variables must not leak into the children
+  return dist::spawn_with_results(n, [&](int) {
+    dist::WorldInfo w = dist::world_info_from_env();
+    dist::TCPStore store(w.master_addr, {.port = w.master_port, .is_server = w.rank == 0, .timeout = std::chrono::seconds(10)});
+    std::string result;
+    {
+      dist::ProcessGroupGloo pg(store, w.rank, w.world_size, options);
+      result = fn(pg);
+    }
+    // Rank 0 hosts the store: keep it up until every rank has torn its group down.
+    count_rendezvous(store, w.rank, w.world_size);
+    return result;
+  });
+}
+
+inline void require(bool ok, const std::string& what) {
+  if (!ok) throw std::runtime_error("check failed: " + what);
+}
+
+// Bitwise equality of dtype, shape and values, or an exception naming `what` and the first difference.
+inline void require_equal(const Tensor& actual, const Tensor& expected, const std::string& what) {
+  if (actual.dtype() != expected.dtype() || actual.shape() != expected.shape())
+    throw std::runtime_error(what + ": got " + actual.desc() + ", expected " + expected.desc());
+  std::vector<double> a = actual.to_vector<double>(), e = expected.to_vector<double>();
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i] != e[i]) {
+      std::ostringstream os;
+      os << what << ": element " << i << " is " << a[i] << ", expected " << e[i];
+      throw std::runtime_error(os.str());
+    }
+}
+
+// Runs stmt and returns its exception's message ("" if it did not throw).
+template <class F>
+std::string error_of(F&& stmt) {
+  try {
+    stmt();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace minidl::testing
