@@ -26,17 +26,17 @@ struct LtOp { template <class T> MINIDL_HD T operator()(T a, T b) const { return
 
 // ---- unary forward ----
 struct NegOp { template <class T> MINIDL_HD T operator()(T x) const { return -x; } };
-struct ExpOp { template <class T> MINIDL_HD T operator()(T x) const { return exp(x); } };
-struct LogOp { template <class T> MINIDL_HD T operator()(T x) const { return log(x); } };
-struct SqrtOp { template <class T> MINIDL_HD T operator()(T x) const { return sqrt(x); } };
-struct RsqrtOp { template <class T> MINIDL_HD T operator()(T x) const { return T(1) / sqrt(x); } };
+struct ExpOp { template <class T> MINIDL_HD T operator()(T x) const { return std::exp(x); } };
+struct LogOp { template <class T> MINIDL_HD T operator()(T x) const { return std::log(x); } };
+struct SqrtOp { template <class T> MINIDL_HD T operator()(T x) const { return std::sqrt(x); } };
+struct RsqrtOp { template <class T> MINIDL_HD T operator()(T x) const { return T(1) / std::sqrt(x); } };
 struct AbsOp { template <class T> MINIDL_HD T operator()(T x) const { return x < T(0) ? -x : x; } };
-struct TanhOp { template <class T> MINIDL_HD T operator()(T x) const { return tanh(x); } };
+struct TanhOp { template <class T> MINIDL_HD T operator()(T x) const { return std::tanh(x); } };
 struct SigmoidOp {
   template <class T> MINIDL_HD T operator()(T x) const {
     // stable for large |x|: never exponentiates a large positive number
-    if (x >= T(0)) return T(1) / (T(1) + exp(-x));
-    T e = exp(x);
+    if (x >= T(0)) return T(1) / (T(1) + std::exp(-x));
+    T e = std::exp(x);
     return e / (T(1) + e);
   }
 };
@@ -45,7 +45,7 @@ struct PowScalarOp {
   double p;
   template <class T> MINIDL_HD T operator()(T x) const {
     if (p == 2.0) return x * x;
-    return pow(x, T(p));
+    return std::pow(x, T(p));
   }
 };
 struct AddScalarOp { double s; template <class T> MINIDL_HD T operator()(T x) const { return x + T(s); } };
@@ -55,14 +55,14 @@ struct DivScalarOp { double s; template <class T> MINIDL_HD T operator()(T x) co
 // GELU, exact form: x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2))
 struct GeluErfOp {
   template <class T> MINIDL_HD T operator()(T x) const {
-    return T(0.5) * x * (T(1) + erf(x * T(0.70710678118654752440)));
+    return T(0.5) * x * (T(1) + std::erf(x * T(0.70710678118654752440)));
   }
 };
 // GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
 struct GeluTanhOp {
   template <class T> MINIDL_HD T operator()(T x) const {
     const T k = T(0.79788456080286535588);
-    return T(0.5) * x * (T(1) + tanh(k * (x + T(0.044715) * x * x * x)));
+    return T(0.5) * x * (T(1) + std::tanh(k * (x + T(0.044715) * x * x * x)));
   }
 };
 
@@ -70,8 +70,8 @@ struct GeluTanhOp {
 struct ReluBackward { template <class T> MINIDL_HD T operator()(T x, T dy) const { return x > T(0) ? dy : T(0); } };
 struct GeluErfBackward {
   template <class T> MINIDL_HD T operator()(T x, T dy) const {
-    const T cdf = T(0.5) * (T(1) + erf(x * T(0.70710678118654752440)));
-    const T pdf = T(0.39894228040143267794) * exp(T(-0.5) * x * x);
+    const T cdf = T(0.5) * (T(1) + std::erf(x * T(0.70710678118654752440)));
+    const T pdf = T(0.39894228040143267794) * std::exp(T(-0.5) * x * x);
     return dy * (cdf + x * pdf);
   }
 };
@@ -79,7 +79,7 @@ struct GeluTanhBackward {
   template <class T> MINIDL_HD T operator()(T x, T dy) const {
     const T k = T(0.79788456080286535588);
     const T inner = k * (x + T(0.044715) * x * x * x);
-    const T t = tanh(inner);
+    const T t = std::tanh(inner);
     const T dinner = k * (T(1) + T(3) * T(0.044715) * x * x);
     return dy * (T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * dinner);
   }

@@ -67,7 +67,7 @@ MINIDL_HD T philox_normal(uint64_t seed, uint64_t stream, uint64_t i) {
   const Philox4x32 r = philox_at(seed, stream, i);
   const double u1 = 1.0 - philox_uniform_double(r.v[0], r.v[1]);  // (0, 1]: log is finite
   const double u2 = philox_uniform_double(r.v[2], r.v[3]);
-  return static_cast<T>(sqrt(-2.0 * log(u1)) * cos(6.283185307179586476925 * u2));
+  return static_cast<T>(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586476925 * u2));
 }
 
 }  // namespace minidl::kernels
