@@ -1,0 +1,65 @@
+// dist/distributed.h — the global API, like torch.distributed: one default process group per
+// process, set up from the environment that minidl-run / dist::spawn / SLURM / Open MPI give it.
+//
+//   dist::init();                                   // RANK, WORLD_SIZE, MASTER_ADDR, ... from env
+//   Tensor loss_sum = ...;
+//   dist::all_reduce(loss_sum);                     // SUM over ranks, in place
+//   if (dist::rank() == 0) save_checkpoint(...);
+//   dist::barrier();
+//   dist::shutdown();
+//
+// init(): rank 0 hosts the TCPStore at MASTER_ADDR:MASTER_PORT (the others connect, retrying
+// until the timeout), then every rank builds the default ProcessGroup: Gloo for backend "auto" or
+// "gloo"; other backends ("nccl") come from factories registered with register_backend (the
+// CUDA code registers "nccl"). Calling init() twice is an error; so is calling a collective or
+// default_group() before init() (the message names the function). shutdown() tears down the
+// group and the store without a barrier (call barrier() first if ranks must wait for each other)
+// and is safe to call twice or without init().
+#pragma once
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dist/env.h"
+#include "dist/process_group.h"
+#include "dist/store.h"
+#include "tensor/tensor.h"
+
+namespace minidl::dist {
+
+struct InitOptions {
+  std::string backend = "auto";  // "auto" (= gloo for now), "gloo", or a registered name ("nccl")
+  std::chrono::milliseconds timeout = std::chrono::seconds(300);  // rendezvous and every collective
+};
+
+// Makes a process group over an initialised store: (store, rank, size, options).
+using BackendFactory = std::function<std::unique_ptr<ProcessGroup>(TCPStore&, int rank, int size, ProcessGroupOptions)>;
+// Adds (or replaces) a backend init() can create by name.
+void register_backend(std::string name, BackendFactory factory);
+// Whether init() can create this backend in this build.
+bool is_backend_available(const std::string& name);
+
+void init(const InitOptions& options = {});
+bool is_initialized();
+void shutdown();
+
+int rank();
+int world_size();
+int local_rank();
+int local_world_size();
+const WorldInfo& world_info();
+ProcessGroup& default_group();
+TCPStore& default_store();  // the rendezvous store (e.g. for a small key exchange)
+
+// Collectives on the default group (blocking).
+void all_reduce(Tensor& t, ReduceOp op = ReduceOp::SUM);
+void broadcast(Tensor& t, int root = 0);
+std::vector<Tensor> all_gather(const Tensor& t);
+Tensor reduce_scatter(const Tensor& input, ReduceOp op = ReduceOp::SUM);
+void barrier();
+std::vector<std::string> all_gather_object(const std::string& bytes);
+void broadcast_object(std::string& bytes, int root = 0);
+
+}  // namespace minidl::dist
