@@ -14,7 +14,9 @@
 // CUDA code registers "nccl"). Calling init() twice is an error; so is calling a collective or
 // default_group() before init() (the message names the function). shutdown() tears down the
 // group and the store without a barrier (call barrier() first if ranks must wait for each other)
-// and is safe to call twice or without init().
+// and is safe to call twice or without init(). To init() again after shutdown(), use a new
+// MASTER_PORT (or make sure rank 0 shuts down last): a rank that re-initialises before rank 0
+// has closed the old store would reach the old store.
 #pragma once
 #include <chrono>
 #include <functional>

@@ -7,6 +7,7 @@
 #include "dist/distributed.h"
 #include "dist/distributed_sampler.h"
 #include "dist/metrics.h"
+#include "dist/socket.h"
 #include "tests/common/testing.h"
 #include "tests/dist/pg_test_util.h"
 
@@ -106,9 +107,14 @@ TEST(Distributed, ARegisteredBackendIsWhatInitCreates) {
 
 TEST(Distributed, InitAgainAfterShutdownFormsANewGroup) {
   auto results = run_initialized_world(2, [] {
+    // A new MASTER_PORT, agreed through the old group: a rank re-initialising on the old port
+    // could reach the old store before rank 0 has shut it down.
+    std::string port = dist::rank() == 0 ? std::to_string(minidl::dist::find_free_port()) : "";
+    dist::broadcast_object(port);
+    ::setenv("MASTER_PORT", port.c_str(), 1);
     dist::barrier();
     dist::shutdown();
-    dist::init({.timeout = 5s});  // same MASTER_PORT, fresh store and group
+    dist::init({.timeout = 5s});  // fresh store and group
     Tensor t = minidl::ones({3});
     dist::all_reduce(t);
     return t.to_string();
