@@ -1,0 +1,454 @@
+// examples/train.cpp — `train`: an MLP, a CNN or a ViT on Fashion-MNIST, data-parallel over N
+// processes (DistributedDataParallel over Gloo on CPUs), with the recipes of configs/*.yaml.
+//
+//   ./run.sh train                                   the CNN recipe, 2 CPU processes
+//   build/examples/train --model vit --epochs 3 --nproc 4
+//   build/tools/minidl-run --nproc-per-node 2 build/examples/train --model mlp
+//   build/examples/train --resume runs/cnn/checkpoint_last.safetensors --epochs 10
+//   build/examples/train --eval --pretrained runs/cnn/checkpoint_last.safetensors
+//   build/examples/train --help
+//
+// main() reads the flags and the recipe, loads the data set once, and starts one process per
+// rank with dist::spawn (or, launched by minidl-run, is already one of them). Every rank then
+// runs train_worker(), which is the workflow of docs/tutorial.md, step by step:
+//   init the process group -> DistributedSampler + set_epoch -> DataLoader -> model (same seed
+//   everywhere) -> optional SyncBatchNorm -> DDP -> optimizer + per-iteration LR schedule ->
+//   train loop -> exact distributed validation (sums all-reduced) -> rank 0: log, metrics.jsonl,
+//   checkpoints -> barrier -> shutdown.
+// Output (rank 0) goes to stdout and OUT/train.log; one JSON line per epoch to OUT/metrics.jsonl;
+// checkpoints to OUT/checkpoint_epoch_NNN.safetensors and OUT/checkpoint_last.safetensors.
+// Exit status: 0 done, 1 a failure while training, 2 a bad flag, config or data directory.
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "data/data_all.h"
+#include "dist/ddp.h"
+#include "dist/distributed.h"
+#include "dist/distributed_sampler.h"
+#include "dist/env.h"
+#include "dist/spawn.h"
+#include "dist/sync_batchnorm.h"
+#include "examples/trainer/checkpoint.h"
+#include "examples/trainer/cli.h"
+#include "examples/trainer/config.h"
+#include "examples/trainer/metrics.h"
+#include "examples/trainer/progress.h"
+#include "examples/trainer/recipe.h"
+#include "kernels/cuda_api.h"
+#include "nn/nn.h"
+
+namespace data = minidl::data;
+namespace dist = minidl::dist;
+namespace nn = minidl::nn;
+namespace optim = minidl::optim;
+using minidl::Tensor;
+using minidl::Variable;
+using trainer::TrainConfig;
+
+namespace {
+
+// --smoke-test: batches per rank in each phase.
+constexpr int64_t kSmokeTrainBatches = 4;
+constexpr int64_t kSmokeValBatches = 2;
+
+// Everything main() decided, handed to every rank.
+struct Run {
+  trainer::CliOptions cli;
+  TrainConfig config;
+  std::string out_dir;
+  int threads = 1;  // OpenMP threads per process
+  std::shared_ptr<const data::Dataset> train_set, val_set;
+};
+
+// The seed of the default generator during epoch `epoch` on `rank` (splitmix64 of the three):
+// anything drawn while training (dropout masks) depends on (seed, epoch, rank) only, not on what
+// earlier epochs drew — so a run resumed at an epoch boundary draws the same numbers.
+uint64_t epoch_seed(uint64_t seed, int64_t epoch, int rank) {
+  uint64_t z = seed ^ (static_cast<uint64_t>(epoch) << 20) ^ (static_cast<uint64_t>(rank) << 52);
+  z += 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+// FNV-1a over every tensor of the state dict (names and bytes, in name order).
+std::string weights_hash(const nn::Module& model) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  auto mix = [&h](const unsigned char* p, size_t n) {
+    for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ULL;
+  };
+  for (const auto& [name, tensor] : model.state_dict()) {
+    const Tensor c = tensor.contiguous();
+    mix(reinterpret_cast<const unsigned char*>(name.data()), name.size());
+    mix(static_cast<const unsigned char*>(c.raw_data()), static_cast<size_t>(c.numel()) * minidl::element_size(c.dtype()));
+  }
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+// --deterministic: every replica must hold the same bits after each epoch.
+void check_replicas_identical(const nn::Module& model, int64_t epoch) {
+  const std::vector<std::string> hashes = dist::all_gather_object(weights_hash(model));
+  for (size_t r = 1; r < hashes.size(); ++r)
+    if (hashes[r] != hashes[0])
+      throw std::runtime_error("--deterministic: after epoch " + std::to_string(epoch) + " rank " + std::to_string(r) +
+                               "'s weights (hash " + hashes[r] + ") differ from rank 0's (" + hashes[0] + ")");
+}
+
+// printf-style formatting of one value: format("%.2f", 91.234) == "91.23".
+std::string format(const char* spec, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, spec, v);
+  return buf;
+}
+std::string percent(double v) { return format("%.2f", v) + "%"; }
+
+// A loader over this rank's share of the test set: the exact sampler (no padded duplicates), so
+// the all-reduced sums are those of one process evaluating every image once.
+// [tutorial:val-sampler]
+std::unique_ptr<data::DataLoader> make_val_loader(const Run& run, int64_t batch_per_rank) {
+  auto sampler = std::make_shared<dist::DistributedSampler>(
+      run.val_set->size(), dist::DistributedSamplerOptions{.shuffle = false, .exact = true});
+  return std::make_unique<data::DataLoader>(
+      run.val_set, data::DataLoaderOptions{.batch_size = batch_per_rank, .num_workers = run.config.num_workers}, sampler);
+}
+// [/tutorial:val-sampler]
+
+// Validation on the test set: every rank evaluates its shard, then the sums are all-reduced.
+// [tutorial:evaluate]
+trainer::Totals evaluate(nn::Module& model, data::DataLoader& loader, int64_t max_batches) {
+  model.eval();
+  minidl::NoGradGuard no_grad;
+  trainer::Totals local;
+  int64_t batches = 0;
+  for (auto& batch : loader) {
+    if (batches++ == max_batches) break;
+    Variable logits = model(Variable(batch.input));  // (B, 10)
+    const double loss = minidl::cross_entropy(logits, batch.target).item();
+    local.add(logits.data(), batch.target, loss);
+  }
+  loader.reset();
+  return local.all_reduced();  // loss, top-1 and top-5 hits and counts, summed over ranks
+}
+// [/tutorial:evaluate]
+
+// --eval --pretrained FILE: evaluates a checkpoint and compares with the accuracy it recorded.
+void eval_worker(const Run& run) {
+  dist::init();
+  omp_set_num_threads(run.threads);
+  const int world = dist::world_size();
+  trainer::Log log(dist::rank() == 0, "");
+  const trainer::Checkpoint ck = trainer::load_checkpoint(*run.cli.pretrained);
+  std::unique_ptr<nn::Module> model = nn::make_model(run.config.model);
+  model->load_state_dict(ck.model);
+  auto loader = make_val_loader(run, run.config.global_batch_size / world);
+  const trainer::Totals val = evaluate(*model, *loader, run.cli.smoke_test ? kSmokeValBatches : -1);
+  log.line("evaluated " + *run.cli.pretrained + " on " + std::to_string(static_cast<int64_t>(val.count)) +
+           " test images with " + std::to_string(world) + " process(es)");
+  log.line("test accuracy: top-1 " + percent(val.acc1()) + "  top-5 " + percent(val.acc5()) + "  loss " +
+           format("%.4f", val.loss()));
+  const auto recorded = [&](const char* key) { return ck.metadata.count(key) ? ck.metadata.at(key) : std::string("?"); };
+  const std::string now_hits = std::to_string(static_cast<int64_t>(val.correct1)) + "/" +
+                               std::to_string(static_cast<int64_t>(val.count));
+  const std::string then_hits = recorded("val_correct1") + "/" + recorded("val_count");
+  if (recorded("val_count") != std::to_string(static_cast<int64_t>(val.count)))
+    log.line("(recorded at save time on a different number of test images: " + then_hits + ")");
+  else if (now_hits == then_hits)
+    log.line("matches the accuracy recorded at save time: top-1 " + recorded("val_acc1") + "% (" + then_hits + ")");
+  else
+    log.line("DIFFERS from the accuracy recorded at save time: " + then_hits + " correct then, " + now_hits + " now");
+  dist::barrier();
+  dist::shutdown();
+}
+
+// One rank's training run.
+void train_worker(const Run& run) {
+  const TrainConfig& cfg = run.config;
+  // [tutorial:init]
+  // 1. Join the process group: rendezvous at MASTER_ADDR:MASTER_PORT (set by dist::spawn or
+  //    minidl-run), then a Gloo group over all ranks. From here on, rank() and world_size() work.
+  dist::init();
+  const int rank = dist::rank();
+  const int world = dist::world_size();
+  // [/tutorial:init]
+  omp_set_num_threads(run.threads);
+  trainer::Log log(rank == 0, run.out_dir + "/train.log");
+  const int64_t batch_per_rank = cfg.global_batch_size / world;
+  log.line("train: model " + cfg.model + ", " + std::to_string(world) + " process(es) x " + std::to_string(run.threads) +
+           " thread(s), batch " + std::to_string(batch_per_rank) + " per process (global " +
+           std::to_string(cfg.global_batch_size) + "), " + std::to_string(cfg.epochs) + " epochs, out " + run.out_dir);
+
+  // [tutorial:sampler]
+  // 2. Each rank takes its own share of a permutation keyed by (seed, epoch): the same
+  //    permutation on every rank, different slices. The DataLoader's worker threads prefetch
+  //    this rank's batches.
+  auto train_sampler = std::make_shared<dist::DistributedSampler>(
+      run.train_set->size(), dist::DistributedSamplerOptions{.shuffle = true, .seed = cfg.seed});
+  data::DataLoader train_loader(
+      run.train_set, data::DataLoaderOptions{.batch_size = batch_per_rank, .num_workers = cfg.num_workers, .seed = cfg.seed},
+      train_sampler);
+  // [/tutorial:sampler]
+  auto val_loader = make_val_loader(run, batch_per_rank);
+  const int64_t max_train = run.cli.smoke_test ? kSmokeTrainBatches : train_loader.size();
+  const int64_t steps_per_epoch = std::min(train_loader.size(), max_train);
+  const int64_t max_val = run.cli.smoke_test ? kSmokeValBatches : -1;
+
+  // [tutorial:model]
+  // 3. The same seed on every rank gives the same initial weights (DDP broadcasts rank 0's
+  //    anyway). SyncBatchNorm replaces BatchNorm before DDP wraps the model.
+  minidl::manual_seed(cfg.seed);
+  std::unique_ptr<nn::Module> model = nn::make_model(cfg.model);
+  if (cfg.sync_bn) {
+    const int converted = dist::convert_sync_batchnorm(*model);
+    log.line("sync-bn: " + std::to_string(converted) + " BatchNorm layer(s) now synchronise their statistics");
+  }
+  // [/tutorial:model]
+  std::unique_ptr<optim::Optimizer> optimizer = trainer::make_optimizer(cfg, *model);
+  std::unique_ptr<optim::LRScheduler> scheduler = trainer::make_scheduler(cfg, *optimizer, steps_per_epoch);
+
+  int64_t start_epoch = 0;
+  if (run.cli.resume) {
+    // Every rank loads the same file; the data order and the per-epoch random streams are keyed
+    // by (seed, epoch), so the run continues exactly where the uninterrupted one would be.
+    trainer::Checkpoint ck = trainer::load_checkpoint(*run.cli.resume);
+    model->load_state_dict(ck.model);
+    optimizer->load_state_dict(ck.optim);
+    scheduler->load_state_dict(ck.sched);
+    start_epoch = ck.epoch;
+    log.line("resumed from " + *run.cli.resume + " after epoch " + std::to_string(start_epoch));
+    if (ck.metadata["world_size"] != std::to_string(world))
+      log.line("note: the checkpoint was trained with " + ck.metadata["world_size"] + " process(es); with " +
+               std::to_string(world) + " the result will not be bit-identical to an uninterrupted run");
+  }
+
+  // [tutorial:ddp]
+  // 4. Wrap the model: DDP broadcasts rank 0's parameters and buffers, then averages gradients
+  //    across ranks during backward (bucketed all-reduces overlapping the backward pass).
+  dist::DistributedDataParallel ddp(*model);
+  // [/tutorial:ddp]
+  log.line(std::to_string(model->num_parameters()) + " parameters; optimizer " + optimizer->name() + ", lr " +
+           format("%g", cfg.base_lr) + ", schedule " + cfg.lr_scheduler + " per iteration" +
+           (cfg.warmup_epochs > 0 ? " after " + std::to_string(cfg.warmup_epochs) + " warm-up epoch(s)" : ""));
+
+  trainer::Totals val;
+  for (int64_t epoch = start_epoch; epoch < cfg.epochs; ++epoch) {
+    const auto epoch_start = std::chrono::steady_clock::now();
+    // [tutorial:set-epoch]
+    // 5. A new shuffle each epoch: without set_epoch every epoch would repeat one order.
+    train_loader.set_epoch(epoch);  // calls train_sampler->set_epoch(epoch)
+    // [/tutorial:set-epoch]
+    minidl::manual_seed(epoch_seed(cfg.seed, epoch, rank));
+    const double epoch_lr = optimizer->param_groups()[0].lr;  // the lr of the epoch's first step
+
+    // [tutorial:train-step]
+    // 6. The training step looks like single-process code: DDP's hooks all-reduce the
+    //    gradients during backward, and ddp.step waits for the last ones and steps the optimizer.
+    ddp.train();
+    trainer::Totals train;
+    trainer::Progress progress(log, "epoch " + std::to_string(epoch + 1) + "/" + std::to_string(cfg.epochs),
+                               steps_per_epoch, cfg.global_batch_size);
+    int64_t step = 0;
+    for (auto& batch : train_loader) {
+      if (step == steps_per_epoch) break;
+      optimizer->zero_grad();
+      Variable logits = ddp.forward(Variable(batch.input));           // (B, 10)
+      Variable loss = minidl::cross_entropy(logits, batch.target);   // mean over this rank's batch
+      loss.backward();
+      ddp.step(*optimizer);
+      scheduler->step();  // per iteration
+      train.add(logits.data(), batch.target, loss.item());
+      progress.update(++step, train.loss());
+    }
+    // [/tutorial:train-step]
+    train_loader.reset();
+    progress.finish();
+    const double train_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_start).count();
+    train = train.all_reduced();
+
+    // [tutorial:validate]
+    // 7. Validation. BatchNorm's running statistics are updated by each rank from its own
+    //    batches, so they differ slightly between ranks: first give every rank rank 0's (the
+    //    ones the checkpoint stores). Then each rank evaluates its exact shard; sums of loss,
+    //    top-1 and top-5 hits and counts are all-reduced, so every rank holds the figures of the
+    //    whole test set.
+    for (auto& [name, buffer] : model->named_buffers()) dist::broadcast(*buffer, 0);
+    val = evaluate(*model, *val_loader, max_val);
+    // [/tutorial:validate]
+    if (run.cli.deterministic) check_replicas_identical(*model, epoch + 1);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_start).count();
+
+    trainer::EpochRecord record{.epoch = epoch + 1,
+                                .lr = epoch_lr,
+                                .train = train,
+                                .val = val,
+                                .images_per_s = train.count / train_seconds,
+                                .seconds = seconds,
+                                .world_size = world};
+    // [tutorial:checkpoint]
+    // 8. Only rank 0 writes: the log, the metrics line and the checkpoint (the replicas are
+    //    identical, so one copy is enough). save_checkpoint is atomic: temporary file + rename.
+    if (rank == 0) {
+      char line[256];
+      std::snprintf(line, sizeof line,
+                    "epoch %lld/%lld  lr %.3g  train loss %.4f acc %.2f%%  val loss %.4f acc %.2f%% top-5 %.2f%%  "
+                    "%.0f img/s  %s",
+                    static_cast<long long>(epoch + 1), static_cast<long long>(cfg.epochs), record.lr, train.loss(),
+                    train.acc1(), val.loss(), val.acc1(), val.acc5(), record.images_per_s,
+                    trainer::format_duration(seconds).c_str());
+      log.line(line);
+      trainer::append_metrics_line(run.out_dir + "/metrics.jsonl", record);
+      const bool last = epoch + 1 == cfg.epochs;
+      if ((epoch + 1) % cfg.save_every == 0 || last) {
+        char name[64];
+        std::snprintf(name, sizeof name, "/checkpoint_epoch_%03lld.safetensors", static_cast<long long>(epoch + 1));
+        const minidl::Metadata meta = {
+            {"model", cfg.model},
+            {"epoch", std::to_string(epoch + 1)},
+            {"config", trainer::to_yaml(cfg)},
+            {"seed", std::to_string(cfg.seed)},
+            {"rng", "init: manual_seed(seed); data order: DistributedSampler(seed).set_epoch(epoch); "
+                    "while training epoch e on rank r: manual_seed(epoch_seed(seed, e, r))"},
+            {"world_size", std::to_string(world)},
+            {"val_loss", format("%.6f", val.loss())},
+            {"val_acc1", format("%.2f", val.acc1())},
+            {"val_acc5", format("%.2f", val.acc5())},
+            {"val_correct1", std::to_string(static_cast<int64_t>(val.correct1))},
+            {"val_count", std::to_string(static_cast<int64_t>(val.count))}};
+        trainer::save_checkpoint(run.out_dir + name, *model, *optimizer, *scheduler, meta);
+        trainer::save_checkpoint(run.out_dir + "/checkpoint_last.safetensors", *model, *optimizer, *scheduler, meta);
+        log.line("saved " + run.out_dir + name);
+      }
+    }
+    // [/tutorial:checkpoint]
+  }
+  if (start_epoch >= cfg.epochs) val = evaluate(*model, *val_loader, max_val);  // resumed a finished run
+  log.line("test accuracy: top-1 " + percent(val.acc1()) + "  top-5 " + percent(val.acc5()) + "  (" +
+           std::to_string(static_cast<int64_t>(val.count)) + " images)");
+  if (run.cli.deterministic) log.line("final weights hash (fnv1a64): " + weights_hash(*model));
+
+  // [tutorial:shutdown]
+  // 9. Wait until every rank is done (rank 0 may still be writing), then leave the group.
+  dist::barrier();
+  dist::shutdown();
+  // [/tutorial:shutdown]
+}
+
+// The data set of `dir`, the first `subset` images of it when subset > 0.
+std::shared_ptr<const data::Dataset> load_split(const std::string& dir, bool train, int64_t subset) {
+  auto full = std::make_shared<const data::MnistDataset>(dir, train);
+  if (subset <= 0 || subset >= full->size()) return full;
+  std::vector<int64_t> first(static_cast<size_t>(subset));
+  for (int64_t i = 0; i < subset; ++i) first[static_cast<size_t>(i)] = i;
+  return std::make_shared<const data::Subset>(full, std::move(first));
+}
+
+bool has_idx_file(const std::filesystem::path& dir, const std::string& name) {
+  return std::filesystem::exists(dir / name) || std::filesystem::exists(dir / (name + ".gz"));
+}
+
+// Exit status 2 with a message: a problem with what the user asked for, not a crash.
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Checks that `dir` holds Fashion-MNIST before any process starts.
+void check_data_dir(const std::string& dir, bool need_train) {
+  for (const char* name : {"t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte", "train-images-idx3-ubyte", "train-labels-idx1-ubyte"}) {
+    if (!need_train && std::string(name).starts_with("train")) continue;
+    if (!has_idx_file(dir, name))
+      throw UsageError("Fashion-MNIST not found: " + dir + "/" + name + "[.gz] does not exist.\n" +
+                       "Install it with `apt-get install dataset-fashion-mnist` (files in /usr/share/datasets/fashion-mnist) "
+                       "or point --data at a directory holding the four idx files.");
+  }
+}
+
+// How many processes this machine runs, and whether they still have to be started.
+struct Launch {
+  int nproc = 1;
+  bool spawn = false;
+  int local_world_size = 1;
+};
+
+Launch decide_launch(const trainer::CliOptions& cli) {
+  const dist::WorldInfo env = dist::world_info_from_env();
+  if (env.source != "default") {  // started by minidl-run, srun or mpirun: we are one of the ranks
+    if (cli.nproc && *cli.nproc != env.world_size)
+      throw UsageError("--nproc " + std::to_string(*cli.nproc) + " conflicts with the launcher's WORLD_SIZE " +
+                       std::to_string(env.world_size) + " (drop --nproc under minidl-run)");
+    return {.nproc = env.world_size, .spawn = false, .local_world_size = env.local_world_size};
+  }
+  const int gpus = minidl::kernels::cuda::device_count();
+  if (cli.device == "cuda")
+    throw UsageError("--device cuda: CUDA tensors are not supported yet (" + std::to_string(gpus) +
+                     " CUDA device(s) visible); use --device cpu");
+  if (cli.device == "auto" && gpus > 0)
+    std::cerr << "train: " << gpus << " CUDA device(s) found, but CUDA tensors are not supported yet: training on CPU\n";
+  const int nproc = cli.nproc.value_or(2);  // on CPU: 2 processes unless told otherwise
+  return {.nproc = nproc, .spawn = nproc > 1, .local_world_size = nproc};
+}
+
+int run_main(int argc, char** argv) {
+  std::optional<trainer::CliOptions> cli = trainer::parse_cli(argc, argv);
+  if (!cli) return 0;  // --help
+  const Launch launch = decide_launch(*cli);
+
+  Run run;
+  run.cli = *cli;
+  run.config = trainer::resolve_config(*cli, launch.nproc);
+  run.out_dir = cli->out_dir.value_or("runs/" + run.config.model);
+  // Default threads: share the cores among the processes of this machine (minidl-run sets
+  // OMP_NUM_THREADS the same way; respect it when present).
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  run.threads = cli->threads.value_or(std::getenv("OMP_NUM_THREADS") ? omp_get_max_threads()
+                                                                     : std::max(1, cores / launch.local_world_size));
+
+  // The data set is read once, here, before the processes are forked: they share its pages, as
+  // PaddleViT's main() hands its datasets to dist.spawn. (Nothing here may use OpenMP: GNU
+  // libgomp's thread pool does not survive fork.)
+  check_data_dir(run.config.data_dir, !cli->eval);
+  try {
+    if (!cli->eval) run.train_set = load_split(run.config.data_dir, true, run.config.train_subset);
+    run.val_set = load_split(run.config.data_dir, false, run.config.val_subset);
+  } catch (const std::exception& e) {
+    throw UsageError(std::string("cannot read Fashion-MNIST: ") + e.what());
+  }
+  if (!cli->eval) std::filesystem::create_directories(run.out_dir);
+
+  const auto worker = [&run](int) { run.cli.eval ? eval_worker(run) : train_worker(run); };
+  // [tutorial:spawn]
+  // 0. One process per device (here: per share of the CPU cores). spawn forks nproc children
+  //    with RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT set, runs worker(rank) in each, and
+  //    throws naming the first rank that failed.
+  if (launch.spawn)
+    dist::spawn(launch.nproc, worker, dist::SpawnOptions{.omp_threads = run.threads});
+  else
+    worker(0);  // one process, or launched by minidl-run: this process is a rank already
+  // [/tutorial:spawn]
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run_main(argc, argv);
+  } catch (const trainer::ConfigError& e) {
+    std::cerr << "train: " << e.what() << "\n";
+    return 2;
+  } catch (const UsageError& e) {
+    std::cerr << "train: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "train: " << e.what() << "\n";
+    return 1;
+  }
+}

@@ -1,0 +1,36 @@
+// examples/trainer/checkpoint.h — training checkpoints: one safetensors file holding everything
+// a run needs to continue bit for bit, written atomically (tensor/serialize.h: temporary file,
+// fsync, rename) by rank 0:
+//   model.<name>   the model's state_dict (parameters and buffers, DDP-free names)
+//   optim.<key>    the optimizer's state_dict (momentum buffers, Adam moments, steps, lrs)
+//   sched.<key>    the LR scheduler's state_dict (iterations done, base lrs)
+//   metadata       format, model, epoch (epochs completed), config (the YAML recipe), seed and
+//                  how every random stream is keyed from it, world_size, and the validation
+//                  result of that epoch (val_loss, val_acc1, val_acc5, val_correct1, val_count)
+// Part of the `train` example (examples/train.cpp); not a library module.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "nn/module.h"
+#include "optim/lr_scheduler.h"
+#include "optim/optimizer.h"
+#include "tensor/serialize.h"
+
+namespace trainer {
+
+struct Checkpoint {
+  minidl::TensorMap model, optim, sched;
+  minidl::Metadata metadata;
+  int64_t epoch = 0;  // epochs completed
+};
+
+void save_checkpoint(const std::string& path, const minidl::nn::Module& model, const minidl::optim::Optimizer& optimizer,
+                     const minidl::optim::LRScheduler& scheduler, const minidl::Metadata& metadata);
+// Reads and splits a checkpoint; a file that is not one (no "model." tensors, no epoch) is a
+// std::runtime_error naming it.
+Checkpoint load_checkpoint(const std::string& path);
+// Only the YAML recipe stored in a checkpoint (for --resume / --eval).
+std::string read_checkpoint_config(const std::string& path);
+
+}  // namespace trainer

@@ -1,0 +1,149 @@
+// examples/trainer/cli.cpp — `train`'s flags (CLI11) and how they override the YAML recipe.
+#include "examples/trainer/cli.h"
+
+#include <CLI/CLI.hpp>
+#include <charconv>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+
+#include "examples/trainer/checkpoint.h"
+
+#ifndef MINIDL_CONFIG_DIR
+#define MINIDL_CONFIG_DIR "configs"
+#endif
+
+namespace trainer {
+
+namespace {
+
+// CLI11 validators with short messages: "--epochs: must be a positive integer, got '-3'".
+CLI::Validator integer_at_least(int64_t low, const std::string& what) {
+  return CLI::Validator(
+      [low, what](std::string& text) -> std::string {
+        int64_t v = 0;
+        const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+        if (ec != std::errc() || end != text.data() + text.size() || v < low)
+          return "must be " + what + ", got '" + text + "'";
+        return "";
+      },
+      what == "a positive integer" ? "POSITIVE" : "N>=0");
+}
+const CLI::Validator kPositiveInteger = integer_at_least(1, "a positive integer");
+const CLI::Validator kNonNegativeInteger = integer_at_least(0, "an integer >= 0");
+const CLI::Validator kPositiveNumber(
+    [](std::string& text) -> std::string {
+      char* end = nullptr;
+      const double v = std::strtod(text.c_str(), &end);
+      if (text.empty() || *end != '\0' || !(v > 0)) return "must be a positive number, got '" + text + "'";
+      return "";
+    },
+    "POSITIVE");
+
+}  // namespace
+
+std::optional<CliOptions> parse_cli(int argc, char** argv) {
+  CliOptions o;
+  CLI::App app{
+      "train — trains an MLP, a CNN or a ViT on Fashion-MNIST, data-parallel over N processes.\n"
+      "  train                                  the CNN recipe, 2 CPU processes\n"
+      "  train --model vit --epochs 3           another model, fewer epochs\n"
+      "  minidl-run --nproc-per-node 4 train    launched from outside: no spawning\n"
+      "  train --eval --pretrained runs/cnn/checkpoint_last.safetensors",
+      "train"};
+  app.add_option("--model", o.model, "mlp | cnn | vit (default: the config's MODEL.NAME, cnn)")
+      ->check(CLI::IsMember({"mlp", "cnn", "vit"}));
+  app.add_option("--config", o.config_path, "YAML recipe (default: configs/<model>.yaml)")->check(CLI::ExistingFile);
+  app.add_option("--epochs", o.epochs, "epochs to train (TRAIN.EPOCHS)")->check(kPositiveInteger);
+  auto* batch = app.add_option("--batch-size", o.batch_size, "batch per process; global = this x processes")
+                    ->check(kPositiveInteger);
+  app.add_option("--global-batch-size", o.global_batch_size, "batch over all processes (DATA.BATCH_SIZE), split evenly")
+      ->check(kPositiveInteger)
+      ->excludes(batch);
+  app.add_option("--lr", o.lr, "base learning rate (TRAIN.BASE_LR)")->check(kPositiveNumber);
+  app.add_option("--seed", o.seed, "seed of the initial weights and the data order (SEED)");
+  app.add_option("--data", o.data_dir, "Fashion-MNIST directory (DATA.DATA_PATH)");
+  app.add_option("--device", o.device, "cpu | cuda | auto (default auto: cuda when usable, else cpu)")
+      ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
+  app.add_option("--nproc", o.nproc, "processes to spawn (default: 2 on CPU); not with minidl-run")
+      ->check(kPositiveInteger);
+  app.add_flag("--sync-bn", o.sync_bn, "convert BatchNorm to SyncBatchNorm (MODEL.SYNC_BN)");
+  app.add_option("--out", o.out_dir, "output directory: log, metrics.jsonl, checkpoints (default runs/<model>)");
+  app.add_option("--save-every", o.save_every, "checkpoint every K epochs, and at the end (SAVE_FREQ)")
+      ->check(kPositiveInteger);
+  auto* resume = app.add_option("--resume", o.resume, "continue training from a checkpoint")->check(CLI::ExistingFile);
+  auto* eval = app.add_flag("--eval", o.eval, "only evaluate --pretrained on the test set")->excludes(resume);
+  app.add_option("--pretrained", o.pretrained, "checkpoint to evaluate (with --eval)")
+      ->check(CLI::ExistingFile)
+      ->needs(eval);
+  app.add_flag("--deterministic", o.deterministic,
+               "check after every epoch that all replicas are bit-identical; print the weights' hash");
+  app.add_flag("--smoke-test", o.smoke_test, "a few batches of each phase (1 epoch unless --epochs), for CI");
+  app.add_option("--threads", o.threads, "OpenMP threads per process (default: cores / local processes)")
+      ->check(kPositiveInteger);
+  app.add_option("--workers", o.workers, "data-loading threads per process (DATA.NUM_WORKERS)")
+      ->check(kNonNegativeInteger);
+  app.add_option("--train-subset", o.train_subset, "train on the first N images only (DATA.TRAIN_SUBSET)")
+      ->check(kPositiveInteger);
+  app.add_option("--val-subset", o.val_subset, "evaluate on the first N test images only (DATA.VAL_SUBSET)")
+      ->check(kPositiveInteger);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::cout << app.help();
+    return std::nullopt;
+  } catch (const CLI::ParseError& e) {
+    throw ConfigError(std::string(e.what()) + "\n(run `train --help` for the list of flags)");
+  }
+  if (o.eval && !o.pretrained) throw ConfigError("--eval needs --pretrained FILE");
+  if ((o.eval || o.resume) && o.config_path)
+    throw ConfigError("--config cannot be combined with --resume or --eval: the checkpoint holds its recipe "
+                      "(override single values with flags)");
+  return o;
+}
+
+std::string default_config_path(const std::string& model) {
+  const std::string name = model + ".yaml";
+  const std::filesystem::path source = std::filesystem::path(MINIDL_CONFIG_DIR) / name;
+  if (std::filesystem::exists(source)) return source.string();
+  std::error_code ec;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  const std::filesystem::path beside = exe.parent_path() / "configs" / name;
+  if (!ec && std::filesystem::exists(beside)) return beside.string();
+  throw ConfigError("no recipe for model '" + model + "': neither " + source.string() + " nor " + beside.string() +
+                    " exists (give one with --config)");
+}
+
+TrainConfig resolve_config(const CliOptions& cli, int world_size) {
+  TrainConfig c;
+  const std::optional<std::string> checkpoint = cli.eval ? cli.pretrained : cli.resume;
+  if (checkpoint) {
+    c = parse_config(read_checkpoint_config(*checkpoint), *checkpoint + " (its config)");
+    if (cli.model && *cli.model != c.model)
+      throw ConfigError("--model " + *cli.model + " does not match the checkpoint's model " + c.model);
+  } else {
+    c = load_config(cli.config_path ? *cli.config_path : default_config_path(cli.model.value_or("cnn")));
+    if (cli.model && !cli.config_path) c.model = *cli.model;
+    if (cli.model && *cli.model != c.model)
+      throw ConfigError("--model " + *cli.model + " does not match MODEL.NAME " + c.model + " of " + *cli.config_path);
+  }
+  if (cli.epochs) c.epochs = *cli.epochs;
+  else if (cli.smoke_test && !cli.resume) c.epochs = 1;
+  if (cli.lr) c.base_lr = *cli.lr;
+  if (cli.seed) c.seed = *cli.seed;
+  if (cli.data_dir) c.data_dir = *cli.data_dir;
+  if (cli.sync_bn) c.sync_bn = true;
+  if (cli.save_every) c.save_every = *cli.save_every;
+  if (cli.workers) c.num_workers = *cli.workers;
+  if (cli.train_subset) c.train_subset = *cli.train_subset;
+  if (cli.val_subset) c.val_subset = *cli.val_subset;
+  if (cli.batch_size) c.global_batch_size = *cli.batch_size * world_size;
+  if (cli.global_batch_size) c.global_batch_size = *cli.global_batch_size;
+  if (c.global_batch_size % world_size != 0)
+    throw ConfigError("the global batch size " + std::to_string(c.global_batch_size) + " does not split evenly over " +
+                      std::to_string(world_size) + " processes (use --batch-size for a per-process batch)");
+  validate(c);
+  return c;
+}
+
+}  // namespace trainer

@@ -1,0 +1,43 @@
+// examples/trainer/metrics.h — what the trainer measures: per-rank sums of loss, top-1 and top-5
+// hits and sample counts, all-reduced so that every rank ends with the global figures. Sums, not
+// averages, are reduced: shards of an exact (unpadded) evaluation differ in size, and an average
+// of averages would weight them wrongly. Also the one JSON line per epoch of OUT/metrics.jsonl.
+// Part of the `train` example (examples/train.cpp); not a library module.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "tensor/tensor.h"
+
+namespace trainer {
+
+struct Totals {
+  double loss_sum = 0;  // sum over samples of the per-sample loss
+  double correct1 = 0;  // samples whose target is the top prediction
+  double correct5 = 0;  // samples whose target is among the top 5
+  double count = 0;     // samples
+
+  // Adds a batch: logits (B, classes), target int64 (B), the batch's mean loss.
+  void add(const minidl::Tensor& logits, const minidl::Tensor& target, double mean_loss);
+  // The sums over every rank (collective: all ranks call it).
+  Totals all_reduced() const;
+
+  double loss() const { return count > 0 ? loss_sum / count : 0.0; }
+  double acc1() const { return count > 0 ? 100.0 * correct1 / count : 0.0; }  // percent
+  double acc5() const { return count > 0 ? 100.0 * correct5 / count : 0.0; }
+};
+
+struct EpochRecord {
+  int64_t epoch = 0;  // 1-based: the epoch just finished
+  double lr = 0;      // the lr of the epoch's first step
+  Totals train, val;
+  double images_per_s = 0;
+  double seconds = 0;
+  int world_size = 1;
+};
+
+// Appends {"epoch", "lr", "train_loss", "train_acc1", "val_loss", "val_acc1", "val_acc5",
+// "images_per_s", "seconds", "world_size"} as one JSON line.
+void append_metrics_line(const std::string& path, const EpochRecord& record);
+
+}  // namespace trainer
