@@ -18,6 +18,7 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only, no display needed
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 
 def read_epochs(path):
@@ -58,6 +59,7 @@ def main():
     acc_ax.annotate(f"{best['val_acc1']:.2f}%", (best["epoch"], best["val_acc1"]),
                     textcoords="offset points", xytext=(0, -14), ha="center")
     for ax in (loss_ax, acc_ax):
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # whole epochs
         ax.grid(alpha=0.3)
         ax.legend()
     last = rows[-1]
