@@ -129,7 +129,7 @@ Variable layer_norm(const Variable& x, const Shape& normalized_shape, const Vari
 Variable dropout(const Variable& x, double p, bool training, RandomKey key) {
   if (p < 0 || p >= 1) throw std::invalid_argument("dropout: p must be in [0, 1), got " + std::to_string(p));
   if (!training || p == 0) return x;
-  Tensor mask = dropout_mask(x.shape(), p, key, x.dtype());
+  Tensor mask = dropout_mask(x.shape(), p, key, x.dtype(), x.device());
   return Variable::make_result(mul(x.data(), mask), {x},
                                [mask](const Tensor& dy) -> std::vector<Tensor> { return {mul(dy, mask)}; },
                                "DropoutBackward");

@@ -1,19 +1,62 @@
-// kernels/cuda_api.h — the host-side entry points of the CUDA backend, callable from plain C++.
-// With CUDA built in they are implemented in kernels/cuda/*.cu; without it, kernels/cuda_stub.cpp
-// implements them to report "no CUDA" (device_count() == 0, allocations throw).
+// kernels/cuda_api.h — the host-side entry points of the CUDA runtime layer, callable from plain C++:
+// devices, the caching allocator, streams, copies, pinned host memory.
+// With CUDA built in they are implemented in kernels/cuda/runtime.cu (allocator: kernels/cuda/allocator.cu);
+// without it, kernels/cuda_stub.cpp implements them to report "no CUDA" (device_count() == 0, allocations throw).
+// Tested by tests/kernels/test_cuda_runtime.cpp and test_cuda_allocator.cpp (skip without a device)
+// and tests/kernels/test_cuda_stub.cpp (runs everywhere: the no-device error paths).
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace minidl::kernels::cuda {
 
 bool compiled_with_cuda();
-int device_count();                 // 0 when no driver or no device
+int device_count();                 // 0 when no driver or no device (CUDA_VISIBLE_DEVICES respected)
 std::string device_name(int index);
-void* device_malloc(size_t nbytes, int device);
+// Throws std::runtime_error naming `op` and the reason when no CUDA device can be used
+// ("built without CUDA" or "no CUDA device present"), or when `device` is out of range.
+void require_device(int device, const char* op);
+void set_device(int device);        // makes `device` current for this host thread
+int current_device();
+// LOCAL_RANK (default 0) modulo the number of visible devices (CUDA_VISIBLE_DEVICES is applied by
+// the runtime); sets it current and returns it. Throws when there is no device.
+int select_device_from_env();
+
+// ---- memory: every device allocation goes through the caching allocator ----
+void* device_malloc(size_t nbytes, int device);   // on the device's compute stream
 void device_free(void* p, int device);
-// Copies nbytes between host and device (kind: 0 host->device, 1 device->host, 2 device->device).
-void memcpy(void* dst, const void* src, size_t nbytes, int kind);
+struct MemoryStats {
+  size_t allocated = 0;        // bytes in live blocks (rounded to 512)
+  size_t reserved = 0;         // bytes held from cudaMalloc (segments)
+  size_t peak_allocated = 0;
+  size_t peak_reserved = 0;
+  size_t cap = 0;              // memory fraction * device total (SIZE_MAX: no cap)
+  int64_t segment_allocs = 0;  // cudaMalloc calls
+  int64_t segment_frees = 0;   // cudaFree calls
+  int64_t cache_hits = 0;      // allocations served from the cache
+};
+MemoryStats memory_stats(int device);
+void reset_peak_memory_stats(int device);
+void empty_cache(int device);                          // returns unused segments to the driver
+void set_memory_fraction(double fraction, int device); // cap = fraction * total device memory
+
+// Copies nbytes between host and device (kind: 0 host->device, 1 device->host, 2 device->device),
+// ordered with the work already queued on `device`'s compute stream (-1: the current device);
+// returns when the copy is done.
+void memcpy(void* dst, const void* src, size_t nbytes, int kind, int device = -1);
+void synchronize(int device);  // waits for the device's compute and communication streams
+
+// ---- streams (opaque cudaStream_t / cudaEvent_t handles for plain C++ code) ----
+void* compute_stream(int device);        // one per device; every minidl kernel runs on it
+void* communication_stream(int device);  // one per device; NCCL collectives run on it
+// `waiter` waits (on the device, not the host) for everything queued so far on `signaller`.
+void stream_wait_stream(void* waiter, void* signaller);
+
+// ---- pinned (page-locked) host memory, for fast asynchronous host->device batch copies ----
+void* pinned_malloc(size_t nbytes);
+void pinned_free(void* p);
+
 // y[i] = a * x[i] + y[i] on the device; the first kernel, tested against the CPU loop.
 void axpy(float a, const float* x, float* y, long n, int device);
 

@@ -5,6 +5,8 @@
 #include <stdexcept>
 
 #include "kernels/cpu/optim_kernels.h"
+#include "kernels/cuda_ops.h"
+#include "tensor/ops_cuda.h"
 #include "tensor/creation.h"
 
 namespace minidl::optim {
@@ -60,6 +62,14 @@ void Adam::step() {
                          .decoupled_weight_decay = decoupled_weight_decay_,
                          .amsgrad = options_.amsgrad};
     op.set_step(t);
+    if (cuda_ops::on_cuda({&p.data(), &grad, &state.at("exp_avg"), &state.at("exp_avg_sq")}, name_.c_str())) {
+      dispatch_floating(p.dtype(), name_.c_str(), [](auto) {});
+      cuda_ops::use_device(p.data());
+      kernels::cuda::adam_step(cuda_ops::elem(p.dtype()), p.data().raw_data(), grad.raw_data(),
+                               state.at("exp_avg").raw_data(), state.at("exp_avg_sq").raw_data(),
+                               options_.amsgrad ? state.at("max_exp_avg_sq").raw_data() : nullptr, p.numel(), op);
+      return;
+    }
     dispatch_floating(p.dtype(), name_.c_str(), [&](auto tag) {
       using T = decltype(tag);
       T* max_sq = options_.amsgrad ? state.at("max_exp_avg_sq").data<T>() : nullptr;

@@ -4,6 +4,8 @@
 #include <stdexcept>
 
 #include "kernels/cpu/optim_kernels.h"
+#include "kernels/cuda_ops.h"
+#include "tensor/ops_cuda.h"
 #include "tensor/creation.h"
 
 namespace minidl::optim {
@@ -43,6 +45,13 @@ void SGD::step() {
       op.first_step = it == state.end();
       if (op.first_step) it = state.emplace("momentum_buffer", empty_like(p.data())).first;
       buffer = it->second;
+    }
+    if (cuda_ops::on_cuda({&p.data(), &grad, &buffer}, "SGD.step")) {  // the same SgdStep, one thread per element
+      dispatch_floating(p.dtype(), "SGD.step", [](auto) {});
+      cuda_ops::use_device(p.data());
+      kernels::cuda::sgd_step(cuda_ops::elem(p.dtype()), p.data().raw_data(), grad.raw_data(),
+                              buffer.defined() ? buffer.raw_data() : nullptr, p.numel(), op);
+      return;
     }
     dispatch_floating(p.dtype(), "SGD.step", [&](auto tag) {
       using T = decltype(tag);

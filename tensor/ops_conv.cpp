@@ -10,6 +10,7 @@
 #include "kernels/cpu/conv2d.h"
 #include "tensor/creation.h"
 #include "tensor/ops_nn.h"
+#include "tensor/ops_cuda.h"
 #include "tensor/ops_nn_checks.h"
 
 namespace minidl {
@@ -68,6 +69,7 @@ kernels::cpu::Conv2dShape conv_shape(const Tensor& x, const Tensor& w, const Ten
 }  // namespace
 
 Tensor conv2d_forward(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, const Conv2dParams& p) {
+  if (cuda_ops::on_cuda({&x_in, &w_in, &b_in}, "conv2d")) return cuda_ops::conv2d_forward(x_in, w_in, b_in, p);
   constexpr const char* op = "conv2d";
   const kernels::cpu::Conv2dShape s = conv_shape(x_in, w_in, b_in, p, op);
   const Tensor x = x_in.contiguous(), w = w_in.contiguous();
@@ -82,6 +84,8 @@ Tensor conv2d_forward(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in
 
 Conv2dGrads conv2d_backward(const Tensor& x_in, const Tensor& w_in, const Tensor& dy_in, bool has_bias,
                             const Conv2dParams& p) {
+  if (cuda_ops::on_cuda({&x_in, &w_in, &dy_in}, "conv2d_backward"))
+    return cuda_ops::conv2d_backward(x_in, w_in, dy_in, has_bias, p);
   constexpr const char* op = "conv2d_backward";
   const kernels::cpu::Conv2dShape s = conv_shape(x_in, w_in, Tensor(), p, op);
   nn_checks::require_float_cpu(dy_in, op, "grad_output");

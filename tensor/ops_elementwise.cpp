@@ -9,6 +9,7 @@
 #include "kernels/cpu/elementwise.h"
 #include "kernels/functors.h"
 #include "tensor/ops.h"
+#include "tensor/ops_cuda.h"
 #include "tensor/ops_util.h"
 
 namespace minidl {
@@ -36,7 +37,7 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
 }
 
 Tensor sum_to(const Tensor& t, const Shape& shape) {
-  check_cpu(t, "sum_to");
+  if (!cuda_ops::on_cuda({&t}, "sum_to")) check_cpu(t, "sum_to");
   if (t.shape() == shape) return t;
   const int64_t lead = t.dim() - static_cast<int64_t>(shape.size());
   if (lead < 0 || broadcast_shapes(shape, t.shape(), "sum_to") != t.shape())
@@ -78,6 +79,14 @@ void dispatch_kind(DType t, const char* op, Kinds kinds, F&& f) {
 // out (broadcast shape) = f(a, b)
 template <class Op>
 Tensor binary_op(const Tensor& a, const Tensor& b, const char* op, Op f, Kinds kinds = Kinds::Any) {
+  if (cuda_ops::on_cuda({&a, &b}, op)) {
+    check_same_dtype(a, b, op);
+    dispatch_kind(a.dtype(), op, kinds, [](auto) {});  // the CPU's dtype rule and message
+    const Shape shape = broadcast_shapes(a.shape(), b.shape(), op);
+    Tensor out(shape, a.dtype(), a.device());
+    cuda_ops::binary(out, a.shape() == shape ? a : a.expand(shape), b.shape() == shape ? b : b.expand(shape), f, op);
+    return out;
+  }
   check_cpu(a, op);
   check_cpu(b, op);
   check_same_dtype(a, b, op);
@@ -96,6 +105,12 @@ Tensor binary_op(const Tensor& a, const Tensor& b, const char* op, Op f, Kinds k
 // out (x's shape, contiguous) = f(x)
 template <class Op>
 Tensor unary_op(const Tensor& x, const char* op, Op f, Kinds kinds = Kinds::Floating) {
+  if (cuda_ops::on_cuda({&x}, op)) {
+    dispatch_kind(x.dtype(), op, kinds, [](auto) {});
+    Tensor out(x.shape(), x.dtype(), x.device());
+    cuda_ops::unary(out, x, f, op);
+    return out;
+  }
   check_cpu(x, op);
   Tensor out(x.shape(), x.dtype());
   const StridedLoop<2> loop(x.shape(), {&out.strides(), &x.strides()});
@@ -109,6 +124,12 @@ Tensor unary_op(const Tensor& x, const char* op, Op f, Kinds kinds = Kinds::Floa
 // a = f(a)
 template <class Op>
 Tensor& unary_inplace(Tensor& a, const char* op, Op f, Kinds kinds) {
+  if (cuda_ops::on_cuda({&a}, op)) {
+    check_writable(a, op);
+    dispatch_kind(a.dtype(), op, kinds, [](auto) {});
+    cuda_ops::unary(a, a, f, op);
+    return a;
+  }
   check_cpu(a, op);
   check_writable(a, op);
   const StridedLoop<2> loop(a.shape(), {&a.strides(), &a.strides()});
@@ -122,6 +143,13 @@ Tensor& unary_inplace(Tensor& a, const char* op, Op f, Kinds kinds) {
 // a = f(a, b), b broadcast to a's shape
 template <class Op>
 Tensor& binary_inplace(Tensor& a, const Tensor& b, const char* op, Op f, Kinds kinds) {
+  if (cuda_ops::on_cuda({&a, &b}, op)) {
+    check_same_dtype(a, b, op);
+    check_writable(a, op);
+    dispatch_kind(a.dtype(), op, kinds, [](auto) {});
+    cuda_ops::binary(a, a, expand_to(b, a, op), f, op);
+    return a;
+  }
   check_cpu(a, op);
   check_cpu(b, op);
   check_same_dtype(a, b, op);
@@ -138,6 +166,14 @@ Tensor& binary_inplace(Tensor& a, const Tensor& b, const char* op, Op f, Kinds k
 // a = f(a, b, c), b and c broadcast to a's shape
 template <class Op>
 Tensor& ternary_inplace(Tensor& a, const Tensor& b, const Tensor& c, const char* op, Op f) {
+  if (cuda_ops::on_cuda({&a, &b, &c}, op)) {
+    check_same_dtype(a, b, op);
+    check_same_dtype(a, c, op);
+    check_writable(a, op);
+    dispatch_floating(a.dtype(), op, [](auto) {});
+    cuda_ops::ternary(a, a, expand_to(b, a, op), expand_to(c, a, op), f, op);
+    return a;
+  }
   check_cpu(a, op);
   check_cpu(b, op);
   check_cpu(c, op);

@@ -6,6 +6,7 @@
 #include "kernels/cpu/index.h"
 #include "tensor/creation.h"
 #include "tensor/ops.h"
+#include "tensor/ops_cuda.h"
 #include "tensor/ops_util.h"
 
 namespace minidl {
@@ -40,6 +41,7 @@ void split_dims(const Shape& shape, int64_t dim, int64_t& outer, int64_t& inner)
 
 Tensor cat(const std::vector<Tensor>& ts, int64_t dim) {
   if (ts.empty()) throw std::invalid_argument("cat: expected a non-empty list of tensors");
+  if (cuda_ops::on_cuda(ts, "cat")) return cuda_ops::cat(ts, dim);
   const Tensor& first = ts[0];
   check_cpu(first, "cat");
   if (first.dim() == 0) throw std::invalid_argument("cat: zero-dimensional tensors cannot be concatenated");
@@ -71,8 +73,9 @@ Tensor stack(const std::vector<Tensor>& ts, int64_t dim) {
   dim = wrap_dim(dim, ts[0].dim() + 1, "stack");
   std::vector<Tensor> us;
   us.reserve(ts.size());
+  const bool cuda = cuda_ops::on_cuda(ts, "stack");
   for (size_t i = 0; i < ts.size(); ++i) {
-    check_cpu(ts[i], "stack");
+    if (!cuda) check_cpu(ts[i], "stack");
     if (ts[i].shape() != ts[0].shape())
       throw std::invalid_argument("stack: tensor " + std::to_string(i) + " has shape " + shape_str(ts[i].shape()) +
                                   ", expected " + shape_str(ts[0].shape()));
@@ -82,6 +85,7 @@ Tensor stack(const std::vector<Tensor>& ts, int64_t dim) {
 }
 
 Tensor index_select(const Tensor& x_in, int64_t dim, const Tensor& index_in) {
+  if (cuda_ops::on_cuda({&x_in, &index_in}, "index_select")) return cuda_ops::index_select(x_in, dim, index_in);
   check_cpu(x_in, "index_select");
   if (x_in.dim() == 0) throw std::invalid_argument("index_select: expected at least a 1-d tensor, got " + x_in.desc());
   dim = wrap_dim(dim, x_in.dim(), "index_select");
@@ -101,6 +105,7 @@ Tensor index_select(const Tensor& x_in, int64_t dim, const Tensor& index_in) {
 }
 
 Tensor index_add(const Shape& shape, int64_t dim, const Tensor& index_in, const Tensor& src_in) {
+  if (cuda_ops::on_cuda({&index_in, &src_in}, "index_add")) return cuda_ops::index_add(shape, dim, index_in, src_in);
   check_cpu(src_in, "index_add");
   const int64_t nd = static_cast<int64_t>(shape.size());
   if (nd == 0) throw std::invalid_argument("index_add: expected at least a 1-d shape");
@@ -125,6 +130,7 @@ Tensor index_add(const Shape& shape, int64_t dim, const Tensor& index_in, const 
 }
 
 Tensor gather_rows(const Tensor& x, const Tensor& target) {
+  if (cuda_ops::on_cuda({&x, &target}, "gather_rows")) return cuda_ops::gather_rows(x, target);
   check_cpu(x, "gather_rows");
   check_cpu(target, "gather_rows");
   if (x.dim() != 2) throw std::invalid_argument("gather_rows: expected a 2-d x, got " + x.desc());

@@ -8,7 +8,9 @@
 
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cuda_ops.h"
 #include "tensor/ops.h"
+#include "tensor/ops_cuda.h"
 #include "tensor/ops_util.h"
 
 namespace minidl {
@@ -43,8 +45,10 @@ GemmOperand matrix_layout(Tensor& t) {
 }
 
 void check_operands(const Tensor& a, const Tensor& b, const char* op) {
-  check_cpu(a, op);
-  check_cpu(b, op);
+  if (!cuda_ops::on_cuda({&a, &b}, op)) {  // CUDA: both on one device (else the error names them)
+    check_cpu(a, op);
+    check_cpu(b, op);
+  }
   detail::check_same_dtype(a, b, op);
   if (!a.is_floating_point())
     throw std::invalid_argument(std::string(op) + ": expected a floating dtype (float32 or float64), got " +
@@ -64,6 +68,48 @@ void batched_gemm(Tensor a, Tensor b, Tensor& out) {
   const GemmOperand ga = matrix_layout(a), gb = matrix_layout(b);
   const Shape batch_shape(out.shape().begin(), out.shape().end() - 2);
   const int64_t batches = shape_numel(batch_shape);
+  if (out.device().is_cuda()) {
+    // cuBLAS: one strided-batched call when the batch dims of a and b each step by one stride
+    // (contiguous or broadcast), else one call per matrix.
+    auto uniform = [&](const Tensor& t, int64_t& step) {
+      step = 0;
+      int64_t expect = -1;
+      for (int64_t d = nd - 3; d >= 0; --d) {
+        if (batch_shape[d] == 1) continue;
+        if (expect < 0) {
+          step = t.stride(d);
+          expect = step * batch_shape[d];
+        } else if (t.stride(d) == expect) {
+          expect *= batch_shape[d];
+        } else if (!(t.stride(d) == 0 && step == 0)) {
+          return false;
+        }
+      }
+      return true;
+    };
+    const auto et = cuda_ops::elem(a.dtype());
+    cuda_ops::use_device(out);
+    const size_t es = element_size(a.dtype());
+    int64_t sa = 0, sb = 0;
+    if (uniform(a, sa) && uniform(b, sb)) {
+      kernels::cuda::gemm(et, n, m, k, a.raw_data(), ga.ld, ga.trans, b.raw_data(), gb.ld, gb.trans, out.raw_data(), m,
+                          batches, sa, sb, n * m);
+      return;
+    }
+    for (int64_t i = 0; i < batches; ++i) {
+      int64_t oa = 0, ob = 0;
+      for (int64_t d = nd - 3, rem = i; d >= 0; --d) {
+        const int64_t idx = rem % batch_shape[d];
+        rem /= batch_shape[d];
+        oa += idx * a.stride(d);
+        ob += idx * b.stride(d);
+      }
+      kernels::cuda::gemm(et, n, m, k, static_cast<const char*>(a.raw_data()) + oa * es, ga.ld, ga.trans,
+                          static_cast<const char*>(b.raw_data()) + ob * es, gb.ld, gb.trans,
+                          static_cast<char*>(out.raw_data()) + i * n * m * es, m);
+    }
+    return;
+  }
   dispatch_floating(a.dtype(), "matmul", [&](auto tag) {
     using T = decltype(tag);
     const T* pa = a.data<T>();
@@ -100,7 +146,7 @@ Tensor mm(const Tensor& a, const Tensor& b) {
     throw std::invalid_argument("mm: expected 2-d tensors, got shapes " + shape_str(a.shape()) + " and " +
                                 shape_str(b.shape()));
   if (a.size(1) != b.size(0)) shape_error(a, b, "mm", a.size(1), b.size(0));
-  Tensor out({a.size(0), b.size(1)}, a.dtype());  // (n, m)
+  Tensor out({a.size(0), b.size(1)}, a.dtype(), a.device());  // (n, m)
   batched_gemm(a, b, out);
   return out;
 }
@@ -131,7 +177,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
     sb.insert(sb.end(), b2.shape().end() - 2, b2.shape().end());
     so.push_back(a2.size(-2));
     so.push_back(b2.size(-1));
-    out = Tensor(so, a.dtype());  // (batch..., n, m)
+    out = Tensor(so, a.dtype(), a.device());  // (batch..., n, m)
     batched_gemm(a2.expand(sa), b2.expand(sb), out);
   }
   if (a.dim() == 1) out = out.squeeze(-2);

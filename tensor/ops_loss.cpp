@@ -11,11 +11,17 @@
 #include "kernels/cpu/dropout.h"
 #include "tensor/creation.h"
 #include "tensor/ops_nn.h"
+#include "tensor/ops_cuda.h"
 #include "tensor/ops_nn_checks.h"
 
 namespace minidl {
 
 // ---- dropout ----
+
+Tensor dropout_mask(const Shape& shape, double p, RandomKey key, DType dtype, Device device) {
+  if (device.is_cuda()) return cuda_ops::dropout_mask(shape, p, key, dtype, device);
+  return dropout_mask(shape, p, key, dtype);
+}
 
 Tensor dropout_mask(const Shape& shape, double p, RandomKey key, DType dtype) {
   constexpr const char* op = "dropout_mask";
@@ -64,6 +70,8 @@ Tensor checked_targets(const Tensor& target, int64_t C, const Tensor& logits, co
 
 Tensor cross_entropy_forward(const Tensor& logits_in, const Tensor& target_in, double label_smoothing) {
   constexpr const char* op = "cross_entropy";
+  if (cuda_ops::on_cuda({&logits_in, &target_in}, op))
+    return cuda_ops::cross_entropy_forward(logits_in, target_in, label_smoothing);
   check_cross_entropy(logits_in, target_in, label_smoothing, op);
   const Tensor logits = logits_in.contiguous();
   const int64_t N = logits.size(0), C = logits.size(1);
@@ -82,6 +90,8 @@ Tensor cross_entropy_forward(const Tensor& logits_in, const Tensor& target_in, d
 Tensor cross_entropy_backward(const Tensor& logits_in, const Tensor& target_in, double label_smoothing,
                               const Tensor& grad_loss) {
   constexpr const char* op = "cross_entropy_backward";
+  if (cuda_ops::on_cuda({&logits_in, &target_in}, op))
+    return cuda_ops::cross_entropy_backward(logits_in, target_in, label_smoothing, grad_loss);
   check_cross_entropy(logits_in, target_in, label_smoothing, op);
   nn_checks::require_float_cpu(grad_loss, op, "grad_loss");
   if (grad_loss.numel() != 1)

@@ -82,6 +82,8 @@ LayerNormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tens
 
 // ---- dropout: mask element i is keep iff philox_uniform(key, i) >= p; scale 1/(1-p) ----
 Tensor dropout_mask(const Shape& shape, double p, RandomKey key, DType dtype);  // values 0 or 1/(1-p)
+// The same mask made directly on `device` (on CUDA: the same Philox stream, the same values).
+Tensor dropout_mask(const Shape& shape, double p, RandomKey key, DType dtype, Device device);
 
 // ---- losses ----
 // logits (N, C), target int64 (N) -> 0-d mean loss; label_smoothing as torch.nn.functional.cross_entropy

@@ -10,6 +10,7 @@
 #include "kernels/cpu/norm.h"
 #include "tensor/creation.h"
 #include "tensor/ops_nn.h"
+#include "tensor/ops_cuda.h"
 #include "tensor/ops_nn_checks.h"
 
 namespace minidl {
@@ -51,6 +52,7 @@ void require_like_input(const Tensor& dy, const Tensor& x, const char* op) {
 // ---- batch norm ----
 
 BatchNormStats batch_norm_stats(const Tensor& x_in, double eps) {
+  if (cuda_ops::on_cuda({&x_in}, "batch_norm_stats")) return cuda_ops::batch_norm_stats(x_in, eps);
   constexpr const char* op = "batch_norm_stats";
   const NCS d = batch_norm_layout(x_in, op);
   if (d.N * d.S == 0)
@@ -68,6 +70,8 @@ BatchNormStats batch_norm_stats(const Tensor& x_in, double eps) {
 Tensor batch_norm_elemt(const Tensor& x_in, const Tensor& mean, const Tensor& invstd, const Tensor& weight,
                         const Tensor& bias) {
   constexpr const char* op = "batch_norm_elemt";
+  if (cuda_ops::on_cuda({&x_in, &mean, &invstd, &weight, &bias}, op))
+    return cuda_ops::batch_norm_elemt(x_in, mean, invstd, weight, bias);
   const NCS d = batch_norm_layout(x_in, op);
   require_channel_vector(mean, d.C, op, "mean", false);
   require_channel_vector(invstd, d.C, op, "invstd", false);
@@ -88,6 +92,8 @@ Tensor batch_norm_elemt(const Tensor& x_in, const Tensor& mean, const Tensor& in
 BatchNormReduce batch_norm_backward_reduce(const Tensor& dy_in, const Tensor& x_in, const Tensor& mean,
                                            const Tensor& invstd, const Tensor& weight) {
   constexpr const char* op = "batch_norm_backward_reduce";
+  if (cuda_ops::on_cuda({&dy_in, &x_in, &mean, &invstd, &weight}, op))
+    return cuda_ops::batch_norm_backward_reduce(dy_in, x_in, mean, invstd, weight);
   const NCS d = batch_norm_layout(x_in, op);
   require_like_input(dy_in, x_in, op);
   require_channel_vector(mean, d.C, op, "mean", false);
@@ -118,6 +124,8 @@ Tensor batch_norm_backward_elemt(const Tensor& dy_in, const Tensor& x_in, const 
                                  const Tensor& weight, const Tensor& sum_dy, const Tensor& sum_dy_xmu,
                                  int64_t count) {
   constexpr const char* op = "batch_norm_backward_elemt";
+  if (cuda_ops::on_cuda({&dy_in, &x_in, &mean, &invstd, &weight, &sum_dy, &sum_dy_xmu}, op))
+    return cuda_ops::batch_norm_backward_elemt(dy_in, x_in, mean, invstd, weight, sum_dy, sum_dy_xmu, count);
   const NCS d = batch_norm_layout(x_in, op);
   require_like_input(dy_in, x_in, op);
   require_channel_vector(mean, d.C, op, "mean", false);
@@ -169,6 +177,8 @@ std::pair<int64_t, int64_t> layer_norm_layout(const Tensor& x, const Shape& norm
 LayerNormResult layer_norm_forward(const Tensor& x_in, const Shape& normalized_shape, const Tensor& weight_in,
                                    const Tensor& bias_in, double eps) {
   constexpr const char* op = "layer_norm";
+  if (cuda_ops::on_cuda({&x_in, &weight_in, &bias_in}, op))
+    return cuda_ops::layer_norm_forward(x_in, normalized_shape, weight_in, bias_in, eps);
   const auto [rows, M] = layer_norm_layout(x_in, normalized_shape, weight_in, bias_in, op);
   const Tensor x = x_in.contiguous();
   const Tensor weight = weight_in.defined() ? weight_in.contiguous() : Tensor();
@@ -187,6 +197,8 @@ LayerNormResult layer_norm_forward(const Tensor& x_in, const Shape& normalized_s
 LayerNormGrads layer_norm_backward(const Tensor& dy_in, const Tensor& x_in, const Tensor& mean_in,
                                    const Tensor& invstd_in, const Shape& normalized_shape, const Tensor& weight_in) {
   constexpr const char* op = "layer_norm_backward";
+  if (cuda_ops::on_cuda({&dy_in, &x_in, &mean_in, &invstd_in, &weight_in}, op))
+    return cuda_ops::layer_norm_backward(dy_in, x_in, mean_in, invstd_in, normalized_shape, weight_in);
   const auto [rows, M] = layer_norm_layout(x_in, normalized_shape, weight_in, Tensor(), op);
   require_like_input(dy_in, x_in, op);
   for (const auto* p : {&mean_in, &invstd_in}) {

@@ -10,6 +10,7 @@
 #include "kernels/cpu/pool.h"
 #include "tensor/creation.h"
 #include "tensor/ops_nn.h"
+#include "tensor/ops_cuda.h"
 #include "tensor/ops_nn_checks.h"
 
 namespace minidl {
@@ -75,6 +76,7 @@ void require_grad_shape(const Tensor& dy, const Shape& expected, const char* op,
 // ---- max_pool2d ----
 
 MaxPool2dResult max_pool2d_forward(const Tensor& x_in, const Pool2dParams& p) {
+  if (cuda_ops::on_cuda({&x_in}, "max_pool2d")) return cuda_ops::max_pool2d_forward(x_in, p);
   constexpr const char* op = "max_pool2d";
   require_image(x_in, op);
   const Tensor x = x_in.contiguous();  // (P = N*C planes, H, W)
@@ -99,6 +101,7 @@ MaxPool2dResult max_pool2d_forward(const Tensor& x_in, const Pool2dParams& p) {
 }
 
 Tensor max_pool2d_backward(const Tensor& dy_in, const Tensor& indices_in, const Shape& x_shape) {
+  if (cuda_ops::on_cuda({&dy_in, &indices_in}, "max_pool2d_backward")) return cuda_ops::max_pool2d_backward(dy_in, indices_in, x_shape);
   constexpr const char* op = "max_pool2d_backward";
   require_image_shape(x_shape, op);
   require_float_cpu(dy_in, op, "grad_output");
@@ -135,6 +138,7 @@ Tensor max_pool2d_backward(const Tensor& dy_in, const Tensor& indices_in, const 
 // ---- avg_pool2d ----
 
 Tensor avg_pool2d_forward(const Tensor& x_in, const Pool2dParams& p) {
+  if (cuda_ops::on_cuda({&x_in}, "avg_pool2d")) return cuda_ops::avg_pool2d_forward(x_in, p);
   constexpr const char* op = "avg_pool2d";
   require_image(x_in, op);
   const Tensor x = x_in.contiguous();
@@ -157,6 +161,7 @@ Tensor avg_pool2d_forward(const Tensor& x_in, const Pool2dParams& p) {
 }
 
 Tensor avg_pool2d_backward(const Tensor& dy_in, const Shape& x_shape, const Pool2dParams& p) {
+  if (cuda_ops::on_cuda({&dy_in}, "avg_pool2d_backward")) return cuda_ops::avg_pool2d_backward(dy_in, x_shape, p);
   constexpr const char* op = "avg_pool2d_backward";
   require_image_shape(x_shape, op);
   require_float_cpu(dy_in, op, "grad_output");
@@ -183,6 +188,7 @@ Tensor avg_pool2d_backward(const Tensor& dy_in, const Shape& x_shape, const Pool
 // ---- adaptive_avg_pool2d ----
 
 Tensor adaptive_avg_pool2d_forward(const Tensor& x_in, int64_t out_h, int64_t out_w) {
+  if (cuda_ops::on_cuda({&x_in}, "adaptive_avg_pool2d")) return cuda_ops::adaptive_avg_pool2d_forward(x_in, out_h, out_w);
   constexpr const char* op = "adaptive_avg_pool2d";
   require_image(x_in, op);
   if (out_h <= 0 || out_w <= 0)
@@ -207,6 +213,7 @@ Tensor adaptive_avg_pool2d_forward(const Tensor& x_in, int64_t out_h, int64_t ou
 }
 
 Tensor adaptive_avg_pool2d_backward(const Tensor& dy_in, const Shape& x_shape) {
+  if (cuda_ops::on_cuda({&dy_in}, "adaptive_avg_pool2d_backward")) return cuda_ops::adaptive_avg_pool2d_backward(dy_in, x_shape);
   constexpr const char* op = "adaptive_avg_pool2d_backward";
   require_image_shape(x_shape, op);
   require_float_cpu(dy_in, op, "grad_output");

@@ -15,6 +15,7 @@
 
 #include "kernels/cpu/reduce.h"
 #include "tensor/ops.h"
+#include "tensor/ops_cuda.h"
 #include "tensor/ops_util.h"
 
 namespace minidl {
@@ -71,6 +72,7 @@ using AccOf = std::conditional_t<std::is_floating_point_v<T>, double, int64_t>;
 
 // out[i] = (sum of the reduced elements) / divisor, accumulated in AccOf<T>.
 Tensor sum_impl(const Tensor& x, const Shape& dims, bool keepdim, const char* op, bool mean) {
+  if (cuda_ops::on_cuda({&x}, op)) return cuda_ops::sum(x, dims, keepdim, mean, op);
   check_cpu(x, op);
   if (mean && !x.is_floating_point())
     throw std::invalid_argument(std::string(op) + ": expected a floating dtype (float32 or float64), got " +
@@ -102,6 +104,7 @@ Tensor sum_impl(const Tensor& x, const Shape& dims, bool keepdim, const char* op
 
 // values and first indices of the maximum over `dims` (already validated by the caller)
 MaxResult max_impl(const Tensor& x, const Shape& dims, bool keepdim, const char* op) {
+  if (cuda_ops::on_cuda({&x}, op)) return cuda_ops::max(x, dims, keepdim, op);
   check_cpu(x, op);
   ReducePlan p = plan_reduce(x, dims, keepdim, op, /*allow_columns=*/false);
   if (p.len == 0 && p.outer > 0)
@@ -152,6 +155,7 @@ Tensor sum(const Tensor& x, const Shape& dims, bool keepdim) { return sum_impl(x
 Tensor mean(const Tensor& x, const Shape& dims, bool keepdim) { return sum_impl(x, dims, keepdim, "mean", true); }
 
 Tensor var(const Tensor& x, const Shape& dims, int64_t correction, bool keepdim) {
+  if (cuda_ops::on_cuda({&x}, "var")) return cuda_ops::var(x, dims, correction, keepdim);
   check_cpu(x, "var");
   ReducePlan p = plan_reduce(x, dims, keepdim, "var", /*allow_columns=*/true);
   Tensor out(p.out_shape, x.dtype());
@@ -205,6 +209,7 @@ MaxResult max(const Tensor& x, int64_t dim, bool keepdim) {
 }
 
 Tensor max(const Tensor& x) {
+  if (cuda_ops::on_cuda({&x}, "max")) return cuda_ops::max(x, {}, false, "max").values;
   check_cpu(x, "max");
   if (x.numel() == 0) throw std::invalid_argument("max: cannot take the maximum of an empty tensor " + x.desc());
   return max_impl(x, {}, false, "max").values;
@@ -216,6 +221,7 @@ Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
 }
 
 Tensor topk_indices(const Tensor& x, int64_t k) {
+  if (cuda_ops::on_cuda({&x}, "topk_indices")) return cuda_ops::topk_indices(x, k);
   check_cpu(x, "topk_indices");
   if (x.dim() != 2) throw std::invalid_argument("topk_indices: expected a 2-d tensor, got " + x.desc());
   const int64_t rows = x.size(0), cols = x.size(1);

@@ -6,6 +6,7 @@
 
 #include "kernels/cpu/softmax.h"
 #include "tensor/ops.h"
+#include "tensor/ops_cuda.h"
 #include "tensor/ops_util.h"
 
 namespace minidl {
@@ -28,6 +29,7 @@ SoftmaxDims softmax_dims(const Tensor& x, int64_t dim, const char* op) {
 }
 
 Tensor softmax_impl(const Tensor& x_in, int64_t dim, bool log, const char* op) {
+  if (cuda_ops::on_cuda({&x_in}, op)) return cuda_ops::softmax(x_in, dim, log, op);
   detail::check_cpu(x_in, op);
   const SoftmaxDims s = softmax_dims(x_in, dim, op);
   const Tensor x = x_in.contiguous();
@@ -40,6 +42,7 @@ Tensor softmax_impl(const Tensor& x_in, int64_t dim, bool log, const char* op) {
 }
 
 Tensor softmax_backward_impl(const Tensor& y_in, const Tensor& dy_in, int64_t dim, bool log, const char* op) {
+  if (cuda_ops::on_cuda({&y_in, &dy_in}, op)) return cuda_ops::softmax_backward(y_in, dy_in, dim, log, op);
   detail::check_cpu(y_in, op);
   detail::check_cpu(dy_in, op);
   detail::check_same_dtype(y_in, dy_in, op);

@@ -8,6 +8,7 @@
 
 #include "kernels/cpu/copy.h"
 #include "kernels/cuda_api.h"
+#include "tensor/ops_cuda.h"
 
 namespace minidl {
 
@@ -113,7 +114,7 @@ Shape infer_shape(const Shape& shape, int64_t numel, const char* op, const Shape
 // Same algorithm as PyTorch's computeStride: match groups of dims with contiguous chunks.
 bool view_strides(const Shape& old_shape, const Shape& old_strides, const Shape& new_shape, Shape& out) {
   out.assign(new_shape.size(), 0);
-  if (shape_numel(old_shape) == 0) {
+  if (shape_numel(old_shape) == 0 || old_shape.empty()) {  // nothing to view, or one element
     out = contiguous_strides(new_shape);
     return true;
   }
@@ -318,12 +319,15 @@ Tensor Tensor::to(Device dev) const {
   Tensor out(shape_, dtype_, dev);
   const size_t nbytes = static_cast<size_t>(numel_) * element_size(dtype_);
   const int kind = dev.is_cuda() && src.device().is_cpu() ? 0 : dev.is_cpu() ? 1 : 2;
-  kernels::cuda::memcpy(out.raw_data(), src.raw_data(), nbytes, kind);
+  kernels::cuda::memcpy(out.raw_data(), src.raw_data(), nbytes, kind, kind == 1 ? src.device().index : dev.index);
   return out;
 }
 
 Tensor& Tensor::fill_(double value) {
-  if (!device().is_cpu()) throw std::runtime_error("fill_: only CPU tensors are supported here, got " + desc());
+  if (device().is_cuda()) {
+    cuda_ops::fill_(*this, value);
+    return *this;
+  }
   dispatch(dtype_, "fill_", [&](auto tag) {
     using T = decltype(tag);
     T* p = data<T>();
@@ -339,14 +343,17 @@ Tensor& Tensor::fill_(double value) {
 
 Tensor& Tensor::copy_(const Tensor& src) {
   if (!src.defined()) throw std::invalid_argument("copy_: source is undefined");
-  if (!device().is_cpu() || !src.device().is_cpu()) {
-    if (shape_ != src.shape_ || dtype_ != src.dtype_ || !is_contiguous())
-      throw std::runtime_error("copy_: device copies need equal shapes and dtypes and a contiguous destination (" +
-                               desc() + " <- " + src.desc() + ")");
-    Tensor s = src.to(device());
-    Tensor c = s.contiguous();
-    const int kind = device().is_cuda() && c.device().is_cpu() ? 0 : device().is_cpu() ? 1 : 2;
-    kernels::cuda::memcpy(raw_data(), c.raw_data(), static_cast<size_t>(numel_) * element_size(dtype_), kind);
+  if (device().is_cuda() && src.device() == device()) {  // on one device: strided, broadcast, dtype-converting
+    cuda_ops::copy_(*this, src);
+    return *this;
+  }
+  if (device().is_cpu() && src.device().is_cuda()) return copy_(src.to(device()));  // to the host, then below
+  if (device().is_cuda()) {  // from the host or another device
+    if (shape_ != src.shape_ || dtype_ != src.dtype_ || !is_contiguous()) return copy_(src.to(device()));
+    const Tensor c = src.contiguous();
+    const int kind = c.device().is_cpu() ? 0 : 2;
+    kernels::cuda::memcpy(raw_data(), c.raw_data(), static_cast<size_t>(numel_) * element_size(dtype_), kind,
+                          device().index);
     return *this;
   }
   Tensor s = src.shape_ == shape_ ? src : src.expand(shape_);

@@ -1,0 +1,339 @@
+// dist/cuda/process_group_nccl.cpp — see dist/cuda/process_group_nccl.h. Compiled only in CUDA
+// builds (the CMake filter keeps /cuda/ paths out of CPU-only builds). Compiled here without a
+// GPU; run by tools/gpu_check.sh and tests/dist/test_process_group_nccl.cpp on a GPU machine.
+#include "dist/cuda/process_group_nccl.h"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include "dist/distributed.h"
+#include "kernels/cuda_api.h"
+#include "tensor/creation.h"
+
+extern "C" {
+// Referenced with --undefined by the link line (CMakeLists.txt) so this object, and with it the
+// "nccl" backend registration below, is always linked from the static library.
+int minidl_nccl_backend_anchor = 0;
+}
+
+namespace minidl::dist {
+
+namespace {
+
+void check_cuda(cudaError_t e, const std::string& what) {
+  if (e != cudaSuccess) throw std::runtime_error(what + ": " + cudaGetErrorString(e));
+}
+
+ncclDataType_t nccl_type(DType t, const char* op) {
+  switch (t) {
+    case DType::Float32: return ncclFloat32;
+    case DType::Float64: return ncclFloat64;
+    case DType::Int64: return ncclInt64;
+    case DType::UInt8: return ncclUint8;
+  }
+  throw std::invalid_argument(std::string(op) + ": unsupported dtype for NCCL");
+}
+
+ncclRedOp_t nccl_op(ReduceOp op, DType t, const char* name) {
+  switch (op) {
+    case ReduceOp::SUM: return ncclSum;
+    case ReduceOp::AVG:
+      if (!is_floating(t))
+        throw std::invalid_argument(std::string(name) + ": AVG needs a floating dtype, got " + dtype_name(t));
+      return ncclAvg;
+    case ReduceOp::MAX: return ncclMax;
+    case ReduceOp::MIN: return ncclMin;
+  }
+  throw std::invalid_argument(std::string(name) + ": unknown reduce op");
+}
+
+}  // namespace
+
+struct ProcessGroupNCCL::Impl {
+  int rank = 0, size = 1, device = 0;
+  ProcessGroupOptions options;
+  ncclComm_t comm = nullptr;
+  cudaStream_t compute = nullptr, comm_stream = nullptr;
+  std::mutex mu;
+  int64_t seq = 0;
+  bool broken = false;
+  std::string broken_reason;
+
+  // Polls until the communicator's pending operation (init or enqueue) has finished.
+  void wait_comm_ready(const std::string& what) {
+    const auto deadline = std::chrono::steady_clock::now() + options.timeout;
+    for (;;) {
+      ncclResult_t async = ncclSuccess;
+      ncclCommGetAsyncError(comm, &async);
+      if (async == ncclSuccess) return;
+      if (async != ncclInProgress) fail(what + ": NCCL error: " + ncclGetErrorString(async));
+      if (std::chrono::steady_clock::now() > deadline)
+        fail(what + " timed out after " + std::to_string(options.timeout.count()) + " ms: a rank did not arrive");
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+
+  [[noreturn]] void fail(const std::string& msg) {
+    if (comm && !broken) {
+      ncclCommAbort(comm);  // frees the communicator and unblocks any kernel still waiting for a peer
+      comm = nullptr;
+    }
+    broken = true;
+    broken_reason = msg;
+    throw std::runtime_error(msg);
+  }
+
+  void check_usable(const std::string& what) {
+    if (broken)
+      throw std::runtime_error(what + ": the NCCL process group is broken after an earlier failure (" + broken_reason +
+                               ")");
+  }
+
+  void check_nccl(ncclResult_t r, const std::string& what) {
+    if (r == ncclInProgress) {
+      wait_comm_ready(what);
+      return;
+    }
+    if (r != ncclSuccess) fail(what + ": " + ncclGetErrorString(r) + " (" + ncclGetLastError(comm) + ")");
+  }
+};
+
+namespace {
+
+class WorkNCCL : public Work {
+ public:
+  WorkNCCL(std::shared_ptr<ProcessGroupNCCL::Impl> pg, std::string what, cudaEvent_t done,
+           std::vector<Tensor> keep_alive, std::function<void()> finish)
+      : pg_(std::move(pg)), what_(std::move(what)), done_(done), keep_(std::move(keep_alive)),
+        finish_(std::move(finish)) {}
+  ~WorkNCCL() override {
+    if (done_) cudaEventDestroy(done_);
+  }
+
+  bool is_completed() override {
+    if (completed_) return true;
+    return cudaEventQuery(done_) == cudaSuccess;
+  }
+
+  void wait() override {
+    if (completed_) return;
+    std::lock_guard<std::mutex> lock(pg_->mu);
+    const auto deadline = std::chrono::steady_clock::now() + pg_->options.timeout;
+    for (;;) {
+      const cudaError_t q = cudaEventQuery(done_);
+      if (q == cudaSuccess) break;
+      if (q != cudaErrorNotReady) pg_->fail(what_ + ": CUDA error: " + cudaGetErrorString(q));
+      ncclResult_t async = ncclSuccess;
+      if (pg_->comm) ncclCommGetAsyncError(pg_->comm, &async);
+      if (async != ncclSuccess && async != ncclInProgress)
+        pg_->fail(what_ + ": NCCL error: " + ncclGetErrorString(async));
+      if (std::chrono::steady_clock::now() > deadline)
+        pg_->fail(what_ + " timed out after " + std::to_string(pg_->options.timeout.count()) +
+                  " ms: a rank did not arrive (communicator aborted)");
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+    check_cuda(cudaStreamWaitEvent(pg_->compute, done_, 0), what_ + ": cudaStreamWaitEvent");
+    completed_ = true;
+    if (finish_) finish_();
+    keep_.clear();
+  }
+
+ private:
+  std::shared_ptr<ProcessGroupNCCL::Impl> pg_;
+  std::string what_;
+  cudaEvent_t done_ = nullptr;
+  std::vector<Tensor> keep_;
+  std::function<void()> finish_;
+  bool completed_ = false;
+};
+
+// Runs `enqueue` on the communication stream after everything queued on the compute stream.
+std::shared_ptr<Work> launch(const std::shared_ptr<ProcessGroupNCCL::Impl>& pg, const std::string& what,
+                             std::vector<Tensor> keep, const std::function<void()>& enqueue,
+                             std::function<void()> finish = {}) {
+  std::lock_guard<std::mutex> lock(pg->mu);
+  pg->check_usable(what);
+  check_cuda(cudaSetDevice(pg->device), what + ": cudaSetDevice");
+  cudaEvent_t ready, done;
+  check_cuda(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), what + ": cudaEventCreate");
+  check_cuda(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), what + ": cudaEventCreate");
+  check_cuda(cudaEventRecord(ready, pg->compute), what + ": cudaEventRecord");
+  check_cuda(cudaStreamWaitEvent(pg->comm_stream, ready, 0), what + ": cudaStreamWaitEvent");
+  cudaEventDestroy(ready);
+  enqueue();
+  check_cuda(cudaEventRecord(done, pg->comm_stream), what + ": cudaEventRecord");
+  return std::make_shared<WorkNCCL>(pg, what, done, std::move(keep), std::move(finish));
+}
+
+std::string describe(const char* op, int64_t seq, const Tensor& t) {
+  return std::string(op) + " #" + std::to_string(seq) + " (" + t.desc() + ")";
+}
+
+// The tensor NCCL works on: t itself when it is contiguous on the group's device, else a device copy.
+Tensor on_device(const Tensor& t, int device, const char* op) {
+  if (!t.defined()) throw std::invalid_argument(std::string(op) + ": undefined tensor");
+  if (t.device().is_cuda() && t.device().index != device)
+    throw std::invalid_argument(std::string(op) + ": tensor on " + t.device().str() + " but the NCCL group uses cuda:" +
+                                std::to_string(device));
+  return t.to(Device::cuda(device)).contiguous();
+}
+
+}  // namespace
+
+ProcessGroupNCCL::ProcessGroupNCCL(TCPStore& store, int rank, int size, ProcessGroupOptions options, int device)
+    : ProcessGroup(rank, size), impl_(std::make_shared<Impl>()) {
+  static int instance = 0;  // groups are created in the same order on every rank
+  const std::string key = "minidl/nccl/unique_id/" + std::to_string(instance++);
+  impl_->rank = rank;
+  impl_->size = size;
+  impl_->options = options;
+  impl_->device = device >= 0 ? device : kernels::cuda::select_device_from_env();
+  kernels::cuda::set_device(impl_->device);
+  impl_->compute = static_cast<cudaStream_t>(kernels::cuda::compute_stream(impl_->device));
+  impl_->comm_stream = static_cast<cudaStream_t>(kernels::cuda::communication_stream(impl_->device));
+  ncclUniqueId id;
+  if (rank == 0) {
+    if (ncclGetUniqueId(&id) != ncclSuccess) throw std::runtime_error("ProcessGroupNCCL: ncclGetUniqueId failed");
+    store.set(key, std::string(reinterpret_cast<const char*>(&id), sizeof(id)));
+  } else {
+    const std::string bytes = store.get(key);
+    if (bytes.size() != sizeof(id))
+      throw std::runtime_error("ProcessGroupNCCL: malformed ncclUniqueId in the store under " + key);
+    std::memcpy(&id, bytes.data(), sizeof(id));
+  }
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;  // init and calls return at once; we poll against the timeout
+  const ncclResult_t r = ncclCommInitRankConfig(&impl_->comm, size, id, rank, &config);
+  if (r != ncclSuccess && r != ncclInProgress)
+    throw std::runtime_error(std::string("ProcessGroupNCCL: ncclCommInitRankConfig failed on rank ") +
+                             std::to_string(rank) + ": " + ncclGetErrorString(r));
+  impl_->wait_comm_ready("ProcessGroupNCCL init (rank " + std::to_string(rank) + " of " + std::to_string(size) + ")");
+}
+
+ProcessGroupNCCL::~ProcessGroupNCCL() {
+  if (impl_->comm && !impl_->broken) {
+    cudaSetDevice(impl_->device);
+    cudaStreamSynchronize(impl_->comm_stream);
+    ncclCommDestroy(impl_->comm);
+  }
+}
+
+int ProcessGroupNCCL::device() const { return impl_->device; }
+
+std::shared_ptr<Work> ProcessGroupNCCL::all_reduce_async(Tensor& t, ReduceOp op) {
+  const std::string what = describe("all_reduce", ++impl_->seq, t);
+  const ncclRedOp_t rop = nccl_op(op, t.dtype(), "all_reduce");
+  Tensor d = on_device(t, impl_->device, "all_reduce");
+  auto impl = impl_;
+  std::function<void()> finish;
+  if (!d.is_same(t)) finish = [t, d]() mutable { t.copy_(d); };  // staged: write back
+  return launch(impl, what, {t, d}, [&] {
+    impl->check_nccl(ncclAllReduce(d.raw_data(), d.raw_data(), static_cast<size_t>(d.numel()),
+                                   nccl_type(d.dtype(), "all_reduce"), rop, impl->comm, impl->comm_stream),
+                     what);
+  }, finish);
+}
+
+std::shared_ptr<Work> ProcessGroupNCCL::broadcast_async(Tensor& t, int root) {
+  const std::string what = describe("broadcast", ++impl_->seq, t);
+  if (root < 0 || root >= size_) throw std::invalid_argument(what + ": root " + std::to_string(root) + " out of range");
+  Tensor d = on_device(t, impl_->device, "broadcast");
+  auto impl = impl_;
+  std::function<void()> finish;
+  if (!d.is_same(t)) finish = [t, d]() mutable { t.copy_(d); };
+  return launch(impl, what, {t, d}, [&] {
+    impl->check_nccl(ncclBroadcast(d.raw_data(), d.raw_data(), static_cast<size_t>(d.numel()),
+                                   nccl_type(d.dtype(), "broadcast"), root, impl->comm, impl->comm_stream),
+                     what);
+  }, finish);
+}
+
+std::shared_ptr<Work> ProcessGroupNCCL::all_gather_async(const Tensor& t, std::vector<Tensor>& out) {
+  const std::string what = describe("all_gather", ++impl_->seq, t);
+  if (t.dim() == 0) throw std::invalid_argument(what + ": expected at least a 1-d tensor");
+  Tensor d = on_device(t, impl_->device, "all_gather");
+  auto impl = impl_;
+  // 1. every rank's row count (a small blocking all-gather)
+  Tensor rows = from_vector<int64_t>({d.size(0)}, {1}).to(Device::cuda(impl->device));
+  Tensor all_rows(Shape{static_cast<int64_t>(size_)}, DType::Int64, Device::cuda(impl->device));
+  launch(impl, what + " (row counts)", {rows, all_rows}, [&] {
+    impl->check_nccl(ncclAllGather(rows.raw_data(), all_rows.raw_data(), 1, ncclInt64, impl->comm, impl->comm_stream),
+                     what);
+  })->wait();
+  const std::vector<int64_t> counts = all_rows.to_vector<int64_t>();
+  int64_t longest = 0;
+  for (int64_t c : counts) longest = std::max(longest, c);
+  // 2. the data, padded to the longest
+  Shape padded_shape = d.shape();
+  padded_shape[0] = longest;
+  Tensor padded = d;
+  if (d.size(0) != longest) {
+    padded = zeros(padded_shape, d.dtype(), d.device());
+    if (d.size(0) > 0) padded.narrow(0, 0, d.size(0)).copy_(d);
+  }
+  Shape gathered_shape = padded_shape;
+  gathered_shape.insert(gathered_shape.begin(), size_);
+  Tensor gathered(gathered_shape, d.dtype(), d.device());  // (size, longest, ...)
+  out.assign(static_cast<size_t>(size_), Tensor());
+  const Device result_device = t.device();
+  std::vector<Tensor>* out_ptr = &out;
+  const int n = size_;
+  auto finish = [out_ptr, gathered, counts, result_device, n]() {
+    for (int r = 0; r < n; ++r) (*out_ptr)[r] = gathered[r].narrow(0, 0, counts[r]).contiguous().to(result_device);
+  };
+  return launch(impl, what, {padded, gathered}, [&] {
+    impl->check_nccl(ncclAllGather(padded.raw_data(), gathered.raw_data(), static_cast<size_t>(padded.numel()),
+                                   nccl_type(d.dtype(), "all_gather"), impl->comm, impl->comm_stream),
+                     what);
+  }, finish);
+}
+
+std::shared_ptr<Work> ProcessGroupNCCL::reduce_scatter_async(const Tensor& input, Tensor& out, ReduceOp op) {
+  const std::string what = describe("reduce_scatter", ++impl_->seq, input);
+  if (input.dim() == 0 || input.size(0) % size_ != 0)
+    throw std::invalid_argument(what + ": the first dim must be a multiple of the world size " + std::to_string(size_));
+  const ncclRedOp_t rop = nccl_op(op, input.dtype(), "reduce_scatter");
+  Tensor d = on_device(input, impl_->device, "reduce_scatter");
+  Shape os = d.shape();
+  os[0] /= size_;
+  if (!out.defined() || out.shape() != os || out.dtype() != d.dtype()) out = Tensor(os, d.dtype(), input.device());
+  Tensor od = out.device().is_cuda() && out.is_contiguous() ? out : Tensor(os, d.dtype(), d.device());
+  auto impl = impl_;
+  std::function<void()> finish;
+  if (!od.is_same(out)) finish = [out, od]() mutable { out.copy_(od); };
+  return launch(impl, what, {d, od, out}, [&] {
+    impl->check_nccl(ncclReduceScatter(d.raw_data(), od.raw_data(), static_cast<size_t>(od.numel()),
+                                       nccl_type(d.dtype(), "reduce_scatter"), rop, impl->comm, impl->comm_stream),
+                     what);
+  }, finish);
+}
+
+std::shared_ptr<Work> ProcessGroupNCCL::barrier_async() {
+  Tensor one = ones({1}, DType::Float32, Device::cuda(impl_->device));
+  const std::string what = "barrier #" + std::to_string(++impl_->seq);
+  auto impl = impl_;
+  return launch(impl, what, {one}, [&] {
+    impl->check_nccl(ncclAllReduce(one.raw_data(), one.raw_data(), 1, ncclFloat32, ncclSum, impl->comm,
+                                   impl->comm_stream),
+                     what);
+  });
+}
+
+namespace {
+const bool registered = [] {
+  register_backend("nccl", [](TCPStore& store, int rank, int size, ProcessGroupOptions options) {
+    return std::unique_ptr<ProcessGroup>(new ProcessGroupNCCL(store, rank, size, options));
+  });
+  return true;
+}();
+}  // namespace
+
+}  // namespace minidl::dist

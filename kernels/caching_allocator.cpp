@@ -1,0 +1,184 @@
+// kernels/caching_allocator.cpp — see kernels/caching_allocator.h. Tested on the CPU by
+// tests/kernels/test_caching_allocator.cpp (a malloc-backed segment source).
+#include "kernels/caching_allocator.h"
+
+#include <cstdio>
+
+namespace minidl::kernels {
+
+std::string format_bytes(size_t n) {
+  char buf[64];
+  if (n == SIZE_MAX) return "unlimited";
+  if (n >= (size_t(1) << 30)) std::snprintf(buf, sizeof buf, "%.2f GiB", double(n) / double(size_t(1) << 30));
+  else if (n >= (size_t(1) << 20)) std::snprintf(buf, sizeof buf, "%.2f MiB", double(n) / double(size_t(1) << 20));
+  else if (n >= 1024) std::snprintf(buf, sizeof buf, "%.2f KiB", double(n) / 1024.0);
+  else std::snprintf(buf, sizeof buf, "%zu B", n);
+  return buf;
+}
+
+namespace {
+size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+}  // namespace
+
+CachingAllocator::CachingAllocator(std::string device_name, size_t total_bytes, SegmentSource source)
+    : device_name_(std::move(device_name)), total_(total_bytes), source_(std::move(source)) {}
+
+CachingAllocator::~CachingAllocator() {
+  for (Block* b : all_) {
+    if (b->prev == nullptr) source_.free(b->ptr);  // the first block of a segment owns its pointer
+  }
+  for (Block* b : all_) delete b;
+}
+
+void CachingAllocator::set_memory_fraction(double fraction) {
+  if (!(fraction > 0.0 && fraction <= 1.0))
+    throw std::invalid_argument("set_memory_fraction: fraction must be in (0, 1], got " + std::to_string(fraction) +
+                                " for " + device_name_);
+  std::lock_guard<std::mutex> lock(mu_);
+  fraction_ = fraction;
+  stats_.cap = fraction >= 1.0 ? SIZE_MAX : static_cast<size_t>(fraction * static_cast<double>(total_));
+}
+
+CachingAllocatorStats CachingAllocator::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+void CachingAllocator::reset_peak() {
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.peak_allocated = stats_.allocated;
+  stats_.peak_reserved = stats_.reserved;
+}
+
+size_t CachingAllocator::block_size(void* p) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = live_.find(p);
+  return it == live_.end() ? 0 : it->second->size;
+}
+
+void CachingAllocator::out_of_memory(size_t request, const std::string& why) const {
+  std::string cap = stats_.cap == SIZE_MAX ? "no cap"
+                                           : "cap " + format_bytes(stats_.cap) + " (memory fraction " +
+                                                 std::to_string(fraction_) + " of " + format_bytes(total_) + ")";
+  throw OutOfMemoryError("out of memory on " + device_name_ + ": tried to allocate " + format_bytes(request) + "; " +
+                         format_bytes(stats_.allocated) + " allocated, " + format_bytes(stats_.reserved) +
+                         " reserved, " + cap + " — " + why);
+}
+
+CachingAllocator::Block* CachingAllocator::take_free_block(Pool& pool, size_t size, void* stream) {
+  Block key{nullptr, size, stream, false};
+  auto it = pool.lower_bound(&key);
+  if (it == pool.end() || (*it)->stream != stream) return nullptr;
+  Block* b = *it;
+  pool.erase(it);
+  return b;
+}
+
+CachingAllocator::Block* CachingAllocator::new_segment(size_t size, void* stream, bool small, size_t request) {
+  const size_t seg = small ? kSegmentRound : round_up(size, kSegmentRound);
+  auto over_cap = [&] { return stats_.cap != SIZE_MAX && stats_.reserved + seg > stats_.cap; };
+  if (over_cap()) release_free_segments();
+  if (over_cap()) out_of_memory(request, "a new " + format_bytes(seg) + " segment would pass the cap");
+  void* p = source_.alloc(seg);
+  if (p == nullptr) {
+    release_free_segments();
+    p = source_.alloc(seg);
+    if (p == nullptr) out_of_memory(request, "the device has no free memory for a " + format_bytes(seg) + " segment");
+  }
+  stats_.reserved += seg;
+  stats_.peak_reserved = std::max(stats_.peak_reserved, stats_.reserved);
+  ++stats_.segment_allocs;
+  Block* b = new Block{static_cast<char*>(p), seg, stream, small};
+  all_.insert(b);
+  return b;
+}
+
+void CachingAllocator::split(Block* b, size_t size, Pool& pool) {
+  const size_t rest = b->size - size;
+  const bool worth = b->small ? rest >= kRound : rest > kSmallLimit;
+  if (!worth) return;
+  Block* r = new Block{b->ptr + size, rest, b->stream, b->small};
+  all_.insert(r);
+  r->prev = b;
+  r->next = b->next;
+  if (b->next) b->next->prev = r;
+  b->next = r;
+  b->size = size;
+  pool.insert(r);
+}
+
+void* CachingAllocator::allocate(size_t nbytes, void* stream) {
+  if (nbytes == 0) return nullptr;
+  std::lock_guard<std::mutex> lock(mu_);
+  const size_t size = round_up(nbytes, kRound);
+  const bool small = size <= kSmallLimit;
+  Pool& pool = small ? small_pool_ : large_pool_;
+  Block* b = take_free_block(pool, size, stream);
+  if (b) ++stats_.cache_hits;
+  else b = new_segment(size, stream, small, nbytes);
+  split(b, size, pool);
+  b->in_use = true;
+  live_[b->ptr] = b;
+  stats_.allocated += b->size;
+  stats_.peak_allocated = std::max(stats_.peak_allocated, stats_.allocated);
+  return b->ptr;
+}
+
+void CachingAllocator::free(void* p) {
+  if (p == nullptr) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = live_.find(p);
+  if (it == live_.end())
+    throw std::invalid_argument("CachingAllocator::free: pointer not allocated here (" + device_name_ + ")");
+  Block* b = it->second;
+  live_.erase(it);
+  b->in_use = false;
+  stats_.allocated -= b->size;
+  Pool& pool = b->small ? small_pool_ : large_pool_;
+  // merge with free neighbours (same segment, hence the same stream and pool)
+  if (b->next && !b->next->in_use) {
+    Block* n = b->next;
+    pool.erase(n);
+    b->size += n->size;
+    b->next = n->next;
+    if (n->next) n->next->prev = b;
+    all_.erase(n);
+    delete n;
+  }
+  if (b->prev && !b->prev->in_use) {
+    Block* pr = b->prev;
+    pool.erase(pr);
+    pr->size += b->size;
+    pr->next = b->next;
+    if (b->next) b->next->prev = pr;
+    all_.erase(b);
+    delete b;
+    b = pr;
+  }
+  pool.insert(b);
+}
+
+void CachingAllocator::release_free_segments() {
+  for (Pool* pool : {&small_pool_, &large_pool_}) {
+    for (auto it = pool->begin(); it != pool->end();) {
+      Block* b = *it;
+      if (b->prev == nullptr && b->next == nullptr) {  // a whole, unused segment
+        source_.free(b->ptr);
+        stats_.reserved -= b->size;
+        ++stats_.segment_frees;
+        all_.erase(b);
+        delete b;
+        it = pool->erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+}
+
+void CachingAllocator::empty_cache() {
+  std::lock_guard<std::mutex> lock(mu_);
+  release_free_segments();
+}
+
+}  // namespace minidl::kernels

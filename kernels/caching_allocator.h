@@ -1,0 +1,104 @@
+// kernels/caching_allocator.h — a caching device-memory allocator (the idea of PyTorch's
+// CUDACachingAllocator, much smaller), written against an abstract segment source so that its
+// logic — caching, block splitting and merging, per-stream pools, statistics, the memory cap and
+// its out-of-memory message — is plain C++ that tests/kernels/test_caching_allocator.cpp runs on
+// the CPU with a malloc-backed fake. kernels/cuda/allocator.cu plugs cudaMalloc/cudaFree in.
+//
+//   request n bytes -> size = round_up(n, 512)
+//   size <= 1 MiB: taken from 2 MiB "small" segments; larger: from segments rounded to 2 MiB.
+//   best fit among the free blocks of the same pool AND the same stream (a block freed by one
+//   stream is never handed to another, so no cross-stream synchronisation is needed);
+//   a block larger than needed is split (small: remainder >= 512 B; large: remainder > 1 MiB);
+//   freed blocks merge with free neighbours of the same segment; nothing goes back to the
+//   driver until empty_cache(), or when a new segment is needed and would pass the cap or fail.
+// Steady state (the same sizes every training step) therefore makes no segment allocations.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <stdexcept>
+#include <string>
+
+namespace minidl::kernels {
+
+// Thrown when a request cannot be met; the message names the request, what is allocated and
+// reserved, and the cap.
+class OutOfMemoryError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct SegmentSource {
+  std::function<void*(size_t)> alloc;  // returns nullptr when the device is out of memory
+  std::function<void(void*)> free;
+};
+
+struct CachingAllocatorStats {
+  size_t allocated = 0, reserved = 0, peak_allocated = 0, peak_reserved = 0, cap = SIZE_MAX;
+  int64_t segment_allocs = 0, segment_frees = 0, cache_hits = 0;
+};
+
+class CachingAllocator {
+ public:
+  static constexpr size_t kRound = 512;
+  static constexpr size_t kSmallLimit = size_t(1) << 20;    // 1 MiB
+  static constexpr size_t kSegmentRound = size_t(2) << 20;  // 2 MiB
+
+  // device_name: for messages ("cuda:0"); total_bytes: the device's memory (the cap's base).
+  CachingAllocator(std::string device_name, size_t total_bytes, SegmentSource source);
+  ~CachingAllocator();  // frees every segment (live blocks included: the process is ending)
+  CachingAllocator(const CachingAllocator&) = delete;
+  CachingAllocator& operator=(const CachingAllocator&) = delete;
+
+  void* allocate(size_t nbytes, void* stream);  // nbytes == 0 -> nullptr
+  void free(void* p);                           // p from allocate(); nullptr is ignored
+  void empty_cache();
+  // cap = fraction * total_bytes; fraction in (0, 1]. Throws std::invalid_argument otherwise.
+  void set_memory_fraction(double fraction);
+  CachingAllocatorStats stats() const;
+  void reset_peak();
+  size_t block_size(void* p) const;  // the rounded size behind p (tests)
+
+ private:
+  struct Block {
+    char* ptr;
+    size_t size;
+    void* stream;
+    bool small;
+    bool in_use = false;
+    Block* prev = nullptr;  // neighbours within the same segment
+    Block* next = nullptr;
+  };
+  struct ByStreamSize {
+    bool operator()(const Block* a, const Block* b) const {
+      if (a->stream != b->stream) return a->stream < b->stream;
+      if (a->size != b->size) return a->size < b->size;
+      return a->ptr < b->ptr;
+    }
+  };
+  using Pool = std::set<Block*, ByStreamSize>;
+
+  Block* take_free_block(Pool& pool, size_t size, void* stream);
+  Block* new_segment(size_t size, void* stream, bool small, size_t request);
+  void split(Block* b, size_t size, Pool& pool);
+  void release_free_segments();
+  [[noreturn]] void out_of_memory(size_t request, const std::string& why) const;
+
+  std::string device_name_;
+  size_t total_;
+  SegmentSource source_;
+  mutable std::mutex mu_;
+  Pool small_pool_, large_pool_;
+  std::map<void*, Block*> live_;
+  std::set<Block*> all_;  // every block (for the destructor)
+  CachingAllocatorStats stats_;
+  double fraction_ = 1.0;
+};
+
+std::string format_bytes(size_t n);  // "1.50 GiB", "512 B"
+
+}  // namespace minidl::kernels

@@ -1,0 +1,183 @@
+// kernels/cuda/conv.cu — conv2d forward, backward-data and backward-filter through cuDNN (NCHW,
+// stride / padding / dilation / groups), bias forward and backward with cudnnAddTensor /
+// cudnnConvolutionBackwardBias. For each shape the algorithms are chosen ONCE (cuDNN's v7
+// heuristics, first DETERMINISTIC algorithm whose workspace fits) and cached, so results reproduce
+// run to run. float32 uses FMA math (no TF32) unless set_allow_tf32(true). Workspaces come from the
+// caching allocator. Tested by tests/kernels/test_cuda_nn.cpp (forward and backward against the
+// CPU's im2col + GEMM, with stride, padding, dilation and groups).
+#include <cudnn.h>
+
+#include <array>
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda_api.h"
+
+namespace minidl::kernels::cuda {
+
+namespace {
+
+void check_cudnn(cudnnStatus_t s, const char* what) {
+  if (s != CUDNN_STATUS_SUCCESS) throw std::runtime_error(std::string(what) + ": " + cudnnGetErrorString(s));
+}
+
+cudnnHandle_t cudnn_handle() {
+  static std::array<cudnnHandle_t, 64> handles{};
+  static std::mutex mu;
+  const int d = current_device();
+  std::lock_guard<std::mutex> lock(mu);
+  if (!handles[d]) check_cudnn(cudnnCreate(&handles[d]), "cudnnCreate");
+  check_cudnn(cudnnSetStream(handles[d], current_compute_stream()), "cudnnSetStream");
+  return handles[d];
+}
+
+// Descriptors of one convolution shape, with its chosen algorithms.
+struct ConvPlan {
+  cudnnTensorDescriptor_t x, y, b;
+  cudnnFilterDescriptor_t w;
+  cudnnConvolutionDescriptor_t conv;
+  cudnnConvolutionFwdAlgo_t fwd;
+  cudnnConvolutionBwdDataAlgo_t bwd_data;
+  cudnnConvolutionBwdFilterAlgo_t bwd_filter;
+  size_t ws_fwd = 0, ws_data = 0, ws_filter = 0;
+};
+
+constexpr size_t kMaxWorkspace = size_t(1) << 30;  // 1 GiB
+
+using PlanKey = std::tuple<int, int, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+                           int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
+
+template <class Perf>
+int pick(const Perf* perfs, int n, const char* what) {
+  for (int i = 0; i < n; ++i)
+    if (perfs[i].status == CUDNN_STATUS_SUCCESS && perfs[i].determinism == CUDNN_DETERMINISTIC &&
+        perfs[i].memory <= kMaxWorkspace)
+      return i;
+  throw std::runtime_error(std::string("conv2d: cuDNN offers no deterministic ") + what + " algorithm for this shape");
+}
+
+ConvPlan& plan_for(ElemType t, const ConvGeometry& g) {
+  static std::map<PlanKey, ConvPlan> plans;
+  static std::mutex mu;
+  const bool tf32 = allow_tf32();
+  const PlanKey key{current_device(), int(t), tf32, g.N, g.C, g.H, g.W, g.O, g.kH, g.kW, g.groups, g.stride_h,
+                    g.stride_w, g.pad_h, g.pad_w, g.dil_h, g.dil_w};
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = plans.find(key);
+  if (it != plans.end()) return it->second;
+  const cudnnDataType_t dt = t == ElemType::F32 ? CUDNN_DATA_FLOAT : CUDNN_DATA_DOUBLE;
+  ConvPlan p{};
+  check_cudnn(cudnnCreateTensorDescriptor(&p.x), "cudnnCreateTensorDescriptor");
+  check_cudnn(cudnnCreateTensorDescriptor(&p.y), "cudnnCreateTensorDescriptor");
+  check_cudnn(cudnnCreateTensorDescriptor(&p.b), "cudnnCreateTensorDescriptor");
+  check_cudnn(cudnnCreateFilterDescriptor(&p.w), "cudnnCreateFilterDescriptor");
+  check_cudnn(cudnnCreateConvolutionDescriptor(&p.conv), "cudnnCreateConvolutionDescriptor");
+  check_cudnn(cudnnSetTensor4dDescriptor(p.x, CUDNN_TENSOR_NCHW, dt, int(g.N), int(g.C), int(g.H), int(g.W)),
+              "conv2d input descriptor");
+  check_cudnn(cudnnSetFilter4dDescriptor(p.w, dt, CUDNN_TENSOR_NCHW, int(g.O), int(g.C / g.groups), int(g.kH),
+                                         int(g.kW)),
+              "conv2d weight descriptor");
+  check_cudnn(cudnnSetConvolution2dDescriptor(p.conv, int(g.pad_h), int(g.pad_w), int(g.stride_h), int(g.stride_w),
+                                              int(g.dil_h), int(g.dil_w), CUDNN_CROSS_CORRELATION, dt),
+              "conv2d convolution descriptor");
+  check_cudnn(cudnnSetConvolutionGroupCount(p.conv, int(g.groups)), "cudnnSetConvolutionGroupCount");
+  check_cudnn(cudnnSetConvolutionMathType(p.conv, tf32 && t == ElemType::F32 ? CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION
+                                                                               : CUDNN_FMA_MATH),
+              "cudnnSetConvolutionMathType");
+  int n = 0, c = 0, h = 0, w = 0;
+  check_cudnn(cudnnGetConvolution2dForwardOutputDim(p.conv, p.x, p.w, &n, &c, &h, &w), "conv2d output size");
+  if (n != g.N || c != g.O || h != g.H_out || w != g.W_out)
+    throw std::logic_error("conv2d: cuDNN's output size differs from minidl's");
+  check_cudnn(cudnnSetTensor4dDescriptor(p.y, CUDNN_TENSOR_NCHW, dt, n, c, h, w), "conv2d output descriptor");
+  check_cudnn(cudnnSetTensor4dDescriptor(p.b, CUDNN_TENSOR_NCHW, dt, 1, int(g.O), 1, 1), "conv2d bias descriptor");
+  cudnnHandle_t hd = cudnn_handle();
+  int found = 0;
+  {
+    cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+    check_cudnn(cudnnGetConvolutionForwardAlgorithm_v7(hd, p.x, p.w, p.conv, p.y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
+                                                       &found, perf),
+                "cudnnGetConvolutionForwardAlgorithm_v7");
+    const int i = pick(perf, found, "forward");
+    p.fwd = perf[i].algo;
+    p.ws_fwd = perf[i].memory;
+  }
+  {
+    cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+    check_cudnn(cudnnGetConvolutionBackwardDataAlgorithm_v7(hd, p.w, p.y, p.conv, p.x,
+                                                            CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &found, perf),
+                "cudnnGetConvolutionBackwardDataAlgorithm_v7");
+    const int i = pick(perf, found, "backward-data");
+    p.bwd_data = perf[i].algo;
+    p.ws_data = perf[i].memory;
+  }
+  {
+    cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+    check_cudnn(cudnnGetConvolutionBackwardFilterAlgorithm_v7(hd, p.x, p.y, p.conv, p.w,
+                                                              CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &found, perf),
+                "cudnnGetConvolutionBackwardFilterAlgorithm_v7");
+    const int i = pick(perf, found, "backward-filter");
+    p.bwd_filter = perf[i].algo;
+    p.ws_filter = perf[i].memory;
+  }
+  return plans.emplace(key, p).first->second;
+}
+
+// A workspace from the caching allocator, released when the scope ends (stream-ordered reuse).
+struct Workspace {
+  void* ptr = nullptr;
+  int device = 0;
+  explicit Workspace(size_t n) : device(current_device()) { ptr = n ? device_malloc(n, device) : nullptr; }
+  ~Workspace() { device_free(ptr, device); }
+};
+
+void check_type(ElemType t, const char* op) {
+  if (t != ElemType::F32 && t != ElemType::F64)
+    throw std::invalid_argument(std::string(op) + ": expected a floating dtype (float32 or float64) on CUDA");
+}
+
+}  // namespace
+
+void conv2d_forward(ElemType t, const ConvGeometry& g, const void* x, const void* w, const void* b, void* y) {
+  check_type(t, "conv2d");
+  if (g.N == 0 || g.O == 0) return;
+  ConvPlan& p = plan_for(t, g);
+  cudnnHandle_t h = cudnn_handle();
+  const double one_d = 1.0, zero_d = 0.0;
+  const float one_f = 1.0f, zero_f = 0.0f;
+  const void* one = t == ElemType::F32 ? static_cast<const void*>(&one_f) : &one_d;
+  const void* zero = t == ElemType::F32 ? static_cast<const void*>(&zero_f) : &zero_d;
+  Workspace ws(p.ws_fwd);
+  check_cudnn(cudnnConvolutionForward(h, one, p.x, x, p.w, w, p.conv, p.fwd, ws.ptr, p.ws_fwd, zero, p.y, y),
+              "conv2d (cudnnConvolutionForward)");
+  if (b) check_cudnn(cudnnAddTensor(h, one, p.b, b, one, p.y, y), "conv2d bias (cudnnAddTensor)");
+}
+
+void conv2d_backward(ElemType t, const ConvGeometry& g, const void* x, const void* w, const void* dy, void* dx,
+                     void* dw, void* db) {
+  check_type(t, "conv2d_backward");
+  ConvPlan& p = plan_for(t, g);
+  cudnnHandle_t h = cudnn_handle();
+  const double one_d = 1.0, zero_d = 0.0;
+  const float one_f = 1.0f, zero_f = 0.0f;
+  const void* one = t == ElemType::F32 ? static_cast<const void*>(&one_f) : &one_d;
+  const void* zero = t == ElemType::F32 ? static_cast<const void*>(&zero_f) : &zero_d;
+  {
+    Workspace ws(p.ws_data);
+    check_cudnn(cudnnConvolutionBackwardData(h, one, p.w, w, p.y, dy, p.conv, p.bwd_data, ws.ptr, p.ws_data, zero,
+                                             p.x, dx),
+                "conv2d_backward (cudnnConvolutionBackwardData)");
+  }
+  {
+    Workspace ws(p.ws_filter);
+    check_cudnn(cudnnConvolutionBackwardFilter(h, one, p.x, x, p.y, dy, p.conv, p.bwd_filter, ws.ptr, p.ws_filter,
+                                               zero, p.w, dw),
+                "conv2d_backward (cudnnConvolutionBackwardFilter)");
+  }
+  if (db)
+    check_cudnn(cudnnConvolutionBackwardBias(h, one, p.y, dy, zero, p.b, db),
+                "conv2d_backward (cudnnConvolutionBackwardBias)");
+}
+
+}  // namespace minidl::kernels::cuda

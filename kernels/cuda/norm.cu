@@ -1,0 +1,241 @@
+// kernels/cuda/norm.cu — layer norm forward/backward and the four batch norm pieces
+// (batch_norm_stats / _elemt / _backward_reduce / _backward_elemt, as PyTorch's CUDA kernels split
+// them, so SyncBatchNorm can all-reduce between them). Same math and precision as
+// kernels/cpu/norm.h: sums in double, two-pass variance, biased variance in invstd.
+// Row and channel sums: one block per row/channel with a fixed CUB block reduction; the layer
+// norm affine gradients: one thread per column adding the rows in order. Deterministic.
+// Tested by tests/kernels/test_cuda_nn.cpp against the CPU ops (forward and backward).
+#include "kernels/cuda/common.cuh"
+
+namespace minidl::kernels::cuda {
+
+namespace {
+
+template <class T>
+__device__ __forceinline__ double load_or(const T* p, int64_t i, double dflt) {
+  return p ? double(p[i]) : dflt;
+}
+
+template <class T>
+__global__ void layer_norm_forward_kernel(const T* x, int64_t M, const T* weight, const T* bias, double eps, T* y,
+                                          T* mean, T* invstd) {
+  const T* xp = x + blockIdx.x * M;
+  T* yp = y + blockIdx.x * M;
+  double s = 0;
+  for (int64_t j = threadIdx.x; j < M; j += blockDim.x) s += double(xp[j]);
+  const double m = block_all_reduce(s, SumOp{}) / double(M);
+  double ss = 0;
+  for (int64_t j = threadIdx.x; j < M; j += blockDim.x) {
+    const double d = double(xp[j]) - m;
+    ss += d * d;
+  }
+  const double is = 1.0 / sqrt(block_all_reduce(ss, SumOp{}) / double(M) + eps);
+  for (int64_t j = threadIdx.x; j < M; j += blockDim.x) {
+    double v = (double(xp[j]) - m) * is;
+    if (weight) v *= double(weight[j]);
+    if (bias) v += double(bias[j]);
+    yp[j] = static_cast<T>(v);
+  }
+  if (threadIdx.x == 0) {
+    mean[blockIdx.x] = static_cast<T>(m);
+    invstd[blockIdx.x] = static_cast<T>(is);
+  }
+}
+
+template <class T>
+__global__ void layer_norm_backward_input_kernel(const T* dy, const T* x, int64_t M, const T* mean, const T* invstd,
+                                                 const T* weight, T* dx) {
+  const int64_t r = blockIdx.x;
+  const T* g = dy + r * M;
+  const T* xp = x + r * M;
+  T* o = dx + r * M;
+  const double m = double(mean[r]), is = double(invstd[r]);
+  double sg = 0, sgx = 0;
+  for (int64_t j = threadIdx.x; j < M; j += blockDim.x) {
+    const double gj = double(g[j]) * load_or(weight, j, 1.0);
+    sg += gj;
+    sgx += gj * (double(xp[j]) - m) * is;
+  }
+  const double mg = block_all_reduce(sg, SumOp{}) / double(M);
+  const double mgx = block_all_reduce(sgx, SumOp{}) / double(M);
+  for (int64_t j = threadIdx.x; j < M; j += blockDim.x) {
+    const double gj = double(g[j]) * load_or(weight, j, 1.0);
+    o[j] = static_cast<T>(is * (gj - mg - (double(xp[j]) - m) * is * mgx));
+  }
+}
+
+// dweight[j] = sum_r dy[r, j] * (x[r, j] - mean[r]) * invstd[r];  dbias[j] = sum_r dy[r, j]
+template <class T>
+__global__ void layer_norm_backward_affine_kernel(const T* dy, const T* x, int64_t rows, int64_t M, const T* mean,
+                                                  const T* invstd, T* dweight, T* dbias) {
+  MINIDL_GRID_STRIDE(j, M) {
+    double w = 0, b = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      const double g = double(dy[r * M + j]);
+      w += g * (double(x[r * M + j]) - double(mean[r])) * double(invstd[r]);
+      b += g;
+    }
+    dweight[j] = static_cast<T>(w);
+    dbias[j] = static_cast<T>(b);
+  }
+}
+
+// x (N, C, S): element k of channel c is x[(n * C + c) * S + s] with n = k / S, s = k % S.
+template <class T>
+__device__ __forceinline__ int64_t channel_offset(int64_t k, int64_t c, int64_t C, int64_t S) {
+  return ((k / S) * C + c) * S + k % S;
+}
+
+template <class T>
+__global__ void batch_norm_stats_kernel(const T* x, int64_t N, int64_t C, int64_t S, double eps, T* mean, T* invstd) {
+  const int64_t c = blockIdx.x, count = N * S;
+  double s = 0;
+  for (int64_t k = threadIdx.x; k < count; k += blockDim.x) s += double(x[channel_offset<T>(k, c, C, S)]);
+  const double m = block_all_reduce(s, SumOp{}) / double(count);
+  double ss = 0;
+  for (int64_t k = threadIdx.x; k < count; k += blockDim.x) {
+    const double d = double(x[channel_offset<T>(k, c, C, S)]) - m;
+    ss += d * d;
+  }
+  ss = block_all_reduce(ss, SumOp{});
+  if (threadIdx.x == 0) {
+    mean[c] = static_cast<T>(m);
+    invstd[c] = static_cast<T>(1.0 / sqrt(ss / double(count) + eps));
+  }
+}
+
+template <class T>
+__global__ void batch_norm_elemt_kernel(const T* x, int64_t n, int64_t C, int64_t S, const T* mean, const T* invstd,
+                                        const T* weight, const T* bias, T* y) {
+  MINIDL_GRID_STRIDE(i, n) {
+    const int64_t c = (i / S) % C;
+    const double scale = double(invstd[c]) * load_or(weight, c, 1.0);
+    y[i] = static_cast<T>((double(x[i]) - double(mean[c])) * scale + load_or(bias, c, 0.0));
+  }
+}
+
+template <class T>
+__global__ void batch_norm_backward_reduce_kernel(const T* dy, const T* x, int64_t N, int64_t C, int64_t S,
+                                                  const T* mean, const T* invstd, T* sum_dy, T* sum_dy_xmu,
+                                                  T* grad_weight, T* grad_bias) {
+  const int64_t c = blockIdx.x, count = N * S;
+  const double m = double(mean[c]);
+  double a = 0, b = 0;
+  for (int64_t k = threadIdx.x; k < count; k += blockDim.x) {
+    const int64_t off = channel_offset<T>(k, c, C, S);
+    a += double(dy[off]);
+    b += double(dy[off]) * (double(x[off]) - m);
+  }
+  a = block_all_reduce(a, SumOp{});
+  b = block_all_reduce(b, SumOp{});
+  if (threadIdx.x == 0) {
+    sum_dy[c] = static_cast<T>(a);
+    sum_dy_xmu[c] = static_cast<T>(b);
+    if (grad_weight) grad_weight[c] = static_cast<T>(b * double(invstd[c]));
+    if (grad_bias) grad_bias[c] = static_cast<T>(a);
+  }
+}
+
+template <class T>
+__global__ void batch_norm_backward_elemt_kernel(const T* dy, const T* x, int64_t n, int64_t C, int64_t S,
+                                                 const T* mean, const T* invstd, const T* weight, const T* sum_dy,
+                                                 const T* sum_dy_xmu, double inv_count, T* dx) {
+  MINIDL_GRID_STRIDE(i, n) {
+    const int64_t c = (i / S) % C;
+    const double is = double(invstd[c]);
+    const double mean_dy = double(sum_dy[c]) * inv_count;
+    const double k = is * is * double(sum_dy_xmu[c]) * inv_count;
+    const double scale = load_or(weight, c, 1.0) * is;
+    dx[i] = static_cast<T>((double(dy[i]) - mean_dy - (double(x[i]) - double(mean[c])) * k) * scale);
+  }
+}
+
+unsigned grid_of(int64_t rows, const char* op) {
+  if (rows > 2147483647LL) throw std::invalid_argument(std::string(op) + ": too many rows for one CUDA launch");
+  return static_cast<unsigned>(rows);
+}
+
+template <class T> const T* cp(const void* p) { return static_cast<const T*>(p); }
+template <class T> T* mp(void* p) { return static_cast<T*>(p); }
+
+}  // namespace
+
+void layer_norm_forward(ElemType t, const void* x, int64_t rows, int64_t M, const void* weight, const void* bias,
+                        double eps, void* y, void* mean, void* invstd) {
+  if (rows == 0 || M == 0) return;
+  switch_type<true>(t, "layer_norm", [&](auto tag) {
+    using T = decltype(tag);
+    layer_norm_forward_kernel<T><<<grid_of(rows, "layer_norm"), kThreads, 0, current_compute_stream()>>>(
+        cp<T>(x), M, cp<T>(weight), cp<T>(bias), eps, mp<T>(y), mp<T>(mean), mp<T>(invstd));
+  });
+  check_launch("layer_norm");
+}
+
+void layer_norm_backward(ElemType t, const void* dy, const void* x, int64_t rows, int64_t M, const void* mean,
+                         const void* invstd, const void* weight, void* dx, void* dweight, void* dbias) {
+  if (M == 0) return;
+  switch_type<true>(t, "layer_norm_backward", [&](auto tag) {
+    using T = decltype(tag);
+    cudaStream_t s = current_compute_stream();
+    if (rows > 0)
+      layer_norm_backward_input_kernel<T><<<grid_of(rows, "layer_norm_backward"), kThreads, 0, s>>>(
+          cp<T>(dy), cp<T>(x), M, cp<T>(mean), cp<T>(invstd), cp<T>(weight), mp<T>(dx));
+    if (dweight)
+      layer_norm_backward_affine_kernel<T><<<blocks_for(M), kThreads, 0, s>>>(
+          cp<T>(dy), cp<T>(x), rows, M, cp<T>(mean), cp<T>(invstd), mp<T>(dweight), mp<T>(dbias));
+  });
+  check_launch("layer_norm_backward");
+}
+
+void batch_norm_stats(ElemType t, const void* x, int64_t N, int64_t C, int64_t S, double eps, void* mean,
+                      void* invstd) {
+  if (C == 0) return;
+  switch_type<true>(t, "batch_norm_stats", [&](auto tag) {
+    using T = decltype(tag);
+    batch_norm_stats_kernel<T><<<grid_of(C, "batch_norm_stats"), kThreads, 0, current_compute_stream()>>>(
+        cp<T>(x), N, C, S, eps, mp<T>(mean), mp<T>(invstd));
+  });
+  check_launch("batch_norm_stats");
+}
+
+void batch_norm_elemt(ElemType t, const void* x, int64_t N, int64_t C, int64_t S, const void* mean,
+                      const void* invstd, const void* weight, const void* bias, void* y) {
+  const int64_t n = N * C * S;
+  if (n == 0) return;
+  switch_type<true>(t, "batch_norm_elemt", [&](auto tag) {
+    using T = decltype(tag);
+    batch_norm_elemt_kernel<T><<<blocks_for(n), kThreads, 0, current_compute_stream()>>>(
+        cp<T>(x), n, C, S, cp<T>(mean), cp<T>(invstd), cp<T>(weight), cp<T>(bias), mp<T>(y));
+  });
+  check_launch("batch_norm_elemt");
+}
+
+void batch_norm_backward_reduce(ElemType t, const void* dy, const void* x, int64_t N, int64_t C, int64_t S,
+                                const void* mean, const void* invstd, void* sum_dy, void* sum_dy_xmu,
+                                void* grad_weight, void* grad_bias) {
+  if (C == 0) return;
+  switch_type<true>(t, "batch_norm_backward_reduce", [&](auto tag) {
+    using T = decltype(tag);
+    batch_norm_backward_reduce_kernel<T><<<grid_of(C, "batch_norm_backward_reduce"), kThreads, 0,
+                                           current_compute_stream()>>>(
+        cp<T>(dy), cp<T>(x), N, C, S, cp<T>(mean), cp<T>(invstd), mp<T>(sum_dy), mp<T>(sum_dy_xmu),
+        mp<T>(grad_weight), mp<T>(grad_bias));
+  });
+  check_launch("batch_norm_backward_reduce");
+}
+
+void batch_norm_backward_elemt(ElemType t, const void* dy, const void* x, int64_t N, int64_t C, int64_t S,
+                               const void* mean, const void* invstd, const void* weight, const void* sum_dy,
+                               const void* sum_dy_xmu, int64_t count, void* dx) {
+  const int64_t n = N * C * S;
+  if (n == 0) return;
+  switch_type<true>(t, "batch_norm_backward_elemt", [&](auto tag) {
+    using T = decltype(tag);
+    batch_norm_backward_elemt_kernel<T><<<blocks_for(n), kThreads, 0, current_compute_stream()>>>(
+        cp<T>(dy), cp<T>(x), n, C, S, cp<T>(mean), cp<T>(invstd), cp<T>(weight), cp<T>(sum_dy), cp<T>(sum_dy_xmu),
+        1.0 / double(count), mp<T>(dx));
+  });
+  check_launch("batch_norm_backward_elemt");
+}
+
+}  // namespace minidl::kernels::cuda

@@ -1,0 +1,14 @@
+// tensor/pinned.h — page-locked ("pinned") host tensors, for DataLoader batches that are copied to
+// a GPU: cudaMemcpy from pinned memory runs at full PCIe/NVLink speed and can be asynchronous.
+//   Tensor batch = pin_memory(images);      // a CPU tensor whose storage is cudaMallocHost'ed
+//   Tensor on_gpu = batch.to(Device::cuda(local_rank));
+// Needs a CUDA device (throws naming the reason otherwise). Tested by tests/kernels/test_cuda_runtime.cpp.
+#pragma once
+#include "tensor/tensor.h"
+
+namespace minidl {
+
+Tensor pin_memory(const Tensor& t);         // a contiguous pinned copy of a CPU tensor
+Tensor empty_pinned(const Shape& shape, DType dtype = DType::Float32);
+
+}  // namespace minidl

@@ -1,0 +1,169 @@
+// tests/kernels/test_caching_allocator.cpp — the caching allocator's logic on the CPU, with a
+// malloc-backed segment source (kernels/caching_allocator.h): reuse without new segments, block
+// splitting and merging, per-stream pools, statistics, empty_cache, and the memory cap's
+// out-of-memory message. Runs everywhere; the CUDA glue is covered by test_cuda_allocator.cpp.
+#include <cstdlib>
+#include <set>
+
+#include "kernels/caching_allocator.h"
+#include "tests/common/testing.h"
+
+using namespace minidl::kernels;
+
+namespace {
+constexpr size_t MiB = size_t(1) << 20;
+
+struct FakeDevice {
+  std::set<void*> live;
+  SegmentSource source() {
+    return {[this](size_t n) -> void* {
+              void* p = std::malloc(n);
+              live.insert(p);
+              return p;
+            },
+            [this](void* p) {
+              live.erase(p);
+              std::free(p);
+            }};
+  }
+};
+void* stream_a = reinterpret_cast<void*>(0x1);
+void* stream_b = reinterpret_cast<void*>(0x2);
+}  // namespace
+
+TEST(CachingAllocator, FreedBlockIsReusedWithoutANewSegment) {
+  FakeDevice dev;
+  CachingAllocator a("cuda:0", 1024 * MiB, dev.source());
+  void* p = a.allocate(4 * MiB, stream_a);
+  a.free(p);
+  void* q = a.allocate(4 * MiB, stream_a);
+  EXPECT_EQ(p, q);
+  EXPECT_EQ(a.stats().segment_allocs, 1);
+  EXPECT_EQ(a.stats().cache_hits, 1);
+  a.free(q);
+}
+
+TEST(CachingAllocator, SmallRequestsShareOneTwoMiBSegmentAndRoundTo512) {
+  FakeDevice dev;
+  CachingAllocator a("cuda:0", 1024 * MiB, dev.source());
+  void* p = a.allocate(1, stream_a);
+  void* q = a.allocate(1000, stream_a);
+  EXPECT_EQ(a.block_size(p), 512u);
+  EXPECT_EQ(a.block_size(q), 1024u);
+  EXPECT_EQ(static_cast<char*>(q) - static_cast<char*>(p), 512);  // split from the same segment
+  EXPECT_EQ(a.stats().segment_allocs, 1);
+  EXPECT_EQ(a.stats().reserved, 2 * MiB);
+  EXPECT_EQ(a.stats().allocated, 1536u);
+  a.free(p);
+  a.free(q);
+  EXPECT_EQ(a.stats().allocated, 0u);
+}
+
+TEST(CachingAllocator, FreedNeighboursMergeSoALargerRequestFits) {
+  FakeDevice dev;
+  CachingAllocator a("cuda:0", 1024 * MiB, dev.source());
+  void* p = a.allocate(512 * 1024, stream_a);
+  void* q = a.allocate(512 * 1024, stream_a);
+  a.free(p);
+  a.free(q);
+  void* r = a.allocate(1 * MiB, stream_a);  // the merged 1 MiB block at the segment start
+  EXPECT_EQ(r, p);
+  EXPECT_EQ(a.stats().segment_allocs, 1);
+  a.free(r);
+}
+
+TEST(CachingAllocator, BlocksAreNotSharedAcrossStreams) {
+  FakeDevice dev;
+  CachingAllocator a("cuda:0", 1024 * MiB, dev.source());
+  void* p = a.allocate(8 * MiB, stream_a);
+  a.free(p);
+  void* q = a.allocate(8 * MiB, stream_b);
+  EXPECT_NE(p, q);
+  EXPECT_EQ(a.stats().segment_allocs, 2);
+  a.free(q);
+}
+
+TEST(CachingAllocator, StatsTrackAllocatedReservedAndPeak) {
+  FakeDevice dev;
+  CachingAllocator a("cuda:0", 1024 * MiB, dev.source());
+  void* p = a.allocate(4 * MiB, stream_a);  // large requests: one segment each, rounded to 2 MiB
+  void* q = a.allocate(6 * MiB, stream_a);
+  EXPECT_EQ(a.stats().allocated, 10 * MiB);
+  EXPECT_EQ(a.stats().reserved, 10 * MiB);
+  a.free(q);
+  EXPECT_EQ(a.stats().allocated, 4 * MiB);
+  EXPECT_EQ(a.stats().reserved, 10 * MiB);  // cached until empty_cache()
+  EXPECT_EQ(a.stats().peak_allocated, 10 * MiB);
+  a.reset_peak();
+  EXPECT_EQ(a.stats().peak_allocated, 4 * MiB);
+  a.free(p);
+}
+
+TEST(CachingAllocator, EmptyCacheReturnsUnusedSegmentsOnly) {
+  FakeDevice dev;
+  CachingAllocator a("cuda:0", 1024 * MiB, dev.source());
+  void* keep = a.allocate(4 * MiB, stream_a);
+  void* drop = a.allocate(6 * MiB, stream_a);
+  a.free(drop);
+  a.empty_cache();
+  EXPECT_EQ(a.stats().reserved, 4 * MiB);
+  EXPECT_EQ(a.stats().segment_frees, 1);
+  EXPECT_EQ(dev.live.size(), 1u);
+  a.free(keep);
+}
+
+TEST(CachingAllocator, CapGivesAnOutOfMemoryErrorNamingRequestAllocatedAndCap) {
+  FakeDevice dev;
+  CachingAllocator a("cuda:0", 100 * MiB, dev.source());
+  a.set_memory_fraction(0.25);  // 25 MiB
+  void* p = a.allocate(20 * MiB, stream_a);
+  try {
+    a.allocate(10 * MiB, stream_a);
+    FAIL() << "expected OutOfMemoryError";
+  } catch (const OutOfMemoryError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("cuda:0"), std::string::npos) << m;
+    EXPECT_NE(m.find("tried to allocate 10.00 MiB"), std::string::npos) << m;
+    EXPECT_NE(m.find("20.00 MiB allocated"), std::string::npos) << m;
+    EXPECT_NE(m.find("cap 25.00 MiB"), std::string::npos) << m;
+    EXPECT_NE(m.find("0.25"), std::string::npos) << m;
+  }
+  a.free(p);
+}
+
+TEST(CachingAllocator, CapFreesCachedSegmentsBeforeGivingUp) {
+  FakeDevice dev;
+  CachingAllocator a("cuda:0", 100 * MiB, dev.source());
+  a.set_memory_fraction(0.25);
+  a.free(a.allocate(20 * MiB, stream_a));  // cached, not in use
+  void* p = a.allocate(22 * MiB, stream_a);  // needs a new segment: the cached one is released first
+  EXPECT_NE(p, nullptr);
+  EXPECT_EQ(a.stats().reserved, 22 * MiB);
+  a.free(p);
+}
+
+TEST(CachingAllocator, DeviceOutOfMemoryIsReportedWithTheRequest) {
+  CachingAllocator a("cuda:1", 100 * MiB, {[](size_t) -> void* { return nullptr; }, [](void*) {}});
+  try {
+    a.allocate(3 * MiB, stream_a);
+    FAIL() << "expected OutOfMemoryError";
+  } catch (const OutOfMemoryError& e) {
+    EXPECT_NE(std::string(e.what()).find("out of memory on cuda:1: tried to allocate 3.00 MiB"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(CachingAllocator, BadFractionIsRejected) {
+  FakeDevice dev;
+  CachingAllocator a("cuda:0", 100 * MiB, dev.source());
+  EXPECT_THROW(a.set_memory_fraction(0.0), std::invalid_argument);
+  EXPECT_THROW(a.set_memory_fraction(1.5), std::invalid_argument);
+}
+
+TEST(CachingAllocator, ZeroBytesIsNull) {
+  FakeDevice dev;
+  CachingAllocator a("cuda:0", 100 * MiB, dev.source());
+  EXPECT_EQ(a.allocate(0, stream_a), nullptr);
+  a.free(nullptr);
+  EXPECT_EQ(a.stats().segment_allocs, 0);
+}

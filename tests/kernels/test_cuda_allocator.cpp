@@ -1,0 +1,64 @@
+// tests/kernels/test_cuda_allocator.cpp — the caching allocator on a real device: steady-state
+// reuse makes no cudaMalloc, statistics, empty_cache, the memory-fraction cap's error message,
+// pinned host tensors. (Its logic is also tested without a GPU in test_caching_allocator.cpp.)
+// Skipped, saying why, without a device.
+#include "kernels/caching_allocator.h"
+#include "tensor/pinned.h"
+#include "tensor/tensor_all.h"
+#include "tests/kernels/cuda_testing.h"
+
+using namespace minidl;
+namespace kc = minidl::kernels::cuda;
+
+TEST(CudaAllocator, SteadyStateAllocationsAreServedFromTheCache) {
+  MINIDL_SKIP_WITHOUT_GPU();
+  { Tensor warm({1 << 20}, DType::Float32, Device::cuda(0)); }
+  const int64_t before = kc::memory_stats(0).segment_allocs;
+  for (int i = 0; i < 10; ++i) Tensor t({1 << 20}, DType::Float32, Device::cuda(0));
+  EXPECT_EQ(kc::memory_stats(0).segment_allocs, before);
+}
+
+TEST(CudaAllocator, StatsCountLiveBlocksAndPeak) {
+  MINIDL_SKIP_WITHOUT_GPU();
+  kc::reset_peak_memory_stats(0);
+  const size_t base = kc::memory_stats(0).allocated;
+  {
+    Tensor t({4 << 20}, DType::Float32, Device::cuda(0));  // 16 MiB
+    EXPECT_EQ(kc::memory_stats(0).allocated, base + (size_t(16) << 20));
+  }
+  EXPECT_EQ(kc::memory_stats(0).allocated, base);
+  EXPECT_GE(kc::memory_stats(0).peak_allocated, base + (size_t(16) << 20));
+  kc::empty_cache(0);
+  EXPECT_LE(kc::memory_stats(0).reserved, kc::memory_stats(0).reserved);
+}
+
+TEST(CudaAllocator, CapGivesAClearOutOfMemoryError) {
+  MINIDL_SKIP_WITHOUT_GPU();
+  kc::empty_cache(0);
+  kc::set_memory_fraction(0.01, 0);  // ~1.4 GiB on an H200
+  try {
+    Tensor t({int64_t(1) << 30}, DType::Float32, Device::cuda(0));  // 4 GiB
+    ADD_FAILURE() << "expected an out-of-memory error";
+  } catch (const kernels::OutOfMemoryError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("tried to allocate 4.00 GiB"), std::string::npos) << m;
+    EXPECT_NE(m.find("allocated"), std::string::npos) << m;
+    EXPECT_NE(m.find("cap"), std::string::npos) << m;
+  }
+  kc::set_memory_fraction(1.0, 0);
+}
+
+TEST(CudaAllocator, PinnedTensorsCopyToTheDevice) {
+  MINIDL_SKIP_WITHOUT_GPU();
+  const Tensor x = randn({1000}, RandomKey{1, 1});
+  const Tensor p = pin_memory(x);
+  EXPECT_TRUE(p.device().is_cpu());
+  minidl::testing::expect_equal(p.to(Device::cuda(0)).cpu(), x, "pinned round trip");
+}
+
+TEST(CudaAllocator, DeviceSelectionFollowsLocalRank) {
+  MINIDL_SKIP_WITHOUT_GPU();
+  setenv("LOCAL_RANK", "0", 1);
+  EXPECT_EQ(kc::select_device_from_env(), 0);
+  unsetenv("LOCAL_RANK");
+}
