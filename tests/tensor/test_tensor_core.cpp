@@ -37,6 +37,13 @@ TEST(TensorCore, ViewInfersMinusOne) {
   EXPECT_THROW_MSG(a.view({5, -1}), std::invalid_argument, "[5, -1] is invalid for input of shape [2, 3, 4]");
 }
 
+TEST(TensorCore, ZeroDimTensorsReshapeToOneElement) {
+  Tensor s = scalar_tensor(3.0);
+  EXPECT_EQ(s.view({1}).shape(), (Shape{1}));
+  EXPECT_EQ(s.reshape({1, 1}).storage(), s.storage());
+  EXPECT_EQ(full({1}, 2.0).view({}).dim(), 0);
+}
+
 TEST(TensorCore, NarrowSliceSelectOffsets) {
   Tensor a = arange(20).reshape({4, 5});
   EXPECT_EQ(a.narrow(1, 1, 2).to_vector<int64_t>(), (std::vector<int64_t>{1, 2, 6, 7, 11, 12, 16, 17}));

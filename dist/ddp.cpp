@@ -1,0 +1,256 @@
+// dist/ddp.cpp — DistributedDataParallel: parameter checks, broadcast, buckets, hooks, join.
+#include "dist/ddp.h"
+
+#include <algorithm>
+#include <sstream>
+#include <stdexcept>
+#include <unordered_set>
+
+#include "dist/distributed.h"
+#include "tensor/creation.h"
+#include "tensor/ops.h"
+
+namespace minidl::dist {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+}  // namespace
+
+DistributedDataParallel::DistributedDataParallel(nn::Module& module, const DDPOptions& options)
+    : module_(module), options_(options), group_(options.group ? options.group : &default_group()) {
+  std::unordered_set<VariableImpl*> seen;
+  for (auto& [name, p] : module_.named_parameters()) {
+    if (!p.requires_grad() || !seen.insert(p.impl()).second) continue;
+    params_.push_back({name, p});
+  }
+  if (params_.empty()) throw std::invalid_argument("DistributedDataParallel: the module has no parameter that requires grad");
+  for (auto& [name, m] : module_.named_modules())
+    if (m->type_name() == "SyncBatchNorm") has_collective_modules_ = true;
+  check_parameters_match();
+  sync_module_state(/*params=*/true);
+  build_buckets();
+  for (size_t i = 0; i < params_.size(); ++i)
+    params_[i].hook = params_[i].var.register_post_accumulate_grad_hook([this, i](Tensor&) { mark_ready(i); });
+}
+
+DistributedDataParallel::~DistributedDataParallel() {
+  for (auto& p : params_) p.var.remove_post_accumulate_grad_hook(p.hook);
+}
+
+// Every rank must hold the same parameters (names, shapes, dtypes): compare with rank 0's list.
+void DistributedDataParallel::check_parameters_match() {
+  std::ostringstream os;
+  for (const auto& p : params_) os << p.name << " " << shape_str(p.var.shape()) << " " << dtype_name(p.var.dtype()) << "\n";
+  const std::vector<std::string> all = group_->all_gather_object(os.str());
+  auto lines = [](const std::string& s) {
+    std::vector<std::string> out;
+    std::istringstream is(s);
+    for (std::string l; std::getline(is, l);) out.push_back(l);
+    return out;
+  };
+  const auto ref = lines(all[0]);
+  for (size_t r = 1; r < all.size(); ++r) {
+    const auto mine = lines(all[r]);
+    for (size_t i = 0; i < std::max(ref.size(), mine.size()); ++i) {
+      const std::string a = i < ref.size() ? ref[i] : "(nothing)", b = i < mine.size() ? mine[i] : "(nothing)";
+      if (a != b)
+        throw std::invalid_argument("DistributedDataParallel: rank " + std::to_string(r) +
+                                    "'s model differs from rank 0's at parameter #" + std::to_string(i) + ": rank 0 has '" +
+                                    a + "', rank " + std::to_string(r) + " has '" + b + "'");
+    }
+  }
+}
+
+// Rank 0's parameters (params = true) or buffers to every rank, in place.
+void DistributedDataParallel::sync_module_state(bool params) {
+  if (group_->size() == 1) return;
+  NoGradGuard no_grad;
+  if (params) {
+    for (auto& p : params_) group_->broadcast(p.var.data(), 0);
+  } else {
+    for (auto& [name, b] : module_.named_buffers()) group_->broadcast(*b, 0);
+  }
+}
+
+// Reverse registration order; a new bucket when the cap is reached or the dtype changes.
+void DistributedDataParallel::build_buckets() {
+  double cap = options_.first_bucket_cap_mb * 1024 * 1024;
+  double bytes = 0;
+  for (size_t k = params_.size(); k-- > 0;) {
+    Param& p = params_[k];
+    const double nbytes = static_cast<double>(p.var.numel() * static_cast<int64_t>(element_size(p.var.dtype())));
+    const bool new_bucket = buckets_.empty() || (bytes > 0 && bytes + nbytes > cap) ||
+                            buckets_.back().buffer.dtype() != p.var.dtype();
+    if (new_bucket) {
+      if (!buckets_.empty()) cap = options_.bucket_cap_mb * 1024 * 1024;
+      buckets_.push_back({});
+      buckets_.back().buffer = Tensor({0}, p.var.dtype());
+      bytes = 0;
+    }
+    Bucket& b = buckets_.back();
+    p.bucket = buckets_.size() - 1;
+    p.offset = b.buffer.numel();
+    b.buffer = Tensor({p.offset + p.var.numel()}, p.var.dtype());
+    b.params.push_back(k);
+    bytes += nbytes;
+  }
+  ready_.assign(params_.size(), false);
+}
+
+std::vector<std::vector<std::string>> DistributedDataParallel::bucket_parameter_names() const {
+  std::vector<std::vector<std::string>> out;
+  for (const auto& b : buckets_) {
+    out.emplace_back();
+    for (size_t i : b.params) out.back().push_back(params_[i].name);
+  }
+  return out;
+}
+
+int DistributedDataParallel::join_handshake(int active) {
+  Tensor flag = full({1}, active, DType::Int64);
+  group_->all_reduce(flag, ReduceOp::SUM);
+  return static_cast<int>(flag.item());
+}
+
+Variable DistributedDataParallel::forward(const Variable& x) {
+  const auto t0 = Clock::now();
+  const bool sync = module_.is_training() && is_grad_enabled() && require_sync_;
+  if (sync) {
+    if (expect_backward_ && !finalized_) finish();  // names the parameters that got no gradient
+    if (group_->size() > 1 && !has_collective_modules_) join_handshake(1);
+    ++synced_steps_;
+    if (options_.broadcast_buffers) sync_module_state(/*params=*/false);
+  }
+  Variable out = module_.forward(x);
+  if (sync) prepare_for_backward(out);
+  times_.forward = seconds_since(t0);
+  forward_end_ = Clock::now();
+  return out;
+}
+
+void DistributedDataParallel::prepare_for_backward(const Variable& out) {
+  std::fill(ready_.begin(), ready_.end(), false);
+  for (auto& b : buckets_) {
+    b.pending = static_cast<int>(b.params.size());
+    b.work.reset();
+  }
+  next_bucket_ = 0;
+  num_ready_ = 0;
+  launched_early_ = 0;
+  finalized_ = false;
+  expect_backward_ = true;
+  if (!options_.find_unused_parameters) return;
+  // Parameters this forward did not reach will get no gradient: mark them ready now.
+  std::unordered_set<VariableImpl*> reached;
+  std::vector<VariableImpl*> stack{out.impl()};
+  std::unordered_set<VariableImpl*> seen{out.impl()};
+  while (!stack.empty()) {
+    VariableImpl* v = stack.back();
+    stack.pop_back();
+    if (!v->grad_fn) {
+      reached.insert(v);
+      continue;
+    }
+    for (const auto& in : v->grad_fn->inputs)
+      if (in.impl() && in.impl()->requires_grad && seen.insert(in.impl()).second) stack.push_back(in.impl());
+  }
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (!reached.count(params_[i].var.impl())) mark_ready(i);
+}
+
+void DistributedDataParallel::mark_ready(size_t i) {
+  if (!expect_backward_ || finalized_ || ready_[i]) return;
+  ready_[i] = true;
+  ++num_ready_;
+  if (--buckets_[params_[i].bucket].pending == 0) launch_ready_buckets();
+  if (num_ready_ == params_.size()) finalize();
+}
+
+// Launches complete buckets strictly in bucket order: bucket k never starts before bucket k-1.
+void DistributedDataParallel::launch_ready_buckets() {
+  while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) {
+    Bucket& b = buckets_[next_bucket_++];
+    for (size_t i : b.params) {
+      const Param& p = params_[i];
+      Tensor slot = b.buffer.narrow(0, p.offset, p.var.numel());
+      if (p.var.grad().defined()) {
+        slot.copy_(p.var.grad().reshape({-1}));
+      } else {
+        slot.fill_(0.0);  // unused in this forward (find_unused_parameters)
+      }
+    }
+    b.work = group_->all_reduce_async(b.buffer, ReduceOp::SUM);
+    if (num_ready_ < params_.size()) ++launched_early_;
+  }
+}
+
+// All buckets launched: wait, average, write back into .grad.
+void DistributedDataParallel::finalize() {
+  times_.backward = seconds_since(forward_end_);
+  const auto t0 = Clock::now();
+  const double inv_world = 1.0 / static_cast<double>(group_->size());
+  for (auto& b : buckets_) {
+    b.work->wait();
+    mul_(b.buffer, inv_world);
+    for (size_t i : b.params) {
+      Param& p = params_[i];
+      Tensor avg = b.buffer.narrow(0, p.offset, p.var.numel()).view(p.var.shape());
+      if (p.var.grad().defined()) {
+        p.var.grad().copy_(avg);
+      } else {
+        p.var.set_grad(avg.clone());
+      }
+    }
+  }
+  times_.comm_wait = seconds_since(t0);
+  finalized_ = true;
+  expect_backward_ = false;
+}
+
+void DistributedDataParallel::finish() {
+  if (!expect_backward_ || finalized_) return;
+  if (num_ready_ < params_.size()) {
+    std::string names;
+    for (size_t i = 0; i < params_.size(); ++i)
+      if (!ready_[i]) names += (names.empty() ? "" : ", ") + params_[i].name;
+    expect_backward_ = false;
+    throw std::logic_error("DistributedDataParallel: parameters that did not receive a gradient in this backward: " +
+                           names + ". If they are unused on purpose, construct DDP with find_unused_parameters = true; "
+                           "otherwise make sure backward() ran on the output of forward()");
+  }
+  finalize();
+}
+
+void DistributedDataParallel::step(optim::Optimizer& optimizer) {
+  finish();
+  const auto t0 = Clock::now();
+  optimizer.step();
+  times_.optimizer = seconds_since(t0);
+}
+
+void DistributedDataParallel::join() {
+  if (has_collective_modules_)
+    throw std::logic_error("DistributedDataParallel::join: the model communicates in forward (SyncBatchNorm), which a "
+                           "joined rank cannot shadow; give every rank the same number of batches instead");
+  if (group_->size() == 1) return;
+  NoGradGuard no_grad;
+  while (join_handshake(0) > 0) {
+    // shadow one training step of the ranks still active: buffers, then every bucket in order
+    if (options_.broadcast_buffers) sync_module_state(/*params=*/false);
+    for (auto& b : buckets_) {
+      b.buffer.fill_(0.0);
+      group_->all_reduce(b.buffer, ReduceOp::SUM);
+    }
+  }
+  // Joined ranks skipped the last optimizer steps: take the model of the rank that trained
+  // longest (the highest rank among them), as PyTorch's Join does.
+  const int64_t world = group_->size();
+  Tensor who = full({1}, static_cast<double>(synced_steps_ * world + group_->rank()), DType::Int64);
+  group_->all_reduce(who, ReduceOp::MAX);
+  const int authoritative = static_cast<int>(static_cast<int64_t>(who.item()) % world);
+  for (auto& p : params_) group_->broadcast(p.var.data(), authoritative);
+  for (auto& [name, b] : module_.named_buffers()) group_->broadcast(*b, authoritative);
+}
+
+}  // namespace minidl::dist

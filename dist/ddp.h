@@ -1,0 +1,146 @@
+// dist/ddp.h — DistributedDataParallel: one model replica per process, gradients averaged.
+//
+//   dist::init();
+//   nn::CNN model;                                   // same seed on every rank, or not: DDP
+//   dist::DistributedDataParallel ddp(model);        // broadcasts rank 0's weights and buffers
+//   optim::SGD opt(model.parameters(), {...});
+//   for (auto& batch : loader) {                      // loader with a DistributedSampler
+//     opt.zero_grad();
+//     Variable loss = cross_entropy(ddp.forward(Variable(batch.input)), batch.target);
+//     loss.backward();                                // all-reduces overlap the rest of backward
+//     ddp.step(opt);                                  // finish() + opt.step(), timed
+//   }
+//
+// Gradients are grouped into buckets in reverse registration order (the order backward produces
+// them): the first bucket holds at most first_bucket_cap_mb, the others bucket_cap_mb. Autograd's
+// post-accumulate hook marks a parameter ready; when a bucket is complete its gradients are
+// flattened into one buffer and its all-reduce starts asynchronously on the process group's
+// communication thread, strictly in bucket order on every rank. When the last bucket has been
+// launched, DDP waits for all of them, divides by the world size and writes the averages into
+// each parameter's .grad — so when backward() returns the gradients are synchronised.
+// DDP is not a Module: state_dict() and load_state_dict() are the wrapped module's, with its
+// names (no "module." prefix), so checkpoints move freely between DDP and plain models.
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dist/process_group.h"
+#include "nn/module.h"
+#include "optim/optimizer.h"
+
+namespace minidl::dist {
+
+struct DDPOptions {
+  double bucket_cap_mb = 25.0;
+  double first_bucket_cap_mb = 1.0;
+  bool find_unused_parameters = false;  // mark parameters unused in this forward as ready (zero grad)
+  bool broadcast_buffers = true;        // rank 0's buffers (BN running stats) at every training forward
+  ProcessGroup* group = nullptr;        // nullptr: the default group of dist::init()
+};
+
+// Seconds spent in the phases of the last training step.
+struct StepTimes {
+  double forward = 0;    // ddp.forward
+  double backward = 0;   // end of forward until the last gradient was ready
+  double comm_wait = 0;  // waiting for all-reduces after the last gradient was ready
+  double optimizer = 0;  // ddp.step's optimizer.step()
+};
+
+class DistributedDataParallel {
+ public:
+  explicit DistributedDataParallel(nn::Module& module, const DDPOptions& options = {});
+  ~DistributedDataParallel();
+  DistributedDataParallel(const DistributedDataParallel&) = delete;
+  DistributedDataParallel& operator=(const DistributedDataParallel&) = delete;
+
+  Variable forward(const Variable& x);
+  Variable operator()(const Variable& x) { return forward(x); }
+
+  // Waits for every bucket and writes the averaged gradients (a no-op when backward already did).
+  // Without find_unused_parameters, a parameter that got no gradient is an error naming it.
+  void finish();
+  // finish(), then optimizer.step(), both timed.
+  void step(optim::Optimizer& optimizer);
+
+  // Gradient accumulation: inside the guard's scope backward does not synchronise.
+  class NoSyncGuard {
+   public:
+    explicit NoSyncGuard(DistributedDataParallel& d) : d_(d), prev_(d.require_sync_) { d_.require_sync_ = false; }
+    ~NoSyncGuard() { d_.require_sync_ = prev_; }
+    NoSyncGuard(const NoSyncGuard&) = delete;
+    NoSyncGuard& operator=(const NoSyncGuard&) = delete;
+
+   private:
+    DistributedDataParallel& d_;
+    bool prev_;
+  };
+  [[nodiscard]] NoSyncGuard no_sync() { return NoSyncGuard(*this); }
+
+  // Uneven inputs: a rank that has run out of batches calls join(); it shadows the collectives of
+  // the ranks still training (a zero gradient per bucket) until every rank has joined. Every
+  // training forward takes part in the join handshake, so join() works at any batch count. Models
+  // whose forward itself communicates (SyncBatchNorm) cannot be shadowed: join() refuses them.
+  // When all have joined, every rank takes the parameters and buffers of the rank that trained
+  // longest (optimizer state is not synchronised, as in PyTorch).
+  void join();
+
+  nn::Module& module() { return module_; }
+  TensorMap state_dict() const { return module_.state_dict(); }
+  nn::Module::LoadResult load_state_dict(const TensorMap& s, bool strict = true) { return module_.load_state_dict(s, strict); }
+  void train(bool on = true) { module_.train(on); }
+  void eval() { module_.train(false); }
+
+  // ---- introspection (tests, profiling) ----
+  const StepTimes& last_step_times() const { return times_; }
+  size_t num_buckets() const { return buckets_.size(); }
+  // Parameter names of each bucket, in bucket order.
+  std::vector<std::vector<std::string>> bucket_parameter_names() const;
+  // How many buckets of the last backward started their all-reduce before the last gradient
+  // was ready (overlap of communication with backward).
+  int buckets_launched_before_backward_end() const { return launched_early_; }
+
+ private:
+  struct Param {
+    std::string name;
+    Variable var;
+    size_t bucket = 0;
+    int64_t offset = 0;  // element offset in the bucket's buffer
+    uint64_t hook = 0;
+  };
+  struct Bucket {
+    std::vector<size_t> params;  // indices into params_
+    Tensor buffer;               // flat, float32/float64
+    int pending = 0;             // parameters not ready yet in this backward
+    std::shared_ptr<Work> work;
+  };
+
+  void check_parameters_match();
+  void sync_module_state(bool params);
+  void build_buckets();
+  void prepare_for_backward(const Variable& out);
+  void mark_ready(size_t param_index);
+  void launch_ready_buckets();
+  void finalize();
+  int join_handshake(int active);  // sum over ranks of `active`
+
+  nn::Module& module_;
+  DDPOptions options_;
+  ProcessGroup* group_;
+  std::vector<Param> params_;
+  std::vector<Bucket> buckets_;
+  std::vector<bool> ready_;
+  size_t next_bucket_ = 0;     // next bucket to launch, in order
+  size_t num_ready_ = 0;
+  bool expect_backward_ = false;  // a training forward ran and its gradients are not synced yet
+  bool finalized_ = true;
+  bool require_sync_ = true;
+  bool has_collective_modules_ = false;
+  int launched_early_ = 0;
+  int64_t synced_steps_ = 0;  // training forwards that synchronised (for join's final model)
+  StepTimes times_;
+  std::chrono::steady_clock::time_point forward_end_;
+};
+
+}  // namespace minidl::dist

@@ -1,0 +1,171 @@
+// dist/sync_batchnorm.cpp — SyncBatchNorm's forward/backward as a custom autograd Function.
+#include "dist/sync_batchnorm.h"
+
+#include <cmath>
+
+#include "autograd/function.h"
+#include "dist/distributed.h"
+#include "tensor/creation.h"
+#include "tensor/ops.h"
+
+namespace minidl::dist {
+
+namespace {
+
+// x (N, C, *), weight/bias (C) -> y (N, C, *), statistics gathered over every rank's batch.
+class SyncBatchNormFunction : public autograd::Function {
+ public:
+  SyncBatchNormFunction(ProcessGroup& group, Tensor running_mean, Tensor running_var, double momentum, double eps)
+      : group_(group), running_mean_(std::move(running_mean)), running_var_(std::move(running_var)),
+        momentum_(momentum), eps_(eps) {}
+
+  std::string name() const override { return "SyncBatchNormBackward"; }
+
+  Tensor forward(const std::vector<Tensor>& in) override {
+    x_ = in[0];
+    weight_ = in[1];
+    const Tensor& bias = in[2];
+    const int64_t C = x_.size(1);
+    const int64_t count = x_.numel() / C;
+    const DType acc = DType::Float64;  // statistics are merged in double
+
+    // local (mean, invstd, count) as one row of 2C + 1 values; an empty rank sends zeros
+    Tensor local = zeros({2 * C + 1}, acc);
+    if (count > 0) {
+      BatchNormStats s = batch_norm_stats(x_, eps_);
+      local.narrow(0, 0, C).copy_(s.mean);
+      local.narrow(0, C, C).copy_(s.invstd);
+    }
+    local.narrow(0, 2 * C, 1).fill_(static_cast<double>(count));
+    const std::vector<Tensor> rows = group_.all_gather(local);  // one (2C + 1) tensor per rank
+
+    // Chan's merge: N = sum n_r; mean = sum n_r m_r / N; var = sum n_r (v_r + (m_r - mean)^2) / N
+    std::vector<double> sum_n_m(C, 0.0), sum_n_var(C, 0.0), mean(C, 0.0);
+    double total = 0;
+    for (const Tensor& r : rows) total += r.data<double>()[2 * C];
+    if (total <= 1)
+      throw std::invalid_argument("SyncBatchNorm: expected more than 1 value per channel over all ranks when "
+                                  "training, got " + std::to_string(static_cast<int64_t>(total)));
+    for (const Tensor& r : rows) {
+      const double* p = r.data<double>();
+      if (p[2 * C] == 0) continue;  // masked: this rank had no samples
+      for (int64_t c = 0; c < C; ++c) sum_n_m[c] += p[2 * C] * p[c];
+    }
+    for (int64_t c = 0; c < C; ++c) mean[c] = sum_n_m[c] / total;
+    for (const Tensor& r : rows) {
+      const double* p = r.data<double>();
+      const double n = p[2 * C];
+      if (n == 0) continue;
+      for (int64_t c = 0; c < C; ++c) {
+        const double var_r = 1.0 / (p[C + c] * p[C + c]) - eps_;
+        const double d = p[c] - mean[c];
+        sum_n_var[c] += n * (var_r + d * d);
+      }
+    }
+    std::vector<double> var(C), invstd(C);
+    for (int64_t c = 0; c < C; ++c) {
+      var[c] = sum_n_var[c] / total;
+      invstd[c] = 1.0 / std::sqrt(var[c] + eps_);
+    }
+    mean_ = from_vector(mean, {C}).to(x_.dtype());
+    invstd_ = from_vector(invstd, {C}).to(x_.dtype());
+    total_ = static_cast<int64_t>(total);
+
+    if (running_mean_.defined()) {
+      std::vector<double> unbiased(C);
+      for (int64_t c = 0; c < C; ++c) unbiased[c] = var[c] * total / (total - 1);
+      lerp_(running_mean_, from_vector(mean, {C}).to(running_mean_.dtype()), momentum_);
+      lerp_(running_var_, from_vector(unbiased, {C}).to(running_var_.dtype()), momentum_);
+    }
+    if (count == 0) return empty_like(x_);
+    return batch_norm_elemt(x_, mean_, invstd_, weight_, bias);
+  }
+
+  std::vector<Tensor> backward(const Tensor& dy) override {
+    const int64_t C = x_.size(1);
+    // local per-channel sums, then all-reduced so every rank uses the global ones
+    Tensor sums = zeros({2 * C}, dy.dtype());
+    Tensor grad_weight, grad_bias;
+    if (x_.numel() > 0) {
+      BatchNormReduce r = batch_norm_backward_reduce(dy, x_, mean_, invstd_, weight_);
+      sums.narrow(0, 0, C).copy_(r.sum_dy);
+      sums.narrow(0, C, C).copy_(r.sum_dy_xmu);
+      grad_weight = r.grad_weight;
+      grad_bias = r.grad_bias;
+    } else if (weight_.defined()) {
+      grad_weight = zeros_like(weight_);
+      grad_bias = zeros_like(weight_);
+    }
+    group_.all_reduce(sums, ReduceOp::SUM);
+    Tensor dx = x_.numel() > 0 ? batch_norm_backward_elemt(dy, x_, mean_, invstd_, weight_, sums.narrow(0, 0, C).contiguous(),
+                                                           sums.narrow(0, C, C).contiguous(), total_)
+                               : empty_like(x_);
+    return {dx, grad_weight, grad_bias};
+  }
+
+ private:
+  ProcessGroup& group_;
+  Tensor running_mean_, running_var_;
+  double momentum_, eps_;
+  Tensor x_, weight_, mean_, invstd_;
+  int64_t total_ = 0;
+};
+
+}  // namespace
+
+SyncBatchNorm::SyncBatchNorm(const nn::BatchNormOptions& o, ProcessGroup* group) : BatchNormBase(o), group_(group) {}
+
+void SyncBatchNorm::check_input_dim(const Variable& x) const {
+  if (x.dim() < 2) throw std::invalid_argument("SyncBatchNorm: expected input (N, C, *), got " + x.data().desc());
+}
+
+Variable SyncBatchNorm::forward(const Variable& x) {
+  ProcessGroup* group = group_ ? group_ : (is_initialized() ? &default_group() : nullptr);
+  if (!training_ || group == nullptr || group->size() == 1) return BatchNormBase::forward(x);
+  check_input_dim(x);
+  if (x.size(1) != options.num_features)
+    throw std::invalid_argument("SyncBatchNorm: expected " + std::to_string(options.num_features) +
+                                " channels in dim 1, got input " + x.data().desc());
+  const double momentum = next_momentum();
+  auto fn = std::make_shared<SyncBatchNormFunction>(*group, running_mean, running_var, momentum, options.eps);
+  return autograd::Function::apply(fn, {x, weight, bias});
+}
+
+int convert_sync_batchnorm(nn::Module& module, ProcessGroup* group) {
+  // collect first: replacing destroys the old BatchNorm, which the traversal would still visit
+  struct Swap {
+    nn::Module* parent;
+    std::string name;
+    nn::BatchNormBase* bn;
+  };
+  std::vector<Swap> swaps;
+  for (auto& [path, m] : module.named_modules()) {
+    for (auto& [child_name, child] : m->named_children()) {
+      auto* bn = dynamic_cast<nn::BatchNormBase*>(child);
+      if (!bn || dynamic_cast<SyncBatchNorm*>(child)) continue;
+      if (!m->owns_child(child_name))
+        throw std::logic_error("convert_sync_batchnorm: '" + (path.empty() ? child_name : path + "." + child_name) +
+                               "' is a member of " + m->type_name() +
+                               " and cannot be replaced; hold BatchNorms in a container such as nn::Sequential");
+      swaps.push_back({m, child_name, bn});
+    }
+  }
+  NoGradGuard no_grad;
+  for (const Swap& s : swaps) {
+    auto sync = std::make_unique<SyncBatchNorm>(s.bn->options, group);
+    if (s.bn->weight.defined()) {
+      sync->weight.data().copy_(s.bn->weight.data());
+      sync->bias.data().copy_(s.bn->bias.data());
+    }
+    if (s.bn->running_mean.defined()) {
+      sync->running_mean.copy_(s.bn->running_mean);
+      sync->running_var.copy_(s.bn->running_var);
+      sync->num_batches_tracked.copy_(s.bn->num_batches_tracked);
+    }
+    sync->train(s.bn->is_training());
+    s.parent->replace_module(s.name, std::move(sync));
+  }
+  return static_cast<int>(swaps.size());
+}
+
+}  // namespace minidl::dist

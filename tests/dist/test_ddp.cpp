@@ -1,0 +1,310 @@
+// tests/dist/test_ddp.cpp — DistributedDataParallel against one process, with real Gloo ranks
+// forked by dist::spawn. Each rank also trains the single-process reference itself (full batch,
+// no DDP) and compares: a failed expectation in a child becomes an exception, which makes
+// spawn() throw with that rank's message.
+#include <cmath>
+#include <sstream>
+
+#include "dist/ddp.h"
+#include "dist/distributed.h"
+#include "dist/spawn.h"
+#include "dist/sync_batchnorm.h"
+#include "nn/nn.h"
+#include "optim/optim_all.h"
+#include "tests/common/testing.h"
+
+using namespace minidl;
+
+namespace {
+
+// Throws (inside a child) when a and b differ beyond |a - b| <= atol + rtol |b|.
+void require_close(const Tensor& a, const Tensor& b, double rtol, double atol, const std::string& what) {
+  const auto va = a.to_vector<double>(), vb = b.to_vector<double>();
+  if (va.size() != vb.size()) throw std::runtime_error(what + ": sizes differ");
+  for (size_t i = 0; i < va.size(); ++i)
+    if (std::fabs(va[i] - vb[i]) > atol + rtol * std::fabs(vb[i])) {
+      std::ostringstream os;
+      os << what << ": element " << i << " is " << va[i] << ", expected " << vb[i];
+      throw std::runtime_error(os.str());
+    }
+}
+
+void require(bool ok, const std::string& what) {
+  if (!ok) throw std::runtime_error(what);
+}
+
+// A fixed global batch: inputs (B, 1, 28, 28), targets (B)
+struct GlobalBatch {
+  Tensor x, y;
+};
+GlobalBatch make_batch(int64_t B, uint64_t step) {
+  return {rand({B, 1, 28, 28}, RandomKey{77, step}), randint(0, 10, {B}, RandomKey{78, step})};
+}
+
+void init_world(std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
+  dist::init({.backend = "gloo", .timeout = timeout});
+}
+
+// Trains `model` for `steps` SGD-momentum steps: with DDP on this rank's slice of each global
+// batch, or (ddp == nullptr) on the whole batch.
+void train_steps(nn::Module& model, dist::DistributedDataParallel* ddp, int steps, int64_t B) {
+  optim::SGD opt(model.parameters(), {.lr = 0.05, .momentum = 0.9, .weight_decay = 5e-4});
+  const int rank = ddp ? dist::rank() : 0, world = ddp ? dist::world_size() : 1;
+  for (int s = 0; s < steps; ++s) {
+    GlobalBatch g = make_batch(B, static_cast<uint64_t>(s));
+    const int64_t local = B / world;
+    Tensor x = g.x.narrow(0, rank * local, local), y = g.y.narrow(0, rank * local, local).contiguous();
+    opt.zero_grad();
+    Variable out = ddp ? ddp->forward(Variable(x.contiguous())) : model.forward(Variable(x.contiguous()));
+    cross_entropy(out, y).backward();
+    if (ddp) {
+      ddp->step(opt);
+    } else {
+      opt.step();
+    }
+  }
+}
+
+void ddp_matches_single_process(const std::string& model_name, int world, bool sync_bn) {
+  dist::spawn(world, [&](int) {
+    init_world();
+    const int64_t B = 12;
+    manual_seed(0);
+    auto reference = nn::make_model(model_name);
+    train_steps(*reference, nullptr, 5, B);
+
+    manual_seed(0);
+    auto model = nn::make_model(model_name);
+    if (sync_bn) require(dist::convert_sync_batchnorm(*model) == 2, "two BatchNorms converted");
+    dist::DistributedDataParallel ddp(*model);
+    train_steps(*model, &ddp, 5, B);
+
+    const TensorMap ref = reference->state_dict(), got = model->state_dict();
+    for (const auto& [name, t] : ref) require_close(got.at(name), t, 1e-5, 1e-6, model_name + " " + name);
+    dist::shutdown();
+  });
+}
+
+}  // namespace
+
+TEST(DDP, MlpTwoRanksMatchesOneProcess) { ddp_matches_single_process("mlp", 2, false); }
+TEST(DDP, MlpThreeRanksMatchesOneProcess) { ddp_matches_single_process("mlp", 3, false); }
+TEST(DDP, CnnWithSyncBatchNormTwoRanksMatchesOneProcess) { ddp_matches_single_process("cnn", 2, true); }
+TEST(DDP, CnnWithSyncBatchNormThreeRanksMatchesOneProcess) { ddp_matches_single_process("cnn", 3, true); }
+
+TEST(DDP, ConstructionBroadcastsRankZerosWeights) {
+  dist::spawn(2, [](int rank) {
+    init_world();
+    manual_seed(100 + rank);  // different init on every rank
+    nn::MLP model;
+    dist::DistributedDataParallel ddp(model);
+    Tensor w = model.net[1].state_dict().at("weight").clone();
+    dist::all_reduce(w, dist::ReduceOp::SUM);
+    require_close(w, mul(model.net[1].state_dict().at("weight"), 2.0), 0, 0, "weights equal on both ranks");
+    dist::shutdown();
+  });
+}
+
+TEST(DDP, DifferentModelsAreAClearError) {
+  EXPECT_THROW_MSG(dist::spawn(2,
+                               [](int rank) {
+                                 init_world();
+                                 nn::Linear a({.in = 4, .out = rank == 0 ? 3 : 5});
+                                 dist::DistributedDataParallel ddp(a);
+                               }),
+                   std::runtime_error, "model differs from rank 0's at parameter #0: rank 0 has 'weight [3, 4]");
+}
+
+TEST(DDP, TinyBucketsGiveIdenticalGradientsAndOverlapBackward) {
+  dist::spawn(2, [](int) {
+    init_world();
+    Tensor x = rand({8, 1, 28, 28}, RandomKey{5, 0});
+    Tensor y = randint(0, 10, {8}, RandomKey{5, 1});
+    auto grads = [&](double cap_mb, int* early, size_t* buckets) {
+      manual_seed(0);
+      nn::MLP model;
+      dist::DistributedDataParallel ddp(model, {.bucket_cap_mb = cap_mb, .first_bucket_cap_mb = cap_mb});
+      Tensor xs = x.narrow(0, dist::rank() * 4, 4).contiguous(), ys = y.narrow(0, dist::rank() * 4, 4).contiguous();
+      cross_entropy(ddp(Variable(xs)), ys).backward();
+      ddp.finish();
+      *early = ddp.buckets_launched_before_backward_end();
+      *buckets = ddp.num_buckets();
+      std::vector<Tensor> g;
+      for (auto& p : model.parameters()) g.push_back(p.grad().clone());
+      return g;
+    };
+    int early_default, early_tiny;
+    size_t n_default, n_tiny;
+    auto a = grads(25.0, &early_default, &n_default);
+    auto b = grads(1e-4, &early_tiny, &n_tiny);  // ~100 bytes: one bucket per parameter
+    require(n_tiny == 6, "one bucket per parameter, got " + std::to_string(n_tiny));
+    for (size_t i = 0; i < a.size(); ++i) require_close(b[i], a[i], 0, 0, "gradient " + std::to_string(i));
+    require(early_tiny >= 1, "the first bucket's all-reduce started before backward ended");
+    dist::shutdown();
+  });
+}
+
+TEST(DDP, BucketsFollowReverseRegistrationOrderWithAOneMegabyteFirstBucket) {
+  dist::spawn(2, [](int) {
+    init_world();
+    nn::CNN model;  // classifier.1.weight is 3136*128*4 bytes = 1.6 MB
+    dist::DistributedDataParallel ddp(model);
+    auto names = ddp.bucket_parameter_names();
+    // first bucket (cap 1 MB): classifier.3.bias, classifier.3.weight, classifier.1.bias; the
+    // 1.6 MB classifier.1.weight opens the second (cap 25 MB), which takes everything else
+    require(names.size() == 2, "2 buckets, got " + std::to_string(names.size()));
+    require(names[0] == std::vector<std::string>{"classifier.3.bias", "classifier.3.weight", "classifier.1.bias"},
+            "first bucket holds the last three parameters");
+    require(names[1].front() == "classifier.1.weight", "the 1.6 MB weight does not fit the 1 MB first bucket");
+    require(names[1].back() == "features.0.weight", "last bucket ends with the first parameter");
+    dist::shutdown();
+  });
+}
+
+TEST(DDP, NoSyncAccumulationEqualsOneStepOnTheCombinedBatch) {
+  dist::spawn(2, [](int) {
+    init_world();
+    const int64_t B = 8;
+    // reference: one process, two micro-batches of B accumulated
+    manual_seed(0);
+    nn::MLP ref;
+    for (int k = 0; k < 2; ++k) {
+      GlobalBatch g = make_batch(B, 10 + k);
+      cross_entropy(ref(Variable(g.x)), g.y).backward();
+    }
+    manual_seed(0);
+    nn::MLP model;
+    dist::DistributedDataParallel ddp(model);
+    const int64_t local = B / 2, r = dist::rank();
+    for (int k = 0; k < 2; ++k) {
+      GlobalBatch g = make_batch(B, 10 + k);
+      Tensor x = g.x.narrow(0, r * local, local).contiguous(), y = g.y.narrow(0, r * local, local).contiguous();
+      if (k == 0) {
+        auto guard = ddp.no_sync();
+        cross_entropy(ddp(Variable(x)), y).backward();
+      } else {
+        cross_entropy(ddp(Variable(x)), y).backward();
+      }
+    }
+    ddp.finish();
+    auto pr = ref.named_parameters(), pm = model.named_parameters();
+    for (size_t i = 0; i < pr.size(); ++i) require_close(pm[i].second.grad(), pr[i].second.grad(), 1e-5, 1e-6, pr[i].first);
+    dist::shutdown();
+  });
+}
+
+namespace {
+// Two heads; `use_b` picks which one the forward uses.
+struct TwoHeads : nn::Module {
+  nn::Linear body{{.in = 4, .out = 4}}, head_a{{.in = 4, .out = 2}}, head_b{{.in = 4, .out = 2}};
+  bool use_b = false;
+  TwoHeads() {
+    register_module("body", body);
+    register_module("head_a", head_a);
+    register_module("head_b", head_b);
+  }
+  std::string type_name() const override { return "TwoHeads"; }
+  Variable forward(const Variable& x) override { return use_b ? head_b(body(x)) : head_a(body(x)); }
+};
+}  // namespace
+
+TEST(DDP, FindUnusedParametersCompletesWhenABranchIsUnusedOnOneRank) {
+  dist::spawn(2, [](int rank) {
+    init_world();
+    manual_seed(0);
+    TwoHeads m;
+    m.use_b = rank == 1;  // head_b unused on rank 0, head_a unused on rank 1
+    dist::DistributedDataParallel ddp(m, {.find_unused_parameters = true});
+    Variable x(ones({3, 4}));
+    sum(ddp(x)).backward();
+    ddp.finish();
+    // each head's gradient is the one rank's gradient averaged with the other's zero
+    Tensor g = m.head_b.bias.grad().clone();
+    require_close(g, full({2}, 1.5), 0, 1e-6, "head_b.bias grad = 3 rows / 2 ranks");
+    dist::shutdown();
+  });
+}
+
+TEST(DDP, UnusedParameterWithoutFindUnusedIsAnErrorNamingIt) {
+  EXPECT_THROW_MSG(dist::spawn(2,
+                               [](int) {
+                                 init_world(std::chrono::seconds(5));
+                                 TwoHeads m;
+                                 dist::DistributedDataParallel ddp(m);
+                                 sum(ddp(Variable(ones({3, 4})))).backward();
+                                 ddp.finish();
+                               }),
+                   std::runtime_error, "did not receive a gradient in this backward: head_b.weight, head_b.bias");
+}
+
+TEST(DDP, JoinLetsRanksWithThreeAndFiveBatchesFinish) {
+  dist::spawn(2, [](int rank) {
+    init_world(std::chrono::seconds(20));
+    manual_seed(0);
+    nn::MLP model;
+    dist::DistributedDataParallel ddp(model);
+    optim::SGD opt(model.parameters(), {.lr = 0.1});
+    const int batches = rank == 0 ? 3 : 5;
+    for (int b = 0; b < batches; ++b) {
+      GlobalBatch g = make_batch(4, 100 + b * 2 + rank);
+      opt.zero_grad();
+      cross_entropy(ddp(Variable(g.x)), g.y).backward();
+      ddp.step(opt);
+    }
+    ddp.join();
+    // replicas stay identical: compare a checksum of the weights across ranks
+    Tensor s = sum(model.net[1].state_dict().at("weight"), {}).to(DType::Float64).reshape({1});
+    Tensor s0 = s.clone();
+    dist::broadcast(s0, 0);
+    require_close(s, s0, 0, 0, "weights identical after join");
+    dist::shutdown();
+  });
+}
+
+TEST(DDP, StateDictHasTheInnerModulesNames) {
+  dist::spawn(1, [](int) {
+    init_world();
+    nn::MLP model;
+    dist::DistributedDataParallel ddp(model);
+    TensorMap s = ddp.state_dict();
+    require(s.count("net.1.weight") == 1 && s.count("module.net.1.weight") == 0, "no module. prefix");
+    nn::MLP plain;
+    plain.load_state_dict(s);
+    ddp.load_state_dict(plain.state_dict());
+    dist::shutdown();
+  });
+}
+
+TEST(DDP, ReportsStepTimes) {
+  dist::spawn(2, [](int) {
+    init_world();
+    nn::MLP model;
+    dist::DistributedDataParallel ddp(model);
+    optim::SGD opt(model.parameters(), {.lr = 0.1});
+    GlobalBatch g = make_batch(4, 0);
+    cross_entropy(ddp(Variable(g.x)), g.y).backward();
+    ddp.step(opt);
+    const auto& t = ddp.last_step_times();
+    require(t.forward > 0 && t.backward > 0 && t.comm_wait >= 0 && t.optimizer > 0, "all phases timed");
+    dist::shutdown();
+  });
+}
+
+TEST(DDP, ARankThatSkipsBackwardMakesTheOthersFailWithinTheTimeout) {
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_THROW_MSG(dist::spawn(2,
+                               [](int rank) {
+                                 init_world(std::chrono::seconds(2));
+                                 nn::MLP model;
+                                 dist::DistributedDataParallel ddp(model);
+                                 GlobalBatch g = make_batch(4, 0);
+                                 Variable loss = cross_entropy(ddp(Variable(g.x)), g.y);
+                                 if (rank == 1) {  // skips backward, stays connected a while
+                                   std::this_thread::sleep_for(std::chrono::seconds(4));
+                                   return;
+                                 }
+                                 loss.backward();
+                               }),
+                   std::runtime_error, "rank 0 failed");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(12));
+}
