@@ -77,10 +77,16 @@ TEST(Distributed, CollectivesBeforeInitAreErrorsNamingTheFunction) {
   EXPECT_NO_THROW(dist::shutdown());
 }
 
-TEST(Distributed, NcclIsAClearErrorUntilABackendIsRegistered) {
+TEST(Distributed, NcclIsRegisteredExactlyWhenBuiltWithCuda) {
+#if defined(MINIDL_WITH_CUDA)
+  // the CUDA build registers "nccl" (dist/cuda/process_group_nccl.cpp)
+  EXPECT_TRUE(dist::is_backend_available("nccl"));
+  EXPECT_THROW_MSG(dist::init({.backend = "mpi"}), std::runtime_error, "unknown backend 'mpi' (available: gloo, nccl)");
+#else
   ASSERT_FALSE(dist::is_backend_available("nccl"));
   EXPECT_THROW_MSG(dist::init({.backend = "nccl"}), std::runtime_error, "NCCL backend is not available in this build");
   EXPECT_THROW_MSG(dist::init({.backend = "mpi"}), std::runtime_error, "unknown backend 'mpi' (available: gloo)");
+#endif
   EXPECT_FALSE(dist::is_initialized());
 }
 
