@@ -12,11 +12,14 @@ Parameter names line up with minidl's modules, which proves state_dict compatibi
 """
 import json
 import os
+import sys
 import struct
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "golden"))
+import safetensors_writer  # noqa: E402
 
 torch.manual_seed(0)
 T = {}
@@ -114,17 +117,5 @@ for k, v in emb.state_dict().items():
 out = emb(idx)
 T["embedding/x"], T["embedding/out"] = idx, out.detach()
 
-DT = {torch.float32: "F32", torch.float64: "F64", torch.int64: "I64", torch.uint8: "U8"}
-header, blobs, offset = {"__metadata__": {"generator": f"make_nn_golden.py, torch {torch.__version__}"}}, [], 0
-for key in sorted(T):
-    t = T[key].detach().contiguous()
-    raw = t.numpy().tobytes()
-    header[key] = {"dtype": DT[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + len(raw)]}
-    blobs.append(raw)
-    offset += len(raw)
-h = json.dumps(header, separators=(",", ":")).encode()
-h += b" " * ((8 - (8 + len(h)) % 8) % 8)
-path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "nn_golden.safetensors")
-with open(path, "wb") as f:
-    f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
-print(f"wrote {len(T)} tensors, {os.path.getsize(path)} bytes to {path}")
+safetensors_writer.write(os.path.join(os.path.dirname(os.path.abspath(__file__)), "nn_golden.safetensors"), T,
+                         {"generator": f"make_nn_golden.py, torch {torch.__version__}"})

@@ -17,10 +17,13 @@ tests/optim/test_optim_golden.cpp repeats them and compares with minidl.
 import json
 import math
 import os
+import sys
 import struct
 import warnings
 
 import torch
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "golden"))
+import safetensors_writer  # noqa: E402
 
 # SequentialLR calls scheduler.step(0) at a milestone, which warns about the deprecated epoch argument
 warnings.filterwarnings("ignore", category=UserWarning, module="torch.optim.lr_scheduler")
@@ -124,18 +127,5 @@ for name, max_norm, norm_type in [("l2", 1.0, 2.0), ("l2_noclip", 100.0, 2.0), (
     meta[f"clip/{name}"] = json.dumps({"max_norm": max_norm, "norm_type": str(norm_type)})
 meta["generator"] = f"make_optim_golden.py, torch {torch.__version__}"
 
-# ---- write one safetensors file (stdlib only) ----
-DT = {torch.float32: "F32", torch.float64: "F64", torch.int64: "I64", torch.uint8: "U8"}
-header, blobs, offset = {"__metadata__": meta}, [], 0
-for key in sorted(tensors):
-    t = tensors[key].detach().contiguous()
-    raw = t.numpy().tobytes()
-    header[key] = {"dtype": DT[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + len(raw)]}
-    blobs.append(raw)
-    offset += len(raw)
-h = json.dumps(header, separators=(",", ":")).encode()
-h += b" " * ((8 - (8 + len(h)) % 8) % 8)
-path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "optim_golden.safetensors")
-with open(path, "wb") as f:
-    f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
-print(f"wrote {len(tensors)} tensors, {os.path.getsize(path)} bytes to {path}")
+# ---- write one safetensors file ----
+safetensors_writer.write(os.path.join(os.path.dirname(os.path.abspath(__file__)), "optim_golden.safetensors"), tensors, meta)
