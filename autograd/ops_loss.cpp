@@ -28,7 +28,8 @@ Variable nll_loss(const Variable& log_probs, const Tensor& target) {
     if (t[i] < 0 || t[i] >= C)
       throw std::invalid_argument("nll_loss: target " + std::to_string(t[i]) + " at position " + std::to_string(i) +
                                   " is out of range for " + std::to_string(C) + " classes");
-  Tensor one_hot = eq(arange(C).reshape({1, C}).expand(log_probs.shape()), target.reshape({-1, 1}).expand(log_probs.shape()))
+  Tensor classes = arange(C).to(log_probs.device());  // on the input's device, like the one-hot below
+  Tensor one_hot = eq(classes.reshape({1, C}).expand(log_probs.shape()), target.reshape({-1, 1}).expand(log_probs.shape()))
                        .to(log_probs.dtype());
   return mul(sum(mul(log_probs, Variable(one_hot))), -1.0 / static_cast<double>(log_probs.size(0)));
 }

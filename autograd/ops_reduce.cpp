@@ -77,11 +77,11 @@ Variable max(const Variable& x, int64_t dim, bool keepdim) {
   MaxResult r = max(x.data(), dim, keepdim);
   return Variable::make_result(
       r.values, {x},
-      [in = x.shape(), idx = r.indices, dim, keepdim, dt = x.dtype()](const Tensor& dy) -> std::vector<Tensor> {
+      [in = x.shape(), idx = r.indices, dim, keepdim, dt = x.dtype(), dev = x.device()](const Tensor& dy) -> std::vector<Tensor> {
         Tensor index = keepdim ? idx : idx.unsqueeze(dim);
         Shape pos_shape(in.size(), 1);
         pos_shape[dim] = in[dim];
-        Tensor positions = arange(in[dim]).reshape(pos_shape);            // (1, .., n, .., 1)
+        Tensor positions = arange(in[dim]).to(dev).reshape(pos_shape);    // (1, .., n, .., 1)
         Tensor one_hot = eq(positions.expand(in), index.expand(in)).to(dt);  // 1 at the argmax
         Tensor g = keepdim ? dy : dy.unsqueeze(dim);
         return {mul(one_hot, g.expand(in))};

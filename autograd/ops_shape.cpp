@@ -40,7 +40,7 @@ Variable transpose(const Variable& x, int64_t d0, int64_t d1) {
 Variable slice(const Variable& x, int64_t dim, int64_t start, int64_t end, int64_t step) {
   return Variable::make_result(x.data().slice(dim, start, end, step), {x},
                                [t = x.data(), dim, start, end, step](const Tensor& dy) -> std::vector<Tensor> {
-                                 Tensor g = zeros(t.shape(), t.dtype());
+                                 Tensor g = zeros(t.shape(), t.dtype(), t.device());
                                  g.slice(dim, start, end, step).copy_(dy);
                                  return {g};
                                },
@@ -56,8 +56,8 @@ Variable narrow(const Variable& x, int64_t dim, int64_t start, int64_t length) {
 // select: dx = zeros with dy written at the selected index
 Variable select(const Variable& x, int64_t dim, int64_t index) {
   return Variable::make_result(x.data().select(dim, index), {x},
-                               [in = x.shape(), dt = x.dtype(), dim, index](const Tensor& dy) -> std::vector<Tensor> {
-                                 Tensor g = zeros(in, dt);
+                               [in = x.shape(), dt = x.dtype(), dev = x.device(), dim, index](const Tensor& dy) -> std::vector<Tensor> {
+                                 Tensor g = zeros(in, dt, dev);
                                  g.select(dim, index).copy_(dy);
                                  return {g};
                                },

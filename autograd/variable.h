@@ -49,7 +49,8 @@ class Variable {
   bool defined() const { return impl_ != nullptr; }
   const Tensor& data() const { return impl_->data; }
   Tensor& data() { return impl_->data; }
-  // In-place replacement of the values (optimizers, load_state_dict); shape and dtype must match.
+  // Replaces the values (optimizers, load_state_dict, Module::to); shape and dtype must match,
+  // the device may change (Module::to moves parameters this way, keeping the Variable).
   void set_data(const Tensor& t);
 
   const Tensor& grad() const { return impl_->grad; }

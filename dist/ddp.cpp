@@ -81,17 +81,18 @@ void DistributedDataParallel::build_buckets() {
     Param& p = params_[k];
     const double nbytes = static_cast<double>(p.var.numel() * static_cast<int64_t>(element_size(p.var.dtype())));
     const bool new_bucket = buckets_.empty() || (bytes > 0 && bytes + nbytes > cap) ||
-                            buckets_.back().buffer.dtype() != p.var.dtype();
+                            buckets_.back().buffer.dtype() != p.var.dtype() ||
+                            buckets_.back().buffer.device() != p.var.device();
     if (new_bucket) {
       if (!buckets_.empty()) cap = options_.bucket_cap_mb * 1024 * 1024;
       buckets_.push_back({});
-      buckets_.back().buffer = Tensor({0}, p.var.dtype());
+      buckets_.back().buffer = Tensor({0}, p.var.dtype(), p.var.device());
       bytes = 0;
     }
     Bucket& b = buckets_.back();
     p.bucket = buckets_.size() - 1;
     p.offset = b.buffer.numel();
-    b.buffer = Tensor({p.offset + p.var.numel()}, p.var.dtype());
+    b.buffer = Tensor({p.offset + p.var.numel()}, p.var.dtype(), p.var.device());  // on the parameters' device
     b.params.push_back(k);
     bytes += nbytes;
   }

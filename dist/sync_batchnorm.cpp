@@ -29,15 +29,17 @@ class SyncBatchNormFunction : public autograd::Function {
     const int64_t count = x_.numel() / C;
     const DType acc = DType::Float64;  // statistics are merged in double
 
-    // local (mean, invstd, count) as one row of 2C + 1 values; an empty rank sends zeros
-    Tensor local = zeros({2 * C + 1}, acc);
+    // local (mean, invstd, count) as one row of 2C + 1 values on x's device (NCCL gathers device
+    // tensors); an empty rank sends zeros
+    Tensor local = zeros({2 * C + 1}, acc, x_.device());
     if (count > 0) {
       BatchNormStats s = batch_norm_stats(x_, eps_);
       local.narrow(0, 0, C).copy_(s.mean);
       local.narrow(0, C, C).copy_(s.invstd);
     }
     local.narrow(0, 2 * C, 1).fill_(static_cast<double>(count));
-    const std::vector<Tensor> rows = group_.all_gather(local);  // one (2C + 1) tensor per rank
+    std::vector<Tensor> rows = group_.all_gather(local);  // one (2C + 1) tensor per rank
+    for (Tensor& r : rows) r = r.cpu().contiguous();       // merged on the host (no-op on the CPU)
 
     // Chan's merge: N = sum n_r; mean = sum n_r m_r / N; var = sum n_r (v_r + (m_r - mean)^2) / N
     std::vector<double> sum_n_m(C, 0.0), sum_n_var(C, 0.0), mean(C, 0.0);
@@ -67,15 +69,15 @@ class SyncBatchNormFunction : public autograd::Function {
       var[c] = sum_n_var[c] / total;
       invstd[c] = 1.0 / std::sqrt(var[c] + eps_);
     }
-    mean_ = from_vector(mean, {C}).to(x_.dtype());
-    invstd_ = from_vector(invstd, {C}).to(x_.dtype());
+    mean_ = from_vector(mean, {C}).to(x_.dtype()).to(x_.device());
+    invstd_ = from_vector(invstd, {C}).to(x_.dtype()).to(x_.device());
     total_ = static_cast<int64_t>(total);
 
     if (running_mean_.defined()) {
       std::vector<double> unbiased(C);
       for (int64_t c = 0; c < C; ++c) unbiased[c] = var[c] * total / (total - 1);
-      lerp_(running_mean_, from_vector(mean, {C}).to(running_mean_.dtype()), momentum_);
-      lerp_(running_var_, from_vector(unbiased, {C}).to(running_var_.dtype()), momentum_);
+      lerp_(running_mean_, from_vector(mean, {C}).to(running_mean_.dtype()).to(running_mean_.device()), momentum_);
+      lerp_(running_var_, from_vector(unbiased, {C}).to(running_var_.dtype()).to(running_var_.device()), momentum_);
     }
     if (count == 0) return empty_like(x_);
     return batch_norm_elemt(x_, mean_, invstd_, weight_, bias);
@@ -84,7 +86,7 @@ class SyncBatchNormFunction : public autograd::Function {
   std::vector<Tensor> backward(const Tensor& dy) override {
     const int64_t C = x_.size(1);
     // local per-channel sums, then all-reduced so every rank uses the global ones
-    Tensor sums = zeros({2 * C}, dy.dtype());
+    Tensor sums = zeros({2 * C}, dy.dtype(), dy.device());
     Tensor grad_weight, grad_bias;
     if (x_.numel() > 0) {
       BatchNormReduce r = batch_norm_backward_reduce(dy, x_, mean_, invstd_, weight_);

@@ -45,6 +45,11 @@ std::string BatchNormBase::extra_repr() const {
 
 double BatchNormBase::next_momentum() {
   if (!training_ || !running_mean.defined()) return 0.0;
+  if (num_batches_tracked.device().is_cuda()) {  // the counter lives on the GPU: one small round trip
+    const double n = num_batches_tracked.item() + 1.0;
+    num_batches_tracked.fill_(n);
+    return options.momentum ? *options.momentum : 1.0 / n;
+  }
   int64_t* n = num_batches_tracked.data<int64_t>();
   *n += 1;
   return options.momentum ? *options.momentum : 1.0 / static_cast<double>(*n);

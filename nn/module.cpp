@@ -7,6 +7,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "kernels/cuda_api.h"
+
 namespace minidl::nn {
 
 Variable Module::forward(const Variable&) {
@@ -122,6 +124,27 @@ void Module::train(bool on) {
 
 void Module::zero_grad(bool set_to_none) {
   for (auto& [n, p] : named_parameters()) p.zero_grad(set_to_none);
+}
+
+void Module::to(Device device) {
+  if (device.is_cuda()) {
+    const std::string op = type_name() + ".to(" + device.str() + ")";
+    kernels::cuda::require_device(device.index, op.c_str());
+  }
+  NoGradGuard no_grad;
+  for (auto& [n, p] : named_parameters()) {
+    p.set_data(p.data().to(device));
+    if (p.grad().defined()) p.set_grad(p.grad().to(device));
+  }
+  for (auto& [n, b] : named_buffers()) *b = b->to(device);
+}
+
+Device Module::device() const {
+  const auto params = named_parameters();
+  if (!params.empty()) return params.front().second.device();
+  const auto buffers = named_buffers();
+  if (!buffers.empty()) return buffers.front().second->device();
+  return Device::cpu();
 }
 
 TensorMap Module::state_dict() const {

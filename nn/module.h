@@ -61,6 +61,16 @@ class Module {
 
   void zero_grad(bool set_to_none = true);
 
+  // ---- device ----
+  // Moves every parameter (its data and any gradient, keeping the same Variable, so optimizers
+  // and DDP built on it see the move) and every buffer to `device`, recursively; a no-op for
+  // tensors already there. Throws, naming this module and the reason, when the device cannot be
+  // used ("built without CUDA", "no CUDA device present"). Move the model before the optimizer
+  // has state (its first step) and before wrapping it in DistributedDataParallel.
+  void to(Device device);
+  // The device of the first parameter (else the first buffer); the CPU for a module without tensors.
+  Device device() const;
+
   // ---- state ----
   // Parameters' and buffers' current tensors by dotted name (shared, not copied).
   TensorMap state_dict() const;

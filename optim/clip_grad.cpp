@@ -8,6 +8,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "tensor/ops.h"
+
 namespace minidl::optim {
 
 namespace {
@@ -44,9 +46,9 @@ double clip_grad_norm(const std::vector<Variable>& params, double max_norm, doub
   for (size_t i = 0; i < params.size(); ++i) {
     const Tensor& g = params[i].grad();
     if (!g.defined()) continue;
-    if (!g.device().is_cpu() || !g.is_floating_point())
+    if (!g.is_floating_point())
       throw std::invalid_argument("clip_grad_norm: gradient of parameter " + std::to_string(i) + " is " + g.desc() +
-                                  "; expected a floating CPU tensor");
+                                  "; expected a floating tensor");
     grads.push_back(g);
   }
   if (grads.empty()) return 0.0;
@@ -54,7 +56,7 @@ double clip_grad_norm(const std::vector<Variable>& params, double max_norm, doub
   const bool inf = std::isinf(norm_type);
   double total = 0.0;
   for (const Tensor& g : grads) {
-    const Tensor c = g.contiguous();
+    const Tensor c = g.cpu().contiguous();  // a CUDA gradient's norm is taken on a host copy (same sum order)
     const double norm = dispatch_floating(c.dtype(), "clip_grad_norm", [&](auto tag) {
       using T = decltype(tag);
       return grad_norm<T>(c.data<T>(), c.numel(), norm_type);
@@ -74,7 +76,9 @@ double clip_grad_norm(const std::vector<Variable>& params, double max_norm, doub
   const double clip_coef = max_norm / (total + 1e-6);
   if (clip_coef < 1.0) {
     for (Tensor& g : grads) {
-      if (g.is_contiguous()) {
+      if (g.device().is_cuda()) {
+        mul_(g, clip_coef);  // scaled in place on the device
+      } else if (g.is_contiguous()) {
         dispatch_floating(g.dtype(), "clip_grad_norm", [&](auto tag) {
           using T = decltype(tag);
           T* d = g.data<T>();

@@ -87,8 +87,6 @@ Tensor Optimizer::checked_grad(const Variable& p, int64_t index) const {
   const Tensor& data = p.data();
   const Tensor& grad = p.grad();
   const std::string where = name_ + ".step: parameter " + std::to_string(index) + " (" + data.desc() + ")";
-  if (data.device().is_cuda())
-    throw std::invalid_argument(where + ": only CPU parameters are supported by the optimizers so far");
   if (!data.is_contiguous()) throw std::invalid_argument(where + ": the parameter must be contiguous");
   if (grad.shape() != data.shape() || grad.dtype() != data.dtype() || grad.device() != data.device())
     throw std::invalid_argument(where + ": its gradient is " + grad.desc());

@@ -8,7 +8,8 @@
 //   param_groups.<g>.lr       0-d float64; also .weight_decay, .num_params and, once an LR
 //                             scheduler has set it, .initial_lr
 // Parameters whose grad is undefined are skipped by step(), as in PyTorch. Updates run under
-// NoGradGuard and write p.data() in place (contiguous float32/float64 CPU tensors).
+// NoGradGuard and write p.data() in place (contiguous float32/float64 tensors; on a CUDA device
+// the same update functors run as one fused kernel, and the state lives on the parameter's device).
 //
 //   optim::SGD sgd(model.parameters(), {.lr = 0.1, .momentum = 0.9});
 //   optim::AdamW adamw({{.params = decay}, {.params = no_decay, .weight_decay = 0.0}}, {.lr = 1e-3});
