@@ -1,7 +1,9 @@
 // examples/train.cpp — `train`: an MLP, a CNN or a ViT on Fashion-MNIST, data-parallel over N
-// processes (DistributedDataParallel over Gloo on CPUs), with the recipes of configs/*.yaml.
+// processes (DistributedDataParallel over NCCL on GPUs, over Gloo on CPUs), with the recipes of
+// configs/*.yaml.
 //
-//   ./run.sh train                                   the CNN recipe, 2 CPU processes
+//   ./run.sh train                                   the CNN recipe, 2 CPU processes (no GPU)
+//   build/examples/train --device cuda --epochs 1    one process per visible GPU
 //   build/examples/train --model vit --epochs 3 --nproc 4
 //   build/tools/minidl-run --nproc-per-node 2 build/examples/train --model mlp
 //   build/examples/train --resume runs/cnn/checkpoint_last.safetensors --epochs 10
@@ -11,14 +13,19 @@
 // main() reads the flags and the recipe, loads the data set once, and starts one process per
 // rank with dist::spawn (or, launched by minidl-run, is already one of them). Every rank then
 // runs train_worker(), which is the workflow of docs/tutorial.md, step by step:
-//   init the process group -> DistributedSampler + set_epoch -> DataLoader -> model (same seed
-//   everywhere) -> optional SyncBatchNorm -> DDP -> optimizer + per-iteration LR schedule ->
+//   pick the device (cuda:LOCAL_RANK % GPUs, or the CPU) -> init the process group (NCCL on GPUs,
+//   Gloo on CPUs) -> DistributedSampler + set_epoch -> DataLoader -> model (same seed
+//   everywhere) -> optional SyncBatchNorm -> model.to(device) -> DDP -> optimizer + per-iteration LR schedule ->
 //   train loop -> exact distributed validation (sums all-reduced) -> rank 0: log, metrics.jsonl,
 //   checkpoints -> barrier -> shutdown.
 // Output (rank 0) goes to stdout and OUT/train.log; one JSON line per epoch to OUT/metrics.jsonl;
 // checkpoints to OUT/checkpoint_epoch_NNN.safetensors and OUT/checkpoint_last.safetensors.
-// Exit status: 0 done, 1 a failure while training, 2 a bad flag, config or data directory.
+// Batches are copied to the device each step; metrics are counted on the host.
+// Exit status: 0 done, 1 a failure while training, 2 a bad flag, config or data directory, or
+// --device cuda where no GPU can be used ("no CUDA device present" / "built without CUDA").
 #include <omp.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -64,7 +71,8 @@ struct Run {
   trainer::CliOptions cli;
   TrainConfig config;
   std::string out_dir;
-  int threads = 1;  // OpenMP threads per process
+  bool cuda = false;  // one GPU per process (cuda:LOCAL_RANK % visible GPUs), NCCL between them
+  int threads = 1;    // OpenMP threads per process
   std::shared_ptr<const data::Dataset> train_set, val_set;
 };
 
@@ -86,7 +94,7 @@ std::string weights_hash(const nn::Module& model) {
     for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ULL;
   };
   for (const auto& [name, tensor] : model.state_dict()) {
-    const Tensor c = tensor.contiguous();
+    const Tensor c = tensor.cpu().contiguous();  // hashed on the host (a no-op for CPU tensors)
     mix(reinterpret_cast<const unsigned char*>(name.data()), name.size());
     mix(static_cast<const unsigned char*>(c.raw_data()), static_cast<size_t>(c.numel()) * minidl::element_size(c.dtype()));
   }
@@ -112,6 +120,12 @@ std::string format(const char* spec, double v) {
 }
 std::string percent(double v) { return format("%.2f", v) + "%"; }
 
+// This rank's device: cuda:(LOCAL_RANK % visible GPUs), made current for this process, or the CPU.
+minidl::Device select_device(const Run& run) {
+  if (!run.cuda) return minidl::Device::cpu();
+  return minidl::Device::cuda(minidl::kernels::cuda::select_device_from_env());
+}
+
 // A loader over this rank's share of the test set: the exact sampler (no padded duplicates), so
 // the all-reduced sums are those of one process evaluating every image once.
 // [tutorial:val-sampler]
@@ -125,16 +139,17 @@ std::unique_ptr<data::DataLoader> make_val_loader(const Run& run, int64_t batch_
 
 // Validation on the test set: every rank evaluates its shard, then the sums are all-reduced.
 // [tutorial:evaluate]
-trainer::Totals evaluate(nn::Module& model, data::DataLoader& loader, int64_t max_batches) {
+trainer::Totals evaluate(nn::Module& model, data::DataLoader& loader, int64_t max_batches, minidl::Device device) {
   model.eval();
   minidl::NoGradGuard no_grad;
   trainer::Totals local;
   int64_t batches = 0;
   for (auto& batch : loader) {
     if (batches++ == max_batches) break;
-    Variable logits = model(Variable(batch.input));  // (B, 10)
-    const double loss = minidl::cross_entropy(logits, batch.target).item();
-    local.add(logits.data(), batch.target, loss);
+    const Tensor input = batch.input.to(device), target = batch.target.to(device);  // no-op on the CPU
+    Variable logits = model(Variable(input));  // (B, 10)
+    const double loss = minidl::cross_entropy(logits, target).item();
+    local.add(logits.data(), target, loss);  // counted on the host
   }
   loader.reset();
   return local.all_reduced();  // loss, top-1 and top-5 hits and counts, summed over ranks
@@ -143,15 +158,17 @@ trainer::Totals evaluate(nn::Module& model, data::DataLoader& loader, int64_t ma
 
 // --eval --pretrained FILE: evaluates a checkpoint and compares with the accuracy it recorded.
 void eval_worker(const Run& run) {
-  dist::init();
+  const minidl::Device device = select_device(run);
+  dist::init({.backend = run.cuda ? "nccl" : "auto"});
   omp_set_num_threads(run.threads);
   const int world = dist::world_size();
   trainer::Log log(dist::rank() == 0, "");
   const trainer::Checkpoint ck = trainer::load_checkpoint(*run.cli.pretrained);
   std::unique_ptr<nn::Module> model = nn::make_model(run.config.model);
   model->load_state_dict(ck.model);
+  model->to(device);
   auto loader = make_val_loader(run, run.config.global_batch_size / world);
-  const trainer::Totals val = evaluate(*model, *loader, run.cli.smoke_test ? kSmokeValBatches : -1);
+  const trainer::Totals val = evaluate(*model, *loader, run.cli.smoke_test ? kSmokeValBatches : -1, device);
   log.line("evaluated " + *run.cli.pretrained + " on " + std::to_string(static_cast<int64_t>(val.count)) +
            " test images with " + std::to_string(world) + " process(es)");
   log.line("test accuracy: top-1 " + percent(val.acc1()) + "  top-5 " + percent(val.acc5()) + "  loss " +
@@ -174,17 +191,20 @@ void eval_worker(const Run& run) {
 void train_worker(const Run& run) {
   const TrainConfig& cfg = run.config;
   // [tutorial:init]
-  // 1. Join the process group: rendezvous at MASTER_ADDR:MASTER_PORT (set by dist::spawn or
-  //    minidl-run), then a Gloo group over all ranks. From here on, rank() and world_size() work.
-  dist::init();
+  // 1. Pick this process's device (on GPUs: cuda:LOCAL_RANK, one GPU per process) and join the
+  //    process group: rendezvous at MASTER_ADDR:MASTER_PORT (set by dist::spawn or minidl-run),
+  //    then an NCCL group (GPUs) or a Gloo group (CPUs) over all ranks. From here on, rank() and
+  //    world_size() work.
+  const minidl::Device device = select_device(run);
+  dist::init({.backend = run.cuda ? "nccl" : "auto"});
   const int rank = dist::rank();
   const int world = dist::world_size();
   // [/tutorial:init]
   omp_set_num_threads(run.threads);
   trainer::Log log(rank == 0, run.out_dir + "/train.log");
   const int64_t batch_per_rank = cfg.global_batch_size / world;
-  log.line("train: model " + cfg.model + ", " + std::to_string(world) + " process(es) x " + std::to_string(run.threads) +
-           " thread(s), batch " + std::to_string(batch_per_rank) + " per process (global " +
+  log.line("train: model " + cfg.model + " on " + (run.cuda ? "cuda (one GPU per process)" : "cpu") + ", " +
+           std::to_string(world) + " process(es) x " + std::to_string(run.threads) + " thread(s), batch " + std::to_string(batch_per_rank) + " per process (global " +
            std::to_string(cfg.global_batch_size) + "), " + std::to_string(cfg.epochs) + " epochs, out " + run.out_dir);
 
   // [tutorial:sampler]
@@ -211,6 +231,7 @@ void train_worker(const Run& run) {
     const int converted = dist::convert_sync_batchnorm(*model);
     log.line("sync-bn: " + std::to_string(converted) + " BatchNorm layer(s) now synchronise their statistics");
   }
+  model->to(device);  // parameters and buffers onto this rank's GPU (no-op on the CPU)
   // [/tutorial:model]
   std::unique_ptr<optim::Optimizer> optimizer = trainer::make_optimizer(cfg, *model);
   std::unique_ptr<optim::LRScheduler> scheduler = trainer::make_scheduler(cfg, *optimizer, steps_per_epoch);
@@ -259,13 +280,14 @@ void train_worker(const Run& run) {
     int64_t step = 0;
     for (auto& batch : train_loader) {
       if (step == steps_per_epoch) break;
+      const Tensor input = batch.input.to(device), target = batch.target.to(device);  // host -> GPU
       optimizer->zero_grad();
-      Variable logits = ddp.forward(Variable(batch.input));           // (B, 10)
-      Variable loss = minidl::cross_entropy(logits, batch.target);   // mean over this rank's batch
+      Variable logits = ddp.forward(Variable(input));           // (B, 10)
+      Variable loss = minidl::cross_entropy(logits, target);   // mean over this rank's batch
       loss.backward();
       ddp.step(*optimizer);
       scheduler->step();  // per iteration
-      train.add(logits.data(), batch.target, loss.item());
+      train.add(logits.data(), target, loss.item());  // counted on the host
       progress.update(++step, train.loss());
     }
     // [/tutorial:train-step]
@@ -281,7 +303,7 @@ void train_worker(const Run& run) {
     //    top-1 and top-5 hits and counts are all-reduced, so every rank holds the figures of the
     //    whole test set.
     for (auto& [name, buffer] : model->named_buffers()) dist::broadcast(*buffer, 0);
-    val = evaluate(*model, *val_loader, max_val);
+    val = evaluate(*model, *val_loader, max_val, device);
     // [/tutorial:validate]
     if (run.cli.deterministic) check_replicas_identical(*model, epoch + 1);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_start).count();
@@ -330,7 +352,7 @@ void train_worker(const Run& run) {
     }
     // [/tutorial:checkpoint]
   }
-  if (start_epoch >= cfg.epochs) val = evaluate(*model, *val_loader, max_val);  // resumed a finished run
+  if (start_epoch >= cfg.epochs) val = evaluate(*model, *val_loader, max_val, device);  // resumed a finished run
   log.line("test accuracy: top-1 " + percent(val.acc1()) + "  top-5 " + percent(val.acc5()) + "  (" +
            std::to_string(static_cast<int64_t>(val.count)) + " images)");
   if (run.cli.deterministic) log.line("final weights hash (fnv1a64): " + weights_hash(*model));
@@ -378,31 +400,91 @@ struct Launch {
   int local_world_size = 1;
 };
 
-Launch decide_launch(const trainer::CliOptions& cli) {
+// The number of visible GPUs, asked in a short-lived child process: this process forks the ranks
+// later, and a child forked after the parent initialised the CUDA driver cannot use CUDA.
+int count_gpus_in_child() {
+  namespace kc = minidl::kernels::cuda;
+  if (!kc::compiled_with_cuda()) return 0;
+  int fds[2];
+  if (::pipe(fds) != 0) throw std::runtime_error("train: pipe() failed while counting GPUs");
+  const pid_t pid = ::fork();
+  if (pid < 0) throw std::runtime_error("train: fork() failed while counting GPUs");
+  if (pid == 0) {
+    ::close(fds[0]);
+    const int n = kc::device_count();
+    const ssize_t ignored = ::write(fds[1], &n, sizeof n);
+    (void)ignored;
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  int n = 0;
+  const ssize_t got = ::read(fds[0], &n, sizeof n);
+  ::close(fds[0]);
+  ::waitpid(pid, nullptr, 0);
+  return got == static_cast<ssize_t>(sizeof n) ? n : 0;
+}
+
+// --device: cuda (a GPU must be usable, else exit 2 saying why), cpu, or auto (cuda when this
+// build has CUDA and NCCL, a GPU is visible and there are at least as many GPUs as processes on
+// this machine; else the CPU, as on a machine without GPUs).
+bool decide_cuda(const trainer::CliOptions& cli, int gpus) {
+  namespace kc = minidl::kernels::cuda;
+  if (cli.device == "cpu") return false;
+  if (cli.device == "auto") {
+    if (gpus == 0 || !dist::is_backend_available("nccl")) return false;
+    const dist::WorldInfo env = dist::world_info_from_env();
+    const int local = env.source != "default" ? env.local_world_size : cli.nproc.value_or(gpus);
+    if (local > gpus) {
+      std::cerr << "train: --device auto: " << local << " processes on this machine but " << gpus
+                << " GPU(s); training on the CPU (pass --device cuda with --nproc " << gpus << " for the GPUs)\n";
+      return false;
+    }
+    return true;
+  }
+  if (!kc::compiled_with_cuda())
+    throw UsageError("--device cuda: this train was built without CUDA (nvcc was not found at configure time); "
+                     "use --device cpu");
+  if (gpus == 0)
+    throw UsageError("--device cuda: no CUDA device present (no driver, no GPU, or CUDA_VISIBLE_DEVICES hides them "
+                     "all); use --device cpu");
+  if (!dist::is_backend_available("nccl"))
+    throw UsageError("--device cuda: the NCCL backend is not available in this build; use --device cpu");
+  return true;
+}
+
+// NCCL refuses two ranks on one GPU: a clear error instead of a failed rendezvous.
+void check_one_gpu_per_process(int local_processes, int gpus) {
+  if (local_processes > gpus)
+    throw UsageError("--device cuda: " + std::to_string(local_processes) + " processes on this machine but only " +
+                     std::to_string(gpus) + " visible GPU(s); NCCL needs one GPU per process (use --nproc " +
+                     std::to_string(gpus) + " or fewer)");
+}
+
+Launch decide_launch(const trainer::CliOptions& cli, bool cuda, int gpus) {
   const dist::WorldInfo env = dist::world_info_from_env();
   if (env.source != "default") {  // started by minidl-run, srun or mpirun: we are one of the ranks
     if (cli.nproc && *cli.nproc != env.world_size)
       throw UsageError("--nproc " + std::to_string(*cli.nproc) + " conflicts with the launcher's WORLD_SIZE " +
                        std::to_string(env.world_size) + " (drop --nproc under minidl-run)");
+    if (cuda) check_one_gpu_per_process(env.local_world_size, gpus);
     return {.nproc = env.world_size, .spawn = false, .local_world_size = env.local_world_size};
   }
-  const int gpus = minidl::kernels::cuda::device_count();
-  if (cli.device == "cuda")
-    throw UsageError("--device cuda: CUDA tensors are not supported yet (" + std::to_string(gpus) +
-                     " CUDA device(s) visible); use --device cpu");
-  if (cli.device == "auto" && gpus > 0)
-    std::cerr << "train: " << gpus << " CUDA device(s) found, but CUDA tensors are not supported yet: training on CPU\n";
-  const int nproc = cli.nproc.value_or(2);  // on CPU: 2 processes unless told otherwise
+  // On GPUs: one process per visible GPU; on CPUs: 2 processes unless told otherwise.
+  const int nproc = cli.nproc.value_or(cuda ? gpus : 2);
+  if (cuda) check_one_gpu_per_process(nproc, gpus);
   return {.nproc = nproc, .spawn = nproc > 1, .local_world_size = nproc};
 }
 
 int run_main(int argc, char** argv) {
   std::optional<trainer::CliOptions> cli = trainer::parse_cli(argc, argv);
   if (!cli) return 0;  // --help
-  const Launch launch = decide_launch(*cli);
+  const int gpus = count_gpus_in_child();  // this process itself stays CUDA-free until it is a rank
+  const bool cuda = decide_cuda(*cli, gpus);
+  const Launch launch = decide_launch(*cli, cuda, gpus);
 
   Run run;
   run.cli = *cli;
+  run.cuda = cuda;
   run.config = trainer::resolve_config(*cli, launch.nproc);
   run.out_dir = cli->out_dir.value_or("runs/" + run.config.model);
   // Default threads: share the cores among the processes of this machine (minidl-run sets
@@ -425,7 +507,7 @@ int run_main(int argc, char** argv) {
 
   const auto worker = [&run](int) { run.cli.eval ? eval_worker(run) : train_worker(run); };
   // [tutorial:spawn]
-  // 0. One process per device (here: per share of the CPU cores). spawn forks nproc children
+  // 0. One process per device (a GPU, or a share of the CPU cores). spawn forks nproc children
   //    with RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT set, runs worker(rank) in each, and
   //    throws naming the first rank that failed.
   if (launch.spawn)

@@ -7,7 +7,7 @@
 //                                        is busy (CUDA events around the step vs host wall time)
 //   gpu_bench epoch MODEL DATA_DIR       one epoch of Fashion-MNIST (idx files in DATA_DIR) on the GPU
 //                                        with SGD(momentum 0.9), then test accuracy
-// Models move to the GPU by replacing each parameter's and buffer's tensor with a device copy.
+// Models move to the GPU with nn::Module::to.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -32,14 +32,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-void to_device(nn::Module& m, Device d) {
-  for (auto& [name, p] : m.named_parameters()) {
-    Variable v = p;
-    v.data() = v.data().to(d);
-  }
-  for (auto& [name, b] : m.named_buffers()) *b = b->to(d);
-}
 
 // ---- GEMM ----
 double time_it(int iters, const std::function<void()>& f) {
@@ -111,7 +103,7 @@ void bench_models(int64_t batch) {
   for (const std::string name : {"mlp", "cnn", "vit"}) {
     manual_seed(0);
     auto model = nn::make_model(name);
-    to_device(*model, Device::cuda(0));
+    model->to(Device::cuda(0));
     optim::SGD opt(params_of(*model), {.lr = 0.01, .momentum = 0.9});
     const Tensor x = randn({batch, 1, 28, 28}, RandomKey{5, 5}).to(Device::cuda(0));
     const Tensor y = randint(0, 10, {batch}, RandomKey{5, 6}).to(Device::cuda(0));
@@ -152,7 +144,7 @@ void train_epoch(const std::string& name, const std::string& dir) {
   const Tensor TX = prep(test_x).reshape({-1, 1, 28, 28}), TY = test_y.to(DType::Int64).to(dev);
   manual_seed(0);
   auto model = nn::make_model(name);
-  to_device(*model, dev);
+  model->to(dev);
   optim::SGD opt(params_of(*model), {.lr = 0.05, .momentum = 0.9});
   const int64_t batch = 256, n = X.size(0);
   const Tensor perm = randperm(n, RandomKey{9, 0}).to(dev);

@@ -6,7 +6,7 @@
 set -euo pipefail
 train=$1 work=$2
 rm -rf "$work" && mkdir -p "$work"
-"$train" --model mlp --epochs 1 --nproc 1 --train-subset 1024 --val-subset 500 --out "$work"
-output=$("$train" --eval --pretrained "$work/checkpoint_last.safetensors" --nproc 2)
+"$train" --model mlp --epochs 1 --nproc 1 --device cpu --train-subset 1024 --val-subset 500 --out "$work"
+output=$("$train" --eval --pretrained "$work/checkpoint_last.safetensors" --nproc 2 --device cpu)
 echo "$output"
 grep -q "matches the accuracy recorded at save time" <<<"$output"

@@ -11,7 +11,7 @@ set -euo pipefail
 train=$1 work=$2
 here=$(dirname "$0")
 rm -rf "$work" && mkdir -p "$work"
-common=(--model cnn --epochs 2 --nproc 2 --train-subset 512 --val-subset 256 --workers 1 --threads 1)
+common=(--model cnn --epochs 2 --nproc 2 --device cpu --train-subset 512 --val-subset 256 --workers 1 --threads 1)
 "$train" "${common[@]}" --deterministic --out "$work/a"
 "$train" "${common[@]}" --resume "$work/a/checkpoint_epoch_001.safetensors" --out "$work/b"
 "$train" "${common[@]}" --out "$work/c"

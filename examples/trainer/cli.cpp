@@ -65,7 +65,7 @@ std::optional<CliOptions> parse_cli(int argc, char** argv) {
   app.add_option("--data", o.data_dir, "Fashion-MNIST directory (DATA.DATA_PATH)");
   app.add_option("--device", o.device, "cpu | cuda | auto (default auto: cuda when usable, else cpu)")
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
-  app.add_option("--nproc", o.nproc, "processes to spawn (default: 2 on CPU); not with minidl-run")
+  app.add_option("--nproc", o.nproc, "processes to spawn (default: one per GPU on cuda, 2 on cpu); not with minidl-run")
       ->check(kPositiveInteger);
   app.add_flag("--sync-bn", o.sync_bn, "convert BatchNorm to SyncBatchNorm (MODEL.SYNC_BN)");
   app.add_option("--out", o.out_dir, "output directory: log, metrics.jsonl, checkpoints (default runs/<model>)");

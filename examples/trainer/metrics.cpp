@@ -15,8 +15,9 @@ namespace trainer {
 void Totals::add(const minidl::Tensor& logits, const minidl::Tensor& target, double mean_loss) {
   const int64_t batch = logits.size(0);
   const int64_t k = std::min<int64_t>(5, logits.size(1));
-  const minidl::Tensor top = minidl::topk_indices(logits, k).contiguous();  // (B, k) int64, best first
-  const minidl::Tensor labels = target.to(minidl::DType::Int64).contiguous();
+  // (B, k) int64, best first; computed on the logits' device, counted on the host
+  const minidl::Tensor top = minidl::topk_indices(logits, k).cpu().contiguous();
+  const minidl::Tensor labels = target.cpu().to(minidl::DType::Int64).contiguous();
   const int64_t* t = top.data<int64_t>();
   const int64_t* y = labels.data<int64_t>();
   for (int64_t i = 0; i < batch; ++i) {
