@@ -14,14 +14,15 @@
 # MINIDL_GPU_CHECK_BUDGET_S (default 470 s); a step that no longer fits is reported as not run.
 # Installs nothing. Exit status 0 only when every step passed and no GPU test skipped; without a
 # GPU (or nvcc, cmake) it says so and exits 1 at once. The JSON is written on every exit path.
-# Environment: MINIDL_FASHION_MNIST (data dir, default /usr/share/datasets/fashion-mnist), JOBS.
+# Environment: MINIDL_FASHION_MNIST (data dir, default /usr/share/datasets/fashion-mnist), JOBS,
+# MINIDL_GPU_CHECK_BUILD_DIR (default build-gpu-check), MINIDL_GPU_CHECK_BUDGET_S.
 set -uo pipefail
 
 OUT_DIR=${1:?usage: tools/gpu_check.sh OUT_DIR}
 mkdir -p "$OUT_DIR" || { echo "gpu_check: cannot create $OUT_DIR" >&2; exit 1; }
 OUT_DIR=$(cd "$OUT_DIR" && pwd)
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-BUILD="$ROOT/build-gpu-check"
+BUILD=${MINIDL_GPU_CHECK_BUILD_DIR:-$ROOT/build-gpu-check}
 DATA=${MINIDL_FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
 JOBS=${JOBS:-$(nproc)}
 BUDGET=${MINIDL_GPU_CHECK_BUDGET_S:-470}
