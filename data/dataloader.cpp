@@ -5,6 +5,9 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/cuda_api.h"
+#include "tensor/pinned.h"
+
 namespace minidl::data {
 namespace {
 
@@ -63,6 +66,10 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions
   if (options_.prefetch_factor < 1)
     throw std::invalid_argument("DataLoader: prefetch_factor must be >= 1, got " +
                                 std::to_string(options_.prefetch_factor));
+  if (options_.pin_memory && kernels::cuda::device_count() == 0)
+    throw std::invalid_argument(std::string("DataLoader: pin_memory needs a CUDA device, and ") +
+                                (kernels::cuda::compiled_with_cuda() ? "none is present"
+                                                                      : "minidl was built without CUDA"));
 }
 
 DataLoader::~DataLoader() { stop_workers(); }
@@ -88,6 +95,10 @@ Batch DataLoader::load_batch(int64_t k) const {
     examples.push_back(std::move(ex));
   }
   Batch b = collate(examples);
+  if (options_.pin_memory) {
+    b.input = minidl::pin_memory(b.input);
+    b.target = minidl::pin_memory(b.target);
+  }
   b.indices = indices;
   b.index = k;
   return b;

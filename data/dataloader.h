@@ -41,6 +41,9 @@ struct DataLoaderOptions {
   int prefetch_factor = 2; // batches in flight per worker
   // Applied to each example's input on the worker, keyed by (seed, epoch, dataset index).
   std::shared_ptr<const Transform> transform = nullptr;
+  // Collate into page-locked host memory, so copies to a GPU run at full speed (needs a CUDA
+  // device: without one the constructor throws saying so).
+  bool pin_memory = false;
 };
 
 struct Batch {

@@ -133,7 +133,9 @@ std::unique_ptr<data::DataLoader> make_val_loader(const Run& run, int64_t batch_
   auto sampler = std::make_shared<dist::DistributedSampler>(
       run.val_set->size(), dist::DistributedSamplerOptions{.shuffle = false, .exact = true});
   return std::make_unique<data::DataLoader>(
-      run.val_set, data::DataLoaderOptions{.batch_size = batch_per_rank, .num_workers = run.config.num_workers}, sampler);
+      run.val_set,
+      data::DataLoaderOptions{.batch_size = batch_per_rank, .num_workers = run.config.num_workers, .pin_memory = run.cuda},
+      sampler);
 }
 // [/tutorial:val-sampler]
 
@@ -210,12 +212,15 @@ void train_worker(const Run& run) {
   // [tutorial:sampler]
   // 2. Each rank takes its own share of a permutation keyed by (seed, epoch): the same
   //    permutation on every rank, different slices. The DataLoader's worker threads prefetch
-  //    this rank's batches.
+  //    this rank's batches (into pinned memory on GPUs, for fast host -> device copies).
   auto train_sampler = std::make_shared<dist::DistributedSampler>(
       run.train_set->size(), dist::DistributedSamplerOptions{.shuffle = true, .seed = cfg.seed});
-  data::DataLoader train_loader(
-      run.train_set, data::DataLoaderOptions{.batch_size = batch_per_rank, .num_workers = cfg.num_workers, .seed = cfg.seed},
-      train_sampler);
+  data::DataLoader train_loader(run.train_set,
+                                data::DataLoaderOptions{.batch_size = batch_per_rank,
+                                                        .num_workers = cfg.num_workers,
+                                                        .seed = cfg.seed,
+                                                        .pin_memory = run.cuda},
+                                train_sampler);
   // [/tutorial:sampler]
   auto val_loader = make_val_loader(run, batch_per_rank);
   const int64_t max_train = run.cli.smoke_test ? kSmokeTrainBatches : train_loader.size();

@@ -7,6 +7,7 @@
 
 #include "tests/common/testing.h"
 #include "data/dataloader.h"
+#include "kernels/cuda_api.h"
 
 namespace minidl::data {
 namespace {
@@ -250,3 +251,21 @@ TEST(DataLoader, BadOptionsAreErrors) {
 
 }  // namespace
 }  // namespace minidl::data
+
+using namespace minidl;
+
+TEST(DataLoaderPinMemory, WithoutACudaDeviceIsAClearError) {
+  if (minidl::kernels::cuda::device_count() > 0) GTEST_SKIP() << "a CUDA device is present";
+  auto ds = std::make_shared<data::TensorDataset>(zeros({4, 2}), zeros({4}, DType::Int64));
+  EXPECT_THROW_MSG(data::DataLoader(ds, {.batch_size = 2, .pin_memory = true}), std::invalid_argument,
+                   "DataLoader: pin_memory needs a CUDA device");
+}
+
+TEST(DataLoaderPinMemory, BatchesAreIdenticalToUnpinnedOnes) {
+  if (minidl::kernels::cuda::device_count() == 0) GTEST_SKIP() << "pin_memory needs a CUDA device; none is present";
+  auto ds = std::make_shared<data::TensorDataset>(randn({6, 3}, RandomKey{1, 0}), arange(6));
+  data::DataLoader plain(ds, {.batch_size = 4}), pinned(ds, {.batch_size = 4, .pin_memory = true});
+  auto a = plain.next(), b = pinned.next();
+  minidl::testing::expect_equal(b->input, a->input);
+  minidl::testing::expect_equal(b->target, a->target);
+}
