@@ -174,6 +174,20 @@ std::string self_path() {
   return std::string(buf, static_cast<size_t>(n));
 }
 
+TwoNodes run_two_launcher_nodes(const std::map<std::string, std::string>& env, std::chrono::milliseconds timeout) {
+  const std::string port = std::to_string(dist::find_free_port());
+  auto node = [&](const std::string& node_rank) {
+    return start_process({launcher_path(), "--nproc-per-node", "2", "--nnodes", "2", "--node-rank", node_rank,
+                          "--master-addr", "127.0.0.1", "--master-port", port, self_path()},
+                         env);
+  };
+  TwoNodes t{node("0"), node("1")};
+  const bool ok0 = wait_process(t.node0, timeout);
+  const bool ok1 = wait_process(t.node1, timeout);
+  t.wait_ok = ok0 && ok1;
+  return t;
+}
+
 int64_t count_rendezvous(dist::TCPStore& store, int rank, int world_size) {
   if (store.add("count", 1) == world_size) store.set("all_arrived", "1");
   store.wait({"all_arrived"});

@@ -66,6 +66,15 @@ class TempDir {
 std::string launcher_path();
 std::string self_path();
 
+// Two `minidl-run --nproc-per-node 2 --nnodes 2` invocations (node ranks 0 and 1) on 127.0.0.1
+// and a free port, each running this test binary with `env`; waits for both (at most `timeout`
+// each) and returns them, node 0 first. wait_ok tells whether both ended in time.
+struct TwoNodes {
+  Subprocess node0, node1;
+  bool wait_ok = false;
+};
+TwoNodes run_two_launcher_nodes(const std::map<std::string, std::string>& env, std::chrono::milliseconds timeout);
+
 // Every rank adds 1 to "count", then waits until world_size ranks have arrived; rank 0 (the
 // server's host) then waits until every rank is done with the store. Returns the count seen (world).
 int64_t count_rendezvous(dist::TCPStore& store, int rank, int world_size);

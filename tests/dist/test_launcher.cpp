@@ -199,17 +199,8 @@ TEST_F(Launcher, BadFlagsPrintUsageAndExit2) {
 }
 
 TEST_F(Launcher, TwoNodesOnOneMachineFormAWorldOfFour) {
-  std::string port = std::to_string(minidl::dist::find_free_port());
-  std::map<std::string, std::string> env{{"MINIDL_TEST_WORKER", "count"}};
-  auto node = [&](const std::string& node_rank) {
-    return start_process({launcher_path(), "--nproc-per-node", "2", "--nnodes", "2", "--node-rank", node_rank,
-                          "--master-addr", "127.0.0.1", "--master-port", port, minidl::testing::self_path()},
-                         env);
-  };
-  Subprocess node0 = node("0");
-  Subprocess node1 = node("1");
-  ASSERT_TRUE(wait_process(node0, 10s));
-  ASSERT_TRUE(wait_process(node1, 10s));
+  auto [node0, node1, ended] = minidl::testing::run_two_launcher_nodes({{"MINIDL_TEST_WORKER", "count"}}, 10s);
+  ASSERT_TRUE(ended);
   EXPECT_EQ(exit_code(node0), 0) << node0.err;
   EXPECT_EQ(exit_code(node1), 0) << node1.err;
   EXPECT_THAT(node0.out, HasSubstr("[rank 0] rank 0/4 local 0 group 0 count 4\n"));

@@ -3,7 +3,6 @@
 // every rank 1 + 2 + 3 + 4. The worker is this test binary (allreduce_worker.cpp).
 #include <sys/stat.h>
 
-#include "dist/socket.h"
 #include "tests/common/testing.h"
 #include "tests/dist/dist_test_util.h"
 
@@ -11,24 +10,12 @@ using namespace std::chrono_literals;
 using ::testing::HasSubstr;
 using minidl::testing::exit_code;
 using minidl::testing::launcher_path;
-using minidl::testing::start_process;
-using minidl::testing::Subprocess;
-using minidl::testing::wait_process;
 
 TEST(LauncherGloo, TwoNodesOnOneMachineAllReduceAsAWorldOfFour) {
   struct stat st {};
   ASSERT_EQ(::stat(launcher_path().c_str(), &st), 0) << launcher_path() << " is missing: build the minidl-run target";
-  std::string port = std::to_string(minidl::dist::find_free_port());
-  std::map<std::string, std::string> env{{"MINIDL_TEST_PG_WORKER", "allreduce"}};
-  auto node = [&](const std::string& node_rank) {
-    return start_process({launcher_path(), "--nproc-per-node", "2", "--nnodes", "2", "--node-rank", node_rank,
-                          "--master-addr", "127.0.0.1", "--master-port", port, minidl::testing::self_path()},
-                         env);
-  };
-  Subprocess node0 = node("0");
-  Subprocess node1 = node("1");
-  ASSERT_TRUE(wait_process(node0, 12s));
-  ASSERT_TRUE(wait_process(node1, 12s));
+  auto [node0, node1, ended] = minidl::testing::run_two_launcher_nodes({{"MINIDL_TEST_PG_WORKER", "allreduce"}}, 12s);
+  ASSERT_TRUE(ended);
   EXPECT_EQ(exit_code(node0), 0) << node0.err;
   EXPECT_EQ(exit_code(node1), 0) << node1.err;
   EXPECT_THAT(node0.out, HasSubstr("[rank 0] rank 0/4 allreduce 10\n"));
