@@ -1,4 +1,4 @@
-// dist/metrics.h — metrics across ranks: reduce_dict (as in PaddleViT's utils, seed 000) and exact
+// dist/metrics.h — metrics across ranks: reduce_dict (as in PaddleViT's utils) and exact
 // weighted averages for evaluation.
 //
 //   auto logged = dist::reduce_dict({{"loss", loss}, {"acc", acc}}, /*average=*/true, pg);

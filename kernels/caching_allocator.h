@@ -2,7 +2,7 @@
 // CUDACachingAllocator, much smaller), written against an abstract segment source so that its
 // logic — caching, block splitting and merging, per-stream pools, statistics, the memory cap and
 // its out-of-memory message — is plain C++ that tests/kernels/test_caching_allocator.cpp runs on
-// the CPU with a malloc-backed fake. kernels/cuda/allocator.cu plugs cudaMalloc/cudaFree in.
+// the CPU with a malloc-backed fake. kernels/cuda/runtime.cu plugs cudaMalloc/cudaFree in.
 //
 //   request n bytes -> size = round_up(n, 512)
 //   size <= 1 MiB: taken from 2 MiB "small" segments; larger: from segments rounded to 2 MiB.

@@ -1,6 +1,6 @@
 // kernels/cuda_api.h — the host-side entry points of the CUDA runtime layer, callable from plain C++:
 // devices, the caching allocator, streams, copies, pinned host memory.
-// With CUDA built in they are implemented in kernels/cuda/runtime.cu (allocator: kernels/cuda/allocator.cu);
+// With CUDA built in they are implemented in kernels/cuda/runtime.cu (which also plugs the caching allocator into cudaMalloc/cudaFree);
 // without it, kernels/cuda_stub.cpp implements them to report "no CUDA" (device_count() == 0, allocations throw).
 // Tested by tests/kernels/test_cuda_runtime.cpp and test_cuda_allocator.cpp (skip without a device)
 // and tests/kernels/test_cuda_stub.cpp (runs everywhere: the no-device error paths).

@@ -1,4 +1,4 @@
-// nn/models.h — the three reference models of docs (shared/docs/reference-models.md), used by
+// nn/models.h — the three reference models (docs/reference-models.md), used by
 // the examples, the tests and the benchmarks. Input: Fashion-MNIST images (N, 1, 28, 28).
 //   mlp  235,146 parameters   cnn  421,834 parameters   vit  205,962 parameters
 #pragma once

@@ -1,5 +1,5 @@
 // examples/trainer/recipe.h — the optimizer and LR schedule of a TrainConfig (the recipes of
-// shared/docs/reference-models.md live in configs/*.yaml):
+// docs/reference-models.md live in configs/*.yaml):
 //   mlp  Adam  lr 1e-3                      cosine
 //   cnn  SGD   lr 0.05 momentum 0.9 wd 5e-4 cosine
 //   vit  AdamW lr 1e-3 wd 0.05              1 epoch linear warm-up, then cosine
