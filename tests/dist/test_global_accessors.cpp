@@ -15,7 +15,7 @@ TEST(DistAccessors, WorldInfoAndDefaultStoreOfAnInitialisedWorld) {
   minidl::testing::EnvGuard env;
   auto results = dist::spawn_with_results(2, [](int) {
     dist::init({.timeout = 5s});
-    const dist::WorldInfo& w = dist::world_info();
+    const dist::WorldInfo w = dist::world_info();  // a copy: shutdown() resets the state
     require(w.world_size == 2 && w.rank == dist::rank() && w.local_world_size == 2, "world_info");
     require(w.source == "env", "spawn passes the world through the environment: " + w.source);
     dist::TCPStore& store = dist::default_store();

@@ -29,7 +29,7 @@ TEST(Pinned, EmptyPinnedIsAContiguousCpuTensorOfTheShapeAndDtype) {
   EXPECT_EQ(t.dtype(), DType::Int64);
   EXPECT_EQ(t.shape(), (minidl::Shape{4, 5}));
   t.fill_(7.0);
-  EXPECT_EQ(t.sum().item(), 140.0);
+  EXPECT_EQ(minidl::sum(t).item(), 140.0);
   Tensor p = minidl::pin_memory(minidl::arange(6).reshape({2, 3}).t());  // a strided source
   minidl::testing::expect_equal(p, minidl::arange(6).reshape({2, 3}).t().contiguous(), "pin_memory copy");
 }
