@@ -238,25 +238,69 @@ TEST(DDP, UnusedParameterWithoutFindUnusedIsAnErrorNamingIt) {
 }
 
 TEST(DDP, JoinLetsRanksWithThreeAndFiveBatchesFinish) {
-  dist::spawn(2, [](int rank) {
+  // Rank r's batch b (4 samples) is make_batch(4, 100 + 2b + r). Rank 0 has 3 batches, rank 1 has
+  // 5. While rank 0 is joined it contributes zero gradients and the average still divides by the
+  // world size (as PyTorch's Join, divide_by_initial_world_size): step b is one step on the
+  // union of the samples present, with loss sum / 8 (the full global batch).
+  auto batch_of = [](int rank, int b) { return make_batch(4, static_cast<uint64_t>(100 + b * 2 + rank)); };
+  const int batches[2] = {3, 5};
+  dist::spawn(2, [&](int rank) {
     init_world(std::chrono::seconds(20));
+    // reference: one process, SGD on the union of the samples of each step
+    manual_seed(0);
+    nn::MLP ref;
+    optim::SGD ref_opt(ref.parameters(), {.lr = 0.1});
+    for (int b = 0; b < 5; ++b) {
+      std::vector<Tensor> xs, ys;
+      for (int r = 0; r < 2; ++r)
+        if (b < batches[r]) {
+          xs.push_back(batch_of(r, b).x);
+          ys.push_back(batch_of(r, b).y);
+        }
+      const Tensor x = cat(xs, 0), y = cat(ys, 0);
+      ref_opt.zero_grad();
+      mul(cross_entropy(ref(Variable(x)), y), static_cast<double>(x.size(0)) / 8.0).backward();
+      ref_opt.step();
+    }
+
     manual_seed(0);
     nn::MLP model;
     dist::DistributedDataParallel ddp(model);
     optim::SGD opt(model.parameters(), {.lr = 0.1});
-    const int batches = rank == 0 ? 3 : 5;
-    for (int b = 0; b < batches; ++b) {
-      GlobalBatch g = make_batch(4, 100 + b * 2 + rank);
+    for (int b = 0; b < batches[rank]; ++b) {
+      GlobalBatch g = batch_of(rank, b);
       opt.zero_grad();
       cross_entropy(ddp(Variable(g.x)), g.y).backward();
       ddp.step(opt);
     }
     ddp.join();
-    // replicas stay identical: compare a checksum of the weights across ranks
-    Tensor s = sum(model.net[1].state_dict().at("weight"), {}).to(DType::Float64).reshape({1});
-    Tensor s0 = s.clone();
-    dist::broadcast(s0, 0);
-    require_close(s, s0, 0, 0, "weights identical after join");
+    // both ranks end with the model trained on all 5 steps
+    const TensorMap want = ref.state_dict(), got = model.state_dict();
+    for (const auto& [name, t] : want) require_close(got.at(name), t, 1e-5, 1e-6, "rank " + std::to_string(rank) + " " + name);
+    dist::shutdown();
+  });
+}
+
+TEST(DDP, JoinRefusesAModelWithSyncBatchNorm) {
+  dist::spawn(2, [](int) {
+    init_world(std::chrono::seconds(20));
+    manual_seed(0);
+    nn::CNN model;
+    require(dist::convert_sync_batchnorm(model) == 2, "two BatchNorms converted");
+    dist::DistributedDataParallel ddp(model);
+    std::string err;
+    try {
+      ddp.join();
+    } catch (const std::logic_error& e) {
+      err = e.what();
+    }
+    require(err.find("DistributedDataParallel::join: the model communicates in forward (SyncBatchNorm)") != std::string::npos &&
+                err.find("give every rank the same number of batches") != std::string::npos,
+            "join() on a SyncBatchNorm model: expected a logic_error saying why, got '" + err + "'");
+    // the group is still usable: nothing was left half-done
+    Tensor t = full({1}, 1.0);
+    dist::all_reduce(t);
+    require(t.item() == 2.0, "all_reduce after the refused join");
     dist::shutdown();
   });
 }

@@ -121,11 +121,14 @@ TEST(Distributed, InitAgainAfterShutdownFormsANewGroup) {
     dist::barrier();
     dist::shutdown();
     dist::init({.timeout = 5s});  // fresh store and group
-    Tensor t = minidl::ones({3});
+    // values that only a working all_reduce over both ranks produces: 1 + 2 per element
+    Tensor t = minidl::full({3}, 1.0 + dist::rank());
     dist::all_reduce(t);
-    return t.to_string();
+    const auto v = t.to_vector<double>();
+    return std::to_string(dist::rank()) + "/" + std::to_string(dist::world_size()) + " " + std::to_string(v[0]) + " " +
+           std::to_string(v[1]) + " " + std::to_string(v[2]);
   });
-  EXPECT_EQ(results[0], results[1]);
+  EXPECT_EQ(results, (std::vector<std::string>{"0/2 3.000000 3.000000 3.000000", "1/2 3.000000 3.000000 3.000000"}));
 }
 
 TEST(Distributed, SamplerTakesRankAndWorldFromInit) {
@@ -166,25 +169,38 @@ TEST(Metrics, ReduceDictWithDifferentKeysNamesThem) {
 }
 
 TEST(Metrics, WeightedMeansOverUnevenShardsEqualTheSingleProcessMean) {
-  // 10 samples with loss i; exact shards over 3 ranks hold 4, 3, 3 samples. Batches of 2.
+  // 10 samples; sample i has loss i and is "correct" when i % 3 == 0 (samples 0, 3, 6, 9).
+  // Exact shards over 3 ranks hold 4, 3, 3 samples, in batches of 2 (so batch sizes 2, 2 | 2, 1 |
+  // 2, 1): only count-weighted sums give the single-process means, loss 4.5 and accuracy 0.4.
   auto results = run_initialized_world(3, [] {
     dist::DistributedSampler s(10, {.shuffle = true, .seed = 9, .exact = true});
     dist::MetricSums sums;
     sums.declare("loss");
     auto idx = s.indices();
+    double shard_loss = 0;
     for (size_t k = 0; k < idx.size(); k += 2) {
-      double batch_sum = 0;
+      double batch_loss = 0, batch_correct = 0;
       size_t n = std::min<size_t>(2, idx.size() - k);
-      for (size_t j = 0; j < n; ++j) batch_sum += static_cast<double>(idx[k + j]);
-      sums.add("loss", batch_sum / static_cast<double>(n), static_cast<double>(n));
-      sums.add("correct", 1.0, static_cast<double>(n));
+      for (size_t j = 0; j < n; ++j) {
+        batch_loss += static_cast<double>(idx[k + j]);
+        batch_correct += idx[k + j] % 3 == 0 ? 1.0 : 0.0;
+      }
+      shard_loss += batch_loss;
+      sums.add("loss", batch_loss / static_cast<double>(n), static_cast<double>(n));
+      sums.add("correct", batch_correct / static_cast<double>(n), static_cast<double>(n));
     }
     auto mean = sums.all_reduce_mean(dist::default_group());
-    double local_mean = static_cast<double>(idx[0]);
-    double wm = dist::weighted_mean(local_mean, 1.0, dist::default_group());  // mean of first indices
-    char buf[128];
-    std::snprintf(buf, sizeof(buf), "%.12f %.12f %.3f", mean.at("loss"), mean.at("correct"), std::isnan(wm) ? -1.0 : wm);
+    const double n = static_cast<double>(idx.size());
+    // this shard's mean loss, weighted by its size (4, 3, 3): the mean over all 10 samples
+    const double wm = dist::weighted_mean(shard_loss / n, n, dist::default_group());
+    // values 0, 10, 20 with counts 1, 2, 3: (0 + 20 + 60) / 6, not the plain mean 10
+    const double r = dist::rank();
+    const double wm2 = dist::weighted_mean(10.0 * r, r + 1.0, dist::default_group());
+    char buf[160];
+    std::snprintf(buf, sizeof(buf), "%zu %.12f %.12f %.12f %.12f", idx.size(), mean.at("loss"), mean.at("correct"), wm, wm2);
     return std::string(buf);
   });
-  for (const auto& r : results) EXPECT_EQ(r.substr(0, 30), "4.500000000000 1.000000000000 ") << r;  // mean of 0..9
+  EXPECT_EQ(results[0], "4 4.500000000000 0.400000000000 4.500000000000 13.333333333333");
+  EXPECT_EQ(results[1], "3 4.500000000000 0.400000000000 4.500000000000 13.333333333333");
+  EXPECT_EQ(results[2], "3 4.500000000000 0.400000000000 4.500000000000 13.333333333333");
 }

@@ -292,20 +292,31 @@ TEST(ProcessGroupGloo, DebugModeNamesTheFirstRankThatCallsADifferentCollective) 
 }
 
 TEST(ProcessGroupGloo, DebugModeFromTheEnvironmentComparesShapesAndReduceOps) {
-  auto results = run_gloo_world(
+  // #1: the shapes differ (same op); #2 (a fresh group): the same shape, SUM on rank 0 but MAX on
+  // rank 1, which Gloo would run without complaint and give each rank a different answer.
+  ::setenv("MINIDL_DIST_DEBUG", "1", 1);  // read by the children's groups (options.debug unset)
+  auto shapes = run_gloo_world(
       2,
       [](ProcessGroupGloo& pg) {
         Tensor t = minidl::ones({pg.rank() == 0 ? 4 : 5});
-        return error_of([&] { pg.all_reduce(t, pg.rank() == 0 ? ReduceOp::SUM : ReduceOp::SUM); });
+        return error_of([&] { pg.all_reduce(t, ReduceOp::SUM); });
       },
-      [] {
-        ::setenv("MINIDL_DIST_DEBUG", "1", 1);  // read by the children's groups (options.debug unset)
-        return quick_options(5000ms, std::nullopt);
-      }());
+      quick_options(5000ms, std::nullopt));
+  auto ops = run_gloo_world(
+      2,
+      [](ProcessGroupGloo& pg) {
+        Tensor t = minidl::ones({4});
+        pg.all_reduce(t, ReduceOp::MAX);  // #1 agrees
+        return error_of([&] { pg.all_reduce(t, pg.rank() == 0 ? ReduceOp::SUM : ReduceOp::MAX); });
+      },
+      quick_options(5000ms, std::nullopt));
   ::unsetenv("MINIDL_DIST_DEBUG");
-  for (const std::string& err : results)
+  for (const std::string& err : shapes)
     EXPECT_EQ(err, "MINIDL_DIST_DEBUG: collective #1 mismatch: rank 0 called all_reduce float32[4] op=sum, "
                    "rank 1 called all_reduce float32[5] op=sum");
+  for (const std::string& err : ops)
+    EXPECT_EQ(err, "MINIDL_DIST_DEBUG: collective #2 mismatch: rank 0 called all_reduce float32[4] op=sum, "
+                   "rank 1 called all_reduce float32[4] op=max");
 }
 
 TEST(ProcessGroupGloo, DebugModeNamesARankThatNeverArrives) {

@@ -1,6 +1,7 @@
 // tests/dist/test_sync_batchnorm.cpp — SyncBatchNorm on R ranks against BatchNorm2d on the
 // concatenated batch: output, input gradient, weight/bias gradients (after DDP averaging) and
-// running statistics, with unequal per-rank batch sizes and a rank with no samples.
+// running statistics, with unequal per-rank batch sizes and a rank with no samples; world size 1
+// and eval mode against BatchNorm written out by hand.
 #include <cmath>
 #include <sstream>
 
@@ -25,6 +26,10 @@ void require_close(const Tensor& a, const Tensor& b, double tol, const std::stri
       os << what << ": element " << i << " is " << va[i] << ", expected " << vb[i];
       throw std::runtime_error(os.str());
     }
+}
+
+void require(bool ok, const std::string& what) {
+  if (!ok) throw std::runtime_error(what);
 }
 
 // Rank r holds rows [start_r, start_r + sizes[r]) of a global batch (N, C, H, W).
@@ -74,23 +79,108 @@ void sync_bn_matches_batchnorm(const std::vector<int64_t>& sizes) {
   });
 }
 
+// BatchNorm of x (N, C, H, W) written out in double, independently of the library: output, input,
+// weight and bias gradients for upstream gradient dy, and the running statistics afterwards
+// (momentum 0.1, unbiased variance, eps 1e-5, as torch.nn.BatchNorm2d).
+struct HandBatchNorm {
+  std::vector<double> y, dx, dw, db, running_mean, running_var;
+};
+HandBatchNorm hand_batchnorm(const Tensor& x_t, const Tensor& dy_t, const Tensor& w_t, const Tensor& b_t,
+                             const Tensor& rm_t, const Tensor& rv_t, bool training) {
+  const int64_t N = x_t.size(0), C = x_t.size(1), HW = x_t.size(2) * x_t.size(3);
+  const auto x = x_t.to_vector<double>(), dy = dy_t.to_vector<double>(), w = w_t.to_vector<double>(),
+             b = b_t.to_vector<double>();
+  HandBatchNorm r{std::vector<double>(x.size()), std::vector<double>(x.size()), std::vector<double>(C),
+                  std::vector<double>(C), rm_t.to_vector<double>(), rv_t.to_vector<double>()};
+  const double M = static_cast<double>(N * HW), eps = 1e-5;
+  auto at = [&](int64_t n, int64_t c, int64_t i) { return static_cast<size_t>((n * C + c) * HW + i); };
+  for (int64_t c = 0; c < C; ++c) {
+    double mean = 0, var = 0;
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t i = 0; i < HW; ++i) mean += x[at(n, c, i)] / M;
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t i = 0; i < HW; ++i) var += (x[at(n, c, i)] - mean) * (x[at(n, c, i)] - mean) / M;
+    if (!training) mean = r.running_mean[c], var = r.running_var[c];
+    const double invstd = 1.0 / std::sqrt(var + eps);
+    double sum_dy = 0, sum_dy_xhat = 0;
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t i = 0; i < HW; ++i) {
+        const double xhat = (x[at(n, c, i)] - mean) * invstd;
+        r.y[at(n, c, i)] = xhat * w[c] + b[c];
+        sum_dy += dy[at(n, c, i)];
+        sum_dy_xhat += dy[at(n, c, i)] * xhat;
+      }
+    r.dw[c] = sum_dy_xhat;
+    r.db[c] = sum_dy;
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t i = 0; i < HW; ++i) {
+        const double xhat = (x[at(n, c, i)] - mean) * invstd;
+        r.dx[at(n, c, i)] = training ? w[c] * invstd * (dy[at(n, c, i)] - sum_dy / M - xhat * sum_dy_xhat / M)
+                                     : w[c] * invstd * dy[at(n, c, i)];
+      }
+    if (training) {
+      r.running_mean[c] = 0.9 * r.running_mean[c] + 0.1 * mean;
+      r.running_var[c] = 0.9 * r.running_var[c] + 0.1 * var * M / (M - 1);
+    }
+  }
+  return r;
+}
+
+Tensor as_tensor(const std::vector<double>& v, const Tensor& like) {
+  return from_vector<double>(v, like.shape());
+}
+
+// One forward and backward of `m` (train or eval) on x against hand_batchnorm.
+void expect_hand_batchnorm(nn::BatchNormBase& m, const Tensor& x, const Tensor& dy, bool training, const std::string& what) {
+  const Tensor rm = m.running_mean.clone(), rv = m.running_var.clone();
+  const HandBatchNorm want = hand_batchnorm(x, dy, m.weight.data(), m.bias.data(), rm, rv, training);
+  m.train(training);
+  m.zero_grad();
+  Variable xv(x.clone(), true);
+  Variable y = m(xv);
+  y.backward(dy);
+  require_close(y.data(), as_tensor(want.y, x), 1e-5, what + " output");
+  require_close(xv.grad(), as_tensor(want.dx, x), 1e-5, what + " input gradient");
+  require_close(m.weight.grad(), as_tensor(want.dw, rm), 1e-5, what + " weight gradient");
+  require_close(m.bias.grad(), as_tensor(want.db, rm), 1e-5, what + " bias gradient");
+  require_close(m.running_mean, as_tensor(want.running_mean, rm), 1e-6, what + " running_mean");
+  require_close(m.running_var, as_tensor(want.running_var, rm), 1e-6, what + " running_var");
+}
+
 }  // namespace
 
 TEST(SyncBatchNorm, EqualBatchesOnTwoRanksMatchBatchNormOnTheWholeBatch) { sync_bn_matches_batchnorm({4, 4}); }
 TEST(SyncBatchNorm, UnequalBatchesOnThreeRanks) { sync_bn_matches_batchnorm({2, 5, 3}); }
 TEST(SyncBatchNorm, ARankWithZeroSamplesTakesPart) { sync_bn_matches_batchnorm({3, 0, 5}); }
 
-TEST(SyncBatchNorm, EvalModeAndWorldSizeOneBehaveLikeBatchNorm) {
+TEST(SyncBatchNorm, WorldSizeOneTrainAndEvalMatchHandComputedBatchNorm) {
   dist::spawn(1, [](int) {
     dist::init({.backend = "gloo"});
-    manual_seed(3);
-    Tensor x = randn({6, 2, 3, 3});
-    nn::BatchNorm2d bn({.num_features = 2});
+    Tensor x = add(mul(randn({6, 2, 3, 3}, RandomKey{4, 0}), 1.5), -0.7);
+    Tensor dy = randn({6, 2, 3, 3}, RandomKey{4, 1});
     dist::SyncBatchNorm sbn({.num_features = 2});
-    require_close(sbn(Variable(x)).data(), bn(Variable(x)).data(), 0, "train, world 1");
-    bn.eval();
-    sbn.eval();
-    require_close(sbn(Variable(x)).data(), bn(Variable(x)).data(), 0, "eval");
+    sbn.weight.data().copy_(from_vector<float>({1.3f, -0.6f}, {2}));
+    sbn.bias.data().copy_(from_vector<float>({0.2f, 0.9f}, {2}));
+    sbn.running_mean.copy_(from_vector<float>({0.4f, -1.0f}, {2}));
+    sbn.running_var.copy_(from_vector<float>({2.0f, 0.5f}, {2}));
+    expect_hand_batchnorm(sbn, x, dy, /*training=*/true, "train, world 1");
+    require(sbn.num_batches_tracked.item() == 1, "one batch tracked");
+    expect_hand_batchnorm(sbn, x, dy, /*training=*/false, "eval, world 1");  // the updated running stats
+    dist::shutdown();
+  });
+}
+
+TEST(SyncBatchNorm, EvalModeOnTwoRanksUsesEachRanksRunningStatsWithoutCommunicating) {
+  dist::spawn(2, [](int rank) {
+    dist::init({.backend = "gloo", .timeout = std::chrono::seconds(30)});
+    // different local batches, sizes 3 and 5: eval normalises each with the running statistics
+    Tensor x = randn({rank == 0 ? 3 : 5, 2, 2, 2}, RandomKey{5, static_cast<uint64_t>(rank)});
+    Tensor dy = randn(x.shape(), RandomKey{6, static_cast<uint64_t>(rank)});
+    dist::SyncBatchNorm sbn({.num_features = 2});
+    sbn.weight.data().copy_(from_vector<float>({0.5f, 2.0f}, {2}));
+    sbn.running_mean.copy_(from_vector<float>({-0.3f, 0.8f}, {2}));
+    sbn.running_var.copy_(from_vector<float>({0.7f, 2e-4f}, {2}));  // small enough for eps to matter
+    expect_hand_batchnorm(sbn, x, dy, /*training=*/false, "eval, rank " + std::to_string(rank));
     dist::shutdown();
   });
 }
