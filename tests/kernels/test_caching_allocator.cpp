@@ -112,6 +112,31 @@ TEST(CachingAllocator, EmptyCacheReturnsUnusedSegmentsOnly) {
   a.free(keep);
 }
 
+TEST(CachingAllocator, EmptyCacheKeepsASegmentWithALiveBlockAndFreesItOnceAllOfItIsFree) {
+  FakeDevice dev;
+  CachingAllocator a("cuda:0", 1024 * MiB, dev.source());
+  // two small blocks split from one 2 MiB segment, and a large 4 MiB segment
+  void* s1 = a.allocate(1000, stream_a);
+  void* s2 = a.allocate(1000, stream_a);
+  void* big = a.allocate(4 * MiB, stream_a);
+  ASSERT_EQ(a.stats().segment_allocs, 2);
+  a.free(s1);  // the small segment's first block is free, its second still live
+  a.free(big);
+  a.empty_cache();
+  EXPECT_EQ(a.stats().reserved, 2 * MiB) << "only the unused 4 MiB segment goes back";
+  EXPECT_EQ(a.stats().segment_frees, 1);
+  ASSERT_EQ(dev.live.size(), 1u);
+  EXPECT_EQ(*dev.live.begin(), s1) << "the segment kept is the one holding the live block";
+  EXPECT_EQ(a.stats().allocated, 1024u);
+  a.free(s2);  // now the whole segment is free (its blocks merged back into one)
+  a.empty_cache();
+  EXPECT_EQ(a.stats().reserved, 0u);
+  EXPECT_EQ(a.stats().segment_frees, 2);
+  EXPECT_TRUE(dev.live.empty());
+  a.free(a.allocate(1000, stream_a));  // released, not cached: a new segment
+  EXPECT_EQ(a.stats().segment_allocs, 3);
+}
+
 TEST(CachingAllocator, CapGivesAnOutOfMemoryErrorNamingRequestAllocatedAndCap) {
   FakeDevice dev;
   CachingAllocator a("cuda:0", 100 * MiB, dev.source());

@@ -28,8 +28,18 @@ TEST(CudaAllocator, StatsCountLiveBlocksAndPeak) {
   }
   EXPECT_EQ(kc::memory_stats(0).allocated, base);
   EXPECT_GE(kc::memory_stats(0).peak_allocated, base + (size_t(16) << 20));
+  // The freed 16 MiB block is its own (large) segment, cached until empty_cache gives it back.
+  const kc::MemoryStats cached = kc::memory_stats(0);
+  EXPECT_GE(cached.reserved, cached.allocated + (size_t(16) << 20));
   kc::empty_cache(0);
-  EXPECT_LE(kc::memory_stats(0).reserved, kc::memory_stats(0).reserved);
+  const kc::MemoryStats emptied = kc::memory_stats(0);
+  EXPECT_LE(emptied.reserved, cached.reserved - (size_t(16) << 20)) << "empty_cache kept the unused 16 MiB segment";
+  EXPECT_GE(emptied.segment_frees, cached.segment_frees + 1);
+  EXPECT_GE(emptied.reserved, emptied.allocated);
+  EXPECT_EQ(emptied.allocated, base) << "empty_cache must not touch live blocks";
+  // released, not cached: the same request needs a new segment now
+  { Tensor again({4 << 20}, DType::Float32, Device::cuda(0)); }
+  EXPECT_EQ(kc::memory_stats(0).segment_allocs, emptied.segment_allocs + 1);
 }
 
 TEST(CudaAllocator, CapGivesAClearOutOfMemoryError) {
