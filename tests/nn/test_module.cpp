@@ -1,5 +1,6 @@
 // tests/nn/test_module.cpp — Module registration, names, state_dict, strict loading errors,
-// train/eval, the printed tree, and the reference models' parameter counts and output shapes.
+// train/eval, the printed tree, the reference models' parameter counts and output shapes, and the
+// initialisers against PyTorch's formulas (bounds, fans, the statistics of the draws).
 #include "nn/nn.h"
 #include "tests/common/testing.h"
 
@@ -150,12 +151,133 @@ TEST(Layers, DropoutIsIdentityInEvalAndScalesInTraining) {
   EXPECT_NEAR(kept, 500, 60);
 }
 
-TEST(Init, KaimingUniformBoundAndTruncNormalRange) {
+// ---- initialisers against torch.nn.init's formulas ----
+// The default generator is replayed: manual_seed(s) then rand/randn of the same shapes in the same
+// order gives the draws an initialiser consumed, so the expected values follow from PyTorch's
+// formulas alone: U(-bound, bound) is -bound + 2 bound u with
+//   kaiming_uniform_(a)  bound = sqrt(3) * sqrt(2 / (1 + a^2)) / sqrt(fan)  (a = sqrt(5): 1/sqrt(fan_in))
+//   xavier_uniform_      bound = gain * sqrt(6 / (fan_in + fan_out))
+//   Linear / Conv bias   bound = 1 / sqrt(fan_in)
+// and normal_(mean, std) is mean + std z. fan_in = in * kh * kw, fan_out = out * kh * kw.
+namespace {
+
+// -bound + 2 bound u for the next rand(shape) of the default generator, as float32
+Tensor replay_uniform(const Shape& shape, double bound) {
+  Tensor u = rand(shape);
+  std::vector<float> v;
+  for (float x : u.to_vector<float>()) v.push_back(static_cast<float>(-bound + 2.0 * bound * static_cast<double>(x)));
+  return from_vector<float>(v, shape);
+}
+Tensor replay_normal(const Shape& shape, double mean, double std) {
+  Tensor z = randn(shape);
+  std::vector<float> v;
+  for (float x : z.to_vector<float>()) v.push_back(static_cast<float>(mean + std * static_cast<double>(x)));
+  return from_vector<float>(v, shape);
+}
+
+// (mean, standard deviation, excess kurtosis) of a tensor's values, in double
+struct Moments {
+  double mean, std, excess_kurtosis, max_abs;
+};
+Moments moments(const Tensor& t) {
+  const auto v = t.to_vector<double>();
+  const double n = static_cast<double>(v.size());
+  double mean = 0, m2 = 0, m4 = 0, max_abs = 0;
+  for (double x : v) mean += x / n;
+  for (double x : v) {
+    m2 += (x - mean) * (x - mean) / n;
+    m4 += std::pow(x - mean, 4) / n;
+    max_abs = std::max(max_abs, std::fabs(x));
+  }
+  return {mean, std::sqrt(m2), m4 / (m2 * m2) - 3.0, max_abs};
+}
+
+}  // namespace
+
+TEST(Init, FanInAndFanOutAsPyTorch) {
+  using nn::init::calculate_fan_in_and_fan_out;
+  EXPECT_EQ(calculate_fan_in_and_fan_out(empty({256, 784})), std::make_pair(int64_t(784), int64_t(256)));      // Linear
+  EXPECT_EQ(calculate_fan_in_and_fan_out(empty({64, 32, 3, 3})), std::make_pair(int64_t(288), int64_t(576)));  // Conv2d
+  EXPECT_EQ(calculate_fan_in_and_fan_out(empty({8, 2, 3, 5})), std::make_pair(int64_t(30), int64_t(120)));   // groups
+  EXPECT_EQ(calculate_fan_in_and_fan_out(empty({192, 64})), std::make_pair(int64_t(64), int64_t(192)));      // in_proj
+  EXPECT_THROW_MSG(calculate_fan_in_and_fan_out(empty({5})), std::invalid_argument, "at least 2 dims");
+  EXPECT_DOUBLE_EQ(nn::init::calculate_gain("leaky_relu", std::sqrt(5.0)), std::sqrt(1.0 / 3.0));
+  EXPECT_DOUBLE_EQ(nn::init::calculate_gain("relu"), std::sqrt(2.0));
+  EXPECT_DOUBLE_EQ(nn::init::calculate_gain("tanh"), 5.0 / 3.0);
+}
+
+TEST(Init, KaimingUniformXavierUniformAndNormalFollowPyTorchsFormulas) {
   manual_seed(3);
-  Tensor w = empty({64, 32});
-  nn::init::kaiming_uniform_(w, 0.0, "fan_in", "relu");
-  const double bound = std::sqrt(6.0 / 32.0);
-  for (float v : w.to_vector<float>()) ASSERT_LE(std::fabs(v), bound);
+  Tensor k = empty({64, 32, 3, 3});
+  nn::init::kaiming_uniform_(k, std::sqrt(5.0));
+  Tensor kr = empty({64, 32});
+  nn::init::kaiming_uniform_(kr, 0.0, "fan_out", "relu");
+  Tensor x = empty({192, 64});
+  nn::init::xavier_uniform_(x, 2.0);
+  Tensor n = empty({50, 64});
+  nn::init::normal_(n, 0.5, 0.02);
+  manual_seed(3);
+  minidl::testing::expect_close(k, replay_uniform({64, 32, 3, 3}, 1.0 / std::sqrt(288.0)), 1e-7, 0, "kaiming a=sqrt(5)");
+  minidl::testing::expect_close(kr, replay_uniform({64, 32}, std::sqrt(3.0) * std::sqrt(2.0) / std::sqrt(64.0)), 1e-7, 0,
+                                "kaiming fan_out relu");
+  minidl::testing::expect_close(x, replay_uniform({192, 64}, 2.0 * std::sqrt(6.0 / 256.0)), 1e-7, 0, "xavier gain 2");
+  minidl::testing::expect_close(n, replay_normal({50, 64}, 0.5, 0.02), 1e-7, 0, "normal(0.5, 0.02)");
+}
+
+TEST(Init, DrawsHaveTheStatisticsOfTheirDistributions) {
+  // 200,704 draws: standard errors are ~0.2% of the scale; the bounds below allow 5 of them.
+  manual_seed(11);
+  Tensor w = empty({256, 784});
+  nn::init::kaiming_uniform_(w, std::sqrt(5.0));  // U(-1/28, 1/28): std bound / sqrt(3), excess kurtosis -1.2
+  const double bound = 1.0 / 28.0;
+  const Moments u = moments(w);
+  EXPECT_LE(u.max_abs, bound);
+  EXPECT_GE(u.max_abs, bound * (1 - 1e-4)) << "the draws reach the bound";
+  EXPECT_NEAR(u.mean, 0.0, 5 * bound / std::sqrt(3.0 * 200704));
+  EXPECT_NEAR(u.std, bound / std::sqrt(3.0), 0.005 * bound / std::sqrt(3.0));
+  EXPECT_NEAR(u.excess_kurtosis, -1.2, 0.02);
+  Tensor z = empty({256, 784});
+  nn::init::normal_(z, -1.0, 0.02);  // excess kurtosis 0
+  const Moments g = moments(z);
+  EXPECT_NEAR(g.mean, -1.0, 5 * 0.02 / std::sqrt(200704.0));
+  EXPECT_NEAR(g.std, 0.02, 5 * 0.02 / std::sqrt(2 * 200704.0));
+  EXPECT_NEAR(g.excess_kurtosis, 0.0, 0.06);
+}
+
+TEST(Init, LayersAndModelsInitialiseAsPyTorch) {
+  // Linear and Conv2d: weight kaiming_uniform_(a=sqrt(5)), bias U(+-1/sqrt(fan_in)), drawn in that order
+  manual_seed(5);
+  nn::Linear lin({.in = 784, .out = 256});
+  nn::Conv2d conv({.in = 32, .out = 64, .kernel = 3, .padding = 1});
+  nn::MultiheadAttention mha({.embed_dim = 64, .num_heads = 4});
+  nn::Embedding emb({.num_embeddings = 10, .embedding_dim = 4});
+  manual_seed(5);
+  using minidl::testing::expect_close;
+  expect_close(lin.weight.data(), replay_uniform({256, 784}, 1.0 / 28.0), 1e-7, 0, "Linear weight");
+  expect_close(lin.bias.data(), replay_uniform({256}, 1.0 / 28.0), 1e-7, 0, "Linear bias");
+  expect_close(conv.weight.data(), replay_uniform({64, 32, 3, 3}, 1.0 / std::sqrt(288.0)), 1e-7, 0, "Conv2d weight");
+  expect_close(conv.bias.data(), replay_uniform({64}, 1.0 / std::sqrt(288.0)), 1e-7, 0, "Conv2d bias");
+  // MultiheadAttention: out_proj is a Linear (its bias then zeroed), in_proj_weight xavier_uniform_
+  expect_close(mha.out_proj.weight.data(), replay_uniform({64, 64}, 1.0 / 8.0), 1e-7, 0, "out_proj weight");
+  replay_uniform({64}, 1.0 / 8.0);
+  expect_close(mha.in_proj_weight.data(), replay_uniform({192, 64}, std::sqrt(6.0 / 256.0)), 1e-7, 0, "in_proj_weight");
+  expect_close(mha.in_proj_bias.data(), zeros({192}), 0, 0, "in_proj_bias");
+  expect_close(mha.out_proj.bias.data(), zeros({64}), 0, 0, "out_proj bias");
+  expect_close(emb.weight.data(), replay_normal({10, 4}, 0.0, 1.0), 1e-7, 0, "Embedding N(0, 1)");
+  // ViT: patch_embed Conv2d(1, 64, 4) (fan_in 16), head Linear(64, 10), then pos_embed N(0, 0.02)
+  manual_seed(6);
+  nn::ViT vit;
+  manual_seed(6);
+  expect_close(vit.patch_embed.weight.data(), replay_uniform({64, 1, 4, 4}, 0.25), 1e-7, 0, "ViT patch_embed weight");
+  expect_close(vit.patch_embed.bias.data(), replay_uniform({64}, 0.25), 1e-7, 0, "ViT patch_embed bias");
+  expect_close(vit.head.weight.data(), replay_uniform({10, 64}, 0.125), 1e-7, 0, "ViT head weight");
+  expect_close(vit.head.bias.data(), replay_uniform({10}, 0.125), 1e-7, 0, "ViT head bias");
+  expect_close(vit.pos_embed.data(), replay_normal({1, 50, 64}, 0.0, 0.02), 1e-7, 0, "ViT pos_embed");
+  expect_close(vit.cls_token.data(), zeros({1, 1, 64}), 0, 0, "ViT cls_token");
+}
+
+TEST(Init, TruncNormalStaysInRange) {
+  manual_seed(3);
   Tensor t = empty({10000});
   nn::init::trunc_normal_(t, 0.0, 1.0, -1.0, 1.0);
   for (float v : t.to_vector<float>()) ASSERT_TRUE(v >= -1.0f && v <= 1.0f);
