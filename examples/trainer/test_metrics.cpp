@@ -1,0 +1,119 @@
+// examples/trainer/test_metrics.cpp — unit tests of the trainer's metrics (trainer/metrics.h):
+// top-1 / top-5 hits on hand-made logits, the sums all-reduced over ranks with uneven shards (the
+// global accuracy is hits / samples over every rank, not a mean of the ranks' accuracies), and the
+// metrics.jsonl line. Built as `test_trainer_metrics`, run by ctest.
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "dist/distributed.h"
+#include "dist/spawn.h"
+#include "examples/trainer/metrics.h"
+#include "tensor/tensor_all.h"
+
+using minidl::Tensor;
+
+namespace {
+
+// logits (B, 7): row i ranks class order[i][0] first, order[i][1] second, ...
+Tensor ranked_logits(const std::vector<std::vector<int64_t>>& order) {
+  const int64_t B = static_cast<int64_t>(order.size()), C = 7;
+  std::vector<float> v(static_cast<size_t>(B * C), -10.0f);
+  for (int64_t i = 0; i < B; ++i)
+    for (size_t j = 0; j < order[static_cast<size_t>(i)].size(); ++j)
+      v[static_cast<size_t>(i * C + order[static_cast<size_t>(i)][j])] = 5.0f - static_cast<float>(j);
+  return minidl::from_vector<float>(v, {B, C});
+}
+
+Tensor labels(const std::vector<int64_t>& y) {
+  return minidl::from_vector<int64_t>(y, {static_cast<int64_t>(y.size())});
+}
+
+}  // namespace
+
+TEST(TrainerMetrics, CountsTop1AndTop5HitsAndWeightsTheLossBySamples) {
+  // best-first class orders; the target sits at rank 1, 2, 5, 6 (missed by top-5) and 1
+  const Tensor logits = ranked_logits({{3, 0, 1, 2, 4, 5, 6},
+                                       {0, 6, 1, 2, 3, 4, 5},
+                                       {1, 2, 3, 4, 5, 6, 0},
+                                       {1, 2, 3, 4, 5, 6, 0},
+                                       {2, 0, 1, 3, 4, 5, 6}});
+  trainer::Totals t;
+  t.add(logits, labels({3, 6, 5, 6, 2}), /*mean_loss=*/0.8);
+  EXPECT_EQ(t.correct1, 2);  // rows 0 and 4
+  EXPECT_EQ(t.correct5, 4);  // all but row 3, whose target is 6th
+  EXPECT_EQ(t.count, 5);
+  EXPECT_DOUBLE_EQ(t.loss_sum, 4.0);
+  // a second batch of 2, mean loss 2.0: one top-1 hit, both in the top 5
+  t.add(ranked_logits({{4, 3, 2, 1, 0, 5, 6}, {0, 1, 2, 3, 4, 5, 6}}), labels({4, 2}), 2.0);
+  EXPECT_EQ(t.correct1, 3);
+  EXPECT_EQ(t.correct5, 6);
+  EXPECT_DOUBLE_EQ(t.loss(), (0.8 * 5 + 2.0 * 2) / 7);  // per sample, not per batch
+  EXPECT_DOUBLE_EQ(t.acc1(), 100.0 * 3 / 7);
+  EXPECT_DOUBLE_EQ(t.acc5(), 100.0 * 6 / 7);
+  EXPECT_EQ(trainer::Totals{}.acc1(), 0.0);  // nothing counted: 0, not NaN
+}
+
+TEST(TrainerMetrics, FewerThanFiveClassesMakeTop5AlwaysHit) {
+  trainer::Totals t;
+  t.add(minidl::from_vector<float>({0.1f, 0.9f, 0.5f, 0.2f, 0.3f, 0.1f}, {2, 3}), labels({0, 2}), 1.0);  // top-1: classes 1 and 1
+  EXPECT_EQ(t.correct1, 0);
+  EXPECT_EQ(t.correct5, 2);
+}
+
+TEST(TrainerMetrics, AllReducedSumsGiveTheAccuracyOfAllSamplesAcrossUnevenRanks) {
+  // rank 0: 1 sample, a hit, loss 3; rank 1: 3 samples, no hit, loss 1 each; rank 2: 4 samples,
+  // 2 hits, loss 0.5. Global: 3 hits of 8 (37.5%, where the mean of the ranks' accuracies is
+  // (100 + 0 + 50) / 3 = 50%), loss (3 + 3 + 2) / 8 = 1.
+  const auto results = minidl::dist::spawn_with_results(3, [](int rank) {
+    minidl::dist::init({.backend = "gloo", .timeout = std::chrono::seconds(30)});
+    trainer::Totals t;
+    const auto miss = std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6};  // class 0 first
+    if (rank == 0) t.add(ranked_logits({miss}), labels({0}), 3.0);
+    if (rank == 1) t.add(ranked_logits({miss, miss, miss}), labels({1, 1, 6}), 1.0);
+    if (rank == 2) t.add(ranked_logits({miss, miss, miss, miss}), labels({0, 0, 2, 5}), 0.5);
+    const trainer::Totals g = t.all_reduced();
+    char buf[128];
+    std::snprintf(buf, sizeof buf, "%g %g %g %g | %.4f %.4f %.4f", g.count, g.correct1, g.correct5, g.loss_sum,
+                  g.acc1(), g.acc5(), g.loss());
+    minidl::dist::barrier();
+    minidl::dist::shutdown();
+    return std::string(buf);
+  });
+  // top-5 hits: rank 0 1, rank 1 2 (class 6 is 7th), rank 2 3 (class 5 is 6th): 6 of 8
+  for (const auto& r : results) EXPECT_EQ(r, "8 3 6 8 | 37.5000 75.0000 1.0000");
+}
+
+TEST(TrainerMetrics, AppendsOneJsonLinePerEpoch) {
+  const std::string path = ::testing::TempDir() + "trainer_metrics_test.jsonl";
+  std::filesystem::remove(path);
+  trainer::EpochRecord r{.epoch = 3,
+                         .lr = 0.05,
+                         .train = {.loss_sum = 12.0, .correct1 = 6, .correct5 = 8, .count = 8},
+                         .val = {.loss_sum = 2.0, .correct1 = 3, .correct5 = 4, .count = 4},
+                         .images_per_s = 1234.5,
+                         .seconds = 10.0,
+                         .world_size = 2};
+  trainer::append_metrics_line(path, r);
+  r.epoch = 4;
+  trainer::append_metrics_line(path, r);
+  std::ifstream in(path);
+  std::string first, second, extra;
+  ASSERT_TRUE(std::getline(in, first) && std::getline(in, second));
+  EXPECT_FALSE(std::getline(in, extra)) << "one line per call";
+  const auto j = nlohmann::json::parse(first);
+  EXPECT_EQ(j.at("epoch"), 3);
+  EXPECT_DOUBLE_EQ(j.at("lr").get<double>(), 0.05);
+  EXPECT_DOUBLE_EQ(j.at("train_loss").get<double>(), 1.5);
+  EXPECT_DOUBLE_EQ(j.at("train_acc1").get<double>(), 75.0);
+  EXPECT_DOUBLE_EQ(j.at("val_loss").get<double>(), 0.5);
+  EXPECT_DOUBLE_EQ(j.at("val_acc1").get<double>(), 75.0);
+  EXPECT_DOUBLE_EQ(j.at("val_acc5").get<double>(), 100.0);
+  EXPECT_DOUBLE_EQ(j.at("images_per_s").get<double>(), 1234.5);
+  EXPECT_EQ(j.at("world_size"), 2);
+  EXPECT_EQ(nlohmann::json::parse(second).at("epoch"), 4);
+  std::filesystem::remove(path);
+}
