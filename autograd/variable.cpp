@@ -2,11 +2,13 @@
 #include "autograd/variable.h"
 
 #include <atomic>
+#include <chrono>
 #include <queue>
 #include <stdexcept>
 #include <unordered_map>
 #include <unordered_set>
 
+#include "autograd/profiler.h"
 #include "tensor/creation.h"
 #include "tensor/ops.h"
 
@@ -62,6 +64,7 @@ void Variable::remove_post_accumulate_grad_hook(uint64_t handle) const {
 }
 
 Variable Variable::make_result(Tensor data, std::vector<Variable> inputs, BackwardFn backward, const char* name) {
+  if (autograd::profiler::enabled()) autograd::profiler::record_forward(name);
   bool needs = false;
   if (grad_enabled)
     for (const auto& in : inputs) needs = needs || in.requires_grad();
@@ -85,12 +88,17 @@ void Variable::backward(const Tensor& grad, bool retain_graph) const {
 // ---------------------------------------------------------------- the engine
 
 namespace {
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
 void accumulate(std::unordered_map<VariableImpl*, Tensor>& grads, VariableImpl* v, const Tensor& g) {
   auto it = grads.find(v);
   if (it == grads.end()) {
     grads.emplace(v, g);
   } else {
+    const Clock::time_point t0 = Clock::now();
     it->second = add(it->second, g);
+    if (autograd::profiler::enabled()) autograd::profiler::add("AccumulateGrad", since(t0), true);
   }
 }
 
@@ -117,12 +125,14 @@ std::unordered_map<VariableImpl*, int> count_dependencies(const std::vector<Vari
 }
 
 void accumulate_into_leaf(VariableImpl* v, const Tensor& g) {
+  const Clock::time_point t0 = Clock::now();
   if (!v->grad.defined()) {
     v->grad = g.clone();  // own copy: g may alias another gradient
   } else {
     add_(v->grad, g);
   }
   for (auto& [handle, hook] : v->post_accumulate_grad_hooks) hook(v->grad);
+  if (autograd::profiler::enabled()) autograd::profiler::add("AccumulateGrad", since(t0), true);
 }
 }  // namespace
 
@@ -174,7 +184,9 @@ void backward(const std::vector<Variable>& roots, const std::vector<Tensor>& gra
       if (node.released)
         throw std::logic_error("backward: trying to backward through the graph a second time (through " + node.name +
                                "): its saved tensors were freed; pass retain_graph=true to the first backward");
+      const Clock::time_point t0 = Clock::now();
       in_grads = node.backward(g);
+      if (autograd::profiler::enabled()) autograd::profiler::add(node.name, since(t0), true);
       if (in_grads.size() != node.inputs.size())
         throw std::logic_error(node.name + ": backward returned " + std::to_string(in_grads.size()) +
                                " gradients for " + std::to_string(node.inputs.size()) + " inputs");
