@@ -19,6 +19,11 @@ State& state() {
   static State s;
   return s;
 }
+// "Conv2dBackward" -> "Conv2d": forward and backward of one op kind share a row.
+std::string kind_of(std::string_view name) {
+  if (name.ends_with("Backward")) name.remove_suffix(8);
+  return std::string(name);
+}
 Record& entry(State& s, const std::string& name) {
   auto it = s.index.find(name);
   if (it != s.index.end()) return s.records[it->second];
@@ -42,7 +47,7 @@ void mark() { state().last = Clock::now(); }
 void add(const std::string& name, double seconds, bool backward) {
   State& s = state();
   if (!s.on) return;
-  Record& r = entry(s, name);
+  Record& r = entry(s, kind_of(name));
   (backward ? r.backward_s : r.forward_s) += seconds;
   ++(backward ? r.backward_calls : r.forward_calls);
 }
@@ -51,9 +56,7 @@ void record_forward(const char* node_name) {
   State& s = state();
   if (!s.on) return;
   const Clock::time_point now = Clock::now();
-  std::string_view n(node_name);
-  if (n.ends_with("Backward")) n.remove_suffix(8);
-  add(std::string(n), std::chrono::duration<double>(now - s.last).count(), false);
+  add(node_name, std::chrono::duration<double>(now - s.last).count(), false);
   s.last = now;
 }
 

@@ -31,8 +31,9 @@ void enable(bool on);
 bool enabled();
 void reset();               // clears the records
 void mark();                // the next forward op's time starts here
-// Adds `seconds` under `name` (forward or backward); used by the engine and for things outside
-// the graph (the optimizer step).
+// Adds `seconds` under the op kind of `name` ("Conv2dBackward" and "Conv2d" are both "Conv2d"),
+// as forward or backward time; used by the engine and for things outside the graph (the
+// optimizer step).
 void add(const std::string& name, double seconds, bool backward);
 // Called by Variable::make_result: records the forward time since the previous op or mark().
 void record_forward(const char* node_name);

@@ -14,7 +14,8 @@
 // Element-wise ops, norms, softmax and the optimizer are not counted. peak_rss_mb is the
 // process's peak resident memory (ru_maxrss; summed over processes with --nproc); step_mem_mb is
 // that peak minus the resident memory just before the first step (what training adds on top of
-// the model, its optimizer state and the input batch).
+// the model, its optimizer state and the input batch); page_faults_per_step counts minor page
+// faults during the timed steps (fresh memory being mapped).
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -119,10 +120,16 @@ long peak_rss_kb() {
   getrusage(RUSAGE_SELF, &u);
   return u.ru_maxrss;
 }
+long minor_faults() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_minflt;
+}
 
 struct Result {
   double seconds = 0;  // timed steps
   long rss_before_kb = 0, peak_kb = 0;
+  long faults = 0;  // minor page faults during the timed steps
   std::string profile;  // one "name fwd_ms bwd_ms fwd_calls bwd_calls" line per op kind
 };
 
@@ -168,6 +175,7 @@ Result run(const Args& a, int64_t local, bool use_ddp) {
     if (s == 0) {
       if (a.profile) autograd::profiler::enable(true);
       t0 = Clock::now();
+      r.faults = minor_faults();
     }
     const Clock::time_point z0 = Clock::now();
     opt.zero_grad();
@@ -185,6 +193,7 @@ Result run(const Args& a, int64_t local, bool use_ddp) {
     autograd::profiler::add("optimizer step", std::chrono::duration<double>(Clock::now() - o0).count(), false);
   }
   r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  r.faults = minor_faults() - r.faults;
   if (a.profile) {
     r.profile = format_profile(a.steps, r.seconds);
     autograd::profiler::enable(false);
@@ -196,13 +205,13 @@ Result run(const Args& a, int64_t local, bool use_ddp) {
 std::string to_message(const Result& r) {
   std::ostringstream os;
   os.precision(17);
-  os << r.seconds << ' ' << r.rss_before_kb << ' ' << r.peak_kb << '\n' << r.profile;
+  os << r.seconds << ' ' << r.rss_before_kb << ' ' << r.peak_kb << ' ' << r.faults << '\n' << r.profile;
   return os.str();
 }
 Result from_message(const std::string& s) {
   std::istringstream is(s);
   Result r;
-  is >> r.seconds >> r.rss_before_kb >> r.peak_kb;
+  is >> r.seconds >> r.rss_before_kb >> r.peak_kb >> r.faults;
   is.get();
   std::getline(is, r.profile, '\0');
   return r;
@@ -234,8 +243,9 @@ int main(int argc, char** argv) {
     return 1;
   }
   double seconds = 0;  // the slowest rank sets the pace
-  long peak = 0, before = 0;
+  long peak = 0, before = 0, faults = 0;
   for (const auto& r : results) {
+    faults += r.faults;
     seconds = std::max(seconds, r.seconds);
     peak += r.peak_kb;
     before += r.rss_before_kb;
@@ -245,9 +255,9 @@ int main(int argc, char** argv) {
   std::printf(
       "{\"model\": \"%s\", \"batch\": %lld, \"threads\": %d, \"processes\": %d, \"steps\": %d, "
       "\"step_ms\": %.3f, \"images_per_s\": %.1f, \"gflops_per_s\": %.2f, \"peak_rss_mb\": %.1f, "
-      "\"step_mem_mb\": %.1f}\n",
+      "\"step_mem_mb\": %.1f, \"page_faults_per_step\": %.1f}\n",
       a.model.c_str(), static_cast<long long>(a.batch), a.threads, a.nproc, a.steps, 1e3 * seconds / a.steps, ips,
-      gflops, peak / 1024.0, (peak - before) / 1024.0);
+      gflops, peak / 1024.0, (peak - before) / 1024.0, static_cast<double>(faults) / a.steps);
   if (a.profile) std::printf("profile of rank 0, %d steps:\n%s", a.steps, results[0].profile.c_str());
   return 0;
 }

@@ -3,6 +3,7 @@
 // loops live in kernels/cpu/pool.h and run in parallel over the N*C planes.
 // x is (N, C, H, W) (or (C, H, W)); outputs keep the leading dims and replace (H, W).
 #include <algorithm>
+#include <atomic>
 #include <stdexcept>
 #include <string>
 
@@ -91,10 +92,18 @@ MaxPool2dResult max_pool2d_forward(const Tensor& x_in, const Pool2dParams& p) {
     const T* xp = x.data<T>();
     T* yp = out.data<T>();
     int64_t* ip = indices.data<int64_t>();
+    // 2x2 windows at stride 2 without padding (the reference CNN's) take the unrolled path.
+    const bool two_by_two = p.kernel_h == 2 && p.kernel_w == 2 && p.stride_h == 2 && p.stride_w == 2 &&
+                            p.pad_h == 0 && p.pad_w == 0;
     kernels::cpu::parallel_for(planes, plane_grain(H * W), [&](int64_t b, int64_t e) {
-      for (int64_t pl = b; pl < e; ++pl)
-        kernels::cpu::max_pool2d_plane_forward(xp + pl * H * W, H, W, yp + pl * H_out * W_out,
-                                               ip + pl * H_out * W_out, H_out, W_out, win);
+      for (int64_t pl = b; pl < e; ++pl) {
+        if (two_by_two)
+          kernels::cpu::max_pool2d_plane_forward_2x2(xp + pl * H * W, H, W, yp + pl * H_out * W_out,
+                                                     ip + pl * H_out * W_out, H_out, W_out);
+        else
+          kernels::cpu::max_pool2d_plane_forward(xp + pl * H * W, H, W, yp + pl * H_out * W_out,
+                                                 ip + pl * H_out * W_out, H_out, W_out, win);
+      }
     });
   });
   return {out, indices};
@@ -118,20 +127,24 @@ Tensor max_pool2d_backward(const Tensor& dy_in, const Tensor& indices_in, const 
   const int64_t n_out = dy.size(dy.dim() - 2) * dy.size(dy.dim() - 1);
   const int64_t planes = shape_numel(x_shape) / std::max<int64_t>(H * W, 1);
   const int64_t* ip = indices.data<int64_t>();
-  for (int64_t i = 0; i < indices.numel(); ++i)
-    if (ip[i] < 0 || ip[i] >= H * W)
-      throw std::invalid_argument(std::string(op) + ": index " + std::to_string(ip[i]) + " is outside the " +
-                                  std::to_string(H) + "x" + std::to_string(W) + " plane of input " + shape_str(x_shape));
-  Tensor dx = zeros(x_shape, dy.dtype());
+  Tensor dx(x_shape, dy.dtype());  // every plane is overwritten by the kernel
+  std::atomic<bool> ok{true};
   dispatch_floating(dy.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     const T* gp = dy.data<T>();
     T* dxp = dx.data<T>();
     kernels::cpu::parallel_for(planes, plane_grain(H * W), [&](int64_t b, int64_t e) {
       for (int64_t pl = b; pl < e; ++pl)
-        kernels::cpu::max_pool2d_plane_backward(gp + pl * n_out, ip + pl * n_out, n_out, dxp + pl * H * W);
+        if (!kernels::cpu::max_pool2d_plane_backward(gp + pl * n_out, ip + pl * n_out, n_out, dxp + pl * H * W, H * W))
+          ok = false;
     });
   });
+  if (!ok)
+    for (int64_t i = 0; i < indices.numel(); ++i)
+      if (ip[i] < 0 || ip[i] >= H * W)
+        throw std::invalid_argument(std::string(op) + ": index " + std::to_string(ip[i]) + " is outside the " +
+                                    std::to_string(H) + "x" + std::to_string(W) + " plane of input " +
+                                    shape_str(x_shape));
   return dx;
 }
 

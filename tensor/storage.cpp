@@ -1,17 +1,56 @@
-// tensor/storage.cpp — CPU allocation (aligned, never returns null) and device dispatch.
+// tensor/storage.cpp — CPU allocation through a caching allocator, and device dispatch.
+//
+// CPU tensors come from one process-wide kernels::CachingAllocator (kernels/caching_allocator.h,
+// the logic the CUDA side uses) over 64-byte aligned malloc'd segments: a freed block goes back
+// to the cache, so a steady-state training step — the same sizes every step — maps no new memory
+// and takes no page faults after the first step. Memory is not zeroed (as malloc): ops that need
+// zeros fill them. MINIDL_CPU_ALLOCATOR=malloc bypasses the cache (for memory checkers).
 #include "tensor/storage.h"
 
+#include <unistd.h>
+
 #include <cstdlib>
+#include <cstring>
 #include <new>
 #include <stdexcept>
 #include <string>
 
+#include "kernels/caching_allocator.h"
 #include "kernels/cuda_api.h"
+#include "tensor/cpu_allocator.h"
 
 namespace minidl {
 
+namespace {
+bool use_cache() {
+  static const bool on = [] {
+    const char* s = std::getenv("MINIDL_CPU_ALLOCATOR");
+    if (!s || std::strcmp(s, "caching") == 0) return true;
+    if (std::strcmp(s, "malloc") == 0) return false;
+    throw std::invalid_argument(std::string("MINIDL_CPU_ALLOCATOR must be 'caching' or 'malloc', got '") + s + "'");
+  }();
+  return on;
+}
+
+kernels::CachingAllocator& cpu_cache() {
+  // Never destroyed: tensors in static objects may outlive any destructor order.
+  static auto* a = new kernels::CachingAllocator(
+      "cpu", static_cast<size_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<size_t>(sysconf(_SC_PAGESIZE)),
+      {.alloc = [](size_t n) { return std::aligned_alloc(64, (n + 63) / 64 * 64); }, .free = [](void* p) { std::free(p); }});
+  return *a;
+}
+}  // namespace
+
+kernels::CachingAllocatorStats cpu_allocator_stats() { return cpu_cache().stats(); }
+void cpu_empty_cache() { cpu_cache().empty_cache(); }
+
 Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), device_(device) {
   if (device.is_cpu()) {
+    if (use_cache()) {
+      data_ = nbytes ? cpu_cache().allocate(nbytes, nullptr) : nullptr;
+      deleter_ = [](void* p) { cpu_cache().free(p); };
+      return;
+    }
     const size_t rounded = ((nbytes + 63) / 64) * 64;
     data_ = rounded ? std::aligned_alloc(64, rounded) : nullptr;
     if (rounded && !data_) throw std::bad_alloc();

@@ -28,28 +28,46 @@ inline int64_t norm_grain(int64_t elems_per_item) { return std::max<int64_t>(1, 
 
 // ---- batch norm ----
 
-// x (N, C, S) -> mean (C), invstd (C) = 1 / sqrt(biased_var + eps); two passes per channel.
+// Per-channel sums run in kLanes independent double accumulators (element i of a plane goes to
+// lane i % kLanes, a plane's tail to lane 0), combined in lane order at the end: the lane loop
+// vectorises without reassociating anything, and the order is fixed by the shape alone.
+inline constexpr int kLanes = 16;
+
+inline double sum_lanes(const double* lanes) {
+  double s = 0;
+  for (int l = 0; l < kLanes; ++l) s += lanes[l];
+  return s;
+}
+
+// x (N, C, S) -> mean (C), invstd (C) = 1 / sqrt(biased_var + eps). One pass per channel over
+// d = x - k, with k the channel's first value (so sum(d^2) - sum(d)^2 / count does not cancel
+// catastrophically): mean = k + sum(d) / count, var = sum(d^2) / count - (sum(d) / count)^2.
 template <class T>
 void batch_norm_stats(const T* x, int64_t N, int64_t C, int64_t S, double eps, T* mean, T* invstd) {
   const double count = static_cast<double>(N * S);
   parallel_for(C, norm_grain(N * S), [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c) {
-      double s = 0;
+      const double k = static_cast<double>(x[c * S]);
+      double s[kLanes] = {}, q[kLanes] = {};
       for (int64_t n = 0; n < N; ++n) {
         const T* p = x + (n * C + c) * S;
-        for (int64_t i = 0; i < S; ++i) s += p[i];
-      }
-      const double m = s / count;
-      double ss = 0;
-      for (int64_t n = 0; n < N; ++n) {
-        const T* p = x + (n * C + c) * S;
-        for (int64_t i = 0; i < S; ++i) {
-          const double d = p[i] - m;
-          ss += d * d;
+        int64_t i = 0;
+        for (; i + kLanes <= S; i += kLanes)
+          for (int l = 0; l < kLanes; ++l) {
+            const double d = static_cast<double>(p[i + l]) - k;
+            s[l] += d;
+            q[l] += d * d;
+          }
+        for (; i < S; ++i) {
+          const double d = static_cast<double>(p[i]) - k;
+          s[0] += d;
+          q[0] += d * d;
         }
       }
-      mean[c] = static_cast<T>(m);
-      invstd[c] = static_cast<T>(1.0 / std::sqrt(ss / count + eps));
+      const double md = sum_lanes(s) / count;
+      const double var = std::max(0.0, sum_lanes(q) / count - md * md);
+      mean[c] = static_cast<T>(k + md);
+      invstd[c] = static_cast<T>(1.0 / std::sqrt(var + eps));
     }
   });
 }
@@ -69,24 +87,31 @@ void batch_norm_elemt(const T* x, int64_t N, int64_t C, int64_t S, const double*
   });
 }
 
-// sum_dy (C) = sum over (n, s) of dy; sum_dy_xmu (C) = sum of dy * (x - mean[c]).
+// sum_dy (C) = sum over (n, s) of dy; sum_dy_xmu (C) = sum of dy * (x - mean[c]) (lanes as above).
 template <class T>
 void batch_norm_backward_reduce(const T* dy, const T* x, int64_t N, int64_t C, int64_t S, const double* mean,
                                 double* sum_dy, double* sum_dy_xmu) {
   parallel_for(C, norm_grain(N * S), [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c) {
       const double m = mean[c];
-      double a = 0, b = 0;
+      double a[kLanes] = {}, b[kLanes] = {};
       for (int64_t n = 0; n < N; ++n) {
         const T* g = dy + (n * C + c) * S;
         const T* xp = x + (n * C + c) * S;
-        for (int64_t i = 0; i < S; ++i) {
-          a += g[i];
-          b += g[i] * (xp[i] - m);
+        int64_t i = 0;
+        for (; i + kLanes <= S; i += kLanes)
+          for (int l = 0; l < kLanes; ++l) {
+            const double gl = static_cast<double>(g[i + l]);
+            a[l] += gl;
+            b[l] += gl * (static_cast<double>(xp[i + l]) - m);
+          }
+        for (; i < S; ++i) {
+          a[0] += static_cast<double>(g[i]);
+          b[0] += static_cast<double>(g[i]) * (static_cast<double>(xp[i]) - m);
         }
       }
-      sum_dy[c] = a;
-      sum_dy_xmu[c] = b;
+      sum_dy[c] = sum_lanes(a);
+      sum_dy_xmu[c] = sum_lanes(b);
     }
   });
 }

@@ -46,10 +46,51 @@ void max_pool2d_plane_forward(const T* x, int64_t H, int64_t W, T* y, int64_t* i
   }
 }
 
-// dx (H*W) += dy at each recorded index; dx must be zeroed by the caller.
+// The common 2x2 window, stride 2, no padding (H_out = H / 2, W_out = W / 2): the same result as
+// max_pool2d_plane_forward (tests/tensor/test_ops_pool.cpp checks it against that reference,
+// NaNs and ties included) without the per-element window bookkeeping. Candidates are taken in
+// row-major order; a later one wins only if it is greater or a NaN while the best so far is not.
 template <class T>
-void max_pool2d_plane_backward(const T* dy, const int64_t* idx, int64_t n_out, T* dx) {
-  for (int64_t i = 0; i < n_out; ++i) dx[idx[i]] += dy[i];
+void max_pool2d_plane_forward_2x2(const T* x, int64_t H, int64_t W, T* y, int64_t* idx, int64_t H_out,
+                                  int64_t W_out) {
+  (void)H;
+  for (int64_t oh = 0; oh < H_out; ++oh) {
+    const T* r0 = x + 2 * oh * W;
+    const T* r1 = r0 + W;
+    T* yo = y + oh * W_out;
+    int64_t* io = idx + oh * W_out;
+    const int64_t base = 2 * oh * W;
+    for (int64_t ow = 0; ow < W_out; ++ow) {
+      const T c[4] = {r0[2 * ow], r0[2 * ow + 1], r1[2 * ow], r1[2 * ow + 1]};
+      const int64_t off[4] = {0, 1, W, W + 1};
+      T best = c[0];
+      int64_t bi = 0;
+      for (int k = 1; k < 4; ++k) {
+        const bool take = !(best != best) && (c[k] > best || c[k] != c[k]);
+        best = take ? c[k] : best;
+        bi = take ? off[k] : bi;
+      }
+      yo[ow] = best;
+      io[ow] = base + 2 * ow + bi;
+    }
+  }
+}
+
+// dx (H*W) = the sum of dy over the outputs whose recorded index is that element (0 elsewhere);
+// dx is overwritten. Returns false (leaving dx partly written) when an index is outside [0, H*W).
+template <class T>
+bool max_pool2d_plane_backward(const T* dy, const int64_t* idx, int64_t n_out, T* dx, int64_t plane_elems) {
+  std::fill(dx, dx + plane_elems, T(0));
+  bool ok = true;
+  for (int64_t i = 0; i < n_out; ++i) {
+    const int64_t j = idx[i];
+    if (j < 0 || j >= plane_elems) {
+      ok = false;
+      continue;
+    }
+    dx[j] += dy[i];
+  }
+  return ok;
 }
 
 // The window of output (oh, ow) clipped to the input, and its divisor, as PyTorch's avg_pool2d.

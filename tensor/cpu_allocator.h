@@ -1,0 +1,12 @@
+// tensor/cpu_allocator.h — the caching allocator behind every CPU Storage (tensor/storage.cpp):
+// its counters (segments are the malloc'd chunks it carves blocks from; a steady-state training
+// step allocates none) and handing its free blocks back to the system.
+#pragma once
+#include "kernels/caching_allocator.h"
+
+namespace minidl {
+
+kernels::CachingAllocatorStats cpu_allocator_stats();
+void cpu_empty_cache();
+
+}  // namespace minidl
