@@ -27,8 +27,9 @@ Variable log_softmax(const Variable& x, int64_t dim) {
 Variable conv2d(const Variable& x, const Variable& w, const Variable& b, const Conv2dParams& p) {
   Tensor y = conv2d_forward(x.data(), w.data(), b.defined() ? b.data() : Tensor(), p);
   return Variable::make_result(y, {x, w, b},
-                               [tx = x.data(), tw = w.data(), has_bias = b.defined(), p](const Tensor& dy) -> std::vector<Tensor> {
-                                 Conv2dGrads g = conv2d_backward(tx, tw, dy, has_bias, p);
+                               [tx = x.data(), tw = w.data(), has_bias = b.defined(), need_dx = x.requires_grad(),
+                                p](const Tensor& dy) -> std::vector<Tensor> {
+                                 Conv2dGrads g = conv2d_backward(tx, tw, dy, has_bias, p, need_dx);
                                  return {g.dx, g.dw, g.db};
                                },
                                "Conv2dBackward");

@@ -83,7 +83,7 @@ Tensor conv2d_forward(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in
 }
 
 Conv2dGrads conv2d_backward(const Tensor& x_in, const Tensor& w_in, const Tensor& dy_in, bool has_bias,
-                            const Conv2dParams& p) {
+                            const Conv2dParams& p, bool need_dx) {
   if (cuda_ops::on_cuda({&x_in, &w_in, &dy_in}, "conv2d_backward"))
     return cuda_ops::conv2d_backward(x_in, w_in, dy_in, has_bias, p);
   constexpr const char* op = "conv2d_backward";
@@ -96,12 +96,13 @@ Conv2dGrads conv2d_backward(const Tensor& x_in, const Tensor& w_in, const Tensor
                                 shape_str(w_in.shape()) + ", got " + dy_in.desc());
   const Tensor x = x_in.contiguous(), w = w_in.contiguous(), dy = dy_in.contiguous();
   Conv2dGrads g;
-  g.dx = Tensor(x.shape(), x.dtype());
+  if (need_dx) g.dx = Tensor(x.shape(), x.dtype());
   g.dw = Tensor(w.shape(), w.dtype());
   if (has_bias) g.db = Tensor({s.O}, x.dtype());
   dispatch_floating(x.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
-    kernels::cpu::conv2d_backward(x.data<T>(), w.data<T>(), dy.data<T>(), s, g.dx.data<T>(), g.dw.data<T>(),
+    kernels::cpu::conv2d_backward(x.data<T>(), w.data<T>(), dy.data<T>(), s, need_dx ? g.dx.data<T>() : nullptr,
+                                  g.dw.data<T>(),
                                   has_bias ? g.db.data<T>() : nullptr);
   });
   return g;

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/vec_math.h"
 #include "kernels/functors.h"
 #include "tensor/ops.h"
 #include "tensor/ops_cuda.h"
@@ -229,7 +230,22 @@ Tensor abs(const Tensor& x) { return unary_op(x, "abs", k::AbsOp{}, Kinds::Any);
 Tensor tanh(const Tensor& x) { return unary_op(x, "tanh", k::TanhOp{}); }
 Tensor sigmoid(const Tensor& x) { return unary_op(x, "sigmoid", k::SigmoidOp{}); }
 Tensor relu(const Tensor& x) { return unary_op(x, "relu", k::ReluOp{}); }
+// Contiguous float32 on the CPU: the erf-form GELU runs the vectorised loops of
+// kernels/cpu/vec_math.h (same math as GeluErfOp / GeluErfBackward, compared with them in
+// tests/tensor/test_cpu_fast_paths.cpp); everything else goes through the shared functors.
+namespace {
+bool gelu_fast_path(const Tensor& x) { return x.device().is_cpu() && x.dtype() == DType::Float32 && x.is_contiguous(); }
+}  // namespace
+
 Tensor gelu(const Tensor& x, bool tanh_approximation) {
+  if (!tanh_approximation && gelu_fast_path(x)) {
+    Tensor out(x.shape(), x.dtype());
+    const float* xp = x.data<float>();
+    float* yp = out.data<float>();
+    k::cpu::parallel_for(x.numel(), k::cpu::kElementwiseChunk,
+                         [&](int64_t b, int64_t e) { k::cpu::gelu_erf_span(xp + b, yp + b, e - b); });
+    return out;
+  }
   return tanh_approximation ? unary_op(x, "gelu", k::GeluTanhOp{}) : unary_op(x, "gelu", k::GeluErfOp{});
 }
 Tensor pow(const Tensor& x, double p) { return unary_op(x, "pow", k::PowScalarOp{p}); }
@@ -239,6 +255,15 @@ Tensor relu_backward(const Tensor& x, const Tensor& dy) {
   return binary_op(x, dy, "relu_backward", k::ReluBackward{}, Kinds::Floating);
 }
 Tensor gelu_backward(const Tensor& x, const Tensor& dy, bool tanh_approximation) {
+  if (!tanh_approximation && gelu_fast_path(x) && gelu_fast_path(dy) && x.shape() == dy.shape()) {
+    Tensor dx(x.shape(), x.dtype());
+    const float* xp = x.data<float>();
+    const float* gp = dy.data<float>();
+    float* dp = dx.data<float>();
+    k::cpu::parallel_for(x.numel(), k::cpu::kElementwiseChunk,
+                         [&](int64_t b, int64_t e) { k::cpu::gelu_erf_backward_span(xp + b, gp + b, dp + b, e - b); });
+    return dx;
+  }
   return tanh_approximation ? binary_op(x, dy, "gelu_backward", k::GeluTanhBackward{}, Kinds::Floating)
                             : binary_op(x, dy, "gelu_backward", k::GeluErfBackward{}, Kinds::Floating);
 }

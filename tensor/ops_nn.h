@@ -21,9 +21,11 @@ struct Conv2dParams {
 // x (N, C_in, H, W), w (C_out, C_in/groups, kH, kW), b (C_out) or undefined -> (N, C_out, H_out, W_out)
 Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dParams& p);
 struct Conv2dGrads {
-  Tensor dx, dw, db;  // db undefined when the bias was undefined
+  Tensor dx, dw, db;  // db undefined when the bias was undefined; dx undefined when !need_dx on the CPU
 };
-Conv2dGrads conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, bool has_bias, const Conv2dParams& p);
+// need_dx = false skips the input gradient (a first layer's input needs none).
+Conv2dGrads conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, bool has_bias, const Conv2dParams& p,
+                            bool need_dx = true);
 
 struct Pool2dParams {
   int64_t kernel_h, kernel_w;

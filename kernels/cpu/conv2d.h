@@ -56,7 +56,8 @@ void conv2d_forward(const T* x, const T* w, const T* b, const Conv2dShape& s, T*
   });
 }
 
-// dy (N, O, H_out, W_out) -> dx (N, C, H, W), dw (O, C/G, kH, kW), db (O) (db may be null: no bias)
+// dy (N, O, H_out, W_out) -> dx (N, C, H, W), dw (O, C/G, kH, kW), db (O) (db may be null: no
+// bias; dx may be null: no input gradient wanted)
 template <class T>
 void conv2d_backward(const T* x, const T* w, const T* dy, const Conv2dShape& s, T* dx, T* dw, T* db) {
   const ConvGeometry geo = s.group_geometry();
@@ -68,18 +69,18 @@ void conv2d_backward(const T* x, const T* w, const T* dy, const Conv2dShape& s, 
   const int64_t blocks = (s.N + per_block - 1) / per_block;
   std::vector<T> partial(static_cast<size_t>(std::max<int64_t>(blocks, 1) * w_numel), T(0));
   parallel_for(blocks, conv_grain(2 * per_block * s.O * K * L), [&](int64_t k0, int64_t k1) {
-    std::vector<T> col(static_cast<size_t>(K * L)), dcol(static_cast<size_t>(K * L));  // (K, L)
+    std::vector<T> col(static_cast<size_t>(K * L)), dcol(static_cast<size_t>(dx ? K * L : 0));  // (K, L)
     for (int64_t k = k0; k < k1; ++k) {
       T* dw_k = partial.data() + k * w_numel;
       for (int64_t n = k * per_block; n < std::min(s.N, (k + 1) * per_block); ++n) {
-        T* dx_n = dx + n * s.C * s.H * s.W;
-        std::fill(dx_n, dx_n + s.C * s.H * s.W, T(0));
+        if (dx) std::fill(dx + n * s.C * s.H * s.W, dx + (n + 1) * s.C * s.H * s.W, T(0));
         for (int64_t g = 0; g < s.groups; ++g) {
           const T* dy_ng = dy + (n * s.O + g * Og) * L;  // (Og, L)
           const int64_t x_off = (n * s.C + g * Cg) * s.H * s.W;
           // dw[g] (Og, K) += dy[n, g] (Og, L) · col^T (L, K)
           im2col(x + x_off, geo, col.data());
           gemm(Og, K, L, dy_ng, L, false, col.data(), L, true, dw_k + g * Og * K, K, T(1), T(1));
+          if (!dx) continue;
           // dcol (K, L) = w[g]^T (K, Og) · dy[n, g] (Og, L), scattered back into dx
           gemm(K, L, Og, w + g * Og * K, K, true, dy_ng, L, false, dcol.data(), L, T(1), T(0));
           col2im(dcol.data(), geo, dx + x_off);

@@ -5,12 +5,14 @@
 // fixed tiles (their size depends only on M, N, K), run Eigen's single-threaded blocked kernel on
 // each tile, and spread the tiles over threads with parallel_for. Every element of C is then
 // computed by the same code in the same order whatever the thread count: bit-identical results.
+// Small products skip Eigen for a register-blocked loop (small_gemm below).
 #include "kernels/cpu/gemm.h"
 
 // GCC 12 reports false "maybe-uninitialized" warnings inside Eigen's packing code.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <Eigen/Core>
 #include <algorithm>
+#include <vector>
 
 #include "kernels/cpu/parallel.h"
 
@@ -30,10 +32,63 @@ void tile_kernel(Index m, Index n, Index k, const T* a, Index lda, const T* b, I
       m, n, k, a, lda, b, ldb, c, 1, ldc, alpha, blocking, nullptr);
 }
 
+// ---- small products: a register-blocked loop nest instead of Eigen ----
+// Eigen's packing and blocking cost more than the arithmetic for the many small products of a
+// convolution with few input channels (K = 9) or of attention heads (50x16 by 16x50). Here op(B)
+// is copied into a (K, Np) buffer (Np = N rounded up to kSmallCols, zero-padded), and each block
+// of kSmallRows rows of C accumulates kSmallRows x kSmallCols sums over k = 0..K-1 in order: fixed
+// trip counts the compiler keeps in vector registers. Each C element is one in-order sum over k,
+// whatever the threads: bit-identical for any thread count. Tested against Eigen's path (and a
+// naive triple loop) by tests/tensor/test_cpu_fast_paths.cpp.
+constexpr int64_t kSmallRows = 4, kSmallCols = 16;
+constexpr double kSmallFlops = 4e6;  // below this, one tile and no threads (as gemm_impl)
+
+template <class T, int64_t R>
+void small_rows(int64_t i0, int64_t N, int64_t K, const T* A, int64_t lda, bool trans_a, const T* Bp, int64_t Np,
+                T* C, int64_t ldc, T alpha, T beta) {
+  for (int64_t j0 = 0; j0 < N; j0 += kSmallCols) {
+    T acc[R][kSmallCols] = {};
+    for (int64_t k = 0; k < K; ++k) {
+      const T* b = Bp + k * Np + j0;
+      for (int64_t r = 0; r < R; ++r) {
+        const T a = trans_a ? A[k * lda + i0 + r] : A[(i0 + r) * lda + k];
+        for (int64_t j = 0; j < kSmallCols; ++j) acc[r][j] += a * b[j];
+      }
+    }
+    const int64_t n = std::min(kSmallCols, N - j0);
+    for (int64_t r = 0; r < R; ++r) {
+      T* c = C + (i0 + r) * ldc + j0;
+      if (beta == T(0)) {
+        for (int64_t j = 0; j < n; ++j) c[j] = alpha * acc[r][j];
+      } else {
+        for (int64_t j = 0; j < n; ++j) c[j] = alpha * acc[r][j] + beta * c[j];
+      }
+    }
+  }
+}
+
+template <class T>
+void small_gemm(int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, bool trans_a, const T* B, int64_t ldb,
+                bool trans_b, T* C, int64_t ldc, T alpha, T beta) {
+  const int64_t Np = (N + kSmallCols - 1) / kSmallCols * kSmallCols;
+  thread_local std::vector<T> packed;
+  packed.assign(static_cast<size_t>(K * Np), T(0));
+  for (int64_t k = 0; k < K; ++k)
+    for (int64_t j = 0; j < N; ++j) packed[static_cast<size_t>(k * Np + j)] = trans_b ? B[j * ldb + k] : B[k * ldb + j];
+  int64_t i = 0;
+  for (; i + kSmallRows <= M; i += kSmallRows)
+    small_rows<T, kSmallRows>(i, N, K, A, lda, trans_a, packed.data(), Np, C, ldc, alpha, beta);
+  for (; i < M; ++i) small_rows<T, 1>(i, N, K, A, lda, trans_a, packed.data(), Np, C, ldc, alpha, beta);
+}
+
 template <class T>
 void gemm_impl(int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, bool trans_a, const T* B, int64_t ldb,
                bool trans_b, T* C, int64_t ldc, T alpha, T beta) {
   if (M <= 0 || N <= 0) return;
+  if (K > 0 && alpha != T(0) && 2.0 * double(M) * double(N) * double(K) < kSmallFlops) {
+    small_gemm(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, alpha, beta);
+    return;
+  }
   // C = beta * C first (beta == 0: overwrite, ignoring NaNs already there).
   for (int64_t i = 0; i < M; ++i) {
     T* row = C + i * ldc;
@@ -47,8 +102,8 @@ void gemm_impl(int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, bool tr
 
   // Tile sizes depend only on the problem, never on the thread count (see the file comment).
   const double flops = 2.0 * double(M) * double(N) * double(K);
-  const int64_t mt = flops < 4e6 ? M : 256;  // small products: one tile, no threading overhead
-  const int64_t nt = flops < 4e6 ? N : 512;
+  const int64_t mt = flops < kSmallFlops ? M : 256;  // small products: one tile, no threading overhead
+  const int64_t nt = flops < kSmallFlops ? N : 512;
   const int64_t tiles_m = (M + mt - 1) / mt, tiles_n = (N + nt - 1) / nt;
 
   auto run_tile = [&](int64_t tile) {

@@ -1,11 +1,15 @@
 // kernels/cpu/im2col.h — im2col and its adjoint col2im, the data movement that turns a 2-d
 // convolution into one GEMM per image (and group):
 //   col[(c*kH + kh)*kW + kw, oh*W_out + ow] = x[c, oh*stride_h - pad_h + kh*dil_h, ow*stride_w - pad_w + kw*dil_w]
-// (0 where that position falls in the padding). col2im scatters-adds col back into x's layout,
+// (0 where that position falls in the padding). With stride_w == 1 each row of col is a shifted
+// copy of an input row, so the inner loops become plain copies/adds over the valid range (the
+// general loop, kept for other strides, is the reference: tests/tensor/test_cpu_fast_paths.cpp).
+// col2im scatters-adds col back into x's layout,
 // so col2im(dcol) is the gradient of im2col. One image at a time, single-threaded: callers run
 // images in parallel. Tested through tensor/ops_conv.cpp by tests/tensor/test_ops_conv.cpp
 // (against a naive direct convolution, and float64 finite differences of dx, dw, db).
 #pragma once
+#include <algorithm>
 #include <cstdint>
 
 namespace minidl::kernels::cpu {
@@ -35,6 +39,13 @@ void im2col(const T* x, const ConvGeometry& g, T* col) {
           }
           const T* in = plane + h * g.W;
           const int64_t w0 = kw * g.dil_w - g.pad_w;
+          if (g.stride_w == 1) {  // a shifted copy of the row, zeros where it hangs over the edges
+            const int64_t lo = std::clamp<int64_t>(-w0, 0, g.W_out), hi = std::clamp<int64_t>(g.W - w0, lo, g.W_out);
+            for (int64_t ow = 0; ow < lo; ++ow) out[ow] = T(0);
+            for (int64_t ow = lo; ow < hi; ++ow) out[ow] = in[ow + w0];
+            for (int64_t ow = hi; ow < g.W_out; ++ow) out[ow] = T(0);
+            continue;
+          }
           for (int64_t ow = 0; ow < g.W_out; ++ow) {
             const int64_t w = ow * g.stride_w + w0;
             out[ow] = (w >= 0 && w < g.W) ? in[w] : T(0);
@@ -58,6 +69,11 @@ void col2im(const T* col, const ConvGeometry& g, T* dx) {
           const T* in = row + oh * g.W_out;
           T* out = plane + h * g.W;
           const int64_t w0 = kw * g.dil_w - g.pad_w;
+          if (g.stride_w == 1) {  // the same shifted row, added back
+            const int64_t lo = std::clamp<int64_t>(-w0, 0, g.W_out), hi = std::clamp<int64_t>(g.W - w0, lo, g.W_out);
+            for (int64_t ow = lo; ow < hi; ++ow) out[ow + w0] += in[ow];
+            continue;
+          }
           for (int64_t ow = 0; ow < g.W_out; ++ow) {
             const int64_t w = ow * g.stride_w + w0;
             if (w >= 0 && w < g.W) out[w] += in[ow];

@@ -7,7 +7,9 @@
 //
 // Reproducibility: sums accumulate in double. Every reduction runs in a fixed order that does
 // not depend on the thread count: per-channel sums loop over n, then s, inside one thread (threads
-// split channels); layer norm's weight gradient sums fixed 32-row chunks, then the chunks in order.
+// split channels; within a plane the sum is one vectorised reduction whose order is fixed at
+// compile time); layer norm's row sums use simd_sum (kernels/cpu/vec_math.h); its weight
+// gradient sums fixed 32-row chunks, then the chunks in order.
 // Per-channel vectors (mean, invstd, weight, bias, sums) come in as double arrays; a null weight
 // means 1 and a null bias means 0.
 // Tested through tensor/ops_norm.cpp by tests/tensor/test_ops_norm.cpp (hand-computed values, a
@@ -19,6 +21,7 @@
 #include <vector>
 
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/vec_math.h"
 
 namespace minidl::kernels::cpu {
 
@@ -28,44 +31,31 @@ inline int64_t norm_grain(int64_t elems_per_item) { return std::max<int64_t>(1, 
 
 // ---- batch norm ----
 
-// Per-channel sums run in kLanes independent double accumulators (element i of a plane goes to
-// lane i % kLanes, a plane's tail to lane 0), combined in lane order at the end: the lane loop
-// vectorises without reassociating anything, and the order is fixed by the shape alone.
-inline constexpr int kLanes = 16;
-
-inline double sum_lanes(const double* lanes) {
-  double s = 0;
-  for (int l = 0; l < kLanes; ++l) s += lanes[l];
-  return s;
-}
-
 // x (N, C, S) -> mean (C), invstd (C) = 1 / sqrt(biased_var + eps). One pass per channel over
 // d = x - k, with k the channel's first value (so sum(d^2) - sum(d)^2 / count does not cancel
 // catastrophically): mean = k + sum(d) / count, var = sum(d^2) / count - (sum(d) / count)^2.
+// Each plane's sums are one vectorised reduction (see simd_sum), added plane by plane in n order.
 template <class T>
 void batch_norm_stats(const T* x, int64_t N, int64_t C, int64_t S, double eps, T* mean, T* invstd) {
   const double count = static_cast<double>(N * S);
   parallel_for(C, norm_grain(N * S), [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c) {
       const double k = static_cast<double>(x[c * S]);
-      double s[kLanes] = {}, q[kLanes] = {};
+      double sum = 0, sum_sq = 0;
       for (int64_t n = 0; n < N; ++n) {
         const T* p = x + (n * C + c) * S;
-        int64_t i = 0;
-        for (; i + kLanes <= S; i += kLanes)
-          for (int l = 0; l < kLanes; ++l) {
-            const double d = static_cast<double>(p[i + l]) - k;
-            s[l] += d;
-            q[l] += d * d;
-          }
-        for (; i < S; ++i) {
+        double s = 0, q = 0;
+#pragma omp simd reduction(+ : s, q)
+        for (int64_t i = 0; i < S; ++i) {
           const double d = static_cast<double>(p[i]) - k;
-          s[0] += d;
-          q[0] += d * d;
+          s += d;
+          q += d * d;
         }
+        sum += s;
+        sum_sq += q;
       }
-      const double md = sum_lanes(s) / count;
-      const double var = std::max(0.0, sum_lanes(q) / count - md * md);
+      const double md = sum / count;
+      const double var = std::max(0.0, sum_sq / count - md * md);
       mean[c] = static_cast<T>(k + md);
       invstd[c] = static_cast<T>(1.0 / std::sqrt(var + eps));
     }
@@ -87,31 +77,30 @@ void batch_norm_elemt(const T* x, int64_t N, int64_t C, int64_t S, const double*
   });
 }
 
-// sum_dy (C) = sum over (n, s) of dy; sum_dy_xmu (C) = sum of dy * (x - mean[c]) (lanes as above).
+// sum_dy (C) = sum over (n, s) of dy; sum_dy_xmu (C) = sum of dy * (x - mean[c]) (per plane one
+// vectorised reduction, planes added in n order).
 template <class T>
 void batch_norm_backward_reduce(const T* dy, const T* x, int64_t N, int64_t C, int64_t S, const double* mean,
                                 double* sum_dy, double* sum_dy_xmu) {
   parallel_for(C, norm_grain(N * S), [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c) {
       const double m = mean[c];
-      double a[kLanes] = {}, b[kLanes] = {};
+      double sa = 0, sb = 0;
       for (int64_t n = 0; n < N; ++n) {
         const T* g = dy + (n * C + c) * S;
         const T* xp = x + (n * C + c) * S;
-        int64_t i = 0;
-        for (; i + kLanes <= S; i += kLanes)
-          for (int l = 0; l < kLanes; ++l) {
-            const double gl = static_cast<double>(g[i + l]);
-            a[l] += gl;
-            b[l] += gl * (static_cast<double>(xp[i + l]) - m);
-          }
-        for (; i < S; ++i) {
-          a[0] += static_cast<double>(g[i]);
-          b[0] += static_cast<double>(g[i]) * (static_cast<double>(xp[i]) - m);
+        double a = 0, b = 0;
+#pragma omp simd reduction(+ : a, b)
+        for (int64_t i = 0; i < S; ++i) {
+          const double gi = static_cast<double>(g[i]);
+          a += gi;
+          b += gi * (static_cast<double>(xp[i]) - m);
         }
+        sa += a;
+        sb += b;
       }
-      sum_dy[c] = sum_lanes(a);
-      sum_dy_xmu[c] = sum_lanes(b);
+      sum_dy[c] = sa;
+      sum_dy_xmu[c] = sb;
     }
   });
 }
@@ -147,14 +136,11 @@ void layer_norm_forward(const T* x, int64_t rows, int64_t M, const T* weight, co
     for (int64_t r = r0; r < r1; ++r) {
       const T* xp = x + r * M;
       T* yp = y + r * M;
-      double s = 0;
-      for (int64_t j = 0; j < M; ++j) s += xp[j];
-      const double m = s / static_cast<double>(M);
-      double ss = 0;
-      for (int64_t j = 0; j < M; ++j) {
-        const double d = xp[j] - m;
-        ss += d * d;
-      }
+      const double m = simd_sum(M, [&](int64_t j) { return xp[j]; }) / static_cast<double>(M);
+      const double ss = simd_sum(M, [&](int64_t j) {
+        const double d = static_cast<double>(xp[j]) - m;
+        return d * d;
+      });
       const double is = 1.0 / std::sqrt(ss / static_cast<double>(M) + eps);
       for (int64_t j = 0; j < M; ++j) {
         double v = (xp[j] - m) * is;
@@ -178,12 +164,9 @@ void layer_norm_backward_input(const T* dy, const T* x, int64_t rows, int64_t M,
       const T* xp = x + r * M;
       T* o = dx + r * M;
       const double m = mean[r], is = invstd[r];
-      double sg = 0, sgx = 0;
-      for (int64_t j = 0; j < M; ++j) {
-        const double gj = weight ? static_cast<double>(g[j]) * weight[j] : static_cast<double>(g[j]);
-        sg += gj;
-        sgx += gj * (xp[j] - m) * is;
-      }
+      auto gw = [&](int64_t j) { return weight ? static_cast<double>(g[j]) * weight[j] : static_cast<double>(g[j]); };
+      const double sg = simd_sum(M, gw);
+      const double sgx = simd_sum(M, [&](int64_t j) { return gw(j) * (static_cast<double>(xp[j]) - m) * is; });
       const double mg = sg / static_cast<double>(M), mgx = sgx / static_cast<double>(M);
       for (int64_t j = 0; j < M; ++j) {
         const double gj = weight ? static_cast<double>(g[j]) * weight[j] : static_cast<double>(g[j]);

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
 namespace minidl::kernels::cpu {
 
@@ -47,9 +48,17 @@ void max_pool2d_plane_forward(const T* x, int64_t H, int64_t W, T* y, int64_t* i
 }
 
 // The common 2x2 window, stride 2, no padding (H_out = H / 2, W_out = W / 2): the same result as
-// max_pool2d_plane_forward (tests/tensor/test_ops_pool.cpp checks it against that reference,
+// max_pool2d_plane_forward (tests/tensor/test_cpu_fast_paths.cpp checks it against that reference,
 // NaNs and ties included) without the per-element window bookkeeping. Candidates are taken in
 // row-major order; a later one wins only if it is greater or a NaN while the best so far is not.
+// With AVX-512 (checked at run time) 16 outputs of a row are done at once.
+namespace pool_detail {
+// One output row of float 2x2 max-pool with AVX-512 (kernels/cpu/pool_avx512.cpp); returns false,
+// doing nothing, when the CPU (checked at run time) or the build has no AVX-512.
+bool max_pool2d_row_2x2_avx512(const float* r0, const float* r1, float* y, int64_t* idx, int64_t W_out, int64_t W,
+                               int64_t base);
+}  // namespace pool_detail
+
 template <class T>
 void max_pool2d_plane_forward_2x2(const T* x, int64_t H, int64_t W, T* y, int64_t* idx, int64_t H_out,
                                   int64_t W_out) {
@@ -60,16 +69,20 @@ void max_pool2d_plane_forward_2x2(const T* x, int64_t H, int64_t W, T* y, int64_
     T* yo = y + oh * W_out;
     int64_t* io = idx + oh * W_out;
     const int64_t base = 2 * oh * W;
+    if constexpr (std::is_same_v<T, float>) {
+      if (pool_detail::max_pool2d_row_2x2_avx512(r0, r1, yo, io, W_out, W, base)) continue;
+    }
     for (int64_t ow = 0; ow < W_out; ++ow) {
-      const T c[4] = {r0[2 * ow], r0[2 * ow + 1], r1[2 * ow], r1[2 * ow + 1]};
-      const int64_t off[4] = {0, 1, W, W + 1};
-      T best = c[0];
+      T best = r0[2 * ow];
       int64_t bi = 0;
-      for (int k = 1; k < 4; ++k) {
-        const bool take = !(best != best) && (c[k] > best || c[k] != c[k]);
-        best = take ? c[k] : best;
-        bi = take ? off[k] : bi;
-      }
+      auto consider = [&](T v, int64_t off) {
+        const bool take = (best == best) & ((v > best) | (v != v));
+        best = take ? v : best;
+        bi = take ? off : bi;
+      };
+      consider(r0[2 * ow + 1], 1);
+      consider(r1[2 * ow], W);
+      consider(r1[2 * ow + 1], W + 1);
       yo[ow] = best;
       io[ow] = base + 2 * ow + bi;
     }

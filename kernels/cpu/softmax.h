@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/vec_math.h"
 
 namespace minidl::kernels::cpu {
 
@@ -25,6 +26,13 @@ void for_each_softmax_row(int64_t outer, int64_t len, int64_t inner, F&& fn) {
   });
 }
 
+// True when a row is contiguous float: those rows use the vectorised exp_nonpositive (its
+// argument x - max is <= 0; log_softmax's y is <= 0) and vectorised sums (kernels/cpu/vec_math.h);
+// other rows (float64, strided) keep std::exp and sequential sums, the reference
+// tests/tensor/test_cpu_fast_paths.cpp compares the fast rows with.
+template <class T, class S>
+inline constexpr bool kFastRows = std::is_same_v<T, float> && std::is_same_v<S, std::integral_constant<int64_t, 1>>;
+
 // y = softmax(x) or log_softmax(x) along len
 template <class T>
 void softmax_forward(const T* x, T* y, int64_t outer, int64_t len, int64_t inner, bool log) {
@@ -36,7 +44,17 @@ void softmax_forward(const T* x, T* y, int64_t outer, int64_t len, int64_t inner
     for (int64_t i = 1; i < len; ++i) m = xr[i * s] > m ? xr[i * s] : m;
     if (std::isinf(m) && m < 0) m = T(0);  // all -inf: avoid (-inf) - (-inf) = NaN
     double sum = 0;
-    if (log) {
+    if constexpr (kFastRows<T, decltype(s)>) {  // contiguous float rows: vectorised exp and sums
+      for (int64_t i = 0; i < len; ++i) yr[i] = exp_nonpositive(xr[i] - m);
+      sum = simd_sum(len, [&](int64_t i) { return yr[i]; });
+      if (log) {
+        const T lse = m + T(std::log(sum));
+        for (int64_t i = 0; i < len; ++i) yr[i] = xr[i] - lse;
+      } else {
+        const T inv = T(1.0 / sum);
+        for (int64_t i = 0; i < len; ++i) yr[i] *= inv;
+      }
+    } else if (log) {
       for (int64_t i = 0; i < len; ++i) sum += double(std::exp(xr[i * s] - m));
       const T lse = m + T(std::log(sum));
       for (int64_t i = 0; i < len; ++i) yr[i * s] = xr[i * s] - lse;
@@ -62,7 +80,15 @@ void softmax_backward(const T* y, const T* dy, T* dx, int64_t outer, int64_t len
     const T* gr = dy + base;
     T* dr = dx + base;
     double dot = 0;
-    if (log) {
+    if constexpr (kFastRows<T, decltype(s)>) {
+      if (log) {
+        const T sd = T(simd_sum(len, [&](int64_t i) { return gr[i]; }));
+        for (int64_t i = 0; i < len; ++i) dr[i] = gr[i] - exp_nonpositive(yr[i]) * sd;
+      } else {
+        const T sd = T(simd_sum(len, [&](int64_t i) { return double(gr[i]) * double(yr[i]); }));
+        for (int64_t i = 0; i < len; ++i) dr[i] = yr[i] * (gr[i] - sd);
+      }
+    } else if (log) {
       for (int64_t i = 0; i < len; ++i) dot += double(gr[i * s]);
       const T sd = T(dot);
       for (int64_t i = 0; i < len; ++i) dr[i * s] = gr[i * s] - std::exp(yr[i * s]) * sd;

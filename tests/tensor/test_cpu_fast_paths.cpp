@@ -1,17 +1,25 @@
 // tests/tensor/test_cpu_fast_paths.cpp — every specialised CPU kernel against the plain version
 // it replaces (the reference stays in the code base for that): the unrolled 2x2 max-pool against
 // the general window loop (NaNs, -inf and ties included), the one-pass batch-norm statistics
-// against a two-pass long-double computation, and the CPU caching allocator's steady state (a
-// repeated training step maps no new memory). Thread-count independence of these kernels is
-// checked here too (the same bits with 1 and 2 threads).
+// against a two-pass long-double computation, the vectorised exp / erf against std::exp /
+// std::erf, GELU and softmax fast rows against the shared functors and float64, the small-GEMM
+// loop and the stride-1 im2col / col2im against naive loops, a convolution's backward without
+// the input gradient, and the CPU caching allocator's steady state (a repeated training step maps
+// no new memory). Thread-count independence of these kernels is checked too (same bits, 1 and 2
+// threads).
 #include <cmath>
+#include <tuple>
 #include <limits>
 #include <vector>
 
 #include "autograd/ops.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/im2col.h"
 #include "kernels/cpu/norm.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/pool.h"
+#include "kernels/cpu/vec_math.h"
+#include "kernels/functors.h"
 #include "nn/models.h"
 #include "optim/sgd.h"
 #include "tensor/cpu_allocator.h"
@@ -33,19 +41,21 @@ std::pair<Tensor, Tensor> with_1_and_2_threads(F f) {
 }
 }  // namespace
 
-TEST(FastPaths, MaxPool2x2MatchesTheGeneralWindowLoop) {
-  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
-  for (auto [H, W] : {std::pair<int64_t, int64_t>{6, 8}, {7, 5}, {28, 28}, {2, 2}}) {
-    std::vector<float> x = randn({H * W}).to_vector<float>();
+// float takes the AVX-512 row loop where the CPU has it, double the scalar loop.
+template <class T>
+void check_max_pool_2x2() {
+  const T nan = std::numeric_limits<T>::quiet_NaN(), inf = std::numeric_limits<T>::infinity();
+  for (auto [H, W] : {std::pair<int64_t, int64_t>{6, 8}, {7, 5}, {28, 28}, {2, 2}, {4, 70}, {3, 33}}) {
+    std::vector<T> x = randn({H * W}, DType::Float64).template to_vector<T>();
     for (int64_t i = 0; i < H * W; ++i) {  // ties, NaNs and -inf in some windows
-      if (i % 7 == 0) x[i] = 0.5f;
-      if (i % 11 == 0) x[i] = 0.5f;
+      if (i % 7 == 0) x[i] = T(0.5);
+      if (i % 11 == 0) x[i] = T(0.5);
       if (i % 13 == 3) x[i] = nan;
       if (i % 17 == 5) x[i] = -inf;
     }
-    if (H * W >= 4) x[0] = x[1] = x[W] = x[W + 1] = -inf;  // a window of only -inf
+    x[0] = x[1] = x[W] = x[W + 1] = -inf;  // a window of only -inf
     const int64_t Ho = H / 2, Wo = W / 2;
-    std::vector<float> y_ref(Ho * Wo), y_fast(Ho * Wo);
+    std::vector<T> y_ref(Ho * Wo), y_fast(Ho * Wo);
     std::vector<int64_t> i_ref(Ho * Wo), i_fast(Ho * Wo);
     kernels::cpu::max_pool2d_plane_forward(x.data(), H, W, y_ref.data(), i_ref.data(), Ho, Wo, {2, 2, 2, 2, 0, 0});
     kernels::cpu::max_pool2d_plane_forward_2x2(x.data(), H, W, y_fast.data(), i_fast.data(), Ho, Wo);
@@ -55,6 +65,11 @@ TEST(FastPaths, MaxPool2x2MatchesTheGeneralWindowLoop) {
       else EXPECT_EQ(y_fast[o], y_ref[o]) << "output " << o;
     }
   }
+}
+
+TEST(FastPaths, MaxPool2x2MatchesTheGeneralWindowLoop) {
+  check_max_pool_2x2<float>();
+  check_max_pool_2x2<double>();
 }
 
 TEST(FastPaths, BatchNormStatsMatchTwoPassReference) {
@@ -108,4 +123,121 @@ TEST(FastPaths, SteadyStateTrainingStepMapsNoNewMemory) {
   const auto after = cpu_allocator_stats();
   EXPECT_EQ(after.segment_allocs, before.segment_allocs) << "steady-state steps allocated new segments";
   EXPECT_GT(after.cache_hits, before.cache_hits);
+}
+
+TEST(FastPaths, ExpAndErfMatchTheLibrary) {
+  double worst_exp = 0, worst_erf = 0;
+  for (int i = 0; i <= 400000; ++i) {
+    const float x = -104.0f * static_cast<float>(i) / 400000.0f;  // [-104, 0]
+    const double ref = std::exp(static_cast<double>(x));
+    const float e = kernels::cpu::exp_nonpositive(x);
+    if (ref >= 1.1754944e-38) worst_exp = std::max(worst_exp, std::fabs(e - ref) / ref);
+    else EXPECT_EQ(e, 0.0f) << "exp(" << x << ") should flush to 0";
+    const float y = -6.0f + 12.0f * static_cast<float>(i) / 400000.0f;
+    worst_erf = std::max(worst_erf, std::fabs(kernels::cpu::erf_fast(y) - std::erf(static_cast<double>(y))));
+  }
+  EXPECT_LT(worst_exp, 4.8e-7) << "exp: worst relative error (4 ulp allowed)";
+  EXPECT_LT(worst_erf, 5e-7) << "erf: worst absolute error";
+  EXPECT_EQ(kernels::cpu::exp_nonpositive(-std::numeric_limits<float>::infinity()), 0.0f);
+  EXPECT_EQ(kernels::cpu::exp_nonpositive(0.0f), 1.0f);
+  EXPECT_TRUE(std::isnan(kernels::cpu::exp_nonpositive(std::nanf(""))));
+  EXPECT_TRUE(std::isnan(kernels::cpu::erf_fast(std::nanf(""))));
+}
+
+TEST(FastPaths, GeluMatchesTheSharedFunctors) {
+  std::vector<float> x = (randn({4099}) * 3.0).to_vector<float>();
+  std::vector<float> dy = randn({4099}, RandomKey{5, 5}).to_vector<float>();
+  std::vector<float> y(x.size()), dx(x.size());
+  kernels::cpu::gelu_erf_span(x.data(), y.data(), static_cast<int64_t>(x.size()));
+  kernels::cpu::gelu_erf_backward_span(x.data(), dy.data(), dx.data(), static_cast<int64_t>(x.size()));
+  for (size_t i = 0; i < x.size(); ++i) {
+    EXPECT_NEAR(y[i], kernels::GeluErfOp{}(x[i]), 2e-6 * (1 + std::fabs(x[i]))) << "x = " << x[i];
+    EXPECT_NEAR(dx[i], kernels::GeluErfBackward{}(x[i], dy[i]), 2e-6 * (1 + std::fabs(dy[i]))) << "x = " << x[i];
+  }
+}
+
+TEST(FastPaths, SoftmaxFastRowsMatchFloat64) {
+  Tensor x = randn({37, 50}) * 4.0;
+  Tensor dy = randn({37, 50}, RandomKey{6, 1});
+  const Tensor x64 = x.to(DType::Float64), dy64 = dy.to(DType::Float64);
+  minidl::testing::expect_close(softmax(x, 1), softmax(x64, 1).to(DType::Float32), 1e-6, 1e-8, "softmax");
+  minidl::testing::expect_close(log_softmax(x, 1), log_softmax(x64, 1).to(DType::Float32), 1e-6, 1e-6, "log_softmax");
+  minidl::testing::expect_close(softmax_backward(softmax(x, 1), dy, 1),
+                                softmax_backward(softmax(x64, 1), dy64, 1).to(DType::Float32), 1e-5, 1e-7,
+                                "softmax backward");
+  minidl::testing::expect_close(log_softmax_backward(log_softmax(x, 1), dy, 1),
+                                log_softmax_backward(log_softmax(x64, 1), dy64, 1).to(DType::Float32), 1e-5, 1e-6,
+                                "log_softmax backward");
+  // masked (-inf) entries give exact zeros
+  x.narrow(1, 7, 3).fill_(-std::numeric_limits<double>::infinity());
+  const std::vector<float> y = softmax(x, 1).to_vector<float>();
+  for (int64_t r = 0; r < 37; ++r)
+    for (int64_t c = 7; c < 10; ++c) EXPECT_EQ(y[r * 50 + c], 0.0f) << r << ", " << c;
+}
+
+TEST(FastPaths, SmallGemmMatchesNaiveLoops) {
+  for (auto [M, N, K] : {std::tuple<int64_t, int64_t, int64_t>{50, 50, 16}, {32, 784, 9}, {5, 3, 7}, {17, 33, 64}}) {
+    for (bool ta : {false, true})
+      for (bool tb : {false, true})
+        for (float beta : {0.0f, 0.5f}) {
+          const std::vector<float> A = randn({M * K}, RandomKey{7, 1}).to_vector<float>();
+          const std::vector<float> B = randn({K * N}, RandomKey{7, 2}).to_vector<float>();
+          std::vector<float> C = randn({M * N}, RandomKey{7, 3}).to_vector<float>(), C0 = C;
+          if (beta == 0.0f) C[0] = std::numeric_limits<float>::quiet_NaN();  // ignored when beta == 0
+          kernels::cpu::gemm(M, N, K, A.data(), ta ? M : K, ta, B.data(), tb ? K : N, tb, C.data(), N, 1.5f, beta);
+          for (int64_t i = 0; i < M; ++i)
+            for (int64_t j = 0; j < N; ++j) {
+              double ref = 0;
+              for (int64_t k = 0; k < K; ++k)
+                ref += double(ta ? A[k * M + i] : A[i * K + k]) * double(tb ? B[j * K + k] : B[k * N + j]);
+              ref = 1.5 * ref + (beta == 0.0f ? 0.0 : beta * C0[i * N + j]);
+              ASSERT_NEAR(C[i * N + j], ref, 1e-4 * (1 + std::fabs(ref)))
+                  << M << "x" << N << "x" << K << " ta " << ta << " tb " << tb << " beta " << beta;
+            }
+        }
+  }
+}
+
+TEST(FastPaths, StrideOneIm2colAndCol2imMatchTheirDefinition) {
+  for (int64_t pad : {0, 1, 2})
+    for (int64_t dil : {1, 2}) {
+      const int64_t C = 2, H = 6, W = 7, k = 3;
+      const int64_t Ho = H + 2 * pad - dil * (k - 1), Wo = W + 2 * pad - dil * (k - 1);
+      const kernels::cpu::ConvGeometry g{C, H, W, k, k, 1, 1, pad, pad, dil, dil, Ho, Wo};
+      const std::vector<float> x = randn({C * H * W}, RandomKey{8, 1}).to_vector<float>();
+      std::vector<float> col(C * k * k * Ho * Wo, -1.0f), back(C * H * W, 0.0f), back_ref(C * H * W, 0.0f);
+      kernels::cpu::im2col(x.data(), g, col.data());
+      kernels::cpu::col2im(col.data(), g, back.data());
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t kh = 0; kh < k; ++kh)
+          for (int64_t kw = 0; kw < k; ++kw)
+            for (int64_t oh = 0; oh < Ho; ++oh)
+              for (int64_t ow = 0; ow < Wo; ++ow) {
+                const int64_t h = oh - pad + kh * dil, w = ow - pad + kw * dil;
+                const bool in = h >= 0 && h < H && w >= 0 && w < W;
+                const float v = in ? x[(c * H + h) * W + w] : 0.0f;
+                EXPECT_EQ(col[(((c * k + kh) * k + kw) * Ho + oh) * Wo + ow], v) << "pad " << pad << " dil " << dil;
+                if (in) back_ref[(c * H + h) * W + w] += v;
+              }
+      for (int64_t i = 0; i < C * H * W; ++i) EXPECT_FLOAT_EQ(back[i], back_ref[i]) << "col2im, element " << i;
+    }
+}
+
+TEST(FastPaths, ConvBackwardWithoutInputGradientKeepsWeightGradients) {
+  const Tensor x = randn({3, 2, 9, 9}), w = randn({4, 2, 3, 3}, RandomKey{9, 1}), dy = randn({3, 4, 9, 9}, RandomKey{9, 2});
+  const Conv2dParams p{.pad_h = 1, .pad_w = 1};
+  const Conv2dGrads all = conv2d_backward(x, w, dy, true, p), no_dx = conv2d_backward(x, w, dy, true, p, false);
+  EXPECT_FALSE(no_dx.dx.defined());
+  expect_equal(no_dx.dw, all.dw, "dw");
+  expect_equal(no_dx.db, all.db, "db");
+}
+
+TEST(FastPaths, VitPiecesSameBitsFor1And2Threads) {
+  Tensor x = randn({64, 50, 64});
+  auto [a, b] = with_1_and_2_threads([&] { return gelu(x); });
+  expect_equal(a, b, "gelu");
+  auto [c, d] = with_1_and_2_threads([&] { return softmax(x, 2); });
+  expect_equal(c, d, "softmax");
+  auto [e, f] = with_1_and_2_threads([&] { return matmul(x, x.transpose(1, 2)); });
+  expect_equal(e, f, "batched small matmul");
 }
