@@ -12,6 +12,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <Eigen/Core>
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "kernels/cpu/parallel.h"
@@ -36,32 +37,46 @@ void tile_kernel(Index m, Index n, Index k, const T* a, Index lda, const T* b, I
 // Eigen's packing and blocking cost more than the arithmetic for the many small products of a
 // convolution with few input channels (K = 9) or of attention heads (50x16 by 16x50). Here op(B)
 // is copied into a (K, Np) buffer (Np = N rounded up to kSmallCols, zero-padded), and each block
-// of kSmallRows rows of C accumulates kSmallRows x kSmallCols sums over k = 0..K-1 in order: fixed
-// trip counts the compiler keeps in vector registers. Each C element is one in-order sum over k,
+// of kSmallRows rows of C accumulates kSmallRows x kSmallCols sums over k = 0..K-1 in order, in
+// vector registers. Each C element is one in-order sum over k,
 // whatever the threads: bit-identical for any thread count. Tested against Eigen's path (and a
 // naive triple loop) by tests/tensor/test_cpu_fast_paths.cpp.
 constexpr int64_t kSmallRows = 4, kSmallCols = 16;
 constexpr double kSmallFlops = 4e6;  // below this, one tile and no threads (as gemm_impl)
 
+// kSmallCols elements of T as one GCC/Clang vector (one AVX-512 register for float; the compiler
+// splits it into narrower registers on other targets).
+template <class T>
+struct SmallVec;
+template <>
+struct SmallVec<float> {
+  typedef float type __attribute__((vector_size(kSmallCols * sizeof(float))));
+};
+template <>
+struct SmallVec<double> {
+  typedef double type __attribute__((vector_size(kSmallCols * sizeof(double))));
+};
+
 template <class T, int64_t R>
-void small_rows(int64_t i0, int64_t N, int64_t K, const T* A, int64_t lda, bool trans_a, const T* Bp, int64_t Np,
+void small_rows(int64_t i0, int64_t N, int64_t K, const T* A, int64_t sa_i, int64_t sa_k, const T* Bp, int64_t Np,
                 T* C, int64_t ldc, T alpha, T beta) {
+  using V = typename SmallVec<T>::type;  // R row pieces of C, kept in registers
   for (int64_t j0 = 0; j0 < N; j0 += kSmallCols) {
-    T acc[R][kSmallCols] = {};
+    V acc[R] = {};
     for (int64_t k = 0; k < K; ++k) {
-      const T* b = Bp + k * Np + j0;
-      for (int64_t r = 0; r < R; ++r) {
-        const T a = trans_a ? A[k * lda + i0 + r] : A[(i0 + r) * lda + k];
-        for (int64_t j = 0; j < kSmallCols; ++j) acc[r][j] += a * b[j];
-      }
+      V b;
+      std::memcpy(&b, Bp + k * Np + j0, sizeof b);
+      for (int64_t r = 0; r < R; ++r) acc[r] += A[(i0 + r) * sa_i + k * sa_k] * b;
     }
     const int64_t n = std::min(kSmallCols, N - j0);
     for (int64_t r = 0; r < R; ++r) {
+      T out[kSmallCols];
+      std::memcpy(out, &acc[r], sizeof out);
       T* c = C + (i0 + r) * ldc + j0;
       if (beta == T(0)) {
-        for (int64_t j = 0; j < n; ++j) c[j] = alpha * acc[r][j];
+        for (int64_t j = 0; j < n; ++j) c[j] = alpha * out[j];
       } else {
-        for (int64_t j = 0; j < n; ++j) c[j] = alpha * acc[r][j] + beta * c[j];
+        for (int64_t j = 0; j < n; ++j) c[j] = alpha * out[j] + beta * c[j];
       }
     }
   }
@@ -75,10 +90,11 @@ void small_gemm(int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, bool t
   packed.assign(static_cast<size_t>(K * Np), T(0));
   for (int64_t k = 0; k < K; ++k)
     for (int64_t j = 0; j < N; ++j) packed[static_cast<size_t>(k * Np + j)] = trans_b ? B[j * ldb + k] : B[k * ldb + j];
+  const int64_t sa_i = trans_a ? 1 : lda, sa_k = trans_a ? lda : 1;  // op(A)(i, k) = A[i * sa_i + k * sa_k]
   int64_t i = 0;
   for (; i + kSmallRows <= M; i += kSmallRows)
-    small_rows<T, kSmallRows>(i, N, K, A, lda, trans_a, packed.data(), Np, C, ldc, alpha, beta);
-  for (; i < M; ++i) small_rows<T, 1>(i, N, K, A, lda, trans_a, packed.data(), Np, C, ldc, alpha, beta);
+    small_rows<T, kSmallRows>(i, N, K, A, sa_i, sa_k, packed.data(), Np, C, ldc, alpha, beta);
+  for (; i < M; ++i) small_rows<T, 1>(i, N, K, A, sa_i, sa_k, packed.data(), Np, C, ldc, alpha, beta);
 }
 
 template <class T>
