@@ -7,6 +7,9 @@
 
 #include <csignal>
 #include <cstring>
+#include <fstream>
+#include <iterator>
+#include <string>
 
 namespace minidl::dist {
 
@@ -21,6 +24,15 @@ std::string describe_exit(int wait_status) {
 }
 
 bool exited_ok(int wait_status) { return WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0; }
+
+bool is_stopped(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t paren = stat.rfind(')');  // the command name may hold spaces and parentheses
+  if (paren == std::string::npos || paren + 2 >= stat.size()) return false;
+  const char state = stat[paren + 2];
+  return state == 'T' || state == 't';
+}
 
 void die_with_parent(int signal, pid_t parent_pid) {
   prctl(PR_SET_PDEATHSIG, signal);

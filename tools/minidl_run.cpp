@@ -1,12 +1,16 @@
 // tools/minidl_run.cpp — minidl-run, the launcher (torchrun's counterpart):
 //
 //   minidl-run --nproc-per-node N [--nnodes M --node-rank K --master-addr A --master-port P]
-//              PROGRAM ARGS...
+//              [--max-restarts R] PROGRAM ARGS...
 //
 // starts N copies of PROGRAM on this node with RANK = K*N + local, WORLD_SIZE = M*N, LOCAL_RANK,
 // LOCAL_WORLD_SIZE = N, GROUP_RANK = K, MASTER_ADDR, MASTER_PORT in their environment, prefixes
 // their output lines with "[rank R] ", forwards SIGINT/SIGTERM/SIGHUP, and when a worker fails
-// stops the others and exits 1 naming the rank and how it ended. Bad flags: usage, exit 2.
+// stops the others and exits 1 naming the rank and how it ended — or, with --max-restarts R,
+// starts a fresh group up to R times (worker_group.h: causes logged, a crash that repeats at the
+// same step ends the run, several nodes restart together). Bad flags: usage, exit 2.
+// torchrun's spellings work too: --nproc_per_node, --standalone, --rdzv-endpoint HOST:PORT,
+// --nnodes N:N; elastic sizes (--nnodes 1:4) are refused (the node count is fixed).
 //
 // Defaults: one node; MASTER_ADDR 127.0.0.1; MASTER_PORT a free port on one node, 29500 with
 // several (every node must be given the same one). Like torchrun, when OMP_NUM_THREADS is not
@@ -32,14 +36,21 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: minidl-run --nproc-per-node N [--nnodes M] [--node-rank K] [--master-addr A]\n"
-    "                  [--master-port P] PROGRAM [ARGS...]\n"
-    "  --nproc-per-node N  workers on this node (default 1)\n"
-    "  --nnodes M          nodes in the job (default 1)\n"
-    "  --node-rank K       this node's index in [0, M) (default 0)\n"
-    "  --master-addr A     address of the node hosting rank 0 (default 127.0.0.1)\n"
-    "  --master-port P     its port (default: a free port with one node, 29500 with several)\n"
-    "Each worker gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR and\n"
-    "MASTER_PORT in its environment.\n";
+    "                  [--master-port P] [--max-restarts R] PROGRAM [ARGS...]\n"
+    "  --nproc-per-node N     workers on this node (default 1)\n"
+    "  --nnodes M             nodes in the job (default 1); torchrun's MIN:MAX only as M:M (no elastic sizes)\n"
+    "  --node-rank K          this node's index in [0, M) (default 0)\n"
+    "  --master-addr A        address of the node hosting rank 0 (default 127.0.0.1)\n"
+    "  --master-port P        its port (default: a free port with one node, 29500 with several)\n"
+    "  --rdzv-endpoint A:P    torchrun's spelling of --master-addr A --master-port P\n"
+    "  --standalone           one node on 127.0.0.1 and a free port (torchrun's --standalone)\n"
+    "  --max-restarts R       restart the whole group up to R times when a worker fails (default 0);\n"
+    "                         a failure at the same step as the previous one is not restarted\n"
+    "Each worker gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR,\n"
+    "MASTER_PORT, MINIDL_RESTART_COUNT (0, then 1, 2, ... after restarts), MINIDL_MAX_RESTARTS and\n"
+    "MINIDL_STEP_DIR in its environment. With several nodes and --max-restarts, the launchers meet\n"
+    "on --master-port (node 0's launcher hosts their store), each round's workers get a fresh\n"
+    "MASTER_PORT, and a launcher silent for 5 s (heartbeat every 1 s) ends the run.\n";
 
 struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -63,6 +74,7 @@ int parse_int(const std::string& flag, const std::string& value, int lo, int hi)
 minidl::launcher::LaunchConfig parse_args(int argc, char** argv, bool& help) {
   minidl::launcher::LaunchConfig c;
   std::optional<int> port;
+  bool standalone = false, nodes_given = false, addr_given = false;
   int i = 1;
   for (; i < argc; ++i) {
     std::string arg = argv[i];
@@ -91,20 +103,51 @@ minidl::launcher::LaunchConfig parse_args(int argc, char** argv, bool& help) {
     if (name == "--nproc-per-node") {
       c.nproc_per_node = parse_int(name, take(), 1, 4096);
     } else if (name == "--nnodes") {
-      c.nnodes = parse_int(name, take(), 1, 65536);
+      std::string v = take();
+      if (auto colon = v.find(':'); colon != std::string::npos) {
+        int lo = parse_int(name, v.substr(0, colon), 1, 65536), hi = parse_int(name, v.substr(colon + 1), 1, 65536);
+        if (lo != hi)
+          throw UsageError("--nnodes " + v + ": elastic node counts (MIN:MAX) are not supported; give a fixed count "
+                           "(--nnodes N or N:N)");
+        c.nnodes = lo;
+      } else {
+        c.nnodes = parse_int(name, v, 1, 65536);
+      }
+      nodes_given = true;
+    } else if (name == "--standalone") {
+      if (has_value) throw UsageError("--standalone takes no value");
+      standalone = true;
+    } else if (name == "--max-restarts") {
+      c.max_restarts = parse_int(name, take(), 0, 1000000);
+    } else if (name == "--rdzv-endpoint") {
+      std::string v = take();
+      auto colon = v.rfind(':');
+      if (colon == std::string::npos || colon == 0)
+        throw UsageError("--rdzv-endpoint needs HOST:PORT, got '" + v + "'");
+      c.master_addr = v.substr(0, colon);
+      port = parse_int(name, v.substr(colon + 1), 1, 65535);
+      addr_given = true;
     } else if (name == "--node-rank") {
       c.node_rank = parse_int(name, take(), 0, 65535);
     } else if (name == "--master-addr") {
       c.master_addr = take();
       if (c.master_addr.empty()) throw UsageError("--master-addr must not be empty");
+      addr_given = true;
     } else if (name == "--master-port") {
       port = parse_int(name, take(), 1, 65535);
+      addr_given = true;
     } else {
       throw UsageError("unknown option " + arg);
     }
   }
   for (; i < argc; ++i) c.command.push_back(argv[i]);
   if (c.command.empty()) throw UsageError("no PROGRAM given");
+  if (standalone) {
+    if ((nodes_given && c.nnodes != 1) || c.node_rank != 0)
+      throw UsageError("--standalone is a single node: it cannot be combined with --nnodes " +
+                       std::to_string(c.nnodes) + " or --node-rank");
+    if (addr_given) throw UsageError("--standalone picks its own address and port: drop --master-addr/--master-port/--rdzv-endpoint");
+  }
   if (c.node_rank >= c.nnodes) {
     throw UsageError("--node-rank " + std::to_string(c.node_rank) + " is not below --nnodes " + std::to_string(c.nnodes));
   }

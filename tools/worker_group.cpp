@@ -5,6 +5,8 @@
 // the launcher dies without cleaning up. Its stdout and stderr are pipes read here by one poll()
 // loop that also watches a self-pipe fed by the signal handlers (SIGCHLD, SIGINT, SIGTERM,
 // SIGHUP): the launcher has a single thread and no work happens inside a signal handler.
+// A run is a sequence of rounds (one group of workers each); with several nodes and restarts,
+// the launchers agree on each round's end through a store (class Peers).
 #include "tools/worker_group.h"
 
 #include <fcntl.h>
@@ -13,6 +15,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <sstream>
 #include <cerrno>
 #include <csignal>
 #include <cstring>
@@ -21,8 +28,12 @@
 #include <thread>
 
 #include "dist/process.h"
+#include "dist/socket.h"
+#include "dist/store.h"
 
 namespace minidl::launcher {
+
+namespace dist = minidl::dist;
 
 namespace {
 
@@ -102,7 +113,8 @@ struct Worker {
   int status = 0;
 };
 
-[[noreturn]] void exec_worker(const LaunchConfig& c, int local_rank, int out_fd, int err_fd, pid_t launcher) {
+[[noreturn]] void exec_worker(const LaunchConfig& c, int local_rank, uint16_t port, int round, const std::string& step_dir,
+                              int out_fd, int err_fd, pid_t launcher) {
   ::setpgid(0, 0);
   minidl::dist::die_with_parent(SIGTERM, launcher);
   ::signal(SIGPIPE, SIG_DFL);
@@ -117,7 +129,10 @@ struct Worker {
   set("LOCAL_RANK", local_rank);
   set("LOCAL_WORLD_SIZE", c.nproc_per_node);
   set("GROUP_RANK", c.node_rank);
-  set("MASTER_PORT", c.master_port);
+  set("MASTER_PORT", port);
+  set("MINIDL_RESTART_COUNT", round);
+  set("MINIDL_MAX_RESTARTS", c.max_restarts);
+  ::setenv("MINIDL_STEP_DIR", step_dir.c_str(), 1);
   ::setenv("MASTER_ADDR", c.master_addr.c_str(), 1);
   std::vector<char*> argv;
   for (const auto& a : c.command) argv.push_back(const_cast<char*>(a.c_str()));
@@ -143,13 +158,206 @@ void signal_groups(const std::vector<Worker>& workers, int sig, bool include_exi
   }
 }
 
-}  // namespace
+// The step a worker last wrote to STEP_DIR/step.<rank>, or -1.
+int64_t read_step(const std::string& step_dir, int rank) {
+  std::ifstream in(step_dir + "/step." + std::to_string(rank));
+  long long step = -1;
+  if (!(in >> step)) return -1;
+  return step;
+}
 
-int run_workers(const LaunchConfig& c) {
-  install_signal_handlers();
+// How this node's part of one round ended.
+struct NodeEnd {
+  char kind = 'o';      // 'o' every worker exited 0, 'f' a worker failed, 's' stopped for another
+                        // node's failure, 'a' aborted (the launcher got a signal, or lost node 0)
+  int64_t step = -1;    // the failed worker's step, when it wrote one
+  bool by_signal = false;  // the failed worker was killed by a signal (a primary cause)
+  std::string cause;
+  int exit_code = 1;    // for 'a': what the launcher exits with
+
+  std::string encode() const {
+    return std::string(1, kind) + "\n" + std::to_string(step) + "\n" + (by_signal ? "1" : "0") + "\n" + cause;
+  }
+  static NodeEnd decode(const std::string& s) {
+    NodeEnd e;
+    std::istringstream in(s);
+    std::string kind, step, sig;
+    std::getline(in, kind);
+    std::getline(in, step);
+    std::getline(in, sig);
+    std::getline(in, e.cause, '\0');
+    e.kind = kind.empty() ? 'f' : kind[0];
+    e.step = step.empty() ? -1 : std::stoll(step);
+    e.by_signal = sig == "1";
+    return e;
+  }
+};
+
+// What happens after a round: done, a restart, or the end of the run.
+struct Verdict {
+  char kind = 'd';  // 'd' done, 'r' restart, 'g' give up
+  std::string message;
+  int64_t step = -1;
+  std::string encode() const { return std::string(1, kind) + "\n" + std::to_string(step) + "\n" + message; }
+  static Verdict decode(const std::string& s) {
+    Verdict v;
+    std::istringstream in(s);
+    std::string kind, step;
+    std::getline(in, kind);
+    std::getline(in, step);
+    std::getline(in, v.message, '\0');
+    v.kind = kind.empty() ? 'g' : kind[0];
+    v.step = step.empty() ? -1 : std::stoll(step);
+    return v;
+  }
+};
+
+// One verdict from every node's end: the primary failure is a worker killed by a signal, else
+// the first reported (the others' "connection broke" errors are its consequences).
+Verdict decide(const std::vector<NodeEnd>& ends, int restarts_done, int max_restarts, int64_t last_failure_step) {
+  const NodeEnd* primary = nullptr;
+  for (const auto& e : ends) {
+    if (e.kind == 'a') return {'g', e.cause, e.step};
+    if (e.kind == 'f' && (primary == nullptr || (e.by_signal && !primary->by_signal))) primary = &e;
+  }
+  if (primary == nullptr) return {'d', "", -1};
+  const std::string cause = primary->cause;
+  if (restarts_done >= max_restarts) {
+    std::string msg = "failed: " + cause;
+    if (max_restarts > 0) msg += "; no restarts left (--max-restarts " + std::to_string(max_restarts) + " used up)";
+    return {'g', msg, primary->step};
+  }
+  if (primary->step >= 0 && primary->step == last_failure_step)
+    return {'g',
+            "failed: " + cause + "; the previous failure was at the same step " + std::to_string(primary->step) +
+                ": a deterministic crash that a restart would repeat, not restarting",
+            primary->step};
+  return {'r', cause, primary->step};
+}
+
+// The launchers of a multi-node run, meeting in a TCPStore hosted by node 0's launcher on
+// master_port. Keys: minidl-run/hb/<node>, minidl-run/<round>/{port,joined,stop,end/<node>,verdict},
+// minidl-run/finished. Every call comes from the supervisor loop's one thread.
+class Peers {
+ public:
+  explicit Peers(const LaunchConfig& c) : c_(c), last_hb_(static_cast<size_t>(c.nnodes)) {
+    const bool loopback = c.master_addr == "127.0.0.1" || c.master_addr == "localhost";
+    store_ = std::make_unique<dist::TCPStore>(
+        c.master_addr, dist::TCPStoreOptions{.port = c.master_port,
+                                             .is_server = c.node_rank == 0,
+                                             .timeout = c.join_timeout,
+                                             .bind_all_interfaces = c.node_rank == 0 && !loopback});
+  }
+
+  // Waits until every node has joined `round`; returns the round's MASTER_PORT.
+  uint16_t join(int round) {
+    if (c_.node_rank == 0)
+      store_->set(key(round, "port"), std::to_string(dist::find_free_port(c_.master_addr)));
+    store_->add(key(round, "joined"), 1);
+    const auto deadline = Clock::now() + c_.join_timeout;
+    while (store_->add(key(round, "joined"), 0) < c_.nnodes) {
+      tick();
+      if (lost_) throw std::runtime_error(*lost_);
+      if (Clock::now() > deadline)
+        throw std::runtime_error("not every node joined rendezvous round " + std::to_string(round) + " within " +
+                                 std::to_string(c_.join_timeout.count() / 1000) + " s");
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return static_cast<uint16_t>(std::stoi(store_->get(key(round, "port"))));
+  }
+
+  // Heartbeat, and on node 0 the check of everyone else's; throttled to heartbeat_interval.
+  void tick() {
+    const auto now = Clock::now();
+    if (now < next_tick_) return;
+    next_tick_ = now + std::min<std::chrono::milliseconds>(c_.heartbeat_interval, std::chrono::milliseconds(200));
+    if (now >= next_beat_) {
+      store_->set("minidl-run/hb/" + std::to_string(c_.node_rank), std::to_string(++beats_));
+      next_beat_ = now + c_.heartbeat_interval;
+    }
+    if (c_.node_rank != 0 || lost_) return;
+    for (int node = 1; node < c_.nnodes; ++node) {
+      const std::string hb = "minidl-run/hb/" + std::to_string(node);
+      if (!store_->check({hb})) continue;  // not started yet: the join timeout covers it
+      const std::string value = store_->get(hb);
+      Beat& b = last_hb_[static_cast<size_t>(node)];
+      if (value != b.value) {
+        b = {value, now};
+      } else if (now - b.changed > c_.heartbeat_timeout) {
+        lost_ = "node " + std::to_string(node) + "'s launcher is gone: no heartbeat for " +
+                std::to_string(c_.heartbeat_timeout.count() / 1000) + " s (the node count is fixed: not restarting)";
+      }
+    }
+  }
+
+  // Whether another node asked this round's workers to stop (or, on node 0, a node was lost).
+  bool stop_requested(int round) {
+    tick();
+    if (lost_) return true;
+    return store_->check({key(round, "stop")});
+  }
+  void request_stop(int round) { store_->set(key(round, "stop"), "1"); }
+
+  // Posts this node's end of the round and returns the common verdict (node 0 decides).
+  Verdict settle(int round, const NodeEnd& mine, int restarts_done, int64_t last_failure_step) {
+    store_->set(key(round, "end/" + std::to_string(c_.node_rank)), mine.encode());
+    if (c_.node_rank != 0) {
+      while (!store_->check({key(round, "verdict")})) {
+        tick();
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+      return Verdict::decode(store_->get(key(round, "verdict")));
+    }
+    std::vector<NodeEnd> ends{mine};
+    for (int node = 1; node < c_.nnodes; ++node) {
+      const std::string k = key(round, "end/" + std::to_string(node));
+      while (!store_->check({k}) && !lost_) {
+        tick();
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+      ends.push_back(lost_ ? NodeEnd{.kind = 'a', .cause = "failed: " + *lost_} : NodeEnd::decode(store_->get(k)));
+    }
+    const Verdict v = decide(ends, restarts_done, c_.max_restarts, last_failure_step);
+    store_->set(key(round, "verdict"), v.encode());
+    return v;
+  }
+
+  // The end of the run: node 0 keeps the store up until every launcher has read the verdict.
+  void finish() {
+    store_->add("minidl-run/finished", 1);
+    if (c_.node_rank != 0) return;
+    const auto deadline = Clock::now() + std::chrono::seconds(10);
+    while (store_->add("minidl-run/finished", 0) < c_.nnodes && !lost_ && Clock::now() < deadline) {
+      tick();
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+
+ private:
+  struct Beat {
+    std::string value;
+    Clock::time_point changed = Clock::now();
+  };
+  static std::string key(int round, const std::string& name) {
+    return "minidl-run/" + std::to_string(round) + "/" + name;
+  }
+
+  const LaunchConfig& c_;
+  std::unique_ptr<dist::TCPStore> store_;
+  std::vector<Beat> last_hb_;
+  Clock::time_point next_tick_{}, next_beat_{};
+  int64_t beats_ = 0;
+  std::optional<std::string> lost_;
+};
+
+// Starts this node's workers of one round and supervises them until they have all ended.
+NodeEnd run_round(const LaunchConfig& c, int round, uint16_t port, const std::string& step_dir, Peers* peers) {
   pid_t launcher = ::getpid();
   std::vector<Worker> workers;
   std::vector<Stream> streams;
+  for (int local = 0; local < c.nproc_per_node; ++local) {
+    ::unlink((step_dir + "/step." + std::to_string(c.node_rank * c.nproc_per_node + local)).c_str());
+  }
   for (int local = 0; local < c.nproc_per_node; ++local) {
     int out[2], err[2];
     if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
@@ -166,7 +374,7 @@ int run_workers(const LaunchConfig& c) {
     if (w.pid == 0) {
       for (int sig : kHandledSignals) ::signal(sig, SIG_DFL);
       sigprocmask(SIG_SETMASK, &old, nullptr);  // pending signals now act with default dispositions
-      exec_worker(c, local, out[1], err[1], launcher);
+      exec_worker(c, local, port, round, step_dir, out[1], err[1], launcher);
     }
     sigprocmask(SIG_SETMASK, &old, nullptr);
     if (w.pid < 0) throw std::runtime_error(std::string("fork failed: ") + std::strerror(errno));
@@ -181,15 +389,17 @@ int run_workers(const LaunchConfig& c) {
     workers.push_back(w);
   }
 
-  int exit_code = 0;
-  int first_failed = -1;  // index into workers
+  NodeEnd end;
   bool stopping = false, killed = false;
-  Clock::time_point kill_at, all_exited_at;
+  Clock::time_point kill_at, all_exited_at, stop_at;
   bool all_exited = false;
-  auto stop = [&](int code) {
+  std::optional<std::string> store_error;
+  auto stop = [&]() {
     stopping = true;
-    exit_code = code;
-    kill_at = Clock::now() + c.kill_grace;
+    stop_at = Clock::now();
+    kill_at = stop_at + c.kill_grace;
+    signal_groups(workers, SIGTERM, false);
+    signal_groups(workers, SIGCONT, false);  // a stopped worker acts on SIGTERM only once continued
   };
 
   while (true) {
@@ -208,7 +418,11 @@ int run_workers(const LaunchConfig& c) {
       if (!stopping) {
         say(std::string("received ") + signal_name(sig) + ", forwarding it to the workers");
         signal_groups(workers, sig, false);
-        stop(128 + sig);
+        signal_groups(workers, SIGCONT, false);
+        stopping = true;
+        kill_at = Clock::now() + c.kill_grace;
+        end = {.kind = 'a', .cause = std::string("node ") + std::to_string(c.node_rank) + "'s launcher received " +
+                                     signal_name(sig), .exit_code = 128 + sig};
       } else if (sig == SIGINT && !killed) {  // a second Ctrl-C: no more patience
         signal_groups(workers, SIGKILL, true);
         killed = true;
@@ -225,12 +439,57 @@ int run_workers(const LaunchConfig& c) {
     for (auto& w : workers) {
       if (w.exited || ::waitpid(w.pid, &w.status, WNOHANG) != w.pid) continue;
       w.exited = true;
-      if (!minidl::dist::exited_ok(w.status) && !stopping) {
+      if (minidl::dist::exited_ok(w.status)) continue;
+      // The first failure, or one killed by a signal soon after a first plain exit: a worker
+      // killed with -9 takes the others down with it, and they may be reaped first.
+      const bool by_signal = WIFSIGNALED(w.status) && WTERMSIG(w.status) != SIGTERM;
+      const bool primary = !stopping || (end.kind == 'f' && !end.by_signal && by_signal &&
+                                         Clock::now() - stop_at < std::chrono::milliseconds(500));
+      if (!primary) continue;
+      const int64_t step = read_step(step_dir, w.rank);
+      std::string cause = "rank " + std::to_string(w.rank) +
+                          (c.nnodes > 1 ? " (node " + std::to_string(c.node_rank) + ")" : "") + " " +
+                          minidl::dist::describe_exit(w.status) +
+                          (step >= 0 ? " at step " + std::to_string(step) : "");
+      for (const auto& other : workers) {
+        if (!other.exited && minidl::dist::is_stopped(other.pid))
+          cause += "; rank " + std::to_string(other.rank) + " (pid " + std::to_string(other.pid) +
+                   ") was stopped (SIGSTOP?) and hung the others' collectives";
+      }
+      if (!stopping) {
         say("rank " + std::to_string(w.rank) + " (local rank " + std::to_string(w.local_rank) + ", pid " +
-            std::to_string(w.pid) + ") " + minidl::dist::describe_exit(w.status) + "; stopping the other workers");
-        first_failed = static_cast<int>(&w - workers.data());
-        signal_groups(workers, SIGTERM, false);
-        stop(1);
+            std::to_string(w.pid) + ") " + minidl::dist::describe_exit(w.status) +
+            (step >= 0 ? " at step " + std::to_string(step) : "") + "; stopping the other workers");
+        stop();
+        if (peers) {
+          try {
+            peers->request_stop(round);
+          } catch (const std::exception& e) {
+            store_error = e.what();
+          }
+        }
+      } else {
+        say("rank " + std::to_string(w.rank) + " " + minidl::dist::describe_exit(w.status) +
+            ": that is the cause of the failure");
+      }
+      end = {.kind = 'f', .step = step, .by_signal = by_signal, .cause = cause};
+    }
+
+    if (peers && !stopping && !store_error) {
+      try {
+        if (peers->stop_requested(round)) {
+          say("another node failed; stopping this node's workers");
+          stop();
+          end.kind = 's';
+        }
+      } catch (const std::exception& e) {
+        store_error = e.what();
+      }
+      if (store_error) {
+        say("lost the launchers' store on node 0 (" + c.master_addr + ":" + std::to_string(c.master_port) +
+            "): " + *store_error + "; stopping this node's workers");
+        if (!stopping) stop();
+        end = {.kind = 'a', .cause = "failed: lost the launchers' store on node 0: " + *store_error};
       }
     }
 
@@ -258,12 +517,54 @@ int run_workers(const LaunchConfig& c) {
       ::close(s.fd);
     }
   }
+  if (store_error) throw std::runtime_error(end.cause.substr(std::string("failed: ").size()));
+  return end;
+}
 
-  if (first_failed >= 0) {
-    const Worker& w = workers[first_failed];
-    say("failed: rank " + std::to_string(w.rank) + " " + minidl::dist::describe_exit(w.status));
+// A private directory for the workers' step files, removed with its files at the end.
+class StepDir {
+ public:
+  StepDir() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "minidl-run.XXXXXX").string();
+    if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("cannot create a temporary directory");
+    path_ = tmpl;
   }
-  return exit_code;
+  ~StepDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+}  // namespace
+
+int run_workers(const LaunchConfig& c) {
+  install_signal_handlers();
+  StepDir step_dir;
+  std::unique_ptr<Peers> peers;
+  if (c.nnodes > 1 && c.max_restarts > 0) peers = std::make_unique<Peers>(c);
+  int64_t last_failure_step = -1;
+  for (int round = 0;; ++round) {
+    uint16_t port = c.master_port;
+    if (peers) port = peers->join(round);
+    else if (round > 0) port = dist::find_free_port(c.master_addr);  // a fresh store for the new group
+    const NodeEnd end = run_round(c, round, port, step_dir.path(), peers.get());
+    const Verdict v = peers ? peers->settle(round, end, round, last_failure_step)
+                            : decide({end}, round, c.max_restarts, last_failure_step);
+    if (v.kind == 'r') {
+      say("restart " + std::to_string(round + 1) + "/" + std::to_string(c.max_restarts) + " (cause: " + v.message +
+          "): starting a new group of " + std::to_string(c.nproc_per_node * c.nnodes) + " worker(s)");
+      last_failure_step = v.step;
+      continue;
+    }
+    if (peers) peers->finish();
+    if (v.kind == 'd') return 0;
+    say(v.message);
+    return end.kind == 'a' ? end.exit_code : 1;
+  }
 }
 
 }  // namespace minidl::launcher

@@ -1,5 +1,26 @@
 // tools/worker_group.h — the process management behind minidl-run: start this node's workers,
-// prefix their output lines with their rank, forward signals, stop everyone when one fails.
+// prefix their output lines with their rank, forward signals, stop everyone when one fails,
+// and — with max_restarts > 0 — start a fresh group, up to max_restarts times.
+//
+// Restarts (torchrun's --max-restarts): when a worker fails, the others are stopped (SIGTERM +
+// SIGCONT, SIGKILL after kill_grace), and a new group is started on a new MASTER_PORT (a new
+// rendezvous round: a fresh store and process group). Each restart is logged with its cause:
+// the rank, its exit status or signal, the training step it was in, and any worker found stopped
+// (SIGSTOP: it hung the others' collectives). The run gives up — exit 1, a clear message — when
+// max_restarts restarts are used up, or when a failure happens at the same step as the previous
+// one (a deterministic crash that restarting would only repeat). Workers see:
+//   MINIDL_RESTART_COUNT  0 for the first group, then 1, 2, ... (torchrun: TORCHELASTIC_RESTART_COUNT)
+//   MINIDL_MAX_RESTARTS   max_restarts
+//   MINIDL_STEP_DIR       a directory where a worker may keep its current step in step.<RANK>
+//                         (train does); the launcher reads it to tell which step failed.
+// Several nodes with max_restarts > 0: node 0's launcher hosts a TCPStore on master_port (the
+// rendezvous endpoint) and every launcher joins it; node 0 publishes each round's MASTER_PORT,
+// a failure on any node stops the workers of every node, node 0 decides restart or give-up for
+// all, and every launcher starts its part of the new group. Each launcher writes a heartbeat
+// to the store every heartbeat_interval; node 0 declares a node gone when its heartbeat has not
+// changed for heartbeat_timeout (detection within heartbeat_timeout + heartbeat_interval, 6 s by
+// default) and gives up (the number of nodes is fixed: no elastic shrinking); a launcher that
+// loses node 0's store stops its workers and exits 1.
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -16,11 +37,15 @@ struct LaunchConfig {
   uint16_t master_port = 0;
   std::vector<std::string> command;  // PROGRAM ARGS...
   std::chrono::milliseconds kill_grace = std::chrono::seconds(3);  // SIGTERM, then SIGKILL
+  int max_restarts = 0;
+  std::chrono::milliseconds heartbeat_interval = std::chrono::seconds(1);
+  std::chrono::milliseconds heartbeat_timeout = std::chrono::seconds(5);
+  std::chrono::milliseconds join_timeout = std::chrono::seconds(300);  // every node joining a round
 };
 
-// Runs the workers of this node until they all end; returns the launcher's exit status:
-// 0 when every worker exited 0, 1 when a worker failed (named on stderr), 128 + signal when the
-// launcher itself was asked to stop (SIGINT, SIGTERM, SIGHUP).
+// Runs the workers of this node until they all end (restarting them as configured); returns the
+// launcher's exit status: 0 when every worker exited 0, 1 when the run failed (named on stderr),
+// 128 + signal when the launcher itself was asked to stop (SIGINT, SIGTERM, SIGHUP).
 int run_workers(const LaunchConfig& config);
 
 }  // namespace minidl::launcher
