@@ -102,19 +102,25 @@ void drain(Child& c) {
 
 void signal_all(std::vector<Child>& children, int sig) {
   for (auto& c : children) {
-    if (!c.exited) ::kill(c.pid, sig);
+    if (!c.exited) {
+      ::kill(c.pid, sig);
+      if (sig == SIGTERM) ::kill(c.pid, SIGCONT);  // a stopped child acts on SIGTERM once continued
+    }
   }
 }
 
-std::string failure_message(int rank, const Child& c) {
+std::string failure_message(int rank, const Child& c, const std::string& stopped) {
   std::string how = (!c.data.empty() && c.data[0] == 'E') ? c.data.substr(1) : describe_exit(c.status);
-  return "spawn: rank " + std::to_string(rank) + " failed: " + how;
+  return "spawn: rank " + std::to_string(rank) + " failed: " + how + stopped;
 }
 
-// Waits for every child; on the first failure stops the others. Returns the index of the first
-// failed child, or -1.
-int supervise(std::vector<Child>& children, std::chrono::milliseconds kill_grace) {
+bool killed_by_signal(const Child& c) { return WIFSIGNALED(c.status) && WTERMSIG(c.status) != SIGTERM; }
+
+// Waits for every child; on the first failure stops the others. Returns the index of the failed
+// child (see spawn.h for which), or -1; `stopped` gets a note on children found stopped.
+int supervise(std::vector<Child>& children, std::chrono::milliseconds kill_grace, std::string* stopped = nullptr) {
   int failed = -1;
+  Clock::time_point failed_at;
   bool stopping = false;
   bool killed = false;
   Clock::time_point kill_at;
@@ -141,9 +147,18 @@ int supervise(std::vector<Child>& children, std::chrono::milliseconds kill_grace
         drain(c);  // what it wrote before exiting is in the pipe now
         if (!exited_ok(c.status) && !stopping) {
           failed = static_cast<int>(i);
+          failed_at = Clock::now();
           stopping = true;
           kill_at = Clock::now() + kill_grace;
+          for (size_t j = 0; j < children.size() && stopped; ++j) {
+            if (!children[j].exited && is_stopped(children[j].pid))
+              *stopped += "; rank " + std::to_string(j) + " (pid " + std::to_string(children[j].pid) +
+                          ") was stopped (SIGSTOP?) and hung the others' collectives";
+          }
           signal_all(children, SIGTERM);
+        } else if (stopping && failed >= 0 && killed_by_signal(c) && !killed_by_signal(children[failed]) &&
+                   Clock::now() - failed_at < std::chrono::milliseconds(500)) {
+          failed = static_cast<int>(i);  // the cause; the first one failed because of it
         }
       }
       if (c.exited && c.fd >= 0 && Clock::now() - c.exited_at > eof_grace) {
@@ -200,8 +215,9 @@ std::vector<std::string> spawn_with_results(int nprocs, const std::function<std:
     children[rank].fd = fds[0];
   }
 
-  int failed = supervise(children, options.kill_grace);
-  if (failed >= 0) throw std::runtime_error(failure_message(failed, children[failed]));
+  std::string stopped;
+  int failed = supervise(children, options.kill_grace, &stopped);
+  if (failed >= 0) throw SpawnError(failure_message(failed, children[failed], stopped), failed, children[failed].status);
   std::vector<std::string> results;
   for (auto& c : children) results.push_back(c.data.empty() ? std::string() : c.data.substr(1));
   return results;

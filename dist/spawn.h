@@ -9,10 +9,14 @@
 // Each child gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK (0), MASTER_ADDR
 // and MASTER_PORT in its environment before fn runs, so dist::world_info_from_env() (and
 // init()) inside fn work as under minidl-run. spawn returns when every child has finished.
-// If one fails (an exception, a non-zero exit, a signal), the others get SIGTERM, then SIGKILL
-// after options.kill_grace, and spawn throws std::runtime_error naming the first failed rank:
-// "spawn: rank 1 failed: <exception message>" or "spawn: rank 1 failed: was killed by signal 11
-// (Segmentation fault)". No child outlives spawn; a child also gets SIGTERM if the parent dies.
+// If one fails (an exception, a non-zero exit, a signal), the others get SIGTERM (and SIGCONT,
+// for a stopped one), then SIGKILL after options.kill_grace, and spawn throws SpawnError (a
+// std::runtime_error) naming the failed rank: "spawn: rank 1 failed: <exception message>" or
+// "spawn: rank 1 failed: was killed by signal 11 (Segmentation fault)". The failed rank is the
+// first to fail, unless another is killed by a signal within 0.5 s of it (a rank killed with -9
+// makes the others fail too, and they may be noticed first); a child found stopped (SIGSTOP)
+// when the failure happens is named in the message as well: it hung the others' collectives.
+// No child outlives spawn; a child also gets SIGTERM if the parent dies.
 // Children stay in the parent's process group (Ctrl-C reaches them all) and are signalled by
 // pid: processes a child starts itself are its own business. Unlike mp.spawn, which returns a
 // context object, spawn returns nothing; results come from spawn_with_results.
@@ -31,6 +35,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -41,6 +46,14 @@ struct SpawnOptions {
   uint16_t master_port = 0;  // 0: a free port, picked by the parent
   std::chrono::milliseconds kill_grace = std::chrono::seconds(3);  // SIGTERM, then SIGKILL after this
   int omp_threads = 1;  // OpenMP threads in each child (see the note above)
+};
+
+// What spawn throws when a child fails: the message above, the rank, and its waitpid status.
+struct SpawnError : std::runtime_error {
+  SpawnError(const std::string& message, int rank, int wait_status)
+      : std::runtime_error(message), rank(rank), wait_status(wait_status) {}
+  int rank;
+  int wait_status;
 };
 
 // Runs fn(rank) for rank in [0, nprocs) in child processes; returns when all have succeeded.

@@ -23,16 +23,27 @@
 // Batches are copied to the device each step; metrics are counted on the host.
 // Exit status: 0 done, 1 a failure while training, 2 a bad flag, config or data directory, or
 // --device cuda where no GPU can be used ("no CUDA device present" / "built without CUDA").
+// Failures: a non-finite loss stops the run naming the step and the first non-finite tensor (the
+// last good checkpoint stays); with --max-restarts N (or minidl-run --max-restarts N) a failed
+// group of processes is started again and resumes from the newest complete checkpoint in --out.
+// A second run into an --out that holds a run is refused unless --resume or --overwrite.
+#include <fcntl.h>
 #include <omp.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <functional>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -74,7 +85,46 @@ struct Run {
   bool cuda = false;  // one GPU per process (cuda:LOCAL_RANK % visible GPUs), NCCL between them
   int threads = 1;    // OpenMP threads per process
   std::shared_ptr<const data::Dataset> train_set, val_set;
+  std::optional<std::string> resume_from;  // --resume, or after a restart the newest checkpoint in out_dir
+  int restart_count = 0;                   // restarts so far (MINIDL_RESTART_COUNT, or train --max-restarts)
+  std::chrono::milliseconds dist_timeout = std::chrono::seconds(300);
 };
+
+// The step this rank is in (1-based, counted over the whole run), kept in
+// $MINIDL_STEP_DIR/step.<rank> as "<step> <pid>" when minidl-run or train --max-restarts set that
+// variable: the restart log names the step that failed, and a second failure at the same step
+// ends the run (a deterministic crash). One pwrite per step, no fsync.
+class StepFile {
+ public:
+  explicit StepFile(int rank) {
+    const char* dir = std::getenv("MINIDL_STEP_DIR");
+    if (dir == nullptr || *dir == '\0') return;
+    const std::string path = std::string(dir) + "/step." + std::to_string(rank);
+    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  }
+  ~StepFile() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  StepFile(const StepFile&) = delete;
+  StepFile& operator=(const StepFile&) = delete;
+  void set(int64_t step) {
+    if (fd_ < 0) return;
+    char buf[48];
+    const int n = std::snprintf(buf, sizeof buf, "%20lld %10d\n", static_cast<long long>(step), static_cast<int>(::getpid()));
+    if (::pwrite(fd_, buf, static_cast<size_t>(n), 0) < 0) return;  // best effort: only for the restart log
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+// The step a rank last wrote to DIR/step.<rank>, or -1.
+int64_t read_step(const std::string& dir, int rank) {
+  std::ifstream in(dir + "/step." + std::to_string(rank));
+  long long step = -1;
+  if (!(in >> step)) return -1;
+  return step;
+}
 
 // The seed of the default generator during epoch `epoch` on `rank` (splitmix64 of the three):
 // anything drawn while training (dropout masks) depends on (seed, epoch, rank) only, not on what
@@ -117,6 +167,21 @@ std::string format(const char* spec, double v) {
   char buf[64];
   std::snprintf(buf, sizeof buf, spec, v);
   return buf;
+}
+
+// A non-finite loss at `step`: names the first non-finite tensor on the way to it (a parameter or
+// buffer, the input batch, the logits) and stops this rank, which stops the run. Nothing was
+// saved since the last finite epoch, so the last good checkpoint stays.
+[[noreturn]] void fail_non_finite(double loss, int64_t step, const nn::Module& model, const Tensor& input,
+                                  const Tensor& logits, const std::string& out_dir) {
+  std::string first = trainer::first_non_finite(model.state_dict());
+  if (!first.empty()) first = "model." + first;
+  if (first.empty()) first = trainer::first_non_finite({{"the input batch", input}});
+  if (first.empty()) first = trainer::first_non_finite({{"the logits", logits}});
+  if (first.empty()) first = "none (the loss itself overflowed)";
+  throw std::runtime_error("non-finite loss (" + format("%g", loss) + ") at step " + std::to_string(step) +
+                           "; first non-finite tensor: " + first + ". Stopped without saving: the last good checkpoint in " +
+                           out_dir + " is kept (a learning rate too high? try a lower --lr)");
 }
 std::string percent(double v) { return format("%.2f", v) + "%"; }
 
@@ -161,11 +226,14 @@ trainer::Totals evaluate(nn::Module& model, data::DataLoader& loader, int64_t ma
 // --eval --pretrained FILE: evaluates a checkpoint and compares with the accuracy it recorded.
 void eval_worker(const Run& run) {
   const minidl::Device device = select_device(run);
-  dist::init({.backend = run.cuda ? "nccl" : "auto"});
+  dist::init({.backend = run.cuda ? "nccl" : "auto", .timeout = run.dist_timeout});
   omp_set_num_threads(run.threads);
   const int world = dist::world_size();
   trainer::Log log(dist::rank() == 0, "");
   const trainer::Checkpoint ck = trainer::load_checkpoint(*run.cli.pretrained);
+  if (const std::string bad = trainer::first_non_finite(ck.model); !bad.empty())
+    throw std::runtime_error(*run.cli.pretrained + " holds non-finite values (model." + bad +
+                             "): refusing to evaluate it");
   std::unique_ptr<nn::Module> model = nn::make_model(run.config.model);
   model->load_state_dict(ck.model);
   model->to(device);
@@ -198,7 +266,7 @@ void train_worker(const Run& run) {
   //    then an NCCL group (GPUs) or a Gloo group (CPUs) over all ranks. From here on, rank() and
   //    world_size() work.
   const minidl::Device device = select_device(run);
-  dist::init({.backend = run.cuda ? "nccl" : "auto"});
+  dist::init({.backend = run.cuda ? "nccl" : "auto", .timeout = run.dist_timeout});
   const int rank = dist::rank();
   const int world = dist::world_size();
   // [/tutorial:init]
@@ -223,6 +291,7 @@ void train_worker(const Run& run) {
                                 train_sampler);
   // [/tutorial:sampler]
   auto val_loader = make_val_loader(run, batch_per_rank);
+  StepFile step_file(rank);
   const int64_t max_train = run.cli.smoke_test ? kSmokeTrainBatches : train_loader.size();
   const int64_t steps_per_epoch = std::min(train_loader.size(), max_train);
   const int64_t max_val = run.cli.smoke_test ? kSmokeValBatches : -1;
@@ -242,18 +311,33 @@ void train_worker(const Run& run) {
   std::unique_ptr<optim::LRScheduler> scheduler = trainer::make_scheduler(cfg, *optimizer, steps_per_epoch);
 
   int64_t start_epoch = 0;
-  if (run.cli.resume) {
+  const std::string metrics_path = run.out_dir + "/metrics.jsonl";
+  if (run.resume_from) {
     // Every rank loads the same file; the data order and the per-epoch random streams are keyed
     // by (seed, epoch), so the run continues exactly where the uninterrupted one would be.
-    trainer::Checkpoint ck = trainer::load_checkpoint(*run.cli.resume);
+    const auto load_start = std::chrono::steady_clock::now();
+    trainer::Checkpoint ck = trainer::load_checkpoint(*run.resume_from);
+    if (const std::string bad = trainer::first_non_finite(ck.model); !bad.empty())
+      throw std::runtime_error(*run.resume_from + " holds non-finite values (model." + bad + "): refusing to resume from it");
     model->load_state_dict(ck.model);
     optimizer->load_state_dict(ck.optim);
     scheduler->load_state_dict(ck.sched);
     start_epoch = ck.epoch;
-    log.line("resumed from " + *run.cli.resume + " after epoch " + std::to_string(start_epoch));
+    const double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - load_start).count();
+    log.line((run.restart_count > 0 ? "restart " + std::to_string(run.restart_count) + ": " : std::string()) +
+             "resumed from " + *run.resume_from + " after epoch " + std::to_string(start_epoch) + " (loaded in " +
+             format("%.0f", load_ms) + " ms)");
+    // Into the directory of the run it continues: the lines of epochs trained again go.
+    std::error_code ec;
+    if (rank == 0 && std::filesystem::equivalent(std::filesystem::path(*run.resume_from).parent_path(), run.out_dir, ec))
+      trainer::keep_metrics_up_to(metrics_path, start_epoch);
     if (ck.metadata["world_size"] != std::to_string(world))
       log.line("note: the checkpoint was trained with " + ck.metadata["world_size"] + " process(es); with " +
                std::to_string(world) + " the result will not be bit-identical to an uninterrupted run");
+  } else if (run.restart_count > 0) {
+    log.line("restart " + std::to_string(run.restart_count) + ": no checkpoint in " + run.out_dir +
+             " yet; training from the start");
+    if (rank == 0) trainer::keep_metrics_up_to(metrics_path, 0);
   }
 
   // [tutorial:ddp]
@@ -285,14 +369,18 @@ void train_worker(const Run& run) {
     int64_t step = 0;
     for (auto& batch : train_loader) {
       if (step == steps_per_epoch) break;
+      const int64_t global_step = epoch * steps_per_epoch + step + 1;  // 1-based, over the whole run
+      step_file.set(global_step);
       const Tensor input = batch.input.to(device), target = batch.target.to(device);  // host -> GPU
       optimizer->zero_grad();
       Variable logits = ddp.forward(Variable(input));           // (B, 10)
       Variable loss = minidl::cross_entropy(logits, target);   // mean over this rank's batch
+      const double loss_value = loss.item();                   // NaN or Inf: stop, naming the culprit
+      if (!std::isfinite(loss_value)) fail_non_finite(loss_value, global_step, *model, input, logits.data(), run.out_dir);
       loss.backward();
       ddp.step(*optimizer);
       scheduler->step();  // per iteration
-      train.add(logits.data(), target, loss.item());  // counted on the host
+      train.add(logits.data(), target, loss_value);  // counted on the host
       progress.update(++step, train.loss());
     }
     // [/tutorial:train-step]
@@ -335,6 +423,10 @@ void train_worker(const Run& run) {
       trainer::append_metrics_line(run.out_dir + "/metrics.jsonl", record);
       const bool last = epoch + 1 == cfg.epochs;
       if ((epoch + 1) % cfg.save_every == 0 || last) {
+        // The step's check covers the loss; the saved state itself is checked in full here.
+        if (const std::string bad = trainer::first_non_finite(model->state_dict()); !bad.empty())
+          throw std::runtime_error("after epoch " + std::to_string(epoch + 1) + " the model holds non-finite values (model." +
+                                   bad + "): not saving it; the last good checkpoint in " + run.out_dir + " is kept");
         char name[64];
         std::snprintf(name, sizeof name, "/checkpoint_epoch_%03lld.safetensors", static_cast<long long>(epoch + 1));
         const minidl::Metadata meta = {
@@ -378,14 +470,24 @@ std::shared_ptr<const data::Dataset> load_split(const std::string& dir, bool tra
   return std::make_shared<const data::Subset>(full, std::move(first));
 }
 
-bool has_idx_file(const std::filesystem::path& dir, const std::string& name) {
-  return std::filesystem::exists(dir / name) || std::filesystem::exists(dir / (name + ".gz"));
-}
-
 // Exit status 2 with a message: a problem with what the user asked for, not a crash.
 struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+
+// Whether DIR/NAME or DIR/NAME.gz exists; a directory that cannot be looked into (permissions,
+// a symlink loop, a name too long) is a UsageError naming it.
+bool has_idx_file(const std::filesystem::path& dir, const std::string& name) {
+  for (const std::filesystem::path& p : {dir / name, dir / (name + ".gz")}) {
+    std::error_code ec;
+    const bool found = std::filesystem::exists(p, ec);
+    if (ec)
+      throw UsageError("cannot read the Fashion-MNIST directory " + dir.string().substr(0, 256) + ": " + ec.message() +
+                       " (looking for " + p.filename().string() + ")");
+    if (found) return true;
+  }
+  return false;
+}
 
 // Checks that `dir` holds Fashion-MNIST before any process starts.
 void check_data_dir(const std::string& dir, bool need_train) {
@@ -403,6 +505,8 @@ struct Launch {
   int nproc = 1;
   bool spawn = false;
   int local_world_size = 1;
+  bool leader = true;     // prepares --out: this process spawns the ranks, or it is rank 0
+  int restart_count = 0;  // MINIDL_RESTART_COUNT from minidl-run
 };
 
 // The number of visible GPUs, asked in a short-lived child process: this process forks the ranks
@@ -472,12 +576,147 @@ Launch decide_launch(const trainer::CliOptions& cli, bool cuda, int gpus) {
       throw UsageError("--nproc " + std::to_string(*cli.nproc) + " conflicts with the launcher's WORLD_SIZE " +
                        std::to_string(env.world_size) + " (drop --nproc under minidl-run)");
     if (cuda) check_one_gpu_per_process(env.local_world_size, gpus);
-    return {.nproc = env.world_size, .spawn = false, .local_world_size = env.local_world_size};
+    if (cli.max_restarts)
+      throw UsageError("--max-restarts: this train was started by a launcher, which restarts it: give --max-restarts "
+                       "to minidl-run instead");
+    int restarts = 0;
+    if (const char* r = std::getenv("MINIDL_RESTART_COUNT")) {
+      const std::string text = r;
+      if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos || text.size() > 9)
+        throw UsageError("MINIDL_RESTART_COUNT='" + text + "' is not a count");
+      restarts = std::stoi(text);
+    }
+    return {.nproc = env.world_size,
+            .spawn = false,
+            .local_world_size = env.local_world_size,
+            .leader = env.rank == 0,
+            .restart_count = restarts};
   }
-  // On GPUs: one process per visible GPU; on CPUs: 2 processes unless told otherwise.
+  // On GPUs: one process per visible GPU; on CPUs: 2 processes unless told otherwise. With
+  // --max-restarts even one process is spawned, so that the parent can start it again.
   const int nproc = cli.nproc.value_or(cuda ? gpus : 2);
   if (cuda) check_one_gpu_per_process(nproc, gpus);
-  return {.nproc = nproc, .spawn = nproc > 1, .local_world_size = nproc};
+  return {.nproc = nproc, .spawn = nproc > 1 || cli.max_restarts.value_or(0) > 0, .local_world_size = nproc};
+}
+
+// --out before training: leftovers of a killed save (*.safetensors.tmp.PID of a dead PID) go; a
+// directory holding an earlier run (metrics.jsonl or checkpoints) is refused unless --resume
+// continues it, --overwrite replaces it, or this is a restart of the same run.
+void prepare_out_dir(const Run& run) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::create_directories(run.out_dir, ec);
+  if (ec) throw UsageError("cannot create the output directory " + run.out_dir + ": " + ec.message());
+  std::vector<fs::path> checkpoints;
+  for (const auto& entry : fs::directory_iterator(run.out_dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (const auto tmp = name.find(".safetensors.tmp."); tmp != std::string::npos) {
+      const std::string pid = name.substr(tmp + 17);
+      const bool numeric = !pid.empty() && pid.size() < 10 && pid.find_first_not_of("0123456789") == std::string::npos;
+      if (numeric && ::kill(std::stoi(pid), 0) != 0 && errno == ESRCH) {
+        std::error_code rm;
+        fs::remove(entry.path(), rm);
+        if (!rm) std::cerr << "train: removed " << entry.path().string() << ", left by an interrupted save\n";
+      }
+    } else if (name.starts_with("checkpoint_") && name.ends_with(".safetensors")) {
+      checkpoints.push_back(entry.path());
+    }
+  }
+  if (ec) throw UsageError("cannot list the output directory " + run.out_dir + ": " + ec.message());
+  if (run.restart_count > 0) return;  // the same run, continued
+  const std::string metrics = run.out_dir + "/metrics.jsonl";
+  const bool has_run = fs::exists(metrics, ec) || !checkpoints.empty();
+  if (!has_run || run.cli.resume) return;
+  if (!run.cli.overwrite)
+    throw UsageError("--out " + run.out_dir + " already holds a run (" +
+                     (checkpoints.empty() ? std::string("metrics.jsonl") : checkpoints.front().filename().string()) +
+                     "): continue it with --resume " + run.out_dir + "/checkpoint_last.safetensors, replace it with "
+                     "--overwrite, or choose another --out");
+  for (const auto& c : checkpoints) fs::remove(c, ec);
+  for (const std::string& f : {metrics, run.out_dir + "/train.log"}) {
+    if (fs::exists(f, ec)) std::ofstream(f, std::ios::trunc);  // emptied in place
+  }
+}
+
+// The newest complete checkpoint in `out_dir`: checkpoint_last if it loads, else the epoch
+// checkpoints from the newest down; one that cannot be read (or holds NaN) is skipped, with a
+// note. Every save is atomic, so a file under one of these names is normally complete.
+std::optional<std::string> newest_checkpoint(const std::string& out_dir) {
+  namespace fs = std::filesystem;
+  std::vector<std::pair<int64_t, std::string>> epochs;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(out_dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.starts_with("checkpoint_epoch_") && name.ends_with(".safetensors")) {
+      const std::string number = name.substr(17, name.size() - 17 - 12);
+      if (!number.empty() && number.size() < 12 && number.find_first_not_of("0123456789") == std::string::npos)
+        epochs.emplace_back(std::stoll(number), entry.path().string());
+    }
+  }
+  std::sort(epochs.rbegin(), epochs.rend());
+  std::vector<std::string> candidates{out_dir + "/checkpoint_last.safetensors"};
+  for (const auto& e : epochs) candidates.push_back(e.second);
+  for (const auto& c : candidates) {
+    if (!fs::exists(c, ec)) continue;
+    try {
+      const trainer::Checkpoint ck = trainer::load_checkpoint(c);
+      if (const std::string bad = trainer::first_non_finite(ck.model); !bad.empty())
+        throw std::runtime_error("it holds non-finite values (model." + bad + ")");
+      return c;
+    } catch (const std::exception& e) {
+      std::cerr << "train: not resuming from " << c << ": " << e.what() << "\n";
+    }
+  }
+  return std::nullopt;
+}
+
+// train --max-restarts N: spawn; when a rank fails, start all of them again (a fresh port, a
+// fresh process group) from the newest checkpoint in --out, up to N times. A second failure at
+// the same step, or one beyond N, ends the run with the cause.
+int spawn_with_restarts(Run& run, const Launch& launch, const std::function<void(int)>& worker) {
+  const int max_restarts = *run.cli.max_restarts;
+  // The ranks' step files: in $MINIDL_STEP_DIR when set (a test watching the steps), else in a
+  // private temporary directory.
+  struct StepDir {
+    std::string path;
+    bool own = false;
+    ~StepDir() {
+      std::error_code ec;
+      if (own) std::filesystem::remove_all(path, ec);
+    }
+  } dir;
+  if (const char* d = std::getenv("MINIDL_STEP_DIR"); d != nullptr && *d != '\0') {
+    dir.path = d;
+  } else {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "minidl-train.XXXXXX").string();
+    if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("cannot create a temporary directory");
+    dir = {tmpl, true};
+    ::setenv("MINIDL_STEP_DIR", tmpl.c_str(), 1);
+  }
+  int64_t last_failure_step = -1;
+  for (int attempt = 0;; ++attempt) {
+    run.restart_count = attempt;
+    if (attempt > 0) {
+      if (auto newest = newest_checkpoint(run.out_dir)) run.resume_from = newest;
+    }
+    for (int r = 0; r < launch.nproc; ++r) ::unlink((dir.path + "/step." + std::to_string(r)).c_str());
+    try {
+      dist::spawn(launch.nproc, worker, dist::SpawnOptions{.omp_threads = run.threads});
+      return 0;
+    } catch (const dist::SpawnError& e) {
+      const int64_t step = read_step(dir.path, e.rank);
+      const std::string cause = std::string(e.what()) + (step >= 0 ? " (at step " + std::to_string(step) + ")" : "");
+      if (attempt >= max_restarts)
+        throw std::runtime_error(cause + "; no restarts left (--max-restarts " + std::to_string(max_restarts) + " used up)");
+      if (step >= 0 && step == last_failure_step)
+        throw std::runtime_error(cause + "; the previous failure was at the same step " + std::to_string(step) +
+                                 ": a deterministic crash that a restart would repeat, not restarting");
+      last_failure_step = step;
+      std::cerr << "train: restart " << attempt + 1 << "/" << max_restarts << " (cause: " << cause
+                << "): starting " << launch.nproc << " process(es) again from the newest checkpoint in " << run.out_dir
+                << "\n";
+    }
+  }
 }
 
 int run_main(int argc, char** argv) {
@@ -492,6 +731,8 @@ int run_main(int argc, char** argv) {
   run.cuda = cuda;
   run.config = trainer::resolve_config(*cli, launch.nproc);
   run.out_dir = cli->out_dir.value_or("runs/" + run.config.model);
+  run.restart_count = launch.restart_count;
+  if (cli->dist_timeout) run.dist_timeout = std::chrono::milliseconds(static_cast<int64_t>(*cli->dist_timeout * 1000));
   // Default threads: share the cores among the processes of this machine (minidl-run sets
   // OMP_NUM_THREADS the same way; respect it when present).
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -508,9 +749,16 @@ int run_main(int argc, char** argv) {
   } catch (const std::exception& e) {
     throw UsageError(std::string("cannot read Fashion-MNIST: ") + e.what());
   }
-  if (!cli->eval) std::filesystem::create_directories(run.out_dir);
+  if (!cli->eval && run.train_set->size() == 0)
+    throw UsageError("the training set in " + run.config.data_dir + " is empty (0 images): nothing to train on");
+  if (!cli->eval && launch.leader) prepare_out_dir(run);
+  run.resume_from = cli->resume;
+  if (run.restart_count > 0) {  // restarted by minidl-run: continue from what the failed group saved
+    if (auto newest = newest_checkpoint(run.out_dir)) run.resume_from = newest;
+  }
 
   const auto worker = [&run](int) { run.cli.eval ? eval_worker(run) : train_worker(run); };
+  if (launch.spawn && run.cli.max_restarts.value_or(0) > 0) return spawn_with_restarts(run, launch, worker);
   // [tutorial:spawn]
   // 0. One process per device (a GPU, or a share of the CPU cores). spawn forks nproc children
   //    with RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT set, runs worker(rank) in each, and

@@ -22,6 +22,7 @@
 #include <sstream>
 #include <cerrno>
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -521,22 +522,29 @@ NodeEnd run_round(const LaunchConfig& c, int round, uint16_t port, const std::st
   return end;
 }
 
-// A private directory for the workers' step files, removed with its files at the end.
+// The directory of the workers' step files: $MINIDL_STEP_DIR when set (a test watching the
+// steps), else a private one, removed with its files at the end.
 class StepDir {
  public:
   StepDir() {
+    if (const char* d = std::getenv("MINIDL_STEP_DIR"); d != nullptr && *d != '\0') {
+      path_ = d;
+      own_ = false;
+      return;
+    }
     std::string tmpl = (std::filesystem::temp_directory_path() / "minidl-run.XXXXXX").string();
     if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("cannot create a temporary directory");
     path_ = tmpl;
   }
   ~StepDir() {
     std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
+    if (own_) std::filesystem::remove_all(path_, ec);
   }
   const std::string& path() const { return path_; }
 
  private:
   std::string path_;
+  bool own_ = true;
 };
 
 }  // namespace

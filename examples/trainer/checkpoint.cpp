@@ -1,6 +1,8 @@
 // examples/trainer/checkpoint.cpp — saving and loading training checkpoints (see checkpoint.h).
 #include "examples/trainer/checkpoint.h"
 
+#include <charconv>
+#include <cmath>
 #include <stdexcept>
 
 namespace trainer {
@@ -12,7 +14,36 @@ void add_prefixed(minidl::TensorMap& out, const std::string& prefix, const minid
   for (const auto& [key, tensor] : in) out[prefix + key] = tensor;
 }
 
+// A count stored in the metadata ("epoch"): digits only, no sign, no junk.
+int64_t parse_count(const std::string& path, const std::string& key, const std::string& text) {
+  int64_t v = -1;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size() || v < 0)
+    throw std::runtime_error(path + ": the checkpoint's metadata '" + key + "' must be an integer >= 0, got '" +
+                             text.substr(0, 64) + "'");
+  return v;
+}
+
+template <class T>
+int64_t count_non_finite(const minidl::Tensor& t) {
+  const T* p = t.data<T>();
+  int64_t bad = 0;
+  for (int64_t i = 0, n = t.numel(); i < n; ++i) bad += std::isfinite(p[i]) ? 0 : 1;
+  return bad;
+}
+
 }  // namespace
+
+std::string first_non_finite(const minidl::TensorMap& tensors) {
+  for (const auto& [name, tensor] : tensors) {
+    if (tensor.dtype() != minidl::DType::Float32 && tensor.dtype() != minidl::DType::Float64) continue;
+    const minidl::Tensor c = tensor.cpu().contiguous();
+    const int64_t bad = c.dtype() == minidl::DType::Float32 ? count_non_finite<float>(c) : count_non_finite<double>(c);
+    if (bad > 0)
+      return name + " (" + std::to_string(bad) + " of " + std::to_string(c.numel()) + " values are not finite)";
+  }
+  return "";
+}
 
 void save_checkpoint(const std::string& path, const minidl::nn::Module& model, const minidl::optim::Optimizer& optimizer,
                      const minidl::optim::LRScheduler& scheduler, const minidl::Metadata& metadata) {
@@ -41,7 +72,7 @@ Checkpoint load_checkpoint(const std::string& path) {
     else if (prefix == "sched") ck.sched[rest] = tensor;
     else throw std::runtime_error(path + ": unexpected tensor '" + key + "' (expected model.*, optim.*, sched.*)");
   }
-  ck.epoch = std::stoll(ck.metadata["epoch"]);
+  ck.epoch = parse_count(path, "epoch", ck.metadata["epoch"]);
   return ck;
 }
 

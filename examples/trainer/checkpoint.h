@@ -27,9 +27,12 @@ struct Checkpoint {
 
 void save_checkpoint(const std::string& path, const minidl::nn::Module& model, const minidl::optim::Optimizer& optimizer,
                      const minidl::optim::LRScheduler& scheduler, const minidl::Metadata& metadata);
-// Reads and splits a checkpoint; a file that is not one (no "model." tensors, no epoch) is a
-// std::runtime_error naming it.
+// Reads and splits a checkpoint; a file that is not one (no "model." tensors, no epoch, an epoch
+// that is not a number >= 0) is a std::runtime_error naming it.
 Checkpoint load_checkpoint(const std::string& path);
+// The first tensor (in name order) holding a NaN or an infinity, as
+// "fc1.weight (3 of 1024 values are not finite)", or "" when every value is finite.
+std::string first_non_finite(const minidl::TensorMap& tensors);
 // Only the YAML recipe stored in a checkpoint (for --resume / --eval).
 std::string read_checkpoint_config(const std::string& path);
 

@@ -72,6 +72,16 @@ std::optional<CliOptions> parse_cli(int argc, char** argv) {
   app.add_option("--save-every", o.save_every, "checkpoint every K epochs, and at the end (SAVE_FREQ)")
       ->check(kPositiveInteger);
   auto* resume = app.add_option("--resume", o.resume, "continue training from a checkpoint")->check(CLI::ExistingFile);
+  app.add_flag("--overwrite", o.overwrite, "replace the outputs of an earlier run in --out (default: refuse)")
+      ->excludes(resume);
+  app.add_option("--max-restarts", o.max_restarts,
+                 "restart the spawned processes up to N times after a failure, resuming from the newest "
+                 "checkpoint in --out (with minidl-run: use its --max-restarts)")
+      ->check(kNonNegativeInteger);
+  app.add_option("--dist-timeout", o.dist_timeout,
+                 "seconds a rank waits in the rendezvous or a collective before failing (default 300); "
+                 "a hung rank is detected after this long")
+      ->check(kPositiveNumber);
   auto* eval = app.add_flag("--eval", o.eval, "only evaluate --pretrained on the test set")->excludes(resume);
   app.add_option("--pretrained", o.pretrained, "checkpoint to evaluate (with --eval)")
       ->check(CLI::ExistingFile)
@@ -96,6 +106,10 @@ std::optional<CliOptions> parse_cli(int argc, char** argv) {
     throw ConfigError(std::string(e.what()) + "\n(run `train --help` for the list of flags)");
   }
   if (o.eval && !o.pretrained) throw ConfigError("--eval needs --pretrained FILE");
+  if (o.resume && o.lr)
+    throw ConfigError("--lr cannot be combined with --resume: a resumed run continues the checkpoint's "
+                      "learning-rate schedule (its optimizer and scheduler state) exactly; to train with "
+                      "another --lr, start a new run");
   if ((o.eval || o.resume) && o.config_path)
     throw ConfigError("--config cannot be combined with --resume or --eval: the checkpoint holds its recipe "
                       "(override single values with flags)");

@@ -26,6 +26,9 @@ struct CliOptions {
   std::optional<std::string> out_dir;
   std::optional<int64_t> save_every;
   std::optional<std::string> resume;
+  bool overwrite = false;                    // replace the outputs of an earlier run in --out
+  std::optional<int> max_restarts;           // restart the spawned processes after a failure
+  std::optional<double> dist_timeout;        // seconds: rendezvous and every collective
   bool eval = false;
   std::optional<std::string> pretrained;
   bool deterministic = false;

@@ -1,7 +1,11 @@
 // examples/trainer/metrics.cpp — batch accuracy counts, the all-reduce of the sums, metrics.jsonl.
 #include "examples/trainer/metrics.h"
 
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <fstream>
+#include <sstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
@@ -48,8 +52,39 @@ void append_metrics_line(const std::string& path, const EpochRecord& r) {
                                {"seconds", r.seconds},
                                {"world_size", r.world_size}};
   std::ofstream out(path, std::ios::app);
+  errno = 0;
   out << line.dump() << "\n";
-  if (!out) throw std::runtime_error("cannot append to " + path);
+  out.flush();  // the write happens here: check it, not only the buffering
+  if (!out)
+    throw std::runtime_error("cannot append to " + path + ": " + (errno != 0 ? std::strerror(errno) : "write failed"));
+}
+
+void keep_metrics_up_to(const std::string& path, int64_t epochs) {
+  std::ifstream in(path);
+  if (!in) return;  // nothing written yet
+  std::string kept, line;
+  bool dropped = false;
+  while (std::getline(in, line)) {
+    int64_t epoch = -1;
+    try {
+      epoch = nlohmann::json::parse(line).at("epoch").get<int64_t>();
+    } catch (const std::exception&) {
+      epoch = -1;  // a line cut off by the crash
+    }
+    if (epoch >= 1 && epoch <= epochs) kept += line + "\n";
+    else dropped = true;
+  }
+  in.close();
+  if (!dropped) return;
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << kept;
+    out.flush();
+    if (!out) throw std::runtime_error("cannot write " + tmp + ": " + std::strerror(errno));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0)
+    throw std::runtime_error("cannot replace " + path + ": " + std::strerror(errno));
 }
 
 }  // namespace trainer

@@ -38,6 +38,10 @@ struct EpochRecord {
 
 // Appends {"epoch", "lr", "train_loss", "train_acc1", "val_loss", "val_acc1", "val_acc5",
 // "images_per_s", "seconds", "world_size"} as one JSON line.
+// The line is flushed and checked: a failed write (a full disk) is a std::runtime_error.
 void append_metrics_line(const std::string& path, const EpochRecord& record);
+// Resuming into the directory of an interrupted run: drops the lines of epochs after `epochs`
+// (trained again now) and any line cut off by the crash; the file is replaced atomically.
+void keep_metrics_up_to(const std::string& path, int64_t epochs);
 
 }  // namespace trainer

@@ -3,7 +3,9 @@
 
 #include <unistd.h>
 
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <ctime>
 #include <iostream>
@@ -11,7 +13,7 @@
 
 namespace trainer {
 
-Log::Log(bool enabled, const std::string& path) : enabled_(enabled) {
+Log::Log(bool enabled, const std::string& path) : enabled_(enabled), path_(path) {
   if (!enabled_ || path.empty()) return;
   file_.open(path, std::ios::app);
   if (!file_) throw std::runtime_error("cannot open the log file " + path);
@@ -24,7 +26,11 @@ void Log::line(const std::string& text) {
     const std::time_t now = std::time(nullptr);
     char stamp[32];
     std::strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", std::localtime(&now));
+    errno = 0;
     file_ << stamp << "  " << text << std::endl;
+    if (!file_)
+      throw std::runtime_error("cannot write the log file " + path_ + ": " +
+                               (errno != 0 ? std::strerror(errno) : "write failed"));
   }
 }
 

@@ -16,12 +16,14 @@ class Log {
  public:
   // enabled: print and write (rank 0); path: the log file, "" for none (appended to).
   Log(bool enabled, const std::string& path);
-  // Prints `line` (with a newline) and writes it to the file with a time stamp.
+  // Prints `line` (with a newline) and writes it to the file with a time stamp, flushed; a
+  // failed write (a full disk) is a std::runtime_error naming the file.
   void line(const std::string& text);
   bool enabled() const { return enabled_; }
 
  private:
   bool enabled_;
+  std::string path_;
   std::ofstream file_;
 };
 

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# examples/ctest/restart_equivalence.sh — a run that loses a worker and restarts ends with the
+# same bits as a run that never failed:
+#   reference: `train --deterministic` on 2 processes, 3 epochs on a slice of the data, no failure
+#   then, for several (rank, step) pairs — the first epoch (no checkpoint yet: from the start),
+#   the second and the third (resumed from the last epoch's checkpoint) — the same run with
+#   --max-restarts 2 while this script hurts a worker once it has reached that step:
+#     kill   kill -9 it (train --max-restarts: the spawning train restarts the group)
+#     stop   kill -STOP it; --dist-timeout 3 makes the other rank's collective fail, and the
+#            restart log names the stopped rank
+#     nodes  two minidl-run --nnodes 2 launchers (one process each) on this machine; kill -9 the
+#            worker of node 1: both launchers restart their part and finish
+# Each must exit 0, log its restart with the cause, leave a final checkpoint whose model,
+# optimizer and scheduler tensors are byte-identical to the reference's (same_weights.py), and a
+# metrics.jsonl with each epoch once.
+#   restart_equivalence.sh TRAIN LAUNCHER WORK_DIR MODEL MODE
+set -euo pipefail
+train=$1 launcher=$2 work=$3 model=$4 mode=$5
+here=$(dirname "$0")
+rm -rf "$work" && mkdir -p "$work"
+common=(--model "$model" --epochs 3 --device cpu --train-subset 512 --val-subset 256 --workers 1 --threads 1
+        --deterministic)
+"$train" "${common[@]}" --nproc 2 --out "$work/ref" >"$work/ref.log" 2>&1 || { cat "$work/ref.log"; exit 1; }
+final=checkpoint_epoch_003.safetensors
+
+# Waits until rank $2 has reached step $3 (its step file in directory $1), prints its pid.
+wait_for_step() {
+  local dir=$1 rank=$2 step=$3
+  for _ in $(seq 1 3000); do
+    if [ -f "$dir/step.$rank" ]; then
+      read -r now pid <"$dir/step.$rank" || true
+      if [ -n "${pid:-}" ] && [ "${now:-0}" -ge "$step" ]; then echo "$pid"; return 0; fi
+    fi
+    sleep 0.01
+  done
+  echo "rank $rank never reached step $step" >&2
+  return 1
+}
+
+# One interrupted run: hurt rank $1 at step $2 with signal $3; the run's output goes to $4.log.
+interrupted() {
+  local rank=$1 step=$2 sig=$3 name=$4
+  local steps="$work/$name.steps" out="$work/$name"
+  mkdir -p "$steps"
+  local extra=()
+  [ "$sig" = STOP ] && extra=(--dist-timeout 3)
+  local pids=()
+  if [ "$mode" = nodes ]; then
+    local port
+    port=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    for node in 0 1; do
+      MINIDL_STEP_DIR="$steps" "$launcher" --nnodes 2 --node-rank $node --nproc-per-node 1 --master-port "$port" \
+        --max-restarts 2 "$train" "${common[@]}" --out "$out" >"$out.node$node.log" 2>&1 &
+      pids+=($!)
+    done
+  else
+    MINIDL_STEP_DIR="$steps" "$train" "${common[@]}" "${extra[@]}" --nproc 2 --max-restarts 2 --out "$out" \
+      >"$out.log" 2>&1 &
+    pids+=($!)
+  fi
+  local victim
+  victim=$(wait_for_step "$steps" "$rank" "$step")
+  kill -"$sig" "$victim"
+  local status=0
+  for p in "${pids[@]}"; do wait "$p" || status=$?; done
+  local logs=("$out".*log)
+  cat "${logs[@]}"
+  [ "$status" = 0 ] || { echo "FAILED: $name exited $status"; exit 1; }
+  grep -q "restart 1/2 (cause: .*rank $rank" "${logs[@]}" || { echo "FAILED: $name: no restart naming rank $rank"; exit 1; }
+  if [ "$sig" = STOP ]; then
+    grep -q "rank $rank (pid $victim) was stopped" "${logs[@]}" || { echo "FAILED: $name: the stopped rank is not named"; exit 1; }
+  fi
+  if [ "$mode" = nodes ]; then
+    for node in 0 1; do
+      grep -q "restart 1/2" "$out.node$node.log" || { echo "FAILED: $name: node $node did not restart"; exit 1; }
+    done
+  fi
+  /usr/bin/python3 "$here/same_weights.py" "$work/ref/$final" "$out/$final"
+  [ "$(cut -d, -f1 "$out/metrics.jsonl" | tr '\n' ' ')" = '{"epoch":1 {"epoch":2 {"epoch":3 ' ] ||
+    { echo "FAILED: $name: metrics.jsonl does not hold epochs 1, 2, 3 once each"; cat "$out/metrics.jsonl"; exit 1; }
+}
+
+case $mode in
+  kill) interrupted 1 2 KILL k1; interrupted 0 6 KILL k2; interrupted 1 10 KILL k3 ;;
+  stop) interrupted 1 3 STOP s1; interrupted 0 9 STOP s2 ;;
+  nodes) interrupted 1 6 KILL n1 ;;
+  *) echo "unknown mode $mode"; exit 2 ;;
+esac
+echo "restart_equivalence: every interrupted run matches the reference"
