@@ -18,8 +18,9 @@ set -euo pipefail
 train=$1 launcher=$2 work=$3 model=$4 mode=$5
 here=$(dirname "$0")
 rm -rf "$work" && mkdir -p "$work"
-common=(--model "$model" --epochs 3 --device cpu --train-subset 512 --val-subset 256 --workers 1 --threads 1
+common=(--model "$model" --epochs 3 --device cpu --train-subset 384 --val-subset 128 --workers 1 --threads 1
         --deterministic)
+S=3  # steps per epoch: 384 images, global batch 128 (both recipes)
 "$train" "${common[@]}" --nproc 2 --out "$work/ref" >"$work/ref.log" 2>&1 || { cat "$work/ref.log"; exit 1; }
 final=checkpoint_epoch_003.safetensors
 
@@ -81,9 +82,9 @@ interrupted() {
 }
 
 case $mode in
-  kill) interrupted 1 2 KILL k1; interrupted 0 6 KILL k2; interrupted 1 10 KILL k3 ;;
-  stop) interrupted 1 3 STOP s1; interrupted 0 9 STOP s2 ;;
-  nodes) interrupted 1 6 KILL n1 ;;
+  kill) interrupted 1 2 KILL k1; interrupted 0 $((S + 2)) KILL k2; interrupted 1 $((2 * S + 2)) KILL k3 ;;
+  stop) interrupted 1 2 STOP s1; interrupted 0 $((2 * S + 1)) STOP s2 ;;
+  nodes) interrupted 1 $((S + 2)) KILL n1 ;;
   *) echo "unknown mode $mode"; exit 2 ;;
 esac
 echo "restart_equivalence: every interrupted run matches the reference"
