@@ -173,11 +173,13 @@ struct NodeEnd {
                         // node's failure, 'a' aborted (the launcher got a signal, or lost node 0)
   int64_t step = -1;    // the failed worker's step, when it wrote one
   bool by_signal = false;  // the failed worker was killed by a signal (a primary cause)
+  bool usage = false;      // it exited with status 2: a bad flag or input, which a restart repeats
   std::string cause;
   int exit_code = 1;    // for 'a': what the launcher exits with
 
   std::string encode() const {
-    return std::string(1, kind) + "\n" + std::to_string(step) + "\n" + (by_signal ? "1" : "0") + "\n" + cause;
+    return std::string(1, kind) + "\n" + std::to_string(step) + "\n" + (by_signal ? "1" : "0") + (usage ? "u" : "") +
+           "\n" + cause;
   }
   static NodeEnd decode(const std::string& s) {
     NodeEnd e;
@@ -189,7 +191,8 @@ struct NodeEnd {
     std::getline(in, e.cause, '\0');
     e.kind = kind.empty() ? 'f' : kind[0];
     e.step = step.empty() ? -1 : std::stoll(step);
-    e.by_signal = sig == "1";
+    e.by_signal = !sig.empty() && sig[0] == '1';
+    e.usage = sig.find('u') != std::string::npos;
     return e;
   }
 };
@@ -228,6 +231,9 @@ Verdict decide(const std::vector<NodeEnd>& ends, int restarts_done, int max_rest
     if (max_restarts > 0) msg += "; no restarts left (--max-restarts " + std::to_string(max_restarts) + " used up)";
     return {'g', msg, primary->step};
   }
+  if (primary->usage)
+    return {'g', "failed: " + cause + "; exit status 2 means a bad flag or input, which a restart would repeat: not restarting",
+            primary->step};
   if (primary->step >= 0 && primary->step == last_failure_step)
     return {'g',
             "failed: " + cause + "; the previous failure was at the same step " + std::to_string(primary->step) +
@@ -473,7 +479,11 @@ NodeEnd run_round(const LaunchConfig& c, int round, uint16_t port, const std::st
         say("rank " + std::to_string(w.rank) + " " + minidl::dist::describe_exit(w.status) +
             ": that is the cause of the failure");
       }
-      end = {.kind = 'f', .step = step, .by_signal = by_signal, .cause = cause};
+      end = {.kind = 'f',
+             .step = step,
+             .by_signal = by_signal,
+             .usage = WIFEXITED(w.status) && WEXITSTATUS(w.status) == 2,
+             .cause = cause};
     }
 
     if (peers && !stopping && !store_error) {

@@ -7,8 +7,9 @@
 // rendezvous round: a fresh store and process group). Each restart is logged with its cause:
 // the rank, its exit status or signal, the training step it was in, and any worker found stopped
 // (SIGSTOP: it hung the others' collectives). The run gives up — exit 1, a clear message — when
-// max_restarts restarts are used up, or when a failure happens at the same step as the previous
-// one (a deterministic crash that restarting would only repeat). Workers see:
+// max_restarts restarts are used up, when a failure happens at the same step as the previous
+// one (a deterministic crash that restarting would only repeat), or when a worker exits with
+// status 2 (a bad flag or input, as `train` reports them). Workers see:
 //   MINIDL_RESTART_COUNT  0 for the first group, then 1, 2, ... (torchrun: TORCHELASTIC_RESTART_COUNT)
 //   MINIDL_MAX_RESTARTS   max_restarts
 //   MINIDL_STEP_DIR       a directory where a worker may keep its current step in step.<RANK>

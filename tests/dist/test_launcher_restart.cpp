@@ -85,6 +85,16 @@ TEST(LauncherRestart, AFailureAtTheSameStepAgainIsNotRestarted) {
   EXPECT_THAT(p.err, ::testing::Not(HasSubstr("restart 2/5")));
 }
 
+TEST(LauncherRestart, ABadUsageExitIsNotRestarted) {
+  // train exits 2 for a bad flag or an --out that holds another run: a restart would only
+  // repeat it (or, worse, skip the check that refused it).
+  Subprocess p = run({"--nproc-per-node", "2", "--max-restarts", "3", "/bin/sh", "-c",
+                      "if [ $RANK = 0 ]; then exit 2; fi; sleep 30"});
+  EXPECT_EQ(exit_code(p), 1);
+  EXPECT_THAT(p.err, HasSubstr("failed: rank 0 exited with status 2; exit status 2 means a bad flag or input"));
+  EXPECT_THAT(p.err, ::testing::Not(HasSubstr("restart 1/3")));
+}
+
 TEST(LauncherRestart, AStoppedWorkerIsNamedWhenTheOthersTimeOut) {
   // Rank 1 stops itself (as a hung worker would sit still); rank 0 "times out" and fails.
   Subprocess p = run({"--nproc-per-node", "2", "/bin/sh", "-c",
