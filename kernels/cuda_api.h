@@ -7,6 +7,8 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <stdexcept>
 #include <string>
 
 namespace minidl::kernels::cuda {
@@ -54,8 +56,22 @@ void* communication_stream(int device);  // one per device; NCCL collectives run
 void stream_wait_stream(void* waiter, void* signaller);
 
 // ---- pinned (page-locked) host memory, for fast asynchronous host->device batch copies ----
+// Cached: a freed block is reused by the next request that fits (no cudaMallocHost per batch).
 void* pinned_malloc(size_t nbytes);
 void pinned_free(void* p);
+MemoryStats pinned_memory_stats();  // the pinned cache's counters (segment_allocs = cudaMallocHost calls)
+
+// ---- debugging: with MINIDL_CUDA_SYNC=1 every kernel launch and cuBLAS / cuDNN call is followed
+// by a stream synchronisation, so an asynchronous fault (a bad address in a kernel) is reported
+// with the op that launched it instead of at some later copy. Slow: for finding bugs only. ----
+bool sync_after_kernels();              // initially parse_cuda_sync(getenv("MINIDL_CUDA_SYNC"))
+void set_sync_after_kernels(bool on);
+// MINIDL_CUDA_SYNC's value: unset, "" or "0" is off, "1" on; anything else throws naming it.
+inline bool parse_cuda_sync(const char* value) {
+  if (value == nullptr || std::strcmp(value, "") == 0 || std::strcmp(value, "0") == 0) return false;
+  if (std::strcmp(value, "1") == 0) return true;
+  throw std::invalid_argument(std::string("MINIDL_CUDA_SYNC must be 0 or 1, got '") + value + "'");
+}
 
 // y[i] = a * x[i] + y[i] on the device; the first kernel, tested against the CPU loop.
 void axpy(float a, const float* x, float* y, long n, int device);

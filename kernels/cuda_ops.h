@@ -38,6 +38,19 @@ struct StridedIter {
   bool contiguous = false;
 };
 
+// Offset (in elements) of loop element i in operand k: i itself on the contiguous path, else i
+// unravelled over the (merged) shape, last dim fastest. Host and device share this code, so the
+// CPU tests check the exact addressing the kernels use (tests/kernels/test_cuda_host.cpp).
+MINIDL_HD int64_t strided_offset(const StridedIter& it, int k, int64_t i) {
+  if (it.contiguous) return i;
+  int64_t off = 0;
+  for (int d = it.ndim - 1; d >= 0; --d) {
+    off += (i % it.shape[d]) * it.strides[k][d];
+    i /= it.shape[d];
+  }
+  return off;
+}
+
 // ---- element-wise (elementwise.cu); `out` may alias `a` (in-place ops) ----
 #define MINIDL_CUDA_UNARY_OPS(X)                                                                                 \
   X(NegOp) X(ExpOp) X(LogOp) X(SqrtOp) X(RsqrtOp) X(AbsOp) X(TanhOp) X(SigmoidOp) X(ReluOp) X(PowScalarOp)     \
@@ -79,12 +92,14 @@ void max_rows(ElemType t, const void* x, void* values, int64_t* indices, int64_t
 void softmax_forward(ElemType t, const void* x, void* y, int64_t outer, int64_t len, int64_t inner, bool log);
 void softmax_backward(ElemType t, const void* y, const void* dy, void* dx, int64_t outer, int64_t len, int64_t inner,
                       bool log);
-// logits (N, C) contiguous, target (N) int64 on the device, already checked to lie in [0, C).
-// loss: one element of type t (the mean over rows; rows summed in a fixed order).
+// logits (N, C) contiguous, target (N) int64 on the device, checked there: a value outside
+// [0, C) makes that row NaN and is raised as std::invalid_argument at the next synchronisation.
+// loss: one element of type t (the mean over rows; rows summed in a fixed order). grad_loss: one
+// element of type t on the device (read there, so the backward needs no host round trip).
 void cross_entropy_forward(ElemType t, const void* logits, const int64_t* target, int64_t N, int64_t C, double eps,
                            void* loss);
 void cross_entropy_backward(ElemType t, const void* logits, const int64_t* target, int64_t N, int64_t C, double eps,
-                            double grad, void* dlogits);
+                            const void* grad_loss, void* dlogits);
 // out[i] = x[i * s0 + target[i * ts] * s1] for i < n (targets checked by the caller).
 void gather_rows(ElemType t, const void* x, int64_t s0, int64_t s1, const int64_t* target, int64_t ts, int64_t n,
                  void* out);

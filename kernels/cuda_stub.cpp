@@ -16,6 +16,11 @@ namespace {
 }  // namespace
 
 bool compiled_with_cuda() { return false; }
+namespace {
+bool g_sync = false;  // no kernels to synchronise after; kept so the setting reads back
+}  // namespace
+bool sync_after_kernels() { return g_sync; }
+void set_sync_after_kernels(bool on) { g_sync = on; }
 int device_count() { return 0; }
 std::string device_name(int) { no_cuda("device_name"); }
 void require_device(int, const char* op) { no_cuda(op); }
@@ -35,6 +40,7 @@ void* communication_stream(int) { no_cuda("communication_stream"); }
 void stream_wait_stream(void*, void*) { no_cuda("stream_wait_stream"); }
 void* pinned_malloc(size_t) { no_cuda("pinned_malloc"); }
 void pinned_free(void*) {}
+MemoryStats pinned_memory_stats() { no_cuda("pinned_memory_stats"); }
 void axpy(float, const float*, float*, long, int) { no_cuda("cuda axpy"); }
 
 // ---- kernels ----
@@ -63,7 +69,7 @@ void softmax_backward(ElemType, const void*, const void*, void*, int64_t, int64_
 void cross_entropy_forward(ElemType, const void*, const int64_t*, int64_t, int64_t, double, void*) {
   no_cuda("cross_entropy");
 }
-void cross_entropy_backward(ElemType, const void*, const int64_t*, int64_t, int64_t, double, double, void*) {
+void cross_entropy_backward(ElemType, const void*, const int64_t*, int64_t, int64_t, double, const void*, void*) {
   no_cuda("cross_entropy_backward");
 }
 void gather_rows(ElemType, const void*, int64_t, int64_t, const int64_t*, int64_t, int64_t, void*) {

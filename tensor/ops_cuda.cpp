@@ -97,6 +97,23 @@ bool on_cuda(const std::vector<Tensor>& ts, const char* op) {
 
 void use_device(const Tensor& t) { kc::set_device(t.device().index); }
 
+bool batch_stride(const Tensor& t, const Shape& batch_shape, int64_t& step) {
+  step = 0;
+  int64_t expect = -1;
+  for (int64_t d = static_cast<int64_t>(batch_shape.size()) - 1; d >= 0; --d) {
+    if (batch_shape[d] == 1) continue;
+    if (expect < 0) {
+      step = t.stride(d);
+      expect = step * batch_shape[d];
+    } else if (t.stride(d) == expect) {
+      expect *= batch_shape[d];
+    } else if (!(t.stride(d) == 0 && step == 0)) {
+      return false;
+    }
+  }
+  return true;
+}
+
 kc::StridedIter make_iter(const Shape& shape, const std::vector<const Shape*>& strides, const char* op) {
   kc::StridedIter it;
   const int n = static_cast<int>(strides.size());
@@ -117,9 +134,10 @@ kc::StridedIter make_iter(const Shape& shape, const std::vector<const Shape*>& s
     for (int k = 0; k < n; ++k) it.strides[k][it.ndim] = (*strides[k])[d];
     ++it.ndim;
   }
+  // The fast path (offset = index) needs EVERY operand dense: at most one merged dim, stride 1 in
+  // each; a strided output or input (a column of a matrix, a broadcast scalar) keeps the div/mod path.
   it.contiguous = it.ndim <= 1;
-  for (int k = 0; k < n && it.ndim == 1; ++k) it.contiguous = it.strides[k][0] == 1;
-  if (it.ndim == 0) it.contiguous = true;
+  for (int k = 0; k < n && it.ndim == 1; ++k) it.contiguous = it.contiguous && it.strides[k][0] == 1;
   return it;
 }
 
@@ -649,15 +667,8 @@ Tensor checked_target(const Tensor& logits, const Tensor& target, double eps, co
        "expected target int64[" + std::to_string(logits.size(0)) + "] for logits " + logits.desc() + ", got " +
            (target.defined() ? target.desc() : std::string("an undefined tensor")));
   need(eps >= 0.0 && eps <= 1.0, op, "label_smoothing must be in [0, 1], got " + std::to_string(eps));
-  const int64_t C = logits.size(1);
-  const Tensor h = target.cpu().contiguous();  // a small copy: bad targets give an error, never a bad read
-  for (int64_t n = 0; n < h.numel(); ++n) {
-    const int64_t v = h.data<int64_t>()[n];
-    if (v < 0 || v >= C)
-      throw std::invalid_argument(std::string(op) + ": target value " + std::to_string(v) + " at index " +
-                                  std::to_string(n) + " is out of range for C = " + std::to_string(C) +
-                                  " classes (logits " + logits.desc() + ")");
-  }
+  // The values are checked by the kernel on the device (no host copy in the training step): an
+  // out-of-range target is raised at the next synchronisation (kernels/cuda_ops.h).
   return target.contiguous();
 }
 }  // namespace
@@ -678,10 +689,12 @@ Tensor cross_entropy_backward(const Tensor& logits_in, const Tensor& target_in, 
   need(grad_loss.defined() && grad_loss.numel() == 1, "cross_entropy_backward",
        "expected a one-element grad_loss");
   const Tensor logits = logits_in.contiguous();
+  // the upstream gradient stays on the device (a CPU scalar is copied there; no item() sync)
+  const Tensor g = grad_loss.to(logits.device()).to(logits.dtype()).contiguous();
   Tensor d(logits.shape(), logits.dtype(), logits.device());
   use_device(logits);
   kc::cross_entropy_backward(elem(logits.dtype()), logits.raw_data(), target.data<int64_t>(), logits.size(0),
-                             logits.size(1), label_smoothing, grad_loss.item(), d.raw_data());
+                             logits.size(1), label_smoothing, g.raw_data(), d.raw_data());
   return d;
 }
 

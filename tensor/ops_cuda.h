@@ -26,6 +26,10 @@ inline kernels::cuda::ElemType elem(DType t) { return static_cast<kernels::cuda:
 // size-1 dims dropped, neighbouring dims merged when contiguous for every operand.
 kernels::cuda::StridedIter make_iter(const Shape& shape, const std::vector<const Shape*>& strides, const char* op);
 void use_device(const Tensor& t);  // makes t's device current for the kernels that follow
+// The single element stride between consecutive matrices of t over the batch dims `batch_shape`
+// (t's leading dims; size-1 dims ignored, all-broadcast gives 0): false when the batch dims do not
+// step uniformly (a permuted view), and one strided-batched GEMM cannot address t as it is.
+bool batch_stride(const Tensor& t, const Shape& batch_shape, int64_t& step);
 
 // ---- element-wise through the shared functors (out has the loop's shape) ----
 template <class Op>

@@ -69,45 +69,23 @@ void batched_gemm(Tensor a, Tensor b, Tensor& out) {
   const Shape batch_shape(out.shape().begin(), out.shape().end() - 2);
   const int64_t batches = shape_numel(batch_shape);
   if (out.device().is_cuda()) {
-    // cuBLAS: one strided-batched call when the batch dims of a and b each step by one stride
-    // (contiguous or broadcast), else one call per matrix.
-    auto uniform = [&](const Tensor& t, int64_t& step) {
-      step = 0;
-      int64_t expect = -1;
-      for (int64_t d = nd - 3; d >= 0; --d) {
-        if (batch_shape[d] == 1) continue;
-        if (expect < 0) {
-          step = t.stride(d);
-          expect = step * batch_shape[d];
-        } else if (t.stride(d) == expect) {
-          expect *= batch_shape[d];
-        } else if (!(t.stride(d) == 0 && step == 0)) {
-          return false;
-        }
-      }
-      return true;
-    };
-    const auto et = cuda_ops::elem(a.dtype());
-    cuda_ops::use_device(out);
-    const size_t es = element_size(a.dtype());
+    // cuBLAS: one strided-batched call. An operand whose batch dims do not step by one stride
+    // (a permuted (B, H, T, D) view in attention) is made contiguous once, never split per matrix.
     int64_t sa = 0, sb = 0;
-    if (uniform(a, sa) && uniform(b, sb)) {
-      kernels::cuda::gemm(et, n, m, k, a.raw_data(), ga.ld, ga.trans, b.raw_data(), gb.ld, gb.trans, out.raw_data(), m,
-                          batches, sa, sb, n * m);
-      return;
+    GemmOperand la = ga, lb = gb;
+    if (!cuda_ops::batch_stride(a, batch_shape, sa)) {
+      a = a.contiguous();
+      la = matrix_layout(a);
+      cuda_ops::batch_stride(a, batch_shape, sa);
     }
-    for (int64_t i = 0; i < batches; ++i) {
-      int64_t oa = 0, ob = 0;
-      for (int64_t d = nd - 3, rem = i; d >= 0; --d) {
-        const int64_t idx = rem % batch_shape[d];
-        rem /= batch_shape[d];
-        oa += idx * a.stride(d);
-        ob += idx * b.stride(d);
-      }
-      kernels::cuda::gemm(et, n, m, k, static_cast<const char*>(a.raw_data()) + oa * es, ga.ld, ga.trans,
-                          static_cast<const char*>(b.raw_data()) + ob * es, gb.ld, gb.trans,
-                          static_cast<char*>(out.raw_data()) + i * n * m * es, m);
+    if (!cuda_ops::batch_stride(b, batch_shape, sb)) {
+      b = b.contiguous();
+      lb = matrix_layout(b);
+      cuda_ops::batch_stride(b, batch_shape, sb);
     }
+    cuda_ops::use_device(out);
+    kernels::cuda::gemm(cuda_ops::elem(a.dtype()), n, m, k, a.raw_data(), la.ld, la.trans, b.raw_data(), lb.ld,
+                        lb.trans, out.raw_data(), m, batches, sa, sb, n * m);
     return;
   }
   dispatch_floating(a.dtype(), "matmul", [&](auto tag) {

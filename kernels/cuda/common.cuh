@@ -5,9 +5,11 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <stdexcept>
 #include <string>
 
+#include "kernels/cuda_api.h"
 #include "kernels/cuda_ops.h"
 
 namespace minidl::kernels::cuda {
@@ -15,10 +17,61 @@ namespace minidl::kernels::cuda {
 inline void check_cuda(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
 }
-// After a kernel launch: reports a bad launch configuration at once, naming the kernel.
-inline void check_launch(const char* kernel) { check_cuda(cudaGetLastError(), kernel); }
 
 cudaStream_t current_compute_stream();  // runtime.cu
+
+// A bad value that only a kernel sees (a cross-entropy target out of range, read on the device
+// so the step needs no host copy of the targets): the first one is recorded in mapped host memory
+// and raised as std::invalid_argument, naming the op, at the next synchronisation with the host
+// (a copy to the host, item(), synchronize()). runtime.cu owns the record.
+enum class DeviceErrorOp : int { CrossEntropy = 1, CrossEntropyBackward = 2 };
+struct DeviceError {
+  int flag;
+  int op;
+  long long value, index, limit;
+};
+DeviceError* device_error_record();  // the device-side address of the record (created on first use)
+__device__ __forceinline__ void report_device_error(DeviceError* e, DeviceErrorOp op, long long value,
+                                                    long long index, long long limit) {
+  if (atomicCAS(&e->flag, 0, 1) == 0) {
+    e->op = static_cast<int>(op);
+    e->value = value;
+    e->index = index;
+    e->limit = limit;
+    __threadfence_system();
+  }
+}
+
+// After a kernel launch or a cuBLAS / cuDNN call: a bad launch configuration is reported at once,
+// naming the op; with MINIDL_CUDA_SYNC=1 (kernels/cuda_api.h) the compute stream is synchronised
+// too, so a fault inside the kernel is reported here, with the op that launched it.
+inline void check_launch(const char* op) {
+  check_cuda(cudaGetLastError(), op);
+  if (sync_after_kernels())
+    check_cuda(cudaStreamSynchronize(current_compute_stream()),
+               (std::string(op) + ": asynchronous CUDA error in its kernel (found by MINIDL_CUDA_SYNC=1)").c_str());
+}
+
+// Makes `device` current for a scope and restores the caller's device after (the CUDA current
+// device is per host thread state that a library call must not change behind the caller's back).
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    check_cuda(cudaGetDevice(&previous_), "cudaGetDevice");
+    if (previous_ != device) check_cuda(cudaSetDevice(device), "cudaSetDevice");
+    switched_ = previous_ != device;
+  }
+  ~DeviceGuard() {
+    if (switched_ && cudaSetDevice(previous_) != cudaSuccess)
+      std::fprintf(stderr, "minidl: cudaSetDevice(%d) failed while restoring the current device\n", previous_);
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = 0;
+  bool switched_ = false;
+};
 
 inline constexpr int kThreads = 256;
 inline unsigned blocks_for(int64_t n, int threads = kThreads) {

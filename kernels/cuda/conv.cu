@@ -1,17 +1,22 @@
 // kernels/cuda/conv.cu — conv2d forward, backward-data and backward-filter through cuDNN (NCHW,
 // stride / padding / dilation / groups), bias forward and backward with cudnnAddTensor /
 // cudnnConvolutionBackwardBias. For each shape the algorithms are chosen ONCE (cuDNN's v7
-// heuristics, first DETERMINISTIC algorithm whose workspace fits) and cached, so results reproduce
-// run to run. float32 uses FMA math (no TF32) unless set_allow_tf32(true). Workspaces come from the
+// heuristics, first DETERMINISTIC algorithm whose workspace fits, kernels/cuda/algo_pick.h; a
+// slower deterministic one with a warning when none is offered) and cached, so results reproduce
+// run to run; each direction's workspace is what cuDNN reports for the algorithm chosen, and its
+// math type the one that algorithm was ranked with. float32 uses FMA math (no TF32) unless
+// set_allow_tf32(true). Workspaces come from the
 // caching allocator. Tested by tests/kernels/test_cuda_nn.cpp (forward and backward against the
 // CPU's im2col + GEMM, with stride, padding, dilation and groups).
 #include <cudnn.h>
 
 #include <array>
+#include <cstdio>
 #include <map>
 #include <mutex>
 #include <tuple>
 
+#include "kernels/cuda/algo_pick.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda_api.h"
 
@@ -33,11 +38,12 @@ cudnnHandle_t cudnn_handle() {
   return handles[d];
 }
 
-// Descriptors of one convolution shape, with its chosen algorithms.
+// Descriptors of one convolution shape, with its chosen algorithms. Each direction has its own
+// convolution descriptor, whose math type is the one its chosen algorithm was ranked with.
 struct ConvPlan {
   cudnnTensorDescriptor_t x, y, b;
   cudnnFilterDescriptor_t w;
-  cudnnConvolutionDescriptor_t conv;
+  cudnnConvolutionDescriptor_t conv_fwd, conv_data, conv_filter;
   cudnnConvolutionFwdAlgo_t fwd;
   cudnnConvolutionBwdDataAlgo_t bwd_data;
   cudnnConvolutionBwdFilterAlgo_t bwd_filter;
@@ -49,77 +55,115 @@ constexpr size_t kMaxWorkspace = size_t(1) << 30;  // 1 GiB
 using PlanKey = std::tuple<int, int, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
                            int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
 
+std::string shape_of(const ConvGeometry& g) {
+  return "input (" + std::to_string(g.N) + ", " + std::to_string(g.C) + ", " + std::to_string(g.H) + ", " +
+         std::to_string(g.W) + "), " + std::to_string(g.O) + " filters " + std::to_string(g.kH) + "x" +
+         std::to_string(g.kW) + ", groups " + std::to_string(g.groups);
+}
+
+cudnnConvolutionDescriptor_t make_conv_desc(const ConvGeometry& g, cudnnDataType_t dt, cudnnMathType_t math) {
+  cudnnConvolutionDescriptor_t c;
+  check_cudnn(cudnnCreateConvolutionDescriptor(&c), "cudnnCreateConvolutionDescriptor");
+  check_cudnn(cudnnSetConvolution2dDescriptor(c, int(g.pad_h), int(g.pad_w), int(g.stride_h), int(g.stride_w),
+                                              int(g.dil_h), int(g.dil_w), CUDNN_CROSS_CORRELATION, dt),
+              "conv2d convolution descriptor");
+  check_cudnn(cudnnSetConvolutionGroupCount(c, int(g.groups)), "cudnnSetConvolutionGroupCount");
+  check_cudnn(cudnnSetConvolutionMathType(c, math), "cudnnSetConvolutionMathType");
+  return c;
+}
+
+// The index of the algorithm to use in cuDNN's ranking (algo_pick.h), or -1.
 template <class Perf>
-int pick(const Perf* perfs, int n, const char* what) {
+int pick(const Perf* perfs, int n, bool tf32) {
+  AlgoCandidate c[16];
+  n = n < 16 ? n : 16;
   for (int i = 0; i < n; ++i)
-    if (perfs[i].status == CUDNN_STATUS_SUCCESS && perfs[i].determinism == CUDNN_DETERMINISTIC &&
-        perfs[i].memory <= kMaxWorkspace)
-      return i;
-  throw std::runtime_error(std::string("conv2d: cuDNN offers no deterministic ") + what + " algorithm for this shape");
+    c[i] = {perfs[i].status == CUDNN_STATUS_SUCCESS, perfs[i].determinism == CUDNN_DETERMINISTIC,
+            perfs[i].mathType == CUDNN_FMA_MATH || perfs[i].mathType == CUDNN_DEFAULT_MATH, perfs[i].memory};
+  return pick_algorithm(c, n, kMaxWorkspace, tf32);
+}
+
+void warn_fallback(const char* direction, const char* algo, const ConvGeometry& g) {
+  std::fprintf(stderr,
+               "minidl: warning: conv2d: cuDNN offers no deterministic %s algorithm for %s; using the slower "
+               "deterministic %s\n",
+               direction, shape_of(g).c_str(), algo);
 }
 
 ConvPlan& plan_for(ElemType t, const ConvGeometry& g) {
   static std::map<PlanKey, ConvPlan> plans;
   static std::mutex mu;
-  const bool tf32 = allow_tf32();
+  const bool tf32 = allow_tf32() && t == ElemType::F32;
   const PlanKey key{current_device(), int(t), tf32, g.N, g.C, g.H, g.W, g.O, g.kH, g.kW, g.groups, g.stride_h,
                     g.stride_w, g.pad_h, g.pad_w, g.dil_h, g.dil_w};
   std::lock_guard<std::mutex> lock(mu);
   auto it = plans.find(key);
   if (it != plans.end()) return it->second;
   const cudnnDataType_t dt = t == ElemType::F32 ? CUDNN_DATA_FLOAT : CUDNN_DATA_DOUBLE;
+  const cudnnMathType_t search_math = tf32 ? CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION : CUDNN_FMA_MATH;
   ConvPlan p{};
   check_cudnn(cudnnCreateTensorDescriptor(&p.x), "cudnnCreateTensorDescriptor");
   check_cudnn(cudnnCreateTensorDescriptor(&p.y), "cudnnCreateTensorDescriptor");
   check_cudnn(cudnnCreateTensorDescriptor(&p.b), "cudnnCreateTensorDescriptor");
   check_cudnn(cudnnCreateFilterDescriptor(&p.w), "cudnnCreateFilterDescriptor");
-  check_cudnn(cudnnCreateConvolutionDescriptor(&p.conv), "cudnnCreateConvolutionDescriptor");
   check_cudnn(cudnnSetTensor4dDescriptor(p.x, CUDNN_TENSOR_NCHW, dt, int(g.N), int(g.C), int(g.H), int(g.W)),
               "conv2d input descriptor");
   check_cudnn(cudnnSetFilter4dDescriptor(p.w, dt, CUDNN_TENSOR_NCHW, int(g.O), int(g.C / g.groups), int(g.kH),
                                          int(g.kW)),
               "conv2d weight descriptor");
-  check_cudnn(cudnnSetConvolution2dDescriptor(p.conv, int(g.pad_h), int(g.pad_w), int(g.stride_h), int(g.stride_w),
-                                              int(g.dil_h), int(g.dil_w), CUDNN_CROSS_CORRELATION, dt),
-              "conv2d convolution descriptor");
-  check_cudnn(cudnnSetConvolutionGroupCount(p.conv, int(g.groups)), "cudnnSetConvolutionGroupCount");
-  check_cudnn(cudnnSetConvolutionMathType(p.conv, tf32 && t == ElemType::F32 ? CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION
-                                                                               : CUDNN_FMA_MATH),
-              "cudnnSetConvolutionMathType");
+  p.conv_fwd = make_conv_desc(g, dt, search_math);
+  p.conv_data = make_conv_desc(g, dt, search_math);
+  p.conv_filter = make_conv_desc(g, dt, search_math);
   int n = 0, c = 0, h = 0, w = 0;
-  check_cudnn(cudnnGetConvolution2dForwardOutputDim(p.conv, p.x, p.w, &n, &c, &h, &w), "conv2d output size");
+  check_cudnn(cudnnGetConvolution2dForwardOutputDim(p.conv_fwd, p.x, p.w, &n, &c, &h, &w), "conv2d output size");
   if (n != g.N || c != g.O || h != g.H_out || w != g.W_out)
     throw std::logic_error("conv2d: cuDNN's output size differs from minidl's");
   check_cudnn(cudnnSetTensor4dDescriptor(p.y, CUDNN_TENSOR_NCHW, dt, n, c, h, w), "conv2d output descriptor");
   check_cudnn(cudnnSetTensor4dDescriptor(p.b, CUDNN_TENSOR_NCHW, dt, 1, int(g.O), 1, 1), "conv2d bias descriptor");
   cudnnHandle_t hd = cudnn_handle();
   int found = 0;
+  // For each direction: cuDNN's ranking, the first qualifying algorithm (else a slower
+  // deterministic one, with a warning), that algorithm's math type on the direction's descriptor,
+  // then the workspace size cuDNN reports for exactly that algorithm and math type.
   {
     cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-    check_cudnn(cudnnGetConvolutionForwardAlgorithm_v7(hd, p.x, p.w, p.conv, p.y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
-                                                       &found, perf),
+    check_cudnn(cudnnGetConvolutionForwardAlgorithm_v7(hd, p.x, p.w, p.conv_fwd, p.y,
+                                                       CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &found, perf),
                 "cudnnGetConvolutionForwardAlgorithm_v7");
-    const int i = pick(perf, found, "forward");
-    p.fwd = perf[i].algo;
-    p.ws_fwd = perf[i].memory;
+    const int i = pick(perf, found, tf32);
+    p.fwd = i >= 0 ? perf[i].algo : CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
+    if (i < 0) warn_fallback("forward", "CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM", g);
+    check_cudnn(cudnnSetConvolutionMathType(p.conv_fwd, i >= 0 ? perf[i].mathType : CUDNN_FMA_MATH),
+                "cudnnSetConvolutionMathType (forward)");
+    check_cudnn(cudnnGetConvolutionForwardWorkspaceSize(hd, p.x, p.w, p.conv_fwd, p.y, p.fwd, &p.ws_fwd),
+                ("conv2d forward workspace (" + shape_of(g) + ")").c_str());
   }
   {
     cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-    check_cudnn(cudnnGetConvolutionBackwardDataAlgorithm_v7(hd, p.w, p.y, p.conv, p.x,
+    check_cudnn(cudnnGetConvolutionBackwardDataAlgorithm_v7(hd, p.w, p.y, p.conv_data, p.x,
                                                             CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &found, perf),
                 "cudnnGetConvolutionBackwardDataAlgorithm_v7");
-    const int i = pick(perf, found, "backward-data");
-    p.bwd_data = perf[i].algo;
-    p.ws_data = perf[i].memory;
+    const int i = pick(perf, found, tf32);
+    p.bwd_data = i >= 0 ? perf[i].algo : CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
+    if (i < 0) warn_fallback("backward-data", "CUDNN_CONVOLUTION_BWD_DATA_ALGO_1", g);
+    check_cudnn(cudnnSetConvolutionMathType(p.conv_data, i >= 0 ? perf[i].mathType : CUDNN_FMA_MATH),
+                "cudnnSetConvolutionMathType (backward data)");
+    check_cudnn(cudnnGetConvolutionBackwardDataWorkspaceSize(hd, p.w, p.y, p.conv_data, p.x, p.bwd_data, &p.ws_data),
+                ("conv2d backward-data workspace (" + shape_of(g) + ")").c_str());
   }
   {
     cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-    check_cudnn(cudnnGetConvolutionBackwardFilterAlgorithm_v7(hd, p.x, p.y, p.conv, p.w,
+    check_cudnn(cudnnGetConvolutionBackwardFilterAlgorithm_v7(hd, p.x, p.y, p.conv_filter, p.w,
                                                               CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &found, perf),
                 "cudnnGetConvolutionBackwardFilterAlgorithm_v7");
-    const int i = pick(perf, found, "backward-filter");
-    p.bwd_filter = perf[i].algo;
-    p.ws_filter = perf[i].memory;
+    const int i = pick(perf, found, tf32);
+    p.bwd_filter = i >= 0 ? perf[i].algo : CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1;
+    if (i < 0) warn_fallback("backward-filter", "CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1", g);
+    check_cudnn(cudnnSetConvolutionMathType(p.conv_filter, i >= 0 ? perf[i].mathType : CUDNN_FMA_MATH),
+                "cudnnSetConvolutionMathType (backward filter)");
+    check_cudnn(cudnnGetConvolutionBackwardFilterWorkspaceSize(hd, p.x, p.y, p.conv_filter, p.w, p.bwd_filter,
+                                                               &p.ws_filter),
+                ("conv2d backward-filter workspace (" + shape_of(g) + ")").c_str());
   }
   return plans.emplace(key, p).first->second;
 }
@@ -149,9 +193,10 @@ void conv2d_forward(ElemType t, const ConvGeometry& g, const void* x, const void
   const void* one = t == ElemType::F32 ? static_cast<const void*>(&one_f) : &one_d;
   const void* zero = t == ElemType::F32 ? static_cast<const void*>(&zero_f) : &zero_d;
   Workspace ws(p.ws_fwd);
-  check_cudnn(cudnnConvolutionForward(h, one, p.x, x, p.w, w, p.conv, p.fwd, ws.ptr, p.ws_fwd, zero, p.y, y),
+  check_cudnn(cudnnConvolutionForward(h, one, p.x, x, p.w, w, p.conv_fwd, p.fwd, ws.ptr, p.ws_fwd, zero, p.y, y),
               "conv2d (cudnnConvolutionForward)");
   if (b) check_cudnn(cudnnAddTensor(h, one, p.b, b, one, p.y, y), "conv2d bias (cudnnAddTensor)");
+  check_launch("conv2d (cuDNN)");
 }
 
 void conv2d_backward(ElemType t, const ConvGeometry& g, const void* x, const void* w, const void* dy, void* dx,
@@ -165,19 +210,20 @@ void conv2d_backward(ElemType t, const ConvGeometry& g, const void* x, const voi
   const void* zero = t == ElemType::F32 ? static_cast<const void*>(&zero_f) : &zero_d;
   {
     Workspace ws(p.ws_data);
-    check_cudnn(cudnnConvolutionBackwardData(h, one, p.w, w, p.y, dy, p.conv, p.bwd_data, ws.ptr, p.ws_data, zero,
+    check_cudnn(cudnnConvolutionBackwardData(h, one, p.w, w, p.y, dy, p.conv_data, p.bwd_data, ws.ptr, p.ws_data, zero,
                                              p.x, dx),
                 "conv2d_backward (cudnnConvolutionBackwardData)");
   }
   {
     Workspace ws(p.ws_filter);
-    check_cudnn(cudnnConvolutionBackwardFilter(h, one, p.x, x, p.y, dy, p.conv, p.bwd_filter, ws.ptr, p.ws_filter,
+    check_cudnn(cudnnConvolutionBackwardFilter(h, one, p.x, x, p.y, dy, p.conv_filter, p.bwd_filter, ws.ptr, p.ws_filter,
                                                zero, p.w, dw),
                 "conv2d_backward (cudnnConvolutionBackwardFilter)");
   }
   if (db)
     check_cudnn(cudnnConvolutionBackwardBias(h, one, p.y, dy, zero, p.b, db),
                 "conv2d_backward (cudnnConvolutionBackwardBias)");
+  check_launch("conv2d_backward (cuDNN)");
 }
 
 }  // namespace minidl::kernels::cuda

@@ -24,17 +24,7 @@ struct Offsets {
 template <int N>
 __device__ __forceinline__ Offsets<N> offsets_of(const StridedIter& it, int64_t i) {
   Offsets<N> o;
-  if (it.contiguous) {
-    for (int k = 0; k < N; ++k) o.off[k] = i;
-    return o;
-  }
-  for (int k = 0; k < N; ++k) o.off[k] = 0;
-  int64_t rem = i;
-  for (int d = it.ndim - 1; d >= 0; --d) {
-    const int64_t idx = rem % it.shape[d];
-    rem /= it.shape[d];
-    for (int k = 0; k < N; ++k) o.off[k] += idx * it.strides[k][d];
-  }
+  for (int k = 0; k < N; ++k) o.off[k] = strided_offset(it, k, i);
   return o;
 }
 

@@ -6,7 +6,10 @@
 #include <cuda_runtime.h>
 
 #include <array>
+#include <atomic>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -38,7 +41,7 @@ DeviceState& state(int device) {
   require_device(device, "cuda");
   DeviceState& s = states()[device];
   std::call_once(s.once, [&] {
-    check_cuda(cudaSetDevice(device), "cudaSetDevice");
+    DeviceGuard guard(device);
     // compute: a blocking stream, so it is also ordered with legacy default-stream work;
     // comm: non-blocking, ordered with compute only through explicit events.
     check_cuda(cudaStreamCreateWithFlags(&s.compute, cudaStreamDefault), "cudaStreamCreate (compute)");
@@ -47,18 +50,21 @@ DeviceState& state(int device) {
     check_cuda(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
     SegmentSource src{
         [device](size_t n) -> void* {
-          cudaSetDevice(device);
+          DeviceGuard guard(device);
           void* p = nullptr;
-          if (cudaMalloc(&p, n) != cudaSuccess) {
+          const cudaError_t e = cudaMalloc(&p, n);
+          if (e == cudaErrorMemoryAllocation) {
             cudaGetLastError();  // clear the error: the allocator frees its cache and retries
             return nullptr;
           }
+          check_cuda(e, ("cudaMalloc of " + std::to_string(n) + " bytes on cuda:" + std::to_string(device)).c_str());
           return p;
         },
         [device](void* p) {
-          cudaSetDevice(device);
-          cudaDeviceSynchronize();  // a cached block may still be read by queued kernels
-          cudaFree(p);
+          DeviceGuard guard(device);
+          // a cached block may still be read by queued kernels
+          check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize (before returning a segment)");
+          check_cuda(cudaFree(p), "cudaFree");
         }};
     s.allocator = std::make_unique<CachingAllocator>("cuda:" + std::to_string(device), total_b, std::move(src));
     if (const char* f = std::getenv("MINIDL_CUDA_MEMORY_FRACTION")) s.allocator->set_memory_fraction(std::atof(f));
@@ -73,6 +79,48 @@ __global__ void axpy_kernel(float a, const float* x, float* y, long n) {
 }  // namespace
 
 bool compiled_with_cuda() { return true; }
+
+namespace {
+std::atomic<DeviceError*> g_error_host{nullptr};  // the record's host address, once created
+std::once_flag g_error_once;
+DeviceError* g_error_device = nullptr;
+
+// After a synchronisation: a bad value recorded by a kernel becomes an exception (and is cleared).
+void raise_device_error() {
+  DeviceError* e = g_error_host.load();
+  if (e == nullptr || reinterpret_cast<volatile DeviceError*>(e)->flag == 0) return;
+  const DeviceError got = *e;
+  e->flag = 0;
+  const char* op = got.op == static_cast<int>(DeviceErrorOp::CrossEntropyBackward) ? "cross_entropy_backward"
+                                                                                  : "cross_entropy";
+  throw std::invalid_argument(std::string(op) + ": target value " + std::to_string(got.value) + " at index " +
+                              std::to_string(got.index) + " is out of range for C = " + std::to_string(got.limit) +
+                              " classes (checked on the device; reported at the next synchronisation)");
+}
+}  // namespace
+
+DeviceError* device_error_record() {
+  std::call_once(g_error_once, [] {
+    void* h = nullptr;
+    check_cuda(cudaHostAlloc(&h, sizeof(DeviceError), cudaHostAllocMapped | cudaHostAllocPortable),
+               "cudaHostAlloc (device error record)");
+    std::memset(h, 0, sizeof(DeviceError));
+    void* d = nullptr;
+    check_cuda(cudaHostGetDevicePointer(&d, h, 0), "cudaHostGetDevicePointer (device error record)");
+    g_error_device = static_cast<DeviceError*>(d);
+    g_error_host = static_cast<DeviceError*>(h);
+  });
+  return g_error_device;
+}
+
+namespace {
+std::atomic<bool>& sync_flag() {
+  static std::atomic<bool> flag{parse_cuda_sync(std::getenv("MINIDL_CUDA_SYNC"))};
+  return flag;
+}
+}  // namespace
+bool sync_after_kernels() { return sync_flag().load(std::memory_order_relaxed); }
+void set_sync_after_kernels(bool on) { sync_flag() = on; }
 
 int device_count() {
   static const int n = [] {
@@ -144,8 +192,9 @@ MemoryStats memory_stats(int device) {
 }
 void reset_peak_memory_stats(int device) { state(device).allocator->reset_peak(); }
 void empty_cache(int device) {
-  check_cuda(cudaSetDevice(device), "cudaSetDevice");
-  state(device).allocator->empty_cache();
+  DeviceState& s = state(device);
+  DeviceGuard guard(device);
+  s.allocator->empty_cache();
 }
 void set_memory_fraction(double fraction, int device) { state(device).allocator->set_memory_fraction(fraction); }
 
@@ -153,18 +202,21 @@ void memcpy(void* dst, const void* src, size_t nbytes, int kind, int device) {
   if (nbytes == 0) return;
   if (device < 0) device = current_device();
   DeviceState& s = state(device);
-  check_cuda(cudaSetDevice(device), "cudaSetDevice");
+  DeviceGuard guard(device);
   const cudaMemcpyKind k = kind == 0 ? cudaMemcpyHostToDevice
                            : kind == 1 ? cudaMemcpyDeviceToHost
                                        : cudaMemcpyDeviceToDevice;
   check_cuda(cudaMemcpyAsync(dst, src, nbytes, k, s.compute), "cudaMemcpyAsync");
-  check_cuda(cudaStreamSynchronize(s.compute), "cudaMemcpy (stream synchronize; a previous kernel may have failed)");
+  check_cuda(cudaStreamSynchronize(s.compute),
+             "cudaMemcpy (stream synchronize; a previous kernel may have failed: MINIDL_CUDA_SYNC=1 names it)");
+  raise_device_error();
 }
 
 void synchronize(int device) {
   DeviceState& s = state(device);
   check_cuda(cudaStreamSynchronize(s.compute), "synchronize (compute stream)");
   check_cuda(cudaStreamSynchronize(s.comm), "synchronize (communication stream)");
+  raise_device_error();
 }
 
 void* compute_stream(int device) { return state(device).compute; }
@@ -175,26 +227,52 @@ void stream_wait_stream(void* waiter, void* signaller) {
   check_cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
   check_cuda(cudaEventRecord(e, static_cast<cudaStream_t>(signaller)), "cudaEventRecord");
   check_cuda(cudaStreamWaitEvent(static_cast<cudaStream_t>(waiter), e, 0), "cudaStreamWaitEvent");
-  cudaEventDestroy(e);  // released once the wait has been satisfied
+  check_cuda(cudaEventDestroy(e), "cudaEventDestroy");  // released once the wait has been satisfied
 }
+
+// Pinned host memory is cached like device memory (the same CachingAllocator, one pool): the
+// DataLoader pins every batch, and cudaMallocHost per batch would cost more than the copy saves.
+// Reuse is safe because every host <-> device copy (memcpy above) completes before it returns.
+namespace {
+CachingAllocator& pinned_allocator() {
+  static auto* a = new CachingAllocator(  // never destroyed, like the device allocators
+      "pinned host memory", SIZE_MAX,
+      SegmentSource{[](size_t n) -> void* {
+                      void* p = nullptr;
+                      const cudaError_t e = cudaMallocHost(&p, n);
+                      if (e == cudaErrorMemoryAllocation) {
+                        cudaGetLastError();
+                        return nullptr;
+                      }
+                      check_cuda(e, ("cudaMallocHost of " + std::to_string(n) + " bytes").c_str());
+                      return p;
+                    },
+                    [](void* p) { check_cuda(cudaFreeHost(p), "cudaFreeHost"); }});
+  return *a;
+}
+}  // namespace
 
 void* pinned_malloc(size_t nbytes) {
   require_device(0, "pinned_malloc");
-  void* p = nullptr;
-  if (nbytes) check_cuda(cudaMallocHost(&p, nbytes), "cudaMallocHost");
-  return p;
+  return pinned_allocator().allocate(nbytes, nullptr);
 }
 void pinned_free(void* p) {
-  if (p) cudaFreeHost(p);
+  if (p) pinned_allocator().free(p);
+}
+MemoryStats pinned_memory_stats() {
+  require_device(0, "pinned_memory_stats");
+  const CachingAllocatorStats a = pinned_allocator().stats();
+  return {a.allocated, a.reserved, a.peak_allocated, a.peak_reserved, a.cap, a.segment_allocs, a.segment_frees,
+          a.cache_hits};
 }
 
 void axpy(float a, const float* x, float* y, long n, int device) {
   DeviceState& s = state(device);
-  check_cuda(cudaSetDevice(device), "cudaSetDevice");
+  DeviceGuard guard(device);
   const int block = 256;
   const long grid = (n + block - 1) / block;
   if (n > 0) axpy_kernel<<<static_cast<unsigned>(grid), block, 0, s.compute>>>(a, x, y, n);
-  check_cuda(cudaGetLastError(), "axpy kernel launch");
+  check_launch("axpy");
   check_cuda(cudaStreamSynchronize(s.compute), "axpy kernel");
 }
 

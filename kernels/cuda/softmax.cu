@@ -63,7 +63,7 @@ __device__ double block_logsumexp(const T* x, int64_t C) {
 
 template <class T>
 __global__ void cross_entropy_rows_kernel(const T* logits, const int64_t* target, int64_t C, double eps,
-                                          double* row_loss) {
+                                          double* row_loss, DeviceError* err) {
   const T* x = logits + blockIdx.x * C;
   const double lse = block_logsumexp(x, C);
   double sx = 0;
@@ -72,7 +72,13 @@ __global__ void cross_entropy_rows_kernel(const T* logits, const int64_t* target
     sx = block_all_reduce(sx, SumOp{});
   }
   if (threadIdx.x == 0) {
-    double loss = (1.0 - eps) * (lse - double(x[target[blockIdx.x]]));
+    const int64_t t = target[blockIdx.x];
+    if (t < 0 || t >= C) {  // recorded for the host; this row's loss is NaN
+      report_device_error(err, DeviceErrorOp::CrossEntropy, t, blockIdx.x, C);
+      row_loss[blockIdx.x] = NAN;
+      return;
+    }
+    double loss = (1.0 - eps) * (lse - double(x[t]));
     if (eps != 0.0) loss += eps * (lse - sx / double(C));
     row_loss[blockIdx.x] = loss;
   }
@@ -87,13 +93,19 @@ __global__ void mean_of_rows_kernel(const double* row_loss, int64_t N, T* loss) 
 }
 
 template <class T>
-__global__ void cross_entropy_backward_kernel(const T* logits, const int64_t* target, int64_t C, double eps,
-                                              double scale, T* dlogits) {
+__global__ void cross_entropy_backward_kernel(const T* logits, const int64_t* target, int64_t N, int64_t C,
+                                              double eps, const T* grad_loss, T* dlogits, DeviceError* err) {
   const T* x = logits + blockIdx.x * C;
   T* d = dlogits + blockIdx.x * C;
   const double lse = block_logsumexp(x, C);
   const double off = eps / double(C);
+  const double scale = double(*grad_loss) / double(N);  // read on the device: no host sync for the grad
   const int64_t t = target[blockIdx.x];
+  if (t < 0 || t >= C) {  // the whole block takes this branch: recorded for the host, the row is NaN
+    if (threadIdx.x == 0) report_device_error(err, DeviceErrorOp::CrossEntropyBackward, t, blockIdx.x, C);
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) d[c] = static_cast<T>(NAN);
+    return;
+  }
   for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
     const double q = (c == t ? 1.0 - eps : 0.0) + off;
     d[c] = static_cast<T>((exp(double(x[c]) - lse) - q) * scale);
@@ -143,7 +155,7 @@ void cross_entropy_forward(ElemType t, const void* logits, const int64_t* target
     using T = decltype(tag);
     if (N > 0)
       cross_entropy_rows_kernel<T><<<rows_grid(N, "cross_entropy"), kThreads, 0, current_compute_stream()>>>(
-          static_cast<const T*>(logits), target, C, eps, row_loss);
+          static_cast<const T*>(logits), target, C, eps, row_loss, device_error_record());
     mean_of_rows_kernel<T><<<1, kThreads, 0, current_compute_stream()>>>(row_loss, N, static_cast<T*>(loss));
   });
   // Freed at once: the block is reused only by later work on the same stream, after these kernels.
@@ -152,13 +164,14 @@ void cross_entropy_forward(ElemType t, const void* logits, const int64_t* target
 }
 
 void cross_entropy_backward(ElemType t, const void* logits, const int64_t* target, int64_t N, int64_t C, double eps,
-                            double grad, void* dlogits) {
+                            const void* grad_loss, void* dlogits) {
   if (N == 0) return;
   switch_type<true>(t, "cross_entropy_backward", [&](auto tag) {
     using T = decltype(tag);
     cross_entropy_backward_kernel<T><<<rows_grid(N, "cross_entropy_backward"), kThreads, 0,
-                                       current_compute_stream()>>>(static_cast<const T*>(logits), target, C, eps,
-                                                                   grad / double(N), static_cast<T*>(dlogits));
+                                       current_compute_stream()>>>(
+        static_cast<const T*>(logits), target, N, C, eps, static_cast<const T*>(grad_loss), static_cast<T*>(dlogits),
+        device_error_record());
   });
   check_launch("cross_entropy_backward");
 }

@@ -2,6 +2,7 @@
 // layer is made of: Linear = matmul, Conv2d, pools, BatchNorm pieces, LayerNorm, GELU, Dropout,
 // cross entropy), forward AND backward, on the GPU against the CPU on the same inputs, with per-op
 // tolerances. cuDNN convolutions run in FP32 (no TF32). Skipped, saying why, without a device.
+#include "kernels/cuda_ops.h"
 #include "tensor/ops_nn.h"
 #include "tensor/tensor_all.h"
 #include "tests/kernels/cuda_testing.h"
@@ -38,6 +39,33 @@ TEST(CudaNn, Conv2dForwardAndBackwardMatchCpu) {
     expect_cuda_matches_cpu(g.dx, r.dx, 1e-4, 1e-4, "conv2d dx");
     expect_cuda_matches_cpu(g.dw, r.dw, 1e-4, 1e-3, "conv2d dw");
     expect_cuda_matches_cpu(g.db, r.db, 1e-4, 1e-3, "conv2d db");
+  }
+}
+
+// Each direction runs the algorithm chosen for it with that algorithm's own math type and the
+// workspace cuDNN reports for it: exact FP32 by default (tight parity, bitwise equal run to run),
+// TF32 when allowed (a plan of its own; looser parity). Shapes of the CNN at batch 512 included.
+TEST(CudaNn, Conv2dPlansAreDeterministicAndTf32HasItsOwnPlan) {
+  MINIDL_SKIP_WITHOUT_GPU();
+  const Conv2dParams p{.pad_h = 1, .pad_w = 1};
+  for (const auto& [xs, ws] : std::vector<std::pair<Shape, Shape>>{{{512, 1, 28, 28}, {32, 1, 3, 3}},
+                                                                   {{512, 32, 14, 14}, {64, 32, 3, 3}}}) {
+    const Tensor x = on_gpu(rnd(xs, 5)), w = on_gpu(rnd(ws, 6)), b = on_gpu(rnd({ws[0]}, 7));
+    const Tensor y1 = conv2d_forward(x, w, b, p), y2 = conv2d_forward(x, w, b, p);
+    const Tensor dy = on_gpu(rnd(y1.shape(), 8));
+    const Conv2dGrads g1 = conv2d_backward(x, w, dy, true, p), g2 = conv2d_backward(x, w, dy, true, p);
+    expect_equal(y1.cpu(), y2.cpu(), "conv2d forward, run to run");
+    expect_equal(g1.dx.cpu(), g2.dx.cpu(), "conv2d dx, run to run");
+    expect_equal(g1.dw.cpu(), g2.dw.cpu(), "conv2d dw, run to run");
+    const Tensor xc = x.cpu(), wc = w.cpu();
+    expect_cuda_matches_cpu(y1, conv2d_forward(xc, wc, b.cpu(), p), 1e-4, 1e-4, "conv2d forward, FP32");
+    kernels::cuda::set_allow_tf32(true);
+    const Tensor yt = conv2d_forward(x, w, b, p);
+    const Conv2dGrads gt = conv2d_backward(x, w, dy, true, p);
+    kernels::cuda::set_allow_tf32(false);
+    expect_cuda_matches_cpu(yt, y1.cpu(), 1e-2, 1e-2, "conv2d forward, TF32 vs FP32");
+    expect_cuda_matches_cpu(gt.dx, g1.dx.cpu(), 1e-2, 1e-2, "conv2d dx, TF32 vs FP32");
+    expect_cuda_matches_cpu(gt.dw, g1.dw.cpu(), 2e-2, 5e-1, "conv2d dw, TF32 vs FP32");
   }
 }
 
@@ -122,8 +150,35 @@ TEST(CudaNn, CrossEntropyForwardAndBackwardMatchCpu) {
     expect_cuda_matches_cpu(cross_entropy_backward(on_gpu(logits), on_gpu(target), eps, on_gpu(g)),
                             cross_entropy_backward(logits, target, eps, g), 1e-5, 1e-7, "cross_entropy_backward");
   }
-  EXPECT_THROW(cross_entropy_forward(on_gpu(logits), on_gpu(from_vector<int64_t>(std::vector<int64_t>(64, 10))), 0.0),
-               std::invalid_argument);
+}
+
+// Targets are checked on the device (no host copy in the step); a bad one is raised, naming the
+// op, the value and its index, at the next synchronisation, and the error does not stick.
+TEST(CudaNn, CrossEntropyOutOfRangeTargetIsReportedAtTheNextSync) {
+  MINIDL_SKIP_WITHOUT_GPU();
+  const Tensor logits = on_gpu(rnd({6, 10}, 21));
+  const Tensor bad = on_gpu(from_vector<int64_t>({1, 2, 3, 10, 4, 5}));
+  try {
+    const Tensor loss = cross_entropy_forward(logits, bad, 0.0);
+    (void)loss.cpu();  // the synchronisation
+    FAIL() << "expected an out-of-range target error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("cross_entropy: target value 10 at index 3 is out of range for C = 10"),
+              std::string::npos)
+        << e.what();
+  }
+  try {
+    const Tensor d = cross_entropy_backward(logits, on_gpu(from_vector<int64_t>({-1, 0, 0, 0, 0, 0})), 0.0,
+                                            on_gpu(scalar_tensor(1.0)));
+    (void)d.cpu();
+    FAIL() << "expected an out-of-range target error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("cross_entropy_backward: target value -1 at index 0"), std::string::npos)
+        << e.what();
+  }
+  const Tensor good = from_vector<int64_t>({1, 2, 3, 9, 4, 5});
+  expect_cuda_matches_cpu(cross_entropy_forward(logits, on_gpu(good), 0.0), cross_entropy_forward(logits.cpu(), good, 0.0),
+                          1e-6, 1e-6, "a good call after the error");
 }
 
 TEST(CudaNn, LinearLayerIsMatmulPlusBiasForwardAndBackward) {

@@ -186,6 +186,55 @@ TEST(CudaOps, MatmulMatchesCpuGemm) {
   expect_cuda_matches_cpu(matmul(on_gpu(d), on_gpu(e)), matmul(d, e), 1e-12, 1e-12, "float64 batched matmul");
 }
 
+// A K = 0 product is an empty sum: zeros, not an error (cuBLAS itself rejects the ld = 0 such
+// operands carry). The CPU contract first (runs everywhere), then the GPU against it.
+TEST(CudaOpsContract, MatmulWithEmptyInnerDimIsZerosOnCpu) {
+  const Tensor z = matmul(zeros({3, 0}), zeros({0, 4}));
+  expect_equal(z, zeros({3, 4}), "(3, 0) x (0, 4)");
+  expect_equal(matmul(zeros({2, 3, 0}), zeros({2, 0, 5})), zeros({2, 3, 5}), "batched (2, 3, 0) x (2, 0, 5)");
+}
+
+TEST(CudaOps, MatmulWithEmptyInnerDimIsZeros) {
+  MINIDL_SKIP_WITHOUT_GPU();
+  // a non-zero output buffer first, so a skipped fill would show (the allocator reuses it)
+  { const Tensor junk = full({2, 3, 5}, 7.0, DType::Float32, Device::cuda(0)); }
+  for (const auto& [sa, sb] : std::vector<std::pair<Shape, Shape>>{{{3, 0}, {0, 4}}, {{2, 3, 0}, {2, 0, 5}},
+                                                                   {{2, 3, 0}, {0, 5}}}) {
+    const Tensor a = zeros(sa), b = zeros(sb);
+    expect_equal(matmul(on_gpu(a), on_gpu(b)).cpu(), matmul(a, b), "K = 0: " + shape_str(sa) + " x " + shape_str(sb));
+  }
+  const Tensor a = zeros({4, 0}, DType::Float64);
+  expect_equal(mm(on_gpu(a), on_gpu(a).t()).cpu(), zeros({4, 4}, DType::Float64), "float64 K = 0");
+}
+
+// Attention's products on permuted (B, H, T, D) views: one strided-batched call after a single
+// contiguous copy (cuda_ops::batch_stride decides, tested on the CPU in test_cuda_host.cpp).
+TEST(CudaOps, BatchedMatmulOnPermutedViewsMatchesCpu) {
+  MINIDL_SKIP_WITHOUT_GPU();
+  const Tensor q = rnd({2, 7, 3, 4}, 27).permute({0, 2, 1, 3});  // (B, H, T, D) view of (B, T, H, D)
+  const Tensor k = rnd({2, 7, 3, 4}, 28).permute({0, 2, 3, 1});  // (B, H, D, T)
+  expect_cuda_matches_cpu(matmul(on_gpu(q), on_gpu(k)), matmul(q, k), 1e-5, 1e-5, "q k^T on permuted views");
+  const Tensor att = rnd({2, 3, 7, 7}, 29);
+  expect_cuda_matches_cpu(matmul(on_gpu(att), on_gpu(q)), matmul(att, q), 1e-5, 1e-5, "att v (v permuted)");
+}
+
+// The element-wise fast path must not be taken when only some operands are dense (a strided
+// output or first input): these are the cases that went wrong when only the last operand decided.
+TEST(CudaOps, StridedOutputsAndFirstInputsMatchCpu) {
+  MINIDL_SKIP_WITHOUT_GPU();
+  const Tensor u = rnd({6}, 40), v = rnd({6}, 41), w = rnd({6}, 42);
+  expect_equal(stack({on_gpu(u), on_gpu(v), on_gpu(w)}, 1).cpu(), stack({u, v, w}, 1), "stack of 1-d along dim 1");
+  const Tensor c0 = rnd({5, 1}, 43), c1 = rnd({5, 1}, 44);
+  expect_equal(cat({on_gpu(c0), on_gpu(c1)}, 1).cpu(), cat({c0, c1}, 1), "cat of (N, 1) columns");
+  const Tensor x = rnd({5, 3}, 45), y = rnd({5}, 46);
+  expect_cuda_matches_cpu(on_gpu(x).select(1, 0) + on_gpu(y), x.select(1, 0) + y, 0, 0, "select(1, 0) + y");
+  expect_cuda_matches_cpu(on_gpu(y) + on_gpu(x).select(1, 2), y + x.select(1, 2), 0, 0, "y + select(1, 2)");
+  Tensor buf = zeros({10}), gbuf = on_gpu(buf);
+  buf.slice(0, 0, 10, 2).copy_(arange(5, DType::Float32));
+  gbuf.slice(0, 0, 10, 2).copy_(on_gpu(arange(5, DType::Float32)));
+  expect_equal(gbuf.cpu(), buf, "copy into a stride-2 slice");
+}
+
 TEST(CudaOps, JoiningAndIndexingMatchCpu) {
   MINIDL_SKIP_WITHOUT_GPU();
   const Tensor a = rnd({3, 4}, 30), b = rnd({2, 4}, 31);

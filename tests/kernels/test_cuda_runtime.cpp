@@ -1,6 +1,9 @@
-// tests/kernels/test_cuda_runtime.cpp — the first CUDA kernel (axpy) against its CPU loop.
+// tests/kernels/test_cuda_runtime.cpp — the first CUDA kernel (axpy) against its CPU loop, the
+// MINIDL_CUDA_SYNC debug mode, the pinned-memory cache, and (with two devices) that runtime calls restore the current device.
 // Skips, saying why, when minidl was built without CUDA or no device is present.
 #include "kernels/cuda_api.h"
+#include "tensor/pinned.h"
+#include "tensor/tensor_all.h"
 #include "tests/common/testing.h"
 
 using namespace minidl;
@@ -35,4 +38,49 @@ TEST(CudaRuntime, AxpyMatchesCpuLoop) {
 
 TEST(CudaRuntime, DeviceCountIsZeroOrMoreWithoutThrowing) {
   EXPECT_GE(kernels::cuda::device_count(), 0);
+}
+
+// MINIDL_CUDA_SYNC=1 (here switched on in-process): every launch is followed by a synchronisation
+// that would name the op of a faulting kernel; results are unchanged.
+TEST(CudaRuntime, SyncAfterKernelsModeGivesTheSameResults) {
+  if (skip_without_gpu()) GTEST_SKIP() << "no CUDA device";
+  const bool before = kernels::cuda::sync_after_kernels();
+  kernels::cuda::set_sync_after_kernels(true);
+  const Tensor a = randn({33, 17}, RandomKey{2, 0}), b = randn({17, 9}, RandomKey{2, 1});
+  const Tensor ga = a.to(Device::cuda(0)), gb = b.to(Device::cuda(0));
+  minidl::testing::expect_close(matmul(ga, gb).cpu(), matmul(a, b), 1e-5, 1e-5, "matmul, synchronised");
+  minidl::testing::expect_close((ga * 2.0 + 1.0).cpu(), a * 2.0 + 1.0, 0, 0, "element-wise, synchronised");
+  minidl::testing::expect_close(sum(ga).cpu(), sum(a), 1e-5, 1e-5, "sum, synchronised");
+  kernels::cuda::set_sync_after_kernels(before);
+}
+
+// Runtime calls that switch devices internally (stream set-up, the allocator's segments, copies,
+// empty_cache) restore the caller's current device. Needs two devices to observe a switch.
+TEST(CudaMultiGpu, RuntimeCallsRestoreTheCurrentDevice) {
+  if (skip_without_gpu()) GTEST_SKIP() << "no CUDA device";
+  if (kernels::cuda::device_count() < 2) GTEST_SKIP() << "needs two CUDA devices to observe a device switch";
+  kernels::cuda::set_device(1);
+  const Tensor x = randn({1000}, RandomKey{3, 0});
+  const Tensor g = x.to(Device::cuda(0));  // allocates (a segment) and copies on cuda:0
+  EXPECT_EQ(kernels::cuda::current_device(), 1) << "after an allocation and a copy on cuda:0";
+  minidl::testing::expect_close(g.cpu(), x, 0, 0, "round trip through cuda:0");
+  kernels::cuda::empty_cache(0);
+  EXPECT_EQ(kernels::cuda::current_device(), 1) << "after empty_cache(0)";
+  kernels::cuda::set_device(0);
+}
+
+// Pinned batches (DataLoader pin_memory) come from a cache: the same size again is no new
+// cudaMallocHost, and the memory works for copies both ways.
+TEST(CudaRuntime, PinnedMemoryIsCachedAndReused) {
+  if (skip_without_gpu()) GTEST_SKIP() << "no CUDA device";
+  const Tensor x = randn({256, 784}, RandomKey{4, 0});
+  (void)pin_memory(x);  // warm: at most one segment for this size
+  const auto before = kernels::cuda::pinned_memory_stats();
+  for (int i = 0; i < 10; ++i) {
+    const Tensor p = pin_memory(x);
+    minidl::testing::expect_close(p.to(Device::cuda(0)).cpu(), x, 0, 0, "pinned round trip");
+  }
+  const auto after = kernels::cuda::pinned_memory_stats();
+  EXPECT_EQ(after.segment_allocs, before.segment_allocs) << "a pinned batch of the same size allocated anew";
+  EXPECT_GE(after.cache_hits - before.cache_hits, 10);
 }
