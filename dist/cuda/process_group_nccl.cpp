@@ -7,6 +7,7 @@
 #include <nccl.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <mutex>
@@ -14,6 +15,7 @@
 #include <string>
 #include <thread>
 
+#include "dist/cuda/fingerprint.h"
 #include "dist/distributed.h"
 #include "kernels/cuda_api.h"
 #include "tensor/creation.h"
@@ -31,6 +33,26 @@ namespace {
 void check_cuda(cudaError_t e, const std::string& what) {
   if (e != cudaSuccess) throw std::runtime_error(what + ": " + cudaGetErrorString(e));
 }
+
+// Makes the group's device current for a scope and restores the caller's afterwards.
+class DeviceScope {
+ public:
+  DeviceScope(int device, const std::string& what) {
+    check_cuda(cudaGetDevice(&previous_), what + ": cudaGetDevice");
+    if (previous_ != device) check_cuda(cudaSetDevice(device), what + ": cudaSetDevice");
+    switched_ = previous_ != device;
+  }
+  ~DeviceScope() {
+    if (switched_ && cudaSetDevice(previous_) != cudaSuccess)
+      std::fprintf(stderr, "minidl: ProcessGroupNCCL: cudaSetDevice(%d) failed restoring the device\n", previous_);
+  }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  int previous_ = 0;
+  bool switched_ = false;
+};
 
 ncclDataType_t nccl_type(DType t, const char* op) {
   switch (t) {
@@ -64,6 +86,7 @@ struct ProcessGroupNCCL::Impl {
   cudaStream_t compute = nullptr, comm_stream = nullptr;
   std::mutex mu;
   int64_t seq = 0;
+  bool debug = false;  // MINIDL_DIST_DEBUG: compare each collective's fingerprint across ranks first
   bool broken = false;
   std::string broken_reason;
 
@@ -123,21 +146,27 @@ class WorkNCCL : public Work {
     return cudaEventQuery(done_) == cudaSuccess;
   }
 
+  // Polls the completion event; the group's mutex is taken only for each short look at the
+  // communicator, never across the sleep, so other threads can issue or wait meanwhile.
   void wait() override {
     if (completed_) return;
-    std::lock_guard<std::mutex> lock(pg_->mu);
     const auto deadline = std::chrono::steady_clock::now() + pg_->options.timeout;
     for (;;) {
       const cudaError_t q = cudaEventQuery(done_);
       if (q == cudaSuccess) break;
-      if (q != cudaErrorNotReady) pg_->fail(what_ + ": CUDA error: " + cudaGetErrorString(q));
-      ncclResult_t async = ncclSuccess;
-      if (pg_->comm) ncclCommGetAsyncError(pg_->comm, &async);
-      if (async != ncclSuccess && async != ncclInProgress)
-        pg_->fail(what_ + ": NCCL error: " + ncclGetErrorString(async));
-      if (std::chrono::steady_clock::now() > deadline)
-        pg_->fail(what_ + " timed out after " + std::to_string(pg_->options.timeout.count()) +
-                  " ms: a rank did not arrive (communicator aborted)");
+      {
+        std::lock_guard<std::mutex> lock(pg_->mu);
+        if (q != cudaErrorNotReady) pg_->fail(what_ + ": CUDA error: " + cudaGetErrorString(q));
+        if (pg_->broken)
+          throw std::runtime_error(what_ + ": the NCCL process group broke while waiting (" + pg_->broken_reason + ")");
+        ncclResult_t async = ncclSuccess;
+        if (pg_->comm) ncclCommGetAsyncError(pg_->comm, &async);
+        if (async != ncclSuccess && async != ncclInProgress)
+          pg_->fail(what_ + ": NCCL error: " + ncclGetErrorString(async));
+        if (std::chrono::steady_clock::now() > deadline)
+          pg_->fail(what_ + " timed out after " + std::to_string(pg_->options.timeout.count()) +
+                    " ms: a rank did not arrive (communicator aborted)");
+      }
       std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
     check_cuda(cudaStreamWaitEvent(pg_->compute, done_, 0), what_ + ": cudaStreamWaitEvent");
@@ -161,7 +190,7 @@ std::shared_ptr<Work> launch(const std::shared_ptr<ProcessGroupNCCL::Impl>& pg, 
                              std::function<void()> finish = {}) {
   std::lock_guard<std::mutex> lock(pg->mu);
   pg->check_usable(what);
-  check_cuda(cudaSetDevice(pg->device), what + ": cudaSetDevice");
+  const DeviceScope scope(pg->device, what);
   cudaEvent_t ready, done;
   check_cuda(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), what + ": cudaEventCreate");
   check_cuda(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), what + ": cudaEventCreate");
@@ -175,6 +204,36 @@ std::shared_ptr<Work> launch(const std::shared_ptr<ProcessGroupNCCL::Impl>& pg, 
 
 std::string describe(const char* op, int64_t seq, const Tensor& t) {
   return std::string(op) + " #" + std::to_string(seq) + " (" + t.desc() + ")";
+}
+
+// Debug mode: every rank's fingerprint of collective #f.seq, gathered with one small blocking
+// ncclAllGather before the collective is enqueued; a mismatch breaks the group with a message
+// naming both calls (dist/cuda/fingerprint.h).
+void check_fingerprint(const std::shared_ptr<ProcessGroupNCCL::Impl>& pg, const nccl_debug::Fingerprint& f) {
+  if (!pg->debug) return;
+  constexpr int64_t kBytes = static_cast<int64_t>(nccl_debug::kFingerprintBytes);
+  const nccl_debug::Encoded mine = f.encode();
+  Tensor host(Shape{kBytes}, DType::UInt8);
+  std::memcpy(host.raw_data(), mine.data(), mine.size());
+  Tensor send = host.to(Device::cuda(pg->device));
+  Tensor all(Shape{static_cast<int64_t>(pg->size), kBytes}, DType::UInt8, Device::cuda(pg->device));
+  const std::string what = "MINIDL_DIST_DEBUG fingerprint of collective #" + std::to_string(f.seq) + " (" +
+                           f.human() + ")";
+  launch(pg, what, {send, all}, [&] {
+    pg->check_nccl(ncclAllGather(send.raw_data(), all.raw_data(), static_cast<size_t>(kBytes), ncclUint8, pg->comm,
+                                 pg->comm_stream),
+                   what);
+  })->wait();
+  const Tensor got = all.cpu();
+  std::vector<nccl_debug::Encoded> per_rank(static_cast<size_t>(pg->size));
+  for (int r = 0; r < pg->size; ++r)
+    std::memcpy(per_rank[static_cast<size_t>(r)].data(), static_cast<const char*>(got.raw_data()) + r * kBytes,
+                static_cast<size_t>(kBytes));
+  const std::string msg = nccl_debug::mismatch(f.seq, per_rank);
+  if (!msg.empty()) {
+    std::lock_guard<std::mutex> lock(pg->mu);
+    pg->fail(msg);
+  }
 }
 
 // The tensor NCCL works on: t itself when it is contiguous on the group's device, else a device copy.
@@ -195,6 +254,7 @@ ProcessGroupNCCL::ProcessGroupNCCL(TCPStore& store, int rank, int size, ProcessG
   impl_->rank = rank;
   impl_->size = size;
   impl_->options = options;
+  impl_->debug = debug_mode(options);
   impl_->device = device >= 0 ? device : kernels::cuda::select_device_from_env();
   kernels::cuda::set_device(impl_->device);
   impl_->compute = static_cast<cudaStream_t>(kernels::cuda::compute_stream(impl_->device));
@@ -218,12 +278,45 @@ ProcessGroupNCCL::ProcessGroupNCCL(TCPStore& store, int rank, int size, ProcessG
   impl_->wait_comm_ready("ProcessGroupNCCL init (rank " + std::to_string(rank) + " of " + std::to_string(size) + ")");
 }
 
+// Finalize (flushes the communicator's outstanding work; polled, as the communicator is
+// non-blocking), then destroy, and clear the handle; an aborted (broken) group has none left.
+// A destructor cannot throw: failures are reported on stderr, and abort replaces destroy.
 ProcessGroupNCCL::~ProcessGroupNCCL() {
-  if (impl_->comm && !impl_->broken) {
-    cudaSetDevice(impl_->device);
-    cudaStreamSynchronize(impl_->comm_stream);
-    ncclCommDestroy(impl_->comm);
+  Impl& im = *impl_;
+  std::lock_guard<std::mutex> lock(im.mu);
+  if (!im.comm) return;
+  auto report = [](const std::string& what) { std::fprintf(stderr, "minidl: ProcessGroupNCCL: %s\n", what.c_str()); };
+  try {
+    const DeviceScope scope(im.device, "ProcessGroupNCCL teardown");
+    const cudaError_t e = cudaStreamSynchronize(im.comm_stream);
+    if (e != cudaSuccess) report(std::string("cudaStreamSynchronize before finalize: ") + cudaGetErrorString(e));
+    ncclResult_t r = ncclCommFinalize(im.comm);
+    const auto deadline = std::chrono::steady_clock::now() + im.options.timeout;
+    while (r == ncclInProgress || r == ncclSuccess) {
+      ncclResult_t async = ncclSuccess;
+      ncclCommGetAsyncError(im.comm, &async);
+      if (async != ncclInProgress) {
+        r = async;
+        break;
+      }
+      if (std::chrono::steady_clock::now() > deadline) {
+        r = ncclInProgress;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+    if (r == ncclSuccess) {
+      const ncclResult_t d = ncclCommDestroy(im.comm);
+      if (d != ncclSuccess) report(std::string("ncclCommDestroy: ") + ncclGetErrorString(d));
+    } else {
+      report(std::string("ncclCommFinalize did not complete (") +
+             (r == ncclInProgress ? "timed out" : ncclGetErrorString(r)) + "): aborting the communicator");
+      ncclCommAbort(im.comm);
+    }
+  } catch (const std::exception& e) {
+    report(e.what());
   }
+  im.comm = nullptr;
 }
 
 int ProcessGroupNCCL::device() const { return impl_->device; }
@@ -231,6 +324,8 @@ int ProcessGroupNCCL::device() const { return impl_->device; }
 std::shared_ptr<Work> ProcessGroupNCCL::all_reduce_async(Tensor& t, ReduceOp op) {
   const std::string what = describe("all_reduce", ++impl_->seq, t);
   const ncclRedOp_t rop = nccl_op(op, t.dtype(), "all_reduce");
+  check_fingerprint(impl_, {impl_->seq, "all_reduce", dtype_name(t.dtype()), shape_str(t.shape()),
+                            std::string("op=") + reduce_op_name(op)});
   Tensor d = on_device(t, impl_->device, "all_reduce");
   auto impl = impl_;
   std::function<void()> finish;
@@ -245,6 +340,8 @@ std::shared_ptr<Work> ProcessGroupNCCL::all_reduce_async(Tensor& t, ReduceOp op)
 std::shared_ptr<Work> ProcessGroupNCCL::broadcast_async(Tensor& t, int root) {
   const std::string what = describe("broadcast", ++impl_->seq, t);
   if (root < 0 || root >= size_) throw std::invalid_argument(what + ": root " + std::to_string(root) + " out of range");
+  check_fingerprint(impl_, {impl_->seq, "broadcast", dtype_name(t.dtype()), shape_str(t.shape()),
+                            "root=" + std::to_string(root)});
   Tensor d = on_device(t, impl_->device, "broadcast");
   auto impl = impl_;
   std::function<void()> finish;
@@ -259,6 +356,11 @@ std::shared_ptr<Work> ProcessGroupNCCL::broadcast_async(Tensor& t, int root) {
 std::shared_ptr<Work> ProcessGroupNCCL::all_gather_async(const Tensor& t, std::vector<Tensor>& out) {
   const std::string what = describe("all_gather", ++impl_->seq, t);
   if (t.dim() == 0) throw std::invalid_argument(what + ": expected at least a 1-d tensor");
+  {
+    std::string rest = shape_str(Shape(t.shape().begin() + 1, t.shape().end()));  // "[4]" -> "[*, 4]"
+    rest = rest == "[]" ? "[*]" : "[*, " + rest.substr(1);
+    check_fingerprint(impl_, {impl_->seq, "all_gather", dtype_name(t.dtype()), rest, ""});
+  }
   Tensor d = on_device(t, impl_->device, "all_gather");
   auto impl = impl_;
   // 1. every rank's row count (a small blocking all-gather)
@@ -301,6 +403,8 @@ std::shared_ptr<Work> ProcessGroupNCCL::reduce_scatter_async(const Tensor& input
   if (input.dim() == 0 || input.size(0) % size_ != 0)
     throw std::invalid_argument(what + ": the first dim must be a multiple of the world size " + std::to_string(size_));
   const ncclRedOp_t rop = nccl_op(op, input.dtype(), "reduce_scatter");
+  check_fingerprint(impl_, {impl_->seq, "reduce_scatter", dtype_name(input.dtype()), shape_str(input.shape()),
+                            std::string("op=") + reduce_op_name(op)});
   Tensor d = on_device(input, impl_->device, "reduce_scatter");
   Shape os = d.shape();
   os[0] /= size_;
@@ -319,6 +423,7 @@ std::shared_ptr<Work> ProcessGroupNCCL::reduce_scatter_async(const Tensor& input
 std::shared_ptr<Work> ProcessGroupNCCL::barrier_async() {
   Tensor one = ones({1}, DType::Float32, Device::cuda(impl_->device));
   const std::string what = "barrier #" + std::to_string(++impl_->seq);
+  check_fingerprint(impl_, {impl_->seq, "barrier", "", "", ""});
   auto impl = impl_;
   return launch(impl, what, {one}, [&] {
     impl->check_nccl(ncclAllReduce(one.raw_data(), one.raw_data(), 1, ncclFloat32, ncclSum, impl->comm,

@@ -43,6 +43,25 @@ TEST(ProcessGroupNccl, CollectivesWithWorldSizeOne) {
   minidl::testing::expect_equal(host, from_vector<int64_t>({7, 8}), "staged CPU all_reduce");
   EXPECT_EQ(pg.all_gather_object("hello"), std::vector<std::string>{"hello"});
 }
+
+// MINIDL_DIST_DEBUG on: every collective first all-gathers its fingerprint (with one rank it
+// always matches; the comparison itself is tested on the CPU in test_nccl_fingerprint.cpp), and
+// the collectives still give their results; the group is finalized and destroyed at scope end.
+TEST(ProcessGroupNccl, DebugModeFingerprintsWithWorldSizeOne) {
+  if (!why_no_gpu().empty()) GTEST_SKIP() << "NCCL test skipped: " << why_no_gpu();
+  dist::TCPStore store("127.0.0.1", {.port = 0, .is_server = true, .timeout = std::chrono::seconds(30)});
+  {
+    dist::ProcessGroupNCCL pg(store, 0, 1, {.timeout = std::chrono::seconds(30), .debug = true}, 0);
+    Tensor t = from_vector<float>({1, 2, 3}).to(Device::cuda(0));
+    pg.all_reduce(t, dist::ReduceOp::SUM);
+    pg.broadcast(t, 0);
+    const std::vector<Tensor> g = pg.all_gather(t);
+    ASSERT_EQ(g.size(), 1u);
+    minidl::testing::expect_equal(g[0].cpu(), from_vector<float>({1, 2, 3}), "all_gather in debug mode");
+    pg.barrier();
+  }
+  EXPECT_EQ(kernels::cuda::current_device(), 0);
+}
 #else
 TEST(ProcessGroupNccl, SkippedInACpuOnlyBuild) { GTEST_SKIP() << "built without CUDA: no NCCL process group"; }
 #endif
