@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-PACKAGES=(cmake g++ make pkg-config libeigen3-dev libgtest-dev libgmock-dev libbenchmark-dev
+PACKAGES=(cmake g++ make ninja-build pkg-config libeigen3-dev libgtest-dev libgmock-dev libbenchmark-dev
           libgloo-dev zlib1g-dev nlohmann-json3-dev libyaml-cpp-dev libcli11-dev
           dataset-fashion-mnist python3-numpy python3-matplotlib)
 BUILD_DIR=${MINIDL_BUILD_DIR:-build}
