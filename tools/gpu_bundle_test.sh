@@ -90,7 +90,9 @@ if [ -x "$CUDA/bin/nvcc" ] && [ -f "$CUDA/include/cudnn.h" ] && [ -f "$CUDA/incl
        >"$WORK/configure_bad.log" 2>&1; then
     fail "configure with a MINIDL_CUDNN_ROOT holding no cuDNN succeeded"
   fi
-  grep -q "cudnn.h / libcudnn.so\[.9\] not found in MINIDL_CUDNN_ROOT=$WORK/wheels/none" "$WORK/configure_bad.log" ||
+  # CMake wraps long messages: compare with the lines joined
+  tr '\n' ' ' <"$WORK/configure_bad.log" | tr -s ' ' |
+    grep -qF "cudnn.h / libcudnn.so[.9] not found in MINIDL_CUDNN_ROOT=$WORK/wheels/none" ||
     fail "a missing cuDNN root gave no clear message: $(grep -m1 -A2 'CMake Error' "$WORK/configure_bad.log")"
   rm -rf "$WORK/build-cuda-bad"
 else

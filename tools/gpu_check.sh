@@ -263,11 +263,20 @@ fi
 CMAKE_ARGS=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DMINIDL_CUDA=ON -DMINIDL_BUILD_BENCHMARKS=OFF
             -DCMAKE_CUDA_ARCHITECTURES=90)
 LIB_PATH=""
-wheel_dir() {  # wheel_dir MODULE — the directory of nvidia.MODULE in the first python3 that has it
-  local py
+# wheel_dir NAME HEADER — the wheel directory holding include/HEADER and lib/libNAME.so*: first
+# nvidia.NAME of the first python3 that imports it, else any such directory under its nvidia/
+# (wheel layouts differ between CUDA versions).
+wheel_dir() {
+  local py d lib
   for py in /opt/torch/.venv/bin/python3 python3; do
     command -v "$py" >/dev/null || continue
-    "$py" -c "import nvidia.$1 as m; print(list(m.__path__)[0])" 2>/dev/null && return 0
+    d=$("$py" -c "import nvidia.$1 as m; print(list(m.__path__)[0])" 2>/dev/null)
+    if [ -n "$d" ] && [ -f "$d/include/$2" ] && ls "$d"/lib/lib$1.so* >/dev/null 2>&1; then echo "$d"; return 0; fi
+    d=$("$py" -c "import nvidia; print(list(nvidia.__path__)[0])" 2>/dev/null) || continue
+    for lib in $(find "$d" -name "lib$1.so*" 2>/dev/null); do
+      lib=$(dirname "$(dirname "$lib")")
+      [ -f "$lib/include/$2" ] && { echo "$lib"; return 0; }
+    done
   done
   return 1
 }
@@ -277,7 +286,7 @@ for lib in cudnn:CUDNN:cudnn.h nccl:NCCL:nccl.h; do
   root_var=MINIDL_${var}_ROOT
   root=${!root_var:-}
   if [ -z "$root" ] && ! { [ -f "$CUDA_HOME_DIR/include/$header" ] && ls "$CUDA_HOME_DIR"/lib64/lib$name.so* >/dev/null 2>&1; }; then
-    root=$(wheel_dir "$name") || root=""
+    root=$(wheel_dir "$name" "$header") || root=""
   fi
   if [ -n "$root" ]; then
     CMAKE_ARGS+=("-D$root_var=$root")
