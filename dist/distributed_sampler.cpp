@@ -3,6 +3,7 @@
 // distributed_sampler.h for the rules each follows.
 #include "dist/distributed_sampler.h"
 
+#include <algorithm>
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -53,16 +54,34 @@ DistributedSampler::DistributedSampler(int64_t dataset_size, DistributedSamplerO
   if (dataset_size < 0) throw std::invalid_argument("DistributedSampler: dataset size must be >= 0");
   if (options_.exact && options_.drop_last)
     throw std::invalid_argument("DistributedSampler: exact (evaluation) mode keeps every sample; drop_last contradicts it");
+  if (options_.chunk < 1)
+    throw std::invalid_argument("DistributedSampler: chunk must be >= 1, got " + std::to_string(options_.chunk));
   resolve_world("DistributedSampler", options_.num_replicas, options_.rank);
   const int64_t n = dataset_size_, r = options_.num_replicas;
   // ceil(N / R); drop_last with a remainder: ceil((N - R) / R), which is floor(N / R) (0 when N < R).
   num_samples_ = options_.drop_last && n % r != 0 ? n / r : (n + r - 1) / r;
 }
 
-int64_t DistributedSampler::size() const {
+int64_t DistributedSampler::full_size() const {
   if (!options_.exact) return num_samples_;
-  const int64_t n = dataset_size_, r = options_.num_replicas;
-  return options_.rank < n ? (n - options_.rank + r - 1) / r : 0;  // indices rank, rank + R, ... < N
+  // exact: whole rounds of R * c, then runs of c of the last round while entries last
+  const int64_t n = dataset_size_, c = options_.chunk, round = options_.num_replicas * c;
+  const int64_t tail = n % round - options_.rank * c;
+  return n / round * c + std::clamp<int64_t>(tail, 0, c);
+}
+
+int64_t DistributedSampler::size() const { return full_size() - start_; }
+
+void DistributedSampler::set_epoch(int64_t epoch) {
+  Sampler::set_epoch(epoch);
+  start_ = 0;
+}
+
+void DistributedSampler::set_start_index(int64_t start) {
+  if (start < 0 || start > full_size())
+    throw std::invalid_argument("DistributedSampler::set_start_index: " + std::to_string(start) +
+                                " is outside this rank's " + std::to_string(full_size()) + " indices per epoch");
+  start_ = start;
 }
 
 std::vector<int64_t> DistributedSampler::indices() const {
@@ -79,10 +98,21 @@ std::vector<int64_t> DistributedSampler::indices() const {
     else
       pad_by_repeating(order, total_size());
   }
+  // Deal runs of c: run q of each whole round of R * c goes to rank q.
+  const int64_t total = static_cast<int64_t>(order.size()), R = options_.num_replicas, c = options_.chunk;
+  const int64_t round = R * c, whole = total / round * round, rank = options_.rank;
   std::vector<int64_t> mine;
-  mine.reserve(static_cast<size_t>(size()));
-  for (size_t i = static_cast<size_t>(options_.rank); i < order.size(); i += static_cast<size_t>(options_.num_replicas))
-    mine.push_back(order[i]);
+  mine.reserve(static_cast<size_t>(full_size()));
+  auto take = [&](int64_t from, int64_t to) { mine.insert(mine.end(), order.begin() + from, order.begin() + to); };
+  for (int64_t s = rank * c; s < whole; s += round) take(s, s + c);
+  if (options_.exact) {  // the last round in runs of c, while entries last
+    const int64_t from = std::min(total, whole + rank * c);
+    take(from, std::min(total, from + c));
+  } else {  // the last round split evenly (its length is a multiple of R after padding)
+    const int64_t share = (total - whole) / R;
+    take(whole + rank * share, whole + (rank + 1) * share);
+  }
+  mine.erase(mine.begin(), mine.begin() + start_);
   return mine;
 }
 

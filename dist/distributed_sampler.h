@@ -22,6 +22,17 @@
 // every sample is seen exactly once. Weight metrics by per-rank counts (dist::MetricSums) to get
 // exactly the single-process numbers.
 //
+// Chunks (options.chunk = c, default 1): the (padded) order is dealt to the ranks in runs of c
+// consecutive entries — run q of each round of R * c goes to rank q — instead of one entry at a
+// time. With c = global batch / R each rank's share of every global batch is one contiguous run
+// of it, which deterministic data parallelism needs (dist/deterministic.h: a rank's micro-shards
+// are consecutive pieces of the global batch). The last, incomplete round is split evenly (L / R
+// consecutive entries per rank; L is a multiple of R after padding); in exact mode it is dealt in
+// runs of c while entries last. c = 1 is exactly the interleaving above.
+//
+// Mid-epoch resume: set_start_index(s) makes indices() of the current epoch begin at this rank's
+// s-th index (the first s were consumed before the checkpoint); set_epoch resets it to 0.
+//
 // DistributedBatchSampler (paddle.io.DistributedBatchSampler), batch size B:
 //   num_samples = ceil(N / R); the list 0..N-1 is padded (repeating its head) to R * num_samples
 //   BEFORE shuffling; if shuffle, that padded list is permuted with randperm keyed (seed, epoch)
@@ -56,6 +67,7 @@ struct DistributedSamplerOptions {
   uint64_t seed = 0;
   bool drop_last = false;
   bool exact = false;      // evaluation: no padding, uneven shards (exclusive with drop_last)
+  int64_t chunk = 1;       // entries dealt to a rank at a time (1: PyTorch's interleaving)
 };
 
 class DistributedSampler : public data::Sampler {
@@ -66,8 +78,14 @@ class DistributedSampler : public data::Sampler {
 
   // This rank's number of indices per epoch (num_samples; in exact mode this rank's shard size).
   int64_t size() const override;
-  // This rank's indices for the current epoch.
+  // This rank's indices for the current epoch (from the start index on).
   std::vector<int64_t> indices() const override;
+  // A new epoch starts at index 0 again.
+  void set_epoch(int64_t epoch) override;
+  // The current epoch's indices() skip this rank's first `start` indices (0 <= start <= the
+  // epoch's full share); size() shrinks by as many.
+  void set_start_index(int64_t start);
+  int64_t start_index() const { return start_; }
 
   int64_t num_samples() const { return num_samples_; }  // ceil(N / R) (PyTorch's num_samples)
   int64_t total_size() const { return num_samples_ * options_.num_replicas; }
@@ -76,9 +94,12 @@ class DistributedSampler : public data::Sampler {
   const DistributedSamplerOptions& options() const { return options_; }
 
  private:
+  int64_t full_size() const;  // this rank's share of the epoch, before the start index
+
   int64_t dataset_size_;
   DistributedSamplerOptions options_;
   int64_t num_samples_ = 0;
+  int64_t start_ = 0;
 };
 
 struct DistributedBatchSamplerOptions {
