@@ -6,7 +6,10 @@
 #include <stdexcept>
 #include <unordered_set>
 
+#include "dist/deterministic.h"
 #include "dist/distributed.h"
+#include "dist/sync_batchnorm.h"
+#include "nn/batchnorm.h"
 #include "tensor/creation.h"
 #include "tensor/ops.h"
 
@@ -29,7 +32,11 @@ DistributedDataParallel::DistributedDataParallel(nn::Module& module, const DDPOp
     if (m->type_name() == "SyncBatchNorm") has_collective_modules_ = true;
   check_parameters_match();
   sync_module_state(/*params=*/true);
-  build_buckets();
+  if (options_.deterministic) {
+    setup_deterministic();
+  } else {
+    build_buckets();
+  }
   for (size_t i = 0; i < params_.size(); ++i)
     params_[i].hook = params_[i].var.register_post_accumulate_grad_hook([this, i](Tensor&) { mark_ready(i); });
 }
@@ -99,6 +106,38 @@ void DistributedDataParallel::build_buckets() {
   ready_.assign(params_.size(), false);
 }
 
+// Deterministic mode: ghost batch norm for every SyncBatchNorm, the layout of a shard's values
+// (gradients in parameter order, then each SyncBatchNorm's (mean, var)), identical buffers.
+void DistributedDataParallel::setup_deterministic() {
+  const Variable& first = params_.front().var;
+  for (const Param& p : params_)
+    if (p.var.dtype() != first.dtype() || p.var.device() != first.device())
+      throw std::invalid_argument("DistributedDataParallel (deterministic): every parameter must have one dtype and "
+                                  "device; '" + p.name + "' is " + p.var.data().desc() + ", '" + params_.front().name +
+                                  "' is " + first.data().desc());
+  for (auto& [name, m] : module_.named_modules()) {
+    if (auto* sbn = dynamic_cast<SyncBatchNorm*>(m)) {
+      sbn->set_deterministic(true);
+      ghost_bns_.push_back(sbn);
+    } else if (auto* bn = dynamic_cast<nn::BatchNormBase*>(m); bn && bn->running_mean.defined()) {
+      throw std::invalid_argument("DistributedDataParallel (deterministic): '" + name + "' (" + m->type_name() +
+                                  ") would move its running statistics once per micro-shard, in an order that depends "
+                                  "on the number of processes; convert it with dist::convert_sync_batchnorm first "
+                                  "(SyncBatchNorm is ghost batch norm in deterministic mode)");
+    }
+  }
+  for (Param& p : params_) {
+    p.shard_offset = shard_numel_;
+    shard_numel_ += p.var.numel();
+  }
+  for (SyncBatchNorm* bn : ghost_bns_) {
+    ghost_offsets_.push_back(shard_numel_);
+    if (bn->running_mean.defined()) shard_numel_ += 2 * bn->options.num_features;
+  }
+  sync_module_state(/*params=*/false);  // rank 0's buffers, once: from here on they move identically
+  ready_.assign(params_.size(), false);
+}
+
 std::vector<std::vector<std::string>> DistributedDataParallel::bucket_parameter_names() const {
   std::vector<std::vector<std::string>> out;
   for (const auto& b : buckets_) {
@@ -116,6 +155,21 @@ int DistributedDataParallel::join_handshake(int active) {
 
 Variable DistributedDataParallel::forward(const Variable& x) {
   const auto t0 = Clock::now();
+  if (options_.deterministic && module_.is_training() && is_grad_enabled()) {
+    if (!require_sync_)
+      throw std::logic_error("DistributedDataParallel (deterministic): no_sync() does not apply; every training "
+                             "forward is one micro-shard, and step() combines them all");
+    if (expect_backward_) {
+      capture_shard();  // the previous shard's backward is done
+    } else if (shard_values_.empty()) {
+      for (Param& p : params_) p.var.set_grad(Tensor());  // a step starts from no gradient
+    }
+    Variable out = module_.forward(x);
+    expect_backward_ = true;
+    times_.forward = seconds_since(t0);
+    forward_end_ = Clock::now();
+    return out;
+  }
   const bool sync = module_.is_training() && is_grad_enabled() && require_sync_;
   if (sync) {
     if (expect_backward_ && !finalized_) finish();  // names the parameters that got no gradient
@@ -161,7 +215,7 @@ void DistributedDataParallel::prepare_for_backward(const Variable& out) {
 }
 
 void DistributedDataParallel::mark_ready(size_t i) {
-  if (!expect_backward_ || finalized_ || ready_[i]) return;
+  if (options_.deterministic || !expect_backward_ || finalized_ || ready_[i]) return;
   ready_[i] = true;
   ++num_ready_;
   if (--buckets_[params_[i].bucket].pending == 0) launch_ready_buckets();
@@ -209,18 +263,81 @@ void DistributedDataParallel::finalize() {
   expect_backward_ = false;
 }
 
+void DistributedDataParallel::throw_missing_gradients(const std::vector<size_t>& missing) {
+  std::string names;
+  for (size_t i : missing) names += (names.empty() ? "" : ", ") + params_[i].name;
+  expect_backward_ = false;
+  throw std::logic_error("DistributedDataParallel: parameters that did not receive a gradient in this backward: " +
+                         names + ". If they are unused on purpose, construct DDP with find_unused_parameters = true; "
+                         "otherwise make sure backward() ran on the output of forward()");
+}
+
 void DistributedDataParallel::finish() {
+  if (options_.deterministic) return finish_deterministic();
   if (!expect_backward_ || finalized_) return;
   if (num_ready_ < params_.size()) {
-    std::string names;
+    std::vector<size_t> missing;
     for (size_t i = 0; i < params_.size(); ++i)
-      if (!ready_[i]) names += (names.empty() ? "" : ", ") + params_[i].name;
-    expect_backward_ = false;
-    throw std::logic_error("DistributedDataParallel: parameters that did not receive a gradient in this backward: " +
-                           names + ". If they are unused on purpose, construct DDP with find_unused_parameters = true; "
-                           "otherwise make sure backward() ran on the output of forward()");
+      if (!ready_[i]) missing.push_back(i);
+    throw_missing_gradients(missing);
   }
   finalize();
+}
+
+// The shard whose backward just ran: gradients and ghost statistics into one vector; .grad cleared.
+void DistributedDataParallel::capture_shard() {
+  expect_backward_ = false;
+  std::vector<size_t> missing;
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (!params_[i].var.grad().defined() && !options_.find_unused_parameters) missing.push_back(i);
+  if (!missing.empty()) {
+    for (Param& p : params_) p.var.set_grad(Tensor());
+    shard_values_.clear();
+    throw_missing_gradients(missing);
+  }
+  const Variable& first = params_.front().var;
+  Tensor values({shard_numel_}, first.dtype(), first.device());
+  for (Param& p : params_) {
+    Tensor slot = values.narrow(0, p.shard_offset, p.var.numel());
+    if (p.var.grad().defined()) {
+      slot.copy_(p.var.grad().reshape({-1}));
+    } else {
+      slot.fill_(0.0);  // unused in this shard (find_unused_parameters)
+    }
+    p.var.set_grad(Tensor());  // the next shard's backward starts from no gradient
+  }
+  for (size_t b = 0; b < ghost_bns_.size(); ++b) {
+    if (!ghost_bns_[b]->running_mean.defined()) continue;
+    const Tensor stats = ghost_bns_[b]->take_shard_statistics();
+    if (!stats.defined())
+      throw std::logic_error("DistributedDataParallel (deterministic): a SyncBatchNorm did not run in this "
+                             "micro-shard's forward; every shard must use every batch-norm layer");
+    values.narrow(0, ghost_offsets_[b], stats.numel()).copy_(stats.to(values.dtype()));
+  }
+  shard_values_.push_back(std::move(values));
+}
+
+// All shards of the step: the fixed tree over every rank's shards, divided by their number,
+// into .grad; the ghost statistics' means into the running statistics.
+void DistributedDataParallel::finish_deterministic() {
+  if (expect_backward_) capture_shard();
+  if (shard_values_.empty()) return;
+  times_.backward = seconds_since(forward_end_);
+  const auto t0 = Clock::now();
+  const int64_t shards = static_cast<int64_t>(shard_values_.size()) * group_->size();
+  Tensor mean = shard_tree_all_reduce(shard_values_, *group_);
+  shard_values_.clear();
+  mul_(mean, 1.0 / static_cast<double>(shards));
+  for (Param& p : params_) p.var.set_grad(mean.narrow(0, p.shard_offset, p.var.numel()).view(p.var.shape()));
+  NoGradGuard no_grad;
+  for (size_t b = 0; b < ghost_bns_.size(); ++b) {
+    SyncBatchNorm* bn = ghost_bns_[b];
+    if (!bn->running_mean.defined()) continue;
+    const int64_t C = bn->options.num_features;
+    bn->update_running_stats(mean.narrow(0, ghost_offsets_[b], C).to(bn->running_mean.dtype()),
+                             mean.narrow(0, ghost_offsets_[b] + C, C).to(bn->running_var.dtype()));
+  }
+  times_.comm_wait = seconds_since(t0);
 }
 
 void DistributedDataParallel::step(optim::Optimizer& optimizer) {
@@ -231,6 +348,9 @@ void DistributedDataParallel::step(optim::Optimizer& optimizer) {
 }
 
 void DistributedDataParallel::join() {
+  if (options_.deterministic)
+    throw std::logic_error("DistributedDataParallel::join: not in deterministic mode, where every rank runs its share "
+                           "of every global batch; give every rank the same number of batches");
   if (has_collective_modules_)
     throw std::logic_error("DistributedDataParallel::join: the model communicates in forward (SyncBatchNorm), which a "
                            "joined rank cannot shadow; give every rank the same number of batches instead");

@@ -20,6 +20,26 @@
 // each parameter's .grad — so when backward() returns the gradients are synchronised.
 // DDP is not a Module: state_dict() and load_state_dict() are the wrapped module's, with its
 // names (no "module." prefix), so checkpoints move freely between DDP and plain models.
+//
+// Deterministic mode (DDPOptions::deterministic): the same bits on 1, 2 or 4 processes and any
+// thread count (dist/deterministic.h explains the fixed summation tree). A step's global batch is
+// cut into K micro-shards of m samples; rank r runs its consecutive K / R of them, one training
+// forward + backward each, and then step():
+//
+//   opt.zero_grad();
+//   for (int64_t j = 0; j < n; ++j) {                   // n = K / R shards, in global order
+//     manual_seed(key of the shard's first sample);      // randomness by sample, not by rank
+//     Variable loss = cross_entropy(ddp.forward(Variable(x_shard[j])), y_shard[j]);  // mean over m
+//     loss.backward();                                   // no communication: DDP keeps the shard's gradient
+//   }
+//   ddp.step(opt);   // tree-sum of all K shard gradients (one all_gather), / K, into .grad; opt.step()
+//
+// DDP owns .grad between a step's first training forward and finish(): each shard's gradient
+// (and its SyncBatchNorm statistics: ghost batch norm, see sync_batchnorm.h) is copied out and
+// .grad cleared before the next shard. Buffers are not broadcast per forward (they are identical
+// by construction); a BatchNorm other than SyncBatchNorm is an error (its running statistics
+// would move once per shard, in an order that depends on the process count); join() and
+// no_sync() are refused; all parameters must share one dtype and device.
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -32,11 +52,14 @@
 
 namespace minidl::dist {
 
+class SyncBatchNorm;
+
 struct DDPOptions {
   double bucket_cap_mb = 25.0;
   double first_bucket_cap_mb = 1.0;
   bool find_unused_parameters = false;  // mark parameters unused in this forward as ready (zero grad)
   bool broadcast_buffers = true;        // rank 0's buffers (BN running stats) at every training forward
+  bool deterministic = false;           // micro-shards summed in a fixed tree (see above)
   ProcessGroup* group = nullptr;        // nullptr: the default group of dist::init()
 };
 
@@ -60,6 +83,7 @@ class DistributedDataParallel {
 
   // Waits for every bucket and writes the averaged gradients (a no-op when backward already did).
   // Without find_unused_parameters, a parameter that got no gradient is an error naming it.
+  // Deterministic mode: combines the step's micro-shards (collective) and writes their mean.
   void finish();
   // finish(), then optimizer.step(), both timed.
   void step(optim::Optimizer& optimizer);
@@ -100,6 +124,9 @@ class DistributedDataParallel {
   // How many buckets of the last backward started their all-reduce before the last gradient
   // was ready (overlap of communication with backward).
   int buckets_launched_before_backward_end() const { return launched_early_; }
+  bool deterministic() const { return options_.deterministic; }
+  // Deterministic mode: micro-shards captured in the current step so far.
+  int64_t pending_shards() const { return static_cast<int64_t>(shard_values_.size()); }
 
  private:
   struct Param {
@@ -108,6 +135,7 @@ class DistributedDataParallel {
     size_t bucket = 0;
     int64_t offset = 0;  // element offset in the bucket's buffer
     uint64_t hook = 0;
+    int64_t shard_offset = 0;  // deterministic mode: element offset in a shard's value vector
   };
   struct Bucket {
     std::vector<size_t> params;  // indices into params_
@@ -124,6 +152,10 @@ class DistributedDataParallel {
   void launch_ready_buckets();
   void finalize();
   int join_handshake(int active);  // sum over ranks of `active`
+  void setup_deterministic();
+  void capture_shard();            // deterministic: the finished shard's gradient and statistics
+  void finish_deterministic();
+  [[noreturn]] void throw_missing_gradients(const std::vector<size_t>& missing);
 
   nn::Module& module_;
   DDPOptions options_;
@@ -141,6 +173,11 @@ class DistributedDataParallel {
   int64_t synced_steps_ = 0;  // training forwards that synchronised (for join's final model)
   StepTimes times_;
   std::chrono::steady_clock::time_point forward_end_;
+  // deterministic mode
+  std::vector<SyncBatchNorm*> ghost_bns_;  // in module order; their statistics follow the gradients
+  std::vector<int64_t> ghost_offsets_;
+  int64_t shard_numel_ = 0;                // values per shard: gradients, statistics
+  std::vector<Tensor> shard_values_;       // this step's shards so far, in order
 };
 
 }  // namespace minidl::dist

@@ -2,8 +2,10 @@
 #include "dist/sync_batchnorm.h"
 
 #include <cmath>
+#include <utility>
 
 #include "autograd/function.h"
+#include "autograd/ops.h"
 #include "dist/distributed.h"
 #include "tensor/creation.h"
 #include "tensor/ops.h"
@@ -122,6 +124,19 @@ void SyncBatchNorm::check_input_dim(const Variable& x) const {
 }
 
 Variable SyncBatchNorm::forward(const Variable& x) {
+  if (deterministic_ && training_) {  // ghost batch norm over this micro-shard
+    check_input_dim(x);
+    if (x.size(1) != options.num_features)
+      throw std::invalid_argument("SyncBatchNorm: expected " + std::to_string(options.num_features) +
+                                  " channels in dim 1, got input " + x.data().desc());
+    if (!running_mean.defined()) return batch_norm(x, Tensor(), Tensor(), weight, bias, true, 0.0, options.eps);
+    // Running statistics that start at 0 and move with momentum 1 become exactly the shard's
+    // mean and unbiased variance, as the batch-norm kernel computes them.
+    Tensor mean = zeros_like(running_mean), var = zeros_like(running_var);
+    Variable y = batch_norm(x, mean, var, weight, bias, /*training=*/true, /*momentum=*/1.0, options.eps);
+    shard_stats_ = cat({mean, var}, 0);
+    return y;
+  }
   ProcessGroup* group = group_ ? group_ : (is_initialized() ? &default_group() : nullptr);
   if (!training_ || group == nullptr || group->size() == 1) return BatchNormBase::forward(x);
   check_input_dim(x);
@@ -131,6 +146,16 @@ Variable SyncBatchNorm::forward(const Variable& x) {
   const double momentum = next_momentum();
   auto fn = std::make_shared<SyncBatchNormFunction>(*group, running_mean, running_var, momentum, options.eps);
   return autograd::Function::apply(fn, {x, weight, bias});
+}
+
+Tensor SyncBatchNorm::take_shard_statistics() { return std::exchange(shard_stats_, Tensor()); }
+
+void SyncBatchNorm::update_running_stats(const Tensor& mean, const Tensor& var) {
+  if (!running_mean.defined()) return;
+  NoGradGuard no_grad;
+  const double momentum = next_momentum();
+  lerp_(running_mean, mean, momentum);
+  lerp_(running_var, var, momentum);
 }
 
 int convert_sync_batchnorm(nn::Module& module, ProcessGroup* group) {

@@ -9,6 +9,17 @@
 //             dx = (dy - sum_dy/N - (x - mean) invstd^2 sum_dy_xmu/N) * weight * invstd.
 //             weight / bias gradients stay local; DDP averages them like any other gradient.
 // Eval mode, or world size 1: exactly BatchNorm.
+//
+// Deterministic mode (set_deterministic(true); DistributedDataParallel with deterministic = true
+// turns it on for every SyncBatchNorm of its model): ghost batch norm. Each training forward is
+// one micro-shard of the global batch (dist/deterministic.h) and normalises with the statistics
+// of that shard alone, communicating nothing — so a shard's output and gradients are the same
+// whichever rank computes it and however many ranks there are. Instead of moving the running
+// statistics per forward (which would depend on which shards a rank saw), the layer records the
+// shard's mean and unbiased variance (take_shard_statistics); DDP averages them over all the
+// step's shards with the same fixed tree as the gradients and calls update_running_stats once
+// per step. Statistics over m samples instead of the global batch: the batch-norm noise of a
+// batch of m (Hoffer et al., "Train longer, generalize better", 2017, section 4).
 #pragma once
 #include <memory>
 
@@ -23,11 +34,23 @@ class SyncBatchNorm : public nn::BatchNormBase {
   std::string type_name() const override { return "SyncBatchNorm"; }
   Variable forward(const Variable& x) override;
 
+  void set_deterministic(bool on) { deterministic_ = on; }
+  bool deterministic() const { return deterministic_; }
+  // Deterministic mode: (mean, unbiased variance) per channel of the last training forward, as
+  // one (2C) tensor like running_mean; undefined when there was none since the last call (or
+  // running statistics are not tracked).
+  Tensor take_shard_statistics();
+  // Moves the running statistics once towards (mean, var), each (C), with this step's momentum
+  // (advancing num_batches_tracked) — what BatchNorm's forward does with its batch's statistics.
+  void update_running_stats(const Tensor& mean, const Tensor& var);
+
  protected:
   void check_input_dim(const Variable& x) const override;  // (N, C, *), N may be 0
 
  private:
   ProcessGroup* group_;  // nullptr: the default group at forward time
+  bool deterministic_ = false;
+  Tensor shard_stats_;   // deterministic mode: the last shard's (mean, unbiased var)
 };
 
 // Replaces every BatchNorm1d/2d below `module` by a SyncBatchNorm with the same options,

@@ -32,7 +32,7 @@ CNN::CNN() {
   register_module("classifier", classifier);
 }
 
-ViT::ViT()
+ViT::ViT(const ViTOptions& options)
     : patch_embed({.in = 1, .out = 64, .kernel = 4, .stride = 4}),
       norm({.normalized_shape = {64}}),
       head({.in = 64, .out = 10}) {
@@ -44,7 +44,7 @@ ViT::ViT()
   register_parameter("pos_embed", pos_embed);
   for (int i = 0; i < 6; ++i)
     blocks.push_back<TransformerEncoderLayer>(
-        TransformerEncoderLayerOptions{.d_model = 64, .nhead = 4, .dim_feedforward = 128, .dropout = 0.0});
+        TransformerEncoderLayerOptions{.d_model = 64, .nhead = 4, .dim_feedforward = 128, .dropout = options.dropout});
   register_module("blocks", blocks);
   register_module("norm", norm);
   register_module("head", head);

@@ -33,11 +33,15 @@ class CNN : public Module {
   Sequential features, classifier;
 };
 
+struct ViTOptions {
+  double dropout = 0.0;  // in every encoder block: attention weights, MLP and both residual branches
+};
+
 // Patch embedding Conv2d(1, 64, 4, stride 4) -> 49 tokens; class token + position embedding;
 // 6 pre-norm encoder blocks (4 heads, MLP 64-128-64, GELU); final LayerNorm; head on the class token.
 class ViT : public Module {
  public:
-  ViT();
+  explicit ViT(const ViTOptions& options = {});
   std::string type_name() const override { return "ViT"; }
   Variable forward(const Variable& x) override;
   Conv2d patch_embed;
