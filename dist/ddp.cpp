@@ -33,15 +33,16 @@ DistributedDataParallel::DistributedDataParallel(nn::Module& module, const DDPOp
   check_parameters_match();
   sync_module_state(/*params=*/true);
   if (options_.deterministic) {
-    setup_deterministic();
-  } else {
-    build_buckets();
+    setup_deterministic();  // no hooks: a shard is captured at the next forward or at finish()
+    return;
   }
+  build_buckets();
   for (size_t i = 0; i < params_.size(); ++i)
     params_[i].hook = params_[i].var.register_post_accumulate_grad_hook([this, i](Tensor&) { mark_ready(i); });
 }
 
 DistributedDataParallel::~DistributedDataParallel() {
+  if (options_.deterministic) return;
   for (auto& p : params_) p.var.remove_post_accumulate_grad_hook(p.hook);
 }
 
@@ -215,7 +216,7 @@ void DistributedDataParallel::prepare_for_backward(const Variable& out) {
 }
 
 void DistributedDataParallel::mark_ready(size_t i) {
-  if (options_.deterministic || !expect_backward_ || finalized_ || ready_[i]) return;
+  if (!expect_backward_ || finalized_ || ready_[i]) return;
   ready_[i] = true;
   ++num_ready_;
   if (--buckets_[params_[i].bucket].pending == 0) launch_ready_buckets();
