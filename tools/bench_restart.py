@@ -96,6 +96,8 @@ def main():
         steps = max(int(m.group(1)) for _, l in lines for m in [re.search(r"epoch 1/2 +\d+/(\d+) ", l)] if m)
         step_dir = f"{work}/steps"
         os.makedirs(step_dir, exist_ok=True)
+        for name in os.listdir(step_dir):  # the previous run's step files
+            os.unlink(os.path.join(step_dir, name))
         env_k = dict(env, MINIDL_STEP_DIR=step_dir)
         wall, lines, t_sig, killed, t_again = run(base + ["--max-restarts", "1", "--out", f"{work}/hurt"], env_k,
                                                   steps + 3, sig, step_dir)
