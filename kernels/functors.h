@@ -18,8 +18,9 @@ struct AddOp { template <class T> MINIDL_HD T operator()(T a, T b) const { retur
 struct SubOp { template <class T> MINIDL_HD T operator()(T a, T b) const { return a - b; } };
 struct MulOp { template <class T> MINIDL_HD T operator()(T a, T b) const { return a * b; } };
 struct DivOp { template <class T> MINIDL_HD T operator()(T a, T b) const { return a / b; } };
-struct MaximumOp { template <class T> MINIDL_HD T operator()(T a, T b) const { return a > b ? a : b; } };
-struct MinimumOp { template <class T> MINIDL_HD T operator()(T a, T b) const { return a < b ? a : b; } };
+// maximum/minimum propagate NaN from either side, as torch.maximum/minimum (x != x: x is NaN)
+struct MaximumOp { template <class T> MINIDL_HD T operator()(T a, T b) const { return a != a || a > b ? a : b; } };
+struct MinimumOp { template <class T> MINIDL_HD T operator()(T a, T b) const { return a != a || a < b ? a : b; } };
 struct EqOp { template <class T> MINIDL_HD T operator()(T a, T b) const { return a == b ? T(1) : T(0); } };
 struct GtOp { template <class T> MINIDL_HD T operator()(T a, T b) const { return a > b ? T(1) : T(0); } };
 struct LtOp { template <class T> MINIDL_HD T operator()(T a, T b) const { return a < b ? T(1) : T(0); } };
@@ -40,7 +41,8 @@ struct SigmoidOp {
     return e / (T(1) + e);
   }
 };
-struct ReluOp { template <class T> MINIDL_HD T operator()(T x) const { return x > T(0) ? x : T(0); } };
+// relu keeps NaN and -0.0 (only x < 0 becomes 0), as torch.relu
+struct ReluOp { template <class T> MINIDL_HD T operator()(T x) const { return x < T(0) ? T(0) : x; } };
 struct PowScalarOp {
   double p;
   template <class T> MINIDL_HD T operator()(T x) const {
@@ -67,7 +69,8 @@ struct GeluTanhOp {
 };
 
 // ---- unary backward: dx from (input x, upstream dy) ----
-struct ReluBackward { template <class T> MINIDL_HD T operator()(T x, T dy) const { return x > T(0) ? dy : T(0); } };
+// dy where x > 0 or x is NaN, as torch's threshold_backward (x <= 0 gives 0)
+struct ReluBackward { template <class T> MINIDL_HD T operator()(T x, T dy) const { return x <= T(0) ? T(0) : dy; } };
 struct GeluErfBackward {
   template <class T> MINIDL_HD T operator()(T x, T dy) const {
     const T cdf = T(0.5) * (T(1) + std::erf(x * T(0.70710678118654752440)));
