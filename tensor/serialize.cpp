@@ -2,12 +2,13 @@
 #include "tensor/serialize.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <stdexcept>
 
 namespace minidl {
@@ -64,23 +65,46 @@ std::string serialize(const TensorMap& tensors, const Metadata& metadata) {
   return out;
 }
 
-SafetensorsFile deserialize(const std::string& bytes, const std::string& what) {
-  if (bytes.size() < 8) fail(what, "truncated: " + std::to_string(bytes.size()) + " bytes, no header length");
+namespace {
+
+// One tensor of a parsed header: where its bytes lie in the data section.
+struct Entry {
+  std::string name;
+  DType dtype;
+  Shape shape;
+  uint64_t begin, end;
+};
+
+struct Header {
+  std::vector<Entry> entries;  // in data order
+  Metadata metadata;
+};
+
+uint64_t read_u64_le(const char* p) {
   uint64_t n = 0;
-  for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(static_cast<unsigned char>(bytes[i])) << (8 * i);
+  for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(static_cast<unsigned char>(p[i])) << (8 * i);
+  return n;
+}
+
+// Validates the header length against the total size (8 + header + data) before anything is read.
+void check_header_length(uint64_t n, uint64_t total, const std::string& what) {
   if (n > kMaxHeader) fail(what, "header length " + std::to_string(n) + " exceeds the 100 MiB limit (corrupt file?)");
-  if (8 + n > bytes.size())
-    fail(what, "truncated: header length " + std::to_string(n) + " but the file has " + std::to_string(bytes.size()) + " bytes");
+  if (8 + n > total)
+    fail(what, "truncated: header length " + std::to_string(n) + " but the file has " + std::to_string(total) + " bytes");
+}
+
+// Parses and validates the JSON header against a data section of data_size bytes: every tensor's
+// byte range matches its shape and dtype, and the ranges tile the data section exactly, as the
+// reference implementation requires (a gap, an overlap or trailing bytes is an error).
+Header parse_header(const char* json, uint64_t n, uint64_t data_size, const std::string& what) {
   nlohmann::json header;
   try {
-    header = nlohmann::json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<std::ptrdiff_t>(n));
+    header = nlohmann::json::parse(json, json + n);
   } catch (const std::exception& e) {
     fail(what, std::string("corrupt JSON header: ") + e.what());
   }
   if (!header.is_object()) fail(what, "header is not a JSON object");
-  const uint64_t data_size = bytes.size() - 8 - n;
-  const char* data = bytes.data() + 8 + n;
-  SafetensorsFile out;
+  Header out;
   for (auto it = header.begin(); it != header.end(); ++it) {
     const std::string& name = it.key();
     const auto& e = it.value();
@@ -93,26 +117,63 @@ SafetensorsFile deserialize(const std::string& bytes, const std::string& what) {
       continue;
     }
     try {
-      DType dt;
-      if (!parse_st_dtype(e.at("dtype").get<std::string>(), dt))
+      Entry entry{.name = name, .dtype = DType::Float32, .shape = {}, .begin = 0, .end = 0};
+      if (!parse_st_dtype(e.at("dtype").get<std::string>(), entry.dtype))
         fail(what, "tensor '" + name + "' has unsupported dtype " + e.at("dtype").dump());
-      const Shape shape = e.at("shape").get<Shape>();
-      for (int64_t d : shape)
+      entry.shape = e.at("shape").get<Shape>();
+      uint64_t numel = 1;
+      for (int64_t d : entry.shape) {
         if (d < 0) fail(what, "tensor '" + name + "' has a negative dimension");
+        // bounded by the data size before multiplying further: no overflow
+        if (d != 0 && numel > data_size / static_cast<uint64_t>(d))
+          fail(what, "tensor '" + name + "' of shape " + shape_str(entry.shape) + " is larger than the data section of " +
+                         std::to_string(data_size) + " bytes");
+        numel *= static_cast<uint64_t>(d);
+      }
       const auto offs = e.at("data_offsets").get<std::vector<uint64_t>>();
       if (offs.size() != 2 || offs[0] > offs[1] || offs[1] > data_size)
         fail(what, "tensor '" + name + "' has data_offsets " + e.at("data_offsets").dump() +
                        " outside the data section of " + std::to_string(data_size) + " bytes");
-      const uint64_t expect = static_cast<uint64_t>(shape_numel(shape)) * element_size(dt);
+      const uint64_t expect = numel * element_size(entry.dtype);
       if (offs[1] - offs[0] != expect)
-        fail(what, "tensor '" + name + "' of shape " + shape_str(shape) + " needs " + std::to_string(expect) +
+        fail(what, "tensor '" + name + "' of shape " + shape_str(entry.shape) + " needs " + std::to_string(expect) +
                        " bytes, its offsets give " + std::to_string(offs[1] - offs[0]));
-      Tensor t(shape, dt);
-      if (expect) std::memcpy(t.raw_data(), data + offs[0], expect);
-      out.tensors.emplace(name, std::move(t));
+      entry.begin = offs[0];
+      entry.end = offs[1];
+      out.entries.push_back(std::move(entry));
     } catch (const nlohmann::json::exception& ex) {
       fail(what, "tensor '" + name + "' has a malformed entry: " + ex.what());
     }
+  }
+  std::stable_sort(out.entries.begin(), out.entries.end(),
+                   [](const Entry& a, const Entry& b) { return a.begin != b.begin ? a.begin < b.begin : a.end < b.end; });
+  uint64_t at = 0;
+  for (const Entry& e : out.entries) {
+    if (e.begin != at)
+      fail(what, "tensor '" + e.name + "' starts at byte " + std::to_string(e.begin) + " of the data section, expected " +
+                     std::to_string(at) + (e.begin < at ? " (it overlaps the previous tensor)" : " (a gap before it)"));
+    at = e.end;
+  }
+  if (at != data_size)
+    fail(what, std::to_string(data_size - at) + " unexpected bytes after the last tensor (the tensors end at byte " +
+                   std::to_string(at) + " of a " + std::to_string(data_size) + "-byte data section; corrupt file?)");
+  return out;
+}
+
+}  // namespace
+
+SafetensorsFile deserialize(const std::string& bytes, const std::string& what) {
+  if (bytes.size() < 8) fail(what, "truncated: " + std::to_string(bytes.size()) + " bytes, no header length");
+  const uint64_t n = read_u64_le(bytes.data());
+  check_header_length(n, bytes.size(), what);
+  Header header = parse_header(bytes.data() + 8, n, bytes.size() - 8 - n, what);
+  const char* data = bytes.data() + 8 + n;
+  SafetensorsFile out;
+  out.metadata = std::move(header.metadata);
+  for (Entry& e : header.entries) {
+    Tensor t(e.shape, e.dtype);
+    if (e.end > e.begin) std::memcpy(t.raw_data(), data + e.begin, e.end - e.begin);
+    out.tensors.emplace(std::move(e.name), std::move(t));
   }
   return out;
 }
@@ -144,12 +205,52 @@ void save(const TensorMap& tensors, const std::string& path, const Metadata& met
   }
 }
 
+namespace {
+
+// Reads exactly size bytes at offset, or fails naming the file.
+void pread_all(int fd, char* dst, uint64_t size, uint64_t offset, const std::string& path) {
+  while (size > 0) {
+    const ssize_t r = ::pread(fd, dst, std::min<uint64_t>(size, uint64_t{1} << 30), static_cast<off_t>(offset));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) throw std::runtime_error("load: reading " + path + " failed: " + std::strerror(errno));
+    if (r == 0) fail(path, "truncated while reading (the file shrank?)");
+    dst += r;
+    size -= static_cast<uint64_t>(r);
+    offset += static_cast<uint64_t>(r);
+  }
+}
+
+}  // namespace
+
+// Header first, sizes checked against the file's size, then only the tensors' bytes: a huge or
+// endless file (/dev/zero, a checkpoint padded with garbage) is refused before it is read.
 SafetensorsFile load(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw std::runtime_error("load: cannot open " + path + ": " + std::strerror(errno));
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return deserialize(ss.str(), path);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw std::runtime_error("load: cannot open " + path + ": " + std::strerror(errno));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) throw std::runtime_error("load: cannot stat " + path + ": " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) fail(path, "not a regular file");
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  if (size < 8) fail(path, "truncated: " + std::to_string(size) + " bytes, no header length");
+  char prefix[8];
+  pread_all(fd, prefix, 8, 0, path);
+  const uint64_t n = read_u64_le(prefix);
+  check_header_length(n, size, path);
+  std::string json(n, '\0');
+  pread_all(fd, json.data(), n, 8, path);
+  Header header = parse_header(json.data(), n, size - 8 - n, path);
+  SafetensorsFile out;
+  out.metadata = std::move(header.metadata);
+  for (Entry& e : header.entries) {
+    Tensor t(e.shape, e.dtype);
+    if (e.end > e.begin) pread_all(fd, static_cast<char*>(t.raw_data()), e.end - e.begin, 8 + n + e.begin, path);
+    out.tensors.emplace(std::move(e.name), std::move(t));
+  }
+  return out;
 }
 
 }  // namespace minidl

@@ -5,7 +5,11 @@
 //                    "__metadata__": {"key": "value", ...}}
 //   rest      raw little-endian tensor bytes; offsets are relative to the end of the header
 // save() writes a temporary file, fsyncs it and renames it over the target, so a crash mid-save
-// leaves the previous file intact. load() validates everything and names the file and the fault.
+// leaves the previous file intact. load() validates everything and names the file and the fault;
+// it reads the header first and checks every size against the file's size before reading the
+// tensors, so memory stays bounded by what the header announces and the file holds. The tensors
+// must tile the data section exactly (as the reference reader requires): trailing bytes, gaps and
+// overlaps are errors. load() takes regular files only (not /dev/zero, pipes or directories).
 #pragma once
 #include <map>
 #include <string>
