@@ -63,6 +63,8 @@ std::vector<uint8_t> GzReader::read_all() {
   return out;
 }
 
+bool GzReader::compressed() const { return gzdirect(static_cast<gzFile>(file_)) == 0; }
+
 std::string GzReader::early_end_note() const { return ended_early_ ? " (the gzip stream ends early)" : ""; }
 
 }  // namespace minidl::data

@@ -27,6 +27,8 @@ class GzReader {
   // " (the gzip stream ends early)" when ended_early(), else "": appended to "truncated" messages.
   std::string early_end_note() const;
   const std::string& path() const { return path_; }
+  // Whether the file is gzip data (false: a plain file passed through). Call after a read.
+  bool compressed() const;
 
  private:
   std::string path_;

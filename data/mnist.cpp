@@ -1,8 +1,12 @@
 // data/mnist.cpp — the idx reader (header check, exact-size read, no partial data) and MnistDataset.
 #include "data/mnist.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <new>
+#include <vector>
 #include <stdexcept>
 
 #include "data/gz_reader.h"
@@ -47,12 +51,39 @@ Tensor read_idx(const std::string& path, uint32_t magic, int ndim, const char* k
     if (total > (int64_t{1} << 40))
       throw std::runtime_error(path + ": bad header: sizes " + shape_str(shape) + " are implausibly large (" + kind + ")");
   }
-  Tensor out(shape, DType::UInt8);
-  const int64_t got = in.read(out.data<uint8_t>(), total);
   const char* what = ndim == 3 ? "image data" : "label data";
-  if (got < total)
-    throw std::runtime_error(path + ": truncated: expected " + std::to_string(total) + " bytes of " + what + ", got " +
-                             std::to_string(got) + in.early_end_note());
+  const std::string announced = " (the header announces " + shape_str(shape) + ")";
+  auto truncated = [&](int64_t got) {
+    return std::runtime_error(path + ": truncated: expected " + std::to_string(total) + " bytes of " + what + ", got " +
+                              std::to_string(got) + announced + in.early_end_note());
+  };
+  // A plain file's size is known: check it before allocating anything.
+  if (!in.compressed()) {
+    std::error_code ec;
+    const auto file_bytes = static_cast<int64_t>(std::filesystem::file_size(path, ec));
+    if (!ec && file_bytes - header_bytes < total) throw truncated(file_bytes - header_bytes);
+  }
+  // Read in bounded chunks into memory that grows only as bytes arrive: a gzip file's
+  // uncompressed size is unknown until it is inflated, so a forged header cannot make us
+  // allocate more than the data that is really there (plus one chunk).
+  constexpr int64_t kChunk = int64_t{16} << 20;
+  std::vector<uint8_t> bytes;
+  int64_t got = 0;
+  try {
+    while (got < total) {
+      const int64_t want = std::min(kChunk, total - got);
+      bytes.resize(static_cast<size_t>(got + want));
+      const int64_t r = in.read(bytes.data() + got, want);
+      got += r;
+      if (r < want) break;
+    }
+  } catch (const std::bad_alloc&) {
+    throw std::runtime_error(path + ": out of memory after reading " + std::to_string(got) + " of the " +
+                             std::to_string(total) + " bytes of " + what + announced);
+  }
+  if (got < total) throw truncated(got);
+  Tensor out(shape, DType::UInt8);
+  if (total > 0) std::memcpy(out.data<uint8_t>(), bytes.data(), static_cast<size_t>(total));
   uint8_t extra[64];
   const int64_t trailing = in.read(extra, sizeof extra);  // also makes zlib check the gzip CRC
   if (trailing > 0)
