@@ -183,8 +183,11 @@ Module::LoadResult Module::load_state_dict(const TensorMap& state, bool strict) 
     os << "Error(s) in loading state_dict for " << type_name() << ":";
     auto list = [&](const char* what, const std::vector<std::string>& keys) {
       if (keys.empty()) return;
+      // A forged file can hold any number of keys: name the first few, count the rest.
+      constexpr size_t kShown = 10;
       os << " " << what << " key(s) in state_dict:";
-      for (size_t i = 0; i < keys.size(); ++i) os << (i ? ", " : " ") << '"' << keys[i] << '"';
+      for (size_t i = 0; i < std::min(keys.size(), kShown); ++i) os << (i ? ", " : " ") << '"' << keys[i] << '"';
+      if (keys.size() > kShown) os << " and " << keys.size() - kShown << " more (" << keys.size() << " in all)";
       os << ".";
     };
     list("Missing", r.missing_keys);
