@@ -7,6 +7,10 @@
 // PyTorch does in Python, and converted to the element type T where PyTorch converts them.
 // The operation order follows torch/optim/{sgd,adam,adamw}.py (single-tensor path, torch 1.13):
 // every in-place tensor op there is one line here, so results agree to the last bits.
+// PyTorch's CPU add(x, y, alpha) computes x + alpha * y as ONE fused multiply-add (its AVX2
+// kernel uses vfmadd), so SgdStep writes those lines as std::fma: the result is then the same whether
+// or not the compiler would contract a * b + c itself (-march=native does, a portable x86-64
+// build cannot), and a portable build matches PyTorch as closely as a native one.
 #pragma once
 #include <cmath>
 
@@ -31,21 +35,21 @@ struct SgdStep {
   // without momentum (no state)
   template <class T> MINIDL_HD void operator()(T& p, T g) const {
     T d = g;
-    if (weight_decay != 0.0) d = d + T(weight_decay) * p;
-    p = p + T(-lr) * d;
+    if (weight_decay != 0.0) d = std::fma(T(weight_decay), p, d);  // d.add(p, alpha=weight_decay)
+    p = std::fma(T(-lr), d, p);                                     // p.add_(d, alpha=-lr)
   }
   // with a momentum buffer
   template <class T> MINIDL_HD void operator()(T& p, T g, T& buf) const {
     T d = g;
-    if (weight_decay != 0.0) d = d + T(weight_decay) * p;
+    if (weight_decay != 0.0) d = std::fma(T(weight_decay), p, d);
     if (first_step) {
       buf = d;
     } else {
-      buf = buf * T(momentum);
-      buf = buf + T(1.0 - dampening) * d;
+      buf = buf * T(momentum);                    // buf.mul_(momentum)
+      buf = std::fma(T(1.0 - dampening), d, buf);  // .add_(d, alpha=1 - dampening)
     }
-    d = nesterov ? d + T(momentum) * buf : buf;
-    p = p + T(-lr) * d;
+    d = nesterov ? std::fma(T(momentum), buf, d) : buf;  // d.add(buf, alpha=momentum)
+    p = std::fma(T(-lr), d, p);
   }
 };
 
