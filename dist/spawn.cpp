@@ -7,7 +7,6 @@
 #include "dist/spawn.h"
 
 #include <fcntl.h>
-#include <omp.h>
 #include <poll.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -21,7 +20,9 @@
 #include <stdexcept>
 
 #include "dist/process.h"
+#include "kernels/cpu/parallel.h"
 #include "dist/socket.h"
+#include "dist/store.h"
 
 namespace minidl::dist {
 
@@ -50,9 +51,12 @@ void write_all_fd(int fd, const std::string& bytes) {
 
 // The child side: set the environment, run fn, report through the pipe, _exit.
 [[noreturn]] void run_child(int rank, int nprocs, const std::function<std::string(int)>& fn,
-                            const SpawnOptions& options, uint16_t port, int write_fd, pid_t parent) {
+                            const SpawnOptions& options, uint16_t port, const std::string& token, int write_fd,
+                            pid_t parent) {
   die_with_parent(SIGTERM, parent);
-  omp_set_num_threads(std::max(1, options.omp_threads));
+  // Through the kernels' own knob, not omp_set_num_threads alone: the kernels' lazily chosen
+  // default (cores / LOCAL_WORLD_SIZE) would otherwise replace it on first use.
+  kernels::cpu::set_num_threads(std::max(1, options.omp_threads));
   auto set = [](const char* name, const std::string& value) { ::setenv(name, value.c_str(), 1); };
   set("RANK", std::to_string(rank));
   set("WORLD_SIZE", std::to_string(nprocs));
@@ -61,6 +65,7 @@ void write_all_fd(int fd, const std::string& bytes) {
   set("GROUP_RANK", "0");
   set("MASTER_ADDR", options.master_addr);
   set("MASTER_PORT", std::to_string(port));
+  set("MINIDL_STORE_TOKEN", token);
   std::string report;
   int code = 0;
   try {
@@ -181,6 +186,8 @@ std::vector<std::string> spawn_with_results(int nprocs, const std::function<std:
                                             const SpawnOptions& options) {
   if (nprocs < 1) throw std::runtime_error("spawn: nprocs must be at least 1, got " + std::to_string(nprocs));
   uint16_t port = options.master_port != 0 ? options.master_port : find_free_port(options.master_addr);
+  // The world's store admits only its own ranks: one token for all children (the caller's, if set).
+  const std::string token = store_token_from_env().empty() ? generate_store_token() : store_token_from_env();
   pid_t parent = ::getpid();
   std::cout.flush();  // or the children would print the parent's buffered output again
   std::cerr.flush();
@@ -207,7 +214,7 @@ std::vector<std::string> spawn_with_results(int nprocs, const std::function<std:
     if (pid == 0) {
       ::close(fds[0]);
       for (int r = 0; r < rank; ++r) ::close(children[r].fd);  // the siblings' pipes are not ours
-      run_child(rank, nprocs, fn, options, port, fds[1], parent);
+      run_child(rank, nprocs, fn, options, port, token, fds[1], parent);
     }
     ::close(fds[1]);
     fcntl(fds[0], F_SETFL, O_NONBLOCK);

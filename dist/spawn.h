@@ -6,8 +6,9 @@
 //     minidl::dist::spawn(nproc, [&](int rank) { train(rank, nproc); });
 //   }
 //
-// Each child gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK (0), MASTER_ADDR
-// and MASTER_PORT in its environment before fn runs, so dist::world_info_from_env() (and
+// Each child gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK (0), MASTER_ADDR,
+// MASTER_PORT and MINIDL_STORE_TOKEN (the caller's, else a fresh random one shared by the
+// children: their store serves no one else) in its environment before fn runs, so dist::world_info_from_env() (and
 // init()) inside fn work as under minidl-run. spawn returns when every child has finished.
 // If one fails (an exception, a non-zero exit, a signal), the others get SIGTERM (and SIGCONT,
 // for a stopped one), then SIGKILL after options.kill_grace, and spawn throws SpawnError (a
@@ -26,9 +27,9 @@
 //    DataLoader with workers, a process group) must be created inside fn, not before spawn.
 //  - OpenMP: GNU libgomp's thread pool does not survive fork(); a child that starts a parallel
 //    region with more than one thread after the parent has used OpenMP hangs. Children therefore
-//    run with omp_set_num_threads(options.omp_threads), 1 by default. Raise it only when the
-//    parent has not run an OpenMP region before spawn (or use minidl-run, which execs fresh
-//    processes).
+//    run with kernels::cpu::set_num_threads(options.omp_threads), 1 by default: OpenMP, Eigen
+//    and kernels::cpu::get_num_threads() all see that count. Raise it only when the parent has
+//    not run an OpenMP region before spawn (or use minidl-run, which execs fresh processes).
 //  - A child leaves with _exit() after fn (stdout and stderr flushed): the parent's atexit
 //    handlers and static destructors do not run twice.
 #pragma once
