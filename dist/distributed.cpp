@@ -2,6 +2,9 @@
 // store, the default process group, and the registry of backend factories. See distributed.h.
 #include "dist/distributed.h"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <stdexcept>
@@ -56,6 +59,49 @@ std::string available_backends() {
   return names.empty() ? "none" : names;
 }
 
+void log_line(const std::string& message) {
+  std::string line = message + "\n";
+  (void)!::write(STDERR_FILENO, line.data(), line.size());  // one write: lines do not interleave
+}
+
+// "2, 5, 7": the ranks in `ranks`, the first 10 of them, then how many more.
+std::string rank_list(const std::vector<int>& ranks) {
+  constexpr size_t kShown = 10;
+  std::string out;
+  for (size_t i = 0; i < std::min(ranks.size(), kShown); ++i) out += (i ? ", " : "") + std::to_string(ranks[i]);
+  if (ranks.size() > kShown) out += " and " + std::to_string(ranks.size() - kShown) + " more";
+  return out;
+}
+
+// Every rank sets its key, then waits for all the others', saying who is missing every
+// progress_interval and naming them in the error when the timeout passes.
+void rendezvous(TCPStore& store, const WorldInfo& info, const InitOptions& options) {
+  using std::chrono::milliseconds;
+  auto key = [](int r) { return "minidl/init/rank/" + std::to_string(r); };
+  store.set(key(info.rank), "");
+  std::vector<std::string> keys;
+  for (int r = 0; r < info.world_size; ++r) keys.push_back(key(r));
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + options.timeout;
+  while (true) {
+    const auto left = std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now());
+    const milliseconds slice = options.progress_interval.count() > 0 ? std::min(left, options.progress_interval) : left;
+    if (store.try_wait(keys, std::max(milliseconds(0), slice))) return;
+    std::vector<int> missing;
+    for (int r = 0; r < info.world_size; ++r)
+      if (!store.check({key(r)})) missing.push_back(r);
+    if (missing.empty()) return;
+    const auto waited = std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - start);
+    const std::string who = "rank(s) " + rank_list(missing) + " of " + std::to_string(info.world_size);
+    if (std::chrono::steady_clock::now() >= deadline)
+      throw std::runtime_error("dist::init: rank " + std::to_string(info.rank) + ": " + who + " did not join within " +
+                               format_seconds(options.timeout) + " (did they start, with MASTER_ADDR:MASTER_PORT " +
+                               info.master_addr + ":" + std::to_string(info.master_port) + "?)");
+    log_line("dist::init: rank " + std::to_string(info.rank) + " is waiting for " + who + " to join (" +
+             format_seconds(waited) + " so far, gives up after " + format_seconds(options.timeout) + ")");
+  }
+}
+
 }  // namespace
 
 void register_backend(std::string name, BackendFactory factory) {
@@ -82,7 +128,9 @@ void init(const InitOptions& options) {
   WorldInfo info = world_info_from_env();
   auto store = std::make_unique<TCPStore>(
       info.master_addr,
-      TCPStoreOptions{.port = info.master_port, .is_server = info.rank == 0, .timeout = options.timeout});
+      TCPStoreOptions{.port = info.master_port, .is_server = info.rank == 0, .timeout = options.timeout,
+                      .progress_interval = options.progress_interval});
+  rendezvous(*store, info, options);
   std::unique_ptr<ProcessGroup> group = it->second(*store, info.rank, info.world_size, ProcessGroupOptions{.timeout = options.timeout, .debug = std::nullopt});
   s.info = info;
   s.store = std::move(store);

@@ -9,7 +9,8 @@
 //   dist::shutdown();
 //
 // init(): rank 0 hosts the TCPStore at MASTER_ADDR:MASTER_PORT (the others connect, retrying
-// until the timeout), then every rank builds the default ProcessGroup: Gloo for backend "auto" or
+// until the timeout), every rank checks in and waits for all the others (naming the missing
+// ranks on stderr every progress_interval), then every rank builds the default ProcessGroup: Gloo for backend "auto" or
 // "gloo"; other backends ("nccl") come from factories registered with register_backend (the
 // CUDA code registers "nccl"). Calling init() twice is an error; so is calling a collective or
 // default_group() before init() (the message names the function). shutdown() tears down the
@@ -34,6 +35,9 @@ namespace minidl::dist {
 struct InitOptions {
   std::string backend = "auto";  // "auto" (= gloo for now), "gloo", or a registered name ("nccl")
   std::chrono::milliseconds timeout = std::chrono::seconds(300);  // rendezvous and every collective
+  // While ranks are missing at the rendezvous, every rank says on stderr which ones it awaits
+  // this often ("dist::init: rank 0 is waiting for rank(s) 3 of 4 ..."); 0: never.
+  std::chrono::milliseconds progress_interval = std::chrono::seconds(30);
 };
 
 // Makes a process group over an initialised store: (store, rank, size, options).

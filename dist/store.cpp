@@ -2,6 +2,11 @@
 // See store.h; the wire format is in store_protocol.h.
 #include "dist/store.h"
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
 #include <stdexcept>
 
 #include "dist/store_protocol.h"
@@ -16,19 +21,48 @@ namespace {
 // before it decides the server is gone.
 constexpr auto kReplyGrace = std::chrono::seconds(10);
 
+// 'a', 'b', 'c' — the first 10 keys, then how many more.
 std::string quoted_keys(const std::vector<std::string>& keys) {
+  constexpr size_t kShown = 10;
   std::string out;
-  for (size_t i = 0; i < keys.size(); ++i) out += (i ? ", '" : "'") + keys[i] + "'";
+  for (size_t i = 0; i < std::min(keys.size(), kShown); ++i) out += (i ? ", '" : "'") + keys[i] + "'";
+  if (keys.size() > kShown) out += " and " + std::to_string(keys.size() - kShown) + " more";
   return out;
+}
+
+void log_line(const std::string& message) {
+  std::string line = "[minidl TCPStore] " + message + "\n";
+  (void)!::write(STDERR_FILENO, line.data(), line.size());  // one write: lines do not interleave
 }
 
 }  // namespace
 
+std::string store_token_from_env() {
+  const char* t = std::getenv("MINIDL_STORE_TOKEN");
+  return t != nullptr ? t : "";
+}
+
+std::string generate_store_token() {
+  unsigned char bytes[16];
+  std::ifstream random("/dev/urandom", std::ios::binary);
+  if (!random.read(reinterpret_cast<char*>(bytes), sizeof(bytes)))
+    throw std::runtime_error("generate_store_token: cannot read /dev/urandom");
+  static const char* hex = "0123456789abcdef";
+  std::string token;
+  for (unsigned char b : bytes) {
+    token.push_back(hex[b >> 4]);
+    token.push_back(hex[b & 15]);
+  }
+  return token;
+}
+
 TCPStore::TCPStore(std::string host, TCPStoreOptions options)
-    : host_(std::move(host)), port_(options.port), timeout_(options.timeout) {
+    : host_(std::move(host)), port_(options.port), timeout_(options.timeout),
+      progress_interval_(options.progress_interval) {
+  const std::string token = options.token ? *options.token : store_token_from_env();
   if (options.is_server) {
     try {
-      server_ = std::make_unique<TCPStoreServer>(host_, port_, options.bind_all_interfaces);
+      server_ = std::make_unique<TCPStoreServer>(host_, port_, options.bind_all_interfaces, token);
     } catch (const std::exception& e) {
       throw std::runtime_error(std::string("TCPStore: ") + e.what());
     }
@@ -41,6 +75,9 @@ TCPStore::TCPStore(std::string host, TCPStoreOptions options)
   } catch (const std::exception& e) {
     throw std::runtime_error(std::string("TCPStore: ") + e.what() + " (gave up after " + format_seconds(timeout_) + ")");
   }
+  uint8_t status = 0;
+  request(Writer().u8(kHello).str(token).body(), std::chrono::milliseconds(0),
+          "TCPStore: the store at " + host_ + ":" + std::to_string(port_) + " refused this client", &status);
 }
 
 TCPStore::~TCPStore() {
@@ -77,10 +114,36 @@ void TCPStore::set(const std::string& key, const std::string& value) {
           "TCPStore::set: key '" + key + "'", &status);
 }
 
+std::string TCPStore::blocking_request(uint8_t command, const std::vector<std::string>& keys,
+                                       std::chrono::milliseconds timeout, const std::string& what, uint8_t* status) {
+  using std::chrono::milliseconds;
+  const auto start = Clock::now();
+  const auto deadline = start + timeout;
+  milliseconds left = timeout;
+  while (true) {
+    const milliseconds slice =
+        progress_interval_.count() > 0 ? std::max(milliseconds(0), std::min(left, progress_interval_)) : left;
+    Writer body;
+    body.u8(command);
+    if (command == kGet) {
+      body.str(keys.at(0));
+    } else {
+      body.u32(static_cast<uint32_t>(keys.size()));
+      for (const auto& k : keys) body.str(k);
+    }
+    body.i64(slice.count());
+    std::string payload = request(body.body(), slice, what, status);
+    left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+    if (*status != kTimeout || left.count() <= 0) return payload;
+    log_line(what + ": still waiting after " + format_seconds(std::chrono::duration_cast<milliseconds>(Clock::now() - start)) +
+             " (gives up after " + format_seconds(timeout) + ")");
+  }
+}
+
 std::string TCPStore::get(const std::string& key) {
   uint8_t status = 0;
   std::string what = "TCPStore::get: key '" + key + "'";
-  std::string payload = request(Writer().u8(kGet).str(key).i64(timeout_.count()).body(), timeout_, what, &status);
+  std::string payload = blocking_request(kGet, {key}, timeout_, what, &status);
   if (status == kTimeout) throw std::runtime_error(what + " not set within " + format_seconds(timeout_));
   return Reader(payload).str();
 }
@@ -95,14 +158,16 @@ int64_t TCPStore::add(const std::string& key, int64_t delta) {
 void TCPStore::wait(const std::vector<std::string>& keys) { wait(keys, timeout_); }
 
 void TCPStore::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
-  Writer body;
-  body.u8(kWait).u32(static_cast<uint32_t>(keys.size()));
-  for (const auto& k : keys) body.str(k);
-  body.i64(timeout.count());
   uint8_t status = 0;
   std::string what = "TCPStore::wait: keys " + quoted_keys(keys);
-  request(body.body(), timeout, what, &status);
+  blocking_request(kWait, keys, timeout, what, &status);
   if (status == kTimeout) throw std::runtime_error(what + " not all set within " + format_seconds(timeout));
+}
+
+bool TCPStore::try_wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
+  uint8_t status = 0;
+  blocking_request(kWait, keys, timeout, "TCPStore::try_wait: keys " + quoted_keys(keys), &status);
+  return status != kTimeout;
 }
 
 bool TCPStore::check(const std::vector<std::string>& keys) {

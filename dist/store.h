@@ -9,7 +9,14 @@
 //   if (store.add("arrived", 1) == world) ...  // atomic counter
 //
 // Values are byte strings. Every blocking call ends with std::runtime_error naming the key and
-// the timeout ("TCPStore::get: key 'x' not set within 30 s") rather than hanging.
+// the timeout ("TCPStore::get: key 'x' not set within 30 s") rather than hanging, and says on
+// stderr every progress_interval what it still waits for.
+//
+// Authentication: the server serves only clients that present its token, a shared secret
+// (options.token, else $MINIDL_STORE_TOKEN; minidl-run and dist::spawn generate one for their
+// workers). A client with another token is refused ("wrong store token") and dropped; the
+// server goes on serving the others. Without a token on the server, any client is served, as
+// torch.distributed.TCPStore does.
 //
 // One TCPStore object holds one connection; calls on it are serialised by a mutex, so a thread
 // blocked in get() delays other threads using the same object (give each thread its own
@@ -19,6 +26,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,7 +40,14 @@ struct TCPStoreOptions {
   bool is_server = false;   // host the server in this process (rank 0)
   std::chrono::milliseconds timeout = std::chrono::seconds(300);  // connect, get and wait
   bool bind_all_interfaces = false;  // server: listen on every interface instead of host only
+  std::optional<std::string> token = std::nullopt;  // shared secret; nullopt: $MINIDL_STORE_TOKEN (none if unset)
+  std::chrono::milliseconds progress_interval = std::chrono::seconds(30);  // get/wait report on stderr (0: never)
 };
+
+// $MINIDL_STORE_TOKEN, or "" when it is unset.
+std::string store_token_from_env();
+// A fresh random token (32 hex digits from /dev/urandom) for a launcher to hand its workers.
+std::string generate_store_token();
 
 class TCPStore {
  public:
@@ -51,6 +66,8 @@ class TCPStore {
   // Waits until every key exists (at most timeout, default timeout()).
   void wait(const std::vector<std::string>& keys);
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
+  // Like wait, but returns false instead of throwing when the timeout passes.
+  bool try_wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
   // Whether every key exists now (no waiting).
   bool check(const std::vector<std::string>& keys);
   // Removes key; returns whether it existed.
@@ -67,10 +84,15 @@ class TCPStore {
   // the connection (the stream is out of step) and throws naming `what`.
   std::string request(const std::string& body, std::chrono::milliseconds wait, const std::string& what,
                       uint8_t* status);
+  // kGet / kWait until the deadline, in slices of progress_interval_ with a line on stderr after
+  // each; returns the last reply's payload, *status kTimeout if the deadline passed.
+  std::string blocking_request(uint8_t command, const std::vector<std::string>& keys, std::chrono::milliseconds timeout,
+                               const std::string& what, uint8_t* status);
 
   std::string host_;
   uint16_t port_;
   std::chrono::milliseconds timeout_;
+  std::chrono::milliseconds progress_interval_;
   std::unique_ptr<TCPStoreServer> server_;  // only on the hosting rank
   std::mutex mutex_;                        // one request at a time on socket_
   Socket socket_;

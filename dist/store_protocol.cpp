@@ -1,6 +1,8 @@
 // dist/store_protocol.cpp — encoding and framing of TCPStore messages. See store_protocol.h.
 #include "dist/store_protocol.h"
 
+#include <algorithm>
+
 namespace minidl::dist::protocol {
 
 Writer& Writer::u8(uint8_t v) {
@@ -62,10 +64,47 @@ void Reader::expect_end() const {
   }
 }
 
+Request parse_request(const std::string& body) {
+  Reader in(body);
+  Request r;
+  r.command = static_cast<Command>(in.u8());
+  switch (r.command) {
+    case kHello:
+    case kDelete:
+      r.key = in.str();
+      break;
+    case kSet:
+      r.key = in.str();
+      r.value = in.str();
+      break;
+    case kGet:
+    case kAdd:
+      r.key = in.str();
+      r.number = in.i64();
+      break;
+    case kWait:
+    case kCheck: {
+      const uint32_t n = in.u32();
+      // each key takes at least its 4-byte length: a count the body cannot hold is refused
+      if (n > body.size() / 4) throw ProtocolError("key count " + std::to_string(n) + " exceeds the message size");
+      for (uint32_t i = 0; i < n; ++i) r.keys.push_back(in.str());
+      if (r.command == kWait) r.number = in.i64();
+      break;
+    }
+    case kNumKeys:
+      break;
+    default:
+      throw ProtocolError("unknown command " + std::to_string(static_cast<int>(r.command)));
+  }
+  in.expect_end();
+  return r;
+}
+
 void send_frame(int fd, const std::string& body) {
   if (body.size() > kMaxMessageBytes) {
-    throw std::runtime_error("TCPStore: message of " + std::to_string(body.size()) +
-                             " bytes exceeds the limit of " + std::to_string(kMaxMessageBytes) + " bytes");
+    throw std::runtime_error("TCPStore: message of " + std::to_string(body.size()) + " bytes exceeds the limit of " +
+                             std::to_string(kMaxMessageBytes) + " bytes (the store is for rendezvous data: "
+                             "addresses, ids, counters)");
   }
   Writer header;
   header.u32(static_cast<uint32_t>(body.size()));
@@ -79,18 +118,26 @@ void send_frame(int fd, const std::string& body) {
   }
 }
 
-bool recv_frame(int fd, std::string& body, Clock::time_point deadline) {
+bool recv_frame(int fd, std::string& body, Clock::time_point deadline, uint32_t max_bytes) {
   char header[4];
   if (!recv_all(fd, header, sizeof(header), deadline)) return false;
   std::string header_str(header, 4);
   uint32_t size = Reader(header_str).u32();
-  if (size > kMaxMessageBytes) {
+  if (size > max_bytes) {
     throw ProtocolError("message of " + std::to_string(size) + " bytes exceeds the limit of " +
-                        std::to_string(kMaxMessageBytes) + " bytes");
+                        std::to_string(max_bytes) + " bytes");
   }
-  body.resize(size);
-  if (size > 0 && !recv_all(fd, body.data(), size, deadline)) {
-    throw std::runtime_error("connection closed in the middle of a message");
+  // Grow in chunks as the bytes arrive: a peer announcing a large frame and sending nothing
+  // costs no memory.
+  constexpr size_t kChunk = 64 << 10;
+  body.clear();
+  while (body.size() < size) {
+    const size_t old = body.size();
+    const size_t n = std::min<size_t>(kChunk, size - old);
+    body.resize(old + n);
+    if (!recv_all(fd, body.data() + old, n, deadline)) {
+      throw std::runtime_error("connection closed in the middle of a message");
+    }
   }
   return true;
 }

@@ -7,6 +7,7 @@
 // big-endian, two's complement.
 //
 //   request                                   reply (status kOk unless noted)
+//   kHello  token                             -              | kError message (wrong token)
 //   kSet    key value                         -
 //   kGet    key timeout_ms                    value          | kTimeout
 //   kAdd    key delta                         new value      | kError message (not an integer)
@@ -14,18 +15,27 @@
 //   kCheck  n key_1..key_n                    u8 all present
 //   kDelete key                               u8 existed
 //   kNumKeys                                  i64 count
+//
+// The first frame of every connection is a kHello (at most kMaxHelloBytes) carrying the client's
+// store token; a server with a token drops a client whose token differs, after one kError reply.
+// The receiver grows a frame's buffer as its bytes arrive, so an announced length costs nothing
+// until the bytes are really sent.
 #pragma once
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "dist/socket.h"
 
 namespace minidl::dist::protocol {
 
-inline constexpr uint32_t kMaxMessageBytes = 64u << 20;  // 64 MiB
+// The store holds rendezvous data: addresses (Gloo's are ~150 bytes per peer, so 4 MiB is a world
+// of ~25,000 ranks), ids and small counters. Larger frames are refused.
+inline constexpr uint32_t kMaxMessageBytes = 4u << 20;  // 4 MiB
+inline constexpr uint32_t kMaxHelloBytes = 4096;         // before the token is checked
 
-enum Command : uint8_t { kSet = 1, kGet, kAdd, kWait, kCheck, kDelete, kNumKeys };
+enum Command : uint8_t { kSet = 1, kGet, kAdd, kWait, kCheck, kDelete, kNumKeys, kHello };
 enum Status : uint8_t { kOk = 0, kTimeout = 1, kError = 2 };
 
 // A message that does not follow the format (too long, truncated, unknown command).
@@ -64,11 +74,23 @@ class Reader {
   size_t pos_ = 0;
 };
 
-// Sends one frame. Throws std::runtime_error on a socket error.
+// A decoded request body (see the table above): which fields a command uses is in the table.
+struct Request {
+  Command command = kNumKeys;
+  std::string key;                // kSet kGet kAdd kDelete; the token for kHello
+  std::string value;              // kSet
+  std::vector<std::string> keys;  // kWait kCheck
+  int64_t number = 0;             // timeout_ms (kGet kWait), delta (kAdd)
+};
+// Decodes a request body; throws ProtocolError on an unknown command, a truncated body or
+// leftover bytes.
+Request parse_request(const std::string& body);
+
+// Sends one frame. Throws std::runtime_error on a socket error or a body over kMaxMessageBytes.
 void send_frame(int fd, const std::string& body);
-// Receives one frame into body. Returns false on a clean end of stream before the frame;
-// throws ProtocolError if the announced length exceeds kMaxMessageBytes, std::runtime_error on
-// a timeout or a socket error.
-bool recv_frame(int fd, std::string& body, Clock::time_point deadline);
+// Receives one frame into body, growing it as bytes arrive. Returns false on a clean end of
+// stream before the frame; throws ProtocolError if the announced length exceeds max_bytes,
+// std::runtime_error on a timeout or a socket error.
+bool recv_frame(int fd, std::string& body, Clock::time_point deadline, uint32_t max_bytes = kMaxMessageBytes);
 
 }  // namespace minidl::dist::protocol

@@ -14,7 +14,6 @@
 #include <stdexcept>
 #include <vector>
 
-#include "dist/store_protocol.h"
 
 namespace minidl::dist {
 
@@ -24,6 +23,8 @@ namespace {
 
 // Longest wait a client may ask for (a day): keeps deadline arithmetic far from overflow.
 constexpr int64_t kMaxWaitMs = 24LL * 3600 * 1000;
+// How long a new connection may take to present its token.
+constexpr auto kHelloTimeout = std::chrono::seconds(30);
 
 void log_error(const std::string& message) {
   std::string line = "[minidl TCPStore] " + message + "\n";
@@ -35,11 +36,20 @@ std::chrono::milliseconds clamp_timeout(int64_t ms) {
 }
 
 std::string ok() { return Writer().u8(kOk).body(); }
+// Compares in a time that does not depend on where the strings differ (the token is a secret).
+bool same_token(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
 std::string shutting_down() { return Writer().u8(kError).str("the store's server is shutting down").body(); }
 
 }  // namespace
 
-TCPStoreServer::TCPStoreServer(const std::string& host, uint16_t port, bool bind_all) {
+TCPStoreServer::TCPStoreServer(const std::string& host, uint16_t port, bool bind_all, std::string token)
+    : token_(std::move(token)) {
   listener_ = listen_tcp(host, port, bind_all);
   port_ = local_port(listener_.fd());
   int fds[2];
@@ -108,13 +118,29 @@ void TCPStoreServer::reap_finished_connections() {
   }
 }
 
+bool TCPStoreServer::authenticate(int fd, const std::string& peer) {
+  std::string hello;
+  if (!recv_frame(fd, hello, Clock::now() + kHelloTimeout, kMaxHelloBytes)) return false;
+  const Request r = parse_request(hello);
+  if (r.command != kHello) throw ProtocolError("the first message is not a hello with the store token");
+  if (!token_.empty() && !same_token(r.key, token_)) {
+    log_error("dropping connection from " + peer + ": wrong store token (MINIDL_STORE_TOKEN)");
+    send_frame(fd, Writer().u8(kError).str("wrong store token: the client's MINIDL_STORE_TOKEN is not the server's").body());
+    return false;
+  }
+  send_frame(fd, ok());
+  return true;
+}
+
 void TCPStoreServer::serve(Connection* conn) {
   int fd = conn->socket.fd();
   std::string peer = peer_name(fd);
   std::string request;
   try {
-    while (recv_frame(fd, request, Clock::time_point::max())) {
-      send_frame(fd, handle(request));
+    if (authenticate(fd, peer)) {
+      while (recv_frame(fd, request, Clock::time_point::max())) {
+        send_frame(fd, handle(parse_request(request)));
+      }
     }
   } catch (const ProtocolError& e) {
     log_error("closing connection from " + peer + ": " + e.what());
@@ -137,76 +163,54 @@ bool TCPStoreServer::wait_for_keys(std::unique_lock<std::mutex>& lock, const std
   return all_present();
 }
 
-std::string TCPStoreServer::handle(const std::string& request) {
-  Reader in(request);
-  auto command = static_cast<Command>(in.u8());
+std::string TCPStoreServer::handle(const Request& r) {
   std::unique_lock<std::mutex> lock(mutex_);
-  switch (command) {
-    case kSet: {
-      std::string key = in.str();
-      std::string value = in.str();
-      in.expect_end();
-      data_[key] = std::move(value);
+  switch (r.command) {
+    case kSet:
+      data_[r.key] = r.value;
       changed_.notify_all();
       return ok();
-    }
-    case kGet: {
-      std::string key = in.str();
-      auto timeout = clamp_timeout(in.i64());
-      in.expect_end();
-      if (!wait_for_keys(lock, {key}, timeout)) return stopping_ ? shutting_down() : Writer().u8(kTimeout).body();
-      return Writer().u8(kOk).str(data_[key]).body();
-    }
+    case kGet:
+      if (!wait_for_keys(lock, {r.key}, clamp_timeout(r.number)))
+        return stopping_ ? shutting_down() : Writer().u8(kTimeout).body();
+      return Writer().u8(kOk).str(data_[r.key]).body();
     case kAdd: {
-      std::string key = in.str();
-      int64_t delta = in.i64();
-      in.expect_end();
       int64_t value = 0;
-      auto it = data_.find(key);
+      auto it = data_.find(r.key);
       if (it != data_.end()) {
         try {
           size_t used = 0;
           value = std::stoll(it->second, &used);
           if (used != it->second.size()) throw std::invalid_argument("trailing characters");
         } catch (const std::exception&) {
-          return Writer().u8(kError).str("value of key '" + key + "' is not an integer").body();
+          return Writer().u8(kError).str("value of key '" + r.key + "' is not an integer").body();
         }
       }
-      value += delta;
-      data_[key] = std::to_string(value);
+      value += r.number;
+      data_[r.key] = std::to_string(value);
       changed_.notify_all();
       return Writer().u8(kOk).i64(value).body();
     }
-    case kWait:
     case kCheck: {
-      uint32_t n = in.u32();
-      if (n > request.size()) throw ProtocolError("key count " + std::to_string(n) + " exceeds the message size");
-      std::vector<std::string> keys;
-      for (uint32_t i = 0; i < n; ++i) keys.push_back(in.str());
-      if (command == kCheck) {
-        in.expect_end();
-        bool present = true;
-        for (const auto& k : keys) present = present && data_.count(k) > 0;
-        return Writer().u8(kOk).u8(present ? 1 : 0).body();
-      }
-      auto timeout = clamp_timeout(in.i64());
-      in.expect_end();
-      if (!wait_for_keys(lock, keys, timeout)) return stopping_ ? shutting_down() : Writer().u8(kTimeout).body();
-      return ok();
+      bool present = true;
+      for (const auto& k : r.keys) present = present && data_.count(k) > 0;
+      return Writer().u8(kOk).u8(present ? 1 : 0).body();
     }
+    case kWait:
+      if (!wait_for_keys(lock, r.keys, clamp_timeout(r.number)))
+        return stopping_ ? shutting_down() : Writer().u8(kTimeout).body();
+      return ok();
     case kDelete: {
-      std::string key = in.str();
-      in.expect_end();
-      bool existed = data_.erase(key) > 0;
+      bool existed = data_.erase(r.key) > 0;
       changed_.notify_all();
       return Writer().u8(kOk).u8(existed ? 1 : 0).body();
     }
-    case kNumKeys: {
-      in.expect_end();
+    case kNumKeys:
       return Writer().u8(kOk).i64(static_cast<int64_t>(data_.size())).body();
-    }
+    case kHello:
+      break;
   }
-  throw ProtocolError("unknown command " + std::to_string(static_cast<int>(command)));
+  throw ProtocolError("unexpected command " + std::to_string(static_cast<int>(r.command)));
 }
 
 }  // namespace minidl::dist

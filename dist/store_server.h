@@ -2,7 +2,9 @@
 // by rank 0. One thread accepts connections; each connection gets a thread that reads a request,
 // answers it and waits for the next, so a client blocked in get()/wait() holds only its own
 // thread. A malformed or oversized message closes that one connection (logged on stderr); the
-// server keeps serving everyone else. You normally create it through TCPStore(is_server = true).
+// server keeps serving everyone else. With a token, a connection whose first message (kHello,
+// see store_protocol.h) carries another token is answered with an error and dropped, and so is
+// one that sends no hello within 30 s. You normally create it through TCPStore(is_server = true).
 #pragma once
 #include <atomic>
 #include <chrono>
@@ -17,14 +19,16 @@
 #include <vector>
 
 #include "dist/socket.h"
+#include "dist/store_protocol.h"
 
 namespace minidl::dist {
 
 class TCPStoreServer {
  public:
   // Listens on host:port (port 0: a free port, see port()). bind_all: every interface instead of
-  // host only. Throws std::runtime_error if the address cannot be bound.
-  TCPStoreServer(const std::string& host, uint16_t port, bool bind_all = false);
+  // host only. token: what clients must present (empty: any client is served). Throws
+  // std::runtime_error if the address cannot be bound.
+  TCPStoreServer(const std::string& host, uint16_t port, bool bind_all = false, std::string token = "");
   // Closes every connection (clients blocked on it get an error) and joins all threads.
   ~TCPStoreServer();
   TCPStoreServer(const TCPStoreServer&) = delete;
@@ -41,8 +45,10 @@ class TCPStoreServer {
 
   void accept_loop();
   void serve(Connection* conn);
-  // Answers one request body with a reply body; get and wait block here up to their timeout.
-  std::string handle(const std::string& request);
+  // Reads and checks the hello; false when the connection is to be dropped.
+  bool authenticate(int fd, const std::string& peer);
+  // Answers one request with a reply body; get and wait block here up to their timeout.
+  std::string handle(const protocol::Request& request);
   // Waits (mutex_ held through lock) until every key exists, the deadline passes or the server stops.
   bool wait_for_keys(std::unique_lock<std::mutex>& lock, const std::vector<std::string>& keys,
                      std::chrono::milliseconds timeout);
@@ -51,6 +57,7 @@ class TCPStoreServer {
   Socket listener_;
   Socket wake_read_, wake_write_;  // a pipe that wakes the accept loop on shutdown
   uint16_t port_ = 0;
+  std::string token_;
   std::thread accept_thread_;
 
   std::mutex mutex_;               // guards data_ and stopping_

@@ -15,6 +15,8 @@
 // Defaults: one node; MASTER_ADDR 127.0.0.1; MASTER_PORT a free port on one node, 29500 with
 // several (every node must be given the same one). Like torchrun, when OMP_NUM_THREADS is not
 // set and N > 1 it is set for the workers — to cores / N rather than torchrun's 1.
+// Workers get MINIDL_STORE_TOKEN, the secret their rendezvous store checks: the launcher's own
+// if set, else a fresh random one (one node; several nodes need it set, the same on each).
 // Workers read stdin from /dev/null and run in their own process groups (a stop signal reaches
 // whatever they started, too); they get SIGTERM if the launcher itself is killed.
 // Two nodes on one machine:  minidl-run --nproc-per-node 2 --nnodes 2 --node-rank 0 --master-port 29500 ./train
@@ -30,6 +32,7 @@
 #include <thread>
 
 #include "dist/socket.h"
+#include "dist/store.h"
 #include "tools/worker_group.h"
 
 namespace {
@@ -49,7 +52,9 @@ constexpr const char* kUsage =
     "                         (a bad flag or input), is not restarted\n"
     "Each worker gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR,\n"
     "MASTER_PORT, MINIDL_RESTART_COUNT (0, then 1, 2, ... after restarts), MINIDL_MAX_RESTARTS and\n"
-    "MINIDL_STEP_DIR in its environment. With several nodes and --max-restarts, the launchers meet\n"
+    "MINIDL_STEP_DIR in its environment, and MINIDL_STORE_TOKEN, the secret their rendezvous store\n"
+    "checks (the launcher's, else a random one on one node; several nodes: set the same on each).\n"
+    "With several nodes and --max-restarts, the launchers meet\n"
     "on --master-port (node 0's launcher hosts their store), each round's workers get a fresh\n"
     "MASTER_PORT, and a launcher silent for 5 s (heartbeat every 1 s) ends the run.\n";
 
@@ -169,6 +174,18 @@ void default_omp_threads(int nproc_per_node) {
             << " cores / " << nproc_per_node << " workers)\n";
 }
 
+// The workers' rendezvous store admits only clients with this job's MINIDL_STORE_TOKEN: a fresh
+// random one on a single node; with several nodes every launcher must be given the same one.
+void default_store_token(const minidl::launcher::LaunchConfig& c) {
+  if (!minidl::dist::store_token_from_env().empty()) return;
+  if (c.nnodes > 1) {
+    std::cerr << "minidl-run: MINIDL_STORE_TOKEN is not set, so the rendezvous store accepts any client; set the "
+                 "same secret on every node (e.g. export MINIDL_STORE_TOKEN=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \\n'))\n";
+    return;
+  }
+  ::setenv("MINIDL_STORE_TOKEN", minidl::dist::generate_store_token().c_str(), 1);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -189,6 +206,7 @@ int main(int argc, char** argv) {
   }
   default_omp_threads(config.nproc_per_node);
   try {
+    default_store_token(config);
     return minidl::launcher::run_workers(config);
   } catch (const std::exception& e) {
     std::cerr << "minidl-run: " << e.what() << "\n";

@@ -26,9 +26,16 @@ TCPStore make_client(const TCPStore& server, std::chrono::milliseconds timeout =
   return TCPStore(kHost, {.port = server.port(), .timeout = timeout});
 }
 
-// A raw connection to the server, for sending bytes that do not follow the protocol.
+// A raw connection to the server, past the hello (no token), for sending bytes that do not
+// follow the protocol.
 minidl::dist::Socket raw_connect(uint16_t port) {
-  return minidl::dist::connect_tcp(kHost, port, minidl::dist::Clock::now() + 5s);
+  auto s = minidl::dist::connect_tcp(kHost, port, minidl::dist::Clock::now() + 5s);
+  using namespace minidl::dist::protocol;
+  send_frame(s.fd(), Writer().u8(kHello).str("").body());
+  std::string reply;
+  if (!recv_frame(s.fd(), reply, minidl::dist::Clock::now() + 5s) || reply != std::string(1, kOk))
+    throw std::runtime_error("raw_connect: the hello was not accepted");
+  return s;
 }
 
 // True when the server closes the raw connection within 5 s.
@@ -220,7 +227,7 @@ TEST(TCPStore, OversizedMessageClosesOnlyThatConnection) {
   bool closed = closed_by_server(raw.fd());
   std::string log = ::testing::internal::GetCapturedStderr();
   EXPECT_TRUE(closed);
-  EXPECT_THAT(log, ::testing::HasSubstr("exceeds the limit of 67108864 bytes"));
+  EXPECT_THAT(log, ::testing::HasSubstr("exceeds the limit of 4194304 bytes"));
   EXPECT_EQ(bystander.get("before"), "1");  // an existing client still works
   TCPStore newcomer = make_client(server);  // and a new one can connect
   newcomer.set("after", "2");
