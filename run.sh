@@ -3,6 +3,7 @@
 #   ./run.sh test            install missing Debian packages, build into build/, run ctest
 #   ./run.sh train [ARGS...] the same set-up, then train the default model on Fashion-MNIST
 # Idempotent: packages already installed are not touched, and the build is incremental.
+# MINIDL_WERROR=ON (set by .ci/run) makes compiler warnings errors; it applies when build/ is first configured.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -27,7 +28,7 @@ install_missing() {
 
 build() {
   if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then
-    cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release >/dev/null
+    cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DMINIDL_WERROR="${MINIDL_WERROR:-OFF}" >/dev/null
   fi
   # pipefail keeps cmake's exit status; grep only hides progress lines
   cmake --build "$BUILD_DIR" -j "$JOBS" 2>&1 \

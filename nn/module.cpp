@@ -213,9 +213,13 @@ std::string Module::repr(int indent) const {
 }
 
 std::string Module::to_string() const {
-  std::string count = std::to_string(num_parameters());
-  for (int i = static_cast<int>(count.size()) - 3; i > 0; i -= 3) count.insert(static_cast<size_t>(i), ",");
-  return repr(0) + "\nTotal parameters: " + count;
+  const std::string digits = std::to_string(num_parameters());
+  std::string out = repr(0) + "\nTotal parameters: ";
+  for (size_t i = 0; i < digits.size(); ++i) {  // 421834 -> 421,834
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
 }
 
 std::ostream& operator<<(std::ostream& os, const Module& m) { return os << m.to_string(); }

@@ -173,7 +173,11 @@ std::string to_yaml(const TrainConfig& config) {
         [&](auto target) {
           using P = decltype(target);
           if constexpr (std::is_same_v<P, Betas>) {
-            out += "[" + number_text(*target.first) + ", " + number_text(*target.second) + "]";
+            out += '[';  // appended piece by piece: g++ 12 warns falsely (-Wrestrict) on a + chain here
+            out += number_text(*target.first);
+            out += ", ";
+            out += number_text(*target.second);
+            out += ']';
           } else {
             using T = std::remove_pointer_t<P>;
             if constexpr (std::is_same_v<T, std::string>) out += quoted(*target);

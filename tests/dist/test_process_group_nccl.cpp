@@ -24,7 +24,7 @@ TEST(ProcessGroupNccl, NcclBackendIsRegistered) { EXPECT_TRUE(dist::is_backend_a
 TEST(ProcessGroupNccl, CollectivesWithWorldSizeOne) {
   if (!why_no_gpu().empty()) GTEST_SKIP() << "NCCL test skipped: " << why_no_gpu();
   dist::TCPStore store("127.0.0.1", {.port = 0, .is_server = true, .timeout = std::chrono::seconds(30)});
-  dist::ProcessGroupNCCL pg(store, 0, 1, {.timeout = std::chrono::seconds(30)}, 0);
+  dist::ProcessGroupNCCL pg(store, 0, 1, {.timeout = std::chrono::seconds(30), .debug = std::nullopt}, 0);
   Tensor t = from_vector<float>({1, 2, 3}).to(Device::cuda(0));
   auto work = pg.all_reduce_async(t, dist::ReduceOp::SUM);
   work->wait();

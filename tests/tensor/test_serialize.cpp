@@ -18,10 +18,6 @@ std::string temp_path(const std::string& name) {
 void write_bytes(const std::string& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary) << bytes;
 }
-std::string read_bytes(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
 TensorMap sample() {
   return {{"a.weight", randn({3, 4}, RandomKey{1, 0})},
           {"a.bias", arange(0.0, 3.0, 1.0, DType::Float64)},
