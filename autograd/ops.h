@@ -3,6 +3,7 @@
 // captures only what backward needs. Composite ops (linear, mse_loss, ...) are built from
 // primitives and need no backward of their own.
 #pragma once
+#include <optional>
 #include <vector>
 
 #include "autograd/variable.h"
@@ -27,6 +28,12 @@ Variable tanh(const Variable& x);
 Variable sigmoid(const Variable& x);
 Variable relu(const Variable& x);
 Variable gelu(const Variable& x, bool tanh_approximation = false);
+Variable silu(const Variable& x);
+Variable leaky_relu(const Variable& x, double negative_slope = 0.01);
+Variable elu(const Variable& x, double alpha = 1.0);
+Variable softplus(const Variable& x, double beta = 1.0, double threshold = 20.0);
+Variable hardswish(const Variable& x);
+Variable abs(const Variable& x);
 Variable operator+(const Variable& a, const Variable& b);
 Variable operator-(const Variable& a, const Variable& b);
 Variable operator*(const Variable& a, const Variable& b);
@@ -69,10 +76,67 @@ Variable linear(const Variable& x, const Variable& w, const Variable& b);
 Variable softmax(const Variable& x, int64_t dim);
 Variable log_softmax(const Variable& x, int64_t dim);
 
-// ---- losses ----
+// ---- losses (as torch.nn.functional's) ----
+enum class Reduction { None, Mean, Sum };
+// Class-index targets: input (N, C) or (N, C, d1, ...), int64 target (N) or (N, d1, ...).
+// weight: (C) per-class rescaling or undefined; targets equal to ignore_index add nothing and
+// are not counted; Mean divides by the summed weight of the counted targets; None keeps the
+// target's shape (0 at ignored positions).
+struct NLLLossOptions {
+  Tensor weight = {};
+  int64_t ignore_index = -100;
+  Reduction reduction = Reduction::Mean;
+};
+struct CrossEntropyOptions {
+  Tensor weight = {};
+  int64_t ignore_index = -100;
+  Reduction reduction = Reduction::Mean;
+  double label_smoothing = 0.0;
+};
+// mean over the batch, optional label smoothing: the fused kernel
 Variable cross_entropy(const Variable& logits, const Tensor& target, double label_smoothing = 0.0);
-Variable nll_loss(const Variable& log_probs, const Tensor& target);  // mean of -log_probs[i, target[i]]
-Variable mse_loss(const Variable& input, const Variable& target);   // mean reduction
+Variable cross_entropy(const Variable& logits, const Tensor& target, const CrossEntropyOptions& options);
+Variable nll_loss(const Variable& log_probs, const Tensor& target, const NLLLossOptions& options = {});
+// -[pos_weight t log sigmoid(x) + (1 - t) log(1 - sigmoid(x))] * weight, computed stably;
+// weight broadcasts to the input, pos_weight (C) to its last dim
+struct BCEWithLogitsOptions {
+  Tensor weight = {};
+  Tensor pos_weight = {};
+  Reduction reduction = Reduction::Mean;
+};
+Variable binary_cross_entropy_with_logits(const Variable& logits, const Variable& target,
+                                          const BCEWithLogitsOptions& options = {});
+// element-wise losses of input - target (same shapes)
+Variable mse_loss(const Variable& input, const Variable& target, Reduction reduction = Reduction::Mean);
+Variable l1_loss(const Variable& input, const Variable& target, Reduction reduction = Reduction::Mean);
+// 0.5 d^2 / beta where |d| < beta, else |d| - 0.5 beta; beta = 0 is l1_loss
+Variable smooth_l1_loss(const Variable& input, const Variable& target, Reduction reduction = Reduction::Mean,
+                        double beta = 1.0);
+
+// ---- attention ----
+// As torch.nn.functional.scaled_dot_product_attention: query (..., L, E), key (..., S, E),
+// value (..., S, Ev) -> (..., L, Ev) = softmax(q k^T * scale + mask) v, dropout on the weights.
+// attn_mask broadcasts to (..., L, S): boolean (uint8) with 1 = may attend (PyTorch's rule for
+// this function), or floating, added to the scores. is_causal: query i sees keys j <= i.
+struct ScaledDotProductAttentionOptions {
+  Tensor attn_mask = {};
+  double dropout_p = 0.0;
+  bool is_causal = false;
+  std::optional<double> scale = std::nullopt;  // 1 / sqrt(E) when unset
+};
+Variable scaled_dot_product_attention(const Variable& query, const Variable& key, const Variable& value,
+                                      const ScaledDotProductAttentionOptions& options = {});
+// The pieces nn::MultiheadAttention shares: an (L, S) additive causal mask (-inf above the
+// diagonal); a boolean or floating mask as an additive one (for a boolean mask, which value
+// means "masked" is the caller's convention); attention returning its weights as well.
+Tensor causal_mask(int64_t L, int64_t S, DType dtype, Device device = Device::cpu());
+Tensor additive_mask(const Tensor& mask, bool true_means_masked, DType dtype, Device device, const char* op);
+struct AttentionResult {
+  Variable output;   // (..., L, Ev)
+  Variable weights;  // (..., L, S), after dropout
+};
+AttentionResult attention_with_weights(const Variable& q, const Variable& k, const Variable& v, const Tensor& mask,
+                                       double scale, double dropout_p, bool training);
 
 // ---- neural-network ops ----
 Variable conv2d(const Variable& x, const Variable& w, const Variable& b, const Conv2dParams& p = {});

@@ -54,11 +54,13 @@ MINIDL_HD int64_t strided_offset(const StridedIter& it, int k, int64_t i) {
 // ---- element-wise (elementwise.cu); `out` may alias `a` (in-place ops) ----
 #define MINIDL_CUDA_UNARY_OPS(X)                                                                                 \
   X(NegOp) X(ExpOp) X(LogOp) X(SqrtOp) X(RsqrtOp) X(AbsOp) X(TanhOp) X(SigmoidOp) X(ReluOp) X(PowScalarOp)     \
-  X(AddScalarOp) X(MulScalarOp) X(DivScalarOp) X(GeluErfOp) X(GeluTanhOp)
+  X(AddScalarOp) X(MulScalarOp) X(DivScalarOp) X(GeluErfOp) X(GeluTanhOp)    \
+  X(SiluOp) X(LeakyReluOp) X(EluOp) X(SoftplusOp) X(HardswishOp) X(SmoothL1Op)
 #define MINIDL_CUDA_BINARY_OPS(X)                                                                                \
   X(AddOp) X(SubOp) X(MulOp) X(DivOp) X(MaximumOp) X(MinimumOp) X(EqOp) X(GtOp) X(LtOp) X(ReluBackward)          \
   X(GeluErfBackward) X(GeluTanhBackward) X(TanhBackwardFromY) X(SigmoidBackwardFromY) X(AddScaledOp) X(AxpbyOp) \
-  X(LerpOp)
+  X(LerpOp) X(SiluBackward) X(LeakyReluBackward) X(EluBackward) X(SoftplusBackward) X(HardswishBackward)  \
+  X(AbsBackward) X(SmoothL1Backward)
 #define MINIDL_CUDA_TERNARY_OPS(X) X(AddcmulOp) X(AddcdivOp)
 
 #define MINIDL_DECLARE_UNARY(Op) void elementwise(ElemType t, const StridedIter& it, void* out, const void* x, const Op& op);

@@ -68,6 +68,49 @@ struct GeluTanhOp {
   }
 };
 
+// ---- activations beyond ReLU/GELU (forward; backward functors below take (x, dy)) ----
+// SiLU (swish): x * sigmoid(x)
+struct SiluOp {
+  template <class T> MINIDL_HD T operator()(T x) const { return x * SigmoidOp{}(x); }
+};
+// LeakyReLU: x if x > 0 else slope * x
+struct LeakyReluOp {
+  double slope;
+  template <class T> MINIDL_HD T operator()(T x) const { return x > T(0) ? x : T(slope) * x; }
+};
+// ELU: x if x > 0 else alpha (e^x - 1)
+struct EluOp {
+  double alpha;
+  template <class T> MINIDL_HD T operator()(T x) const { return x > T(0) ? x : T(alpha) * std::expm1(x); }
+};
+// Softplus: log(1 + e^(beta x)) / beta, x itself where beta x > threshold (PyTorch's rule);
+// computed as (max(z, 0) + log1p(e^-|z|)) / beta so it never overflows (threshold may be inf).
+struct SoftplusOp {
+  double beta, threshold;
+  template <class T> MINIDL_HD T operator()(T x) const {
+    const T z = T(beta) * x;
+    if (z > T(threshold)) return x;
+    const T az = z < T(0) ? -z : z;
+    return ((z > T(0) ? z : T(0)) + std::log1p(std::exp(-az))) / T(beta);
+  }
+};
+// Hardswish: x * clamp(x + 3, 0, 6) / 6
+struct HardswishOp {
+  template <class T> MINIDL_HD T operator()(T x) const {
+    if (x <= T(-3)) return T(0);
+    if (x >= T(3)) return x;
+    return x * (x + T(3)) / T(6);
+  }
+};
+// smooth L1 of a difference d: 0.5 d^2 / beta where |d| < beta, else |d| - 0.5 beta (beta > 0)
+struct SmoothL1Op {
+  double beta;
+  template <class T> MINIDL_HD T operator()(T d) const {
+    const T ad = d < T(0) ? -d : d;
+    return ad < T(beta) ? T(0.5) * d * d / T(beta) : ad - T(0.5) * T(beta);
+  }
+};
+
 // ---- unary backward: dx from (input x, upstream dy) ----
 // dy where x > 0 or x is NaN, as torch's threshold_backward (x <= 0 gives 0)
 struct ReluBackward { template <class T> MINIDL_HD T operator()(T x, T dy) const { return x <= T(0) ? T(0) : dy; } };
@@ -90,6 +133,47 @@ struct GeluTanhBackward {
 // backward from the output y: tanh' = 1 - y^2, sigmoid' = y (1 - y)
 struct TanhBackwardFromY { template <class T> MINIDL_HD T operator()(T y, T dy) const { return dy * (T(1) - y * y); } };
 struct SigmoidBackwardFromY { template <class T> MINIDL_HD T operator()(T y, T dy) const { return dy * y * (T(1) - y); } };
+
+// activation backward from the input x
+struct SiluBackward {
+  template <class T> MINIDL_HD T operator()(T x, T dy) const {
+    const T s = SigmoidOp{}(x);
+    return dy * s * (T(1) + x * (T(1) - s));
+  }
+};
+struct LeakyReluBackward {
+  double slope;
+  template <class T> MINIDL_HD T operator()(T x, T dy) const { return x > T(0) ? dy : T(slope) * dy; }
+};
+struct EluBackward {
+  double alpha;
+  template <class T> MINIDL_HD T operator()(T x, T dy) const { return x > T(0) ? dy : dy * T(alpha) * std::exp(x); }
+};
+struct SoftplusBackward {  // d/dx = sigmoid(beta x), 1 where beta x > threshold
+  double beta, threshold;
+  template <class T> MINIDL_HD T operator()(T x, T dy) const {
+    const T z = T(beta) * x;
+    return z > T(threshold) ? dy : dy * SigmoidOp{}(z);
+  }
+};
+struct HardswishBackward {  // PyTorch's convention at the kinks: (2x + 3) / 6 on [-3, 3], both ends included
+  template <class T> MINIDL_HD T operator()(T x, T dy) const {
+    if (x < T(-3)) return T(0);
+    if (x <= T(3)) return dy * (T(2) * x + T(3)) / T(6);
+    return dy;
+  }
+};
+// |x|' = sign(x) (0 at 0, as torch.sign)
+struct AbsBackward {
+  template <class T> MINIDL_HD T operator()(T x, T dy) const { return x > T(0) ? dy : (x < T(0) ? -dy : T(0)); }
+};
+struct SmoothL1Backward {
+  double beta;
+  template <class T> MINIDL_HD T operator()(T d, T dy) const {
+    if (d < T(0) ? -d < T(beta) : d < T(beta)) return dy * d / T(beta);
+    return d > T(0) ? dy : -dy;
+  }
+};
 
 // ---- in-place update rules (optimizers, gradient accumulation): new a from (a, b[, c]) ----
 struct AddScaledOp { double alpha; template <class T> MINIDL_HD T operator()(T a, T b) const { return a + T(alpha) * b; } };

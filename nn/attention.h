@@ -1,5 +1,6 @@
-// nn/attention.h — MultiheadAttention (self-attention, batch-first, fused in-projection) and the
-// pre-norm TransformerEncoderLayer, with PyTorch's parameter names and initialisation:
+// nn/attention.h — MultiheadAttention (self- or cross-attention, fused in-projection, masks,
+// optional attention weights, batch-first or sequence-first) and the pre-norm
+// TransformerEncoderLayer, with PyTorch's parameter names and initialisation:
 //   in_proj_weight (3E, E) xavier_uniform, in_proj_bias (3E) zeros, out_proj Linear(E, E) with bias 0.
 #pragma once
 #include "nn/layers.h"
@@ -12,14 +13,32 @@ struct MultiheadAttentionOptions {
   int64_t num_heads = 1;
   double dropout = 0.0;  // on the attention weights
   bool bias = true;
+  // (B, T, E) inputs when true; (T, B, E) when false, PyTorch's default. minidl defaults to true.
+  bool batch_first = true;
+};
+
+// The per-call arguments of MultiheadAttention::forward(query, key, value, ...), as PyTorch's.
+struct MultiheadAttentionArgs {
+  Tensor key_padding_mask = {};  // (B, S): boolean (uint8) 1 = ignore this key, or floating (added)
+  Tensor attn_mask = {};         // (L, S) or (B * H, L, S): boolean 1 = may not attend, or floating (added)
+  bool need_weights = true;      // also return the attention weights
+  bool average_attn_weights = true;  // weights (B, L, S) averaged over heads, else (B, H, L, S)
+  bool is_causal = false;        // query i attends to keys j <= i only (instead of an attn_mask)
+};
+struct MultiheadAttentionOutput {
+  Variable output;   // like query: (B, L, E) or (L, B, E)
+  Variable weights;  // undefined unless need_weights; after dropout, as PyTorch returns them
 };
 
 class MultiheadAttention : public Module {
  public:
   explicit MultiheadAttention(const MultiheadAttentionOptions& o);
   std::string type_name() const override { return "MultiheadAttention"; }
-  // x (B, T, E) -> (B, T, E): softmax(Q K^T / sqrt(d)) V per head, then out_proj
+  // Self-attention without masks: x -> softmax(Q K^T / sqrt(d)) V per head, then out_proj.
   Variable forward(const Variable& x) override;
+  // query (B, L, E), key and value (B, S, E) (sequence-first when !batch_first).
+  MultiheadAttentionOutput forward(const Variable& query, const Variable& key, const Variable& value,
+                                   const MultiheadAttentionArgs& args = {});
 
   MultiheadAttentionOptions options;
   Variable in_proj_weight;  // (3E, E)
@@ -42,6 +61,8 @@ class TransformerEncoderLayer : public Module {
   explicit TransformerEncoderLayer(const TransformerEncoderLayerOptions& o);
   std::string type_name() const override { return "TransformerEncoderLayer"; }
   Variable forward(const Variable& x) override;
+  // With masks (e.g. is_causal for a decoder-only language model); batch-first.
+  Variable forward(const Variable& x, const MultiheadAttentionArgs& args);
 
   TransformerEncoderLayerOptions options;
   MultiheadAttention self_attn;
@@ -50,6 +71,9 @@ class TransformerEncoderLayer : public Module {
   Linear linear2;
   LayerNorm norm1, norm2;
   Dropout dropout1, dropout2;
+
+ private:
+  Variable forward_from_attention(const Variable& x, const Variable& attended);  // the residuals and the MLP
 };
 
 }  // namespace minidl::nn

@@ -1,7 +1,9 @@
 // nn/nn.h — the umbrella header of the nn layer: Module, layers, init, reference models.
 #pragma once
+#include "nn/activation.h"
 #include "nn/attention.h"
 #include "nn/batchnorm.h"
+#include "nn/containers.h"
 #include "nn/conv.h"
 #include "nn/init.h"
 #include "nn/layers.h"

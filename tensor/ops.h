@@ -57,6 +57,21 @@ Tensor gelu_backward(const Tensor& x, const Tensor& dy, bool tanh_approximation 
 Tensor tanh_backward(const Tensor& y, const Tensor& dy);
 Tensor sigmoid_backward(const Tensor& y, const Tensor& dy);
 
+// more activations and loss pieces (floating dtypes), each with its backward dx from (x, dy)
+Tensor silu(const Tensor& x);                                   // x * sigmoid(x)
+Tensor leaky_relu(const Tensor& x, double slope);               // x > 0 ? x : slope * x
+Tensor elu(const Tensor& x, double alpha);                      // x > 0 ? x : alpha (e^x - 1)
+Tensor softplus(const Tensor& x, double beta, double threshold);  // log(1 + e^(beta x)) / beta
+Tensor hardswish(const Tensor& x);                              // x relu6(x + 3) / 6
+Tensor smooth_l1(const Tensor& d, double beta);                 // |d| < beta ? d^2 / 2beta : |d| - beta/2
+Tensor silu_backward(const Tensor& x, const Tensor& dy);
+Tensor leaky_relu_backward(const Tensor& x, const Tensor& dy, double slope);
+Tensor elu_backward(const Tensor& x, const Tensor& dy, double alpha);
+Tensor softplus_backward(const Tensor& x, const Tensor& dy, double beta, double threshold);
+Tensor hardswish_backward(const Tensor& x, const Tensor& dy);
+Tensor abs_backward(const Tensor& x, const Tensor& dy);  // dy * sign(x)
+Tensor smooth_l1_backward(const Tensor& d, const Tensor& dy, double beta);
+
 // ---- in place (optimizers, gradient accumulation); `a` keeps its shape, b broadcasts ----
 Tensor& add_(Tensor& a, const Tensor& b, double alpha = 1.0);  // a += alpha * b
 Tensor& mul_(Tensor& a, double s);

@@ -295,4 +295,37 @@ Tensor& addcdiv_(Tensor& a, const Tensor& b, const Tensor& c, double alpha) {
   return ternary_inplace(a, b, c, "addcdiv_", k::AddcdivOp{alpha});
 }
 
+// ---------------------------------------------------------------- more activations, loss pieces
+
+Tensor silu(const Tensor& x) { return unary_op(x, "silu", k::SiluOp{}); }
+Tensor leaky_relu(const Tensor& x, double slope) { return unary_op(x, "leaky_relu", k::LeakyReluOp{slope}); }
+Tensor elu(const Tensor& x, double alpha) { return unary_op(x, "elu", k::EluOp{alpha}); }
+Tensor softplus(const Tensor& x, double beta, double threshold) {
+  return unary_op(x, "softplus", k::SoftplusOp{beta, threshold});
+}
+Tensor hardswish(const Tensor& x) { return unary_op(x, "hardswish", k::HardswishOp{}); }
+Tensor smooth_l1(const Tensor& d, double beta) { return unary_op(d, "smooth_l1", k::SmoothL1Op{beta}); }
+
+Tensor silu_backward(const Tensor& x, const Tensor& dy) {
+  return binary_op(x, dy, "silu_backward", k::SiluBackward{}, Kinds::Floating);
+}
+Tensor leaky_relu_backward(const Tensor& x, const Tensor& dy, double slope) {
+  return binary_op(x, dy, "leaky_relu_backward", k::LeakyReluBackward{slope}, Kinds::Floating);
+}
+Tensor elu_backward(const Tensor& x, const Tensor& dy, double alpha) {
+  return binary_op(x, dy, "elu_backward", k::EluBackward{alpha}, Kinds::Floating);
+}
+Tensor softplus_backward(const Tensor& x, const Tensor& dy, double beta, double threshold) {
+  return binary_op(x, dy, "softplus_backward", k::SoftplusBackward{beta, threshold}, Kinds::Floating);
+}
+Tensor hardswish_backward(const Tensor& x, const Tensor& dy) {
+  return binary_op(x, dy, "hardswish_backward", k::HardswishBackward{}, Kinds::Floating);
+}
+Tensor abs_backward(const Tensor& x, const Tensor& dy) {
+  return binary_op(x, dy, "abs_backward", k::AbsBackward{}, Kinds::Floating);
+}
+Tensor smooth_l1_backward(const Tensor& d, const Tensor& dy, double beta) {
+  return binary_op(d, dy, "smooth_l1_backward", k::SmoothL1Backward{beta}, Kinds::Floating);
+}
+
 }  // namespace minidl

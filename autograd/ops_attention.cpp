@@ -1,0 +1,67 @@
+// autograd/ops_attention.cpp — scaled dot-product attention, composed from matmul, softmax and
+// dropout (so its backward is theirs), and the mask helpers that nn::MultiheadAttention shares.
+// Masks become one additive float tensor: 0 where attending is allowed, -inf where it is not; a
+// row with every key masked gives NaN, as in PyTorch.
+#include <cmath>
+#include <limits>
+
+#include "autograd/ops.h"
+#include "tensor/creation.h"
+#include "tensor/ops.h"
+
+namespace minidl {
+
+Tensor causal_mask(int64_t L, int64_t S, DType dtype, Device device) {
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<double> m(static_cast<size_t>(L * S), 0.0);
+  for (int64_t i = 0; i < L; ++i)
+    for (int64_t j = i + 1; j < S; ++j) m[i * S + j] = -inf;  // key j after query i
+  return from_vector(m, {L, S}).to(dtype).to(device);
+}
+
+Tensor additive_mask(const Tensor& mask, bool true_means_masked, DType dtype, Device device, const char* op) {
+  if (mask.is_floating_point()) return mask.to(dtype).to(device);
+  if (mask.dtype() != DType::UInt8)
+    throw std::invalid_argument(std::string(op) + ": a mask must be boolean (uint8) or floating, got " + mask.desc());
+  const double inf = std::numeric_limits<double>::infinity();
+  const auto v = mask.cpu().contiguous().to_vector<uint8_t>();
+  std::vector<double> m(v.size());
+  for (size_t i = 0; i < v.size(); ++i) m[i] = ((v[i] != 0) == true_means_masked) ? -inf : 0.0;
+  return from_vector(m, mask.shape()).to(dtype).to(device);
+}
+
+AttentionResult attention_with_weights(const Variable& q, const Variable& k, const Variable& v, const Tensor& mask,
+                                       double scale, double dropout_p, bool training) {
+  Variable scores = mul(matmul(q, transpose(k, -1, -2)), scale);  // (..., L, S)
+  if (mask.defined()) scores = add(scores, Variable(mask));
+  Variable weights = dropout(softmax(scores, -1), dropout_p, training);
+  return {matmul(weights, v), weights};
+}
+
+// softmax(q k^T * scale + mask) v
+Variable scaled_dot_product_attention(const Variable& q, const Variable& k, const Variable& v,
+                                      const ScaledDotProductAttentionOptions& o) {
+  constexpr const char* op = "scaled_dot_product_attention";
+  if (q.dim() < 2 || k.dim() < 2 || v.dim() < 2 || q.size(-1 + q.dim()) != k.size(-1 + k.dim()) ||
+      k.size(-2 + k.dim()) != v.size(-2 + v.dim()))
+    throw std::invalid_argument(std::string(op) + ": expected query (..., L, E), key (..., S, E), value (..., S, Ev), got " +
+                                q.data().desc() + ", " + k.data().desc() + ", " + v.data().desc());
+  if (o.is_causal && o.attn_mask.defined())
+    throw std::invalid_argument(std::string(op) + ": set either attn_mask or is_causal, not both");
+  if (!(o.dropout_p >= 0.0 && o.dropout_p < 1.0))
+    throw std::invalid_argument(std::string(op) + ": dropout_p must be in [0, 1), got " + std::to_string(o.dropout_p));
+  const int64_t L = q.size(-2 + q.dim()), S = k.size(-2 + k.dim()), E = q.size(-1 + q.dim());
+  Tensor mask;
+  if (o.is_causal) mask = causal_mask(L, S, q.dtype(), q.device());
+  if (o.attn_mask.defined()) {
+    mask = additive_mask(o.attn_mask, /*true_means_masked=*/false, q.dtype(), q.device(), op);
+    if (mask.dim() < 2 || mask.size(-1 + mask.dim()) != S || mask.size(-2 + mask.dim()) != L)
+      throw std::invalid_argument(std::string(op) + ": attn_mask " + o.attn_mask.desc() +
+                                  " does not broadcast to the attention scores (..., " + std::to_string(L) + ", " +
+                                  std::to_string(S) + ")");
+  }
+  const double scale = o.scale ? *o.scale : 1.0 / std::sqrt(static_cast<double>(E));
+  return attention_with_weights(q, k, v, mask, scale, o.dropout_p, o.dropout_p > 0.0).output;
+}
+
+}  // namespace minidl
