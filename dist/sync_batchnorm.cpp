@@ -123,6 +123,21 @@ void SyncBatchNorm::check_input_dim(const Variable& x) const {
   if (x.dim() < 2) throw std::invalid_argument("SyncBatchNorm: expected input (N, C, *), got " + x.data().desc());
 }
 
+namespace {
+// SyncBatchNorm's forward for any BatchNorm: plain BatchNorm in eval or with one rank.
+Variable sync_forward(nn::BatchNormBase& bn, ProcessGroup* group_or_default, const Variable& x) {
+  ProcessGroup* group = group_or_default ? group_or_default : (is_initialized() ? &default_group() : nullptr);
+  if (!bn.is_training() || group == nullptr || group->size() == 1) return bn.local_forward(x);
+  if (x.dim() < 2) throw std::invalid_argument("SyncBatchNorm: expected input (N, C, *), got " + x.data().desc());
+  if (x.size(1) != bn.options.num_features)
+    throw std::invalid_argument("SyncBatchNorm: expected " + std::to_string(bn.options.num_features) +
+                                " channels in dim 1, got input " + x.data().desc());
+  const double momentum = bn.next_momentum();
+  auto fn = std::make_shared<SyncBatchNormFunction>(*group, bn.running_mean, bn.running_var, momentum, bn.options.eps);
+  return autograd::Function::apply(fn, {x, bn.weight, bn.bias});
+}
+}  // namespace
+
 Variable SyncBatchNorm::forward(const Variable& x) {
   if (deterministic_ && training_) {  // ghost batch norm over this micro-shard
     check_input_dim(x);
@@ -137,15 +152,7 @@ Variable SyncBatchNorm::forward(const Variable& x) {
     shard_stats_ = cat({mean, var}, 0);
     return y;
   }
-  ProcessGroup* group = group_ ? group_ : (is_initialized() ? &default_group() : nullptr);
-  if (!training_ || group == nullptr || group->size() == 1) return BatchNormBase::forward(x);
-  check_input_dim(x);
-  if (x.size(1) != options.num_features)
-    throw std::invalid_argument("SyncBatchNorm: expected " + std::to_string(options.num_features) +
-                                " channels in dim 1, got input " + x.data().desc());
-  const double momentum = next_momentum();
-  auto fn = std::make_shared<SyncBatchNormFunction>(*group, running_mean, running_var, momentum, options.eps);
-  return autograd::Function::apply(fn, {x, weight, bias});
+  return sync_forward(*this, group_, x);
 }
 
 Tensor SyncBatchNorm::take_shard_statistics() { return std::exchange(shard_stats_, Tensor()); }
@@ -166,17 +173,22 @@ int convert_sync_batchnorm(nn::Module& module, ProcessGroup* group) {
     nn::BatchNormBase* bn;
   };
   std::vector<Swap> swaps;
+  std::vector<nn::BatchNormBase*> members;
   for (auto& [path, m] : module.named_modules()) {
     for (auto& [child_name, child] : m->named_children()) {
       auto* bn = dynamic_cast<nn::BatchNormBase*>(child);
-      if (!bn || dynamic_cast<SyncBatchNorm*>(child)) continue;
-      if (!m->owns_child(child_name))
-        throw std::logic_error("convert_sync_batchnorm: '" + (path.empty() ? child_name : path + "." + child_name) +
-                               "' is a member of " + m->type_name() +
-                               " and cannot be replaced; hold BatchNorms in a container such as nn::Sequential");
-      swaps.push_back({m, child_name, bn});
+      if (!bn || dynamic_cast<SyncBatchNorm*>(child) || bn->has_forward_override()) continue;
+      if (m->owns_child(child_name)) swaps.push_back({m, child_name, bn});
+      else members.push_back(bn);  // a member object: it stays, its forward becomes SyncBatchNorm's
     }
   }
+  // the root itself, when it is a BatchNorm
+  if (auto* bn = dynamic_cast<nn::BatchNormBase*>(&module); bn && !dynamic_cast<SyncBatchNorm*>(bn) &&
+                                                            !bn->has_forward_override())
+    members.push_back(bn);
+  for (nn::BatchNormBase* bn : members)
+    bn->set_forward_override([group](nn::BatchNormBase& b, const Variable& x) { return sync_forward(b, group, x); },
+                             "SyncBatchNorm");
   NoGradGuard no_grad;
   for (const Swap& s : swaps) {
     auto sync = std::make_unique<SyncBatchNorm>(s.bn->options, group);
@@ -192,7 +204,7 @@ int convert_sync_batchnorm(nn::Module& module, ProcessGroup* group) {
     sync->train(s.bn->is_training());
     s.parent->replace_module(s.name, std::move(sync));
   }
-  return static_cast<int>(swaps.size());
+  return static_cast<int>(swaps.size() + members.size());
 }
 
 }  // namespace minidl::dist

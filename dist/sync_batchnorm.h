@@ -53,9 +53,11 @@ class SyncBatchNorm : public nn::BatchNormBase {
   Tensor shard_stats_;   // deterministic mode: the last shard's (mean, unbiased var)
 };
 
-// Replaces every BatchNorm1d/2d below `module` by a SyncBatchNorm with the same options,
-// parameters, running statistics and num_batches_tracked. BatchNorms must be owned children of a
-// container (nn::Sequential); a member BatchNorm is an error naming it. Returns how many were swapped.
+// Makes every BatchNorm1d/2d below (and including) `module` synchronise its statistics. One owned
+// by a container (nn::Sequential, ModuleList, ModuleDict) is replaced by a SyncBatchNorm with the
+// same options, parameters, running statistics and num_batches_tracked; one held as a member of a
+// user module (which cannot be replaced) keeps its object, parameters and state and gets
+// SyncBatchNorm's forward (and type name). Returns how many BatchNorms were converted.
 int convert_sync_batchnorm(nn::Module& module, ProcessGroup* group = nullptr);
 
 }  // namespace minidl::dist

@@ -55,7 +55,14 @@ double BatchNormBase::next_momentum() {
   return options.momentum ? *options.momentum : 1.0 / static_cast<double>(*n);
 }
 
-Variable BatchNormBase::forward(const Variable& x) {
+void BatchNormBase::set_forward_override(ForwardOverride fn, std::string type_name) {
+  override_ = std::move(fn);
+  override_name_ = std::move(type_name);
+}
+
+Variable BatchNormBase::forward(const Variable& x) { return override_ ? override_(*this, x) : local_forward(x); }
+
+Variable BatchNormBase::local_forward(const Variable& x) {
   check_input_dim(x);
   if (x.size(1) != options.num_features)
     throw std::invalid_argument(type_name() + ": expected " + std::to_string(options.num_features) +

@@ -1,9 +1,13 @@
 // nn/batchnorm.h — BatchNorm1d / BatchNorm2d: normalise each channel over (N, *) with the batch's
 // statistics in training (updating running_mean / running_var, unbiased, with `momentum`; a
 // momentum of nullopt means a cumulative average over num_batches_tracked) and with the
-// running statistics in eval. dist::SyncBatchNorm derives from BatchNormBase.
+// running statistics in eval. dist::SyncBatchNorm derives from BatchNormBase; for a BatchNorm
+// that cannot be swapped for one (a member of a user module), dist::convert_sync_batchnorm
+// installs a forward override instead (nn cannot depend on dist, so dist supplies the function).
 #pragma once
+#include <functional>
 #include <optional>
+#include <string>
 
 #include "nn/module.h"
 
@@ -21,8 +25,16 @@ class BatchNormBase : public Module {
  public:
   explicit BatchNormBase(const BatchNormOptions& o);
   std::string extra_repr() const override;
+  // The override when one is installed, else local_forward.
   Variable forward(const Variable& x) override;
+  // This process's batch (or running) statistics only: plain BatchNorm.
+  Variable local_forward(const Variable& x);
   void reset_running_stats();
+
+  using ForwardOverride = std::function<Variable(BatchNormBase&, const Variable&)>;
+  // Replaces forward by fn (which may call local_forward); type_name() becomes `type_name`.
+  void set_forward_override(ForwardOverride fn, std::string type_name);
+  bool has_forward_override() const { return static_cast<bool>(override_); }
 
   // The factor for this training step's running-stat update (advances num_batches_tracked).
   double next_momentum();
@@ -36,12 +48,18 @@ class BatchNormBase : public Module {
 
  protected:
   virtual void check_input_dim(const Variable& x) const = 0;
+  // the name to print: the override's when installed, else `own`
+  std::string name_or_override(const char* own) const { return override_ ? override_name_ : own; }
+
+ private:
+  ForwardOverride override_;
+  std::string override_name_;
 };
 
 class BatchNorm1d : public BatchNormBase {
  public:
   using BatchNormBase::BatchNormBase;
-  std::string type_name() const override { return "BatchNorm1d"; }
+  std::string type_name() const override { return name_or_override("BatchNorm1d"); }
 
  protected:
   void check_input_dim(const Variable& x) const override;  // (N, C) or (N, C, L)
@@ -50,7 +68,7 @@ class BatchNorm1d : public BatchNormBase {
 class BatchNorm2d : public BatchNormBase {
  public:
   using BatchNormBase::BatchNormBase;
-  std::string type_name() const override { return "BatchNorm2d"; }
+  std::string type_name() const override { return name_or_override("BatchNorm2d"); }
 
  protected:
   void check_input_dim(const Variable& x) const override;  // (N, C, H, W)

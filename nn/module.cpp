@@ -7,9 +7,31 @@
 #include <sstream>
 #include <stdexcept>
 
+#include <cxxabi.h>
+
+#include <cstdlib>
+#include <typeinfo>
+
 #include "kernels/cuda_api.h"
 
 namespace minidl::nn {
+
+std::string Module::type_name() const {
+  // the demangled dynamic type, e.g. "(anonymous namespace)::Net" or "app::Net<float>"; keep the
+  // last name outside template arguments: "Net", "Net<float>"
+  int status = 0;
+  char* raw = abi::__cxa_demangle(typeid(*this).name(), nullptr, nullptr, &status);
+  std::string full = status == 0 && raw ? raw : typeid(*this).name();
+  std::free(raw);
+  size_t start = 0;
+  int depth = 0;
+  for (size_t i = 0; i + 1 < full.size(); ++i) {
+    if (full[i] == '<' || full[i] == '(') ++depth;
+    if (full[i] == '>' || full[i] == ')') --depth;
+    if (depth == 0 && full[i] == ':' && full[i + 1] == ':') start = i + 2;
+  }
+  return full.substr(start);
+}
 
 Variable Module::forward(const Variable&) {
   throw std::logic_error(type_name() + " has no single-input forward(x)");

@@ -10,6 +10,7 @@
 //     Net() { register_module("fc1", fc1); register_module("fc2", fc2); }
 //     Variable forward(const Variable& x) override { return fc2(relu(fc1(x))); }
 //   };
+// (type_name() is "Net" by default; override it to print another name.)
 //
 // Names are dotted as in PyTorch ("features.0.weight"), so state_dict() keys line up with a
 // PyTorch model of the same structure.
@@ -39,8 +40,9 @@ class Module {
   virtual Variable forward(const Variable& x);
   Variable operator()(const Variable& x) { return forward(x); }
 
-  // "Linear"; used by the printed tree.
-  virtual std::string type_name() const = 0;
+  // "Linear"; used by the printed tree and in messages. The default is the C++ class name
+  // without namespaces ("Net" for struct Net), so a user module needs no override.
+  virtual std::string type_name() const;
   // The text inside the parentheses of this module's line: "in_features=784, out_features=256, bias=True".
   virtual std::string extra_repr() const { return ""; }
 

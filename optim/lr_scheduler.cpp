@@ -1,9 +1,11 @@
-// optim/lr_scheduler.cpp — LRScheduler (epoch bookkeeping, state_dict) and the closed-form
-// schedules StepLR, MultiStepLR, CosineAnnealingLR and LinearWarmup.
+// optim/lr_scheduler.cpp — LRScheduler (epoch bookkeeping, state_dict), the closed-form
+// schedules StepLR, MultiStepLR, CosineAnnealingLR, LinearWarmup, LinearLR, SequentialLR and
+// OneCycleLR, and ReduceLROnPlateau.
 #include "optim/lr_scheduler.h"
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numbers>
 #include <stdexcept>
 #include <string>
@@ -138,6 +140,131 @@ double LinearWarmup::lr_at(double base_lr, int64_t epoch) const {
     return base_lr * (s + (1.0 - s) * static_cast<double>(epoch) / static_cast<double>(warmup));
   }
   return after_ ? after_->lr_at(base_lr, epoch - warmup) : base_lr;
+}
+
+// ---------------------------------------------------------------- LinearLR
+
+LinearLR::LinearLR(Optimizer& optimizer, LinearLROptions options) : LRScheduler(optimizer, "LinearLR"), options_(options) {
+  if (!(options_.start_factor > 0.0 && options_.start_factor <= 1.0))
+    throw std::invalid_argument("LinearLR: start_factor must be in (0, 1], got " + std::to_string(options_.start_factor));
+  if (!(options_.end_factor >= 0.0 && options_.end_factor <= 1.0))
+    throw std::invalid_argument("LinearLR: end_factor must be in [0, 1], got " + std::to_string(options_.end_factor));
+  if (options_.total_iters < 1)
+    throw std::invalid_argument("LinearLR: total_iters must be >= 1, got " + std::to_string(options_.total_iters));
+  initial_step();
+}
+
+double LinearLR::lr_at(double base_lr, int64_t epoch) const {
+  const double s = options_.start_factor, e = options_.end_factor;
+  const double t = static_cast<double>(std::min(epoch, options_.total_iters)) / static_cast<double>(options_.total_iters);
+  return base_lr * (s + (e - s) * t);
+}
+
+// ---------------------------------------------------------------- SequentialLR
+
+SequentialLR::SequentialLR(Optimizer& optimizer, std::vector<std::unique_ptr<LRScheduler>> schedulers,
+                           std::vector<int64_t> milestones)
+    : LRScheduler(optimizer, "SequentialLR"), schedulers_(std::move(schedulers)), milestones_(std::move(milestones)) {
+  if (schedulers_.empty()) throw std::invalid_argument("SequentialLR: got no schedulers");
+  if (milestones_.size() + 1 != schedulers_.size())
+    throw std::invalid_argument("SequentialLR: expected " + std::to_string(schedulers_.size() - 1) +
+                                " milestones for " + std::to_string(schedulers_.size()) + " schedulers, got " +
+                                std::to_string(milestones_.size()));
+  for (size_t i = 0; i < schedulers_.size(); ++i) {
+    if (!schedulers_[i]) throw std::invalid_argument("SequentialLR: scheduler " + std::to_string(i) + " is null");
+    if (&schedulers_[i]->optimizer() != &optimizer_)
+      throw std::invalid_argument("SequentialLR: scheduler " + std::to_string(i) + " schedules another optimizer");
+  }
+  for (size_t i = 0; i < milestones_.size(); ++i)
+    if (milestones_[i] < 1 || (i > 0 && milestones_[i] <= milestones_[i - 1]))
+      throw std::invalid_argument("SequentialLR: milestones must be positive and increasing, got " +
+                                  std::to_string(milestones_[i]) + " at position " + std::to_string(i));
+  initial_step();
+}
+
+double SequentialLR::lr_at(double base_lr, int64_t epoch) const {
+  const size_t i = static_cast<size_t>(std::upper_bound(milestones_.begin(), milestones_.end(), epoch) - milestones_.begin());
+  return schedulers_[i]->lr_at(base_lr, epoch - (i == 0 ? 0 : milestones_[i - 1]));
+}
+
+// ---------------------------------------------------------------- OneCycleLR
+
+OneCycleLR::OneCycleLR(Optimizer& optimizer, OneCycleLROptions options)
+    : LRScheduler(optimizer, "OneCycleLR"), options_(options) {
+  const OneCycleLROptions& o = options_;
+  if (o.total_steps < 1) throw std::invalid_argument("OneCycleLR: total_steps must be >= 1, got " + std::to_string(o.total_steps));
+  if (!(o.pct_start >= 0.0 && o.pct_start <= 1.0))
+    throw std::invalid_argument("OneCycleLR: pct_start must be in [0, 1], got " + std::to_string(o.pct_start));
+  if (!(o.max_lr > 0.0 && o.div_factor > 0.0 && o.final_div_factor > 0.0))
+    throw std::invalid_argument("OneCycleLR: max_lr, div_factor and final_div_factor must be positive");
+  const double initial = o.max_lr / o.div_factor, min_lr = initial / o.final_div_factor;
+  const double total = static_cast<double>(o.total_steps), up = o.pct_start * total;
+  if (o.three_phase)
+    phases_ = {{up - 1, initial, o.max_lr}, {2 * up - 2, o.max_lr, initial}, {total - 1, initial, min_lr}};
+  else
+    phases_ = {{up - 1, initial, o.max_lr}, {total - 1, o.max_lr, min_lr}};
+  for (ParamGroup& g : optimizer_.param_groups()) g.initial_lr = initial;  // as torch records it
+  initial_step();
+}
+
+double OneCycleLR::lr_at(double, int64_t epoch) const {
+  if (epoch > options_.total_steps)
+    throw std::invalid_argument("OneCycleLR: tried to step " + std::to_string(epoch) +
+                                " times; the specified number of total steps is " + std::to_string(options_.total_steps));
+  const double step = static_cast<double>(epoch);
+  double start = 0;
+  for (size_t i = 0; i < phases_.size(); ++i) {
+    const Phase& p = phases_[i];
+    if (step <= p.end_step || i + 1 == phases_.size()) {
+      const double pct = (step - start) / (p.end_step - start);
+      if (options_.cos_anneal) return p.end_lr + (p.start_lr - p.end_lr) / 2.0 * (std::cos(std::numbers::pi * pct) + 1.0);
+      return (p.end_lr - p.start_lr) * pct + p.start_lr;
+    }
+    start = p.end_step;
+  }
+  return phases_.back().end_lr;
+}
+
+// ---------------------------------------------------------------- ReduceLROnPlateau
+
+ReduceLROnPlateau::ReduceLROnPlateau(Optimizer& optimizer, ReduceLROnPlateauOptions options)
+    : optimizer_(optimizer), options_(options) {
+  if (!(options_.factor < 1.0 && options_.factor >= 0.0))
+    throw std::invalid_argument("ReduceLROnPlateau: factor must be in [0, 1), got " + std::to_string(options_.factor));
+  if (options_.patience < 0 || options_.cooldown < 0)
+    throw std::invalid_argument("ReduceLROnPlateau: patience and cooldown must be >= 0");
+  best_ = options_.mode_max ? -std::numeric_limits<double>::infinity() : std::numeric_limits<double>::infinity();
+  for (const ParamGroup& g : optimizer_.param_groups()) last_lr_.push_back(g.lr);
+}
+
+bool ReduceLROnPlateau::is_better(double a) const {
+  const double t = options_.threshold;
+  if (!options_.mode_max) return options_.threshold_abs ? a < best_ - t : a < best_ * (1.0 - t);
+  return options_.threshold_abs ? a > best_ + t : a > best_ * (1.0 + t);
+}
+
+void ReduceLROnPlateau::step(double metric) {
+  ++last_epoch_;
+  if (is_better(metric)) {
+    best_ = metric;
+    num_bad_epochs_ = 0;
+  } else {
+    ++num_bad_epochs_;
+  }
+  if (cooldown_counter_ > 0) {
+    --cooldown_counter_;
+    num_bad_epochs_ = 0;  // bad epochs in cooldown do not count
+  }
+  if (num_bad_epochs_ > options_.patience) {
+    for (ParamGroup& g : optimizer_.param_groups()) {
+      const double new_lr = std::max(g.lr * options_.factor, options_.min_lr);
+      if (g.lr - new_lr > options_.eps) g.lr = new_lr;
+    }
+    cooldown_counter_ = options_.cooldown;
+    num_bad_epochs_ = 0;
+  }
+  last_lr_.clear();
+  for (const ParamGroup& g : optimizer_.param_groups()) last_lr_.push_back(g.lr);
 }
 
 }  // namespace minidl::optim

@@ -1,6 +1,7 @@
-// optim/lr_scheduler.h — learning-rate schedules: StepLR, MultiStepLR, CosineAnnealingLR, and
-// LinearWarmup, which puts a linear ramp in front of any of them (the ViT recipe: warm-up, then
-// cosine). Each schedule is a closed form lr(base_lr, epoch) as in PyTorch's _get_closed_form_lr,
+// optim/lr_scheduler.h — learning-rate schedules: StepLR, MultiStepLR, CosineAnnealingLR, LinearLR,
+// OneCycleLR, SequentialLR (one schedule after another at milestones), LinearWarmup, which puts a
+// linear ramp in front of any of them (the ViT recipe: warm-up, then cosine), and
+// ReduceLROnPlateau, which reacts to a metric instead of following a formula. Each schedule is a closed form lr(base_lr, epoch) as in PyTorch's _get_closed_form_lr,
 // where base_lr is the group's initial_lr (its lr when the first scheduler was made) and epoch
 // counts step() calls. Constructing a scheduler sets epoch 0's lr; step() moves to the next
 // epoch and writes the lr of every param group.
@@ -116,6 +117,91 @@ class LinearWarmup : public LRScheduler {
  private:
   LinearWarmupOptions options_;
   std::unique_ptr<LRScheduler> after_;
+};
+
+// lr = base_lr * (start + (end - start) * min(epoch, total_iters) / total_iters)
+struct LinearLROptions {
+  double start_factor = 1.0 / 3.0;
+  double end_factor = 1.0;
+  int64_t total_iters = 5;
+};
+class LinearLR : public LRScheduler {
+ public:
+  LinearLR(Optimizer& optimizer, LinearLROptions options);
+  double lr_at(double base_lr, int64_t epoch) const override;
+
+ private:
+  LinearLROptions options_;
+};
+
+// schedulers[i] runs from milestones[i - 1] (0 for the first), counting its epochs from there:
+// lr = schedulers[i].lr_at(base_lr, epoch - milestones[i - 1]), as torch's SequentialLR.
+class SequentialLR : public LRScheduler {
+ public:
+  // every scheduler must schedule `optimizer`; milestones: schedulers.size() - 1 increasing epochs
+  SequentialLR(Optimizer& optimizer, std::vector<std::unique_ptr<LRScheduler>> schedulers,
+               std::vector<int64_t> milestones);
+  double lr_at(double base_lr, int64_t epoch) const override;
+
+ private:
+  std::vector<std::unique_ptr<LRScheduler>> schedulers_;
+  std::vector<int64_t> milestones_;
+};
+
+// The 1cycle policy (torch's OneCycleLR, stepped once per batch): from max_lr / div_factor up to
+// max_lr over pct_start of total_steps, then down to max_lr / div_factor / final_div_factor
+// (three_phase: up, back down to the start, then to the minimum). It ignores the optimizer's lr:
+// every group follows the same curve, and its initial_lr becomes max_lr / div_factor. The
+// momentum is not cycled (torch's cycle_momentum=False). Stepping past total_steps throws.
+struct OneCycleLROptions {
+  double max_lr = 0.1;
+  int64_t total_steps = 0;
+  double pct_start = 0.3;
+  bool cos_anneal = true;  // false: linear (anneal_strategy='linear')
+  double div_factor = 25.0;
+  double final_div_factor = 1e4;
+  bool three_phase = false;
+};
+class OneCycleLR : public LRScheduler {
+ public:
+  OneCycleLR(Optimizer& optimizer, OneCycleLROptions options);
+  double lr_at(double base_lr, int64_t epoch) const override;
+
+ private:
+  struct Phase {
+    double end_step, start_lr, end_lr;
+  };
+  OneCycleLROptions options_;
+  std::vector<Phase> phases_;
+};
+
+// Multiplies every group's lr by `factor` (not below min_lr) when the metric given to step() has
+// not improved for more than `patience` calls, then waits `cooldown` calls; as torch's.
+struct ReduceLROnPlateauOptions {
+  bool mode_max = false;      // false: lower is better ('min'); true: higher is better ('max')
+  double factor = 0.1;
+  int64_t patience = 10;
+  double threshold = 1e-4;
+  bool threshold_abs = false;  // false: relative ('rel'), true: absolute ('abs')
+  int64_t cooldown = 0;
+  double min_lr = 0.0;
+  double eps = 1e-8;           // smaller lr changes are skipped
+};
+class ReduceLROnPlateau {
+ public:
+  ReduceLROnPlateau(Optimizer& optimizer, ReduceLROnPlateauOptions options = {});
+  void step(double metric);
+  const std::vector<double>& get_last_lr() const { return last_lr_; }
+  double best() const { return best_; }
+  int64_t num_bad_epochs() const { return num_bad_epochs_; }
+
+ private:
+  bool is_better(double a) const;
+  Optimizer& optimizer_;
+  ReduceLROnPlateauOptions options_;
+  double best_;
+  int64_t num_bad_epochs_ = 0, cooldown_counter_ = 0, last_epoch_ = 0;
+  std::vector<double> last_lr_;
 };
 
 }  // namespace minidl::optim

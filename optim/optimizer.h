@@ -7,7 +7,8 @@
 //                             e.g. state.0.momentum_buffer, state.3.exp_avg, state.3.step (0-d)
 //   param_groups.<g>.lr       0-d float64; also .weight_decay, .num_params and, once an LR
 //                             scheduler has set it, .initial_lr
-// Parameters whose grad is undefined are skipped by step(), as in PyTorch. Updates run under
+// Parameters whose grad is undefined are skipped by step(), as in PyTorch, and so are frozen
+// parameters (requires_grad_(false)) even when they still hold a gradient from before. Updates run under
 // NoGradGuard and write p.data() in place (contiguous float32/float64 tensors; on a CUDA device
 // the same update functors run as one fused kernel, and the state lives on the parameter's device).
 //
@@ -76,7 +77,7 @@ class Optimizer {
   // name a tensor of the parameter's shape and dtype.
   virtual std::vector<std::string> state_names() const = 0;
 
-  // Calls fn(group, param, grad, state) for every parameter with a gradient, in global index
+  // Calls fn(group, param, grad, state) for every trainable parameter with a gradient, in global index
   // order, under NoGradGuard; grad is contiguous and matches the parameter's shape and dtype.
   template <class F>
   void for_each_param_with_grad(F&& fn);
@@ -104,7 +105,7 @@ void Optimizer::for_each_param_with_grad(F&& fn) {
   for (ParamGroup& group : groups_) {
     for (Variable& p : group.params) {
       const int64_t i = index++;
-      if (!p.grad().defined()) continue;
+      if (!p.requires_grad() || !p.grad().defined()) continue;  // frozen or no gradient
       Tensor grad = checked_grad(p, i);
       fn(group, p, grad, state_[i]);
     }

@@ -32,8 +32,16 @@ void require(bool ok, const std::string& what) {
   if (!ok) throw std::runtime_error(what);
 }
 
-// Rank r holds rows [start_r, start_r + sizes[r]) of a global batch (N, C, H, W).
-void sync_bn_matches_batchnorm(const std::vector<int64_t>& sizes) {
+// The pattern nn/module.h teaches: a BatchNorm held as a member of a user module.
+struct MemberBN : nn::Module {
+  nn::BatchNorm2d bn{{.num_features = 3}};
+  MemberBN() { register_module("bn", bn); }
+  Variable forward(const Variable& x) override { return bn(x); }
+};
+
+// Rank r holds rows [start_r, start_r + sizes[r]) of a global batch (N, C, H, W). The BatchNorm
+// is an owned child of an nn::Sequential, or (member) a member of a user module.
+void sync_bn_matches_batchnorm(const std::vector<int64_t>& sizes, bool member = false) {
   const int world = static_cast<int>(sizes.size());
   dist::spawn(world, [&](int rank) {
     dist::init({.backend = "gloo", .timeout = std::chrono::seconds(30)});
@@ -55,14 +63,17 @@ void sync_bn_matches_batchnorm(const std::vector<int64_t>& sizes) {
     Variable yr = ref(xr);
     yr.backward(dy);
 
-    // SyncBatchNorm inside an nn::Sequential, converted and wrapped in DDP
+    // SyncBatchNorm inside an nn::Sequential (or a member), converted and wrapped in DDP
     nn::Sequential seq;
-    auto& bn = seq.push_back<nn::BatchNorm2d>(nn::BatchNormOptions{.num_features = C});
+    MemberBN net;
+    nn::Module& model = member ? static_cast<nn::Module&>(net) : seq;
+    auto& bn = member ? net.bn : seq.push_back<nn::BatchNorm2d>(nn::BatchNormOptions{.num_features = C});
     bn.weight.data().copy_(w0);
     bn.bias.data().copy_(b0);
-    if (dist::convert_sync_batchnorm(seq) != 1) throw std::runtime_error("one BatchNorm converted");
-    auto& sbn = dynamic_cast<dist::SyncBatchNorm&>(seq[0]);
-    dist::DistributedDataParallel ddp(seq);
+    if (dist::convert_sync_batchnorm(model) != 1) throw std::runtime_error("one BatchNorm converted");
+    nn::BatchNormBase& sbn = member ? static_cast<nn::BatchNormBase&>(net.bn) : dynamic_cast<dist::SyncBatchNorm&>(seq[0]);
+    if (sbn.type_name() != "SyncBatchNorm") throw std::runtime_error("converted type name is " + sbn.type_name());
+    dist::DistributedDataParallel ddp(model);
     Variable xs(x.narrow(0, start, sizes[rank]).contiguous(), true);
     Variable ys = ddp(xs);
     ys.backward(dy.narrow(0, start, sizes[rank]).contiguous());
@@ -152,6 +163,7 @@ void expect_hand_batchnorm(nn::BatchNormBase& m, const Tensor& x, const Tensor& 
 TEST(SyncBatchNorm, EqualBatchesOnTwoRanksMatchBatchNormOnTheWholeBatch) { sync_bn_matches_batchnorm({4, 4}); }
 TEST(SyncBatchNorm, UnequalBatchesOnThreeRanks) { sync_bn_matches_batchnorm({2, 5, 3}); }
 TEST(SyncBatchNorm, ARankWithZeroSamplesTakesPart) { sync_bn_matches_batchnorm({3, 0, 5}); }
+TEST(SyncBatchNorm, MemberBatchNormIsConvertedInPlace) { sync_bn_matches_batchnorm({2, 5}, /*member=*/true); }
 
 TEST(SyncBatchNorm, WorldSizeOneTrainAndEvalMatchHandComputedBatchNorm) {
   dist::spawn(1, [](int) {
@@ -200,11 +212,19 @@ TEST(SyncBatchNorm, ConvertKeepsParametersAndRunningStats) {
   EXPECT_NE(model.to_string().find("(1): SyncBatchNorm(32, eps=1e-05"), std::string::npos) << model;
 }
 
-TEST(SyncBatchNorm, MemberBatchNormCannotBeConvertedAndSaysWhy) {
-  struct Net : nn::Module {
-    nn::BatchNorm2d bn{{.num_features = 2}};
-    Net() { register_module("bn", bn); }
-    std::string type_name() const override { return "Net"; }
-  } net;
-  EXPECT_THROW_MSG(dist::convert_sync_batchnorm(net), std::logic_error, "'bn' is a member of Net and cannot be replaced");
+TEST(SyncBatchNorm, ConvertingAMemberKeepsItsObjectStateAndPrintsSyncBatchNorm) {
+  MemberBN net;
+  net.bn.running_mean.fill_(0.5);
+  Variable& weight = net.bn.weight;
+  EXPECT_EQ(dist::convert_sync_batchnorm(net), 1);
+  EXPECT_EQ(dist::convert_sync_batchnorm(net), 0) << "already converted";
+  EXPECT_TRUE(weight.is_same(net.named_parameters()[0].second));
+  EXPECT_EQ(net.bn.running_mean.to_vector<float>()[0], 0.5f);
+  EXPECT_NE(net.to_string().find("(bn): SyncBatchNorm(3, eps=1e-05"), std::string::npos) << net;
+  // without a process group it is plain BatchNorm
+  nn::BatchNorm2d ref({.num_features = 3});
+  ref.running_mean.fill_(0.5);
+  Tensor x = randn({4, 3, 2, 2}, RandomKey{5, 0});
+  require_close(net(Variable(x)).data(), ref(Variable(x)).data(), 0, "no group: BatchNorm");
+  require_close(net.bn.running_mean, ref.running_mean, 0, "running_mean");
 }

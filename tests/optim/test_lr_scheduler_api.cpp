@@ -1,0 +1,112 @@
+// tests/optim/test_lr_scheduler_api.cpp — LinearLR, SequentialLR, OneCycleLR and ReduceLROnPlateau
+// against PyTorch's lr sequences (tests/optim/sched_golden.safetensors, written by
+// tests/optim/make_sched_golden.py), and their errors for bad options.
+#include <memory>
+
+#include "autograd/variable.h"
+#include "optim/optim_all.h"
+#include "tensor/serialize.h"
+#include "tests/common/testing.h"
+
+namespace minidl::optim {
+namespace {
+
+const SafetensorsFile& golden() {
+  static const SafetensorsFile f = load(std::string(MINIDL_SOURCE_DIR) + "/tests/optim/sched_golden.safetensors");
+  return f;
+}
+std::vector<double> seq(const std::string& key) { return golden().tensors.at(key).to_vector<double>(); }
+
+struct Sched : ::testing::Test {
+  Variable p{zeros({3}), true};
+  SGD sgd{{p}, SGDOptions{.lr = 0.1, .momentum = 0.9}};
+
+  // the lr after 0, 1, ... steps of `sched` equals PyTorch's sequence NAME/lr
+  void expect_sequence(LRScheduler& sched, const std::string& name) {
+    const auto want = seq(name + "/lr");
+    ASSERT_GT(want.size(), 1u);
+    for (size_t k = 0; k < want.size(); ++k) {
+      if (k > 0) sched.step();
+      EXPECT_NEAR(sgd.param_groups()[0].lr, want[k], 1e-12 + 1e-12 * want[k]) << name << " after " << k << " steps";
+    }
+  }
+};
+
+TEST_F(Sched, LinearLRMatchesPyTorch) {
+  LinearLR sched(sgd, {.start_factor = 0.25, .end_factor = 0.8, .total_iters = 6});
+  expect_sequence(sched, "linear");
+}
+
+TEST_F(Sched, LinearLRDecayMatchesPyTorch) {
+  LinearLR sched(sgd, {.start_factor = 1.0, .end_factor = 0.1, .total_iters = 4});
+  expect_sequence(sched, "linear_decay");
+}
+
+TEST_F(Sched, SequentialLinearThenCosineMatchesPyTorch) {
+  std::vector<std::unique_ptr<LRScheduler>> s;
+  s.push_back(std::make_unique<LinearLR>(sgd, LinearLROptions{.start_factor = 0.1, .total_iters = 4}));
+  s.push_back(std::make_unique<CosineAnnealingLR>(sgd, CosineAnnealingLROptions{.T_max = 10}));
+  SequentialLR sched(sgd, std::move(s), {4});
+  expect_sequence(sched, "sequential_linear_cosine");
+}
+
+TEST_F(Sched, SequentialOfThreeMatchesPyTorch) {
+  std::vector<std::unique_ptr<LRScheduler>> s;
+  s.push_back(std::make_unique<LinearLR>(sgd, LinearLROptions{.start_factor = 0.5, .total_iters = 3}));
+  s.push_back(std::make_unique<StepLR>(sgd, StepLROptions{.step_size = 3, .gamma = 0.5}));
+  s.push_back(std::make_unique<MultiStepLR>(sgd, MultiStepLROptions{.milestones = {2, 4}, .gamma = 0.3}));
+  SequentialLR sched(sgd, std::move(s), {3, 10});
+  expect_sequence(sched, "sequential_three");
+}
+
+TEST_F(Sched, OneCycleCosineMatchesPyTorch) {
+  OneCycleLR sched(sgd, {.max_lr = 0.5, .total_steps = 20});
+  EXPECT_DOUBLE_EQ(*sgd.param_groups()[0].initial_lr, 0.5 / 25);
+  expect_sequence(sched, "onecycle_cos");
+  EXPECT_THROW_MSG(sched.step(), std::invalid_argument, "tried to step 21 times; the specified number of total steps is 20");
+}
+
+TEST_F(Sched, OneCycleLinearThreePhaseMatchesPyTorch) {
+  OneCycleLR sched(sgd, {.max_lr = 1.0, .total_steps = 25, .pct_start = 0.2, .cos_anneal = false, .div_factor = 10,
+                         .final_div_factor = 100, .three_phase = true});
+  expect_sequence(sched, "onecycle_linear_three_phase");
+}
+
+void expect_plateau(SGD& sgd, ReduceLROnPlateau& sched, const std::string& name) {
+  const auto metric = seq(name + "/metric"), want = seq(name + "/lr");
+  ASSERT_EQ(want.size(), metric.size() + 1);
+  EXPECT_DOUBLE_EQ(sgd.param_groups()[0].lr, want[0]);
+  for (size_t k = 0; k < metric.size(); ++k) {
+    sched.step(metric[k]);
+    EXPECT_NEAR(sgd.param_groups()[0].lr, want[k + 1], 1e-15) << name << " after metric " << k;
+  }
+}
+
+TEST_F(Sched, ReduceLROnPlateauMinRelativeWithCooldownMatchesPyTorch) {
+  ReduceLROnPlateau sched(sgd, {.factor = 0.5, .patience = 2, .threshold = 0.05, .cooldown = 1, .min_lr = 0.02});
+  expect_plateau(sgd, sched, "plateau_min_rel");
+}
+
+TEST_F(Sched, ReduceLROnPlateauMaxAbsoluteMatchesPyTorch) {
+  ReduceLROnPlateau sched(sgd, {.mode_max = true, .factor = 0.3, .patience = 1, .threshold = 0.02, .threshold_abs = true});
+  expect_plateau(sgd, sched, "plateau_max_abs");
+}
+
+TEST_F(Sched, BadOptionsNameTheProblem) {
+  EXPECT_THROW_MSG(LinearLR(sgd, {.start_factor = 0.0}), std::invalid_argument, "start_factor must be in (0, 1]");
+  EXPECT_THROW_MSG(LinearLR(sgd, {.total_iters = 0}), std::invalid_argument, "total_iters must be >= 1");
+  EXPECT_THROW_MSG(OneCycleLR(sgd, {.total_steps = 0}), std::invalid_argument, "total_steps must be >= 1");
+  EXPECT_THROW_MSG(ReduceLROnPlateau(sgd, {.factor = 1.0}), std::invalid_argument, "factor must be in [0, 1)");
+  std::vector<std::unique_ptr<LRScheduler>> s;
+  s.push_back(std::make_unique<LinearLR>(sgd, LinearLROptions{}));
+  s.push_back(std::make_unique<StepLR>(sgd, StepLROptions{}));
+  EXPECT_THROW_MSG(SequentialLR(sgd, std::move(s), {}), std::invalid_argument, "expected 1 milestones for 2 schedulers");
+  Variable q{zeros({1}), true};
+  SGD other{{q}, SGDOptions{.lr = 0.1}};
+  std::vector<std::unique_ptr<LRScheduler>> t;
+  t.push_back(std::make_unique<StepLR>(other, StepLROptions{}));
+  EXPECT_THROW_MSG(SequentialLR(sgd, std::move(t), {}), std::invalid_argument, "scheduler 0 schedules another optimizer");
+}
+
+}  // namespace
+}  // namespace minidl::optim
