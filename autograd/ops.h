@@ -138,6 +138,10 @@ struct AttentionResult {
 AttentionResult attention_with_weights(const Variable& q, const Variable& k, const Variable& v, const Tensor& mask,
                                        double scale, double dropout_p, bool training);
 
+// ---- padding (torch.nn.functional.pad): pads = (left, right) pairs, the last dim first ----
+enum class PadMode { Constant, Reflect, Replicate, Circular };
+Variable pad(const Variable& x, const std::vector<int64_t>& pads, PadMode mode = PadMode::Constant, double value = 0.0);
+
 // ---- neural-network ops ----
 Variable conv2d(const Variable& x, const Variable& w, const Variable& b, const Conv2dParams& p = {});
 Variable max_pool2d(const Variable& x, const Pool2dParams& p);

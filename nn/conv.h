@@ -1,20 +1,36 @@
 // nn/conv.h — Conv2d: x (N, in, H, W) -> (N, out, H_out, W_out), im2col + GEMM underneath.
 // PyTorch's default init: kaiming_uniform(a = sqrt(5)) weights, bias ~ U(-1/sqrt(fan_in), ...).
+// Padding as PyTorch's: a number, "same" (output size = input size; stride 1; an odd total goes
+// to the right / bottom) or "valid" (none); padding_mode zeros, reflect, replicate or circular
+// (other than zeros, and for uneven "same", the input is padded with autograd's pad first).
 #pragma once
+#include <string>
+
 #include "nn/module.h"
 
 namespace minidl::nn {
+
+// .padding = 1 or .padding = "same" / "valid"
+struct Conv2dPadding {
+  Conv2dPadding(int64_t n = 0) : amount(n) {}  // NOLINT: implicit, like PyTorch's int argument
+  template <size_t N>
+  Conv2dPadding(const char (&name)[N]) : Conv2dPadding(std::string(name), 0) {}  // NOLINT: "same" / "valid"
+  Conv2dPadding(const std::string& name, int);  // "same" or "valid"; anything else throws
+  int64_t amount = 0;
+  bool same = false;
+};
 
 struct Conv2dOptions {
   int64_t in = 0;
   int64_t out = 0;
   int64_t kernel = 1;  // square kernel; kernel_h/kernel_w override when > 0
   int64_t stride = 1;
-  int64_t padding = 0;
+  Conv2dPadding padding = 0;
   int64_t dilation = 1;
   int64_t groups = 1;
   bool bias = true;
   int64_t kernel_h = 0, kernel_w = 0;
+  std::string padding_mode = "zeros";  // zeros, reflect, replicate, circular
 };
 
 class Conv2d : public Module {
@@ -26,7 +42,8 @@ class Conv2d : public Module {
   void reset_parameters();
 
   Conv2dOptions options;
-  Conv2dParams params;
+  Conv2dParams params;                  // the convolution's own (symmetric, zero) padding
+  std::vector<int64_t> input_padding;   // (left, right, top, bottom) applied first, or empty
   Variable weight;  // (out, in / groups, kh, kw)
   Variable bias;    // (out) or undefined
 };

@@ -42,7 +42,7 @@ Pool2dParams pool_params(const Pool2dOptions& o, const char* who) {
     throw std::invalid_argument(std::string(who) + ": kernel must be positive and padding at most half of it (kernel=" +
                                 std::to_string(o.kernel) + ", padding=" + std::to_string(o.padding) + ")");
   return {.kernel_h = o.kernel, .kernel_w = o.kernel, .stride_h = stride, .stride_w = stride, .pad_h = o.padding,
-          .pad_w = o.padding};
+          .pad_w = o.padding, .ceil_mode = o.ceil_mode};
 }
 std::string pool_repr(const Pool2dParams& p) {
   return "kernel_size=" + std::to_string(p.kernel_h) + ", stride=" + std::to_string(p.stride_h) +
@@ -51,9 +51,11 @@ std::string pool_repr(const Pool2dParams& p) {
 }  // namespace
 
 MaxPool2d::MaxPool2d(const Pool2dOptions& o) : params(pool_params(o, "MaxPool2d")) {}
-std::string MaxPool2d::extra_repr() const { return pool_repr(params) + ", dilation=1, ceil_mode=False"; }
+std::string MaxPool2d::extra_repr() const {
+  return pool_repr(params) + ", dilation=1, ceil_mode=" + (params.ceil_mode ? "True" : "False");
+}
 AvgPool2d::AvgPool2d(const Pool2dOptions& o) : params(pool_params(o, "AvgPool2d")) {}
-std::string AvgPool2d::extra_repr() const { return pool_repr(params); }
+std::string AvgPool2d::extra_repr() const { return pool_repr(params) + (params.ceil_mode ? ", ceil_mode=True" : ""); }
 
 std::string AdaptiveAvgPool2d::extra_repr() const {
   return "output_size=(" + std::to_string(options.out_h) + ", " + std::to_string(options.out_w) + ")";

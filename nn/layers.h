@@ -61,6 +61,7 @@ struct Pool2dOptions {
   int64_t kernel = 2;
   int64_t stride = 0;  // 0: same as kernel, as PyTorch's default
   int64_t padding = 0;
+  bool ceil_mode = false;  // round the output size up, as PyTorch's ceil_mode=True
 };
 class MaxPool2d : public Module {
  public:

@@ -414,7 +414,8 @@ std::pair<int64_t, int64_t> pool_out(int64_t H, int64_t W, const Pool2dParams& p
            2 * p.pad_h <= p.kernel_h && 2 * p.pad_w <= p.kernel_w && H + 2 * p.pad_h >= p.kernel_h &&
            W + 2 * p.pad_w >= p.kernel_w,
        op, "invalid pooling window for a " + std::to_string(H) + "x" + std::to_string(W) + " input");
-  return {(H + 2 * p.pad_h - p.kernel_h) / p.stride_h + 1, (W + 2 * p.pad_w - p.kernel_w) / p.stride_w + 1};
+  return {pool2d_out_extent(H, p.kernel_h, p.stride_h, p.pad_h, p.ceil_mode),
+          pool2d_out_extent(W, p.kernel_w, p.stride_w, p.pad_w, p.ceil_mode)};
 }
 void need_image(const Tensor& x, const char* op) {
   need_float(x, op, "input");

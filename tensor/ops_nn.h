@@ -32,7 +32,16 @@ struct Pool2dParams {
   int64_t stride_h, stride_w;  // PyTorch: stride defaults to kernel
   int64_t pad_h = 0, pad_w = 0;
   bool count_include_pad = true;  // avg_pool2d only
+  bool ceil_mode = false;         // round the output size up (the last window may hang over the edge)
 };
+// One output extent, as PyTorch's pooling_output_shape: floor (or, with ceil_mode, ceil) of
+// (in + 2 pad - kernel) / stride, plus 1; with ceil_mode the last window must start inside the
+// input or its left padding. Needs in + 2 pad >= kernel.
+inline int64_t pool2d_out_extent(int64_t in, int64_t kernel, int64_t stride, int64_t pad, bool ceil_mode) {
+  int64_t out = (in + 2 * pad - kernel + (ceil_mode ? stride - 1 : 0)) / stride + 1;
+  if (ceil_mode && (out - 1) * stride >= in + pad) --out;
+  return out;
+}
 struct MaxPool2dResult {
   Tensor out;      // (N, C, H_out, W_out)
   Tensor indices;  // int64, flat index h*W + w of the max within each (n, c) plane

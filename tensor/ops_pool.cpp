@@ -41,7 +41,7 @@ std::string params_str(const Pool2dParams& p) {
          ", " + std::to_string(p.pad_w) + ")";
 }
 
-// Validates the window and returns {H_out, W_out}: floor((H + 2 pad - kernel) / stride) + 1.
+// Validates the window and returns {H_out, W_out} (pool2d_out_extent: floor, or ceil_mode's rule).
 std::pair<int64_t, int64_t> pool_out_size(int64_t H, int64_t W, const Pool2dParams& p, const char* op,
                                           const std::string& what) {
   if (p.kernel_h <= 0 || p.kernel_w <= 0 || p.stride_h <= 0 || p.stride_w <= 0 || p.pad_h < 0 || p.pad_w < 0)
@@ -52,7 +52,8 @@ std::pair<int64_t, int64_t> pool_out_size(int64_t H, int64_t W, const Pool2dPara
                                 params_str(p));
   if (H + 2 * p.pad_h < p.kernel_h || W + 2 * p.pad_w < p.kernel_w)
     throw std::invalid_argument(std::string(op) + ": " + params_str(p) + " gives an empty output for input " + what);
-  return {(H + 2 * p.pad_h - p.kernel_h) / p.stride_h + 1, (W + 2 * p.pad_w - p.kernel_w) / p.stride_w + 1};
+  return {pool2d_out_extent(H, p.kernel_h, p.stride_h, p.pad_h, p.ceil_mode),
+          pool2d_out_extent(W, p.kernel_w, p.stride_w, p.pad_w, p.ceil_mode)};
 }
 
 kernels::cpu::PoolWindow window_of(const Pool2dParams& p) {

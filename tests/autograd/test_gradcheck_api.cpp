@@ -82,3 +82,14 @@ TEST(GradcheckApi, ScaledDotProductAttention) {
   gradcheck([additive](const V& x) { return scaled_dot_product_attention(x[0], x[1], x[2], {.attn_mask = additive}); },
             {q, k, v}, "sdpa float mask");
 }
+
+TEST(GradcheckApi, PadModesAndCeilModePooling) {
+  const Tensor x = rn({1, 2, 4, 5}, 27);
+  gradcheck([](const V& v) { return pad(v[0], {2, 1, 3, 1}, PadMode::Reflect); }, {x}, "pad reflect");
+  gradcheck([](const V& v) { return pad(v[0], {1, 3, 2, 0}, PadMode::Replicate); }, {x}, "pad replicate");
+  gradcheck([](const V& v) { return pad(v[0], {2, 2, 1, 3}, PadMode::Circular); }, {x}, "pad circular");
+  gradcheck([](const V& v) { return pad(v[0], {1, 0, 0, 2}, PadMode::Constant, 0.5); }, {x}, "pad constant");
+  Pool2dParams ceil{.kernel_h = 3, .kernel_w = 3, .stride_h = 2, .stride_w = 2, .ceil_mode = true};
+  gradcheck([ceil](const V& v) { return avg_pool2d(v[0], ceil); }, {rn({1, 2, 7, 6}, 28)}, "avg_pool2d ceil_mode");
+  gradcheck([ceil](const V& v) { return max_pool2d(v[0], ceil); }, {rn({1, 2, 7, 6}, 29)}, "max_pool2d ceil_mode");
+}

@@ -137,5 +137,24 @@ module_case("mha_seq_first_float_mask", nn.MultiheadAttention(16, 4, batch_first
 module_case("mha_causal", nn.MultiheadAttention(16, 2, batch_first=True), [r(2, 5, 16)],
             lambda m, x: m(x, x, x, attn_mask=torch.ones(5, 5, dtype=torch.bool).triu(1), need_weights=False)[:1], {0})
 
+# ---- pooling ceil_mode, F.pad modes, Conv2d padding "same" / "valid" and padding_mode ----
+case("max_pool_ceil", lambda x: F.max_pool2d(x, 3, 2, ceil_mode=True), [r(2, 3, 7, 6)])
+case("max_pool_ceil_pad", lambda x: F.max_pool2d(x, 3, 2, 1, ceil_mode=True), [r(2, 2, 8, 8)])
+case("avg_pool_ceil", lambda x: F.avg_pool2d(x, 3, 2, ceil_mode=True), [r(2, 3, 7, 6)])
+case("avg_pool_ceil_pad_exclude", lambda x: F.avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False),
+     [r(2, 2, 8, 8)])
+case("pad_constant", lambda x: F.pad(x, (1, 2, 0, 3), value=0.5), [r(2, 3, 4, 5)])
+case("pad_reflect", lambda x: F.pad(x, (2, 1, 3, 1), mode="reflect"), [r(2, 3, 4, 5)])
+case("pad_replicate", lambda x: F.pad(x, (1, 3, 2, 0), mode="replicate"), [r(2, 3, 4, 5)])
+case("pad_circular", lambda x: F.pad(x, (2, 2, 1, 3), mode="circular"), [r(2, 3, 4, 5)])
+for name, conv in [("conv_same_even_kernel", nn.Conv2d(2, 3, 4, padding="same")),
+                   ("conv_same_dilated", nn.Conv2d(2, 3, 3, padding="same", dilation=2)),
+                   ("conv_valid", nn.Conv2d(2, 3, 3, padding="valid")),
+                   ("conv_reflect", nn.Conv2d(2, 3, 3, padding=1, padding_mode="reflect")),
+                   ("conv_same_reflect_even", nn.Conv2d(2, 3, (4, 2), padding="same", padding_mode="reflect")),
+                   ("conv_replicate_stride2", nn.Conv2d(2, 3, 3, stride=2, padding=1, padding_mode="replicate")),
+                   ("conv_circular", nn.Conv2d(2, 3, 3, padding=2, padding_mode="circular", bias=False))]:
+    module_case(name, conv, [r(2, 2, 7, 6)], lambda m, x: (m(x),), {0})
+
 safetensors_writer.write(os.path.join(os.path.dirname(os.path.abspath(__file__)), "api_golden.safetensors"), T,
                          {"generator": f"make_api_golden.py, torch {torch.__version__}"})

@@ -72,6 +72,20 @@ const std::map<std::string, Runner>& runners() {
        }}},
       {"sdpa_float_mask",
        {[](const V& v) { return scaled_dot_product_attention(v[0], v[1], v[2], {.attn_mask = v[3].data()}); }}},
+      // pooling ceil_mode, padding
+      {"max_pool_ceil", {[](const V& v) { return nn::MaxPool2d({.kernel = 3, .stride = 2, .ceil_mode = true})(v[0]); }}},
+      {"max_pool_ceil_pad",
+       {[](const V& v) { return nn::MaxPool2d({.kernel = 3, .stride = 2, .padding = 1, .ceil_mode = true})(v[0]); }}},
+      {"avg_pool_ceil", {[](const V& v) { return nn::AvgPool2d({.kernel = 3, .stride = 2, .ceil_mode = true})(v[0]); }}},
+      {"avg_pool_ceil_pad_exclude",
+       {[](const V& v) {
+         return avg_pool2d(v[0], {.kernel_h = 3, .kernel_w = 3, .stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1,
+                                  .count_include_pad = false, .ceil_mode = true});
+       }}},
+      {"pad_constant", {[](const V& v) { return pad(v[0], {1, 2, 0, 3}, PadMode::Constant, 0.5); }}},
+      {"pad_reflect", {[](const V& v) { return pad(v[0], {2, 1, 3, 1}, PadMode::Reflect); }}},
+      {"pad_replicate", {[](const V& v) { return pad(v[0], {1, 3, 2, 0}, PadMode::Replicate); }}},
+      {"pad_circular", {[](const V& v) { return pad(v[0], {2, 2, 1, 3}, PadMode::Circular); }}},
   };
   return r;
 }
@@ -191,6 +205,37 @@ TEST(MultiheadAttentionGolden, IsCausalEqualsPyTorchsTriangularMask) {
     EXPECT_FALSE(r.weights.defined());
     return {r.output};
   });
+}
+
+TEST(Conv2dPaddingGolden, SameValidAndPaddingModesMatchPyTorch) {
+  auto run = [](const std::string& name, const nn::Conv2dOptions& o) {
+    SCOPED_TRACE(name);
+    nn::Conv2d m(o);
+    check_module_case(name, m, [](nn::Module& mod, const V& v) -> V { return {mod(v[0])}; }, 2e-5);
+  };
+  run("conv_same_even_kernel", {.in = 2, .out = 3, .kernel = 4, .padding = "same"});
+  run("conv_same_dilated", {.in = 2, .out = 3, .kernel = 3, .padding = "same", .dilation = 2});
+  run("conv_valid", {.in = 2, .out = 3, .kernel = 3, .padding = "valid"});
+  run("conv_reflect", {.in = 2, .out = 3, .kernel = 3, .padding = 1, .padding_mode = "reflect"});
+  run("conv_same_reflect_even",
+      {.in = 2, .out = 3, .padding = "same", .kernel_h = 4, .kernel_w = 2, .padding_mode = "reflect"});
+  run("conv_replicate_stride2", {.in = 2, .out = 3, .kernel = 3, .stride = 2, .padding = 1, .padding_mode = "replicate"});
+  run("conv_circular", {.in = 2, .out = 3, .kernel = 3, .padding = 2, .bias = false, .padding_mode = "circular"});
+}
+
+TEST(Conv2dPadding, BadOptionsNameTheProblem) {
+  EXPECT_THROW_MSG(nn::Conv2d({.in = 1, .out = 1, .kernel = 3, .padding = "full"}), std::invalid_argument,
+                   "padding must be a number, \"same\" or \"valid\", got \"full\"");
+  EXPECT_THROW_MSG(nn::Conv2d({.in = 1, .out = 1, .kernel = 3, .stride = 2, .padding = "same"}), std::invalid_argument,
+                   "not supported for strided convolutions");
+  EXPECT_THROW_MSG(nn::Conv2d({.in = 1, .out = 1, .kernel = 3, .padding_mode = "mirror"}), std::invalid_argument,
+                   "padding_mode must be zeros, reflect, replicate or circular, got 'mirror'");
+  EXPECT_THROW_MSG(pad(Variable(zeros({1, 1, 2, 2})), {2, 0}, PadMode::Reflect), std::invalid_argument,
+                   "reflect padding (2, 0) of dim 3 needs a larger size than 2");
+  EXPECT_EQ(nn::Conv2d({.in = 1, .out = 2, .kernel = 3, .padding = "same", .padding_mode = "reflect"}).extra_repr(),
+            "1, 2, kernel_size=(3, 3), stride=(1, 1), padding=same, padding_mode=reflect");
+  EXPECT_EQ(nn::MaxPool2d({.kernel = 3, .stride = 2, .ceil_mode = true}).extra_repr(),
+            "kernel_size=3, stride=2, padding=0, dilation=1, ceil_mode=True");
 }
 
 TEST(MultiheadAttention, BadMasksNameTheProblem) {
