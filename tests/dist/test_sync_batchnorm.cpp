@@ -193,6 +193,9 @@ TEST(SyncBatchNorm, EvalModeOnTwoRanksUsesEachRanksRunningStatsWithoutCommunicat
     sbn.running_mean.copy_(from_vector<float>({-0.3f, 0.8f}, {2}));
     sbn.running_var.copy_(from_vector<float>({0.7f, 2e-4f}, {2}));  // small enough for eps to matter
     expect_hand_batchnorm(sbn, x, dy, /*training=*/false, "eval, rank " + std::to_string(rank));
+    // No collective ran: without this barrier rank 0 could tear the group down while rank 1 is
+    // still connecting to it ("connection closed by peer").
+    dist::barrier();
     dist::shutdown();
   });
 }
