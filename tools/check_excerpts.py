@@ -20,20 +20,9 @@ import pathlib
 import re
 import sys
 
+from check_tutorial import contains  # the same indentation rule as the tutorial check
+
 MARKER = re.compile(r"<!--\s*excerpt:\s*(\S+)\s*-->")
-
-
-def dedent(lines):
-    lines = [l.rstrip() for l in lines]
-    indents = [len(l) - len(l.lstrip()) for l in lines if l.strip()]
-    cut = min(indents, default=0)
-    return [l[cut:] for l in lines]
-
-
-def contains(source_lines, block):
-    block = dedent(block)
-    n = len(block)
-    return any(dedent(source_lines[i:i + n]) == block for i in range(len(source_lines) - n + 1))
 
 
 def main():
