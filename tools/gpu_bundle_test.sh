@@ -57,7 +57,9 @@ echo "gpu_bundle_test: no dependency header came from /usr/include"
 
 # The programs run with the bundle's shared libraries.
 export LD_LIBRARY_PATH=$BUNDLE/prefix/usr/lib/x86_64-linux-gnu:$BUNDLE/prefix/usr/lib
-ldd "$WORK/build/examples/train" | grep -q "libyaml-cpp.so.0.7 => $BUNDLE/" || fail "train does not load the bundle's yaml-cpp"
+# ldd's output is captured first: `ldd | grep -q` under pipefail fails when grep exits early (SIGPIPE)
+train_libs=$(ldd "$WORK/build/examples/train")
+grep -q "libyaml-cpp.so.0.7 => $BUNDLE/" <<<"$train_libs" || fail "train does not load the bundle's yaml-cpp"
 "$WORK/build/examples/train" --help >"$WORK/train_help.txt" 2>&1 || fail "train --help failed: $(tail -3 "$WORK/train_help.txt")"
 grep -q -- "--global-batch-size" "$WORK/train_help.txt" || fail "train --help lists no flags"
 "$WORK/build/tests/test_optim" --gtest_list_tests >"$WORK/test_list.txt" 2>&1 || fail "test_optim does not start"
