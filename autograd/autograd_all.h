@@ -1,5 +1,5 @@
 // autograd/autograd_all.h — the umbrella header of the autograd layer.
 #pragma once
-#include "autograd/function.h"
-#include "autograd/ops.h"
-#include "autograd/variable.h"
+#include "minidl/autograd/function.h"
+#include "minidl/autograd/ops.h"
+#include "minidl/autograd/variable.h"

@@ -1,5 +1,5 @@
 // autograd/function.cpp — Function::apply: forward without a graph, then one node for backward.
-#include "autograd/function.h"
+#include "minidl/autograd/function.h"
 
 namespace minidl::autograd {
 

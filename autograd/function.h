@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "autograd/variable.h"
+#include "minidl/autograd/variable.h"
 
 namespace minidl::autograd {
 

@@ -6,9 +6,9 @@
 #include <optional>
 #include <vector>
 
-#include "autograd/variable.h"
-#include "tensor/ops_nn.h"
-#include "tensor/random.h"
+#include "minidl/autograd/variable.h"
+#include "minidl/tensor/ops_nn.h"
+#include "minidl/tensor/random.h"
 
 namespace minidl {
 

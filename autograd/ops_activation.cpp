@@ -1,8 +1,8 @@
 // autograd/ops_activation.cpp — the activations beyond ReLU/GELU/tanh/sigmoid (SiLU, LeakyReLU,
 // ELU, Softplus, Hardswish) and abs: each forward (a tensor/ element-wise op over a
 // kernels/functors.h functor), then its backward, which saves only the input.
-#include "autograd/ops.h"
-#include "tensor/ops.h"
+#include "minidl/autograd/ops.h"
+#include "minidl/tensor/ops.h"
 
 namespace minidl {
 

@@ -1,8 +1,8 @@
 // autograd/ops_elementwise.cpp — element-wise differentiable ops: each forward, then its backward.
 // Broadcasting ops reduce their input gradients back to the input shapes with sum_to().
-#include "autograd/ops.h"
-#include "tensor/creation.h"
-#include "tensor/ops.h"
+#include "minidl/autograd/ops.h"
+#include "minidl/tensor/creation.h"
+#include "minidl/tensor/ops.h"
 
 namespace minidl {
 

@@ -1,6 +1,6 @@
 // autograd/ops_linalg.cpp — matmul (torch.matmul semantics) and linear, with their backward.
-#include "autograd/ops.h"
-#include "tensor/ops.h"
+#include "minidl/autograd/ops.h"
+#include "minidl/tensor/ops.h"
 
 namespace minidl {
 

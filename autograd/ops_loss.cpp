@@ -5,9 +5,9 @@
 #include <cmath>
 #include <limits>
 
-#include "autograd/ops.h"
-#include "tensor/creation.h"
-#include "tensor/ops.h"
+#include "minidl/autograd/ops.h"
+#include "minidl/tensor/creation.h"
+#include "minidl/tensor/ops.h"
 
 namespace minidl {
 

@@ -1,9 +1,9 @@
 // autograd/ops_nn.cpp — differentiable neural-network ops: softmax family, convolution,
 // pooling, batch norm, layer norm, dropout, embedding. Each forward calls the tensor/ops_nn.h
 // kernel and its backward (right below it) calls the matching backward kernel.
-#include "autograd/ops.h"
-#include "tensor/creation.h"
-#include "tensor/ops.h"
+#include "minidl/autograd/ops.h"
+#include "minidl/tensor/creation.h"
+#include "minidl/tensor/ops.h"
 
 namespace minidl {
 

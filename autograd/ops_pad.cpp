@@ -1,9 +1,9 @@
 // autograd/ops_pad.cpp — pad (as torch.nn.functional.pad): constant, reflect, replicate and
 // circular padding of the last dims, composed from index_select and cat, so the gradient of a
 // reflected / repeated / wrapped element flows back to the element it copies.
-#include "autograd/ops.h"
-#include "tensor/creation.h"
-#include "tensor/ops.h"
+#include "minidl/autograd/ops.h"
+#include "minidl/tensor/creation.h"
+#include "minidl/tensor/ops.h"
 
 namespace minidl {
 

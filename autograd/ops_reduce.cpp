@@ -2,9 +2,9 @@
 // Backward broadcasts the reduced gradient back over the reduced dims ("unreduce").
 #include <algorithm>
 
-#include "autograd/ops.h"
-#include "tensor/creation.h"
-#include "tensor/ops.h"
+#include "minidl/autograd/ops.h"
+#include "minidl/tensor/creation.h"
+#include "minidl/tensor/ops.h"
 
 namespace minidl {
 

@@ -2,9 +2,9 @@
 // Forward returns a view where the tensor op does; backward maps the gradient back to the input.
 #include <numeric>
 
-#include "autograd/ops.h"
-#include "tensor/creation.h"
-#include "tensor/ops.h"
+#include "minidl/autograd/ops.h"
+#include "minidl/tensor/creation.h"
+#include "minidl/tensor/ops.h"
 
 namespace minidl {
 

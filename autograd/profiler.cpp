@@ -1,5 +1,5 @@
 // autograd/profiler.cpp — the per-op step profiler (see profiler.h).
-#include "autograd/profiler.h"
+#include "minidl/autograd/profiler.h"
 
 #include <chrono>
 #include <string_view>

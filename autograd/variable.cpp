@@ -1,5 +1,5 @@
 // autograd/variable.cpp — Variable, grad mode, and the backward engine (dependency-counted).
-#include "autograd/variable.h"
+#include "minidl/autograd/variable.h"
 
 #include <atomic>
 #include <chrono>
@@ -8,9 +8,9 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "autograd/profiler.h"
-#include "tensor/creation.h"
-#include "tensor/ops.h"
+#include "minidl/autograd/profiler.h"
+#include "minidl/tensor/creation.h"
+#include "minidl/tensor/ops.h"
 
 namespace minidl {
 

@@ -1,11 +1,11 @@
 // data/cifar10.cpp — the CIFAR-10 binary reader (whole records only) and Cifar10Dataset.
-#include "data/cifar10.h"
+#include "minidl/data/cifar10.h"
 
 #include <cstring>
 #include <filesystem>
 #include <stdexcept>
 
-#include "data/gz_reader.h"
+#include "minidl/data/gz_reader.h"
 
 namespace minidl::data {
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "data/dataset.h"
+#include "minidl/data/dataset.h"
 
 namespace minidl::data {
 

@@ -1,12 +1,12 @@
 // data/dataloader.cpp — collation (memcpy per example) and the DataLoader's ordered prefetching.
-#include "data/dataloader.h"
+#include "minidl/data/dataloader.h"
 
 #include <cstring>
 #include <stdexcept>
 #include <string>
 
-#include "kernels/cuda_api.h"
-#include "tensor/pinned.h"
+#include "minidl/kernels/cuda_api.h"
+#include "minidl/tensor/pinned.h"
 
 namespace minidl::data {
 namespace {

@@ -26,9 +26,9 @@
 #include <thread>
 #include <vector>
 
-#include "data/dataset.h"
-#include "data/sampler.h"
-#include "data/transforms.h"
+#include "minidl/data/dataset.h"
+#include "minidl/data/sampler.h"
+#include "minidl/data/transforms.h"
 
 namespace minidl::data {
 

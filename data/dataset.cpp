@@ -1,5 +1,5 @@
 // data/dataset.cpp — TensorDataset and Subset: index checks and views, no copies.
-#include "data/dataset.h"
+#include "minidl/data/dataset.h"
 
 #include <stdexcept>
 #include <string>

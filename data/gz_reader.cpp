@@ -1,5 +1,5 @@
 // data/gz_reader.cpp — GzReader on zlib's gzopen / gzread / gzerror.
-#include "data/gz_reader.h"
+#include "minidl/data/gz_reader.h"
 
 #include <zlib.h>
 

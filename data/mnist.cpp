@@ -1,5 +1,5 @@
 // data/mnist.cpp — the idx reader (header check, exact-size read, no partial data) and MnistDataset.
-#include "data/mnist.h"
+#include "minidl/data/mnist.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -9,7 +9,7 @@
 #include <vector>
 #include <stdexcept>
 
-#include "data/gz_reader.h"
+#include "minidl/data/gz_reader.h"
 
 namespace minidl::data {
 namespace {

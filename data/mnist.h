@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <string>
 
-#include "data/dataset.h"
+#include "minidl/data/dataset.h"
 
 namespace minidl::data {
 

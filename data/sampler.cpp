@@ -1,12 +1,12 @@
 // data/sampler.cpp — SequentialSampler, RandomSampler (Philox randperm), BatchSampler.
-#include "data/sampler.h"
+#include "minidl/data/sampler.h"
 
 #include <algorithm>
 #include <numeric>
 #include <stdexcept>
 #include <string>
 
-#include "tensor/random.h"
+#include "minidl/tensor/random.h"
 
 namespace minidl::data {
 

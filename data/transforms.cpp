@@ -1,13 +1,13 @@
 // data/transforms.cpp — Normalize, RandomCrop, RandomHorizontalFlip and Compose as plain loops
 // over contiguous (C, H, W) buffers; random choices from sample_random_words.
-#include "data/transforms.h"
+#include "minidl/data/transforms.h"
 
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
 #include <string>
 
-#include "kernels/philox.h"
+#include "minidl/kernels/philox.h"
 
 namespace minidl::data {
 

@@ -15,7 +15,7 @@
 #include <memory>
 #include <vector>
 
-#include "tensor/tensor.h"
+#include "minidl/tensor/tensor.h"
 
 namespace minidl::data {
 

@@ -1,17 +1,17 @@
 // dist/ddp.cpp — DistributedDataParallel: parameter checks, broadcast, buckets, hooks, join.
-#include "dist/ddp.h"
+#include "minidl/dist/ddp.h"
 
 #include <algorithm>
 #include <sstream>
 #include <stdexcept>
 #include <unordered_set>
 
-#include "dist/deterministic.h"
-#include "dist/distributed.h"
-#include "dist/sync_batchnorm.h"
-#include "nn/batchnorm.h"
-#include "tensor/creation.h"
-#include "tensor/ops.h"
+#include "minidl/dist/deterministic.h"
+#include "minidl/dist/distributed.h"
+#include "minidl/dist/sync_batchnorm.h"
+#include "minidl/nn/batchnorm.h"
+#include "minidl/tensor/creation.h"
+#include "minidl/tensor/ops.h"
 
 namespace minidl::dist {
 

@@ -46,9 +46,9 @@
 #include <string>
 #include <vector>
 
-#include "dist/process_group.h"
-#include "nn/module.h"
-#include "optim/optimizer.h"
+#include "minidl/dist/process_group.h"
+#include "minidl/nn/module.h"
+#include "minidl/optim/optimizer.h"
 
 namespace minidl::dist {
 

@@ -1,7 +1,7 @@
 // dist/deterministic.cpp — the shard tree: where nodes split, which nodes a rank contributes, the
 // sum over a node, and the all-gather that lets every rank finish the same tree (see
 // deterministic.h).
-#include "dist/deterministic.h"
+#include "minidl/dist/deterministic.h"
 
 #include <bit>
 #include <map>
@@ -9,8 +9,8 @@
 #include <string>
 #include <utility>
 
-#include "tensor/creation.h"
-#include "tensor/ops.h"
+#include "minidl/tensor/creation.h"
+#include "minidl/tensor/ops.h"
 
 namespace minidl::dist {
 

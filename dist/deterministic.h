@@ -30,8 +30,8 @@
 #include <functional>
 #include <vector>
 
-#include "dist/process_group.h"
-#include "tensor/tensor.h"
+#include "minidl/dist/process_group.h"
+#include "minidl/tensor/tensor.h"
 
 namespace minidl::dist {
 

@@ -1,6 +1,6 @@
 // dist/distributed.cpp — the process-wide state behind dist::init(): world info, the rendezvous
 // store, the default process group, and the registry of backend factories. See distributed.h.
-#include "dist/distributed.h"
+#include "minidl/dist/distributed.h"
 
 #include <unistd.h>
 
@@ -9,7 +9,7 @@
 #include <mutex>
 #include <stdexcept>
 
-#include "dist/process_group_gloo.h"
+#include "minidl/dist/process_group_gloo.h"
 
 namespace minidl::dist {
 

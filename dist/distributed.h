@@ -25,10 +25,10 @@
 #include <string>
 #include <vector>
 
-#include "dist/env.h"
-#include "dist/process_group.h"
-#include "dist/store.h"
-#include "tensor/tensor.h"
+#include "minidl/dist/env.h"
+#include "minidl/dist/process_group.h"
+#include "minidl/dist/store.h"
+#include "minidl/tensor/tensor.h"
 
 namespace minidl::dist {
 

@@ -1,15 +1,15 @@
 // dist/distributed_sampler.cpp — DistributedSampler (PyTorch) and DistributedBatchSampler
 // (PaddlePaddle): padding, shuffling with Philox randperm, and splitting among ranks. See
 // distributed_sampler.h for the rules each follows.
-#include "dist/distributed_sampler.h"
+#include "minidl/dist/distributed_sampler.h"
 
 #include <algorithm>
 #include <numeric>
 #include <stdexcept>
 #include <string>
 
-#include "dist/distributed.h"
-#include "tensor/random.h"
+#include "minidl/dist/distributed.h"
+#include "minidl/tensor/random.h"
 
 namespace minidl::dist {
 

@@ -55,8 +55,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "data/dataset.h"
-#include "data/sampler.h"
+#include "minidl/data/dataset.h"
+#include "minidl/data/sampler.h"
 
 namespace minidl::dist {
 

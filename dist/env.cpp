@@ -1,6 +1,6 @@
 // dist/env.cpp — world_info_from_env(): torchrun-style variables, then SLURM, then Open MPI,
 // then a single process; every error names the variable. See env.h.
-#include "dist/env.h"
+#include "minidl/dist/env.h"
 
 #include <cerrno>
 #include <cstdlib>

@@ -1,6 +1,6 @@
 // dist/metrics.cpp — reduce_dict (key check, then one float64 all_reduce) and MetricSums. See
 // metrics.h.
-#include "dist/metrics.h"
+#include "minidl/dist/metrics.h"
 
 #include <cmath>
 #include <cstring>
@@ -8,7 +8,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "tensor/creation.h"
+#include "minidl/tensor/creation.h"
 
 namespace minidl::dist {
 

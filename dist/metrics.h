@@ -17,7 +17,7 @@
 #include <map>
 #include <string>
 
-#include "dist/process_group.h"
+#include "minidl/dist/process_group.h"
 
 namespace minidl::dist {
 

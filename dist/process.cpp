@@ -1,5 +1,5 @@
 // dist/process.cpp — describing a child's end, and PR_SET_PDEATHSIG. See process.h.
-#include "dist/process.h"
+#include "minidl/dist/process.h"
 
 #include <sys/prctl.h>
 #include <sys/wait.h>

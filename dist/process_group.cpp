@@ -2,7 +2,7 @@
 // blocking all_gather / reduce_scatter forms, and the byte-string collectives built on them
 // (all_gather_object: all-gather the lengths, then the bytes padded to the longest;
 // broadcast_object: broadcast the length, then the bytes).
-#include "dist/process_group.h"
+#include "minidl/dist/process_group.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -10,7 +10,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "tensor/creation.h"
+#include "minidl/tensor/creation.h"
 
 namespace minidl::dist {
 

@@ -1,7 +1,7 @@
 // dist/process_group_gloo.cpp — ProcessGroupGloo: Gloo rendezvous through our TCPStore, one
 // communication thread running the collectives in FIFO order, Gloo errors turned into messages
 // naming the collective, and the MINIDL_DIST_DEBUG fingerprint check. See process_group_gloo.h.
-#include "dist/process_group_gloo.h"
+#include "minidl/dist/process_group_gloo.h"
 
 #include <stdexcept>
 #include <string>
@@ -32,7 +32,7 @@
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
 
-#include "tensor/creation.h"
+#include "minidl/tensor/creation.h"
 #endif
 
 namespace minidl::dist {

@@ -38,8 +38,8 @@
 #include <string>
 #include <vector>
 
-#include "dist/process_group.h"
-#include "dist/store.h"
+#include "minidl/dist/process_group.h"
+#include "minidl/dist/store.h"
 
 namespace minidl::dist {
 

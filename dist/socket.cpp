@@ -1,6 +1,6 @@
 // dist/socket.cpp — TCP helpers: listen, connect with retries, send/receive whole buffers with a
 // deadline. See socket.h.
-#include "dist/socket.h"
+#include "minidl/dist/socket.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

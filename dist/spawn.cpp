@@ -4,7 +4,7 @@
 // Pipe protocol, child to parent: one tag byte, then bytes until the pipe closes.
 //   'R' result   fn returned; the rest is its result
 //   'E' message  fn threw; the rest is the exception's message (the child then exits 1)
-#include "dist/spawn.h"
+#include "minidl/dist/spawn.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -19,10 +19,10 @@
 #include <iostream>
 #include <stdexcept>
 
-#include "dist/process.h"
-#include "kernels/cpu/parallel.h"
-#include "dist/socket.h"
-#include "dist/store.h"
+#include "minidl/dist/process.h"
+#include "minidl/kernels/cpu/parallel.h"
+#include "minidl/dist/socket.h"
+#include "minidl/dist/store.h"
 
 namespace minidl::dist {
 

@@ -1,6 +1,6 @@
 // dist/store.cpp — TCPStore's client side (and starting the server on the hosting rank).
 // See store.h; the wire format is in store_protocol.h.
-#include "dist/store.h"
+#include "minidl/dist/store.h"
 
 #include <unistd.h>
 
@@ -9,7 +9,7 @@
 #include <fstream>
 #include <stdexcept>
 
-#include "dist/store_protocol.h"
+#include "minidl/dist/store_protocol.h"
 
 namespace minidl::dist {
 

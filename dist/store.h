@@ -30,8 +30,8 @@
 #include <string>
 #include <vector>
 
-#include "dist/socket.h"
-#include "dist/store_server.h"
+#include "minidl/dist/socket.h"
+#include "minidl/dist/store_server.h"
 
 namespace minidl::dist {
 

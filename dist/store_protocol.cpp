@@ -1,5 +1,5 @@
 // dist/store_protocol.cpp — encoding and framing of TCPStore messages. See store_protocol.h.
-#include "dist/store_protocol.h"
+#include "minidl/dist/store_protocol.h"
 
 #include <algorithm>
 

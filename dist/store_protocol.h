@@ -26,7 +26,7 @@
 #include <string>
 #include <vector>
 
-#include "dist/socket.h"
+#include "minidl/dist/socket.h"
 
 namespace minidl::dist::protocol {
 

@@ -1,6 +1,6 @@
 // dist/store_server.cpp — TCPStore's server: accept loop, one thread per connection, and the
 // request handlers. See store_server.h and the wire format in store_protocol.h.
-#include "dist/store_server.h"
+#include "minidl/dist/store_server.h"
 
 #include <fcntl.h>
 #include <poll.h>

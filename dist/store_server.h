@@ -18,8 +18,8 @@
 #include <thread>
 #include <vector>
 
-#include "dist/socket.h"
-#include "dist/store_protocol.h"
+#include "minidl/dist/socket.h"
+#include "minidl/dist/store_protocol.h"
 
 namespace minidl::dist {
 

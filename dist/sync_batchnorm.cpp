@@ -1,14 +1,14 @@
 // dist/sync_batchnorm.cpp — SyncBatchNorm's forward/backward as a custom autograd Function.
-#include "dist/sync_batchnorm.h"
+#include "minidl/dist/sync_batchnorm.h"
 
 #include <cmath>
 #include <utility>
 
-#include "autograd/function.h"
-#include "autograd/ops.h"
-#include "dist/distributed.h"
-#include "tensor/creation.h"
-#include "tensor/ops.h"
+#include "minidl/autograd/function.h"
+#include "minidl/autograd/ops.h"
+#include "minidl/dist/distributed.h"
+#include "minidl/tensor/creation.h"
+#include "minidl/tensor/ops.h"
 
 namespace minidl::dist {
 

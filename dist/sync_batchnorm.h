@@ -23,8 +23,8 @@
 #pragma once
 #include <memory>
 
-#include "dist/process_group.h"
-#include "nn/batchnorm.h"
+#include "minidl/dist/process_group.h"
+#include "minidl/nn/batchnorm.h"
 
 namespace minidl::dist {
 

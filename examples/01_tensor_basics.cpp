@@ -4,7 +4,7 @@
 // Read top to bottom; every step prints what it made.
 #include <iostream>
 
-#include "tensor/tensor_all.h"
+#include "minidl/tensor/tensor_all.h"
 
 using namespace minidl;
 

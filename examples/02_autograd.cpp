@@ -5,8 +5,8 @@
 #include <iostream>
 #include <memory>
 
-#include "autograd/autograd_all.h"
-#include "tensor/tensor_all.h"
+#include "minidl/autograd/autograd_all.h"
+#include "minidl/tensor/tensor_all.h"
 
 using namespace minidl;
 

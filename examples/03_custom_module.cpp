@@ -4,8 +4,8 @@
 //   build/examples/03_custom_module [file = /tmp/tiny_net.safetensors]
 #include <iostream>
 
-#include "nn/nn.h"
-#include "tensor/serialize.h"
+#include "minidl/nn/nn_all.h"
+#include "minidl/tensor/serialize.h"
 
 using namespace minidl;
 

@@ -8,9 +8,9 @@
 #include <numeric>
 #include <string>
 
-#include "data/data_all.h"
-#include "nn/nn.h"
-#include "optim/optim_all.h"
+#include "minidl/data/data_all.h"
+#include "minidl/nn/nn_all.h"
+#include "minidl/optim/optim_all.h"
 
 using namespace minidl;
 

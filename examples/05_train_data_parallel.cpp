@@ -11,16 +11,16 @@
 #include <numeric>
 #include <string>
 
-#include "data/data_all.h"
-#include "dist/ddp.h"
-#include "dist/distributed.h"
-#include "dist/distributed_sampler.h"
-#include "dist/metrics.h"
-#include "dist/spawn.h"
-#include "dist/sync_batchnorm.h"
-#include "nn/nn.h"
-#include "optim/optim_all.h"
-#include "tensor/serialize.h"
+#include "minidl/data/data_all.h"
+#include "minidl/dist/ddp.h"
+#include "minidl/dist/distributed.h"
+#include "minidl/dist/distributed_sampler.h"
+#include "minidl/dist/metrics.h"
+#include "minidl/dist/spawn.h"
+#include "minidl/dist/sync_batchnorm.h"
+#include "minidl/nn/nn_all.h"
+#include "minidl/optim/optim_all.h"
+#include "minidl/tensor/serialize.h"
 
 using namespace minidl;
 

@@ -29,14 +29,14 @@
 #include <string>
 #include <vector>
 
-#include "autograd/profiler.h"
-#include "dist/ddp.h"
-#include "dist/distributed.h"
-#include "dist/spawn.h"
-#include "kernels/cpu/parallel.h"
-#include "nn/models.h"
-#include "optim/sgd.h"
-#include "tensor/tensor_all.h"
+#include "minidl/autograd/profiler.h"
+#include "minidl/dist/ddp.h"
+#include "minidl/dist/distributed.h"
+#include "minidl/dist/spawn.h"
+#include "minidl/kernels/cpu/parallel.h"
+#include "minidl/nn/models.h"
+#include "minidl/optim/sgd.h"
+#include "minidl/tensor/tensor_all.h"
 
 using namespace minidl;
 using Clock = std::chrono::steady_clock;

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "dist/distributed.h"
-#include "dist/spawn.h"
-#include "tensor/creation.h"
+#include "minidl/dist/distributed.h"
+#include "minidl/dist/spawn.h"
+#include "minidl/tensor/creation.h"
 
 using namespace minidl;
 using Clock = std::chrono::steady_clock;

@@ -8,9 +8,9 @@
 
 #include <cstdlib>
 
-#include "autograd/autograd_all.h"
-#include "kernels/cpu/parallel.h"
-#include "tensor/tensor_all.h"
+#include "minidl/autograd/autograd_all.h"
+#include "minidl/kernels/cpu/parallel.h"
+#include "minidl/tensor/tensor_all.h"
 
 using namespace minidl;
 

@@ -13,8 +13,8 @@
 #include <memory>
 #include <string>
 
-#include "data/dataloader.h"
-#include "data/mnist.h"
+#include "minidl/data/dataloader.h"
+#include "minidl/data/mnist.h"
 
 namespace data = minidl::data;
 

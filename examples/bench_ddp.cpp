@@ -11,12 +11,12 @@
 #include <cstdlib>
 #include <string>
 
-#include "dist/ddp.h"
-#include "dist/distributed.h"
-#include "dist/spawn.h"
-#include "nn/models.h"
-#include "optim/sgd.h"
-#include "tensor/tensor_all.h"
+#include "minidl/dist/ddp.h"
+#include "minidl/dist/distributed.h"
+#include "minidl/dist/spawn.h"
+#include "minidl/nn/models.h"
+#include "minidl/optim/sgd.h"
+#include "minidl/tensor/tensor_all.h"
 
 using namespace minidl;
 using Clock = std::chrono::steady_clock;

@@ -20,12 +20,12 @@
 #include <stdexcept>
 #include <string>
 
-#include "dist/ddp.h"
-#include "dist/distributed.h"
-#include "dist/spawn.h"
-#include "kernels/cpu/parallel.h"
-#include "nn/nn.h"
-#include "optim/optim_all.h"
+#include "minidl/dist/ddp.h"
+#include "minidl/dist/distributed.h"
+#include "minidl/dist/spawn.h"
+#include "minidl/kernels/cpu/parallel.h"
+#include "minidl/nn/nn_all.h"
+#include "minidl/optim/optim_all.h"
 
 using namespace minidl;
 

@@ -47,21 +47,21 @@
 #include <string>
 #include <thread>
 
-#include "data/data_all.h"
-#include "dist/ddp.h"
-#include "dist/distributed.h"
-#include "dist/distributed_sampler.h"
-#include "dist/env.h"
-#include "dist/spawn.h"
-#include "dist/sync_batchnorm.h"
+#include "minidl/data/data_all.h"
+#include "minidl/dist/ddp.h"
+#include "minidl/dist/distributed.h"
+#include "minidl/dist/distributed_sampler.h"
+#include "minidl/dist/env.h"
+#include "minidl/dist/spawn.h"
+#include "minidl/dist/sync_batchnorm.h"
 #include "examples/trainer/checkpoint.h"
 #include "examples/trainer/cli.h"
 #include "examples/trainer/config.h"
 #include "examples/trainer/metrics.h"
 #include "examples/trainer/progress.h"
 #include "examples/trainer/recipe.h"
-#include "kernels/cuda_api.h"
-#include "nn/nn.h"
+#include "minidl/kernels/cuda_api.h"
+#include "minidl/nn/nn_all.h"
 
 namespace data = minidl::data;
 namespace dist = minidl::dist;

@@ -1,6 +1,6 @@
 // kernels/caching_allocator.cpp — see kernels/caching_allocator.h. Tested on the CPU by
 // tests/kernels/test_caching_allocator.cpp (a malloc-backed segment source).
-#include "kernels/caching_allocator.h"
+#include "minidl/kernels/caching_allocator.h"
 
 #include <cstdio>
 

@@ -18,8 +18,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kernels/functors.h"
-#include "kernels/optim_functors.h"
+#include "minidl/kernels/functors.h"
+#include "minidl/kernels/optim_functors.h"
 
 namespace minidl::kernels::cuda {
 

@@ -14,7 +14,7 @@
 #pragma once
 #include <cmath>
 
-#include "kernels/functors.h"  // MINIDL_HD
+#include "minidl/kernels/functors.h"  // MINIDL_HD
 
 namespace minidl::kernels {
 

@@ -6,7 +6,7 @@
 #pragma once
 #include <cstdint>
 
-#include "kernels/functors.h"
+#include "minidl/kernels/functors.h"
 
 namespace minidl::kernels {
 

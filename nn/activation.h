@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <string>
 
-#include "nn/module.h"
+#include "minidl/nn/module.h"
 
 namespace minidl::nn {
 

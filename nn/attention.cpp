@@ -1,9 +1,9 @@
 // nn/attention.cpp — multi-head self-attention and the pre-norm encoder block (see attention.h).
-#include "nn/attention.h"
+#include "minidl/nn/attention.h"
 
 #include <cmath>
 
-#include "nn/init.h"
+#include "minidl/nn/init.h"
 
 namespace minidl::nn {
 

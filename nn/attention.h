@@ -3,8 +3,8 @@
 // TransformerEncoderLayer, with PyTorch's parameter names and initialisation:
 //   in_proj_weight (3E, E) xavier_uniform, in_proj_bias (3E) zeros, out_proj Linear(E, E) with bias 0.
 #pragma once
-#include "nn/layers.h"
-#include "nn/linear.h"
+#include "minidl/nn/layers.h"
+#include "minidl/nn/linear.h"
 
 namespace minidl::nn {
 

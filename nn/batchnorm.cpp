@@ -1,5 +1,5 @@
 // nn/batchnorm.cpp — BatchNorm layers (see batchnorm.h); the math is autograd's batch_norm.
-#include "nn/batchnorm.h"
+#include "minidl/nn/batchnorm.h"
 
 #include <cstdio>
 

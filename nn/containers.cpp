@@ -1,5 +1,5 @@
 // nn/containers.cpp — ModuleList and ModuleDict (see containers.h).
-#include "nn/containers.h"
+#include "minidl/nn/containers.h"
 
 #include <stdexcept>
 

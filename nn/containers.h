@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "nn/module.h"
+#include "minidl/nn/module.h"
 
 namespace minidl::nn {
 

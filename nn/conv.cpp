@@ -1,9 +1,9 @@
 // nn/conv.cpp — Conv2d layer (see conv.h).
-#include "nn/conv.h"
+#include "minidl/nn/conv.h"
 
 #include <cmath>
 
-#include "nn/init.h"
+#include "minidl/nn/init.h"
 
 namespace minidl::nn {
 

@@ -6,7 +6,7 @@
 #pragma once
 #include <string>
 
-#include "nn/module.h"
+#include "minidl/nn/module.h"
 
 namespace minidl::nn {
 

@@ -1,10 +1,10 @@
 // nn/init.cpp — initialisers (see init.h); formulas follow torch/nn/init.py.
-#include "nn/init.h"
+#include "minidl/nn/init.h"
 
 #include <cmath>
 #include <stdexcept>
 
-#include "tensor/random.h"
+#include "minidl/tensor/random.h"
 
 namespace minidl::nn::init {
 

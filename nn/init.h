@@ -4,7 +4,7 @@
 #include <string>
 #include <utility>
 
-#include "tensor/tensor.h"
+#include "minidl/tensor/tensor.h"
 
 namespace minidl::nn::init {
 

@@ -1,9 +1,9 @@
 // nn/layers.cpp — constructors, checks and printing of the small layers (see layers.h).
-#include "nn/layers.h"
+#include "minidl/nn/layers.h"
 
 #include <cstdio>
 
-#include "nn/init.h"
+#include "minidl/nn/init.h"
 
 namespace minidl::nn {
 

@@ -2,7 +2,7 @@
 // (MaxPool2d, AvgPool2d, AdaptiveAvgPool2d), Flatten and Embedding. Each is a thin Module over
 // the functional op of autograd/ops.h.
 #pragma once
-#include "nn/module.h"
+#include "minidl/nn/module.h"
 
 namespace minidl::nn {
 

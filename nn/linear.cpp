@@ -1,9 +1,9 @@
 // nn/linear.cpp — Linear layer (see linear.h).
-#include "nn/linear.h"
+#include "minidl/nn/linear.h"
 
 #include <cmath>
 
-#include "nn/init.h"
+#include "minidl/nn/init.h"
 
 namespace minidl::nn {
 

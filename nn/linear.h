@@ -1,7 +1,7 @@
 // nn/linear.h — Linear: y = x W^T + b, x (..., in) -> (..., out). PyTorch's default init:
 // W, b ~ U(-1/sqrt(in), 1/sqrt(in)) (kaiming_uniform with a = sqrt(5)).
 #pragma once
-#include "nn/module.h"
+#include "minidl/nn/module.h"
 
 namespace minidl::nn {
 

@@ -1,7 +1,7 @@
 // nn/models.cpp — construction of the reference models (see models.h).
-#include "nn/models.h"
+#include "minidl/nn/models.h"
 
-#include "nn/init.h"
+#include "minidl/nn/init.h"
 
 namespace minidl::nn {
 

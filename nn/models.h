@@ -5,12 +5,12 @@
 #include <memory>
 #include <string>
 
-#include "nn/attention.h"
-#include "nn/batchnorm.h"
-#include "nn/conv.h"
-#include "nn/layers.h"
-#include "nn/linear.h"
-#include "nn/sequential.h"
+#include "minidl/nn/attention.h"
+#include "minidl/nn/batchnorm.h"
+#include "minidl/nn/conv.h"
+#include "minidl/nn/layers.h"
+#include "minidl/nn/linear.h"
+#include "minidl/nn/sequential.h"
 
 namespace minidl::nn {
 

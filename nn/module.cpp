@@ -1,5 +1,5 @@
 // nn/module.cpp — Module registration, traversal, train/eval, state_dict and the printed tree.
-#include "nn/module.h"
+#include "minidl/nn/module.h"
 
 #include <algorithm>
 #include <ostream>
@@ -12,7 +12,7 @@
 #include <cstdlib>
 #include <typeinfo>
 
-#include "kernels/cuda_api.h"
+#include "minidl/kernels/cuda_api.h"
 
 namespace minidl::nn {
 

@@ -21,9 +21,9 @@
 #include <utility>
 #include <vector>
 
-#include "autograd/autograd_all.h"
-#include "tensor/serialize.h"
-#include "tensor/tensor_all.h"
+#include "minidl/autograd/autograd_all.h"
+#include "minidl/tensor/serialize.h"
+#include "minidl/tensor/tensor_all.h"
 
 namespace minidl::nn {
 

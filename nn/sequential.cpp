@@ -1,5 +1,5 @@
 // nn/sequential.cpp — Sequential's forward: each child in order.
-#include "nn/sequential.h"
+#include "minidl/nn/sequential.h"
 
 namespace minidl::nn {
 

@@ -5,7 +5,7 @@
 #pragma once
 #include <memory>
 
-#include "nn/module.h"
+#include "minidl/nn/module.h"
 
 namespace minidl::nn {
 

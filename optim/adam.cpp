@@ -1,13 +1,13 @@
 // optim/adam.cpp — Adam::step (AdamW is Adam with decoupled weight decay): per parameter, the
 // step count and bias corrections on the host, then one fused pass (kernels/cpu/optim_kernels.h).
-#include "optim/adam.h"
+#include "minidl/optim/adam.h"
 
 #include <stdexcept>
 
-#include "kernels/cpu/optim_kernels.h"
-#include "kernels/cuda_ops.h"
-#include "tensor/ops_cuda.h"
-#include "tensor/creation.h"
+#include "minidl/kernels/cpu/optim_kernels.h"
+#include "minidl/kernels/cuda_ops.h"
+#include "minidl/tensor/ops_cuda.h"
+#include "minidl/tensor/creation.h"
 
 namespace minidl::optim {
 

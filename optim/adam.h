@@ -9,7 +9,7 @@
 //   optim::AdamW adamw(model.parameters(), {.lr = 1e-3, .weight_decay = 0.05});
 // State: state.<i>.step (0-d), .exp_avg, .exp_avg_sq, and .max_exp_avg_sq with amsgrad.
 #pragma once
-#include "optim/optimizer.h"
+#include "minidl/optim/optimizer.h"
 
 namespace minidl::optim {
 

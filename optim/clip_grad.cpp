@@ -1,6 +1,6 @@
 // optim/clip_grad.cpp — clip_grad_norm: per-gradient norms accumulated in double, combined, and
 // the gradients scaled in place when the total exceeds max_norm.
-#include "optim/clip_grad.h"
+#include "minidl/optim/clip_grad.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,7 +8,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "tensor/ops.h"
+#include "minidl/tensor/ops.h"
 
 namespace minidl::optim {
 

@@ -10,7 +10,7 @@
 #pragma once
 #include <vector>
 
-#include "autograd/variable.h"
+#include "minidl/autograd/variable.h"
 
 namespace minidl::optim {
 

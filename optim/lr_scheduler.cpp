@@ -1,7 +1,7 @@
 // optim/lr_scheduler.cpp — LRScheduler (epoch bookkeeping, state_dict), the closed-form
 // schedules StepLR, MultiStepLR, CosineAnnealingLR, LinearWarmup, LinearLR, SequentialLR and
 // OneCycleLR, and ReduceLROnPlateau.
-#include "optim/lr_scheduler.h"
+#include "minidl/optim/lr_scheduler.h"
 
 #include <algorithm>
 #include <cmath>
@@ -10,7 +10,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "tensor/creation.h"
+#include "minidl/tensor/creation.h"
 
 namespace minidl::optim {
 

@@ -19,7 +19,7 @@
 #include <memory>
 #include <vector>
 
-#include "optim/optimizer.h"
+#include "minidl/optim/optimizer.h"
 
 namespace minidl::optim {
 

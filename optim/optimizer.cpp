@@ -1,5 +1,5 @@
 // optim/optimizer.cpp — Optimizer: parameter groups, zero_grad, state_dict / load_state_dict.
-#include "optim/optimizer.h"
+#include "minidl/optim/optimizer.h"
 
 #include <algorithm>
 #include <charconv>
@@ -9,7 +9,7 @@
 #include <stdexcept>
 #include <unordered_set>
 
-#include "tensor/creation.h"
+#include "minidl/tensor/creation.h"
 
 namespace minidl::optim {
 

@@ -20,8 +20,8 @@
 #include <string>
 #include <vector>
 
-#include "autograd/variable.h"
-#include "tensor/serialize.h"
+#include "minidl/autograd/variable.h"
+#include "minidl/tensor/serialize.h"
 
 namespace minidl::optim {
 

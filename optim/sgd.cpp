@@ -1,12 +1,12 @@
 // optim/sgd.cpp — SGD::step: one fused pass per parameter (kernels/cpu/optim_kernels.h).
-#include "optim/sgd.h"
+#include "minidl/optim/sgd.h"
 
 #include <stdexcept>
 
-#include "kernels/cpu/optim_kernels.h"
-#include "kernels/cuda_ops.h"
-#include "tensor/ops_cuda.h"
-#include "tensor/creation.h"
+#include "minidl/kernels/cpu/optim_kernels.h"
+#include "minidl/kernels/cuda_ops.h"
+#include "minidl/tensor/ops_cuda.h"
+#include "minidl/tensor/creation.h"
 
 namespace minidl::optim {
 

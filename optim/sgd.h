@@ -9,7 +9,7 @@
 //   loss.backward(); sgd.step(); sgd.zero_grad();
 // State (when momentum != 0): state.<i>.momentum_buffer.
 #pragma once
-#include "optim/optimizer.h"
+#include "minidl/optim/optimizer.h"
 
 namespace minidl::optim {
 

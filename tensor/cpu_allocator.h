@@ -2,7 +2,7 @@
 // its counters (segments are the malloc'd chunks it carves blocks from; a steady-state training
 // step allocates none) and handing its free blocks back to the system.
 #pragma once
-#include "kernels/caching_allocator.h"
+#include "minidl/kernels/caching_allocator.h"
 
 namespace minidl {
 

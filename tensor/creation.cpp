@@ -1,5 +1,5 @@
 // tensor/creation.cpp — constructors of filled tensors.
-#include "tensor/creation.h"
+#include "minidl/tensor/creation.h"
 
 #include <cmath>
 

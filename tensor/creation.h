@@ -2,7 +2,7 @@
 #pragma once
 #include <vector>
 
-#include "tensor/tensor.h"
+#include "minidl/tensor/tensor.h"
 
 namespace minidl {
 

@@ -4,15 +4,15 @@
 // inner), planes for pooling, (N, C, S) for batch norm) so each kernel mirrors its CPU loop.
 // Tested by tests/kernels/test_cuda_ops.cpp and test_cuda_nn.cpp (CPU vs CUDA on the same inputs;
 // skipped without a device) and tests/kernels/test_cuda_stub.cpp (device errors, runs everywhere).
-#include "tensor/ops_cuda.h"
+#include "minidl/tensor/ops_cuda.h"
 
 #include <algorithm>
 #include <stdexcept>
 #include <string>
 
-#include "kernels/cuda_api.h"
-#include "tensor/creation.h"
-#include "tensor/ops_util.h"
+#include "minidl/kernels/cuda_api.h"
+#include "minidl/tensor/creation.h"
+#include "minidl/tensor/ops_util.h"
 
 namespace minidl::cuda_ops {
 

@@ -11,9 +11,9 @@
 #include <initializer_list>
 #include <vector>
 
-#include "kernels/cuda_ops.h"
-#include "tensor/ops.h"
-#include "tensor/ops_nn.h"
+#include "minidl/kernels/cuda_ops.h"
+#include "minidl/tensor/ops.h"
+#include "minidl/tensor/ops_nn.h"
 
 namespace minidl::cuda_ops {
 

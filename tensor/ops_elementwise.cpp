@@ -6,12 +6,12 @@
 #include <stdexcept>
 #include <string>
 
-#include "kernels/cpu/elementwise.h"
-#include "kernels/cpu/vec_math.h"
-#include "kernels/functors.h"
-#include "tensor/ops.h"
-#include "tensor/ops_cuda.h"
-#include "tensor/ops_util.h"
+#include "minidl/kernels/cpu/elementwise.h"
+#include "minidl/kernels/cpu/vec_math.h"
+#include "minidl/kernels/functors.h"
+#include "minidl/tensor/ops.h"
+#include "minidl/tensor/ops_cuda.h"
+#include "minidl/tensor/ops_util.h"
 
 namespace minidl {
 

@@ -3,11 +3,11 @@
 #include <stdexcept>
 #include <string>
 
-#include "kernels/cpu/index.h"
-#include "tensor/creation.h"
-#include "tensor/ops.h"
-#include "tensor/ops_cuda.h"
-#include "tensor/ops_util.h"
+#include "minidl/kernels/cpu/index.h"
+#include "minidl/tensor/creation.h"
+#include "minidl/tensor/ops.h"
+#include "minidl/tensor/ops_cuda.h"
+#include "minidl/tensor/ops_util.h"
 
 namespace minidl {
 

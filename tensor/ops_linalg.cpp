@@ -6,12 +6,12 @@
 #include <stdexcept>
 #include <string>
 
-#include "kernels/cpu/gemm.h"
-#include "kernels/cpu/parallel.h"
-#include "kernels/cuda_ops.h"
-#include "tensor/ops.h"
-#include "tensor/ops_cuda.h"
-#include "tensor/ops_util.h"
+#include "minidl/kernels/cpu/gemm.h"
+#include "minidl/kernels/cpu/parallel.h"
+#include "minidl/kernels/cuda_ops.h"
+#include "minidl/tensor/ops.h"
+#include "minidl/tensor/ops_cuda.h"
+#include "minidl/tensor/ops_util.h"
 
 namespace minidl {
 

@@ -7,12 +7,12 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/cross_entropy.h"
-#include "kernels/cpu/dropout.h"
-#include "tensor/creation.h"
-#include "tensor/ops_nn.h"
-#include "tensor/ops_cuda.h"
-#include "tensor/ops_nn_checks.h"
+#include "minidl/kernels/cpu/cross_entropy.h"
+#include "minidl/kernels/cpu/dropout.h"
+#include "minidl/tensor/creation.h"
+#include "minidl/tensor/ops_nn.h"
+#include "minidl/tensor/ops_cuda.h"
+#include "minidl/tensor/ops_nn_checks.h"
 
 namespace minidl {
 

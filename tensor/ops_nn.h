@@ -7,8 +7,8 @@
 #pragma once
 #include <cstdint>
 
-#include "tensor/random.h"
-#include "tensor/tensor.h"
+#include "minidl/tensor/random.h"
+#include "minidl/tensor/tensor.h"
 
 namespace minidl {
 

@@ -6,7 +6,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "tensor/tensor.h"
+#include "minidl/tensor/tensor.h"
 
 namespace minidl::nn_checks {
 

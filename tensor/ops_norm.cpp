@@ -7,11 +7,11 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/norm.h"
-#include "tensor/creation.h"
-#include "tensor/ops_nn.h"
-#include "tensor/ops_cuda.h"
-#include "tensor/ops_nn_checks.h"
+#include "minidl/kernels/cpu/norm.h"
+#include "minidl/tensor/creation.h"
+#include "minidl/tensor/ops_nn.h"
+#include "minidl/tensor/ops_cuda.h"
+#include "minidl/tensor/ops_nn_checks.h"
 
 namespace minidl {
 

@@ -7,12 +7,12 @@
 #include <stdexcept>
 #include <string>
 
-#include "kernels/cpu/parallel.h"
-#include "kernels/cpu/pool.h"
-#include "tensor/creation.h"
-#include "tensor/ops_nn.h"
-#include "tensor/ops_cuda.h"
-#include "tensor/ops_nn_checks.h"
+#include "minidl/kernels/cpu/parallel.h"
+#include "minidl/kernels/cpu/pool.h"
+#include "minidl/tensor/creation.h"
+#include "minidl/tensor/ops_nn.h"
+#include "minidl/tensor/ops_cuda.h"
+#include "minidl/tensor/ops_nn_checks.h"
 
 namespace minidl {
 

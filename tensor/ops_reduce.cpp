@@ -13,10 +13,10 @@
 #include <string>
 #include <utility>
 
-#include "kernels/cpu/reduce.h"
-#include "tensor/ops.h"
-#include "tensor/ops_cuda.h"
-#include "tensor/ops_util.h"
+#include "minidl/kernels/cpu/reduce.h"
+#include "minidl/tensor/ops.h"
+#include "minidl/tensor/ops_cuda.h"
+#include "minidl/tensor/ops_util.h"
 
 namespace minidl {
 

@@ -4,10 +4,10 @@
 #include <stdexcept>
 #include <string>
 
-#include "kernels/cpu/softmax.h"
-#include "tensor/ops.h"
-#include "tensor/ops_cuda.h"
-#include "tensor/ops_util.h"
+#include "minidl/kernels/cpu/softmax.h"
+#include "minidl/tensor/ops.h"
+#include "minidl/tensor/ops_cuda.h"
+#include "minidl/tensor/ops_util.h"
 
 namespace minidl {
 

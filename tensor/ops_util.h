@@ -5,7 +5,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "tensor/tensor.h"
+#include "minidl/tensor/tensor.h"
 
 namespace minidl::detail {
 

@@ -1,10 +1,10 @@
 // tensor/pinned.cpp — see tensor/pinned.h. Storage wraps cudaMallocHost memory with cudaFreeHost
 // as its deleter (kernels/cuda_api.h), so the tensor is an ordinary CPU tensor to every CPU op.
-#include "tensor/pinned.h"
+#include "minidl/tensor/pinned.h"
 
 #include <stdexcept>
 
-#include "kernels/cuda_api.h"
+#include "minidl/kernels/cuda_api.h"
 
 namespace minidl {
 

@@ -4,7 +4,7 @@
 //   Tensor on_gpu = batch.to(Device::cuda(local_rank));
 // Needs a CUDA device (throws naming the reason otherwise). Tested by tests/kernels/test_cuda_runtime.cpp.
 #pragma once
-#include "tensor/tensor.h"
+#include "minidl/tensor/tensor.h"
 
 namespace minidl {
 

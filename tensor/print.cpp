@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <sstream>
 
-#include "tensor/tensor.h"
+#include "minidl/tensor/tensor.h"
 
 namespace minidl {
 

@@ -1,11 +1,11 @@
 // tensor/random.cpp — the default generator and the random tensor constructors.
-#include "tensor/random.h"
+#include "minidl/tensor/random.h"
 
 #include <atomic>
 #include <stdexcept>
 
-#include "kernels/cpu/parallel.h"
-#include "kernels/philox.h"
+#include "minidl/kernels/cpu/parallel.h"
+#include "minidl/kernels/philox.h"
 
 namespace minidl {
 

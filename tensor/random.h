@@ -5,7 +5,7 @@
 #pragma once
 #include <cstdint>
 
-#include "tensor/tensor.h"
+#include "minidl/tensor/tensor.h"
 
 namespace minidl {
 

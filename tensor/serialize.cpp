@@ -1,5 +1,5 @@
 // tensor/serialize.cpp — safetensors encoding/decoding and the atomic file write.
-#include "tensor/serialize.h"
+#include "minidl/tensor/serialize.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

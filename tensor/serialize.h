@@ -14,7 +14,7 @@
 #include <map>
 #include <string>
 
-#include "tensor/tensor.h"
+#include "minidl/tensor/tensor.h"
 
 namespace minidl {
 

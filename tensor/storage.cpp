@@ -5,7 +5,7 @@
 // to the cache, so a steady-state training step — the same sizes every step — maps no new memory
 // and takes no page faults after the first step. Memory is not zeroed (as malloc): ops that need
 // zeros fill them. MINIDL_CPU_ALLOCATOR=malloc bypasses the cache (for memory checkers).
-#include "tensor/storage.h"
+#include "minidl/tensor/storage.h"
 
 #include <unistd.h>
 
@@ -15,9 +15,9 @@
 #include <stdexcept>
 #include <string>
 
-#include "kernels/caching_allocator.h"
-#include "kernels/cuda_api.h"
-#include "tensor/cpu_allocator.h"
+#include "minidl/kernels/caching_allocator.h"
+#include "minidl/kernels/cuda_api.h"
+#include "minidl/tensor/cpu_allocator.h"
 
 namespace minidl {
 

@@ -5,7 +5,7 @@
 #include <functional>
 #include <memory>
 
-#include "tensor/device.h"
+#include "minidl/tensor/device.h"
 
 namespace minidl {
 

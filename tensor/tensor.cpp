@@ -1,14 +1,14 @@
 // tensor/tensor.cpp — Tensor metadata, views, copies and element access.
-#include "tensor/tensor.h"
+#include "minidl/tensor/tensor.h"
 
 #include <algorithm>
 #include <cstring>
 #include <sstream>
 #include <stdexcept>
 
-#include "kernels/cpu/copy.h"
-#include "kernels/cuda_api.h"
-#include "tensor/ops_cuda.h"
+#include "minidl/kernels/cpu/copy.h"
+#include "minidl/kernels/cuda_api.h"
+#include "minidl/tensor/ops_cuda.h"
 
 namespace minidl {
 

@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "tensor/device.h"
-#include "tensor/dtype.h"
-#include "tensor/storage.h"
+#include "minidl/tensor/device.h"
+#include "minidl/tensor/dtype.h"
+#include "minidl/tensor/storage.h"
 
 namespace minidl {
 

@@ -1,7 +1,7 @@
 // tensor/tensor_all.h — the umbrella header of the tensor layer.
 #pragma once
-#include "tensor/creation.h"
-#include "tensor/ops.h"
-#include "tensor/ops_nn.h"
-#include "tensor/random.h"
-#include "tensor/tensor.h"
+#include "minidl/tensor/creation.h"
+#include "minidl/tensor/ops.h"
+#include "minidl/tensor/ops_nn.h"
+#include "minidl/tensor/random.h"
+#include "minidl/tensor/tensor.h"

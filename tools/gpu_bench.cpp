@@ -18,13 +18,13 @@
 #include <string>
 #include <vector>
 
-#include "autograd/autograd_all.h"
-#include "data/mnist.h"
-#include "kernels/cuda_api.h"
-#include "kernels/cuda_ops.h"
-#include "nn/nn.h"
-#include "optim/sgd.h"
-#include "tensor/tensor_all.h"
+#include "minidl/autograd/autograd_all.h"
+#include "minidl/data/mnist.h"
+#include "minidl/kernels/cuda_api.h"
+#include "minidl/kernels/cuda_ops.h"
+#include "minidl/nn/nn_all.h"
+#include "minidl/optim/sgd.h"
+#include "minidl/tensor/tensor_all.h"
 
 using namespace minidl;
 

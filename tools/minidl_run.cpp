@@ -31,8 +31,8 @@
 #include <string>
 #include <thread>
 
-#include "dist/socket.h"
-#include "dist/store.h"
+#include "minidl/dist/socket.h"
+#include "minidl/dist/store.h"
 #include "tools/worker_group.h"
 
 namespace {

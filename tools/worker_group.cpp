@@ -28,9 +28,9 @@
 #include <string>
 #include <thread>
 
-#include "dist/process.h"
-#include "dist/socket.h"
-#include "dist/store.h"
+#include "minidl/dist/process.h"
+#include "minidl/dist/socket.h"
+#include "minidl/dist/store.h"
 
 namespace minidl::launcher {
 

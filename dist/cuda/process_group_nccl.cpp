@@ -1,7 +1,7 @@
 // dist/cuda/process_group_nccl.cpp — see dist/cuda/process_group_nccl.h. Compiled only in CUDA
 // builds (the CMake filter keeps /cuda/ paths out of CPU-only builds). Compiled here without a
 // GPU; run by tools/gpu_check.sh and tests/dist/test_process_group_nccl.cpp on a GPU machine.
-#include "dist/cuda/process_group_nccl.h"
+#include "minidl/dist/cuda/process_group_nccl.h"
 
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -15,10 +15,10 @@
 #include <string>
 #include <thread>
 
-#include "dist/cuda/fingerprint.h"
-#include "dist/distributed.h"
-#include "kernels/cuda_api.h"
-#include "tensor/creation.h"
+#include "minidl/dist/cuda/fingerprint.h"
+#include "minidl/dist/distributed.h"
+#include "minidl/kernels/cuda_api.h"
+#include "minidl/tensor/creation.h"
 
 extern "C" {
 // Referenced with --undefined by the link line (CMakeLists.txt) so this object, and with it the

@@ -29,8 +29,8 @@
 #include <memory>
 #include <string>
 
-#include "dist/process_group.h"
-#include "dist/store.h"
+#include "minidl/dist/process_group.h"
+#include "minidl/dist/store.h"
 
 namespace minidl::dist {
 

@@ -12,10 +12,10 @@
 #include <cstdint>
 #include <string>
 
-#include "nn/module.h"
-#include "optim/lr_scheduler.h"
-#include "optim/optimizer.h"
-#include "tensor/serialize.h"
+#include "minidl/nn/module.h"
+#include "minidl/optim/lr_scheduler.h"
+#include "minidl/optim/optimizer.h"
+#include "minidl/tensor/serialize.h"
 
 namespace trainer {
 

@@ -120,12 +120,15 @@ std::string default_config_path(const std::string& model) {
   const std::string name = model + ".yaml";
   const std::filesystem::path source = std::filesystem::path(MINIDL_CONFIG_DIR) / name;
   if (std::filesystem::exists(source)) return source.string();
+  // an installed train (PREFIX/bin/train) finds PREFIX/share/minidl/configs
   std::error_code ec;
   const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
   const std::filesystem::path beside = exe.parent_path() / "configs" / name;
+  const std::filesystem::path installed = exe.parent_path().parent_path() / "share" / "minidl" / "configs" / name;
   if (!ec && std::filesystem::exists(beside)) return beside.string();
-  throw ConfigError("no recipe for model '" + model + "': neither " + source.string() + " nor " + beside.string() +
-                    " exists (give one with --config)");
+  if (!ec && std::filesystem::exists(installed)) return installed.string();
+  throw ConfigError("no recipe for model '" + model + "': none of " + source.string() + ", " + beside.string() +
+                    ", " + installed.string() + " exists (give one with --config)");
 }
 
 TrainConfig resolve_config(const CliOptions& cli, int world_size) {

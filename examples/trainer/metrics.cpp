@@ -10,9 +10,9 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
-#include "dist/distributed.h"
-#include "dist/metrics.h"
-#include "tensor/ops.h"
+#include "minidl/dist/distributed.h"
+#include "minidl/dist/metrics.h"
+#include "minidl/tensor/ops.h"
 
 namespace trainer {
 

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include "tensor/tensor.h"
+#include "minidl/tensor/tensor.h"
 
 namespace trainer {
 

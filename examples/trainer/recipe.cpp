@@ -3,8 +3,8 @@
 
 #include <algorithm>
 
-#include "optim/adam.h"
-#include "optim/sgd.h"
+#include "minidl/optim/adam.h"
+#include "minidl/optim/sgd.h"
 
 namespace trainer {
 

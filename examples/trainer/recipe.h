@@ -12,9 +12,9 @@
 #include <memory>
 
 #include "examples/trainer/config.h"
-#include "nn/module.h"
-#include "optim/lr_scheduler.h"
-#include "optim/optimizer.h"
+#include "minidl/nn/module.h"
+#include "minidl/optim/lr_scheduler.h"
+#include "minidl/optim/optimizer.h"
 
 namespace trainer {
 

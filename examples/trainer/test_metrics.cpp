@@ -9,10 +9,10 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "dist/distributed.h"
-#include "dist/spawn.h"
+#include "minidl/dist/distributed.h"
+#include "minidl/dist/spawn.h"
 #include "examples/trainer/metrics.h"
-#include "tensor/tensor_all.h"
+#include "minidl/tensor/tensor_all.h"
 
 using minidl::Tensor;
 

@@ -12,9 +12,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "kernels/cpu/gemm.h"
-#include "kernels/cpu/im2col.h"
-#include "kernels/cpu/parallel.h"
+#include "minidl/kernels/cpu/gemm.h"
+#include "minidl/kernels/cpu/im2col.h"
+#include "minidl/kernels/cpu/parallel.h"
 
 namespace minidl::kernels::cpu {
 

@@ -11,7 +11,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "kernels/cpu/parallel.h"
+#include "minidl/kernels/cpu/parallel.h"
 
 namespace minidl::kernels::cpu {
 

@@ -6,8 +6,8 @@
 #pragma once
 #include <cstdint>
 
-#include "kernels/cpu/parallel.h"
-#include "kernels/philox.h"
+#include "minidl/kernels/cpu/parallel.h"
+#include "minidl/kernels/philox.h"
 
 namespace minidl::kernels::cpu {
 

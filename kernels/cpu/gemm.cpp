@@ -6,7 +6,7 @@
 // each tile, and spread the tiles over threads with parallel_for. Every element of C is then
 // computed by the same code in the same order whatever the thread count: bit-identical results.
 // Small products skip Eigen for a register-blocked loop (small_gemm below).
-#include "kernels/cpu/gemm.h"
+#include "minidl/kernels/cpu/gemm.h"
 
 // GCC 12 reports false "maybe-uninitialized" warnings inside Eigen's packing code.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -15,7 +15,7 @@
 #include <cstring>
 #include <vector>
 
-#include "kernels/cpu/parallel.h"
+#include "minidl/kernels/cpu/parallel.h"
 
 namespace minidl::kernels::cpu {
 

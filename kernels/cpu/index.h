@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "kernels/cpu/parallel.h"
+#include "minidl/kernels/cpu/parallel.h"
 
 namespace minidl::kernels::cpu {
 

@@ -20,8 +20,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "kernels/cpu/parallel.h"
-#include "kernels/cpu/vec_math.h"
+#include "minidl/kernels/cpu/parallel.h"
+#include "minidl/kernels/cpu/vec_math.h"
 
 namespace minidl::kernels::cpu {
 

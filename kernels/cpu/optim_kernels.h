@@ -6,8 +6,8 @@
 #pragma once
 #include <cstdint>
 
-#include "kernels/cpu/parallel.h"
-#include "kernels/optim_functors.h"
+#include "minidl/kernels/cpu/parallel.h"
+#include "minidl/kernels/optim_functors.h"
 
 namespace minidl::kernels::cpu {
 

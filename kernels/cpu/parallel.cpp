@@ -1,5 +1,5 @@
 // kernels/cpu/parallel.cpp — thread-count control for OpenMP loops and Eigen's GEMM.
-#include "kernels/cpu/parallel.h"
+#include "minidl/kernels/cpu/parallel.h"
 
 #include <omp.h>
 

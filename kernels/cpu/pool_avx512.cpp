@@ -5,7 +5,7 @@
 // loop's rule (a later candidate wins if greater, or a NaN while the best is not).
 // GCC 12 reports false "maybe-uninitialized" warnings inside its own AVX-512 headers.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include "kernels/cpu/pool.h"
+#include "minidl/kernels/cpu/pool.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>

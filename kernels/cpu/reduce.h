@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "kernels/cpu/parallel.h"
+#include "minidl/kernels/cpu/parallel.h"
 
 namespace minidl::kernels::cpu {
 

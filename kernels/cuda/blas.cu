@@ -11,8 +11,8 @@
 #include <atomic>
 #include <mutex>
 
-#include "kernels/cuda/common.cuh"
-#include "kernels/cuda_api.h"
+#include "minidl/kernels/cuda/common.cuh"
+#include "minidl/kernels/cuda_api.h"
 
 namespace minidl::kernels::cuda {
 

@@ -9,8 +9,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "kernels/cuda_api.h"
-#include "kernels/cuda_ops.h"
+#include "minidl/kernels/cuda_api.h"
+#include "minidl/kernels/cuda_ops.h"
 
 namespace minidl::kernels::cuda {
 

@@ -16,9 +16,9 @@
 #include <mutex>
 #include <tuple>
 
-#include "kernels/cuda/algo_pick.h"
-#include "kernels/cuda/common.cuh"
-#include "kernels/cuda_api.h"
+#include "minidl/kernels/cuda/algo_pick.h"
+#include "minidl/kernels/cuda/common.cuh"
+#include "minidl/kernels/cuda_api.h"
 
 namespace minidl::kernels::cuda {
 

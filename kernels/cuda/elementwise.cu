@@ -8,8 +8,8 @@
 // (contiguous, transposed and broadcast operands; dropout masks compared element by element).
 #include <type_traits>
 
-#include "kernels/cuda/common.cuh"
-#include "kernels/philox.h"
+#include "minidl/kernels/cuda/common.cuh"
+#include "minidl/kernels/philox.h"
 
 namespace minidl::kernels::cuda {
 

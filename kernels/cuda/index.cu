@@ -7,8 +7,8 @@
 // Tested by tests/kernels/test_cuda_ops.cpp (index_select, index_add with repeated indices).
 #include <vector>
 
-#include "kernels/cuda/common.cuh"
-#include "kernels/cuda_api.h"
+#include "minidl/kernels/cuda/common.cuh"
+#include "minidl/kernels/cuda_api.h"
 
 namespace minidl::kernels::cuda {
 

@@ -5,7 +5,7 @@
 // Row and channel sums: one block per row/channel with a fixed CUB block reduction; the layer
 // norm affine gradients: one thread per column adding the rows in order. Deterministic.
 // Tested by tests/kernels/test_cuda_nn.cpp against the CPU ops (forward and backward).
-#include "kernels/cuda/common.cuh"
+#include "minidl/kernels/cuda/common.cuh"
 
 namespace minidl::kernels::cuda {
 

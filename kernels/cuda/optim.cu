@@ -3,7 +3,7 @@
 // with the per-step scalars computed once on the host. Elements are independent, so the result
 // equals the CPU's up to the device's floating-point rounding of the same operations.
 // Tested by tests/kernels/test_cuda_optim.cpp (several steps against the CPU update).
-#include "kernels/cuda/common.cuh"
+#include "minidl/kernels/cuda/common.cuh"
 
 namespace minidl::kernels::cuda {
 

@@ -6,7 +6,7 @@
 //   avg / adaptive: one thread per input element gathers the windows that contain it, in
 //   output order (the order in which the CPU's scatter adds them) — so results match the CPU.
 // Tested by tests/kernels/test_cuda_nn.cpp against the CPU ops.
-#include "kernels/cuda/common.cuh"
+#include "minidl/kernels/cuda/common.cuh"
 
 namespace minidl::kernels::cuda {
 

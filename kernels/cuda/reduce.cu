@@ -6,7 +6,7 @@
 // lets NaN win, like the CPU. Tested by tests/kernels/test_cuda_ops.cpp against the CPU ops.
 #include <type_traits>
 
-#include "kernels/cuda/common.cuh"
+#include "minidl/kernels/cuda/common.cuh"
 
 namespace minidl::kernels::cuda {
 

@@ -15,9 +15,9 @@
 #include <stdexcept>
 #include <string>
 
-#include "kernels/caching_allocator.h"
-#include "kernels/cuda/common.cuh"
-#include "kernels/cuda_api.h"
+#include "minidl/kernels/caching_allocator.h"
+#include "minidl/kernels/cuda/common.cuh"
+#include "minidl/kernels/cuda_api.h"
 
 namespace minidl::kernels::cuda {
 

@@ -6,8 +6,8 @@
 // Tested by tests/kernels/test_cuda_ops.cpp and test_cuda_nn.cpp against the CPU ops.
 #include <cmath>
 
-#include "kernels/cuda/common.cuh"
-#include "kernels/cuda_api.h"
+#include "minidl/kernels/cuda/common.cuh"
+#include "minidl/kernels/cuda_api.h"
 
 namespace minidl::kernels::cuda {
 

@@ -4,9 +4,9 @@
 #include <functional>
 #include <map>
 
-#include "tensor/serialize.h"
+#include "minidl/tensor/serialize.h"
 #include "tests/common/testing.h"
-#include "autograd/autograd_all.h"
+#include "minidl/autograd/autograd_all.h"
 
 using namespace minidl;
 using V = std::vector<Variable>;

@@ -3,7 +3,7 @@
 // restores the mode it found, and the mode belongs to the calling thread only.
 #include <thread>
 
-#include "autograd/autograd_all.h"
+#include "minidl/autograd/autograd_all.h"
 #include "tests/common/testing.h"
 
 using namespace minidl;

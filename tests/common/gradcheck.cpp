@@ -5,7 +5,7 @@
 
 #include <cmath>
 
-#include "tensor/tensor_all.h"
+#include "minidl/tensor/tensor_all.h"
 
 namespace minidl::testing {
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "autograd/autograd_all.h"
+#include "minidl/autograd/autograd_all.h"
 
 namespace minidl::testing {
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "tensor/tensor_all.h"
+#include "minidl/tensor/tensor_all.h"
 
 namespace minidl::testing {
 

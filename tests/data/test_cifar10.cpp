@@ -1,6 +1,6 @@
 // tests/data/test_cifar10.cpp — the CIFAR-10 binary reader on small batch files the test writes.
 #include "tests/common/testing.h"
-#include "data/cifar10.h"
+#include "minidl/data/cifar10.h"
 #include "tests/data/data_test_util.h"
 
 namespace minidl::data {

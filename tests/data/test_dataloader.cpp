@@ -6,8 +6,8 @@
 #include <thread>
 
 #include "tests/common/testing.h"
-#include "data/dataloader.h"
-#include "kernels/cuda_api.h"
+#include "minidl/data/dataloader.h"
+#include "minidl/kernels/cuda_api.h"
 
 namespace minidl::data {
 namespace {

@@ -1,6 +1,6 @@
 // tests/data/test_dataset.cpp — TensorDataset rows and Subset index mapping.
 #include "tests/common/testing.h"
-#include "data/dataset.h"
+#include "minidl/data/dataset.h"
 
 namespace minidl::data {
 namespace {

@@ -3,7 +3,7 @@
 // gzip, without first allocating what the header claims.
 #include <sys/resource.h>
 
-#include "data/mnist.h"
+#include "minidl/data/mnist.h"
 #include "tests/common/testing.h"
 #include "tests/data/data_test_util.h"
 

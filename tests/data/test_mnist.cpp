@@ -3,7 +3,7 @@
 #include <filesystem>
 
 #include "tests/common/testing.h"
-#include "data/mnist.h"
+#include "minidl/data/mnist.h"
 #include "tests/data/data_test_util.h"
 
 namespace minidl::data {

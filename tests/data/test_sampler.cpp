@@ -3,7 +3,7 @@
 #include <numeric>
 
 #include "tests/common/testing.h"
-#include "data/sampler.h"
+#include "minidl/data/sampler.h"
 
 namespace minidl::data {
 namespace {

@@ -1,8 +1,8 @@
 // tests/data/test_transforms.cpp — Normalize values, RandomCrop/RandomHorizontalFlip keyed by
 // (seed, epoch, index): deterministic, different across epochs, independent across Compose stages.
 #include "tests/common/testing.h"
-#include "data/transforms.h"
-#include "tensor/creation.h"
+#include "minidl/data/transforms.h"
+#include "minidl/tensor/creation.h"
 
 namespace minidl::data {
 namespace {

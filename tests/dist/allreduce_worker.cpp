@@ -17,8 +17,8 @@
 #include <exception>
 #include <string>
 
-#include "dist/distributed.h"
-#include "tensor/creation.h"
+#include "minidl/dist/distributed.h"
+#include "minidl/tensor/creation.h"
 
 namespace {
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "dist/store.h"
+#include "minidl/dist/store.h"
 
 namespace minidl::testing {
 

@@ -10,11 +10,11 @@
 #include <string>
 #include <vector>
 
-#include "dist/env.h"
-#include "dist/process_group_gloo.h"
-#include "dist/spawn.h"
-#include "dist/store.h"
-#include "tensor/tensor_all.h"
+#include "minidl/dist/env.h"
+#include "minidl/dist/process_group_gloo.h"
+#include "minidl/dist/spawn.h"
+#include "minidl/dist/store.h"
+#include "minidl/tensor/tensor_all.h"
 #include "tests/dist/dist_test_util.h"
 
 namespace minidl::testing {

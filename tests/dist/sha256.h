@@ -8,7 +8,7 @@
 #include <cstring>
 #include <string>
 
-#include "tensor/serialize.h"
+#include "minidl/tensor/serialize.h"
 
 namespace minidl::testing {
 

@@ -5,12 +5,12 @@
 #include <cmath>
 #include <sstream>
 
-#include "dist/ddp.h"
-#include "dist/distributed.h"
-#include "dist/spawn.h"
-#include "dist/sync_batchnorm.h"
-#include "nn/nn.h"
-#include "optim/optim_all.h"
+#include "minidl/dist/ddp.h"
+#include "minidl/dist/distributed.h"
+#include "minidl/dist/spawn.h"
+#include "minidl/dist/sync_batchnorm.h"
+#include "minidl/nn/nn_all.h"
+#include "minidl/optim/optim_all.h"
 #include "tests/common/testing.h"
 
 using namespace minidl;

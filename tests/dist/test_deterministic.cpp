@@ -17,13 +17,13 @@
 #include <set>
 #include <sstream>
 
-#include "dist/ddp.h"
-#include "dist/deterministic.h"
-#include "dist/distributed.h"
-#include "dist/socket.h"
-#include "dist/sync_batchnorm.h"
-#include "nn/nn.h"
-#include "optim/optim_all.h"
+#include "minidl/dist/ddp.h"
+#include "minidl/dist/deterministic.h"
+#include "minidl/dist/distributed.h"
+#include "minidl/dist/socket.h"
+#include "minidl/dist/sync_batchnorm.h"
+#include "minidl/nn/nn_all.h"
+#include "minidl/optim/optim_all.h"
 #include "tests/common/testing.h"
 #include "tests/dist/dist_test_util.h"
 #include "tests/dist/pg_test_util.h"

@@ -4,8 +4,8 @@
 // at a given index. Known lists for small cases, then properties against a plain reference.
 #include <numeric>
 
-#include "dist/distributed_sampler.h"
-#include "tensor/random.h"
+#include "minidl/dist/distributed_sampler.h"
+#include "minidl/tensor/random.h"
 #include "tests/common/testing.h"
 
 using minidl::dist::DistributedSampler;

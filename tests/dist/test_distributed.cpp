@@ -4,10 +4,10 @@
 #include <cmath>
 #include <thread>
 
-#include "dist/distributed.h"
-#include "dist/distributed_sampler.h"
-#include "dist/metrics.h"
-#include "dist/socket.h"
+#include "minidl/dist/distributed.h"
+#include "minidl/dist/distributed_sampler.h"
+#include "minidl/dist/metrics.h"
+#include "minidl/dist/socket.h"
 #include "tests/common/testing.h"
 #include "tests/dist/pg_test_util.h"
 

@@ -7,8 +7,8 @@
 #include <numeric>
 #include <set>
 
-#include "data/dataloader.h"
-#include "dist/distributed_sampler.h"
+#include "minidl/data/dataloader.h"
+#include "minidl/dist/distributed_sampler.h"
 #include "tests/common/testing.h"
 
 using minidl::dist::DistributedBatchSampler;

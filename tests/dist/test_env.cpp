@@ -1,6 +1,6 @@
 // tests/dist/test_env.cpp — world_info_from_env(): torchrun variables, SLURM and Open MPI
 // fallbacks, defaults, and errors that name the missing or contradictory variable.
-#include "dist/env.h"
+#include "minidl/dist/env.h"
 #include "tests/common/testing.h"
 #include "tests/dist/dist_test_util.h"
 

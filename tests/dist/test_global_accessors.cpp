@@ -3,7 +3,7 @@
 // the rendezvous store) and TCPStore::set_timeout (a get on a missing key gives up after it).
 #include <chrono>
 
-#include "dist/distributed.h"
+#include "minidl/dist/distributed.h"
 #include "tests/common/testing.h"
 #include "tests/dist/pg_test_util.h"
 

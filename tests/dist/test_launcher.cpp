@@ -10,7 +10,7 @@
 #include <csignal>
 #include <thread>
 
-#include "dist/socket.h"
+#include "minidl/dist/socket.h"
 #include "tests/common/testing.h"
 #include "tests/dist/dist_test_util.h"
 

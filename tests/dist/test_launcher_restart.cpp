@@ -14,7 +14,7 @@
 #include <set>
 #include <thread>
 
-#include "dist/socket.h"
+#include "minidl/dist/socket.h"
 #include "tests/common/testing.h"
 #include "tests/dist/dist_test_util.h"
 

@@ -3,7 +3,7 @@
 // the fixed-size encoding keeps them, and the comparison names the first rank that differs.
 #include <gtest/gtest.h>
 
-#include "dist/cuda/fingerprint.h"
+#include "minidl/dist/cuda/fingerprint.h"
 
 using namespace minidl::dist::nccl_debug;
 

@@ -2,13 +2,13 @@
 // allows: NCCL refuses two ranks on one device): rendezvous through a TCPStore, every collective
 // on CUDA tensors (and CPU tensors staged through the device), async Work handles, the "nccl"
 // backend registration. Compiled in CUDA builds only; skipped, saying why, without a device.
-#include "kernels/cuda_api.h"
+#include "minidl/kernels/cuda_api.h"
 #include "tests/common/testing.h"
 
 #ifdef MINIDL_WITH_CUDA
-#include "dist/cuda/process_group_nccl.h"
-#include "dist/distributed.h"
-#include "tensor/tensor_all.h"
+#include "minidl/dist/cuda/process_group_nccl.h"
+#include "minidl/dist/distributed.h"
+#include "minidl/tensor/tensor_all.h"
 
 using namespace minidl;
 

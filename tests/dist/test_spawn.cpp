@@ -8,9 +8,9 @@
 #include <csignal>
 #include <thread>
 
-#include "dist/env.h"
-#include "dist/spawn.h"
-#include "dist/store.h"
+#include "minidl/dist/env.h"
+#include "minidl/dist/spawn.h"
+#include "minidl/dist/store.h"
 #include "tests/common/testing.h"
 #include "tests/dist/dist_test_util.h"
 

@@ -5,8 +5,8 @@
 #include <string>
 #include <thread>
 
-#include "dist/spawn.h"
-#include "kernels/cpu/parallel.h"
+#include "minidl/dist/spawn.h"
+#include "minidl/kernels/cpu/parallel.h"
 #include "tests/common/testing.h"
 
 using minidl::dist::spawn_with_results;

@@ -9,9 +9,9 @@
 #include <set>
 #include <thread>
 
-#include "dist/socket.h"
-#include "dist/store.h"
-#include "dist/store_protocol.h"
+#include "minidl/dist/socket.h"
+#include "minidl/dist/store.h"
+#include "minidl/dist/store_protocol.h"
 #include "tests/common/testing.h"
 
 using namespace std::chrono_literals;

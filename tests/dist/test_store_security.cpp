@@ -9,12 +9,12 @@
 #include <regex>
 #include <thread>
 
-#include "dist/distributed.h"
-#include "dist/socket.h"
-#include "dist/spawn.h"
-#include "dist/store.h"
-#include "dist/store_protocol.h"
-#include "tensor/creation.h"
+#include "minidl/dist/distributed.h"
+#include "minidl/dist/socket.h"
+#include "minidl/dist/spawn.h"
+#include "minidl/dist/store.h"
+#include "minidl/dist/store_protocol.h"
+#include "minidl/tensor/creation.h"
 #include "tests/common/testing.h"
 #include "tests/dist/dist_test_util.h"
 

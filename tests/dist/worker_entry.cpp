@@ -17,8 +17,8 @@
 #include <exception>
 #include <string>
 
-#include "dist/env.h"
-#include "dist/store.h"
+#include "minidl/dist/env.h"
+#include "minidl/dist/store.h"
 #include "tests/dist/dist_test_util.h"
 
 namespace {

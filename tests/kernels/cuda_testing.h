@@ -4,7 +4,7 @@
 #pragma once
 #include <string>
 
-#include "kernels/cuda_api.h"
+#include "minidl/kernels/cuda_api.h"
 #include "tests/common/testing.h"
 
 namespace minidl::testing {

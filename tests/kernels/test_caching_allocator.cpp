@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <set>
 
-#include "kernels/caching_allocator.h"
+#include "minidl/kernels/caching_allocator.h"
 #include "tests/common/testing.h"
 
 using namespace minidl::kernels;

@@ -2,9 +2,9 @@
 // reuse makes no cudaMalloc, statistics, empty_cache, the memory-fraction cap's error message,
 // pinned host tensors. (Its logic is also tested without a GPU in test_caching_allocator.cpp.)
 // Skipped, saying why, without a device.
-#include "kernels/caching_allocator.h"
-#include "tensor/pinned.h"
-#include "tensor/tensor_all.h"
+#include "minidl/kernels/caching_allocator.h"
+#include "minidl/tensor/pinned.h"
+#include "minidl/tensor/tensor_all.h"
 #include "tests/kernels/cuda_testing.h"
 
 using namespace minidl;

@@ -10,11 +10,11 @@
 //  - MINIDL_CUDA_SYNC's parsing.
 #include <gtest/gtest.h>
 
-#include "kernels/cuda/algo_pick.h"
-#include "kernels/cuda_api.h"
-#include "kernels/cuda_ops.h"
-#include "tensor/ops_cuda.h"
-#include "tensor/tensor_all.h"
+#include "minidl/kernels/cuda/algo_pick.h"
+#include "minidl/kernels/cuda_api.h"
+#include "minidl/kernels/cuda_ops.h"
+#include "minidl/tensor/ops_cuda.h"
+#include "minidl/tensor/tensor_all.h"
 
 using namespace minidl;
 namespace kc = minidl::kernels::cuda;

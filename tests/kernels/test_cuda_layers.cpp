@@ -8,9 +8,9 @@
 #include <functional>
 #include <memory>
 
-#include "nn/nn.h"
-#include "optim/optim_all.h"
-#include "tensor/tensor_all.h"
+#include "minidl/nn/nn_all.h"
+#include "minidl/optim/optim_all.h"
+#include "minidl/tensor/tensor_all.h"
 #include "tests/kernels/cuda_testing.h"
 
 using namespace minidl;

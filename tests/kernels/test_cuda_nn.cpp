@@ -2,9 +2,9 @@
 // layer is made of: Linear = matmul, Conv2d, pools, BatchNorm pieces, LayerNorm, GELU, Dropout,
 // cross entropy), forward AND backward, on the GPU against the CPU on the same inputs, with per-op
 // tolerances. cuDNN convolutions run in FP32 (no TF32). Skipped, saying why, without a device.
-#include "kernels/cuda_ops.h"
-#include "tensor/ops_nn.h"
-#include "tensor/tensor_all.h"
+#include "minidl/kernels/cuda_ops.h"
+#include "minidl/tensor/ops_nn.h"
+#include "minidl/tensor/tensor_all.h"
 #include "tests/kernels/cuda_testing.h"
 
 using namespace minidl;

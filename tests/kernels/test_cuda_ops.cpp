@@ -5,9 +5,9 @@
 // (equal element for element). Skipped, saying why, when no device is present.
 #include <functional>
 
-#include "kernels/cuda_ops.h"
-#include "tensor/ops_nn.h"
-#include "tensor/tensor_all.h"
+#include "minidl/kernels/cuda_ops.h"
+#include "minidl/tensor/ops_nn.h"
+#include "minidl/tensor/tensor_all.h"
 #include "tests/kernels/cuda_testing.h"
 
 using namespace minidl;

@@ -2,9 +2,9 @@
 // against the CPU kernels (kernels/cpu/optim_kernels.h): the same functors, several steps, SGD
 // (plain, momentum, Nesterov, weight decay), Adam, AdamW and AMSGrad, float32 and float64.
 // Skipped, saying why, without a device.
-#include "kernels/cpu/optim_kernels.h"
-#include "kernels/cuda_ops.h"
-#include "tensor/tensor_all.h"
+#include "minidl/kernels/cpu/optim_kernels.h"
+#include "minidl/kernels/cuda_ops.h"
+#include "minidl/tensor/tensor_all.h"
 #include "tests/kernels/cuda_testing.h"
 
 using namespace minidl;

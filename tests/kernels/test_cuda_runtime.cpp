@@ -1,9 +1,9 @@
 // tests/kernels/test_cuda_runtime.cpp — the first CUDA kernel (axpy) against its CPU loop, the
 // MINIDL_CUDA_SYNC debug mode, the pinned-memory cache, and (with two devices) that runtime calls restore the current device.
 // Skips, saying why, when minidl was built without CUDA or no device is present.
-#include "kernels/cuda_api.h"
-#include "tensor/pinned.h"
-#include "tensor/tensor_all.h"
+#include "minidl/kernels/cuda_api.h"
+#include "minidl/tensor/pinned.h"
+#include "minidl/tensor/tensor_all.h"
 #include "tests/common/testing.h"
 
 using namespace minidl;

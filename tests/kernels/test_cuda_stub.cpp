@@ -4,9 +4,9 @@
 // a tensor that claims to be on CUDA reaches the CUDA branch and fails there with a clear error.
 #include <cstdlib>
 
-#include "kernels/cuda_api.h"
-#include "tensor/ops_nn.h"
-#include "tensor/tensor_all.h"
+#include "minidl/kernels/cuda_api.h"
+#include "minidl/tensor/ops_nn.h"
+#include "minidl/tensor/tensor_all.h"
 #include "tests/kernels/cuda_testing.h"
 
 using namespace minidl;

@@ -5,7 +5,7 @@
 #include <functional>
 #include <map>
 
-#include "nn/nn.h"
+#include "minidl/nn/nn_all.h"
 #include "tests/common/testing.h"
 
 using namespace minidl;

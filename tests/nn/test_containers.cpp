@@ -1,7 +1,7 @@
 // tests/nn/test_containers.cpp — ModuleList, ModuleDict, the default type_name(), freezing
 // parameters and gradient accumulation (two half-batch backward calls equal one full batch).
-#include "nn/nn.h"
-#include "optim/optim_all.h"
+#include "minidl/nn/nn_all.h"
+#include "minidl/optim/optim_all.h"
 #include "tests/common/testing.h"
 
 using namespace minidl;

@@ -4,9 +4,9 @@
 // fan_out)) for xavier_normal_, with fans from the weight's shape as PyTorch computes them.
 #include <cmath>
 
-#include "nn/batchnorm.h"
-#include "nn/init.h"
-#include "tensor/random.h"
+#include "minidl/nn/batchnorm.h"
+#include "minidl/nn/init.h"
+#include "minidl/tensor/random.h"
 #include "tests/common/testing.h"
 
 using minidl::Tensor;

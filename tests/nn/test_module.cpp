@@ -1,7 +1,7 @@
 // tests/nn/test_module.cpp — Module registration, names, state_dict, strict loading errors,
 // train/eval, the printed tree, the reference models' parameter counts and output shapes, and the
 // initialisers against PyTorch's formulas (bounds, fans, the statistics of the draws).
-#include "nn/nn.h"
+#include "minidl/nn/nn_all.h"
 #include "tests/common/testing.h"
 
 using namespace minidl;

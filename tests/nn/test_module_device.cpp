@@ -2,8 +2,8 @@
 // CPU is a no-op that keeps every tensor, and moving to CUDA where no GPU can be used fails with
 // a message naming the module and the reason, leaving the module on the CPU. (The move to a real
 // GPU is tested by tests/kernels/test_cuda_layers.cpp, which skips without one.)
-#include "kernels/cuda_api.h"
-#include "nn/nn.h"
+#include "minidl/kernels/cuda_api.h"
+#include "minidl/nn/nn_all.h"
 #include "tests/common/testing.h"
 
 using namespace minidl;

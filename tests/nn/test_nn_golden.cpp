@@ -6,7 +6,7 @@
 #include <cmath>
 #include <map>
 
-#include "nn/nn.h"
+#include "minidl/nn/nn_all.h"
 #include "tests/common/testing.h"
 
 using namespace minidl;

@@ -2,7 +2,7 @@
 // 200,000 unexpected keys names the first few and counts the rest, instead of listing them all.
 #include <string>
 
-#include "nn/linear.h"
+#include "minidl/nn/linear.h"
 #include "tests/common/testing.h"
 
 using namespace minidl;

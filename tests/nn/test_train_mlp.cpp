@@ -6,9 +6,9 @@
 // Skips when the Debian package dataset-fashion-mnist is not installed.
 #include <filesystem>
 
-#include "data/data_all.h"
-#include "nn/nn.h"
-#include "optim/optim_all.h"
+#include "minidl/data/data_all.h"
+#include "minidl/nn/nn_all.h"
+#include "minidl/optim/optim_all.h"
 #include "tests/common/testing.h"
 
 using namespace minidl;

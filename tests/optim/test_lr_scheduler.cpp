@@ -3,8 +3,8 @@
 // round trip, warm-up without a following schedule, and errors for bad options and state.
 #include <memory>
 
-#include "autograd/variable.h"
-#include "optim/optim_all.h"
+#include "minidl/autograd/variable.h"
+#include "minidl/optim/optim_all.h"
 #include "tests/common/testing.h"
 
 namespace minidl::optim {

@@ -3,9 +3,9 @@
 // tests/optim/make_sched_golden.py), and their errors for bad options.
 #include <memory>
 
-#include "autograd/variable.h"
-#include "optim/optim_all.h"
-#include "tensor/serialize.h"
+#include "minidl/autograd/variable.h"
+#include "minidl/optim/optim_all.h"
+#include "minidl/tensor/serialize.h"
 #include "tests/common/testing.h"
 
 namespace minidl::optim {

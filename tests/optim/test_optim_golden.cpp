@@ -6,8 +6,8 @@
 #include <functional>
 #include <memory>
 
-#include "autograd/variable.h"
-#include "optim/optim_all.h"
+#include "minidl/autograd/variable.h"
+#include "minidl/optim/optim_all.h"
 #include "tests/common/testing.h"
 
 namespace minidl::optim {

@@ -5,10 +5,10 @@
 #include <cmath>
 #include <memory>
 
-#include "autograd/variable.h"
-#include "kernels/cpu/parallel.h"
-#include "optim/optim_all.h"
-#include "tensor/ops.h"
+#include "minidl/autograd/variable.h"
+#include "minidl/kernels/cpu/parallel.h"
+#include "minidl/optim/optim_all.h"
+#include "minidl/tensor/ops.h"
 #include "tests/common/testing.h"
 
 namespace minidl::optim {

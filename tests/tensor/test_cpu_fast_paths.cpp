@@ -12,17 +12,17 @@
 #include <limits>
 #include <vector>
 
-#include "autograd/ops.h"
-#include "kernels/cpu/gemm.h"
-#include "kernels/cpu/im2col.h"
-#include "kernels/cpu/norm.h"
-#include "kernels/cpu/parallel.h"
-#include "kernels/cpu/pool.h"
-#include "kernels/cpu/vec_math.h"
-#include "kernels/functors.h"
-#include "nn/models.h"
-#include "optim/sgd.h"
-#include "tensor/cpu_allocator.h"
+#include "minidl/autograd/ops.h"
+#include "minidl/kernels/cpu/gemm.h"
+#include "minidl/kernels/cpu/im2col.h"
+#include "minidl/kernels/cpu/norm.h"
+#include "minidl/kernels/cpu/parallel.h"
+#include "minidl/kernels/cpu/pool.h"
+#include "minidl/kernels/cpu/vec_math.h"
+#include "minidl/kernels/functors.h"
+#include "minidl/nn/models.h"
+#include "minidl/optim/sgd.h"
+#include "minidl/tensor/cpu_allocator.h"
 #include "tests/common/testing.h"
 
 using namespace minidl;

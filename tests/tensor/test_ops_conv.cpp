@@ -3,7 +3,7 @@
 // finite differences of dx, dw, db with stride, padding, dilation and groups, and error messages.
 #include <vector>
 
-#include "kernels/cpu/parallel.h"
+#include "minidl/kernels/cpu/parallel.h"
 #include "tests/common/testing.h"
 #include "tests/tensor/finite_difference.h"
 

@@ -1,6 +1,6 @@
 // tests/tensor/test_ops_determinism.cpp — reductions and matmul give the same bits with 1 and 2
 // threads (fixed chunking, partials combined in a fixed order).
-#include "kernels/cpu/parallel.h"
+#include "minidl/kernels/cpu/parallel.h"
 #include "tests/common/testing.h"
 
 using namespace minidl;

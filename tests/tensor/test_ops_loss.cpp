@@ -4,8 +4,8 @@
 // the dropout rule element by element, error messages.
 #include <cmath>
 
-#include "kernels/cpu/parallel.h"
-#include "kernels/philox.h"
+#include "minidl/kernels/cpu/parallel.h"
+#include "minidl/kernels/philox.h"
 #include "tests/common/testing.h"
 #include "tests/tensor/finite_difference.h"
 

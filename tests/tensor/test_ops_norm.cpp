@@ -4,7 +4,7 @@
 // gradients, reproducibility across thread counts, error messages.
 #include <cmath>
 
-#include "kernels/cpu/parallel.h"
+#include "minidl/kernels/cpu/parallel.h"
 #include "tests/common/testing.h"
 #include "tests/tensor/finite_difference.h"
 

@@ -1,8 +1,8 @@
 // tests/tensor/test_pinned.cpp — empty_pinned / pin_memory: with a CUDA device, a contiguous CPU
 // tensor of the asked shape and dtype that every CPU op can use; without one, an error that says
 // why (the build has no CUDA, or no device is present), never a crash or a silent plain buffer.
-#include "kernels/cuda_api.h"
-#include "tensor/pinned.h"
+#include "minidl/kernels/cuda_api.h"
+#include "minidl/tensor/pinned.h"
 #include "tests/common/testing.h"
 
 using minidl::DType;

@@ -1,7 +1,7 @@
 // tests/tensor/test_random.cpp — Philox 4x32-10 known answers (Random123's kat_vectors) and the
 // properties minidl relies on: values depend only on (seed, stream, index).
-#include "kernels/cpu/parallel.h"
-#include "kernels/philox.h"
+#include "minidl/kernels/cpu/parallel.h"
+#include "minidl/kernels/philox.h"
 #include "tests/common/testing.h"
 
 using namespace minidl;

@@ -3,7 +3,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "tensor/serialize.h"
+#include "minidl/tensor/serialize.h"
 #include "tests/common/testing.h"
 
 using namespace minidl;

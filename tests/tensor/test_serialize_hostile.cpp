@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "tensor/serialize.h"
+#include "minidl/tensor/serialize.h"
 #include "tests/common/testing.h"
 
 using namespace minidl;

@@ -1,0 +1,14 @@
+// dist/dist_all.h — the umbrella header of the dist layer: init / collectives, process groups
+// (Gloo, and NCCL registered by CUDA builds), the TCP store, spawn, DistributedSampler,
+// DistributedDataParallel, SyncBatchNorm and all-reduced metrics. All in namespace minidl::dist.
+#pragma once
+#include "minidl/dist/ddp.h"
+#include "minidl/dist/distributed.h"
+#include "minidl/dist/distributed_sampler.h"
+#include "minidl/dist/env.h"
+#include "minidl/dist/metrics.h"
+#include "minidl/dist/process_group.h"
+#include "minidl/dist/process_group_gloo.h"
+#include "minidl/dist/spawn.h"
+#include "minidl/dist/store.h"
+#include "minidl/dist/sync_batchnorm.h"
