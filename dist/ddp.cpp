@@ -29,7 +29,7 @@ DistributedDataParallel::DistributedDataParallel(nn::Module& module, const DDPOp
   }
   if (params_.empty()) throw std::invalid_argument("DistributedDataParallel: the module has no parameter that requires grad");
   for (auto& [name, m] : module_.named_modules())
-    if (m->type_name() == "SyncBatchNorm") has_collective_modules_ = true;
+    if (m->communicates_in_forward()) has_collective_modules_ = true;
   check_parameters_match();
   sync_module_state(/*params=*/true);
   if (options_.deterministic) {
@@ -120,6 +120,12 @@ void DistributedDataParallel::setup_deterministic() {
     if (auto* sbn = dynamic_cast<SyncBatchNorm*>(m)) {
       sbn->set_deterministic(true);
       ghost_bns_.push_back(sbn);
+    } else if (m->communicates_in_forward()) {  // a converted BatchNorm member: not a SyncBatchNorm object
+      throw std::invalid_argument("DistributedDataParallel (deterministic): '" + name + "' (" + m->type_name() +
+                                  ") is a BatchNorm member of a user module converted by "
+                                  "dist::convert_sync_batchnorm, which cannot run as ghost batch norm; hold it in an "
+                                  "nn::Sequential / ModuleList (converted into a dist::SyncBatchNorm) or declare the "
+                                  "member as dist::SyncBatchNorm");
     } else if (auto* bn = dynamic_cast<nn::BatchNormBase*>(m); bn && bn->running_mean.defined()) {
       throw std::invalid_argument("DistributedDataParallel (deterministic): '" + name + "' (" + m->type_name() +
                                   ") would move its running statistics once per micro-shard, in an order that depends "

@@ -188,7 +188,7 @@ int convert_sync_batchnorm(nn::Module& module, ProcessGroup* group) {
     members.push_back(bn);
   for (nn::BatchNormBase* bn : members)
     bn->set_forward_override([group](nn::BatchNormBase& b, const Variable& x) { return sync_forward(b, group, x); },
-                             "SyncBatchNorm");
+                             "SyncBatchNorm", /*communicates=*/true);
   NoGradGuard no_grad;
   for (const Swap& s : swaps) {
     auto sync = std::make_unique<SyncBatchNorm>(s.bn->options, group);

@@ -32,6 +32,7 @@ class SyncBatchNorm : public nn::BatchNormBase {
  public:
   explicit SyncBatchNorm(const nn::BatchNormOptions& o, ProcessGroup* group = nullptr);
   std::string type_name() const override { return "SyncBatchNorm"; }
+  bool communicates_in_forward() const override { return true; }  // all-gathers its statistics
   Variable forward(const Variable& x) override;
 
   void set_deterministic(bool on) { deterministic_ = on; }

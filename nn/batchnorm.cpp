@@ -55,9 +55,10 @@ double BatchNormBase::next_momentum() {
   return options.momentum ? *options.momentum : 1.0 / static_cast<double>(*n);
 }
 
-void BatchNormBase::set_forward_override(ForwardOverride fn, std::string type_name) {
+void BatchNormBase::set_forward_override(ForwardOverride fn, std::string type_name, bool communicates) {
   override_ = std::move(fn);
   override_name_ = std::move(type_name);
+  override_communicates_ = communicates;
 }
 
 Variable BatchNormBase::forward(const Variable& x) { return override_ ? override_(*this, x) : local_forward(x); }

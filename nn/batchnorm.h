@@ -32,9 +32,11 @@ class BatchNormBase : public Module {
   void reset_running_stats();
 
   using ForwardOverride = std::function<Variable(BatchNormBase&, const Variable&)>;
-  // Replaces forward by fn (which may call local_forward); type_name() becomes `type_name`.
-  void set_forward_override(ForwardOverride fn, std::string type_name);
+  // Replaces forward by fn (which may call local_forward); type_name() becomes `type_name`, and
+  // communicates_in_forward() returns `communicates` (true when fn runs collectives).
+  void set_forward_override(ForwardOverride fn, std::string type_name, bool communicates);
   bool has_forward_override() const { return static_cast<bool>(override_); }
+  bool communicates_in_forward() const override { return override_ && override_communicates_; }
 
   // The factor for this training step's running-stat update (advances num_batches_tracked).
   double next_momentum();
@@ -54,6 +56,7 @@ class BatchNormBase : public Module {
  private:
   ForwardOverride override_;
   std::string override_name_;
+  bool override_communicates_ = false;
 };
 
 class BatchNorm1d : public BatchNormBase {

@@ -45,6 +45,9 @@ class Module {
   virtual std::string type_name() const;
   // The text inside the parentheses of this module's line: "in_features=784, out_features=256, bias=True".
   virtual std::string extra_repr() const { return ""; }
+  // True when this module's forward itself runs collectives (SyncBatchNorm, or a BatchNorm member
+  // converted by dist::convert_sync_batchnorm): DDP's join() cannot shadow such a model.
+  virtual bool communicates_in_forward() const { return false; }
 
   // ---- traversal (registration order; own entries first, then children's, depth first) ----
   std::vector<std::pair<std::string, Variable>> named_parameters(bool recurse = true) const;

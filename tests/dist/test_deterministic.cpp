@@ -350,6 +350,41 @@ TEST(DeterministicDDP, RefusesPlainBatchNormJoinAndNoSync) {
   EXPECT_THAT(results[0], ::testing::HasSubstr("no_sync() does not apply"));
 }
 
+// A BatchNorm held as a member of a user module: convert_sync_batchnorm keeps the object (it is
+// not a SyncBatchNorm) and installs SyncBatchNorm's forward. DDP must still see that the model
+// communicates in forward: join() refuses it, and deterministic mode names it instead of
+// treating it as a plain BatchNorm (or, without running statistics, not at all).
+struct MemberBN : nn::Module {
+  nn::BatchNorm2d bn;
+  explicit MemberBN(bool track) : bn({.num_features = 3, .track_running_stats = track}) { register_module("bn", bn); }
+  Variable forward(const Variable& x) override { return bn(x); }
+};
+
+TEST(DDP, SeesABatchNormMemberConvertedToSyncBatchNorm) {
+  const auto results = mt::run_gloo_world(1, [](dist::ProcessGroupGloo& pg) {
+    manual_seed(0);
+    MemberBN plain(true);
+    std::string out = plain.bn.communicates_in_forward() ? "plain communicates" : "plain is local";
+    MemberBN net(true), untracked(false);
+    if (dist::convert_sync_batchnorm(net) != 1 || dist::convert_sync_batchnorm(untracked) != 1) return std::string("not converted");
+    if (dynamic_cast<dist::SyncBatchNorm*>(&net.bn)) return std::string("the member was replaced");
+    out += net.bn.communicates_in_forward() ? " | converted communicates" : " | converted is local";
+    dist::DistributedDataParallel ddp(net, {.group = &pg});
+    out += " | " + mt::error_of([&] { ddp.join(); });
+    out += " | " + mt::error_of([&] { dist::DistributedDataParallel d(net, {.deterministic = true, .group = &pg}); });
+    out += " | " + mt::error_of([&] { dist::DistributedDataParallel d(untracked, {.deterministic = true, .group = &pg}); });
+    return out;
+  });
+  const std::string& r = results[0];
+  EXPECT_THAT(r, ::testing::StartsWith("plain is local | converted communicates | "));
+  EXPECT_THAT(r, ::testing::HasSubstr("join: the model communicates in forward (SyncBatchNorm)"));
+  const std::string member = "'bn' (SyncBatchNorm) is a BatchNorm member of a user module converted by "
+                             "dist::convert_sync_batchnorm, which cannot run as ghost batch norm";
+  const size_t first = r.find(member);
+  ASSERT_NE(first, std::string::npos) << r;
+  EXPECT_NE(r.find(member, first + 1), std::string::npos) << "untracked member: " << r;
+}
+
 TEST(DeterministicTraining, MlpIsBitIdenticalOnOneTwoAndFourProcessesAndAnyThreadCount) {
   expect_identical_everywhere("mlp", 4);
 }
