@@ -1,7 +1,7 @@
 // dist/process_group.cpp — the backend-independent parts of ProcessGroup: reduce-op names, the
-// blocking all_gather / reduce_scatter forms, and the byte-string collectives built on them
-// (all_gather_object: all-gather the lengths, then the bytes padded to the longest;
-// broadcast_object: broadcast the length, then the bytes).
+// debug-mode collective fingerprints, the blocking all_gather / reduce_scatter forms, and the
+// byte-string collectives built on them (all_gather_object: all-gather the lengths, then the
+// bytes padded to the longest; broadcast_object: broadcast the length, then the bytes).
 #include "minidl/dist/process_group.h"
 
 #include <algorithm>
@@ -28,6 +28,34 @@ bool debug_mode(const ProcessGroupOptions& options) {
   if (options.debug.has_value()) return *options.debug;
   const char* env = std::getenv("MINIDL_DIST_DEBUG");
   return env != nullptr && std::string(env) == "1";
+}
+
+std::string CollectiveDesc::human() const {
+  std::string s = op;
+  if (!dtype.empty()) s += " " + dtype + shape;
+  if (!extra.empty()) s += " " + extra;
+  return s;
+}
+
+std::string CollectiveDesc::sig() const { return dtype.empty() ? std::string() : dtype + shape; }
+
+std::string CollectiveDesc::fingerprint(int64_t seq) const {
+  std::string key = "seq=" + std::to_string(seq) + " op=" + op + " dtype=" + (dtype.empty() ? "none" : dtype) +
+                    " shape=" + shape;
+  if (!extra.empty()) key += " " + extra;
+  return key + "\n" + human();
+}
+
+std::string fingerprint_mismatch(int64_t seq, const std::vector<std::string>& per_rank) {
+  auto human_of = [](const std::string& f) {
+    const size_t nl = f.find('\n');
+    return nl == std::string::npos ? f : f.substr(nl + 1);
+  };
+  for (size_t r = 1; r < per_rank.size(); ++r)
+    if (per_rank[r] != per_rank[0])
+      return "MINIDL_DIST_DEBUG: collective #" + std::to_string(seq) + " mismatch: rank 0 called " +
+             human_of(per_rank[0]) + ", rank " + std::to_string(r) + " called " + human_of(per_rank[r]);
+  return "";
 }
 
 std::vector<Tensor> ProcessGroup::all_gather(const Tensor& t) {

@@ -39,6 +39,25 @@ struct ProcessGroupOptions {
 // Whether options.debug, or else MINIDL_DIST_DEBUG=1, asks for debug mode.
 bool debug_mode(const ProcessGroupOptions& options);
 
+// What one collective is, for error messages and for the debug-mode fingerprint that every
+// backend exchanges before running collective #seq (Gloo through the store, NCCL with one small
+// all-gather), so ranks that called different collectives fail fast instead of hanging.
+struct CollectiveDesc {
+  std::string op;     // "all_reduce"
+  std::string dtype;  // "float32" ("" for barrier)
+  std::string shape;  // "[3, 4]" ("[*, 4]" for all_gather, whose first dim may differ)
+  std::string extra;  // "op=sum", "root=1", ""
+
+  std::string human() const;  // "all_reduce float32[3, 4] op=sum"
+  std::string sig() const;    // "float32[3, 4]" (what messages show after the collective's number)
+  // "seq=3 op=all_reduce dtype=float32 shape=[3, 4] op=sum", a newline, then human(): equal
+  // calls give equal fingerprints, and the human form travels with it for the message.
+  std::string fingerprint(int64_t seq) const;
+};
+// Empty when every rank's fingerprint of collective #seq equals rank 0's, else the message naming
+// the first rank that differs and both calls.
+std::string fingerprint_mismatch(int64_t seq, const std::vector<std::string>& per_rank);
+
 class ProcessGroup {
  public:
   ProcessGroup(int rank, int size) : rank_(rank), size_(size) {}

@@ -149,24 +149,6 @@ std::atomic<int64_t> groups_created{0};  // names each group's keys; same order 
 
 }  // namespace
 
-// What one collective is, for messages and for the debug fingerprint.
-struct CollectiveDesc {
-  std::string op;     // "all_reduce"
-  std::string dtype;  // "float32" ("" for barrier)
-  std::string shape;  // "[3, 4]" ("[*, 4]" for all_gather, whose first dim may differ)
-  std::string extra;  // "op=sum", "root=1", ""
-
-  // "all_reduce float32[3, 4] op=sum"
-  std::string human() const {
-    std::string s = op;
-    if (!dtype.empty()) s += " " + dtype + shape;
-    if (!extra.empty()) s += " " + extra;
-    return s;
-  }
-  // "float32[3, 4]" (what error messages show after the collective's number)
-  std::string sig() const { return dtype.empty() ? std::string() : dtype + shape; }
-};
-
 struct ProcessGroupGloo::Impl {
   struct Task {
     std::string what;  // "all_reduce #3 (float32[4])"
@@ -246,17 +228,14 @@ struct ProcessGroupGloo::Impl {
   void check_fingerprint(int64_t n, const CollectiveDesc& desc) {
     const std::string prefix = "minidl/debug/" + std::to_string(group_id) + "/";
     auto key = [&](int64_t s, int r) { return prefix + std::to_string(s) + "/" + std::to_string(r); };
-    std::string fingerprint = "seq=" + std::to_string(n) + " op=" + desc.op + " dtype=" +
-                              (desc.dtype.empty() ? "none" : desc.dtype) + " shape=" + desc.shape;
-    if (!desc.extra.empty()) fingerprint += " " + desc.extra;
-    // The value carries the human form after a newline; equal fingerprints give equal values.
-    debug_store->set(key(n, rank), fingerprint + "\n" + desc.human());
+    const std::string fingerprint = desc.fingerprint(n);  // dist/process_group.h
+    debug_store->set(key(n, rank), fingerprint);
     // Every rank has finished comparing #n-2 once all have published #n-1: drop our old key.
     if (n > 2) debug_store->delete_key(key(n - 2, rank));
     std::vector<std::string> values(static_cast<size_t>(size));
     for (int r = 0; r < size; ++r) {
       if (r == rank) {
-        values[static_cast<size_t>(r)] = fingerprint + "\n" + desc.human();
+        values[static_cast<size_t>(r)] = fingerprint;
         continue;
       }
       try {
@@ -267,13 +246,8 @@ struct ProcessGroupGloo::Impl {
                                  std::to_string(options.timeout.count()) + " ms (" + e.what() + ")");
       }
     }
-    auto human_of = [](const std::string& v) { return v.substr(v.find('\n') + 1); };
-    for (int r = 1; r < size; ++r) {
-      if (values[static_cast<size_t>(r)] != values[0])
-        throw std::runtime_error("MINIDL_DIST_DEBUG: collective #" + std::to_string(n) + " mismatch: rank 0 called " +
-                                 human_of(values[0]) + ", rank " + std::to_string(r) + " called " +
-                                 human_of(values[static_cast<size_t>(r)]));
-    }
+    const std::string mismatch = fingerprint_mismatch(n, values);
+    if (!mismatch.empty()) throw std::runtime_error(mismatch);
   }
 
   // Numbers the collective, runs the debug check, queues body; returns its Work.

@@ -208,17 +208,17 @@ std::string describe(const char* op, int64_t seq, const Tensor& t) {
 
 // Debug mode: every rank's fingerprint of collective #f.seq, gathered with one small blocking
 // ncclAllGather before the collective is enqueued; a mismatch breaks the group with a message
-// naming both calls (dist/cuda/fingerprint.h).
-void check_fingerprint(const std::shared_ptr<ProcessGroupNCCL::Impl>& pg, const nccl_debug::Fingerprint& f) {
+// naming both calls (dist/process_group.h; the encoding: dist/cuda/fingerprint.h).
+void check_fingerprint(const std::shared_ptr<ProcessGroupNCCL::Impl>& pg, int64_t seq, const CollectiveDesc& desc) {
   if (!pg->debug) return;
   constexpr int64_t kBytes = static_cast<int64_t>(nccl_debug::kFingerprintBytes);
-  const nccl_debug::Encoded mine = f.encode();
+  const nccl_debug::Encoded mine = nccl_debug::encode(desc.fingerprint(seq));
   Tensor host(Shape{kBytes}, DType::UInt8);
   std::memcpy(host.raw_data(), mine.data(), mine.size());
   Tensor send = host.to(Device::cuda(pg->device));
   Tensor all(Shape{static_cast<int64_t>(pg->size), kBytes}, DType::UInt8, Device::cuda(pg->device));
-  const std::string what = "MINIDL_DIST_DEBUG fingerprint of collective #" + std::to_string(f.seq) + " (" +
-                           f.human() + ")";
+  const std::string what = "MINIDL_DIST_DEBUG fingerprint of collective #" + std::to_string(seq) + " (" +
+                           desc.human() + ")";
   launch(pg, what, {send, all}, [&] {
     pg->check_nccl(ncclAllGather(send.raw_data(), all.raw_data(), static_cast<size_t>(kBytes), ncclUint8, pg->comm,
                                  pg->comm_stream),
@@ -229,7 +229,7 @@ void check_fingerprint(const std::shared_ptr<ProcessGroupNCCL::Impl>& pg, const 
   for (int r = 0; r < pg->size; ++r)
     std::memcpy(per_rank[static_cast<size_t>(r)].data(), static_cast<const char*>(got.raw_data()) + r * kBytes,
                 static_cast<size_t>(kBytes));
-  const std::string msg = nccl_debug::mismatch(f.seq, per_rank);
+  const std::string msg = fingerprint_mismatch(seq, nccl_debug::decode_all(per_rank));
   if (!msg.empty()) {
     std::lock_guard<std::mutex> lock(pg->mu);
     pg->fail(msg);
@@ -324,8 +324,8 @@ int ProcessGroupNCCL::device() const { return impl_->device; }
 std::shared_ptr<Work> ProcessGroupNCCL::all_reduce_async(Tensor& t, ReduceOp op) {
   const std::string what = describe("all_reduce", ++impl_->seq, t);
   const ncclRedOp_t rop = nccl_op(op, t.dtype(), "all_reduce");
-  check_fingerprint(impl_, {impl_->seq, "all_reduce", dtype_name(t.dtype()), shape_str(t.shape()),
-                            std::string("op=") + reduce_op_name(op)});
+  check_fingerprint(impl_, impl_->seq, {"all_reduce", dtype_name(t.dtype()), shape_str(t.shape()),
+                                        std::string("op=") + reduce_op_name(op)});
   Tensor d = on_device(t, impl_->device, "all_reduce");
   auto impl = impl_;
   std::function<void()> finish;
@@ -340,8 +340,8 @@ std::shared_ptr<Work> ProcessGroupNCCL::all_reduce_async(Tensor& t, ReduceOp op)
 std::shared_ptr<Work> ProcessGroupNCCL::broadcast_async(Tensor& t, int root) {
   const std::string what = describe("broadcast", ++impl_->seq, t);
   if (root < 0 || root >= size_) throw std::invalid_argument(what + ": root " + std::to_string(root) + " out of range");
-  check_fingerprint(impl_, {impl_->seq, "broadcast", dtype_name(t.dtype()), shape_str(t.shape()),
-                            "root=" + std::to_string(root)});
+  check_fingerprint(impl_, impl_->seq, {"broadcast", dtype_name(t.dtype()), shape_str(t.shape()),
+                                        "root=" + std::to_string(root)});
   Tensor d = on_device(t, impl_->device, "broadcast");
   auto impl = impl_;
   std::function<void()> finish;
@@ -359,7 +359,7 @@ std::shared_ptr<Work> ProcessGroupNCCL::all_gather_async(const Tensor& t, std::v
   {
     std::string rest = shape_str(Shape(t.shape().begin() + 1, t.shape().end()));  // "[4]" -> "[*, 4]"
     rest = rest == "[]" ? "[*]" : "[*, " + rest.substr(1);
-    check_fingerprint(impl_, {impl_->seq, "all_gather", dtype_name(t.dtype()), rest, ""});
+    check_fingerprint(impl_, impl_->seq, {"all_gather", dtype_name(t.dtype()), rest, ""});
   }
   Tensor d = on_device(t, impl_->device, "all_gather");
   auto impl = impl_;
@@ -403,8 +403,8 @@ std::shared_ptr<Work> ProcessGroupNCCL::reduce_scatter_async(const Tensor& input
   if (input.dim() == 0 || input.size(0) % size_ != 0)
     throw std::invalid_argument(what + ": the first dim must be a multiple of the world size " + std::to_string(size_));
   const ncclRedOp_t rop = nccl_op(op, input.dtype(), "reduce_scatter");
-  check_fingerprint(impl_, {impl_->seq, "reduce_scatter", dtype_name(input.dtype()), shape_str(input.shape()),
-                            std::string("op=") + reduce_op_name(op)});
+  check_fingerprint(impl_, impl_->seq, {"reduce_scatter", dtype_name(input.dtype()), shape_str(input.shape()),
+                                        std::string("op=") + reduce_op_name(op)});
   Tensor d = on_device(input, impl_->device, "reduce_scatter");
   Shape os = d.shape();
   os[0] /= size_;
@@ -423,7 +423,7 @@ std::shared_ptr<Work> ProcessGroupNCCL::reduce_scatter_async(const Tensor& input
 std::shared_ptr<Work> ProcessGroupNCCL::barrier_async() {
   Tensor one = ones({1}, DType::Float32, Device::cuda(impl_->device));
   const std::string what = "barrier #" + std::to_string(++impl_->seq);
-  check_fingerprint(impl_, {impl_->seq, "barrier", "", "", ""});
+  check_fingerprint(impl_, impl_->seq, {"barrier", "", "", ""});
   auto impl = impl_;
   return launch(impl, what, {one}, [&] {
     impl->check_nccl(ncclAllReduce(one.raw_data(), one.raw_data(), 1, ncclFloat32, ncclSum, impl->comm,

@@ -21,7 +21,8 @@
 //  - CPU tensors (all_gather_object / broadcast_object use them) are staged through the device.
 //  - all_gather allows different first dims (gathers the row counts first, pads to the longest);
 //    AVG needs a floating dtype. dtypes: float32, float64, int64, uint8.
-// Debug-mode fingerprints (MINIDL_DIST_DEBUG) are not implemented for NCCL yet.
+// Debug mode (MINIDL_DIST_DEBUG): each collective's fingerprint (dist/process_group.h) is first
+// all-gathered and compared, as in the Gloo group (the encoding: dist/cuda/fingerprint.h).
 // Registered as backend "nccl" with dist::register_backend. Tested by
 // tests/dist/test_process_group_nccl.cpp (world size 1; skipped without a device) and by
 // tools/gpu_check.sh.

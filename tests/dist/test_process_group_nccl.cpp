@@ -45,7 +45,7 @@ TEST(ProcessGroupNccl, CollectivesWithWorldSizeOne) {
 }
 
 // MINIDL_DIST_DEBUG on: every collective first all-gathers its fingerprint (with one rank it
-// always matches; the comparison itself is tested on the CPU in test_nccl_fingerprint.cpp), and
+// always matches; the comparison itself is tested on the CPU in test_collective_fingerprint.cpp), and
 // the collectives still give their results; the group is finalized and destroyed at scope end.
 TEST(ProcessGroupNccl, DebugModeFingerprintsWithWorldSizeOne) {
   if (!why_no_gpu().empty()) GTEST_SKIP() << "NCCL test skipped: " << why_no_gpu();
