@@ -1,13 +1,11 @@
 // optim/adam.cpp — Adam::step (AdamW is Adam with decoupled weight decay): per parameter, the
-// step count and bias corrections on the host, then one fused pass (kernels/cpu/optim_kernels.h).
+// step count on the host, then one fused pass (adam_step_, tensor/ops_optim.h).
 #include "minidl/optim/adam.h"
 
 #include <stdexcept>
 
-#include "minidl/kernels/cpu/optim_kernels.h"
-#include "minidl/kernels/cuda_ops.h"
-#include "minidl/tensor/ops_cuda.h"
 #include "minidl/tensor/creation.h"
+#include "minidl/tensor/ops_optim.h"
 
 namespace minidl::optim {
 
@@ -54,28 +52,16 @@ void Adam::step() {
     const double t = step_t.item() + 1.0;
     step_t.fill_(t);
 
-    kernels::AdamStep op{.lr = group.lr,
-                         .beta1 = options_.beta1,
-                         .beta2 = options_.beta2,
-                         .eps = options_.eps,
-                         .weight_decay = group.weight_decay,
-                         .decoupled_weight_decay = decoupled_weight_decay_,
-                         .amsgrad = options_.amsgrad};
-    op.set_step(t);
-    if (cuda_ops::on_cuda({&p.data(), &grad, &state.at("exp_avg"), &state.at("exp_avg_sq")}, name_.c_str())) {
-      dispatch_floating(p.dtype(), name_.c_str(), [](auto) {});
-      cuda_ops::use_device(p.data());
-      kernels::cuda::adam_step(cuda_ops::elem(p.dtype()), p.data().raw_data(), grad.raw_data(),
-                               state.at("exp_avg").raw_data(), state.at("exp_avg_sq").raw_data(),
-                               options_.amsgrad ? state.at("max_exp_avg_sq").raw_data() : nullptr, p.numel(), op);
-      return;
-    }
-    dispatch_floating(p.dtype(), name_.c_str(), [&](auto tag) {
-      using T = decltype(tag);
-      T* max_sq = options_.amsgrad ? state.at("max_exp_avg_sq").data<T>() : nullptr;
-      kernels::cpu::adam_step<T>(p.data().data<T>(), grad.data<T>(), state.at("exp_avg").data<T>(),
-                                 state.at("exp_avg_sq").data<T>(), max_sq, p.numel(), op);
-    });
+    const AdamStepOptions op{.lr = group.lr,
+                             .beta1 = options_.beta1,
+                             .beta2 = options_.beta2,
+                             .eps = options_.eps,
+                             .weight_decay = group.weight_decay,
+                             .decoupled_weight_decay = decoupled_weight_decay_,
+                             .amsgrad = options_.amsgrad,
+                             .step = t};
+    adam_step_(p.data(), grad, state.at("exp_avg"), state.at("exp_avg_sq"),
+               options_.amsgrad ? state.at("max_exp_avg_sq") : Tensor(), op, name_.c_str());
   });
 }
 

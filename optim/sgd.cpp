@@ -1,12 +1,10 @@
-// optim/sgd.cpp — SGD::step: one fused pass per parameter (kernels/cpu/optim_kernels.h).
+// optim/sgd.cpp — SGD::step: one fused pass per parameter (sgd_step_, tensor/ops_optim.h).
 #include "minidl/optim/sgd.h"
 
 #include <stdexcept>
 
-#include "minidl/kernels/cpu/optim_kernels.h"
-#include "minidl/kernels/cuda_ops.h"
-#include "minidl/tensor/ops_cuda.h"
 #include "minidl/tensor/creation.h"
+#include "minidl/tensor/ops_optim.h"
 
 namespace minidl::optim {
 
@@ -34,11 +32,11 @@ std::vector<std::string> SGD::state_names() const {
 
 void SGD::step() {
   for_each_param_with_grad([&](ParamGroup& group, Variable& p, const Tensor& grad, ParamState& state) {
-    kernels::SgdStep op{.lr = group.lr,
-                        .momentum = options_.momentum,
-                        .dampening = options_.dampening,
-                        .weight_decay = group.weight_decay,
-                        .nesterov = options_.nesterov};
+    SgdStepOptions op{.lr = group.lr,
+                      .momentum = options_.momentum,
+                      .dampening = options_.dampening,
+                      .weight_decay = group.weight_decay,
+                      .nesterov = options_.nesterov};
     Tensor buffer;
     if (op.momentum != 0.0) {
       auto it = state.find("momentum_buffer");
@@ -46,18 +44,7 @@ void SGD::step() {
       if (op.first_step) it = state.emplace("momentum_buffer", empty_like(p.data())).first;
       buffer = it->second;
     }
-    if (cuda_ops::on_cuda({&p.data(), &grad, &buffer}, "SGD.step")) {  // the same SgdStep, one thread per element
-      dispatch_floating(p.dtype(), "SGD.step", [](auto) {});
-      cuda_ops::use_device(p.data());
-      kernels::cuda::sgd_step(cuda_ops::elem(p.dtype()), p.data().raw_data(), grad.raw_data(),
-                              buffer.defined() ? buffer.raw_data() : nullptr, p.numel(), op);
-      return;
-    }
-    dispatch_floating(p.dtype(), "SGD.step", [&](auto tag) {
-      using T = decltype(tag);
-      kernels::cpu::sgd_step<T>(p.data().data<T>(), grad.data<T>(), buffer.defined() ? buffer.data<T>() : nullptr,
-                                p.numel(), op);
-    });
+    sgd_step_(p.data(), grad, buffer, op);
   });
 }
 
