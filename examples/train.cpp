@@ -19,7 +19,8 @@
 //   train loop -> exact distributed validation (sums all-reduced) -> rank 0: log, metrics.jsonl,
 //   checkpoints -> barrier -> shutdown.
 // Output (rank 0) goes to stdout and OUT/train.log; one JSON line per epoch to OUT/metrics.jsonl;
-// checkpoints to OUT/checkpoint_epoch_NNN.safetensors and OUT/checkpoint_last.safetensors.
+// checkpoints to OUT/checkpoint_epoch_NNN.safetensors and OUT/checkpoint_last.safetensors (with
+// --save-every-steps K also OUT/checkpoint_step_NNNNNNN.safetensors every K steps, mid-epoch).
 // Batches are copied to the device each step; metrics are counted on the host.
 // Exit status: 0 done, 1 a failure while training, 2 a bad flag, config or data directory, or
 // --device cuda where no GPU can be used ("no CUDA device present" / "built without CUDA").
@@ -126,15 +127,32 @@ int64_t read_step(const std::string& dir, int rank) {
   return step;
 }
 
-// The seed of the default generator during epoch `epoch` on `rank` (splitmix64 of the three):
-// anything drawn while training (dropout masks) depends on (seed, epoch, rank) only, not on what
-// earlier epochs drew — so a run resumed at an epoch boundary draws the same numbers.
-uint64_t epoch_seed(uint64_t seed, int64_t epoch, int rank) {
-  uint64_t z = seed ^ (static_cast<uint64_t>(epoch) << 20) ^ (static_cast<uint64_t>(rank) << 52);
+// splitmix64's finaliser: a well-mixed 64-bit function of z.
+uint64_t mix64(uint64_t z) {
   z += 0x9e3779b97f4a7c15ULL;
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
   return z ^ (z >> 31);
+}
+
+// The seed of the default generator during step `step` of epoch `epoch` on `rank`: anything
+// drawn while training (dropout masks) depends on (seed, epoch, step, rank) only, not on what
+// earlier steps drew — so a run resumed at an epoch boundary or mid-epoch draws the same numbers.
+uint64_t step_seed(uint64_t seed, int64_t epoch, int64_t step, int rank) {
+  return mix64(mix64(mix64(seed ^ static_cast<uint64_t>(epoch)) ^ static_cast<uint64_t>(step)) ^ static_cast<uint64_t>(rank));
+}
+
+// --deterministic: the seed of the default generator for the micro-shard whose first sample is
+// at position `sample` of epoch `epoch`'s order — by sample, never by rank or step layout.
+uint64_t shard_seed(uint64_t seed, int64_t epoch, int64_t sample) {
+  return mix64(mix64(mix64(seed ^ static_cast<uint64_t>(epoch)) ^ 0x6d6963726f736864ULL) ^ static_cast<uint64_t>(sample));
+}
+
+// A double as text that reads back to the same bits (metadata of mid-epoch checkpoints).
+std::string exact_text(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
 }
 
 // FNV-1a over every tensor of the state dict (names and bytes, in name order).
@@ -194,9 +212,9 @@ minidl::Device select_device(const Run& run) {
 // A loader over this rank's share of the test set: the exact sampler (no padded duplicates), so
 // the all-reduced sums are those of one process evaluating every image once.
 // [tutorial:val-sampler]
-std::unique_ptr<data::DataLoader> make_val_loader(const Run& run, int64_t batch_per_rank) {
+std::unique_ptr<data::DataLoader> make_val_loader(const Run& run, int64_t batch_per_rank, int64_t chunk = 1) {
   auto sampler = std::make_shared<dist::DistributedSampler>(
-      run.val_set->size(), dist::DistributedSamplerOptions{.shuffle = false, .exact = true});
+      run.val_set->size(), dist::DistributedSamplerOptions{.shuffle = false, .exact = true, .chunk = chunk});
   return std::make_unique<data::DataLoader>(
       run.val_set,
       data::DataLoaderOptions{.batch_size = batch_per_rank, .num_workers = run.config.num_workers, .pin_memory = run.cuda},
@@ -223,6 +241,71 @@ trainer::Totals evaluate(nn::Module& model, data::DataLoader& loader, int64_t ma
 }
 // [/tutorial:evaluate]
 
+// --deterministic: validation in micro-shards of m test images dealt to the ranks in turn (shard
+// s on rank s % R: the loader's batch = its sampler's chunk = m), each shard's sums recorded under
+// its index and folded in index order — the same figures, to the bit, on any number of processes.
+// max_shards: the first shards only (-1: all).
+trainer::Totals evaluate_deterministic(nn::Module& model, data::DataLoader& loader, int64_t max_shards,
+                                       minidl::Device device) {
+  model.eval();
+  minidl::NoGradGuard no_grad;
+  trainer::OrderedTotals totals;
+  int64_t j = 0;
+  for (auto& batch : loader) {
+    const int64_t shard = dist::rank() + j++ * dist::world_size();
+    if (max_shards >= 0 && shard >= max_shards) break;
+    const Tensor input = batch.input.to(device), target = batch.target.to(device);
+    Variable logits = model(Variable(input));  // (m, 10)
+    totals.add(shard, logits.data(), target, minidl::cross_entropy(logits, target).item());
+  }
+  loader.reset();
+  return totals.fold();
+}
+
+// What validation runs: the ordinary exact evaluation, or the deterministic one.
+struct Validator {
+  std::unique_ptr<data::DataLoader> loader;
+  int64_t limit;  // batches per rank (ordinary) or shards in all (deterministic); -1: all
+  bool deterministic;
+  trainer::Totals operator()(nn::Module& model, minidl::Device device) const {
+    return deterministic ? evaluate_deterministic(model, *loader, limit, device) : evaluate(model, *loader, limit, device);
+  }
+};
+Validator make_validator(const Run& run, int world) {
+  const TrainConfig& c = run.config;
+  const int64_t m = c.micro_batch;
+  if (c.deterministic)
+    return {make_val_loader(run, m, m), run.cli.smoke_test ? kSmokeValBatches * c.global_batch_size / m : -1, true};
+  return {make_val_loader(run, c.global_batch_size / world), run.cli.smoke_test ? kSmokeValBatches : -1, false};
+}
+
+// --deterministic: one training step as K micro-shards of m samples (dist/deterministic.h). This
+// rank's batch is its consecutive run of the step's global batch, the global shards
+// [rank n, (rank + 1) n); each shard gets its own forward/backward, dropout masks keyed by its
+// first sample's position in the epoch, and its sums recorded under its global ordinal. ddp.step
+// adds the K shard gradients in the fixed tree (one all_gather), divides by K and steps.
+// [tutorial:deterministic-step]
+void deterministic_step(dist::DistributedDataParallel& ddp, const nn::Module& model, optim::Optimizer& optimizer,
+                        const TrainConfig& cfg, int64_t epoch, int64_t step, int64_t global_step, const Tensor& input,
+                        const Tensor& target, trainer::OrderedTotals& totals, const std::string& out_dir) {
+  const int64_t m = cfg.micro_batch, n = input.size(0) / m;       // shards on this rank
+  const int64_t first = dist::rank() * n, K = n * dist::world_size();
+  optimizer.zero_grad();
+  for (int64_t j = 0; j < n; ++j) {
+    const int64_t shard = first + j;                                // global shard index
+    minidl::manual_seed(shard_seed(cfg.seed, epoch, step * cfg.global_batch_size + shard * m));
+    const Tensor x = input.narrow(0, j * m, m), y = target.narrow(0, j * m, m);
+    Variable logits = ddp.forward(Variable(x));                    // (m, 10)
+    Variable loss = minidl::cross_entropy(logits, y);              // mean over the shard
+    const double loss_value = loss.item();                         // NaN or Inf: stop, naming the culprit
+    if (!std::isfinite(loss_value)) fail_non_finite(loss_value, global_step, model, x, logits.data(), out_dir);
+    loss.backward();                                               // DDP keeps the shard's gradient
+    totals.add(step * K + shard, logits.data(), y, loss_value);
+  }
+  ddp.step(optimizer);
+}
+// [/tutorial:deterministic-step]
+
 // --eval --pretrained FILE: evaluates a checkpoint and compares with the accuracy it recorded.
 void eval_worker(const Run& run) {
   const minidl::Device device = select_device(run);
@@ -237,8 +320,8 @@ void eval_worker(const Run& run) {
   std::unique_ptr<nn::Module> model = nn::make_model(run.config.model);
   model->load_state_dict(ck.model);
   model->to(device);
-  auto loader = make_val_loader(run, run.config.global_batch_size / world);
-  const trainer::Totals val = evaluate(*model, *loader, run.cli.smoke_test ? kSmokeValBatches : -1, device);
+  if (run.config.deterministic) dist::convert_sync_batchnorm(*model);  // the trained layers (same in eval)
+  const trainer::Totals val = make_validator(run, world)(*model, device);
   log.line("evaluated " + *run.cli.pretrained + " on " + std::to_string(static_cast<int64_t>(val.count)) +
            " test images with " + std::to_string(world) + " process(es)");
   log.line("test accuracy: top-1 " + percent(val.acc1()) + "  top-5 " + percent(val.acc5()) + "  loss " +
@@ -279,10 +362,12 @@ void train_worker(const Run& run) {
 
   // [tutorial:sampler]
   // 2. Each rank takes its own share of a permutation keyed by (seed, epoch): the same
-  //    permutation on every rank, different slices. The DataLoader's worker threads prefetch
-  //    this rank's batches (into pinned memory on GPUs, for fast host -> device copies).
+  //    permutation on every rank, different slices (--deterministic: one contiguous run of each
+  //    global batch per rank). The DataLoader's worker threads prefetch this rank's batches
+  //    (into pinned memory on GPUs, for fast host -> device copies).
   auto train_sampler = std::make_shared<dist::DistributedSampler>(
-      run.train_set->size(), dist::DistributedSamplerOptions{.shuffle = true, .seed = cfg.seed});
+      run.train_set->size(), dist::DistributedSamplerOptions{.shuffle = true, .seed = cfg.seed,
+                                                             .chunk = cfg.deterministic ? batch_per_rank : 1});
   data::DataLoader train_loader(run.train_set,
                                 data::DataLoaderOptions{.batch_size = batch_per_rank,
                                                         .num_workers = cfg.num_workers,
@@ -290,11 +375,15 @@ void train_worker(const Run& run) {
                                                         .pin_memory = run.cuda},
                                 train_sampler);
   // [/tutorial:sampler]
-  auto val_loader = make_val_loader(run, batch_per_rank);
+  const Validator validate = make_validator(run, world);
   StepFile step_file(rank);
-  const int64_t max_train = run.cli.smoke_test ? kSmokeTrainBatches : train_loader.size();
-  const int64_t steps_per_epoch = std::min(train_loader.size(), max_train);
-  const int64_t max_val = run.cli.smoke_test ? kSmokeValBatches : -1;
+  // --deterministic: whole global batches only (the last, smaller one would not cut into whole
+  // micro-shards on every process count).
+  const int64_t full_steps = cfg.deterministic ? run.train_set->size() / cfg.global_batch_size : train_loader.size();
+  if (full_steps == 0)
+    throw std::runtime_error("--deterministic: the training set (" + std::to_string(run.train_set->size()) +
+                             " images) is smaller than one global batch (" + std::to_string(cfg.global_batch_size) + ")");
+  const int64_t steps_per_epoch = run.cli.smoke_test ? std::min(full_steps, kSmokeTrainBatches) : full_steps;
 
   // [tutorial:model]
   // 3. The same seed on every rank gives the same initial weights (DDP broadcasts rank 0's
@@ -305,16 +394,23 @@ void train_worker(const Run& run) {
     const int converted = dist::convert_sync_batchnorm(*model);
     log.line("sync-bn: " + std::to_string(converted) + " BatchNorm layer(s) now synchronise their statistics");
   }
+  if (cfg.deterministic) {
+    const int converted = dist::convert_sync_batchnorm(*model);  // the ones --sync-bn left, if any
+    log.line("deterministic: batch norm over each micro-shard of " + std::to_string(cfg.micro_batch) +
+             " images (ghost batch norm)" + (converted > 0 ? ", " + std::to_string(converted) + " layer(s) converted" : ""));
+  }
   model->to(device);  // parameters and buffers onto this rank's GPU (no-op on the CPU)
   // [/tutorial:model]
   std::unique_ptr<optim::Optimizer> optimizer = trainer::make_optimizer(cfg, *model);
   std::unique_ptr<optim::LRScheduler> scheduler = trainer::make_scheduler(cfg, *optimizer, steps_per_epoch);
 
-  int64_t start_epoch = 0;
+  int64_t start_epoch = 0, start_step = 0;
+  trainer::Totals resumed_train;  // the train sums of the resumed epoch's first steps (ordinary: rank 0's only)
+  double resumed_epoch_lr = 0;
   const std::string metrics_path = run.out_dir + "/metrics.jsonl";
   if (run.resume_from) {
-    // Every rank loads the same file; the data order and the per-epoch random streams are keyed
-    // by (seed, epoch), so the run continues exactly where the uninterrupted one would be.
+    // Every rank loads the same file; the data order and the random streams are keyed by
+    // (seed, epoch, step), so the run continues exactly where the uninterrupted one would be.
     const auto load_start = std::chrono::steady_clock::now();
     trainer::Checkpoint ck = trainer::load_checkpoint(*run.resume_from);
     if (const std::string bad = trainer::first_non_finite(ck.model); !bad.empty())
@@ -323,15 +419,37 @@ void train_worker(const Run& run) {
     optimizer->load_state_dict(ck.optim);
     scheduler->load_state_dict(ck.sched);
     start_epoch = ck.epoch;
+    start_step = ck.step;
+    if (start_step >= steps_per_epoch)
+      throw std::runtime_error(*run.resume_from + " was saved after step " + std::to_string(start_step) +
+                               " of an epoch, but this run has " + std::to_string(steps_per_epoch) +
+                               " steps per epoch (the data set or the batch size changed)");
     const double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - load_start).count();
-    log.line((run.restart_count > 0 ? "restart " + std::to_string(run.restart_count) + ": " : std::string()) +
-             "resumed from " + *run.resume_from + " after epoch " + std::to_string(start_epoch) + " (loaded in " +
-             format("%.0f", load_ms) + " ms)");
+    const std::string resumed = (run.restart_count > 0 ? "restart " + std::to_string(run.restart_count) + ": " : std::string()) +
+                                "resumed from " + *run.resume_from;
+    const std::string loaded = " (loaded in " + format("%.0f", load_ms) + " ms)";
+    if (start_step > 0) {
+      const auto value = [&](const char* key) {
+        if (!ck.metadata.count(key))
+          throw std::runtime_error(*run.resume_from + ": a mid-epoch checkpoint without its '" + key + "' metadata");
+        return std::stod(ck.metadata.at(key));
+      };
+      if (rank == 0 || cfg.deterministic)  // deterministic: the folded totals, the same on every rank
+        resumed_train = {.loss_sum = value("train_loss_sum"),
+                         .correct1 = value("train_correct1"),
+                         .correct5 = value("train_correct5"),
+                         .count = value("train_count")};
+      resumed_epoch_lr = value("epoch_lr");
+      log.line(resumed + " after step " + std::to_string(start_step) + " of epoch " + std::to_string(start_epoch + 1) +
+               " (" + ck.metadata["samples_seen_in_epoch"] + " samples of it done)" + loaded);
+    } else {
+      log.line(resumed + " after epoch " + std::to_string(start_epoch) + loaded);
+    }
     // Into the directory of the run it continues: the lines of epochs trained again go.
     std::error_code ec;
     if (rank == 0 && std::filesystem::equivalent(std::filesystem::path(*run.resume_from).parent_path(), run.out_dir, ec))
       trainer::keep_metrics_up_to(metrics_path, start_epoch);
-    if (ck.metadata["world_size"] != std::to_string(world))
+    if (ck.metadata["world_size"] != std::to_string(world) && !cfg.deterministic)
       log.line("note: the checkpoint was trained with " + ck.metadata["world_size"] + " process(es); with " +
                std::to_string(world) + " the result will not be bit-identical to an uninterrupted run");
   } else if (run.restart_count > 0) {
@@ -343,51 +461,123 @@ void train_worker(const Run& run) {
   // [tutorial:ddp]
   // 4. Wrap the model: DDP broadcasts rank 0's parameters and buffers, then averages gradients
   //    across ranks during backward (bucketed all-reduces overlapping the backward pass).
-  dist::DistributedDataParallel ddp(*model);
+  dist::DistributedDataParallel ddp(*model, {.deterministic = cfg.deterministic});
   // [/tutorial:ddp]
   log.line(std::to_string(model->num_parameters()) + " parameters; optimizer " + optimizer->name() + ", lr " +
            format("%g", cfg.base_lr) + ", schedule " + cfg.lr_scheduler + " per iteration" +
            (cfg.warmup_epochs > 0 ? " after " + std::to_string(cfg.warmup_epochs) + " warm-up epoch(s)" : ""));
 
+  // What every checkpoint records besides the tensors. step > 0: a mid-epoch checkpoint after
+  // `step` steps of epoch `epoch` (0-based), with the epoch's partial train sums.
+  const auto checkpoint_metadata = [&](int64_t epochs_done, int64_t step, const trainer::Totals& val_done,
+                                       const trainer::Totals* partial, double epoch_lr) {
+    minidl::Metadata meta = {
+        {"model", cfg.model},
+        {"epoch", std::to_string(epochs_done)},
+        {"step", std::to_string(step)},
+        {"global_step", std::to_string(epochs_done * steps_per_epoch + step)},
+        {"samples_seen_in_epoch", std::to_string(step * cfg.global_batch_size)},
+        {"config", trainer::to_yaml(cfg)},
+        {"seed", std::to_string(cfg.seed)},
+        {"rng", std::string("init: manual_seed(seed); data order: DistributedSampler(seed).set_epoch(epoch), resumed "
+                            "mid-epoch at this rank's index step x batch per process; ") +
+                    (cfg.deterministic ? "the micro-shard starting at sample i of epoch e's order: "
+                                         "manual_seed(shard_seed(seed, e, i))"
+                                       : "while training step s of epoch e on rank r: manual_seed(step_seed(seed, e, s, r))")},
+        {"next_step_rng_seed", std::to_string(cfg.deterministic ? shard_seed(cfg.seed, epochs_done, step * cfg.global_batch_size)
+                                                                : step_seed(cfg.seed, epochs_done, step, 0))},
+        {"world_size", std::to_string(world)},
+        {"val_loss", format("%.6f", val_done.loss())},
+        {"val_acc1", format("%.2f", val_done.acc1())},
+        {"val_acc5", format("%.2f", val_done.acc5())},
+        {"val_correct1", std::to_string(static_cast<int64_t>(val_done.correct1))},
+        {"val_count", std::to_string(static_cast<int64_t>(val_done.count))}};
+    if (partial) {
+      meta["train_loss_sum"] = exact_text(partial->loss_sum);
+      meta["train_correct1"] = exact_text(partial->correct1);
+      meta["train_correct5"] = exact_text(partial->correct5);
+      meta["train_count"] = exact_text(partial->count);
+      meta["epoch_lr"] = exact_text(epoch_lr);
+    }
+    return meta;
+  };
+
   trainer::Totals val;
+  // --save-every-steps K: a mid-epoch checkpoint every K global steps (the epoch's last step gets
+  // the end-of-epoch one instead), holding the data position and the epoch's partial train sums.
+  const auto mid_epoch_checkpoint_due = [&](int64_t epoch, int64_t step) {
+    return cfg.save_every_steps > 0 && (epoch * steps_per_epoch + step) % cfg.save_every_steps == 0 &&
+           step < steps_per_epoch;
+  };
+  const auto save_mid_epoch = [&](int64_t epoch, int64_t step, const trainer::Totals& train,
+                                  trainer::OrderedTotals& ordered, double epoch_lr) {
+    // a collective: every rank takes part
+    const trainer::Totals partial = cfg.deterministic ? ordered.fold() : train.all_reduced();
+    if (rank != 0) return;
+    if (const std::string bad = trainer::first_non_finite(model->state_dict()); !bad.empty())
+      throw std::runtime_error("after step " + std::to_string(step) + " of epoch " + std::to_string(epoch + 1) +
+                               " the model holds non-finite values (model." + bad + "): not saving it; the last good "
+                               "checkpoint in " + run.out_dir + " is kept");
+    char name[64];
+    std::snprintf(name, sizeof name, "/checkpoint_step_%07lld.safetensors",
+                  static_cast<long long>(epoch * steps_per_epoch + step));
+    const minidl::Metadata meta = checkpoint_metadata(epoch, step, val, &partial, epoch_lr);
+    trainer::save_checkpoint(run.out_dir + name, *model, *optimizer, *scheduler, meta);
+    trainer::save_checkpoint(run.out_dir + "/checkpoint_last.safetensors", *model, *optimizer, *scheduler, meta);
+    log.line("saved " + run.out_dir + name + " (epoch " + std::to_string(epoch + 1) + ", step " + std::to_string(step) + ")");
+  };
   for (int64_t epoch = start_epoch; epoch < cfg.epochs; ++epoch) {
     const auto epoch_start = std::chrono::steady_clock::now();
+    const int64_t first_step = epoch == start_epoch ? start_step : 0;
     // [tutorial:set-epoch]
     // 5. A new shuffle each epoch: without set_epoch every epoch would repeat one order.
     train_loader.set_epoch(epoch);  // calls train_sampler->set_epoch(epoch)
     // [/tutorial:set-epoch]
-    minidl::manual_seed(epoch_seed(cfg.seed, epoch, rank));
-    const double epoch_lr = optimizer->param_groups()[0].lr;  // the lr of the epoch's first step
+    // Resumed mid-epoch: skip what the first steps consumed (the same global position whatever
+    // the process count: every global batch is a run of B entries of the epoch's order).
+    train_sampler->set_start_index(first_step * batch_per_rank);
+    const double epoch_lr = first_step > 0 ? resumed_epoch_lr : optimizer->param_groups()[0].lr;  // its first step's
 
     // [tutorial:train-step]
     // 6. The training step looks like single-process code: DDP's hooks all-reduce the
     //    gradients during backward, and ddp.step waits for the last ones and steps the optimizer.
     ddp.train();
-    trainer::Totals train;
+    trainer::Totals train = first_step > 0 && !cfg.deterministic ? resumed_train : trainer::Totals{};
+    trainer::OrderedTotals ordered;  // --deterministic: the sums, folded in shard order
+    if (first_step > 0 && cfg.deterministic) ordered.folded = resumed_train;
     trainer::Progress progress(log, "epoch " + std::to_string(epoch + 1) + "/" + std::to_string(cfg.epochs),
                                steps_per_epoch, cfg.global_batch_size);
-    int64_t step = 0;
+    int64_t step = first_step;
+    double images = 0;  // trained by this rank in this session (for images/s)
     for (auto& batch : train_loader) {
       if (step == steps_per_epoch) break;
       const int64_t global_step = epoch * steps_per_epoch + step + 1;  // 1-based, over the whole run
       step_file.set(global_step);
       const Tensor input = batch.input.to(device), target = batch.target.to(device);  // host -> GPU
-      optimizer->zero_grad();
-      Variable logits = ddp.forward(Variable(input));           // (B, 10)
-      Variable loss = minidl::cross_entropy(logits, target);   // mean over this rank's batch
-      const double loss_value = loss.item();                   // NaN or Inf: stop, naming the culprit
-      if (!std::isfinite(loss_value)) fail_non_finite(loss_value, global_step, *model, input, logits.data(), run.out_dir);
-      loss.backward();
-      ddp.step(*optimizer);
+      if (cfg.deterministic) {
+        deterministic_step(ddp, *model, *optimizer, cfg, epoch, step, global_step, input, target, ordered, run.out_dir);
+      } else {
+        minidl::manual_seed(step_seed(cfg.seed, epoch, step, rank));
+        optimizer->zero_grad();
+        Variable logits = ddp.forward(Variable(input));           // (B, 10)
+        Variable loss = minidl::cross_entropy(logits, target);   // mean over this rank's batch
+        const double loss_value = loss.item();                   // NaN or Inf: stop, naming the culprit
+        if (!std::isfinite(loss_value)) fail_non_finite(loss_value, global_step, *model, input, logits.data(), run.out_dir);
+        loss.backward();
+        ddp.step(*optimizer);
+        train.add(logits.data(), target, loss_value);  // counted on the host
+      }
       scheduler->step();  // per iteration
-      train.add(logits.data(), target, loss_value);  // counted on the host
-      progress.update(++step, train.loss());
+      images += static_cast<double>(input.size(0));
+      progress.update(++step, cfg.deterministic ? ordered.local.loss() : train.loss());
+      if (mid_epoch_checkpoint_due(epoch, step)) save_mid_epoch(epoch, step, train, ordered, epoch_lr);
     }
     // [/tutorial:train-step]
     train_loader.reset();
     progress.finish();
     const double train_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_start).count();
-    train = train.all_reduced();
+    const double images_per_s = dist::world_size() * images / train_seconds;
+    train = cfg.deterministic ? ordered.fold() : train.all_reduced();
 
     // [tutorial:validate]
     // 7. Validation. BatchNorm's running statistics are updated by each rank from its own
@@ -396,16 +586,16 @@ void train_worker(const Run& run) {
     //    top-1 and top-5 hits and counts are all-reduced, so every rank holds the figures of the
     //    whole test set.
     for (auto& [name, buffer] : model->named_buffers()) dist::broadcast(*buffer, 0);
-    val = evaluate(*model, *val_loader, max_val, device);
+    val = validate(*model, device);
     // [/tutorial:validate]
-    if (run.cli.deterministic) check_replicas_identical(*model, epoch + 1);
+    if (cfg.deterministic) check_replicas_identical(*model, epoch + 1);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_start).count();
 
     trainer::EpochRecord record{.epoch = epoch + 1,
                                 .lr = epoch_lr,
                                 .train = train,
                                 .val = val,
-                                .images_per_s = train.count / train_seconds,
+                                .images_per_s = images_per_s,
                                 .seconds = seconds,
                                 .world_size = world};
     // [tutorial:checkpoint]
@@ -429,19 +619,7 @@ void train_worker(const Run& run) {
                                    bad + "): not saving it; the last good checkpoint in " + run.out_dir + " is kept");
         char name[64];
         std::snprintf(name, sizeof name, "/checkpoint_epoch_%03lld.safetensors", static_cast<long long>(epoch + 1));
-        const minidl::Metadata meta = {
-            {"model", cfg.model},
-            {"epoch", std::to_string(epoch + 1)},
-            {"config", trainer::to_yaml(cfg)},
-            {"seed", std::to_string(cfg.seed)},
-            {"rng", "init: manual_seed(seed); data order: DistributedSampler(seed).set_epoch(epoch); "
-                    "while training epoch e on rank r: manual_seed(epoch_seed(seed, e, r))"},
-            {"world_size", std::to_string(world)},
-            {"val_loss", format("%.6f", val.loss())},
-            {"val_acc1", format("%.2f", val.acc1())},
-            {"val_acc5", format("%.2f", val.acc5())},
-            {"val_correct1", std::to_string(static_cast<int64_t>(val.correct1))},
-            {"val_count", std::to_string(static_cast<int64_t>(val.count))}};
+        const minidl::Metadata meta = checkpoint_metadata(epoch + 1, 0, val, nullptr, 0.0);
         trainer::save_checkpoint(run.out_dir + name, *model, *optimizer, *scheduler, meta);
         trainer::save_checkpoint(run.out_dir + "/checkpoint_last.safetensors", *model, *optimizer, *scheduler, meta);
         log.line("saved " + run.out_dir + name);
@@ -449,10 +627,10 @@ void train_worker(const Run& run) {
     }
     // [/tutorial:checkpoint]
   }
-  if (start_epoch >= cfg.epochs) val = evaluate(*model, *val_loader, max_val, device);  // resumed a finished run
+  if (start_epoch >= cfg.epochs) val = validate(*model, device);  // resumed a finished run
   log.line("test accuracy: top-1 " + percent(val.acc1()) + "  top-5 " + percent(val.acc5()) + "  (" +
            std::to_string(static_cast<int64_t>(val.count)) + " images)");
-  if (run.cli.deterministic) log.line("final weights hash (fnv1a64): " + weights_hash(*model));
+  if (cfg.deterministic) log.line("final weights hash (fnv1a64): " + weights_hash(*model));
 
   // [tutorial:shutdown]
   // 9. Wait until every rank is done (rank 0 may still be writing), then leave the group.

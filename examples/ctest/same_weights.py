@@ -1,12 +1,13 @@
 #!/usr/bin/python3
 """examples/ctest/same_weights.py — are two training checkpoints bit-identical?
 
-    same_weights.py A.safetensors B.safetensors
+    same_weights.py A.safetensors B.safetensors [--ignore-config-key KEY]...
 
 Reads both safetensors files with nothing but the standard library (8-byte header length, JSON
 header, raw bytes), compares every model.*, optim.* and sched.* tensor byte for byte and the
 metadata that describes the training state (epoch, config, val_* results). Prints the first
-differences and exits 1 if there are any, 0 otherwise.
+differences and exits 1 if there are any, 0 otherwise. --ignore-config-key KEY leaves the recipe's
+line `KEY: ...` out of the comparison (runs that differ only in, say, SAVE_FREQ_STEPS).
 """
 import json
 import struct
@@ -23,9 +24,17 @@ def read(path):
     return tensors, meta
 
 
+def without_keys(config, keys):
+    return "\n".join(l for l in (config or "").splitlines() if l.strip().split(":")[0] not in keys)
+
+
 def main():
-    a, b = sys.argv[1], sys.argv[2]
+    args = sys.argv[1:]
+    ignored = [args[i + 1] for i, x in enumerate(args) if x == "--ignore-config-key"]
+    a, b = [x for i, x in enumerate(args) if x != "--ignore-config-key" and (i == 0 or args[i - 1] != "--ignore-config-key")]
     (ta, ma), (tb, mb) = read(a), read(b)
+    if ignored:
+        ma["config"], mb["config"] = without_keys(ma.get("config"), ignored), without_keys(mb.get("config"), ignored)
     problems = []
     for key in sorted(set(ta) | set(tb)):
         if key not in ta or key not in tb:

@@ -73,6 +73,7 @@ Checkpoint load_checkpoint(const std::string& path) {
     else throw std::runtime_error(path + ": unexpected tensor '" + key + "' (expected model.*, optim.*, sched.*)");
   }
   ck.epoch = parse_count(path, "epoch", ck.metadata["epoch"]);
+  ck.step = ck.metadata.count("step") ? parse_count(path, "step", ck.metadata["step"]) : 0;
   return ck;
 }
 

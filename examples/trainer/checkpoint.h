@@ -4,9 +4,13 @@
 //   model.<name>   the model's state_dict (parameters and buffers, DDP-free names)
 //   optim.<key>    the optimizer's state_dict (momentum buffers, Adam moments, steps, lrs)
 //   sched.<key>    the LR scheduler's state_dict (iterations done, base lrs)
-//   metadata       format, model, epoch (epochs completed), config (the YAML recipe), seed and
+//   metadata       format, model, epoch (epochs completed), step (optimizer steps done in the
+//                  epoch after those; 0 at an epoch boundary), config (the YAML recipe), seed and
 //                  how every random stream is keyed from it, world_size, and the validation
-//                  result of that epoch (val_loss, val_acc1, val_acc5, val_correct1, val_count)
+//                  result of the last completed epoch (val_loss, val_acc1, val_acc5, val_correct1,
+//                  val_count). A mid-epoch checkpoint (--save-every-steps) also holds the data
+//                  position (samples consumed in the epoch: step x global batch), the RNG key of
+//                  the next step, and the partial train sums of the epoch (train_*, exact doubles).
 // Part of the `train` example (examples/train.cpp); not a library module.
 #pragma once
 #include <cstdint>
@@ -23,6 +27,7 @@ struct Checkpoint {
   minidl::TensorMap model, optim, sched;
   minidl::Metadata metadata;
   int64_t epoch = 0;  // epochs completed
+  int64_t step = 0;   // optimizer steps done in epoch `epoch` (0-based) after those; 0: at a boundary
 };
 
 void save_checkpoint(const std::string& path, const minidl::nn::Module& model, const minidl::optim::Optimizer& optimizer,

@@ -71,7 +71,10 @@ std::optional<CliOptions> parse_cli(int argc, char** argv) {
   app.add_option("--out", o.out_dir, "output directory: log, metrics.jsonl, checkpoints (default runs/<model>)");
   app.add_option("--save-every", o.save_every, "checkpoint every K epochs, and at the end (SAVE_FREQ)")
       ->check(kPositiveInteger);
-  auto* resume = app.add_option("--resume", o.resume, "continue training from a checkpoint")->check(CLI::ExistingFile);
+  app.add_option("--save-every-steps", o.save_every_steps,
+                 "also checkpoint every K optimizer steps, mid-epoch, with the data position (SAVE_FREQ_STEPS)")
+      ->check(kPositiveInteger);
+  auto* resume = app.add_option("--resume", o.resume, "continue training from a checkpoint (epoch end or mid-epoch)")->check(CLI::ExistingFile);
   app.add_flag("--overwrite", o.overwrite, "replace the outputs of an earlier run in --out (default: refuse)")
       ->excludes(resume);
   app.add_option("--max-restarts", o.max_restarts,
@@ -87,7 +90,11 @@ std::optional<CliOptions> parse_cli(int argc, char** argv) {
       ->check(CLI::ExistingFile)
       ->needs(eval);
   app.add_flag("--deterministic", o.deterministic,
-               "check after every epoch that all replicas are bit-identical; print the weights' hash");
+               "the same final bits on any number of processes and threads: micro-shards summed in a fixed tree, "
+               "ghost batch norm, randomness keyed by sample (TRAIN.DETERMINISTIC); also checks every epoch that "
+               "all replicas are bit-identical and prints the weights' hash");
+  app.add_option("--micro-batch", o.micro_batch, "samples per micro-shard with --deterministic (TRAIN.MICRO_BATCH, 16)")
+      ->check(kPositiveInteger);
   app.add_flag("--smoke-test", o.smoke_test, "a few batches of each phase (1 epoch unless --epochs), for CI");
   app.add_option("--threads", o.threads, "OpenMP threads per process (default: cores / local processes)")
       ->check(kPositiveInteger);
@@ -150,7 +157,10 @@ TrainConfig resolve_config(const CliOptions& cli, int world_size) {
   if (cli.seed) c.seed = *cli.seed;
   if (cli.data_dir) c.data_dir = *cli.data_dir;
   if (cli.sync_bn) c.sync_bn = true;
+  if (cli.deterministic) c.deterministic = true;
+  if (cli.micro_batch) c.micro_batch = *cli.micro_batch;
   if (cli.save_every) c.save_every = *cli.save_every;
+  if (cli.save_every_steps) c.save_every_steps = *cli.save_every_steps;
   if (cli.workers) c.num_workers = *cli.workers;
   if (cli.train_subset) c.train_subset = *cli.train_subset;
   if (cli.val_subset) c.val_subset = *cli.val_subset;
@@ -159,6 +169,11 @@ TrainConfig resolve_config(const CliOptions& cli, int world_size) {
   if (c.global_batch_size % world_size != 0)
     throw ConfigError("the global batch size " + std::to_string(c.global_batch_size) + " does not split evenly over " +
                       std::to_string(world_size) + " processes (use --batch-size for a per-process batch)");
+  if (c.deterministic && c.global_batch_size % (c.micro_batch * world_size) != 0)
+    throw ConfigError("--deterministic: the global batch size " + std::to_string(c.global_batch_size) +
+                      " must be a multiple of the micro-batch " + std::to_string(c.micro_batch) + " x " +
+                      std::to_string(world_size) + " processes (every process runs whole micro-shards; change "
+                      "--micro-batch or the batch size)");
   validate(c);
   return c;
 }

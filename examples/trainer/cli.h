@@ -25,6 +25,7 @@ struct CliOptions {
   bool sync_bn = false;
   std::optional<std::string> out_dir;
   std::optional<int64_t> save_every;
+  std::optional<int64_t> save_every_steps;
   std::optional<std::string> resume;
   bool overwrite = false;                    // replace the outputs of an earlier run in --out
   std::optional<int> max_restarts;           // restart the spawned processes after a failure
@@ -32,6 +33,7 @@ struct CliOptions {
   bool eval = false;
   std::optional<std::string> pretrained;
   bool deterministic = false;
+  std::optional<int64_t> micro_batch;
   bool smoke_test = false;
   std::optional<int> threads;
   std::optional<int> workers;

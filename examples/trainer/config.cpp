@@ -40,8 +40,11 @@ std::vector<Field> fields(TrainConfig& c) {
       {"TRAIN.OPTIMIZER.MOMENTUM", &c.momentum},
       {"TRAIN.OPTIMIZER.BETAS", Betas{&c.beta1, &c.beta2}},
       {"TRAIN.OPTIMIZER.EPS", &c.eps},
+      {"TRAIN.DETERMINISTIC", &c.deterministic},
+      {"TRAIN.MICRO_BATCH", &c.micro_batch},
       {"SEED", &c.seed},
       {"SAVE_FREQ", &c.save_every},
+      {"SAVE_FREQ_STEPS", &c.save_every_steps},
   };
 }
 
@@ -213,7 +216,9 @@ void validate(const TrainConfig& c) {
   require(c.momentum >= 0 && c.momentum < 1, "TRAIN.OPTIMIZER.MOMENTUM must be in [0, 1)");
   require(c.beta1 >= 0 && c.beta1 < 1 && c.beta2 >= 0 && c.beta2 < 1, "TRAIN.OPTIMIZER.BETAS must be in [0, 1)");
   require(c.eps > 0, "TRAIN.OPTIMIZER.EPS must be positive");
+  require(c.micro_batch > 0, "TRAIN.MICRO_BATCH must be positive");
   require(c.save_every > 0, "SAVE_FREQ must be positive");
+  require(c.save_every_steps >= 0, "SAVE_FREQ_STEPS must be >= 0 (0 = no mid-epoch checkpoints)");
 }
 
 }  // namespace trainer

@@ -35,9 +35,12 @@ struct TrainConfig {
   double momentum = 0.0;                                     // TRAIN.OPTIMIZER.MOMENTUM (sgd)
   double beta1 = 0.9, beta2 = 0.999;                         // TRAIN.OPTIMIZER.BETAS (adam, adamw)
   double eps = 1e-8;                                         // TRAIN.OPTIMIZER.EPS (adam, adamw)
+  bool deterministic = false;                                // TRAIN.DETERMINISTIC: same bits on any process count
+  int64_t micro_batch = 16;                                  // TRAIN.MICRO_BATCH: samples per micro-shard (deterministic)
   // run
   uint64_t seed = 0;                                         // SEED
   int64_t save_every = 1;                                    // SAVE_FREQ (epochs between checkpoints)
+  int64_t save_every_steps = 0;                              // SAVE_FREQ_STEPS (steps between mid-epoch checkpoints; 0: none)
 };
 
 // Reads a YAML file; keys it does not set keep the defaults above. Unknown keys, values of the

@@ -1,6 +1,8 @@
 // examples/trainer/metrics.cpp — batch accuracy counts, the all-reduce of the sums, metrics.jsonl.
 #include "examples/trainer/metrics.h"
 
+#include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -12,6 +14,7 @@
 
 #include "minidl/dist/distributed.h"
 #include "minidl/dist/metrics.h"
+#include "minidl/tensor/creation.h"
 #include "minidl/tensor/ops.h"
 
 namespace trainer {
@@ -38,6 +41,35 @@ Totals Totals::all_reduced() const {
   std::map<std::string, double> sums = {{"correct1", correct1}, {"correct5", correct5}, {"count", count}, {"loss_sum", loss_sum}};
   sums = minidl::dist::reduce_dict(sums, /*average=*/false, minidl::dist::default_group());
   return {.loss_sum = sums["loss_sum"], .correct1 = sums["correct1"], .correct5 = sums["correct5"], .count = sums["count"]};
+}
+
+void OrderedTotals::add(int64_t ordinal, const minidl::Tensor& logits, const minidl::Tensor& target, double mean_loss) {
+  Totals shard;
+  shard.add(logits, target, mean_loss);
+  local.loss_sum += shard.loss_sum;
+  local.correct1 += shard.correct1;
+  local.correct5 += shard.correct5;
+  local.count += shard.count;
+  pending_.insert(pending_.end(), {static_cast<double>(ordinal), shard.loss_sum, shard.correct1, shard.correct5, shard.count});
+}
+
+const Totals& OrderedTotals::fold() {
+  const int64_t rows = static_cast<int64_t>(pending_.size() / 5);
+  const minidl::Tensor mine = minidl::from_vector<double>(pending_, {rows, 5});
+  pending_.clear();
+  std::vector<std::array<double, 5>> all;
+  for (const minidl::Tensor& part : minidl::dist::all_gather(mine)) {  // (rows of rank q, 5)
+    const double* p = part.data<double>();
+    for (int64_t i = 0; i < part.size(0); ++i) all.push_back({p[5 * i], p[5 * i + 1], p[5 * i + 2], p[5 * i + 3], p[5 * i + 4]});
+  }
+  std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a[0] < b[0]; });
+  for (const auto& r : all) {
+    folded.loss_sum += r[1];
+    folded.correct1 += r[2];
+    folded.correct5 += r[3];
+    folded.count += r[4];
+  }
+  return folded;
 }
 
 void append_metrics_line(const std::string& path, const EpochRecord& r) {

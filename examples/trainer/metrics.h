@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "minidl/tensor/tensor.h"
 
@@ -25,6 +26,27 @@ struct Totals {
   double loss() const { return count > 0 ? loss_sum / count : 0.0; }
   double acc1() const { return count > 0 ? 100.0 * correct1 / count : 0.0; }  // percent
   double acc5() const { return count > 0 ? 100.0 * correct5 / count : 0.0; }
+};
+
+// Deterministic mode: the same sums with the same bits on any number of processes. Each
+// micro-shard's sums are recorded under its global ordinal (step x shards per step + global shard
+// index); fold() gathers every rank's records and adds them to the running totals one by one in
+// ordinal order — the additions a single process makes. Folding in pieces (at a mid-epoch
+// checkpoint, then at the epoch end) gives the same bits as folding once, so a resumed run that
+// starts from the checkpoint's folded totals ends with the uninterrupted run's.
+class OrderedTotals {
+ public:
+  // A shard: logits (m, classes), target (m), its mean loss.
+  void add(int64_t ordinal, const minidl::Tensor& logits, const minidl::Tensor& target, double mean_loss);
+  // Every rank's records so far, added in ordinal order (collective: all ranks call it).
+  const Totals& fold();
+  // The totals folded so far (set it to a checkpoint's when resuming).
+  Totals folded;
+  // This rank's shards since construction, summed as they come (for progress display only).
+  Totals local;
+
+ private:
+  std::vector<double> pending_;  // 5 per shard: ordinal, loss_sum, correct1, correct5, count
 };
 
 struct EpochRecord {
