@@ -320,7 +320,6 @@ void eval_worker(const Run& run) {
   std::unique_ptr<nn::Module> model = nn::make_model(run.config.model);
   model->load_state_dict(ck.model);
   model->to(device);
-  if (run.config.deterministic) dist::convert_sync_batchnorm(*model);  // the trained layers (same in eval)
   const trainer::Totals val = make_validator(run, world)(*model, device);
   log.line("evaluated " + *run.cli.pretrained + " on " + std::to_string(static_cast<int64_t>(val.count)) +
            " test images with " + std::to_string(world) + " process(es)");

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # examples/ctest/deterministic_resume.sh — with --deterministic a run resumed from any checkpoint,
 # on any number of processes, ends with the uninterrupted run's bits and prints its numbers:
-#   A: the CNN, 2 epochs of 4 steps on 512 images, 2 processes, --save-every-steps 3
+#   A: the CNN, 2 epochs of 4 steps of 64 on 256 images, 2 processes, --save-every-steps 3
 #   B: resume from A's mid-epoch checkpoint after global step 3, on 1 process
 #   C: resume from A's end-of-epoch-1 checkpoint, on 4 processes
 # B's and C's final checkpoints must be byte-identical to A's (model, optimizer, scheduler), and
@@ -12,7 +12,8 @@ set -euo pipefail
 train=$1 work=$2
 here=$(dirname "$0")
 rm -rf "$work" && mkdir -p "$work"
-common=(--model cnn --deterministic --epochs 2 --device cpu --train-subset 512 --val-subset 256 --workers 1 --threads 1)
+common=(--model cnn --deterministic --epochs 2 --device cpu --train-subset 256 --val-subset 128 --global-batch-size 64
+        --workers 1 --threads 1)
 "$train" "${common[@]}" --nproc 2 --save-every-steps 3 --out "$work/a"
 "$train" "${common[@]}" --nproc 1 --resume "$work/a/checkpoint_step_0000003.safetensors" --out "$work/b"
 "$train" "${common[@]}" --nproc 4 --resume "$work/a/checkpoint_epoch_001.safetensors" --out "$work/c"
