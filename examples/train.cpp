@@ -20,7 +20,8 @@
 //   checkpoints -> barrier -> shutdown.
 // Output (rank 0) goes to stdout and OUT/train.log; one JSON line per epoch to OUT/metrics.jsonl;
 // checkpoints to OUT/checkpoint_epoch_NNN.safetensors and OUT/checkpoint_last.safetensors (with
-// --save-every-steps K also OUT/checkpoint_step_NNNNNNN.safetensors every K steps, mid-epoch).
+// --save-every-steps K or --save-every-minutes M also OUT/checkpoint_step_NNNNNNN.safetensors,
+// mid-epoch, the newest three kept).
 // Batches are copied to the device each step; metrics are counted on the host.
 // Exit status: 0 done, 1 a failure while training, 2 a bad flag, config or data directory, or
 // --device cuda where no GPU can be used ("no CUDA device present" / "built without CUDA").
@@ -47,6 +48,8 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <tuple>
+#include <vector>
 
 #include "minidl/data/data_all.h"
 #include "minidl/dist/ddp.h"
@@ -339,6 +342,34 @@ void eval_worker(const Run& run) {
   dist::shutdown();
 }
 
+// The number N of a checkpoint file named PREFIX<digits>.safetensors, e.g. ("checkpoint_step_0000042
+// .safetensors", "checkpoint_step_") -> 42; nullopt for any other name.
+std::optional<int64_t> checkpoint_number(const std::string& name, const std::string& prefix) {
+  const std::string suffix = ".safetensors";
+  if (!name.starts_with(prefix) || !name.ends_with(suffix)) return std::nullopt;
+  const std::string number = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
+  if (number.empty() || number.size() > 15 || number.find_first_not_of("0123456789") != std::string::npos)
+    return std::nullopt;
+  return std::stoll(number);
+}
+
+// Mid-epoch checkpoints kept in --out: the newest few (a restart needs only the newest that
+// loads); the epoch checkpoints and checkpoint_last are never removed here.
+constexpr size_t kKeepStepCheckpoints = 3;
+
+// Removes all but the newest kKeepStepCheckpoints checkpoint_step_* files of `dir` (rank 0, after
+// each mid-epoch save), so that saving every few steps does not fill the disk.
+void prune_step_checkpoints(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::vector<std::pair<int64_t, fs::path>> steps;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec))
+    if (auto n = checkpoint_number(entry.path().filename().string(), "checkpoint_step_")) steps.emplace_back(*n, entry.path());
+  if (steps.size() <= kKeepStepCheckpoints) return;
+  std::sort(steps.begin(), steps.end());
+  for (size_t i = 0; i + kKeepStepCheckpoints < steps.size(); ++i) fs::remove(steps[i].second, ec);
+}
+
 // One rank's training run.
 void train_worker(const Run& run) {
   const TrainConfig& cfg = run.config;
@@ -502,11 +533,25 @@ void train_worker(const Run& run) {
   };
 
   trainer::Totals val;
-  // --save-every-steps K: a mid-epoch checkpoint every K global steps (the epoch's last step gets
-  // the end-of-epoch one instead), holding the data position and the epoch's partial train sums.
+  // Mid-epoch checkpoints, holding the data position and the epoch's partial train sums (the
+  // epoch's last step gets the end-of-epoch one instead): --save-every-steps K every K global
+  // steps; --save-every-minutes M once M minutes have passed since the last checkpoint (or the
+  // start). For M only rank 0's clock counts: it broadcasts its decision after every step, so all
+  // ranks enter the save's collectives at the same step (clocks read on each rank could disagree
+  // by a step, leaving one rank in the save's all-reduce and the others in the next step's).
+  auto last_checkpoint = std::chrono::steady_clock::now();
+  const auto minutes_passed = [&]() {  // a collective when M is set: every rank, every step
+    if (cfg.save_every_minutes <= 0) return false;
+    const double minutes = std::chrono::duration<double>(std::chrono::steady_clock::now() - last_checkpoint).count() / 60;
+    Tensor due = minidl::full({1}, rank == 0 && minutes >= cfg.save_every_minutes ? 1.0 : 0.0, minidl::DType::Float32, device);
+    dist::broadcast(due, 0);  // rank 0's decision
+    return due.item() != 0.0;
+  };
   const auto mid_epoch_checkpoint_due = [&](int64_t epoch, int64_t step) {
-    return cfg.save_every_steps > 0 && (epoch * steps_per_epoch + step) % cfg.save_every_steps == 0 &&
-           step < steps_per_epoch;
+    if (step >= steps_per_epoch) return false;
+    const bool by_steps = cfg.save_every_steps > 0 && (epoch * steps_per_epoch + step) % cfg.save_every_steps == 0;
+    const bool by_time = minutes_passed();
+    return by_steps || by_time;
   };
   const auto save_mid_epoch = [&](int64_t epoch, int64_t step, const trainer::Totals& train,
                                   trainer::OrderedTotals& ordered, double epoch_lr) {
@@ -524,6 +569,8 @@ void train_worker(const Run& run) {
     trainer::save_checkpoint(run.out_dir + name, *model, *optimizer, *scheduler, meta);
     trainer::save_checkpoint(run.out_dir + "/checkpoint_last.safetensors", *model, *optimizer, *scheduler, meta);
     log.line("saved " + run.out_dir + name + " (epoch " + std::to_string(epoch + 1) + ", step " + std::to_string(step) + ")");
+    prune_step_checkpoints(run.out_dir);
+    last_checkpoint = std::chrono::steady_clock::now();  // (only rank 0's clock counts)
   };
   for (int64_t epoch = start_epoch; epoch < cfg.epochs; ++epoch) {
     const auto epoch_start = std::chrono::steady_clock::now();
@@ -625,6 +672,7 @@ void train_worker(const Run& run) {
       }
     }
     // [/tutorial:checkpoint]
+    if ((epoch + 1) % cfg.save_every == 0 || epoch + 1 == cfg.epochs) last_checkpoint = std::chrono::steady_clock::now();
   }
   if (start_epoch >= cfg.epochs) val = validate(*model, device);  // resumed a finished run
   log.line("test accuracy: top-1 " + percent(val.acc1()) + "  top-5 " + percent(val.acc5()) + "  (" +
@@ -815,33 +863,42 @@ void prepare_out_dir(const Run& run) {
   }
 }
 
-// The newest complete checkpoint in `out_dir`: checkpoint_last if it loads, else the epoch
-// checkpoints from the newest down; one that cannot be read (or holds NaN) is skipped, with a
-// note. Every save is atomic, so a file under one of these names is normally complete.
+// The newest complete checkpoint in `out_dir` by training progress (epoch, then step, as each
+// file's header records it): checkpoint_last, the epoch checkpoints and the mid-epoch
+// checkpoint_step_* files all compete — a kill between a step checkpoint's save and
+// checkpoint_last's leaves the step file ahead; on a tie checkpoint_last wins. Candidates are
+// loaded newest first; one that cannot be read (or holds NaN) is skipped, with a note. Every save
+// is atomic, so a file under one of these names is normally complete.
 std::optional<std::string> newest_checkpoint(const std::string& out_dir) {
   namespace fs = std::filesystem;
-  std::vector<std::pair<int64_t, std::string>> epochs;
+  struct Candidate {
+    trainer::CheckpointPosition position;
+    bool last = false;  // checkpoint_last
+    std::string path;
+  };
+  std::vector<Candidate> candidates;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(out_dir, ec)) {
     const std::string name = entry.path().filename().string();
-    if (name.starts_with("checkpoint_epoch_") && name.ends_with(".safetensors")) {
-      const std::string number = name.substr(17, name.size() - 17 - 12);
-      if (!number.empty() && number.size() < 12 && number.find_first_not_of("0123456789") == std::string::npos)
-        epochs.emplace_back(std::stoll(number), entry.path().string());
+    const bool last = name == "checkpoint_last.safetensors";
+    if (!last && !checkpoint_number(name, "checkpoint_epoch_") && !checkpoint_number(name, "checkpoint_step_")) continue;
+    try {
+      candidates.push_back({trainer::read_checkpoint_position(entry.path().string()), last, entry.path().string()});
+    } catch (const std::exception& e) {
+      std::cerr << "train: not resuming from " << entry.path().string() << ": " << e.what() << "\n";
     }
   }
-  std::sort(epochs.rbegin(), epochs.rend());
-  std::vector<std::string> candidates{out_dir + "/checkpoint_last.safetensors"};
-  for (const auto& e : epochs) candidates.push_back(e.second);
+  std::sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
+    return std::tie(a.position, a.last, a.path) > std::tie(b.position, b.last, b.path);
+  });
   for (const auto& c : candidates) {
-    if (!fs::exists(c, ec)) continue;
     try {
-      const trainer::Checkpoint ck = trainer::load_checkpoint(c);
+      const trainer::Checkpoint ck = trainer::load_checkpoint(c.path);
       if (const std::string bad = trainer::first_non_finite(ck.model); !bad.empty())
         throw std::runtime_error("it holds non-finite values (model." + bad + ")");
-      return c;
+      return c.path;
     } catch (const std::exception& e) {
-      std::cerr << "train: not resuming from " << c << ": " << e.what() << "\n";
+      std::cerr << "train: not resuming from " << c.path << ": " << e.what() << "\n";
     }
   }
   return std::nullopt;

@@ -3,6 +3,9 @@
 
 #include <charconv>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 
 namespace trainer {
@@ -78,5 +81,34 @@ Checkpoint load_checkpoint(const std::string& path) {
 }
 
 std::string read_checkpoint_config(const std::string& path) { return load_checkpoint(path).metadata.at("config"); }
+
+CheckpointPosition read_checkpoint_position(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  unsigned char size_bytes[8] = {};
+  if (!in || !in.read(reinterpret_cast<char*>(size_bytes), 8))
+    throw std::runtime_error(path + ": cannot read the safetensors header length");
+  uint64_t size = 0;
+  for (int i = 7; i >= 0; --i) size = (size << 8) | size_bytes[i];  // little-endian
+  constexpr uint64_t kMaxHeader = 100ull << 20;                      // the format's own limit
+  std::error_code ec;
+  const uint64_t file_size = std::filesystem::file_size(path, ec);
+  if (ec || size == 0 || size > kMaxHeader || size > file_size - 8)
+    throw std::runtime_error(path + ": a safetensors header of " + std::to_string(size) + " bytes in a file of " +
+                             std::to_string(ec ? 0 : file_size) + " (not a complete checkpoint)");
+  std::string header(size, '\0');
+  if (!in.read(header.data(), static_cast<std::streamsize>(size)))
+    throw std::runtime_error(path + ": the file ends inside its " + std::to_string(size) + "-byte header");
+  const nlohmann::json json = nlohmann::json::parse(header, nullptr, /*allow_exceptions=*/false);
+  const auto text = [&](const char* key) -> std::string {
+    if (!json.is_object() || !json.contains("__metadata__") || !json["__metadata__"].is_object()) return "";
+    const auto& meta = json["__metadata__"];
+    return meta.contains(key) && meta[key].is_string() ? meta[key].get<std::string>() : "";
+  };
+  if (text("format") != kFormat)
+    throw std::runtime_error(path + " is not a checkpoint written by `train` (metadata format '" + text("format") +
+                             "', expected '" + kFormat + "')");
+  const std::string step = text("step");
+  return {.epoch = parse_count(path, "epoch", text("epoch")), .step = step.empty() ? 0 : parse_count(path, "step", step)};
+}
 
 }  // namespace trainer

@@ -8,11 +8,12 @@
 //                  epoch after those; 0 at an epoch boundary), config (the YAML recipe), seed and
 //                  how every random stream is keyed from it, world_size, and the validation
 //                  result of the last completed epoch (val_loss, val_acc1, val_acc5, val_correct1,
-//                  val_count). A mid-epoch checkpoint (--save-every-steps) also holds the data
+//                  val_count). A mid-epoch checkpoint (--save-every-steps/-minutes) also holds the data
 //                  position (samples consumed in the epoch: step x global batch), the RNG key of
 //                  the next step, and the partial train sums of the epoch (train_*, exact doubles).
 // Part of the `train` example (examples/train.cpp); not a library module.
 #pragma once
+#include <compare>
 #include <cstdint>
 #include <string>
 
@@ -40,5 +41,15 @@ Checkpoint load_checkpoint(const std::string& path);
 std::string first_non_finite(const minidl::TensorMap& tensors);
 // Only the YAML recipe stored in a checkpoint (for --resume / --eval).
 std::string read_checkpoint_config(const std::string& path);
+
+// Where in training a checkpoint was taken, read from its header alone (no tensor bytes): for
+// choosing the newest of many checkpoints. Ordered by progress (epoch, then step).
+struct CheckpointPosition {
+  int64_t epoch = 0, step = 0;
+  auto operator<=>(const CheckpointPosition&) const = default;
+};
+// A file that is not a `train` checkpoint, or whose header cannot be read, is a
+// std::runtime_error naming it.
+CheckpointPosition read_checkpoint_position(const std::string& path);
 
 }  // namespace trainer

@@ -74,6 +74,10 @@ std::optional<CliOptions> parse_cli(int argc, char** argv) {
   app.add_option("--save-every-steps", o.save_every_steps,
                  "also checkpoint every K optimizer steps, mid-epoch, with the data position (SAVE_FREQ_STEPS)")
       ->check(kPositiveInteger);
+  app.add_option("--save-every-minutes", o.save_every_minutes,
+                 "also checkpoint mid-epoch once M minutes (fractions allowed) have passed since the last "
+                 "checkpoint; rank 0's clock decides for all ranks (SAVE_FREQ_MINUTES)")
+      ->check(kPositiveNumber);
   auto* resume = app.add_option("--resume", o.resume, "continue training from a checkpoint (epoch end or mid-epoch)")->check(CLI::ExistingFile);
   app.add_flag("--overwrite", o.overwrite, "replace the outputs of an earlier run in --out (default: refuse)")
       ->excludes(resume);
@@ -161,6 +165,7 @@ TrainConfig resolve_config(const CliOptions& cli, int world_size) {
   if (cli.micro_batch) c.micro_batch = *cli.micro_batch;
   if (cli.save_every) c.save_every = *cli.save_every;
   if (cli.save_every_steps) c.save_every_steps = *cli.save_every_steps;
+  if (cli.save_every_minutes) c.save_every_minutes = *cli.save_every_minutes;
   if (cli.workers) c.num_workers = *cli.workers;
   if (cli.train_subset) c.train_subset = *cli.train_subset;
   if (cli.val_subset) c.val_subset = *cli.val_subset;

@@ -26,6 +26,7 @@ struct CliOptions {
   std::optional<std::string> out_dir;
   std::optional<int64_t> save_every;
   std::optional<int64_t> save_every_steps;
+  std::optional<double> save_every_minutes;
   std::optional<std::string> resume;
   bool overwrite = false;                    // replace the outputs of an earlier run in --out
   std::optional<int> max_restarts;           // restart the spawned processes after a failure

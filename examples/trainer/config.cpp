@@ -6,6 +6,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <charconv>
+#include <cmath>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -45,6 +46,7 @@ std::vector<Field> fields(TrainConfig& c) {
       {"SEED", &c.seed},
       {"SAVE_FREQ", &c.save_every},
       {"SAVE_FREQ_STEPS", &c.save_every_steps},
+      {"SAVE_FREQ_MINUTES", &c.save_every_minutes},
   };
 }
 
@@ -219,6 +221,8 @@ void validate(const TrainConfig& c) {
   require(c.micro_batch > 0, "TRAIN.MICRO_BATCH must be positive");
   require(c.save_every > 0, "SAVE_FREQ must be positive");
   require(c.save_every_steps >= 0, "SAVE_FREQ_STEPS must be >= 0 (0 = no mid-epoch checkpoints)");
+  require(c.save_every_minutes >= 0 && std::isfinite(c.save_every_minutes),
+          "SAVE_FREQ_MINUTES must be a number >= 0 (0 = no time-based checkpoints)");
 }
 
 }  // namespace trainer

@@ -41,6 +41,7 @@ struct TrainConfig {
   uint64_t seed = 0;                                         // SEED
   int64_t save_every = 1;                                    // SAVE_FREQ (epochs between checkpoints)
   int64_t save_every_steps = 0;                              // SAVE_FREQ_STEPS (steps between mid-epoch checkpoints; 0: none)
+  double save_every_minutes = 0;                             // SAVE_FREQ_MINUTES (minutes between them; 0: none)
 };
 
 // Reads a YAML file; keys it does not set keep the defaults above. Unknown keys, values of the
