@@ -267,4 +267,40 @@ void ReduceLROnPlateau::step(double metric) {
   for (const ParamGroup& g : optimizer_.param_groups()) last_lr_.push_back(g.lr);
 }
 
+TensorMap ReduceLROnPlateau::state_dict() const {
+  TensorMap out;
+  out["best"] = scalar_tensor(best_, DType::Float64);
+  out["num_bad_epochs"] = scalar_tensor(static_cast<double>(num_bad_epochs_), DType::Float64);
+  out["cooldown_counter"] = scalar_tensor(static_cast<double>(cooldown_counter_), DType::Float64);
+  out["last_epoch"] = scalar_tensor(static_cast<double>(last_epoch_), DType::Float64);
+  return out;
+}
+
+void ReduceLROnPlateau::load_state_dict(const TensorMap& dict) {
+  const std::string op = "ReduceLROnPlateau.load_state_dict: ";
+  const char* keys[] = {"best", "num_bad_epochs", "cooldown_counter", "last_epoch"};
+  double v[4];
+  for (int k = 0; k < 4; ++k) {
+    auto it = dict.find(keys[k]);
+    if (it == dict.end()) throw std::invalid_argument(op + "missing key '" + keys[k] + "'");
+    const Tensor& t = it->second;
+    if (!t.defined() || t.dim() != 0 || !t.is_floating_point())
+      throw std::invalid_argument(op + "key '" + keys[k] + "': expected a 0-d floating tensor, got " +
+                                  (t.defined() ? t.desc() : std::string("undefined")));
+    v[k] = t.item();
+    // the three counters are non-negative integers; best may be +-inf (no metric seen yet), not NaN
+    if (k > 0 ? !(v[k] >= 0.0 && v[k] == std::floor(v[k]) && v[k] < 9e15) : std::isnan(v[k]))
+      throw std::invalid_argument(op + "key '" + keys[k] + "': invalid value " + std::to_string(v[k]));
+  }
+  for (const auto& entry : dict)
+    if (std::find(std::begin(keys), std::end(keys), entry.first) == std::end(keys))
+      throw std::invalid_argument(op + "unexpected key '" + entry.first + "'");
+  best_ = v[0];
+  num_bad_epochs_ = static_cast<int64_t>(v[1]);
+  cooldown_counter_ = static_cast<int64_t>(v[2]);
+  last_epoch_ = static_cast<int64_t>(v[3]);
+  last_lr_.clear();
+  for (const ParamGroup& g : optimizer_.param_groups()) last_lr_.push_back(g.lr);
+}
+
 }  // namespace minidl::optim

@@ -194,6 +194,12 @@ class ReduceLROnPlateau {
   const std::vector<double>& get_last_lr() const { return last_lr_; }
   double best() const { return best_; }
   int64_t num_bad_epochs() const { return num_bad_epochs_; }
+  // "best", "num_bad_epochs", "cooldown_counter", "last_epoch" (0-d float64). The lrs themselves
+  // live in the optimizer's state_dict, as in PyTorch: restore both to resume.
+  TensorMap state_dict() const;
+  // Throws std::invalid_argument naming the key for a missing, unexpected or malformed entry;
+  // the scheduler is unchanged then.
+  void load_state_dict(const TensorMap& dict);
 
  private:
   bool is_better(double a) const;

@@ -1,6 +1,7 @@
 // tests/optim/test_lr_scheduler_api.cpp — LinearLR, SequentialLR, OneCycleLR and ReduceLROnPlateau
 // against PyTorch's lr sequences (tests/optim/sched_golden.safetensors, written by
 // tests/optim/make_sched_golden.py), and their errors for bad options.
+#include <cmath>
 #include <memory>
 
 #include "minidl/autograd/variable.h"
@@ -90,6 +91,56 @@ TEST_F(Sched, ReduceLROnPlateauMinRelativeWithCooldownMatchesPyTorch) {
 TEST_F(Sched, ReduceLROnPlateauMaxAbsoluteMatchesPyTorch) {
   ReduceLROnPlateau sched(sgd, {.mode_max = true, .factor = 0.3, .patience = 1, .threshold = 0.02, .threshold_abs = true});
   expect_plateau(sgd, sched, "plateau_max_abs");
+}
+
+// Stop after `split` metrics, keep only the two state_dicts (through a safetensors file, as a
+// checkpoint would), rebuild optimizer and scheduler, and continue: the rest of PyTorch's
+// sequence must follow. A fresh scheduler over the loaded optimizer alone must not (so the
+// split point carries state that matters).
+TEST_F(Sched, ReduceLROnPlateauResumesFromItsStateDict) {
+  const auto metric = seq("plateau_min_rel/metric"), want = seq("plateau_min_rel/lr");
+  const ReduceLROnPlateauOptions opts{.factor = 0.5, .patience = 2, .threshold = 0.05, .cooldown = 1, .min_lr = 0.02};
+  size_t split = 0;
+  TensorMap opt_state, sched_state;
+  {
+    ReduceLROnPlateau sched(sgd, opts);
+    while (split < metric.size() && !(split > 2 && (sched.num_bad_epochs() > 0))) sched.step(metric[split++]);
+    ASSERT_LT(split, metric.size()) << "no split point with pending bad epochs in the sequence";
+    const std::string path = ::testing::TempDir() + "/plateau_state.safetensors";
+    save(sched.state_dict(), path);
+    sched_state = load(path).tensors;
+    opt_state = sgd.state_dict();
+  }
+  auto continue_from = [&](bool load_scheduler) {
+    Variable q{zeros({3}), true};
+    SGD again{{q}, SGDOptions{.lr = 0.7, .momentum = 0.9}};
+    again.load_state_dict(opt_state);
+    ReduceLROnPlateau sched(again, opts);
+    if (load_scheduler) sched.load_state_dict(sched_state);
+    bool all_equal = true;
+    for (size_t k = split; k < metric.size(); ++k) {
+      sched.step(metric[k]);
+      if (load_scheduler) {
+        EXPECT_NEAR(again.param_groups()[0].lr, want[k + 1], 1e-15) << "after metric " << k;
+      }
+      all_equal = all_equal && std::abs(again.param_groups()[0].lr - want[k + 1]) <= 1e-15;
+    }
+    return all_equal;
+  };
+  EXPECT_TRUE(continue_from(true));
+  EXPECT_FALSE(continue_from(false)) << "the sequence does not depend on the scheduler's state after metric " << split;
+
+  ReduceLROnPlateau sched(sgd, opts);
+  TensorMap bad = sched_state;
+  bad.erase("cooldown_counter");
+  EXPECT_THROW_MSG(sched.load_state_dict(bad), std::invalid_argument, "missing key 'cooldown_counter'");
+  bad = sched_state;
+  bad["num_bad_epochs"] = scalar_tensor(-1.0, DType::Float64);
+  EXPECT_THROW_MSG(sched.load_state_dict(bad), std::invalid_argument, "key 'num_bad_epochs': invalid value");
+  bad = sched_state;
+  bad["patience"] = scalar_tensor(3.0, DType::Float64);
+  EXPECT_THROW_MSG(sched.load_state_dict(bad), std::invalid_argument, "unexpected key 'patience'");
+  EXPECT_EQ(sched.num_bad_epochs(), 0);  // unchanged by the failed loads
 }
 
 TEST_F(Sched, BadOptionsNameTheProblem) {
