@@ -6,6 +6,7 @@
 #include "minidl/dist/distributed.h"
 #include "minidl/dist/distributed_sampler.h"
 #include "minidl/dist/env.h"
+#include "minidl/dist/host_staging.h"
 #include "minidl/dist/metrics.h"
 #include "minidl/dist/process_group.h"
 #include "minidl/dist/process_group_gloo.h"

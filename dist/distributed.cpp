@@ -9,6 +9,7 @@
 #include <mutex>
 #include <stdexcept>
 
+#include "minidl/dist/host_staging.h"
 #include "minidl/dist/process_group_gloo.h"
 
 namespace minidl::dist {
@@ -37,7 +38,8 @@ std::map<std::string, BackendFactory>& registry() {
     std::map<std::string, BackendFactory> b;
 #ifdef MINIDL_WITH_GLOO
     b["gloo"] = [](TCPStore& store, int rank, int size, ProcessGroupOptions options) -> std::unique_ptr<ProcessGroup> {
-      return std::make_unique<ProcessGroupGloo>(store, rank, size, options);
+      // CUDA tensors reach Gloo through host copies (dist/host_staging.h); CPU tensors directly
+      return std::make_unique<HostStagedProcessGroup>(std::make_unique<ProcessGroupGloo>(store, rank, size, options));
     };
 #endif
     return b;
