@@ -10,8 +10,9 @@
 //   build/examples/train --eval --pretrained runs/cnn/checkpoint_last.safetensors
 //   build/examples/train --help
 //
-// main() reads the flags and the recipe, loads the data set once, and starts one process per
-// rank with dist::spawn (or, launched by minidl-run, is already one of them). Every rank then
+// main() reads the flags and the recipe, decides GPU or CPU and how many processes
+// (examples/trainer/launch.h), loads the data set once, and starts one process per rank with
+// dist::spawn (or, launched by minidl-run, is already one of them). Every rank then
 // runs train_worker(), which is the workflow of docs/tutorial.md, step by step:
 //   pick the device (cuda:LOCAL_RANK % GPUs, or the CPU) -> init the process group (NCCL on GPUs,
 //   Gloo on CPUs) -> DistributedSampler + set_epoch -> DataLoader -> model (same seed
@@ -61,6 +62,7 @@
 #include "examples/trainer/checkpoint.h"
 #include "examples/trainer/cli.h"
 #include "examples/trainer/config.h"
+#include "examples/trainer/launch.h"
 #include "examples/trainer/metrics.h"
 #include "examples/trainer/progress.h"
 #include "examples/trainer/recipe.h"
@@ -73,7 +75,9 @@ namespace nn = minidl::nn;
 namespace optim = minidl::optim;
 using minidl::Tensor;
 using minidl::Variable;
+using trainer::Launch;
 using trainer::TrainConfig;
+using trainer::UsageError;
 
 namespace {
 
@@ -695,135 +699,6 @@ std::shared_ptr<const data::Dataset> load_split(const std::string& dir, bool tra
   return std::make_shared<const data::Subset>(full, std::move(first));
 }
 
-// Exit status 2 with a message: a problem with what the user asked for, not a crash.
-struct UsageError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-// Whether DIR/NAME or DIR/NAME.gz exists; a directory that cannot be looked into (permissions,
-// a symlink loop, a name too long) is a UsageError naming it.
-bool has_idx_file(const std::filesystem::path& dir, const std::string& name) {
-  for (const std::filesystem::path& p : {dir / name, dir / (name + ".gz")}) {
-    std::error_code ec;
-    const bool found = std::filesystem::exists(p, ec);
-    if (ec)
-      throw UsageError("cannot read the Fashion-MNIST directory " + dir.string().substr(0, 256) + ": " + ec.message() +
-                       " (looking for " + p.filename().string() + ")");
-    if (found) return true;
-  }
-  return false;
-}
-
-// Checks that `dir` holds Fashion-MNIST before any process starts.
-void check_data_dir(const std::string& dir, bool need_train) {
-  for (const char* name : {"t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte", "train-images-idx3-ubyte", "train-labels-idx1-ubyte"}) {
-    if (!need_train && std::string(name).starts_with("train")) continue;
-    if (!has_idx_file(dir, name))
-      throw UsageError("Fashion-MNIST not found: " + dir + "/" + name + "[.gz] does not exist.\n" +
-                       "Install it with `apt-get install dataset-fashion-mnist` (files in /usr/share/datasets/fashion-mnist) "
-                       "or point --data at a directory holding the four idx files.");
-  }
-}
-
-// How many processes this machine runs, and whether they still have to be started.
-struct Launch {
-  int nproc = 1;
-  bool spawn = false;
-  int local_world_size = 1;
-  bool leader = true;     // prepares --out: this process spawns the ranks, or it is rank 0
-  int restart_count = 0;  // MINIDL_RESTART_COUNT from minidl-run
-};
-
-// The number of visible GPUs, asked in a short-lived child process: this process forks the ranks
-// later, and a child forked after the parent initialised the CUDA driver cannot use CUDA.
-int count_gpus_in_child() {
-  namespace kc = minidl::kernels::cuda;
-  if (!kc::compiled_with_cuda()) return 0;
-  int fds[2];
-  if (::pipe(fds) != 0) throw std::runtime_error("train: pipe() failed while counting GPUs");
-  const pid_t pid = ::fork();
-  if (pid < 0) throw std::runtime_error("train: fork() failed while counting GPUs");
-  if (pid == 0) {
-    ::close(fds[0]);
-    const int n = kc::device_count();
-    const ssize_t ignored = ::write(fds[1], &n, sizeof n);
-    (void)ignored;
-    ::_exit(0);
-  }
-  ::close(fds[1]);
-  int n = 0;
-  const ssize_t got = ::read(fds[0], &n, sizeof n);
-  ::close(fds[0]);
-  ::waitpid(pid, nullptr, 0);
-  return got == static_cast<ssize_t>(sizeof n) ? n : 0;
-}
-
-// --device: cuda (a GPU must be usable, else exit 2 saying why), cpu, or auto (cuda when this
-// build has CUDA and NCCL, a GPU is visible and there are at least as many GPUs as processes on
-// this machine; else the CPU, as on a machine without GPUs).
-bool decide_cuda(const trainer::CliOptions& cli, int gpus) {
-  namespace kc = minidl::kernels::cuda;
-  if (cli.device == "cpu") return false;
-  if (cli.device == "auto") {
-    if (gpus == 0 || !dist::is_backend_available("nccl")) return false;
-    const dist::WorldInfo env = dist::world_info_from_env();
-    const int local = env.source != "default" ? env.local_world_size : cli.nproc.value_or(gpus);
-    if (local > gpus) {
-      std::cerr << "train: --device auto: " << local << " processes on this machine but " << gpus
-                << " GPU(s); training on the CPU (pass --device cuda with --nproc " << gpus << " for the GPUs)\n";
-      return false;
-    }
-    return true;
-  }
-  if (!kc::compiled_with_cuda())
-    throw UsageError("--device cuda: this train was built without CUDA (nvcc was not found at configure time); "
-                     "use --device cpu");
-  if (gpus == 0)
-    throw UsageError("--device cuda: no CUDA device present (no driver, no GPU, or CUDA_VISIBLE_DEVICES hides them "
-                     "all); use --device cpu");
-  if (!dist::is_backend_available("nccl"))
-    throw UsageError("--device cuda: the NCCL backend is not available in this build; use --device cpu");
-  return true;
-}
-
-// NCCL refuses two ranks on one GPU: a clear error instead of a failed rendezvous.
-void check_one_gpu_per_process(int local_processes, int gpus) {
-  if (local_processes > gpus)
-    throw UsageError("--device cuda: " + std::to_string(local_processes) + " processes on this machine but only " +
-                     std::to_string(gpus) + " visible GPU(s); NCCL needs one GPU per process (use --nproc " +
-                     std::to_string(gpus) + " or fewer)");
-}
-
-Launch decide_launch(const trainer::CliOptions& cli, bool cuda, int gpus) {
-  const dist::WorldInfo env = dist::world_info_from_env();
-  if (env.source != "default") {  // started by minidl-run, srun or mpirun: we are one of the ranks
-    if (cli.nproc && *cli.nproc != env.world_size)
-      throw UsageError("--nproc " + std::to_string(*cli.nproc) + " conflicts with the launcher's WORLD_SIZE " +
-                       std::to_string(env.world_size) + " (drop --nproc under minidl-run)");
-    if (cuda) check_one_gpu_per_process(env.local_world_size, gpus);
-    if (cli.max_restarts)
-      throw UsageError("--max-restarts: this train was started by a launcher, which restarts it: give --max-restarts "
-                       "to minidl-run instead");
-    int restarts = 0;
-    if (const char* r = std::getenv("MINIDL_RESTART_COUNT")) {
-      const std::string text = r;
-      if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos || text.size() > 9)
-        throw UsageError("MINIDL_RESTART_COUNT='" + text + "' is not a count");
-      restarts = std::stoi(text);
-    }
-    return {.nproc = env.world_size,
-            .spawn = false,
-            .local_world_size = env.local_world_size,
-            .leader = env.rank == 0,
-            .restart_count = restarts};
-  }
-  // On GPUs: one process per visible GPU; on CPUs: 2 processes unless told otherwise. With
-  // --max-restarts even one process is spawned, so that the parent can start it again.
-  const int nproc = cli.nproc.value_or(cuda ? gpus : 2);
-  if (cuda) check_one_gpu_per_process(nproc, gpus);
-  return {.nproc = nproc, .spawn = nproc > 1 || cli.max_restarts.value_or(0) > 0, .local_world_size = nproc};
-}
-
 // --out before training: leftovers of a killed save (*.safetensors.tmp.PID of a dead PID) go; a
 // directory holding an earlier run (metrics.jsonl or checkpoints) is refused unless --resume
 // continues it, --overwrite replaces it, or this is a restart of the same run.
@@ -956,9 +831,9 @@ int spawn_with_restarts(Run& run, const Launch& launch, const std::function<void
 int run_main(int argc, char** argv) {
   std::optional<trainer::CliOptions> cli = trainer::parse_cli(argc, argv);
   if (!cli) return 0;  // --help
-  const int gpus = count_gpus_in_child();  // this process itself stays CUDA-free until it is a rank
-  const bool cuda = decide_cuda(*cli, gpus);
-  const Launch launch = decide_launch(*cli, cuda, gpus);
+  const int gpus = trainer::count_gpus_in_child();  // this process itself stays CUDA-free until it is a rank
+  const bool cuda = trainer::decide_cuda(*cli, gpus);
+  const Launch launch = trainer::decide_launch(*cli, cuda, gpus);
 
   Run run;
   run.cli = *cli;
@@ -976,7 +851,7 @@ int run_main(int argc, char** argv) {
   // The data set is read once, here, before the processes are forked: they share its pages, as
   // PaddleViT's main() hands its datasets to dist.spawn. (Nothing here may use OpenMP: GNU
   // libgomp's thread pool does not survive fork.)
-  check_data_dir(run.config.data_dir, !cli->eval);
+  trainer::check_data_dir(run.config.data_dir, !cli->eval);
   try {
     if (!cli->eval) run.train_set = load_split(run.config.data_dir, true, run.config.train_subset);
     run.val_set = load_split(run.config.data_dir, false, run.config.val_subset);
