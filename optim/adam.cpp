@@ -53,7 +53,7 @@ void Adam::step() {
     step_t.fill_(t);
 
     const AdamStepOptions op{.lr = group.lr,
-                             .beta1 = options_.beta1,
+                             .beta1 = group.momentum.value_or(options_.beta1),
                              .beta2 = options_.beta2,
                              .eps = options_.eps,
                              .weight_decay = group.weight_decay,

@@ -38,6 +38,7 @@ class Adam : public Optimizer {
 
   void step() override;
   const AdamOptions& options() const { return options_; }
+  bool has_momentum() const override { return true; }
 
  protected:
   Adam(std::string name, std::vector<ParamGroupSpec> groups, AdamOptions options, bool decoupled_weight_decay);

@@ -37,6 +37,7 @@ void LRScheduler::apply() {
   last_lr_.resize(groups.size());
   for (size_t g = 0; g < groups.size(); ++g) {
     groups[g].lr = lr_at(base_lrs_[g], last_epoch_);
+    set_other_options(groups[g], last_epoch_);
     last_lr_[g] = groups[g].lr;
   }
 }
@@ -197,17 +198,26 @@ OneCycleLR::OneCycleLR(Optimizer& optimizer, OneCycleLROptions options)
     throw std::invalid_argument("OneCycleLR: pct_start must be in [0, 1], got " + std::to_string(o.pct_start));
   if (!(o.max_lr > 0.0 && o.div_factor > 0.0 && o.final_div_factor > 0.0))
     throw std::invalid_argument("OneCycleLR: max_lr, div_factor and final_div_factor must be positive");
+  if (o.cycle_momentum) {
+    if (!optimizer_.has_momentum())
+      throw std::invalid_argument("OneCycleLR: cycle_momentum needs an optimizer with a momentum (" + optimizer_.name() +
+                                  " here has none: SGD needs momentum > 0); pass .cycle_momentum = false");
+    if (!(o.base_momentum >= 0.0 && o.base_momentum < 1.0 && o.max_momentum >= 0.0 && o.max_momentum < 1.0))
+      throw std::invalid_argument("OneCycleLR: base_momentum and max_momentum must be in [0, 1), got " +
+                                  std::to_string(o.base_momentum) + " and " + std::to_string(o.max_momentum));
+  }
   const double initial = o.max_lr / o.div_factor, min_lr = initial / o.final_div_factor;
   const double total = static_cast<double>(o.total_steps), up = o.pct_start * total;
+  const double lo = o.base_momentum, hi = o.max_momentum;
   if (o.three_phase)
-    phases_ = {{up - 1, initial, o.max_lr}, {2 * up - 2, o.max_lr, initial}, {total - 1, initial, min_lr}};
+    phases_ = {{up - 1, initial, o.max_lr, hi, lo}, {2 * up - 2, o.max_lr, initial, lo, hi}, {total - 1, initial, min_lr, hi, hi}};
   else
-    phases_ = {{up - 1, initial, o.max_lr}, {total - 1, o.max_lr, min_lr}};
+    phases_ = {{up - 1, initial, o.max_lr, hi, lo}, {total - 1, o.max_lr, min_lr, lo, hi}};
   for (ParamGroup& g : optimizer_.param_groups()) g.initial_lr = initial;  // as torch records it
   initial_step();
 }
 
-double OneCycleLR::lr_at(double, int64_t epoch) const {
+std::pair<const OneCycleLR::Phase*, double> OneCycleLR::phase_at(int64_t epoch) const {
   if (epoch > options_.total_steps)
     throw std::invalid_argument("OneCycleLR: tried to step " + std::to_string(epoch) +
                                 " times; the specified number of total steps is " + std::to_string(options_.total_steps));
@@ -215,14 +225,26 @@ double OneCycleLR::lr_at(double, int64_t epoch) const {
   double start = 0;
   for (size_t i = 0; i < phases_.size(); ++i) {
     const Phase& p = phases_[i];
-    if (step <= p.end_step || i + 1 == phases_.size()) {
-      const double pct = (step - start) / (p.end_step - start);
-      if (options_.cos_anneal) return p.end_lr + (p.start_lr - p.end_lr) / 2.0 * (std::cos(std::numbers::pi * pct) + 1.0);
-      return (p.end_lr - p.start_lr) * pct + p.start_lr;
-    }
+    if (step <= p.end_step || i + 1 == phases_.size()) return {&p, (step - start) / (p.end_step - start)};
     start = p.end_step;
   }
-  return phases_.back().end_lr;
+  return {&phases_.back(), 1.0};
+}
+
+double OneCycleLR::anneal(double start, double end, double pct) const {
+  if (options_.cos_anneal) return end + (start - end) / 2.0 * (std::cos(std::numbers::pi * pct) + 1.0);
+  return (end - start) * pct + start;
+}
+
+double OneCycleLR::lr_at(double, int64_t epoch) const {
+  const auto [phase, pct] = phase_at(epoch);
+  return anneal(phase->start_lr, phase->end_lr, pct);
+}
+
+void OneCycleLR::set_other_options(ParamGroup& group, int64_t epoch) const {
+  if (!options_.cycle_momentum) return;
+  const auto [phase, pct] = phase_at(epoch);
+  group.momentum = anneal(phase->start_momentum, phase->end_momentum, pct);
 }
 
 // ---------------------------------------------------------------- ReduceLROnPlateau

@@ -48,6 +48,12 @@ class LRScheduler {
   LRScheduler(Optimizer& optimizer, const char* name);
   // Called at the end of the most-derived constructor: epoch 0 (lr_at is virtual).
   void initial_step();
+  // A scheduler that also sets options other than the lr (OneCycleLR's momentum) does it here;
+  // called for every group right after its lr is set for `epoch`.
+  virtual void set_other_options(ParamGroup& group, int64_t epoch) const {
+    (void)group;
+    (void)epoch;
+  }
 
   Optimizer& optimizer_;
   const char* name_;
@@ -151,8 +157,11 @@ class SequentialLR : public LRScheduler {
 // The 1cycle policy (torch's OneCycleLR, stepped once per batch): from max_lr / div_factor up to
 // max_lr over pct_start of total_steps, then down to max_lr / div_factor / final_div_factor
 // (three_phase: up, back down to the start, then to the minimum). It ignores the optimizer's lr:
-// every group follows the same curve, and its initial_lr becomes max_lr / div_factor. The
-// momentum is not cycled (torch's cycle_momentum=False). Stepping past total_steps throws.
+// every group follows the same curve, and its initial_lr becomes max_lr / div_factor. With
+// cycle_momentum (the default, as in torch) each group's momentum (SGD's momentum, Adam's beta1;
+// ParamGroup::momentum) moves the other way, from max_momentum down to base_momentum while the lr
+// rises and back up while it falls (three_phase: down, up, then held at max_momentum); an
+// optimizer without one (SGD with momentum 0) is an error then. Stepping past total_steps throws.
 struct OneCycleLROptions {
   double max_lr = 0.1;
   int64_t total_steps = 0;
@@ -161,16 +170,25 @@ struct OneCycleLROptions {
   double div_factor = 25.0;
   double final_div_factor = 1e4;
   bool three_phase = false;
+  bool cycle_momentum = true;
+  double base_momentum = 0.85;
+  double max_momentum = 0.95;
 };
 class OneCycleLR : public LRScheduler {
  public:
   OneCycleLR(Optimizer& optimizer, OneCycleLROptions options);
   double lr_at(double base_lr, int64_t epoch) const override;
 
+ protected:
+  void set_other_options(ParamGroup& group, int64_t epoch) const override;
+
  private:
   struct Phase {
-    double end_step, start_lr, end_lr;
+    double end_step, start_lr, end_lr, start_momentum, end_momentum;
   };
+  // The phase `epoch` falls in and how far through it (0..1).
+  std::pair<const Phase*, double> phase_at(int64_t epoch) const;
+  double anneal(double start, double end, double pct) const;
   OneCycleLROptions options_;
   std::vector<Phase> phases_;
 };

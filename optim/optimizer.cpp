@@ -105,6 +105,7 @@ TensorMap Optimizer::state_dict() const {
     out[prefix + "weight_decay"] = scalar64(groups_[g].weight_decay);
     out[prefix + "num_params"] = scalar64(static_cast<double>(groups_[g].params.size()));
     if (groups_[g].initial_lr) out[prefix + "initial_lr"] = scalar64(*groups_[g].initial_lr);
+    if (groups_[g].momentum) out[prefix + "momentum"] = scalar64(*groups_[g].momentum);
   }
   return out;
 }
@@ -127,7 +128,10 @@ void Optimizer::load_state_dict(const TensorMap& dict) {
 
   std::vector<ParamState> new_state(state_.size());
   std::vector<ParamGroup> new_groups = groups_;
-  for (ParamGroup& g : new_groups) g.initial_lr.reset();
+  for (ParamGroup& g : new_groups) {
+    g.initial_lr.reset();
+    g.momentum.reset();
+  }
   std::vector<std::set<std::string>> group_fields(groups_.size());
 
   for (const auto& [key, t] : dict) {
@@ -175,6 +179,11 @@ void Optimizer::load_state_dict(const TensorMap& dict) {
         group.weight_decay = v;
       } else if (field == "initial_lr") {
         group.initial_lr = v;
+      } else if (field == "momentum") {
+        if (!(v >= 0.0 && v < 1.0) || !has_momentum())
+          fail(key, has_momentum() ? "invalid momentum " + num(v) + " (expected 0 <= momentum < 1)"
+                                   : name_ + " here has no momentum to set");
+        group.momentum = v;
       } else if (field == "num_params") {
         if (v != static_cast<double>(group.params.size()))
           fail(key, "the saved group has " + num(v) + " parameters, this optimizer's group " +
@@ -202,6 +211,7 @@ void Optimizer::load_state_dict(const TensorMap& dict) {
     groups_[g].lr = new_groups[g].lr;
     groups_[g].weight_decay = new_groups[g].weight_decay;
     groups_[g].initial_lr = new_groups[g].initial_lr;
+    groups_[g].momentum = new_groups[g].momentum;
   }
 }
 

@@ -6,7 +6,7 @@
 //                             order, parameters in order within a group), as in PyTorch
 //                             e.g. state.0.momentum_buffer, state.3.exp_avg, state.3.step (0-d)
 //   param_groups.<g>.lr       0-d float64; also .weight_decay, .num_params and, once an LR
-//                             scheduler has set it, .initial_lr
+//                             scheduler has set them, .initial_lr and .momentum
 // Parameters whose grad is undefined are skipped by step(), as in PyTorch, and so are frozen
 // parameters (requires_grad_(false)) even when they still hold a gradient from before. Updates run under
 // NoGradGuard and write p.data() in place (contiguous float32/float64 tensors; on a CUDA device
@@ -38,6 +38,9 @@ struct ParamGroup {
   double lr = 0.0;
   double weight_decay = 0.0;
   std::optional<double> initial_lr;  // set by the first LR scheduler: the lr its schedule starts from
+  // Set by OneCycleLR (cycle_momentum): this group's momentum — SGD's momentum, Adam's beta1 —
+  // in place of the optimizer's option; like torch's param_group["momentum"] / ["betas"][0].
+  std::optional<double> momentum;
 };
 
 // One parameter's state, by name ("momentum_buffer", "exp_avg", "step", ...).
@@ -69,6 +72,9 @@ class Optimizer {
   void load_state_dict(const TensorMap& dict);
 
   const std::string& name() const { return name_; }
+  // Whether the update has a momentum a scheduler may set per group (ParamGroup::momentum):
+  // SGD with momentum > 0 (its buffers exist), Adam and AdamW (beta1).
+  virtual bool has_momentum() const { return false; }
 
  protected:
   Optimizer(std::string name, std::vector<ParamGroupSpec> groups, double default_lr, double default_weight_decay);

@@ -33,7 +33,7 @@ std::vector<std::string> SGD::state_names() const {
 void SGD::step() {
   for_each_param_with_grad([&](ParamGroup& group, Variable& p, const Tensor& grad, ParamState& state) {
     SgdStepOptions op{.lr = group.lr,
-                      .momentum = options_.momentum,
+                      .momentum = group.momentum.value_or(options_.momentum),
                       .dampening = options_.dampening,
                       .weight_decay = group.weight_decay,
                       .nesterov = options_.nesterov};

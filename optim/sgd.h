@@ -28,6 +28,7 @@ class SGD : public Optimizer {
 
   void step() override;
   const SGDOptions& options() const { return options_; }
+  bool has_momentum() const override { return options_.momentum != 0.0; }
 
  protected:
   std::vector<std::string> state_names() const override;

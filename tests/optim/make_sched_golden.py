@@ -1,11 +1,12 @@
 #!/usr/bin/python3
 """tests/optim/make_sched_golden.py — PyTorch's learning-rate sequences for LinearLR, SequentialLR,
-OneCycleLR and ReduceLROnPlateau.
+OneCycleLR (with and without cycle_momentum) and ReduceLROnPlateau.
 
 Run with Debian's python3-torch:  /usr/bin/python3 tests/optim/make_sched_golden.py
 Writes tests/optim/sched_golden.safetensors: for every case NAME, NAME/lr (float64, steps + 1):
 the lr of the (single) param group after 0, 1, ..., steps scheduler steps (SGD, lr 0.1 unless
-the scheduler sets its own), and for ReduceLROnPlateau NAME/metric, the metrics given to step().
+the scheduler sets its own), for OneCycleLR with cycle_momentum also NAME/momentum (SGD's
+momentum or Adam's beta1), and for ReduceLROnPlateau NAME/metric, the metrics given to step().
 tests/optim/test_lr_scheduler_api.cpp builds the same schedulers and compares.
 """
 import os
@@ -46,6 +47,29 @@ record("sequential_three",
        lambda o: S.SequentialLR(o, [S.LinearLR(o, start_factor=0.5, total_iters=3), S.StepLR(o, 3, gamma=0.5),
                                     S.MultiStepLR(o, [2, 4], gamma=0.3)], milestones=[3, 10]), 16)
 record("onecycle_cos", lambda o: S.OneCycleLR(o, max_lr=0.5, total_steps=20, cycle_momentum=False), 20)
+
+
+def onecycle_momentum(name, make_opt, steps, **kw):
+    """OneCycleLR with cycle_momentum: NAME/lr and NAME/momentum (SGD's momentum or Adam's beta1)."""
+    opt = make_opt()
+    sched = S.OneCycleLR(opt, total_steps=steps, **kw)
+    group = opt.param_groups[0]
+    mom = (lambda: group["betas"][0]) if "betas" in group else (lambda: group["momentum"])
+    lrs, moms = [group["lr"]], [mom()]
+    for _ in range(steps):
+        opt.step()
+        sched.step()
+        lrs.append(group["lr"])
+        moms.append(mom())
+    T[f"{name}/lr"] = torch.tensor(lrs, dtype=torch.float64)
+    T[f"{name}/momentum"] = torch.tensor(moms, dtype=torch.float64)
+
+
+onecycle_momentum("onecycle_momentum_sgd", sgd, 20, max_lr=0.5)
+onecycle_momentum("onecycle_momentum_adam_three_phase",
+                  lambda: torch.optim.Adam([torch.zeros(3, requires_grad=True)], lr=0.1, betas=(0.9, 0.99)), 25,
+                  max_lr=1.0, pct_start=0.2, anneal_strategy="linear", three_phase=True, base_momentum=0.8,
+                  max_momentum=0.9)
 record("onecycle_linear_three_phase",
        lambda o: S.OneCycleLR(o, max_lr=1.0, total_steps=25, pct_start=0.2, anneal_strategy="linear", div_factor=10,
                               final_div_factor=100, three_phase=True, cycle_momentum=False), 25)

@@ -61,7 +61,7 @@ TEST_F(Sched, SequentialOfThreeMatchesPyTorch) {
 }
 
 TEST_F(Sched, OneCycleCosineMatchesPyTorch) {
-  OneCycleLR sched(sgd, {.max_lr = 0.5, .total_steps = 20});
+  OneCycleLR sched(sgd, {.max_lr = 0.5, .total_steps = 20, .cycle_momentum = false});
   EXPECT_DOUBLE_EQ(*sgd.param_groups()[0].initial_lr, 0.5 / 25);
   expect_sequence(sched, "onecycle_cos");
   EXPECT_THROW_MSG(sched.step(), std::invalid_argument, "tried to step 21 times; the specified number of total steps is 20");
@@ -69,8 +69,65 @@ TEST_F(Sched, OneCycleCosineMatchesPyTorch) {
 
 TEST_F(Sched, OneCycleLinearThreePhaseMatchesPyTorch) {
   OneCycleLR sched(sgd, {.max_lr = 1.0, .total_steps = 25, .pct_start = 0.2, .cos_anneal = false, .div_factor = 10,
-                         .final_div_factor = 100, .three_phase = true});
+                         .final_div_factor = 100, .three_phase = true, .cycle_momentum = false});
   expect_sequence(sched, "onecycle_linear_three_phase");
+  EXPECT_FALSE(sgd.param_groups()[0].momentum.has_value());
+}
+
+// lr and momentum after 0, 1, ... steps against PyTorch's NAME/lr and NAME/momentum
+void expect_lr_and_momentum(Optimizer& opt, LRScheduler& sched, const std::string& name) {
+  const auto lr = seq(name + "/lr"), momentum = seq(name + "/momentum");
+  ASSERT_EQ(lr.size(), momentum.size());
+  for (size_t k = 0; k < lr.size(); ++k) {
+    if (k > 0) sched.step();
+    const ParamGroup& g = opt.param_groups()[0];
+    EXPECT_NEAR(g.lr, lr[k], 1e-12 + 1e-12 * lr[k]) << name << " lr after " << k << " steps";
+    ASSERT_TRUE(g.momentum.has_value());
+    EXPECT_NEAR(*g.momentum, momentum[k], 1e-12) << name << " momentum after " << k << " steps";
+  }
+}
+
+TEST_F(Sched, OneCycleCyclesSgdMomentumAsPyTorch) {
+  OneCycleLR sched(sgd, {.max_lr = 0.5, .total_steps = 20});
+  expect_lr_and_momentum(sgd, sched, "onecycle_momentum_sgd");
+  // the state_dict carries the group's momentum, and a load restores it
+  const TensorMap saved = sgd.state_dict();
+  ASSERT_TRUE(saved.count("param_groups.0.momentum"));
+  Variable q{zeros({3}), true};
+  SGD again{{q}, SGDOptions{.lr = 0.1, .momentum = 0.9}};
+  again.load_state_dict(saved);
+  EXPECT_DOUBLE_EQ(*again.param_groups()[0].momentum, *sgd.param_groups()[0].momentum);
+  SGD plain{{q}, SGDOptions{.lr = 0.1}};
+  EXPECT_THROW_MSG(plain.load_state_dict(saved), std::invalid_argument, "SGD here has no momentum to set");
+}
+
+TEST_F(Sched, OneCycleCyclesAdamBeta1ThreePhaseLinearAsPyTorch) {
+  Adam adam{{p}, AdamOptions{.lr = 0.1, .beta2 = 0.99}};
+  OneCycleLR sched(adam, {.max_lr = 1.0, .total_steps = 25, .pct_start = 0.2, .cos_anneal = false, .three_phase = true,
+                          .base_momentum = 0.8, .max_momentum = 0.9});
+  expect_lr_and_momentum(adam, sched, "onecycle_momentum_adam_three_phase");
+}
+
+// The cycled momentum is the one the update uses: SGD steps with the group's momentum set to m
+// give the same parameters as an SGD built with momentum m.
+TEST_F(Sched, TheGroupMomentumIsTheOneSgdUses) {
+  Variable a{from_vector<float>({1.0f, -2.0f, 0.5f}, {3}), true}, b{from_vector<float>({1.0f, -2.0f, 0.5f}, {3}), true};
+  SGD cycled{{a}, SGDOptions{.lr = 0.1, .momentum = 0.9}}, fixed{{b}, SGDOptions{.lr = 0.1, .momentum = 0.6}};
+  cycled.param_groups()[0].momentum = 0.6;
+  for (int s = 0; s < 3; ++s) {
+    a.set_grad(from_vector<float>({0.3f, 0.1f * s, -1.0f}, {3}));
+    b.set_grad(from_vector<float>({0.3f, 0.1f * s, -1.0f}, {3}));
+    cycled.step();
+    fixed.step();
+  }
+  minidl::testing::expect_close(a.data(), b.data(), 0, 0, "SGD with group momentum 0.6 vs SGD(momentum 0.6)");
+  Variable c{from_vector<float>({1.0f, -2.0f, 0.5f}, {3}), true};
+  SGD other{{c}, SGDOptions{.lr = 0.1, .momentum = 0.9}};
+  for (int s = 0; s < 3; ++s) {
+    c.set_grad(from_vector<float>({0.3f, 0.1f * s, -1.0f}, {3}));
+    other.step();
+  }
+  EXPECT_GT(std::abs(c.data().to_vector<float>()[0] - a.data().to_vector<float>()[0]), 1e-3) << "momentum had no effect";
 }
 
 void expect_plateau(SGD& sgd, ReduceLROnPlateau& sched, const std::string& name) {
@@ -147,6 +204,11 @@ TEST_F(Sched, BadOptionsNameTheProblem) {
   EXPECT_THROW_MSG(LinearLR(sgd, {.start_factor = 0.0}), std::invalid_argument, "start_factor must be in (0, 1]");
   EXPECT_THROW_MSG(LinearLR(sgd, {.total_iters = 0}), std::invalid_argument, "total_iters must be >= 1");
   EXPECT_THROW_MSG(OneCycleLR(sgd, {.total_steps = 0}), std::invalid_argument, "total_steps must be >= 1");
+  SGD no_momentum{{p}, SGDOptions{.lr = 0.1}};
+  EXPECT_THROW_MSG(OneCycleLR(no_momentum, {.total_steps = 5}), std::invalid_argument,
+                   "cycle_momentum needs an optimizer with a momentum (SGD here has none");
+  EXPECT_THROW_MSG(OneCycleLR(sgd, {.total_steps = 5, .max_momentum = 1.0}), std::invalid_argument,
+                   "base_momentum and max_momentum must be in [0, 1)");
   EXPECT_THROW_MSG(ReduceLROnPlateau(sgd, {.factor = 1.0}), std::invalid_argument, "factor must be in [0, 1)");
   std::vector<std::unique_ptr<LRScheduler>> s;
   s.push_back(std::make_unique<LinearLR>(sgd, LinearLROptions{}));
