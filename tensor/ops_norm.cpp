@@ -179,7 +179,8 @@ LayerNormResult layer_norm_forward(const Tensor& x_in, const Shape& normalized_s
   constexpr const char* op = "layer_norm";
   if (cuda_ops::on_cuda({&x_in, &weight_in, &bias_in}, op))
     return cuda_ops::layer_norm_forward(x_in, normalized_shape, weight_in, bias_in, eps);
-  const auto [rows, M] = layer_norm_layout(x_in, normalized_shape, weight_in, bias_in, op);
+  const auto layout = layer_norm_layout(x_in, normalized_shape, weight_in, bias_in, op);
+  const int64_t rows = layout.first, M = layout.second;  // plain locals: clang 14 cannot capture bindings
   const Tensor x = x_in.contiguous();
   const Tensor weight = weight_in.defined() ? weight_in.contiguous() : Tensor();
   const Tensor bias = bias_in.defined() ? bias_in.contiguous() : Tensor();
@@ -199,7 +200,8 @@ LayerNormGrads layer_norm_backward(const Tensor& dy_in, const Tensor& x_in, cons
   constexpr const char* op = "layer_norm_backward";
   if (cuda_ops::on_cuda({&dy_in, &x_in, &mean_in, &invstd_in, &weight_in}, op))
     return cuda_ops::layer_norm_backward(dy_in, x_in, mean_in, invstd_in, normalized_shape, weight_in);
-  const auto [rows, M] = layer_norm_layout(x_in, normalized_shape, weight_in, Tensor(), op);
+  const auto layout = layer_norm_layout(x_in, normalized_shape, weight_in, Tensor(), op);
+  const int64_t rows = layout.first, M = layout.second;  // plain locals: clang 14 cannot capture bindings
   require_like_input(dy_in, x_in, op);
   for (const auto* p : {&mean_in, &invstd_in}) {
     const char* name = p == &mean_in ? "mean" : "invstd";

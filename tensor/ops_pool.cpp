@@ -83,7 +83,8 @@ MaxPool2dResult max_pool2d_forward(const Tensor& x_in, const Pool2dParams& p) {
   require_image(x_in, op);
   const Tensor x = x_in.contiguous();  // (P = N*C planes, H, W)
   const int64_t H = x.size(x.dim() - 2), W = x.size(x.dim() - 1);
-  const auto [H_out, W_out] = pool_out_size(H, W, p, op, x.desc());
+  const auto out_size = pool_out_size(H, W, p, op, x.desc());
+  const int64_t H_out = out_size.first, W_out = out_size.second;  // plain locals: clang 14 cannot capture bindings
   const Shape out_shape = with_spatial(x.shape(), H_out, W_out);
   Tensor out(out_shape, x.dtype()), indices(out_shape, DType::Int64);
   const int64_t planes = x.numel() / std::max<int64_t>(H * W, 1);
@@ -157,7 +158,8 @@ Tensor avg_pool2d_forward(const Tensor& x_in, const Pool2dParams& p) {
   require_image(x_in, op);
   const Tensor x = x_in.contiguous();
   const int64_t H = x.size(x.dim() - 2), W = x.size(x.dim() - 1);
-  const auto [H_out, W_out] = pool_out_size(H, W, p, op, x.desc());
+  const auto out_size = pool_out_size(H, W, p, op, x.desc());
+  const int64_t H_out = out_size.first, W_out = out_size.second;  // plain locals: clang 14 cannot capture bindings
   Tensor out(with_spatial(x.shape(), H_out, W_out), x.dtype());
   const int64_t planes = x.numel() / std::max<int64_t>(H * W, 1);
   const auto win = window_of(p);
@@ -180,7 +182,8 @@ Tensor avg_pool2d_backward(const Tensor& dy_in, const Shape& x_shape, const Pool
   require_image_shape(x_shape, op);
   require_float_cpu(dy_in, op, "grad_output");
   const int64_t H = x_shape[x_shape.size() - 2], W = x_shape.back();
-  const auto [H_out, W_out] = pool_out_size(H, W, p, op, shape_str(x_shape));
+  const auto out_size = pool_out_size(H, W, p, op, shape_str(x_shape));
+  const int64_t H_out = out_size.first, W_out = out_size.second;  // plain locals: clang 14 cannot capture bindings
   require_grad_shape(dy_in, with_spatial(x_shape, H_out, W_out), op, x_shape);
   const Tensor dy = dy_in.contiguous();
   Tensor dx = zeros(x_shape, dy.dtype());
