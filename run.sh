@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # minidl's two commands:
 #   ./run.sh test            install missing Debian packages, build into build/, run ctest
+#   ./run.sh test --sanitize address   the same under ASan + UBSan, in build-asan/ (CUDA off)
+#   ./run.sh test --sanitize thread    the data and dist tests under TSan, in build-tsan/
+#                                      (CUDA off, OMP_NUM_THREADS=1); see docs/testing.md
 #   ./run.sh train [ARGS...] the same set-up, then train the default model on Fashion-MNIST
 # Idempotent: packages already installed are not touched, and the build is incremental.
 # MINIDL_WERROR=ON (set by .ci/run) makes compiler warnings errors; it applies when build/ is first configured.
@@ -35,10 +38,57 @@ build() {
     | { grep -vE '^\[ *[0-9]+%\] (Building|Linking)|^Consolidate|^Scanning' || true; }
 }
 
+# ./run.sh test --sanitize address|thread: its own build directory (build-asan/, build-tsan/;
+# incremental like build/), CUDA off, then ctest. address: every test under ASan + UBSan except
+# the two that build a separate unsanitized project (the GPU bundle, a consumer of the install);
+# thread: the data and dist tests (the code that owns threads and processes) under TSan.
+# docs/testing.md explains both and records the runs.
+sanitize_test() {
+  local kind=$1 dir
+  case "$kind" in
+    address) dir=build-asan ;;
+    thread) dir=build-tsan ;;
+    *) echo "run.sh: --sanitize takes address or thread, not '$kind'" >&2; exit 2 ;;
+  esac
+  if [ ! -f "$dir/CMakeCache.txt" ]; then
+    cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release -DMINIDL_CUDA=OFF -DMINIDL_BUILD_BENCHMARKS=OFF \
+          -DMINIDL_SANITIZE="$kind" >/dev/null
+  fi
+  local supp="$PWD/tests/sanitizers"
+  if [ "$kind" = address ]; then
+    BUILD_DIR=$dir build
+    cd "$dir"
+    # any report fails the test: ASan aborts, UBSan halts (also compiled -fno-sanitize-recover),
+    # LeakSanitizer reports at exit; lsan.supp lists the leaks of libraries we do not own
+    ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1 \
+    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 LSAN_OPTIONS=suppressions=$supp/lsan.supp \
+      ctest --output-on-failure -j "$JOBS" --timeout 900 \
+        -E '^(gpu_bundle_builds_without_system_packages|consumer_builds_against_install)$'
+  else
+    cmake --build "$dir" -j "$JOBS" --target test_data test_dist minidl-run 2>&1 \
+      | { grep -vE '^\[ *[0-9]+%\] (Building|Linking)|^Consolidate|^Scanning' || true; }
+    cd "$dir"
+    # libgomp is not built with TSan, so TSan cannot see its barriers: one OpenMP thread keeps
+    # its pool out of the picture (the kernels' results do not depend on the thread count).
+    OMP_NUM_THREADS=1 TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$supp/tsan.supp" \
+      ctest --output-on-failure -j "$JOBS" --timeout 900 -L '^(data|dist)$'
+  fi
+}
+
 cmd=${1:-}
 case "$cmd" in
   test)
     install_missing
+    if [ "${2:-}" = "--sanitize" ]; then
+      sanitize_test "${3:-}"
+      exit
+    elif [[ "${2:-}" == --sanitize=* ]]; then
+      sanitize_test "${2#--sanitize=}"
+      exit
+    elif [ -n "${2:-}" ]; then
+      echo "usage: ./run.sh test [--sanitize address|thread]" >&2
+      exit 2
+    fi
     build
     cd "$BUILD_DIR" && ctest --output-on-failure -j "$JOBS" --timeout 900
     ;;
@@ -49,7 +99,7 @@ case "$cmd" in
     exec "$BUILD_DIR/examples/train" "$@"
     ;;
   *)
-    echo "usage: ./run.sh test | ./run.sh train [trainer flags]" >&2
+    echo "usage: ./run.sh test [--sanitize address|thread] | ./run.sh train [trainer flags]" >&2
     exit 2
     ;;
 esac
