@@ -42,14 +42,18 @@ Tensor read_idx(const std::string& path, uint32_t magic, int ndim, const char* k
     throw std::runtime_error(path + ": bad magic " + hex32(found) + ", expected " + hex32(magic) + " (" + kind + ")");
   Shape shape;
   int64_t total = 1;
+  int64_t bound = 1;  // the product with a 0 taken as 1: 0 images cannot hide 2^32 x 2^32 pixels
   for (int d = 0; d < ndim; ++d) {
     const int64_t n = big_endian32(header + 4 + 4 * d);
     if (d > 0 && n == 0)
       throw std::runtime_error(path + ": bad header: dimension " + std::to_string(d) + " is 0 (" + kind + ")");
     shape.push_back(n);
-    total *= n;  // at most 2^32 * 2^32 * 2^32 would overflow: bound it first
-    if (total > (int64_t{1} << 40))
+    // bound the product before forming it (three 32-bit sizes overflow int64): 2^40 bytes is
+    // far more than any real data set
+    if (n > 0 && bound > (int64_t{1} << 40) / n)
       throw std::runtime_error(path + ": bad header: sizes " + shape_str(shape) + " are implausibly large (" + kind + ")");
+    bound *= std::max<int64_t>(n, 1);
+    total *= n;
   }
   const char* what = ndim == 3 ? "image data" : "label data";
   const std::string announced = " (the header announces " + shape_str(shape) + ")";

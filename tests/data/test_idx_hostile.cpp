@@ -49,3 +49,24 @@ TEST(IdxHostile, GzipHeaderClaimingABillionImagesIsBoundedByWhatDecompresses) {
                                         "(the header announces [1000000000, 28, 28])");
   EXPECT_LT(peak_rss_mib() - before, 64);
 }
+
+TEST(IdxHostile, SizesWhoseProductOverflowsAreRefusedBeforeMultiplying) {
+  // 256 x 2^31 x 2^31 = 2^70 bytes: formed in int64 it wraps to 0 (found by fuzz/fuzz_idx_reader)
+  TempDir dir;
+  Bytes header;
+  for (uint32_t v : {0x00000803u, 256u, 1u << 31, 1u << 31}) put_be32(header, v);
+  write_file(dir.file("img"), header);
+  EXPECT_THROW_MSG(read_idx_images(dir.file("img")), std::runtime_error,
+                   dir.file("img") + ": bad header: sizes [256, 2147483648, 2147483648] are implausibly large");
+}
+
+TEST(IdxHostile, ZeroImagesOfAnImplausibleSizeAreRefused) {
+  // 0 images of 2^32-1 x 2^32-1: no bytes to read, but the shape itself overflows int64
+  // (found by fuzz/fuzz_idx_reader)
+  TempDir dir;
+  Bytes header;
+  for (uint32_t v : {0x00000803u, 0u, 0xFFFFFFFFu, 0xFFFFFFFFu}) put_be32(header, v);
+  write_file(dir.file("img"), header);
+  EXPECT_THROW_MSG(read_idx_images(dir.file("img")), std::runtime_error,
+                   dir.file("img") + ": bad header: sizes [0, 4294967295, 4294967295] are implausibly large");
+}
