@@ -1,8 +1,9 @@
 // kernels/cuda_ops.h — the CUDA kernels of every tensor op, as plain C++ declarations on raw
-// device pointers, sizes and strides (no Tensor: kernels/ sits below tensor/). tensor/ops_cuda.cpp
-// calls them; a build without nvcc links kernels/cuda_stub.cpp, where each throws
-// "<op>: minidl was built without CUDA". Every kernel runs on the current device's compute stream
-// (kernels::cuda::set_device first) and is asynchronous unless it says otherwise.
+// device pointers, sizes and strides (no Tensor: kernels/ sits below tensor/). Each op family's
+// file in tensor/ calls them after its checks (tensor/cuda_dispatch.h); a build without nvcc
+// links kernels/cuda_stub.cpp, where each throws "<op>: minidl was built without CUDA". Every
+// kernel runs on the current device's compute stream (kernels::cuda::set_device first) and is
+// asynchronous unless it says otherwise.
 //
 // Element-wise ops take the SAME functor objects as the CPU loops (kernels/functors.h,
 // kernels/optim_functors.h): one overload per functor type is declared from the X-macro lists
@@ -23,7 +24,7 @@
 
 namespace minidl::kernels::cuda {
 
-// Element types, in the order of minidl::DType (tensor/ops_cuda.cpp converts with static_cast).
+// Element types, in the order of minidl::DType (cuda_dispatch::elem converts with static_cast).
 enum class ElemType : uint8_t { F32, F64, I64, U8 };
 
 // An element-wise loop over up to 4 strided operands sharing one shape (operand 0 is the output).

@@ -1,5 +1,5 @@
 // kernels/optim_functors.h — the per-element math of the optimizer updates (SGD, Adam, AdamW),
-// shared by the CPU kernels (kernels/cpu/optim_kernels.h) and a future CUDA fused update.
+// shared by the CPU kernels (kernels/cpu/optim_kernels.h) and the CUDA ones (kernels/cuda/optim.cu).
 //
 // Each functor updates ONE element in place: the parameter p, its gradient g and that element's
 // optimizer state (momentum buffer; first and second moments). The per-step scalars (lr, bias

@@ -1,7 +1,7 @@
 // tensor/ops_conv.cpp — conv2d forward/backward on Tensors (declared in tensor/ops_nn.h):
-// stride, padding, dilation and groups, as torch.nn.functional.conv2d. Shapes are checked here;
-// the im2col + GEMM loops live in kernels/cpu/conv2d.h. Inputs may be strided views: they are
-// made contiguous first.
+// stride, padding, dilation and groups, as torch.nn.functional.conv2d. Shapes are checked here,
+// once, then the op runs on the CPU (im2col + GEMM, kernels/cpu/conv2d.h) or on CUDA (cuDNN,
+// kernels/cuda/conv.cu). Inputs may be strided views: they are made contiguous first.
 //   x (N, C, H, W), w (O, C/groups, kH, kW), b (O) -> y (N, O, H_out, W_out)
 //   H_out = (H + 2*pad_h - dil_h*(kH - 1) - 1) / stride_h + 1   (same for W)
 #include <stdexcept>
@@ -10,7 +10,7 @@
 #include "minidl/kernels/cpu/conv2d.h"
 #include "minidl/tensor/creation.h"
 #include "minidl/tensor/ops_nn.h"
-#include "minidl/tensor/ops_cuda.h"
+#include "minidl/tensor/cuda_dispatch.h"
 #include "minidl/tensor/ops_nn_checks.h"
 
 namespace minidl {
@@ -26,9 +26,9 @@ std::string params_str(const Conv2dParams& p) {
 // Checks x, w (and b when defined) against each other and p; returns the full geometry.
 kernels::cpu::Conv2dShape conv_shape(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dParams& p,
                                      const char* op) {
-  using nn_checks::require_float_cpu;
-  require_float_cpu(x, op, "input");
-  require_float_cpu(w, op, "weight");
+  using nn_checks::require_float;
+  require_float(x, op, "input");
+  require_float(w, op, "weight");
   if (p.stride_h < 1 || p.stride_w < 1 || p.dilation_h < 1 || p.dilation_w < 1 || p.pad_h < 0 || p.pad_w < 0 ||
       p.groups < 1)
     throw std::invalid_argument(std::string(op) +
@@ -47,7 +47,7 @@ kernels::cpu::Conv2dShape conv_shape(const Tensor& x, const Tensor& w, const Ten
                                 x.desc());
   nn_checks::require_same_dtype(x, w, op, "input", "weight");
   if (b.defined()) {
-    require_float_cpu(b, op, "bias");
+    require_float(b, op, "bias");
     if (b.dim() != 1 || b.size(0) != O || b.dtype() != x.dtype())
       throw std::invalid_argument(std::string(op) + ": expected bias " + dtype_name(x.dtype()) + "[" +
                                   std::to_string(O) + "] for weight " + w.desc() + ", got " + b.desc());
@@ -66,15 +66,29 @@ kernels::cpu::Conv2dShape conv_shape(const Tensor& x, const Tensor& w, const Ten
   return s;
 }
 
+// The same geometry for the cuDNN kernels (kernels/cuda_ops.h).
+kernels::cuda::ConvGeometry cuda_geometry(const kernels::cpu::Conv2dShape& s) {
+  return {s.N,      s.C,        s.H,     s.W,     s.O,     s.kH,    s.kW,    s.groups,
+          s.stride_h, s.stride_w, s.pad_h, s.pad_w, s.dil_h, s.dil_w, s.H_out, s.W_out};
+}
+
+void* ptr_or_null(const Tensor& t) { return t.defined() ? t.raw_data() : nullptr; }
+
 }  // namespace
 
 Tensor conv2d_forward(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, const Conv2dParams& p) {
-  if (cuda_ops::on_cuda({&x_in, &w_in, &b_in}, "conv2d")) return cuda_ops::conv2d_forward(x_in, w_in, b_in, p);
   constexpr const char* op = "conv2d";
+  const bool cuda = cuda_dispatch::on_cuda({&x_in, &w_in, &b_in}, op);
   const kernels::cpu::Conv2dShape s = conv_shape(x_in, w_in, b_in, p, op);
   const Tensor x = x_in.contiguous(), w = w_in.contiguous();
   const Tensor b = b_in.defined() ? b_in.contiguous() : Tensor();
-  Tensor y({s.N, s.O, s.H_out, s.W_out}, x.dtype());
+  Tensor y({s.N, s.O, s.H_out, s.W_out}, x.dtype(), x.device());
+  if (cuda) {
+    cuda_dispatch::use_device(x);
+    kernels::cuda::conv2d_forward(cuda_dispatch::elem(x.dtype()), cuda_geometry(s), x.raw_data(), w.raw_data(),
+                                  ptr_or_null(b), y.raw_data());
+    return y;
+  }
   dispatch_floating(x.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     kernels::cpu::conv2d_forward(x.data<T>(), w.data<T>(), b.defined() ? b.data<T>() : nullptr, s, y.data<T>());
@@ -84,11 +98,10 @@ Tensor conv2d_forward(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in
 
 Conv2dGrads conv2d_backward(const Tensor& x_in, const Tensor& w_in, const Tensor& dy_in, bool has_bias,
                             const Conv2dParams& p, bool need_dx) {
-  if (cuda_ops::on_cuda({&x_in, &w_in, &dy_in}, "conv2d_backward"))
-    return cuda_ops::conv2d_backward(x_in, w_in, dy_in, has_bias, p);
   constexpr const char* op = "conv2d_backward";
+  const bool cuda = cuda_dispatch::on_cuda({&x_in, &w_in, &dy_in}, op);
   const kernels::cpu::Conv2dShape s = conv_shape(x_in, w_in, Tensor(), p, op);
-  nn_checks::require_float_cpu(dy_in, op, "grad_output");
+  nn_checks::require_float(dy_in, op, "grad_output");
   const Shape y_shape{s.N, s.O, s.H_out, s.W_out};
   if (dy_in.shape() != y_shape || dy_in.dtype() != x_in.dtype())
     throw std::invalid_argument(std::string(op) + ": expected grad_output " + dtype_name(x_in.dtype()) +
@@ -96,6 +109,16 @@ Conv2dGrads conv2d_backward(const Tensor& x_in, const Tensor& w_in, const Tensor
                                 shape_str(w_in.shape()) + ", got " + dy_in.desc());
   const Tensor x = x_in.contiguous(), w = w_in.contiguous(), dy = dy_in.contiguous();
   Conv2dGrads g;
+  if (cuda) {  // cuDNN computes dx always
+    g.dx = Tensor(x.shape(), x.dtype(), x.device());
+    g.dw = Tensor(w.shape(), w.dtype(), w.device());
+    if (has_bias) g.db = Tensor({s.O}, x.dtype(), x.device());
+    cuda_dispatch::use_device(x);
+    kernels::cuda::conv2d_backward(cuda_dispatch::elem(x.dtype()), cuda_geometry(s), x.raw_data(), w.raw_data(),
+                                   dy.raw_data(), g.dx.raw_data(), g.dw.raw_data(),
+                                   has_bias ? g.db.raw_data() : nullptr);
+    return g;
+  }
   if (need_dx) g.dx = Tensor(x.shape(), x.dtype());
   g.dw = Tensor(w.shape(), w.dtype());
   if (has_bias) g.db = Tensor({s.O}, x.dtype());

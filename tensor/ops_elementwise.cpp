@@ -1,8 +1,8 @@
-// tensor/ops_elementwise.cpp — element-wise ops on CPU tensors: broadcasting binary ops, ops with
-// a scalar, unary math, activation backward helpers, in-place updates, and sum_to (the inverse
-// of broadcasting). Each op checks its inputs, lines the operands up as strided views of one
-// shape (a broadcast operand gets stride 0 via expand) and runs a kernels/cpu/elementwise.h loop
-// with a functor from kernels/functors.h.
+// tensor/ops_elementwise.cpp — element-wise ops: broadcasting binary ops, ops with a scalar, unary
+// math, activation backward helpers, in-place updates, and sum_to (the inverse of broadcasting).
+// Each op checks its inputs, lines the operands up as strided views of one shape (a broadcast
+// operand gets stride 0 via expand) and runs a kernels/cpu/elementwise.h loop — or, for CUDA
+// tensors, the kernels/cuda/elementwise.cu one — with a functor from kernels/functors.h.
 #include <stdexcept>
 #include <string>
 
@@ -10,14 +10,14 @@
 #include "minidl/kernels/cpu/vec_math.h"
 #include "minidl/kernels/functors.h"
 #include "minidl/tensor/ops.h"
-#include "minidl/tensor/ops_cuda.h"
+#include "minidl/tensor/cuda_dispatch.h"
 #include "minidl/tensor/ops_util.h"
 
 namespace minidl {
 
 namespace k = kernels;
 using kernels::cpu::StridedLoop;
-using detail::check_cpu;
+using detail::check_defined;
 using detail::check_same_dtype;
 
 // ---------------------------------------------------------------- broadcasting
@@ -38,7 +38,7 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
 }
 
 Tensor sum_to(const Tensor& t, const Shape& shape) {
-  if (!cuda_ops::on_cuda({&t}, "sum_to")) check_cpu(t, "sum_to");
+  check_defined(t, "sum_to");
   if (t.shape() == shape) return t;
   const int64_t lead = t.dim() - static_cast<int64_t>(shape.size());
   if (lead < 0 || broadcast_shapes(shape, t.shape(), "sum_to") != t.shape())
@@ -77,27 +77,24 @@ void dispatch_kind(DType t, const char* op, Kinds kinds, F&& f) {
   else dispatch(t, op, f);
 }
 
+// Each op below: one set of checks, then the CPU loop (kernels/cpu/elementwise.h) or the CUDA
+// one (kernels/cuda/elementwise.cu) with the same functor, over the same strided operands.
+
 // out (broadcast shape) = f(a, b)
 template <class Op>
 Tensor binary_op(const Tensor& a, const Tensor& b, const char* op, Op f, Kinds kinds = Kinds::Any) {
-  if (cuda_ops::on_cuda({&a, &b}, op)) {
-    check_same_dtype(a, b, op);
-    dispatch_kind(a.dtype(), op, kinds, [](auto) {});  // the CPU's dtype rule and message
-    const Shape shape = broadcast_shapes(a.shape(), b.shape(), op);
-    Tensor out(shape, a.dtype(), a.device());
-    cuda_ops::binary(out, a.shape() == shape ? a : a.expand(shape), b.shape() == shape ? b : b.expand(shape), f, op);
-    return out;
-  }
-  check_cpu(a, op);
-  check_cpu(b, op);
+  const bool cuda = cuda_dispatch::on_cuda({&a, &b}, op);
+  check_defined(a, op);
+  check_defined(b, op);
   check_same_dtype(a, b, op);
   const Shape shape = broadcast_shapes(a.shape(), b.shape(), op);
-  Tensor out(shape, a.dtype());
+  Tensor out(shape, a.dtype(), a.device());
   const Tensor ea = a.shape() == shape ? a : a.expand(shape);
   const Tensor eb = b.shape() == shape ? b : b.expand(shape);
-  const StridedLoop<3> loop(shape, {&out.strides(), &ea.strides(), &eb.strides()});
   dispatch_kind(a.dtype(), op, kinds, [&](auto tag) {
     using T = decltype(tag);
+    if (cuda) return cuda_dispatch::binary(out, ea, eb, f, op);
+    const StridedLoop<3> loop(shape, {&out.strides(), &ea.strides(), &eb.strides()});
     k::cpu::binary_kernel(loop, out.data<T>(), ea.data<T>(), eb.data<T>(), f);
   });
   return out;
@@ -106,17 +103,13 @@ Tensor binary_op(const Tensor& a, const Tensor& b, const char* op, Op f, Kinds k
 // out (x's shape, contiguous) = f(x)
 template <class Op>
 Tensor unary_op(const Tensor& x, const char* op, Op f, Kinds kinds = Kinds::Floating) {
-  if (cuda_ops::on_cuda({&x}, op)) {
-    dispatch_kind(x.dtype(), op, kinds, [](auto) {});
-    Tensor out(x.shape(), x.dtype(), x.device());
-    cuda_ops::unary(out, x, f, op);
-    return out;
-  }
-  check_cpu(x, op);
-  Tensor out(x.shape(), x.dtype());
-  const StridedLoop<2> loop(x.shape(), {&out.strides(), &x.strides()});
+  const bool cuda = cuda_dispatch::on_cuda({&x}, op);
+  check_defined(x, op);
+  Tensor out(x.shape(), x.dtype(), x.device());
   dispatch_kind(x.dtype(), op, kinds, [&](auto tag) {
     using T = decltype(tag);
+    if (cuda) return cuda_dispatch::unary(out, x, f, op);
+    const StridedLoop<2> loop(x.shape(), {&out.strides(), &x.strides()});
     k::cpu::unary_kernel(loop, out.data<T>(), x.data<T>(), f);
   });
   return out;
@@ -125,17 +118,13 @@ Tensor unary_op(const Tensor& x, const char* op, Op f, Kinds kinds = Kinds::Floa
 // a = f(a)
 template <class Op>
 Tensor& unary_inplace(Tensor& a, const char* op, Op f, Kinds kinds) {
-  if (cuda_ops::on_cuda({&a}, op)) {
-    check_writable(a, op);
-    dispatch_kind(a.dtype(), op, kinds, [](auto) {});
-    cuda_ops::unary(a, a, f, op);
-    return a;
-  }
-  check_cpu(a, op);
+  const bool cuda = cuda_dispatch::on_cuda({&a}, op);
+  check_defined(a, op);
   check_writable(a, op);
-  const StridedLoop<2> loop(a.shape(), {&a.strides(), &a.strides()});
   dispatch_kind(a.dtype(), op, kinds, [&](auto tag) {
     using T = decltype(tag);
+    if (cuda) return cuda_dispatch::unary(a, a, f, op);
+    const StridedLoop<2> loop(a.shape(), {&a.strides(), &a.strides()});
     k::cpu::unary_kernel(loop, a.data<T>(), a.data<T>(), f);
   });
   return a;
@@ -144,21 +133,16 @@ Tensor& unary_inplace(Tensor& a, const char* op, Op f, Kinds kinds) {
 // a = f(a, b), b broadcast to a's shape
 template <class Op>
 Tensor& binary_inplace(Tensor& a, const Tensor& b, const char* op, Op f, Kinds kinds) {
-  if (cuda_ops::on_cuda({&a, &b}, op)) {
-    check_same_dtype(a, b, op);
-    check_writable(a, op);
-    dispatch_kind(a.dtype(), op, kinds, [](auto) {});
-    cuda_ops::binary(a, a, expand_to(b, a, op), f, op);
-    return a;
-  }
-  check_cpu(a, op);
-  check_cpu(b, op);
+  const bool cuda = cuda_dispatch::on_cuda({&a, &b}, op);
+  check_defined(a, op);
+  check_defined(b, op);
   check_same_dtype(a, b, op);
   check_writable(a, op);
   const Tensor eb = expand_to(b, a, op);
-  const StridedLoop<3> loop(a.shape(), {&a.strides(), &a.strides(), &eb.strides()});
   dispatch_kind(a.dtype(), op, kinds, [&](auto tag) {
     using T = decltype(tag);
+    if (cuda) return cuda_dispatch::binary(a, a, eb, f, op);
+    const StridedLoop<3> loop(a.shape(), {&a.strides(), &a.strides(), &eb.strides()});
     k::cpu::binary_kernel(loop, a.data<T>(), a.data<T>(), eb.data<T>(), f);
   });
   return a;
@@ -167,25 +151,19 @@ Tensor& binary_inplace(Tensor& a, const Tensor& b, const char* op, Op f, Kinds k
 // a = f(a, b, c), b and c broadcast to a's shape
 template <class Op>
 Tensor& ternary_inplace(Tensor& a, const Tensor& b, const Tensor& c, const char* op, Op f) {
-  if (cuda_ops::on_cuda({&a, &b, &c}, op)) {
-    check_same_dtype(a, b, op);
-    check_same_dtype(a, c, op);
-    check_writable(a, op);
-    dispatch_floating(a.dtype(), op, [](auto) {});
-    cuda_ops::ternary(a, a, expand_to(b, a, op), expand_to(c, a, op), f, op);
-    return a;
-  }
-  check_cpu(a, op);
-  check_cpu(b, op);
-  check_cpu(c, op);
+  const bool cuda = cuda_dispatch::on_cuda({&a, &b, &c}, op);
+  check_defined(a, op);
+  check_defined(b, op);
+  check_defined(c, op);
   check_same_dtype(a, b, op);
   check_same_dtype(a, c, op);
   check_writable(a, op);
   const Tensor eb = expand_to(b, a, op);
   const Tensor ec = expand_to(c, a, op);
-  const StridedLoop<4> loop(a.shape(), {&a.strides(), &a.strides(), &eb.strides(), &ec.strides()});
   dispatch_floating(a.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
+    if (cuda) return cuda_dispatch::ternary(a, a, eb, ec, f, op);
+    const StridedLoop<4> loop(a.shape(), {&a.strides(), &a.strides(), &eb.strides(), &ec.strides()});
     k::cpu::ternary_kernel(loop, a.data<T>(), a.data<T>(), eb.data<T>(), ec.data<T>(), f);
   });
   return a;

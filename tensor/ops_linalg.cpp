@@ -1,6 +1,7 @@
 // tensor/ops_linalg.cpp — matrix products: mm (2-d) and matmul (torch.matmul semantics: 1-d
 // vectors, 2-d matrices, batched (..., n, k)·(..., k, m) with broadcast batch dims).
-// The work is kernels::cpu::gemm (Eigen). A 2-d operand whose rows or columns are stride 1 —
+// The work is kernels::cpu::gemm (Eigen), or one cuBLAS strided-batched GEMM for CUDA tensors
+// (kernels/cuda/blas.cu). A 2-d operand whose rows or columns are stride 1 —
 // a contiguous matrix, a row slice, or a transposed view — is passed as a pointer plus a
 // leading dimension and a transpose flag, so transposes are never copied.
 #include <stdexcept>
@@ -10,12 +11,12 @@
 #include "minidl/kernels/cpu/parallel.h"
 #include "minidl/kernels/cuda_ops.h"
 #include "minidl/tensor/ops.h"
-#include "minidl/tensor/ops_cuda.h"
+#include "minidl/tensor/cuda_dispatch.h"
 #include "minidl/tensor/ops_util.h"
 
 namespace minidl {
 
-using detail::check_cpu;
+using detail::check_defined;
 
 namespace {
 
@@ -45,10 +46,9 @@ GemmOperand matrix_layout(Tensor& t) {
 }
 
 void check_operands(const Tensor& a, const Tensor& b, const char* op) {
-  if (!cuda_ops::on_cuda({&a, &b}, op)) {  // CUDA: both on one device (else the error names them)
-    check_cpu(a, op);
-    check_cpu(b, op);
-  }
+  cuda_dispatch::on_cuda({&a, &b}, op);  // both on one device (else the error names them)
+  check_defined(a, op);
+  check_defined(b, op);
   detail::check_same_dtype(a, b, op);
   if (!a.is_floating_point())
     throw std::invalid_argument(std::string(op) + ": expected a floating dtype (float32 or float64), got " +
@@ -73,18 +73,18 @@ void batched_gemm(Tensor a, Tensor b, Tensor& out) {
     // (a permuted (B, H, T, D) view in attention) is made contiguous once, never split per matrix.
     int64_t sa = 0, sb = 0;
     GemmOperand la = ga, lb = gb;
-    if (!cuda_ops::batch_stride(a, batch_shape, sa)) {
+    if (!cuda_dispatch::batch_stride(a, batch_shape, sa)) {
       a = a.contiguous();
       la = matrix_layout(a);
-      cuda_ops::batch_stride(a, batch_shape, sa);
+      cuda_dispatch::batch_stride(a, batch_shape, sa);
     }
-    if (!cuda_ops::batch_stride(b, batch_shape, sb)) {
+    if (!cuda_dispatch::batch_stride(b, batch_shape, sb)) {
       b = b.contiguous();
       lb = matrix_layout(b);
-      cuda_ops::batch_stride(b, batch_shape, sb);
+      cuda_dispatch::batch_stride(b, batch_shape, sb);
     }
-    cuda_ops::use_device(out);
-    kernels::cuda::gemm(cuda_ops::elem(a.dtype()), n, m, k, a.raw_data(), la.ld, la.trans, b.raw_data(), lb.ld,
+    cuda_dispatch::use_device(out);
+    kernels::cuda::gemm(cuda_dispatch::elem(a.dtype()), n, m, k, a.raw_data(), la.ld, la.trans, b.raw_data(), lb.ld,
                         lb.trans, out.raw_data(), m, batches, sa, sb, n * m);
     return;
   }

@@ -16,11 +16,10 @@ inline void require_defined(const Tensor& t, const char* op, const char* name) {
   if (!t.defined()) throw std::invalid_argument(std::string(op) + ": " + name + " is undefined");
 }
 
-// Defined, on the CPU (the only backend of these ops so far), floating dtype.
-inline void require_float_cpu(const Tensor& t, const char* op, const char* name) {
+// Defined, floating dtype (on any device: cuda_dispatch::on_cuda has checked that the op's tensors
+// share one device before these checks run).
+inline void require_float(const Tensor& t, const char* op, const char* name) {
   require_defined(t, op, name);
-  if (!t.device().is_cpu())
-    throw std::invalid_argument(std::string(op) + ": only CPU tensors are supported, got " + name + " " + t.desc());
   if (!t.is_floating_point())
     throw std::invalid_argument(std::string(op) + ": expected " + name + " to be float32 or float64, got " +
                                 t.desc());
@@ -33,13 +32,13 @@ inline void require_same_dtype(const Tensor& a, const Tensor& b, const char* op,
                                 a.desc() + " and " + b.desc());
 }
 
-// A per-channel vector: undefined is allowed when `optional`; else 1-d of size C, float, CPU.
+// A per-channel vector: undefined is allowed when `optional`; else 1-d of size C, float.
 inline void require_channel_vector(const Tensor& t, int64_t C, const char* op, const char* name, bool optional) {
   if (!t.defined()) {
     if (optional) return;
     throw std::invalid_argument(std::string(op) + ": " + name + " is undefined");
   }
-  require_float_cpu(t, op, name);
+  require_float(t, op, name);
   if (t.dim() != 1 || t.size(0) != C)
     throw std::invalid_argument(std::string(op) + ": expected " + name + " of shape [" + std::to_string(C) +
                                 "], got " + t.desc());

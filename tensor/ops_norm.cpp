@@ -1,6 +1,7 @@
 // tensor/ops_norm.cpp — batch norm pieces (batch_norm_stats / _elemt / _backward_reduce /
 // _backward_elemt, as PyTorch splits them) and layer norm forward/backward on Tensors
-// (declared in tensor/ops_nn.h). Shapes are checked here; the loops live in kernels/cpu/norm.h.
+// (declared in tensor/ops_nn.h). Shapes are checked here, once; then the loops run on the CPU
+// (kernels/cpu/norm.h) or on CUDA (kernels/cuda/norm.cu, the same math in double).
 // The batch norm pieces are pure per-rank computations: dist's SyncBatchNorm all-reduces their
 // per-channel outputs between calls. Per-channel outputs have x's dtype; sums run in double.
 #include <stdexcept>
@@ -10,7 +11,7 @@
 #include "minidl/kernels/cpu/norm.h"
 #include "minidl/tensor/creation.h"
 #include "minidl/tensor/ops_nn.h"
-#include "minidl/tensor/ops_cuda.h"
+#include "minidl/tensor/cuda_dispatch.h"
 #include "minidl/tensor/ops_nn_checks.h"
 
 namespace minidl {
@@ -18,7 +19,8 @@ namespace minidl {
 namespace {
 
 using nn_checks::require_channel_vector;
-using nn_checks::require_float_cpu;
+using nn_checks::require_float;
+namespace kc = kernels::cuda;
 
 // x (N, C, *) seen as (N, C, S).
 struct NCS {
@@ -26,7 +28,7 @@ struct NCS {
 };
 
 NCS batch_norm_layout(const Tensor& x, const char* op) {
-  require_float_cpu(x, op, "input");
+  require_float(x, op, "input");
   if (x.dim() < 2) throw std::invalid_argument(std::string(op) + ": expected input (N, C) or (N, C, *), got " + x.desc());
   const int64_t N = x.size(0), C = x.size(1);
   return {N, C, C * N == 0 ? 0 : x.numel() / (N * C)};
@@ -40,8 +42,15 @@ Tensor from_doubles(const std::vector<double>& v, DType dtype) {
   return from_vector(v, {static_cast<int64_t>(v.size())}, dtype);
 }
 
+// CUDA: a checked per-channel (or affine) tensor in x's dtype, contiguous, for the kernel's
+// pointer (undefined stays undefined); the CPU reads any floating dtype as doubles.
+Tensor for_kernel(const Tensor& t, const Tensor& x) {
+  return t.defined() ? t.to(x.dtype()).contiguous() : Tensor();
+}
+void* ptr_or_null(const Tensor& t) { return t.defined() ? t.raw_data() : nullptr; }
+
 void require_like_input(const Tensor& dy, const Tensor& x, const char* op) {
-  require_float_cpu(dy, op, "grad_output");
+  require_float(dy, op, "grad_output");
   if (dy.shape() != x.shape() || dy.dtype() != x.dtype())
     throw std::invalid_argument(std::string(op) + ": expected grad_output shaped and typed like input " + x.desc() +
                                 ", got " + dy.desc());
@@ -52,14 +61,20 @@ void require_like_input(const Tensor& dy, const Tensor& x, const char* op) {
 // ---- batch norm ----
 
 BatchNormStats batch_norm_stats(const Tensor& x_in, double eps) {
-  if (cuda_ops::on_cuda({&x_in}, "batch_norm_stats")) return cuda_ops::batch_norm_stats(x_in, eps);
   constexpr const char* op = "batch_norm_stats";
+  const bool cuda = cuda_dispatch::on_cuda({&x_in}, op);
   const NCS d = batch_norm_layout(x_in, op);
   if (d.N * d.S == 0)
     throw std::invalid_argument(std::string(op) + ": expected at least one value per channel, got input " +
                                 x_in.desc());
   const Tensor x = x_in.contiguous();
-  Tensor mean({d.C}, x.dtype()), invstd({d.C}, x.dtype());
+  Tensor mean({d.C}, x.dtype(), x.device()), invstd({d.C}, x.dtype(), x.device());
+  if (cuda) {
+    cuda_dispatch::use_device(x);
+    kc::batch_norm_stats(cuda_dispatch::elem(x.dtype()), x.raw_data(), d.N, d.C, d.S, eps, mean.raw_data(),
+                         invstd.raw_data());
+    return {mean, invstd};
+  }
   dispatch_floating(x.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     kernels::cpu::batch_norm_stats(x.data<T>(), d.N, d.C, d.S, eps, mean.data<T>(), invstd.data<T>());
@@ -70,14 +85,22 @@ BatchNormStats batch_norm_stats(const Tensor& x_in, double eps) {
 Tensor batch_norm_elemt(const Tensor& x_in, const Tensor& mean, const Tensor& invstd, const Tensor& weight,
                         const Tensor& bias) {
   constexpr const char* op = "batch_norm_elemt";
-  if (cuda_ops::on_cuda({&x_in, &mean, &invstd, &weight, &bias}, op))
-    return cuda_ops::batch_norm_elemt(x_in, mean, invstd, weight, bias);
+  const bool cuda = cuda_dispatch::on_cuda({&x_in, &mean, &invstd, &weight, &bias}, op);
   const NCS d = batch_norm_layout(x_in, op);
   require_channel_vector(mean, d.C, op, "mean", false);
   require_channel_vector(invstd, d.C, op, "invstd", false);
   require_channel_vector(weight, d.C, op, "weight", true);
   require_channel_vector(bias, d.C, op, "bias", true);
   const Tensor x = x_in.contiguous();
+  if (cuda) {
+    const Tensor m = for_kernel(mean, x), is = for_kernel(invstd, x), w = for_kernel(weight, x),
+                 b = for_kernel(bias, x);
+    Tensor y(x.shape(), x.dtype(), x.device());
+    cuda_dispatch::use_device(x);
+    kc::batch_norm_elemt(cuda_dispatch::elem(x.dtype()), x.raw_data(), d.N, d.C, d.S, m.raw_data(), is.raw_data(),
+                         ptr_or_null(w), ptr_or_null(b), y.raw_data());
+    return y;
+  }
   const auto m = mean.to_vector<double>(), is = invstd.to_vector<double>();
   const auto w = values_or_empty(weight), b = values_or_empty(bias);
   Tensor y(x.shape(), x.dtype());
@@ -92,14 +115,28 @@ Tensor batch_norm_elemt(const Tensor& x_in, const Tensor& mean, const Tensor& in
 BatchNormReduce batch_norm_backward_reduce(const Tensor& dy_in, const Tensor& x_in, const Tensor& mean,
                                            const Tensor& invstd, const Tensor& weight) {
   constexpr const char* op = "batch_norm_backward_reduce";
-  if (cuda_ops::on_cuda({&dy_in, &x_in, &mean, &invstd, &weight}, op))
-    return cuda_ops::batch_norm_backward_reduce(dy_in, x_in, mean, invstd, weight);
+  const bool cuda = cuda_dispatch::on_cuda({&dy_in, &x_in, &mean, &invstd, &weight}, op);
   const NCS d = batch_norm_layout(x_in, op);
   require_like_input(dy_in, x_in, op);
   require_channel_vector(mean, d.C, op, "mean", false);
   require_channel_vector(invstd, d.C, op, "invstd", false);
   require_channel_vector(weight, d.C, op, "weight", true);
   const Tensor x = x_in.contiguous(), dy = dy_in.contiguous();
+  if (cuda) {
+    const Tensor m = for_kernel(mean, x), is = for_kernel(invstd, x);
+    BatchNormReduce r;
+    r.sum_dy = Tensor({d.C}, x.dtype(), x.device());
+    r.sum_dy_xmu = Tensor({d.C}, x.dtype(), x.device());
+    if (weight.defined()) {
+      r.grad_weight = Tensor({d.C}, x.dtype(), x.device());
+      r.grad_bias = Tensor({d.C}, x.dtype(), x.device());
+    }
+    cuda_dispatch::use_device(x);
+    kc::batch_norm_backward_reduce(cuda_dispatch::elem(x.dtype()), dy.raw_data(), x.raw_data(), d.N, d.C, d.S,
+                                   m.raw_data(), is.raw_data(), r.sum_dy.raw_data(), r.sum_dy_xmu.raw_data(),
+                                   ptr_or_null(r.grad_weight), ptr_or_null(r.grad_bias));
+    return r;
+  }
   const auto m = mean.to_vector<double>();
   std::vector<double> sum_dy(static_cast<size_t>(d.C)), sum_dy_xmu(static_cast<size_t>(d.C));
   dispatch_floating(x.dtype(), op, [&](auto tag) {
@@ -124,8 +161,7 @@ Tensor batch_norm_backward_elemt(const Tensor& dy_in, const Tensor& x_in, const 
                                  const Tensor& weight, const Tensor& sum_dy, const Tensor& sum_dy_xmu,
                                  int64_t count) {
   constexpr const char* op = "batch_norm_backward_elemt";
-  if (cuda_ops::on_cuda({&dy_in, &x_in, &mean, &invstd, &weight, &sum_dy, &sum_dy_xmu}, op))
-    return cuda_ops::batch_norm_backward_elemt(dy_in, x_in, mean, invstd, weight, sum_dy, sum_dy_xmu, count);
+  const bool cuda = cuda_dispatch::on_cuda({&dy_in, &x_in, &mean, &invstd, &weight, &sum_dy, &sum_dy_xmu}, op);
   const NCS d = batch_norm_layout(x_in, op);
   require_like_input(dy_in, x_in, op);
   require_channel_vector(mean, d.C, op, "mean", false);
@@ -137,6 +173,16 @@ Tensor batch_norm_backward_elemt(const Tensor& dy_in, const Tensor& x_in, const 
     throw std::invalid_argument(std::string(op) + ": count must be positive, got " + std::to_string(count) +
                                 " for input " + x_in.desc());
   const Tensor x = x_in.contiguous(), dy = dy_in.contiguous();
+  if (cuda) {
+    const Tensor m = for_kernel(mean, x), is = for_kernel(invstd, x), w = for_kernel(weight, x);
+    const Tensor sd = for_kernel(sum_dy, x), sdx = for_kernel(sum_dy_xmu, x);
+    Tensor dx(x.shape(), x.dtype(), x.device());
+    cuda_dispatch::use_device(x);
+    kc::batch_norm_backward_elemt(cuda_dispatch::elem(x.dtype()), dy.raw_data(), x.raw_data(), d.N, d.C, d.S,
+                                  m.raw_data(), is.raw_data(), ptr_or_null(w), sd.raw_data(), sdx.raw_data(), count,
+                                  dx.raw_data());
+    return dx;
+  }
   const auto m = mean.to_vector<double>(), is = invstd.to_vector<double>(), w = values_or_empty(weight);
   const auto sd = sum_dy.to_vector<double>(), sdx = sum_dy_xmu.to_vector<double>();
   Tensor dx(x.shape(), x.dtype());
@@ -155,7 +201,7 @@ namespace {
 // x (..., normalized_shape) -> {rows, M}; checks the trailing dims and the affine parameters.
 std::pair<int64_t, int64_t> layer_norm_layout(const Tensor& x, const Shape& normalized, const Tensor& weight,
                                               const Tensor& bias, const char* op) {
-  require_float_cpu(x, op, "input");
+  require_float(x, op, "input");
   const int64_t k = static_cast<int64_t>(normalized.size());
   if (k == 0 || x.dim() < k || !std::equal(normalized.begin(), normalized.end(), x.shape().end() - k))
     throw std::invalid_argument(std::string(op) + ": expected input whose trailing dims are normalized_shape " +
@@ -163,7 +209,7 @@ std::pair<int64_t, int64_t> layer_norm_layout(const Tensor& x, const Shape& norm
   for (const auto* p : {&weight, &bias}) {
     if (!p->defined()) continue;
     const char* name = p == &weight ? "weight" : "bias";
-    require_float_cpu(*p, op, name);
+    require_float(*p, op, name);
     if (p->shape() != normalized || p->dtype() != x.dtype())
       throw std::invalid_argument(std::string(op) + ": expected " + name + " " + dtype_name(x.dtype()) +
                                   shape_str(normalized) + " to match input " + x.desc() + ", got " + p->desc());
@@ -177,14 +223,20 @@ std::pair<int64_t, int64_t> layer_norm_layout(const Tensor& x, const Shape& norm
 LayerNormResult layer_norm_forward(const Tensor& x_in, const Shape& normalized_shape, const Tensor& weight_in,
                                    const Tensor& bias_in, double eps) {
   constexpr const char* op = "layer_norm";
-  if (cuda_ops::on_cuda({&x_in, &weight_in, &bias_in}, op))
-    return cuda_ops::layer_norm_forward(x_in, normalized_shape, weight_in, bias_in, eps);
+  const bool cuda = cuda_dispatch::on_cuda({&x_in, &weight_in, &bias_in}, op);
   const auto layout = layer_norm_layout(x_in, normalized_shape, weight_in, bias_in, op);
   const int64_t rows = layout.first, M = layout.second;  // plain locals: clang 14 cannot capture bindings
   const Tensor x = x_in.contiguous();
   const Tensor weight = weight_in.defined() ? weight_in.contiguous() : Tensor();
   const Tensor bias = bias_in.defined() ? bias_in.contiguous() : Tensor();
-  LayerNormResult r{Tensor(x.shape(), x.dtype()), Tensor({rows}, x.dtype()), Tensor({rows}, x.dtype())};
+  LayerNormResult r{Tensor(x.shape(), x.dtype(), x.device()), Tensor({rows}, x.dtype(), x.device()),
+                    Tensor({rows}, x.dtype(), x.device())};
+  if (cuda) {
+    cuda_dispatch::use_device(x);
+    kc::layer_norm_forward(cuda_dispatch::elem(x.dtype()), x.raw_data(), rows, M, ptr_or_null(weight),
+                           ptr_or_null(bias), eps, r.out.raw_data(), r.mean.raw_data(), r.invstd.raw_data());
+    return r;
+  }
   if (M == 0) return r;
   dispatch_floating(x.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
@@ -198,14 +250,13 @@ LayerNormResult layer_norm_forward(const Tensor& x_in, const Shape& normalized_s
 LayerNormGrads layer_norm_backward(const Tensor& dy_in, const Tensor& x_in, const Tensor& mean_in,
                                    const Tensor& invstd_in, const Shape& normalized_shape, const Tensor& weight_in) {
   constexpr const char* op = "layer_norm_backward";
-  if (cuda_ops::on_cuda({&dy_in, &x_in, &mean_in, &invstd_in, &weight_in}, op))
-    return cuda_ops::layer_norm_backward(dy_in, x_in, mean_in, invstd_in, normalized_shape, weight_in);
+  const bool cuda = cuda_dispatch::on_cuda({&dy_in, &x_in, &mean_in, &invstd_in, &weight_in}, op);
   const auto layout = layer_norm_layout(x_in, normalized_shape, weight_in, Tensor(), op);
   const int64_t rows = layout.first, M = layout.second;  // plain locals: clang 14 cannot capture bindings
   require_like_input(dy_in, x_in, op);
   for (const auto* p : {&mean_in, &invstd_in}) {
     const char* name = p == &mean_in ? "mean" : "invstd";
-    require_float_cpu(*p, op, name);
+    require_float(*p, op, name);
     if (p->numel() != rows || p->dtype() != x_in.dtype())
       throw std::invalid_argument(std::string(op) + ": expected " + name + " with " + std::to_string(rows) + " " +
                                   dtype_name(x_in.dtype()) + " values (one per row of " + x_in.desc() + "), got " +
@@ -215,7 +266,18 @@ LayerNormGrads layer_norm_backward(const Tensor& dy_in, const Tensor& x_in, cons
   const Tensor mean = mean_in.contiguous(), invstd = invstd_in.contiguous();
   const Tensor weight = weight_in.defined() ? weight_in.contiguous() : Tensor();
   LayerNormGrads g;
-  g.dx = Tensor(x.shape(), x.dtype());
+  g.dx = Tensor(x.shape(), x.dtype(), x.device());
+  if (cuda) {
+    if (weight.defined()) {
+      g.dweight = zeros(normalized_shape, x.dtype(), x.device());
+      g.dbias = zeros(normalized_shape, x.dtype(), x.device());
+    }
+    cuda_dispatch::use_device(x);
+    kc::layer_norm_backward(cuda_dispatch::elem(x.dtype()), dy.raw_data(), x.raw_data(), rows, M, mean.raw_data(),
+                            invstd.raw_data(), ptr_or_null(weight), g.dx.raw_data(), ptr_or_null(g.dweight),
+                            ptr_or_null(g.dbias));
+    return g;
+  }
   std::vector<double> dw, db;
   if (weight.defined()) {
     dw.assign(static_cast<size_t>(M), 0.0);

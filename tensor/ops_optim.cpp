@@ -7,7 +7,7 @@
 
 #include "minidl/kernels/cpu/optim_kernels.h"
 #include "minidl/kernels/cuda_ops.h"
-#include "minidl/tensor/ops_cuda.h"
+#include "minidl/tensor/cuda_dispatch.h"
 
 namespace minidl {
 
@@ -44,9 +44,9 @@ void sgd_step_(const Tensor& param, const Tensor& grad_in, const Tensor& buffer,
                               .weight_decay = o.weight_decay,
                               .nesterov = o.nesterov,
                               .first_step = o.first_step};
-  if (cuda_ops::on_cuda({&param, &grad, &buffer}, op)) {  // the same SgdStep, one thread per element
-    cuda_ops::use_device(param);
-    kernels::cuda::sgd_step(cuda_ops::elem(param.dtype()), param.raw_data(), grad.raw_data(),
+  if (cuda_dispatch::on_cuda({&param, &grad, &buffer}, op)) {  // the same SgdStep, one thread per element
+    cuda_dispatch::use_device(param);
+    kernels::cuda::sgd_step(cuda_dispatch::elem(param.dtype()), param.raw_data(), grad.raw_data(),
                             buffer.defined() ? buffer.raw_data() : nullptr, param.numel(), step);
     return;
   }
@@ -74,11 +74,11 @@ void adam_step_(const Tensor& param, const Tensor& grad_in, const Tensor& exp_av
                          .decoupled_weight_decay = o.decoupled_weight_decay,
                          .amsgrad = o.amsgrad};
   step.set_step(o.step);
-  if (cuda_ops::on_cuda({&param, &grad, &exp_avg, &exp_avg_sq, &max_exp_avg_sq}, op)) {
-    cuda_ops::use_device(param);
-    kernels::cuda::adam_step(cuda_ops::elem(param.dtype()), param.raw_data(), grad.raw_data(), exp_avg.raw_data(),
-                             exp_avg_sq.raw_data(), max_exp_avg_sq.defined() ? max_exp_avg_sq.raw_data() : nullptr, param.numel(),
-                             step);
+  if (cuda_dispatch::on_cuda({&param, &grad, &exp_avg, &exp_avg_sq, &max_exp_avg_sq}, op)) {
+    cuda_dispatch::use_device(param);
+    kernels::cuda::adam_step(cuda_dispatch::elem(param.dtype()), param.raw_data(), grad.raw_data(), exp_avg.raw_data(),
+                             exp_avg_sq.raw_data(), max_exp_avg_sq.defined() ? max_exp_avg_sq.raw_data() : nullptr,
+                             param.numel(), step);
     return;
   }
   dispatch_floating(param.dtype(), op, [&](auto tag) {

@@ -1,6 +1,7 @@
 // tensor/ops_pool.cpp — max_pool2d, avg_pool2d and adaptive_avg_pool2d on Tensors, each forward
-// beside its backward (declared in tensor/ops_nn.h). Shapes are checked here; the per-plane
-// loops live in kernels/cpu/pool.h and run in parallel over the N*C planes.
+// beside its backward (declared in tensor/ops_nn.h). Shapes are checked here, once; then the
+// per-plane loops run on the CPU (kernels/cpu/pool.h, in parallel over the N*C planes) or on
+// CUDA (kernels/cuda/pool.cu).
 // x is (N, C, H, W) (or (C, H, W)); outputs keep the leading dims and replace (H, W).
 #include <algorithm>
 #include <atomic>
@@ -11,20 +12,21 @@
 #include "minidl/kernels/cpu/pool.h"
 #include "minidl/tensor/creation.h"
 #include "minidl/tensor/ops_nn.h"
-#include "minidl/tensor/ops_cuda.h"
+#include "minidl/tensor/cuda_dispatch.h"
 #include "minidl/tensor/ops_nn_checks.h"
 
 namespace minidl {
 
 namespace {
 
-using nn_checks::require_float_cpu;
+using nn_checks::require_float;
+namespace kc = kernels::cuda;
 
 // Planes per parallel chunk: about 16K elements of work each.
 int64_t plane_grain(int64_t plane_elems) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(plane_elems, 1)); }
 
 void require_image(const Tensor& x, const char* op) {
-  require_float_cpu(x, op, "input");
+  require_float(x, op, "input");
   if (x.dim() != 3 && x.dim() != 4)
     throw std::invalid_argument(std::string(op) + ": expected input (N, C, H, W) or (C, H, W), got " + x.desc());
 }
@@ -59,6 +61,9 @@ std::pair<int64_t, int64_t> pool_out_size(int64_t H, int64_t W, const Pool2dPara
 kernels::cpu::PoolWindow window_of(const Pool2dParams& p) {
   return {p.kernel_h, p.kernel_w, p.stride_h, p.stride_w, p.pad_h, p.pad_w};
 }
+kc::PoolWindow cuda_window_of(const Pool2dParams& p) {
+  return {p.kernel_h, p.kernel_w, p.stride_h, p.stride_w, p.pad_h, p.pad_w};
+}
 
 Shape with_spatial(Shape s, int64_t h, int64_t w) {
   s[s.size() - 2] = h;
@@ -78,16 +83,22 @@ void require_grad_shape(const Tensor& dy, const Shape& expected, const char* op,
 // ---- max_pool2d ----
 
 MaxPool2dResult max_pool2d_forward(const Tensor& x_in, const Pool2dParams& p) {
-  if (cuda_ops::on_cuda({&x_in}, "max_pool2d")) return cuda_ops::max_pool2d_forward(x_in, p);
   constexpr const char* op = "max_pool2d";
+  const bool cuda = cuda_dispatch::on_cuda({&x_in}, op);
   require_image(x_in, op);
   const Tensor x = x_in.contiguous();  // (P = N*C planes, H, W)
   const int64_t H = x.size(x.dim() - 2), W = x.size(x.dim() - 1);
   const auto out_size = pool_out_size(H, W, p, op, x.desc());
   const int64_t H_out = out_size.first, W_out = out_size.second;  // plain locals: clang 14 cannot capture bindings
   const Shape out_shape = with_spatial(x.shape(), H_out, W_out);
-  Tensor out(out_shape, x.dtype()), indices(out_shape, DType::Int64);
+  Tensor out(out_shape, x.dtype(), x.device()), indices(out_shape, DType::Int64, x.device());
   const int64_t planes = x.numel() / std::max<int64_t>(H * W, 1);
+  if (cuda) {
+    cuda_dispatch::use_device(x);
+    kc::max_pool2d_forward(cuda_dispatch::elem(x.dtype()), x.raw_data(), planes, H, W, out.raw_data(),
+                           indices.data<int64_t>(), H_out, W_out, cuda_window_of(p));
+    return {out, indices};
+  }
   const auto win = window_of(p);
   dispatch_floating(x.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
@@ -112,14 +123,14 @@ MaxPool2dResult max_pool2d_forward(const Tensor& x_in, const Pool2dParams& p) {
 }
 
 Tensor max_pool2d_backward(const Tensor& dy_in, const Tensor& indices_in, const Shape& x_shape) {
-  if (cuda_ops::on_cuda({&dy_in, &indices_in}, "max_pool2d_backward")) return cuda_ops::max_pool2d_backward(dy_in, indices_in, x_shape);
   constexpr const char* op = "max_pool2d_backward";
+  const bool cuda = cuda_dispatch::on_cuda({&dy_in, &indices_in}, op);
   require_image_shape(x_shape, op);
-  require_float_cpu(dy_in, op, "grad_output");
+  require_float(dy_in, op, "grad_output");
   nn_checks::require_defined(indices_in, op, "indices");
-  if (indices_in.dtype() != DType::Int64 || indices_in.shape() != dy_in.shape() || !indices_in.device().is_cpu())
-    throw std::invalid_argument(std::string(op) + ": expected int64 indices on cpu shaped like grad_output " +
-                                dy_in.desc() + ", got " + indices_in.desc());
+  if (indices_in.dtype() != DType::Int64 || indices_in.shape() != dy_in.shape())
+    throw std::invalid_argument(std::string(op) + ": expected int64 indices on " + dy_in.device().str() +
+                                " shaped like grad_output " + dy_in.desc() + ", got " + indices_in.desc());
   if (dy_in.dim() != static_cast<int64_t>(x_shape.size()) ||
       !std::equal(x_shape.begin(), x_shape.end() - 2, dy_in.shape().begin()))
     throw std::invalid_argument(std::string(op) + ": grad_output " + dy_in.desc() +
@@ -129,7 +140,12 @@ Tensor max_pool2d_backward(const Tensor& dy_in, const Tensor& indices_in, const 
   const int64_t n_out = dy.size(dy.dim() - 2) * dy.size(dy.dim() - 1);
   const int64_t planes = shape_numel(x_shape) / std::max<int64_t>(H * W, 1);
   const int64_t* ip = indices.data<int64_t>();
-  Tensor dx(x_shape, dy.dtype());  // every plane is overwritten by the kernel
+  Tensor dx(x_shape, dy.dtype(), dy.device());  // every plane is overwritten by the kernel
+  if (cuda) {
+    cuda_dispatch::use_device(dy);
+    kc::max_pool2d_backward(cuda_dispatch::elem(dy.dtype()), dy.raw_data(), ip, planes, n_out, H, W, dx.raw_data());
+    return dx;
+  }
   std::atomic<bool> ok{true};
   dispatch_floating(dy.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
@@ -153,15 +169,21 @@ Tensor max_pool2d_backward(const Tensor& dy_in, const Tensor& indices_in, const 
 // ---- avg_pool2d ----
 
 Tensor avg_pool2d_forward(const Tensor& x_in, const Pool2dParams& p) {
-  if (cuda_ops::on_cuda({&x_in}, "avg_pool2d")) return cuda_ops::avg_pool2d_forward(x_in, p);
   constexpr const char* op = "avg_pool2d";
+  const bool cuda = cuda_dispatch::on_cuda({&x_in}, op);
   require_image(x_in, op);
   const Tensor x = x_in.contiguous();
   const int64_t H = x.size(x.dim() - 2), W = x.size(x.dim() - 1);
   const auto out_size = pool_out_size(H, W, p, op, x.desc());
   const int64_t H_out = out_size.first, W_out = out_size.second;  // plain locals: clang 14 cannot capture bindings
-  Tensor out(with_spatial(x.shape(), H_out, W_out), x.dtype());
+  Tensor out(with_spatial(x.shape(), H_out, W_out), x.dtype(), x.device());
   const int64_t planes = x.numel() / std::max<int64_t>(H * W, 1);
+  if (cuda) {
+    cuda_dispatch::use_device(x);
+    kc::avg_pool2d_forward(cuda_dispatch::elem(x.dtype()), x.raw_data(), planes, H, W, out.raw_data(), H_out, W_out,
+                           cuda_window_of(p), p.count_include_pad);
+    return out;
+  }
   const auto win = window_of(p);
   dispatch_floating(x.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
@@ -177,17 +199,24 @@ Tensor avg_pool2d_forward(const Tensor& x_in, const Pool2dParams& p) {
 }
 
 Tensor avg_pool2d_backward(const Tensor& dy_in, const Shape& x_shape, const Pool2dParams& p) {
-  if (cuda_ops::on_cuda({&dy_in}, "avg_pool2d_backward")) return cuda_ops::avg_pool2d_backward(dy_in, x_shape, p);
   constexpr const char* op = "avg_pool2d_backward";
+  const bool cuda = cuda_dispatch::on_cuda({&dy_in}, op);
   require_image_shape(x_shape, op);
-  require_float_cpu(dy_in, op, "grad_output");
+  require_float(dy_in, op, "grad_output");
   const int64_t H = x_shape[x_shape.size() - 2], W = x_shape.back();
   const auto out_size = pool_out_size(H, W, p, op, shape_str(x_shape));
   const int64_t H_out = out_size.first, W_out = out_size.second;  // plain locals: clang 14 cannot capture bindings
   require_grad_shape(dy_in, with_spatial(x_shape, H_out, W_out), op, x_shape);
   const Tensor dy = dy_in.contiguous();
-  Tensor dx = zeros(x_shape, dy.dtype());
   const int64_t planes = shape_numel(x_shape) / std::max<int64_t>(H * W, 1);
+  if (cuda) {  // the kernel writes every element of dx
+    Tensor dx(x_shape, dy.dtype(), dy.device());
+    cuda_dispatch::use_device(dy);
+    kc::avg_pool2d_backward(cuda_dispatch::elem(dy.dtype()), dy.raw_data(), planes, H_out, W_out, dx.raw_data(), H, W,
+                            cuda_window_of(p), p.count_include_pad);
+    return dx;
+  }
+  Tensor dx = zeros(x_shape, dy.dtype());
   const auto win = window_of(p);
   dispatch_floating(dy.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
@@ -205,8 +234,8 @@ Tensor avg_pool2d_backward(const Tensor& dy_in, const Shape& x_shape, const Pool
 // ---- adaptive_avg_pool2d ----
 
 Tensor adaptive_avg_pool2d_forward(const Tensor& x_in, int64_t out_h, int64_t out_w) {
-  if (cuda_ops::on_cuda({&x_in}, "adaptive_avg_pool2d")) return cuda_ops::adaptive_avg_pool2d_forward(x_in, out_h, out_w);
   constexpr const char* op = "adaptive_avg_pool2d";
+  const bool cuda = cuda_dispatch::on_cuda({&x_in}, op);
   require_image(x_in, op);
   if (out_h <= 0 || out_w <= 0)
     throw std::invalid_argument(std::string(op) + ": output size must be positive, got (" + std::to_string(out_h) +
@@ -215,8 +244,14 @@ Tensor adaptive_avg_pool2d_forward(const Tensor& x_in, int64_t out_h, int64_t ou
   const int64_t H = x.size(x.dim() - 2), W = x.size(x.dim() - 1);
   if (H <= 0 || W <= 0)
     throw std::invalid_argument(std::string(op) + ": expected a non-empty plane, got input " + x.desc());
-  Tensor out(with_spatial(x.shape(), out_h, out_w), x.dtype());
+  Tensor out(with_spatial(x.shape(), out_h, out_w), x.dtype(), x.device());
   const int64_t planes = x.numel() / (H * W);
+  if (cuda) {
+    cuda_dispatch::use_device(x);
+    kc::adaptive_avg_pool2d_forward(cuda_dispatch::elem(x.dtype()), x.raw_data(), planes, H, W, out.raw_data(), out_h,
+                                    out_w);
+    return out;
+  }
   dispatch_floating(x.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     const T* xp = x.data<T>();
@@ -230,10 +265,10 @@ Tensor adaptive_avg_pool2d_forward(const Tensor& x_in, int64_t out_h, int64_t ou
 }
 
 Tensor adaptive_avg_pool2d_backward(const Tensor& dy_in, const Shape& x_shape) {
-  if (cuda_ops::on_cuda({&dy_in}, "adaptive_avg_pool2d_backward")) return cuda_ops::adaptive_avg_pool2d_backward(dy_in, x_shape);
   constexpr const char* op = "adaptive_avg_pool2d_backward";
+  const bool cuda = cuda_dispatch::on_cuda({&dy_in}, op);
   require_image_shape(x_shape, op);
-  require_float_cpu(dy_in, op, "grad_output");
+  require_float(dy_in, op, "grad_output");
   if (dy_in.dim() != static_cast<int64_t>(x_shape.size()) ||
       !std::equal(x_shape.begin(), x_shape.end() - 2, dy_in.shape().begin()))
     throw std::invalid_argument(std::string(op) + ": grad_output " + dy_in.desc() +
@@ -241,9 +276,15 @@ Tensor adaptive_avg_pool2d_backward(const Tensor& dy_in, const Shape& x_shape) {
   const Tensor dy = dy_in.contiguous();
   const int64_t H = x_shape[x_shape.size() - 2], W = x_shape.back();
   const int64_t out_h = dy.size(dy.dim() - 2), out_w = dy.size(dy.dim() - 1);
-  Tensor dx = zeros(x_shape, dy.dtype());
+  Tensor dx = zeros(x_shape, dy.dtype(), dy.device());
   if (H <= 0 || W <= 0 || out_h <= 0 || out_w <= 0) return dx;
   const int64_t planes = shape_numel(x_shape) / (H * W);
+  if (cuda) {
+    cuda_dispatch::use_device(dy);
+    kc::adaptive_avg_pool2d_backward(cuda_dispatch::elem(dy.dtype()), dy.raw_data(), planes, out_h, out_w,
+                                     dx.raw_data(), H, W);
+    return dx;
+  }
   dispatch_floating(dy.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     const T* gp = dy.data<T>();

@@ -1,11 +1,12 @@
-// tensor/ops_reduce.cpp — reductions on CPU tensors: sum, mean, var (two-pass), max/argmax with
-// indices, and top-k indices. Deterministic: every result is bit-identical whatever the thread
-// count (fixed chunks, partials combined in order; see kernels/cpu/reduce.h).
+// tensor/ops_reduce.cpp — reductions: sum, mean, var (two-pass), max/argmax with indices, and
+// top-k indices, on the CPU or on CUDA (kernels/cuda/reduce.cu). Deterministic: every result is
+// bit-identical whatever the thread count (fixed chunks, partials combined in order; see
+// kernels/cpu/reduce.h; the CUDA kernels use a fixed-shape reduction tree).
 //
 // Layout: the reduced dims are brought last (permute + contiguous, or no copy when they already
 // are) so the data is a row-major (outer, len) matrix reduced along its rows. When a contiguous
 // tensor is reduced over its leading dims (e.g. dim 0 of an (N, C) gradient), it is instead read
-// in place as (len, outer) and reduced along its columns.
+// in place as (len, outer) and reduced along its columns (on the CPU; the CUDA kernels take rows).
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -15,13 +16,14 @@
 
 #include "minidl/kernels/cpu/reduce.h"
 #include "minidl/tensor/ops.h"
-#include "minidl/tensor/ops_cuda.h"
+#include "minidl/tensor/cuda_dispatch.h"
 #include "minidl/tensor/ops_util.h"
 
 namespace minidl {
 
 namespace cpu = kernels::cpu;
-using detail::check_cpu;
+namespace kc = kernels::cuda;
+using detail::check_defined;
 
 namespace {
 
@@ -72,15 +74,21 @@ using AccOf = std::conditional_t<std::is_floating_point_v<T>, double, int64_t>;
 
 // out[i] = (sum of the reduced elements) / divisor, accumulated in AccOf<T>.
 Tensor sum_impl(const Tensor& x, const Shape& dims, bool keepdim, const char* op, bool mean) {
-  if (cuda_ops::on_cuda({&x}, op)) return cuda_ops::sum(x, dims, keepdim, mean, op);
-  check_cpu(x, op);
+  const bool cuda = cuda_dispatch::on_cuda({&x}, op);
+  check_defined(x, op);
   if (mean && !x.is_floating_point())
     throw std::invalid_argument(std::string(op) + ": expected a floating dtype (float32 or float64), got " +
                                 dtype_name(x.dtype()));
-  ReducePlan p = plan_reduce(x, dims, keepdim, op, /*allow_columns=*/true);
-  Tensor out(p.out_shape, x.dtype());
+  ReducePlan p = plan_reduce(x, dims, keepdim, op, /*allow_columns=*/!cuda);
+  Tensor out(p.out_shape, x.dtype(), x.device());
   if (p.outer == 0) return out;
   if (p.len == 0) return out.fill_(mean ? NAN : 0.0);
+  if (cuda) {
+    cuda_dispatch::use_device(x);
+    kc::sum_rows(cuda_dispatch::elem(x.dtype()), p.data.raw_data(), out.raw_data(), p.outer, p.len,
+                 mean ? double(p.len) : 1.0);
+    return out;
+  }
   dispatch(x.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     using A = AccOf<T>;
@@ -104,13 +112,19 @@ Tensor sum_impl(const Tensor& x, const Shape& dims, bool keepdim, const char* op
 
 // values and first indices of the maximum over `dims` (already validated by the caller)
 MaxResult max_impl(const Tensor& x, const Shape& dims, bool keepdim, const char* op) {
-  if (cuda_ops::on_cuda({&x}, op)) return cuda_ops::max(x, dims, keepdim, op);
-  check_cpu(x, op);
+  const bool cuda = cuda_dispatch::on_cuda({&x}, op);
+  check_defined(x, op);
   ReducePlan p = plan_reduce(x, dims, keepdim, op, /*allow_columns=*/false);
   if (p.len == 0 && p.outer > 0)
     throw std::invalid_argument(std::string(op) + ": cannot take the maximum over an empty dim of " + x.desc());
-  MaxResult res{Tensor(p.out_shape, x.dtype()), Tensor(p.out_shape, DType::Int64)};
+  MaxResult res{Tensor(p.out_shape, x.dtype(), x.device()), Tensor(p.out_shape, DType::Int64, x.device())};
   if (p.outer == 0) return res;
+  if (cuda) {
+    cuda_dispatch::use_device(x);
+    kc::max_rows(cuda_dispatch::elem(x.dtype()), p.data.raw_data(), res.values.raw_data(), res.indices.data<int64_t>(),
+                 p.outer, p.len);
+    return res;
+  }
   dispatch(x.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     using Acc = std::pair<T, int64_t>;
@@ -155,15 +169,20 @@ Tensor sum(const Tensor& x, const Shape& dims, bool keepdim) { return sum_impl(x
 Tensor mean(const Tensor& x, const Shape& dims, bool keepdim) { return sum_impl(x, dims, keepdim, "mean", true); }
 
 Tensor var(const Tensor& x, const Shape& dims, int64_t correction, bool keepdim) {
-  if (cuda_ops::on_cuda({&x}, "var")) return cuda_ops::var(x, dims, correction, keepdim);
-  check_cpu(x, "var");
-  ReducePlan p = plan_reduce(x, dims, keepdim, "var", /*allow_columns=*/true);
-  Tensor out(p.out_shape, x.dtype());
+  const bool cuda = cuda_dispatch::on_cuda({&x}, "var");
+  check_defined(x, "var");
+  ReducePlan p = plan_reduce(x, dims, keepdim, "var", /*allow_columns=*/!cuda);
+  Tensor out(p.out_shape, x.dtype(), x.device());
   dispatch_floating(x.dtype(), "var", [&](auto tag) {
     using T = decltype(tag);
     if (p.outer == 0) return;
     if (p.len == 0) {
       out.fill_(NAN);
+      return;
+    }
+    if (cuda) {
+      cuda_dispatch::use_device(x);
+      kc::var_rows(cuda_dispatch::elem(x.dtype()), p.data.raw_data(), out.raw_data(), p.outer, p.len, correction);
       return;
     }
     const T* src = p.data.data<T>();
@@ -209,8 +228,7 @@ MaxResult max(const Tensor& x, int64_t dim, bool keepdim) {
 }
 
 Tensor max(const Tensor& x) {
-  if (cuda_ops::on_cuda({&x}, "max")) return cuda_ops::max(x, {}, false, "max").values;
-  check_cpu(x, "max");
+  check_defined(x, "max");
   if (x.numel() == 0) throw std::invalid_argument("max: cannot take the maximum of an empty tensor " + x.desc());
   return max_impl(x, {}, false, "max").values;
 }
@@ -221,8 +239,9 @@ Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
 }
 
 Tensor topk_indices(const Tensor& x, int64_t k) {
-  if (cuda_ops::on_cuda({&x}, "topk_indices")) return cuda_ops::topk_indices(x, k);
-  check_cpu(x, "topk_indices");
+  // CUDA: a host fallback (used for top-5 accuracy only), one copy each way
+  if (cuda_dispatch::on_cuda({&x}, "topk_indices")) return topk_indices(x.cpu(), k).to(x.device());
+  check_defined(x, "topk_indices");
   if (x.dim() != 2) throw std::invalid_argument("topk_indices: expected a 2-d tensor, got " + x.desc());
   const int64_t rows = x.size(0), cols = x.size(1);
   if (k < 0 || k > cols)

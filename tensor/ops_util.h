@@ -1,5 +1,6 @@
 // tensor/ops_util.h — small checks shared by the tensor/ops_*.cpp files (not a public header):
-// CPU-only, equal dtypes, dims normalisation; every message names the op.
+// defined, equal dtypes, dims normalisation; every message names the op. (Devices are checked
+// by cuda_dispatch::on_cuda, tensor/cuda_dispatch.h.)
 #pragma once
 #include <algorithm>
 #include <stdexcept>
@@ -11,12 +12,6 @@ namespace minidl::detail {
 
 inline void check_defined(const Tensor& t, const char* op) {
   if (!t.defined()) throw std::invalid_argument(std::string(op) + ": undefined tensor");
-}
-
-inline void check_cpu(const Tensor& t, const char* op) {
-  check_defined(t, op);
-  if (!t.device().is_cpu())
-    throw std::invalid_argument(std::string(op) + ": only CPU tensors are supported here, got " + t.desc());
 }
 
 inline void check_same_dtype(const Tensor& a, const Tensor& b, const char* op) {

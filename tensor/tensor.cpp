@@ -8,7 +8,7 @@
 
 #include "minidl/kernels/cpu/copy.h"
 #include "minidl/kernels/cuda_api.h"
-#include "minidl/tensor/ops_cuda.h"
+#include "minidl/tensor/cuda_dispatch.h"
 
 namespace minidl {
 
@@ -325,7 +325,9 @@ Tensor Tensor::to(Device dev) const {
 
 Tensor& Tensor::fill_(double value) {
   if (device().is_cuda()) {
-    cuda_ops::fill_(*this, value);
+    const auto it = cuda_dispatch::make_iter(shape_, {&strides_}, "fill_");
+    cuda_dispatch::use_device(*this);
+    kernels::cuda::fill(cuda_dispatch::elem(dtype_), it, raw_data(), value);
     return *this;
   }
   dispatch(dtype_, "fill_", [&](auto tag) {
@@ -343,8 +345,11 @@ Tensor& Tensor::fill_(double value) {
 
 Tensor& Tensor::copy_(const Tensor& src) {
   if (!src.defined()) throw std::invalid_argument("copy_: source is undefined");
+  Tensor s = src.shape_ == shape_ ? src : src.expand(shape_);
   if (device().is_cuda() && src.device() == device()) {  // on one device: strided, broadcast, dtype-converting
-    cuda_ops::copy_(*this, src);
+    const auto it = cuda_dispatch::make_iter(shape_, {&strides_, &s.strides_}, "copy_");
+    cuda_dispatch::use_device(*this);
+    kernels::cuda::copy(cuda_dispatch::elem(dtype_), cuda_dispatch::elem(s.dtype_), it, raw_data(), s.raw_data());
     return *this;
   }
   if (device().is_cpu() && src.device().is_cuda()) return copy_(src.to(device()));  // to the host, then below
@@ -356,7 +361,6 @@ Tensor& Tensor::copy_(const Tensor& src) {
                           device().index);
     return *this;
   }
-  Tensor s = src.shape_ == shape_ ? src : src.expand(shape_);
   dispatch(dtype_, "copy_", [&](auto dtag) {
     using D = decltype(dtag);
     dispatch(s.dtype_, "copy_", [&](auto stag) {

@@ -2,11 +2,12 @@
 //
 // An element-wise op sees each operand as (pointer, strides) over one common shape; a broadcast
 // operand simply has stride 0 along the broadcast dims (that is what Tensor::expand gives).
-// StridedLoop first "coalesces" the shape: size-1 dims are dropped and neighbouring dims that
-// are contiguous for every operand are merged, so same-shape contiguous inputs become one flat
-// dim (the fast path: a tight stride-1 loop the compiler vectorises). The loop then runs over
-// (row, chunk-of-row) tasks in parallel; each task calls fn(offsets, n, inner_strides) and the
-// kernels below pick a stride-1 inner loop when they can. The math comes from kernels/functors.h.
+// StridedLoop first "coalesces" the shape (kernels/strided.h, as the CUDA loops do): size-1 dims
+// are dropped and neighbouring dims that are contiguous for every operand are merged, so
+// same-shape contiguous inputs become one flat dim (the fast path: a tight stride-1 loop the
+// compiler vectorises). The loop then runs over (row, chunk-of-row) tasks in parallel; each task
+// calls fn(offsets, n, inner_strides) and the kernels below pick a stride-1 inner loop when they
+// can. The math comes from kernels/functors.h.
 #pragma once
 #include <algorithm>
 #include <array>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "minidl/kernels/cpu/parallel.h"
+#include "minidl/kernels/strided.h"
 
 namespace minidl::kernels::cpu {
 
@@ -29,21 +31,7 @@ struct StridedLoop {
   StridedLoop(const std::vector<int64_t>& full_shape, const std::array<const std::vector<int64_t>*, N>& full_strides) {
     numel = 1;
     for (int64_t s : full_shape) numel *= s;
-    // keep dims of size > 1, outermost first
-    for (size_t d = 0; d < full_shape.size(); ++d) {
-      if (full_shape[d] == 1) continue;
-      const int64_t nd = static_cast<int64_t>(shape.size());
-      bool merge = nd > 0;
-      for (int k = 0; k < N && merge; ++k)
-        merge = strides[k][nd - 1] == (*full_strides[k])[d] * full_shape[d];
-      if (merge) {
-        shape.back() *= full_shape[d];
-        for (int k = 0; k < N; ++k) strides[k].back() = (*full_strides[k])[d];
-      } else {
-        shape.push_back(full_shape[d]);
-        for (int k = 0; k < N; ++k) strides[k].push_back((*full_strides[k])[d]);
-      }
-    }
+    coalesce_dims(full_shape, N, full_strides.data(), shape, strides);  // kernels/strided.h
     if (shape.empty()) {  // 0-d or all-ones shape: a single element
       shape.push_back(1);
       for (int k = 0; k < N; ++k) strides[k].push_back(0);

@@ -1,8 +1,8 @@
 // kernels/cpu/optim_kernels.h — fused optimizer updates on the CPU: one pass over a parameter
 // tensor that reads the gradient and the optimizer state and writes the new parameter and state,
 // element by element, with the math of kernels/optim_functors.h. Raw contiguous pointers, n
-// elements each; the caller (optim/) checks shapes and dtypes. Elements are independent, so the
-// result is the same whatever the thread count.
+// elements each; the caller (tensor/ops_optim.cpp) checks shapes and dtypes. Elements are
+// independent, so the result is the same whatever the thread count.
 #pragma once
 #include <cstdint>
 

@@ -1,5 +1,5 @@
 // kernels/cuda/reduce.cu — sum / mean / var / max over the rows of a contiguous (rows, len) matrix
-// (tensor/ops_cuda.cpp first permutes the reduced dims last, as the CPU path does). One block
+// (tensor/ops_reduce.cpp first permutes the reduced dims last, as for the CPU loops). One block
 // per row: each thread accumulates a fixed strided subset in double (int64 for integers), then a
 // CUB block reduction with a fixed shape combines them — the same bits on every run.
 // var is two-pass (mean, then squared deviations) like the CPU. max keeps the FIRST maximum and

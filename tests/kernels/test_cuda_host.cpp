@@ -5,7 +5,7 @@
 //    index over the view's own shape and strides, and the fast path (offset = index) is taken only
 //    when EVERY operand is dense — the cases a last-operand-only decision got wrong: stack of 1-d
 //    tensors along dim 1, cat of (N, 1) columns, select(1, 0) + y, a copy into a stride-2 slice;
-//  - when a batched matmul is one strided-batched GEMM (cuda_ops::batch_stride);
+//  - when a batched matmul is one strided-batched GEMM (cuda_dispatch::batch_stride);
 //  - which cuDNN algorithm conv2d takes (kernels/cuda/algo_pick.h);
 //  - MINIDL_CUDA_SYNC's parsing.
 #include <gtest/gtest.h>
@@ -13,7 +13,7 @@
 #include "minidl/kernels/cuda/algo_pick.h"
 #include "minidl/kernels/cuda_api.h"
 #include "minidl/kernels/cuda_ops.h"
-#include "minidl/tensor/ops_cuda.h"
+#include "minidl/tensor/cuda_dispatch.h"
 #include "minidl/tensor/tensor_all.h"
 
 using namespace minidl;
@@ -35,7 +35,7 @@ kc::StridedIter check_addressing(const Shape& shape, const std::vector<Tensor>& 
   for (const Tensor& t : operands) strides.push_back(t.shape() == shape ? t.strides() : t.expand(shape).strides());
   std::vector<const Shape*> ptrs;
   for (const Shape& s : strides) ptrs.push_back(&s);
-  const kc::StridedIter it = cuda_ops::make_iter(shape, ptrs, what);
+  const kc::StridedIter it = cuda_dispatch::make_iter(shape, ptrs, what);
   EXPECT_EQ(it.numel, shape_numel(shape)) << what;
   for (size_t k = 0; k < operands.size(); ++k)
     for (int64_t i = 0; i < it.numel; ++i)
@@ -110,18 +110,18 @@ TEST(CudaIter, TransposedPermutedAndBroadcastOperandsAddressCorrectly) {
 TEST(CudaBatchStride, UniformBatchesGiveOneStridePermutedViewsDoNot) {
   int64_t step = -1;
   const Tensor x = zeros({2, 3, 7, 4});  // (B, H, T, D) contiguous
-  EXPECT_TRUE(cuda_ops::batch_stride(x, {2, 3}, step));
+  EXPECT_TRUE(cuda_dispatch::batch_stride(x, {2, 3}, step));
   EXPECT_EQ(step, 28);
   const Tensor q = zeros({2, 7, 3, 4}).permute({0, 2, 1, 3});  // (B, H, T, D) view: H steps by 4, B by 84
-  EXPECT_FALSE(cuda_ops::batch_stride(q, {2, 3}, step));
-  EXPECT_TRUE(cuda_ops::batch_stride(q.contiguous(), {2, 3}, step));
+  EXPECT_FALSE(cuda_dispatch::batch_stride(q, {2, 3}, step));
+  EXPECT_TRUE(cuda_dispatch::batch_stride(q.contiguous(), {2, 3}, step));
   EXPECT_EQ(step, 28);
   const Tensor w = zeros({7, 4}).expand({2, 3, 7, 4});  // broadcast everywhere: stride 0
-  EXPECT_TRUE(cuda_ops::batch_stride(w, {2, 3}, step));
+  EXPECT_TRUE(cuda_dispatch::batch_stride(w, {2, 3}, step));
   EXPECT_EQ(step, 0);
   const Tensor half = zeros({3, 7, 4}).expand({2, 3, 7, 4});  // B broadcast, H dense: not one stride
-  EXPECT_FALSE(cuda_ops::batch_stride(half, {2, 3}, step));
-  EXPECT_TRUE(cuda_ops::batch_stride(zeros({1, 3, 7, 4}), {1, 3}, step));  // size-1 dims ignored
+  EXPECT_FALSE(cuda_dispatch::batch_stride(half, {2, 3}, step));
+  EXPECT_TRUE(cuda_dispatch::batch_stride(zeros({1, 3, 7, 4}), {1, 3}, step));  // size-1 dims ignored
   EXPECT_EQ(step, 28);
 }
 

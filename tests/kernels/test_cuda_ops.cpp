@@ -208,7 +208,7 @@ TEST(CudaOps, MatmulWithEmptyInnerDimIsZeros) {
 }
 
 // Attention's products on permuted (B, H, T, D) views: one strided-batched call after a single
-// contiguous copy (cuda_ops::batch_stride decides, tested on the CPU in test_cuda_host.cpp).
+// contiguous copy (cuda_dispatch::batch_stride decides, tested on the CPU in test_cuda_host.cpp).
 TEST(CudaOps, BatchedMatmulOnPermutedViewsMatchesCpu) {
   MINIDL_SKIP_WITHOUT_GPU();
   const Tensor q = rnd({2, 7, 3, 4}, 27).permute({0, 2, 1, 3});  // (B, H, T, D) view of (B, T, H, D)
