@@ -13,7 +13,8 @@ Variable Function::apply(const std::shared_ptr<Function>& fn, const std::vector<
     out = fn->forward(data);
   }
   const std::string name = fn->name();
-  return Variable::make_result(out, inputs, [fn](const Tensor& g) { return fn->backward(g); }, name.c_str());
+  return Variable::make_result(
+      out, inputs, [fn](const Tensor& g) { return fn->backward(g); }, name.c_str());
 }
 
 }  // namespace minidl::autograd

@@ -132,7 +132,7 @@ Variable scaled_dot_product_attention(const Variable& query, const Variable& key
 Tensor causal_mask(int64_t L, int64_t S, DType dtype, Device device = Device::cpu());
 Tensor additive_mask(const Tensor& mask, bool true_means_masked, DType dtype, Device device, const char* op);
 struct AttentionResult {
-  Variable output;   // (..., L, Ev)
+  Variable output;  // (..., L, Ev)
   Variable weights;  // (..., L, S), after dropout
 };
 AttentionResult attention_with_weights(const Variable& q, const Variable& k, const Variable& v, const Tensor& mask,

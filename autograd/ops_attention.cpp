@@ -44,7 +44,8 @@ Variable scaled_dot_product_attention(const Variable& q, const Variable& k, cons
   constexpr const char* op = "scaled_dot_product_attention";
   if (q.dim() < 2 || k.dim() < 2 || v.dim() < 2 || q.size(-1 + q.dim()) != k.size(-1 + k.dim()) ||
       k.size(-2 + k.dim()) != v.size(-2 + v.dim()))
-    throw std::invalid_argument(std::string(op) + ": expected query (..., L, E), key (..., S, E), value (..., S, Ev), got " +
+    throw std::invalid_argument(std::string(op) +
+                                ": expected query (..., L, E), key (..., S, E), value (..., S, Ev), got " +
                                 q.data().desc() + ", " + k.data().desc() + ", " + v.data().desc());
   if (o.is_causal && o.attn_mask.defined())
     throw std::invalid_argument(std::string(op) + ": set either attn_mask or is_causal, not both");

@@ -11,8 +11,8 @@ Variable matmul(const Variable& a, const Variable& b) {
   const bool ga = a.requires_grad(), gb = b.requires_grad();
   return Variable::make_result(
       y, {a, b},
-      [ta = gb ? a.data() : Tensor(), tb = ga ? b.data() : Tensor(), sa = a.shape(), sb = b.shape()](
-          const Tensor& dy) -> std::vector<Tensor> {
+      [ta = gb ? a.data() : Tensor(), tb = ga ? b.data() : Tensor(), sa = a.shape(),
+       sb = b.shape()](const Tensor& dy) -> std::vector<Tensor> {
         // promote: a (k) -> (1, k); b (k) -> (k, 1); dy gets the matching unit dims back
         Tensor g = dy;
         if (sa.size() == 1) g = g.unsqueeze(-2);

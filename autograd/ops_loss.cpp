@@ -15,9 +15,12 @@ namespace {
 
 Variable reduce(const Variable& loss, Reduction r) {
   switch (r) {
-    case Reduction::None: return loss;
-    case Reduction::Sum: return sum(loss);
-    case Reduction::Mean: return mean(loss);
+    case Reduction::None:
+      return loss;
+    case Reduction::Sum:
+      return sum(loss);
+    case Reduction::Mean:
+      return mean(loss);
   }
   return loss;
 }
@@ -25,8 +28,8 @@ Variable reduce(const Variable& loss, Reduction r) {
 // (N, C, d1, ...) -> (N d1 ..., C) with the class dim last, and target (N, d1, ...) -> (N d1 ...).
 struct Flattened {
   Variable input;  // (M, C)
-  Tensor target;   // (M) int64, on the CPU
-  Shape rows;      // target's shape, for reduction None
+  Tensor target;  // (M) int64, on the CPU
+  Shape rows;  // target's shape, for reduction None
 };
 Flattened flatten_classes(const Variable& input, const Tensor& target, const char* op) {
   bool ok = input.dim() >= 2 && target.dim() == input.dim() - 1 && target.dtype() == DType::Int64 &&
@@ -48,8 +51,8 @@ Flattened flatten_classes(const Variable& input, const Tensor& target, const cha
 // Per-row weight of each target (0 where ignored) and one-hot rows scaled by it, checking ranges.
 struct TargetWeights {
   Tensor scaled_one_hot;  // (M, C): w[t_i] at (i, t_i), on the input's device and dtype
-  Tensor counted;         // (M, 1): 1 where the target is not ignored, else 0
-  double total = 0;       // sum of row_weight, the Mean denominator
+  Tensor counted;  // (M, 1): 1 where the target is not ignored, else 0
+  double total = 0;  // sum of row_weight, the Mean denominator
 };
 TargetWeights target_weights(const Variable& input, const Tensor& target, const Tensor& weight, int64_t ignore_index,
                              const char* op) {
@@ -84,11 +87,12 @@ TargetWeights target_weights(const Variable& input, const Tensor& target, const 
 // dlogits = (softmax - smoothed one-hot) * dloss / N
 Variable cross_entropy(const Variable& logits, const Tensor& target, double label_smoothing) {
   Tensor loss = cross_entropy_forward(logits.data(), target, label_smoothing);
-  return Variable::make_result(loss, {logits},
-                               [tl = logits.data(), target, label_smoothing](const Tensor& dy) -> std::vector<Tensor> {
-                                 return {cross_entropy_backward(tl, target, label_smoothing, dy)};
-                               },
-                               "CrossEntropyBackward");
+  return Variable::make_result(
+      loss, {logits},
+      [tl = logits.data(), target, label_smoothing](const Tensor& dy) -> std::vector<Tensor> {
+        return {cross_entropy_backward(tl, target, label_smoothing, dy)};
+      },
+      "CrossEntropyBackward");
 }
 
 // PyTorch's definition: (1 - eps) nll(log_softmax(x)) + eps / C * smooth, where smooth_i =
@@ -110,9 +114,12 @@ Variable cross_entropy(const Variable& logits, const Tensor& target, const Cross
     nll = add(mul(nll, 1.0 - o.label_smoothing), mul(smooth, o.label_smoothing / static_cast<double>(C)));
   }
   switch (o.reduction) {
-    case Reduction::None: return reshape(nll, f.rows);
-    case Reduction::Sum: return sum(nll);
-    case Reduction::Mean: return mul(sum(nll), 1.0 / tw.total);
+    case Reduction::None:
+      return reshape(nll, f.rows);
+    case Reduction::Sum:
+      return sum(nll);
+    case Reduction::Mean:
+      return mul(sum(nll), 1.0 / tw.total);
   }
   return nll;
 }
@@ -124,9 +131,12 @@ Variable nll_loss(const Variable& log_probs, const Tensor& target, const NLLLoss
   const TargetWeights tw = target_weights(f.input, f.target, o.weight, o.ignore_index, op);
   Variable loss = neg(sum(mul(f.input, Variable(tw.scaled_one_hot)), {1}));  // (M)
   switch (o.reduction) {
-    case Reduction::None: return reshape(loss, f.rows);
-    case Reduction::Sum: return sum(loss);
-    case Reduction::Mean: return mul(sum(loss), 1.0 / tw.total);
+    case Reduction::None:
+      return reshape(loss, f.rows);
+    case Reduction::Sum:
+      return sum(loss);
+    case Reduction::Mean:
+      return mul(sum(loss), 1.0 / tw.total);
   }
   return loss;
 }
@@ -183,11 +193,10 @@ Variable smooth_l1_loss(const Variable& input, const Variable& target, Reduction
   if (!(beta >= 0.0)) throw std::invalid_argument("smooth_l1_loss: beta must be >= 0, got " + std::to_string(beta));
   if (beta == 0.0) return l1_loss(input, target, reduction);
   Variable d = sub(input, target);
-  Variable loss = Variable::make_result(smooth_l1(d.data(), beta), {d},
-                                        [t = d.data(), beta](const Tensor& dy) -> std::vector<Tensor> {
-                                          return {smooth_l1_backward(t, dy, beta)};
-                                        },
-                                        "SmoothL1Backward");
+  Variable loss = Variable::make_result(
+      smooth_l1(d.data(), beta), {d},
+      [t = d.data(), beta](const Tensor& dy) -> std::vector<Tensor> { return {smooth_l1_backward(t, dy, beta)}; },
+      "SmoothL1Backward");
   return reduce(loss, reduction);
 }
 

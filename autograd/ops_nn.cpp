@@ -10,9 +10,9 @@ namespace minidl {
 // softmax: dx = y * (dy - sum(dy * y))
 Variable softmax(const Variable& x, int64_t dim) {
   Tensor y = softmax(x.data(), dim);
-  return Variable::make_result(y, {x},
-                               [y, dim](const Tensor& dy) -> std::vector<Tensor> { return {softmax_backward(y, dy, dim)}; },
-                               "SoftmaxBackward");
+  return Variable::make_result(
+      y, {x}, [y, dim](const Tensor& dy) -> std::vector<Tensor> { return {softmax_backward(y, dy, dim)}; },
+      "SoftmaxBackward");
 }
 
 // log_softmax: dx = dy - exp(y) * sum(dy)
@@ -26,40 +26,40 @@ Variable log_softmax(const Variable& x, int64_t dim) {
 // conv2d: dx by col2im, dw and db by GEMM/reduction (tensor/ops_conv.cpp)
 Variable conv2d(const Variable& x, const Variable& w, const Variable& b, const Conv2dParams& p) {
   Tensor y = conv2d_forward(x.data(), w.data(), b.defined() ? b.data() : Tensor(), p);
-  return Variable::make_result(y, {x, w, b},
-                               [tx = x.data(), tw = w.data(), has_bias = b.defined(), need_dx = x.requires_grad(),
-                                p](const Tensor& dy) -> std::vector<Tensor> {
-                                 Conv2dGrads g = conv2d_backward(tx, tw, dy, has_bias, p, need_dx);
-                                 return {g.dx, g.dw, g.db};
-                               },
-                               "Conv2dBackward");
+  return Variable::make_result(
+      y, {x, w, b},
+      [tx = x.data(), tw = w.data(), has_bias = b.defined(), need_dx = x.requires_grad(),
+       p](const Tensor& dy) -> std::vector<Tensor> {
+        Conv2dGrads g = conv2d_backward(tx, tw, dy, has_bias, p, need_dx);
+        return {g.dx, g.dw, g.db};
+      },
+      "Conv2dBackward");
 }
 
 // max_pool2d: the gradient goes to each window's argmax
 Variable max_pool2d(const Variable& x, const Pool2dParams& p) {
   MaxPool2dResult r = max_pool2d_forward(x.data(), p);
-  return Variable::make_result(r.out, {x},
-                               [idx = r.indices, in = x.shape()](const Tensor& dy) -> std::vector<Tensor> {
-                                 return {max_pool2d_backward(dy, idx, in)};
-                               },
-                               "MaxPool2dBackward");
+  return Variable::make_result(
+      r.out, {x},
+      [idx = r.indices, in = x.shape()](const Tensor& dy) -> std::vector<Tensor> {
+        return {max_pool2d_backward(dy, idx, in)};
+      },
+      "MaxPool2dBackward");
 }
 
 // avg_pool2d: each window's gradient is spread evenly over it
 Variable avg_pool2d(const Variable& x, const Pool2dParams& p) {
-  return Variable::make_result(avg_pool2d_forward(x.data(), p), {x},
-                               [in = x.shape(), p](const Tensor& dy) -> std::vector<Tensor> {
-                                 return {avg_pool2d_backward(dy, in, p)};
-                               },
-                               "AvgPool2dBackward");
+  return Variable::make_result(
+      avg_pool2d_forward(x.data(), p), {x},
+      [in = x.shape(), p](const Tensor& dy) -> std::vector<Tensor> { return {avg_pool2d_backward(dy, in, p)}; },
+      "AvgPool2dBackward");
 }
 
 Variable adaptive_avg_pool2d(const Variable& x, int64_t out_h, int64_t out_w) {
-  return Variable::make_result(adaptive_avg_pool2d_forward(x.data(), out_h, out_w), {x},
-                               [in = x.shape()](const Tensor& dy) -> std::vector<Tensor> {
-                                 return {adaptive_avg_pool2d_backward(dy, in)};
-                               },
-                               "AdaptiveAvgPool2dBackward");
+  return Variable::make_result(
+      adaptive_avg_pool2d_forward(x.data(), out_h, out_w), {x},
+      [in = x.shape()](const Tensor& dy) -> std::vector<Tensor> { return {adaptive_avg_pool2d_backward(dy, in)}; },
+      "AdaptiveAvgPool2dBackward");
 }
 
 // batch_norm, training: normalise with the batch's mean and biased variance; backward through
@@ -117,13 +117,13 @@ Variable layer_norm(const Variable& x, const Shape& normalized_shape, const Vari
                     double eps) {
   const Tensor w = weight.defined() ? weight.data() : Tensor();
   LayerNormResult r = layer_norm_forward(x.data(), normalized_shape, w, bias.defined() ? bias.data() : Tensor(), eps);
-  return Variable::make_result(r.out, {x, weight, bias},
-                               [tx = x.data(), mean = r.mean, invstd = r.invstd, normalized_shape, w](
-                                   const Tensor& dy) -> std::vector<Tensor> {
-                                 LayerNormGrads g = layer_norm_backward(dy, tx, mean, invstd, normalized_shape, w);
-                                 return {g.dx, g.dweight, g.dbias};
-                               },
-                               "LayerNormBackward");
+  return Variable::make_result(
+      r.out, {x, weight, bias},
+      [tx = x.data(), mean = r.mean, invstd = r.invstd, normalized_shape, w](const Tensor& dy) -> std::vector<Tensor> {
+        LayerNormGrads g = layer_norm_backward(dy, tx, mean, invstd, normalized_shape, w);
+        return {g.dx, g.dweight, g.dbias};
+      },
+      "LayerNormBackward");
 }
 
 // dropout: y = x * mask, dx = dy * mask (mask holds 0 or 1/(1-p))
@@ -131,9 +131,9 @@ Variable dropout(const Variable& x, double p, bool training, RandomKey key) {
   if (p < 0 || p >= 1) throw std::invalid_argument("dropout: p must be in [0, 1), got " + std::to_string(p));
   if (!training || p == 0) return x;
   Tensor mask = dropout_mask(x.shape(), p, key, x.dtype(), x.device());
-  return Variable::make_result(mul(x.data(), mask), {x},
-                               [mask](const Tensor& dy) -> std::vector<Tensor> { return {mul(dy, mask)}; },
-                               "DropoutBackward");
+  return Variable::make_result(
+      mul(x.data(), mask), {x}, [mask](const Tensor& dy) -> std::vector<Tensor> { return {mul(dy, mask)}; },
+      "DropoutBackward");
 }
 
 Variable dropout(const Variable& x, double p, bool training) {

@@ -10,10 +10,14 @@ namespace minidl {
 namespace {
 const char* mode_name(PadMode m) {
   switch (m) {
-    case PadMode::Constant: return "constant";
-    case PadMode::Reflect: return "reflect";
-    case PadMode::Replicate: return "replicate";
-    case PadMode::Circular: return "circular";
+    case PadMode::Constant:
+      return "constant";
+    case PadMode::Reflect:
+      return "reflect";
+    case PadMode::Replicate:
+      return "replicate";
+    case PadMode::Circular:
+      return "circular";
   }
   return "?";
 }
@@ -28,9 +32,12 @@ Variable pad(const Variable& x, const std::vector<int64_t>& pads, PadMode mode, 
   for (size_t i = 0; i < pads.size() / 2; ++i) {
     const int64_t d = x.dim() - 1 - static_cast<int64_t>(i), l = pads[2 * i], r = pads[2 * i + 1];
     const int64_t n = y.size(d);
-    if (l < 0 || r < 0) throw std::invalid_argument("pad: negative padding is not supported, got " + std::to_string(std::min(l, r)));
+    if (l < 0 || r < 0)
+      throw std::invalid_argument("pad: negative padding is not supported, got " + std::to_string(std::min(l, r)));
     if (l == 0 && r == 0) continue;
-    const bool fits = mode == PadMode::Reflect ? (l < n && r < n) : mode == PadMode::Constant ? true : (l <= n && r <= n && n > 0);
+    const bool fits = mode == PadMode::Reflect    ? (l < n && r < n)
+                      : mode == PadMode::Constant ? true
+                                                  : (l <= n && r <= n && n > 0);
     if (!fits)
       throw std::invalid_argument(std::string("pad: ") + mode_name(mode) + " padding (" + std::to_string(l) + ", " +
                                   std::to_string(r) + ") of dim " + std::to_string(d) + " needs a larger size than " +

@@ -39,22 +39,24 @@ int64_t reduced_count(const Shape& in_shape, const Shape& dims) {
 // sum: dx = dy broadcast over the reduced dims
 Variable sum(const Variable& x, const Shape& dims, bool keepdim) {
   const Shape rd = reduced_dims(dims, x.dim(), "sum");
-  return Variable::make_result(sum(x.data(), dims, keepdim), {x},
-                               [in = x.shape(), rd, keepdim](const Tensor& dy) -> std::vector<Tensor> {
-                                 return {unreduce(dy, in, rd, keepdim)};
-                               },
-                               "SumBackward");
+  return Variable::make_result(
+      sum(x.data(), dims, keepdim), {x},
+      [in = x.shape(), rd, keepdim](const Tensor& dy) -> std::vector<Tensor> {
+        return {unreduce(dy, in, rd, keepdim)};
+      },
+      "SumBackward");
 }
 
 // mean: dx = dy / n broadcast over the reduced dims
 Variable mean(const Variable& x, const Shape& dims, bool keepdim) {
   const Shape rd = reduced_dims(dims, x.dim(), "mean");
   const double n = static_cast<double>(reduced_count(x.shape(), rd));
-  return Variable::make_result(mean(x.data(), dims, keepdim), {x},
-                               [in = x.shape(), rd, keepdim, n](const Tensor& dy) -> std::vector<Tensor> {
-                                 return {unreduce(mul(dy, 1.0 / n), in, rd, keepdim)};
-                               },
-                               "MeanBackward");
+  return Variable::make_result(
+      mean(x.data(), dims, keepdim), {x},
+      [in = x.shape(), rd, keepdim, n](const Tensor& dy) -> std::vector<Tensor> {
+        return {unreduce(mul(dy, 1.0 / n), in, rd, keepdim)};
+      },
+      "MeanBackward");
 }
 
 // var: dx = dy * 2 (x - mean) / (n - correction)
@@ -77,11 +79,12 @@ Variable max(const Variable& x, int64_t dim, bool keepdim) {
   MaxResult r = max(x.data(), dim, keepdim);
   return Variable::make_result(
       r.values, {x},
-      [in = x.shape(), idx = r.indices, dim, keepdim, dt = x.dtype(), dev = x.device()](const Tensor& dy) -> std::vector<Tensor> {
+      [in = x.shape(), idx = r.indices, dim, keepdim, dt = x.dtype(),
+       dev = x.device()](const Tensor& dy) -> std::vector<Tensor> {
         Tensor index = keepdim ? idx : idx.unsqueeze(dim);
         Shape pos_shape(in.size(), 1);
         pos_shape[dim] = in[dim];
-        Tensor positions = arange(in[dim]).to(dev).reshape(pos_shape);    // (1, .., n, .., 1)
+        Tensor positions = arange(in[dim]).to(dev).reshape(pos_shape);  // (1, .., n, .., 1)
         Tensor one_hot = eq(positions.expand(in), index.expand(in)).to(dt);  // 1 at the argmax
         Tensor g = keepdim ? dy : dy.unsqueeze(dim);
         return {mul(one_hot, g.expand(in))};

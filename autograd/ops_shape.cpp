@@ -10,9 +10,9 @@ namespace minidl {
 
 // reshape: dx = dy reshaped back
 Variable reshape(const Variable& x, const Shape& shape) {
-  return Variable::make_result(x.data().reshape(shape), {x},
-                               [in = x.shape()](const Tensor& dy) -> std::vector<Tensor> { return {dy.reshape(in)}; },
-                               "ReshapeBackward");
+  return Variable::make_result(
+      x.data().reshape(shape), {x},
+      [in = x.shape()](const Tensor& dy) -> std::vector<Tensor> { return {dy.reshape(in)}; }, "ReshapeBackward");
 }
 
 Variable flatten(const Variable& x, int64_t start, int64_t end) {
@@ -24,27 +24,27 @@ Variable permute(const Variable& x, const Shape& dims) {
   Tensor y = x.data().permute(dims);
   Shape inverse(dims.size());
   for (size_t i = 0; i < dims.size(); ++i) inverse[wrap_dim(dims[i], x.dim(), "permute")] = static_cast<int64_t>(i);
-  return Variable::make_result(y, {x},
-                               [inverse](const Tensor& dy) -> std::vector<Tensor> { return {dy.permute(inverse)}; },
-                               "PermuteBackward");
+  return Variable::make_result(
+      y, {x}, [inverse](const Tensor& dy) -> std::vector<Tensor> { return {dy.permute(inverse)}; }, "PermuteBackward");
 }
 
 // transpose: dx = dy transposed back
 Variable transpose(const Variable& x, int64_t d0, int64_t d1) {
-  return Variable::make_result(x.data().transpose(d0, d1), {x},
-                               [d0, d1](const Tensor& dy) -> std::vector<Tensor> { return {dy.transpose(d0, d1)}; },
-                               "TransposeBackward");
+  return Variable::make_result(
+      x.data().transpose(d0, d1), {x},
+      [d0, d1](const Tensor& dy) -> std::vector<Tensor> { return {dy.transpose(d0, d1)}; }, "TransposeBackward");
 }
 
 // slice: dx = zeros with dy written into the sliced positions
 Variable slice(const Variable& x, int64_t dim, int64_t start, int64_t end, int64_t step) {
-  return Variable::make_result(x.data().slice(dim, start, end, step), {x},
-                               [t = x.data(), dim, start, end, step](const Tensor& dy) -> std::vector<Tensor> {
-                                 Tensor g = zeros(t.shape(), t.dtype(), t.device());
-                                 g.slice(dim, start, end, step).copy_(dy);
-                                 return {g};
-                               },
-                               "SliceBackward");
+  return Variable::make_result(
+      x.data().slice(dim, start, end, step), {x},
+      [t = x.data(), dim, start, end, step](const Tensor& dy) -> std::vector<Tensor> {
+        Tensor g = zeros(t.shape(), t.dtype(), t.device());
+        g.slice(dim, start, end, step).copy_(dy);
+        return {g};
+      },
+      "SliceBackward");
 }
 
 Variable narrow(const Variable& x, int64_t dim, int64_t start, int64_t length) {
@@ -55,13 +55,14 @@ Variable narrow(const Variable& x, int64_t dim, int64_t start, int64_t length) {
 
 // select: dx = zeros with dy written at the selected index
 Variable select(const Variable& x, int64_t dim, int64_t index) {
-  return Variable::make_result(x.data().select(dim, index), {x},
-                               [in = x.shape(), dt = x.dtype(), dev = x.device(), dim, index](const Tensor& dy) -> std::vector<Tensor> {
-                                 Tensor g = zeros(in, dt, dev);
-                                 g.select(dim, index).copy_(dy);
-                                 return {g};
-                               },
-                               "SelectBackward");
+  return Variable::make_result(
+      x.data().select(dim, index), {x},
+      [in = x.shape(), dt = x.dtype(), dev = x.device(), dim, index](const Tensor& dy) -> std::vector<Tensor> {
+        Tensor g = zeros(in, dt, dev);
+        g.select(dim, index).copy_(dy);
+        return {g};
+      },
+      "SelectBackward");
 }
 
 Variable unsqueeze(const Variable& x, int64_t dim) { return reshape(x, x.data().unsqueeze(dim).shape()); }
@@ -69,15 +70,15 @@ Variable squeeze(const Variable& x, int64_t dim) { return reshape(x, x.data().sq
 
 // expand: dx = dy summed over the expanded dims
 Variable expand(const Variable& x, const Shape& shape) {
-  return Variable::make_result(x.data().expand(shape), {x},
-                               [in = x.shape()](const Tensor& dy) -> std::vector<Tensor> { return {sum_to(dy, in)}; },
-                               "ExpandBackward");
+  return Variable::make_result(
+      x.data().expand(shape), {x},
+      [in = x.shape()](const Tensor& dy) -> std::vector<Tensor> { return {sum_to(dy, in)}; }, "ExpandBackward");
 }
 
 // contiguous: identity for gradients
 Variable contiguous(const Variable& x) {
-  return Variable::make_result(x.data().contiguous(), {x},
-                               [](const Tensor& dy) -> std::vector<Tensor> { return {dy}; }, "ContiguousBackward");
+  return Variable::make_result(
+      x.data().contiguous(), {x}, [](const Tensor& dy) -> std::vector<Tensor> { return {dy}; }, "ContiguousBackward");
 }
 
 // cat: each input's gradient is its slab of dy
@@ -90,17 +91,18 @@ Variable cat(const std::vector<Variable>& xs, int64_t dim) {
   }
   Tensor y = cat(ts, dim);
   const int64_t d = wrap_dim(dim, y.dim(), "cat");
-  return Variable::make_result(y, xs,
-                               [sizes, d](const Tensor& dy) -> std::vector<Tensor> {
-                                 std::vector<Tensor> gs;
-                                 int64_t start = 0;
-                                 for (int64_t s : sizes) {
-                                   gs.push_back(dy.narrow(d, start, s));
-                                   start += s;
-                                 }
-                                 return gs;
-                               },
-                               "CatBackward");
+  return Variable::make_result(
+      y, xs,
+      [sizes, d](const Tensor& dy) -> std::vector<Tensor> {
+        std::vector<Tensor> gs;
+        int64_t start = 0;
+        for (int64_t s : sizes) {
+          gs.push_back(dy.narrow(d, start, s));
+          start += s;
+        }
+        return gs;
+      },
+      "CatBackward");
 }
 
 // stack: each input's gradient is dy selected at its position
@@ -109,23 +111,23 @@ Variable stack(const std::vector<Variable>& xs, int64_t dim) {
   for (const auto& x : xs) ts.push_back(x.data());
   Tensor y = stack(ts, dim);
   const int64_t d = wrap_dim(dim, y.dim(), "stack");
-  return Variable::make_result(y, xs,
-                               [n = xs.size(), d](const Tensor& dy) -> std::vector<Tensor> {
-                                 std::vector<Tensor> gs;
-                                 for (size_t i = 0; i < n; ++i) gs.push_back(dy.select(d, static_cast<int64_t>(i)));
-                                 return gs;
-                               },
-                               "StackBackward");
+  return Variable::make_result(
+      y, xs,
+      [n = xs.size(), d](const Tensor& dy) -> std::vector<Tensor> {
+        std::vector<Tensor> gs;
+        for (size_t i = 0; i < n; ++i) gs.push_back(dy.select(d, static_cast<int64_t>(i)));
+        return gs;
+      },
+      "StackBackward");
 }
 
 // index_select: dx = zeros with dy's rows added back at their indices (repeats accumulate)
 Variable index_select(const Variable& x, int64_t dim, const Tensor& index) {
   const int64_t d = wrap_dim(dim, x.dim(), "index_select");
-  return Variable::make_result(index_select(x.data(), d, index), {x},
-                               [in = x.shape(), d, index](const Tensor& dy) -> std::vector<Tensor> {
-                                 return {index_add(in, d, index, dy)};
-                               },
-                               "IndexSelectBackward");
+  return Variable::make_result(
+      index_select(x.data(), d, index), {x},
+      [in = x.shape(), d, index](const Tensor& dy) -> std::vector<Tensor> { return {index_add(in, d, index, dy)}; },
+      "IndexSelectBackward");
 }
 
 }  // namespace minidl

@@ -22,15 +22,15 @@
 namespace minidl::autograd::profiler {
 
 struct Record {
-  std::string name;          // op kind
+  std::string name;  // op kind
   double forward_s = 0, backward_s = 0;
   int64_t forward_calls = 0, backward_calls = 0;
 };
 
 void enable(bool on);
 bool enabled();
-void reset();               // clears the records
-void mark();                // the next forward op's time starts here
+void reset();  // clears the records
+void mark();  // the next forward op's time starts here
 // Adds `seconds` under the op kind of `name` ("Conv2dBackward" and "Conv2d" are both "Conv2d"),
 // as forward or backward time; used by the engine and for things outside the graph (the
 // optimizer step).

@@ -45,7 +45,8 @@ void Variable::zero_grad(bool set_to_none) {
 Variable& Variable::requires_grad_(bool r) {
   if (!is_leaf()) throw std::logic_error("requires_grad_: only leaf Variables can change requires_grad");
   if (r && !impl_->data.is_floating_point())
-    throw std::invalid_argument("requires_grad_: only floating tensors can require gradients, got " + impl_->data.desc());
+    throw std::invalid_argument("requires_grad_: only floating tensors can require gradients, got " +
+                                impl_->data.desc());
   impl_->requires_grad = r;
   return *this;
 }

@@ -26,11 +26,11 @@ using BackwardFn = std::function<std::vector<Tensor>(const Tensor& grad_output)>
 using GradHook = std::function<void(Tensor& grad)>;
 
 struct Node {
-  std::string name;              // "MulBackward"
+  std::string name;  // "MulBackward"
   std::vector<Variable> inputs;  // edges to the op's inputs
   BackwardFn backward;
-  bool released = false;         // set after a backward without retain_graph
-  uint64_t sequence_nr = 0;      // creation order; later nodes run first among ready ones
+  bool released = false;  // set after a backward without retain_graph
+  uint64_t sequence_nr = 0;  // creation order; later nodes run first among ready ones
 };
 
 struct VariableImpl {

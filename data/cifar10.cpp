@@ -13,7 +13,8 @@ CifarBatch read_cifar10_batch(const std::string& path) {
   GzReader in(path);
   const std::vector<uint8_t> bytes = in.read_all();
   const int64_t size = static_cast<int64_t>(bytes.size());
-  if (size == 0) throw std::runtime_error(path + ": empty file, expected 3073-byte CIFAR-10 records" + in.early_end_note());
+  if (size == 0)
+    throw std::runtime_error(path + ": empty file, expected 3073-byte CIFAR-10 records" + in.early_end_note());
   if (size % kCifarRecordBytes != 0)
     throw std::runtime_error(path + ": truncated or not a CIFAR-10 binary batch: " + std::to_string(size) +
                              " bytes is not a whole number of 3073-byte records (1 label + 3072 pixels); " +

@@ -15,8 +15,9 @@ std::shared_ptr<Sampler> default_sampler(const Dataset& dataset, const DataLoade
                                          std::shared_ptr<Sampler> custom) {
   if (custom) {
     if (o.shuffle)
-      throw std::invalid_argument("DataLoader: shuffle = true and a custom sampler are mutually exclusive "
-                                  "(the sampler decides the order)");
+      throw std::invalid_argument(
+          "DataLoader: shuffle = true and a custom sampler are mutually exclusive "
+          "(the sampler decides the order)");
     return custom;
   }
   if (o.shuffle) return std::make_shared<RandomSampler>(dataset.size(), o.seed);
@@ -67,9 +68,9 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions
     throw std::invalid_argument("DataLoader: prefetch_factor must be >= 1, got " +
                                 std::to_string(options_.prefetch_factor));
   if (options_.pin_memory && kernels::cuda::device_count() == 0)
-    throw std::invalid_argument(std::string("DataLoader: pin_memory needs a CUDA device, and ") +
-                                (kernels::cuda::compiled_with_cuda() ? "none is present"
-                                                                      : "minidl was built without CUDA"));
+    throw std::invalid_argument(
+        std::string("DataLoader: pin_memory needs a CUDA device, and ") +
+        (kernels::cuda::compiled_with_cuda() ? "none is present" : "minidl was built without CUDA"));
 }
 
 DataLoader::~DataLoader() { stop_workers(); }
@@ -91,7 +92,8 @@ Batch DataLoader::load_batch(int64_t k) const {
   for (int64_t i : indices) {
     Example ex = dataset_->get(i);
     if (options_.transform)
-      ex.input = options_.transform->apply(ex.input, SampleKey{.seed = options_.seed, .epoch = pass_epoch_, .index = i});
+      ex.input =
+          options_.transform->apply(ex.input, SampleKey{.seed = options_.seed, .epoch = pass_epoch_, .index = i});
     examples.push_back(std::move(ex));
   }
   Batch b = collate(examples);

@@ -34,11 +34,11 @@ namespace minidl::data {
 
 struct DataLoaderOptions {
   int64_t batch_size = 1;
-  bool shuffle = false;    // RandomSampler(seed), reshuffled by set_epoch; exclusive with a custom sampler
+  bool shuffle = false;  // RandomSampler(seed), reshuffled by set_epoch; exclusive with a custom sampler
   bool drop_last = false;  // drop a last batch smaller than batch_size
-  int num_workers = 0;     // background loading threads; 0 = load in the calling thread
-  uint64_t seed = 0;       // for shuffling and for the transform's SampleKey
-  int prefetch_factor = 2; // batches in flight per worker
+  int num_workers = 0;  // background loading threads; 0 = load in the calling thread
+  uint64_t seed = 0;  // for shuffling and for the transform's SampleKey
+  int prefetch_factor = 2;  // batches in flight per worker
   // Applied to each example's input on the worker, keyed by (seed, epoch, dataset index).
   std::shared_ptr<const Transform> transform = nullptr;
   // Collate into page-locked host memory, so copies to a GPU run at full speed (needs a CUDA
@@ -47,10 +47,10 @@ struct DataLoaderOptions {
 };
 
 struct Batch {
-  Tensor input;                  // (B, ...) stacked example inputs
-  Tensor target;                 // (B) or (B, ...) stacked example targets
+  Tensor input;  // (B, ...) stacked example inputs
+  Tensor target;  // (B) or (B, ...) stacked example targets
   std::vector<int64_t> indices;  // the B dataset indices, in batch order
-  int64_t index = 0;             // position of this batch in the epoch
+  int64_t index = 0;  // position of this batch in the epoch
 };
 
 // Stacks examples whose inputs (and targets) share one shape and dtype. Throws naming the first
@@ -127,12 +127,12 @@ class DataLoader {
 
   // Shared with the workers, guarded by mutex_.
   std::mutex mutex_;
-  std::condition_variable work_cv_;   // workers wait here for room in the window or stop_
+  std::condition_variable work_cv_;  // workers wait here for room in the window or stop_
   std::condition_variable ready_cv_;  // the consumer waits here for ready_[next_to_yield_]
-  int64_t next_to_load_ = 0;          // first batch index no worker has claimed
-  int64_t next_to_yield_ = 0;         // the batch the consumer takes next
+  int64_t next_to_load_ = 0;  // first batch index no worker has claimed
+  int64_t next_to_yield_ = 0;  // the batch the consumer takes next
   bool stop_ = false;
-  std::map<int64_t, Loaded> ready_;   // loaded batches (or their errors) not yet consumed
+  std::map<int64_t, Loaded> ready_;  // loaded batches (or their errors) not yet consumed
 };
 
 }  // namespace minidl::data

@@ -12,7 +12,7 @@
 namespace minidl::data {
 
 struct Example {
-  Tensor input;   // e.g. float32 (1, 28, 28)
+  Tensor input;  // e.g. float32 (1, 28, 28)
   Tensor target;  // e.g. int64 scalar (0-d)
 };
 
@@ -33,7 +33,7 @@ class TensorDataset : public Dataset {
   Example get(int64_t i) const override;
 
  private:
-  Tensor inputs_;   // (N, ...)
+  Tensor inputs_;  // (N, ...)
   Tensor targets_;  // (N, ...)
 };
 

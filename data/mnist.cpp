@@ -51,7 +51,8 @@ Tensor read_idx(const std::string& path, uint32_t magic, int ndim, const char* k
     // bound the product before forming it (three 32-bit sizes overflow int64): 2^40 bytes is
     // far more than any real data set
     if (n > 0 && bound > (int64_t{1} << 40) / n)
-      throw std::runtime_error(path + ": bad header: sizes " + shape_str(shape) + " are implausibly large (" + kind + ")");
+      throw std::runtime_error(path + ": bad header: sizes " + shape_str(shape) + " are implausibly large (" + kind +
+                               ")");
     bound *= std::max<int64_t>(n, 1);
     total *= n;
   }

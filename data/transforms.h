@@ -23,7 +23,7 @@ namespace minidl::data {
 struct SampleKey {
   uint64_t seed = 0;
   int64_t epoch = 0;
-  int64_t index = 0;   // the sample's index in the dataset (not its position in a batch)
+  int64_t index = 0;  // the sample's index in the dataset (not its position in a batch)
   uint32_t stage = 0;  // position in a Compose; set by Compose
 };
 
@@ -52,9 +52,9 @@ class Normalize : public Transform {
 };
 
 struct RandomCropOptions {
-  int64_t size = 32;     // output is (C, size, size)
-  int64_t padding = 0;   // added on all four sides before cropping
-  double fill = 0.0;     // value of the padding
+  int64_t size = 32;  // output is (C, size, size)
+  int64_t padding = 0;  // added on all four sides before cropping
+  double fill = 0.0;  // value of the padding
 };
 // Pads (C, H, W) by `padding`, then takes a size x size window at a random (top, left).
 class RandomCrop : public Transform {

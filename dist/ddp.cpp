@@ -27,7 +27,8 @@ DistributedDataParallel::DistributedDataParallel(nn::Module& module, const DDPOp
     if (!p.requires_grad() || !seen.insert(p.impl()).second) continue;
     params_.push_back({name, p});
   }
-  if (params_.empty()) throw std::invalid_argument("DistributedDataParallel: the module has no parameter that requires grad");
+  if (params_.empty())
+    throw std::invalid_argument("DistributedDataParallel: the module has no parameter that requires grad");
   for (auto& [name, m] : module_.named_modules())
     if (m->communicates_in_forward()) has_collective_modules_ = true;
   check_parameters_match();
@@ -49,7 +50,8 @@ DistributedDataParallel::~DistributedDataParallel() {
 // Every rank must hold the same parameters (names, shapes, dtypes): compare with rank 0's list.
 void DistributedDataParallel::check_parameters_match() {
   std::ostringstream os;
-  for (const auto& p : params_) os << p.name << " " << shape_str(p.var.shape()) << " " << dtype_name(p.var.dtype()) << "\n";
+  for (const auto& p : params_)
+    os << p.name << " " << shape_str(p.var.shape()) << " " << dtype_name(p.var.dtype()) << "\n";
   const std::vector<std::string> all = group_->all_gather_object(os.str());
   auto lines = [](const std::string& s) {
     std::vector<std::string> out;
@@ -64,8 +66,8 @@ void DistributedDataParallel::check_parameters_match() {
       const std::string a = i < ref.size() ? ref[i] : "(nothing)", b = i < mine.size() ? mine[i] : "(nothing)";
       if (a != b)
         throw std::invalid_argument("DistributedDataParallel: rank " + std::to_string(r) +
-                                    "'s model differs from rank 0's at parameter #" + std::to_string(i) + ": rank 0 has '" +
-                                    a + "', rank " + std::to_string(r) + " has '" + b + "'");
+                                    "'s model differs from rank 0's at parameter #" + std::to_string(i) +
+                                    ": rank 0 has '" + a + "', rank " + std::to_string(r) + " has '" + b + "'");
     }
   }
 }
@@ -113,9 +115,10 @@ void DistributedDataParallel::setup_deterministic() {
   const Variable& first = params_.front().var;
   for (const Param& p : params_)
     if (p.var.dtype() != first.dtype() || p.var.device() != first.device())
-      throw std::invalid_argument("DistributedDataParallel (deterministic): every parameter must have one dtype and "
-                                  "device; '" + p.name + "' is " + p.var.data().desc() + ", '" + params_.front().name +
-                                  "' is " + first.data().desc());
+      throw std::invalid_argument(
+          "DistributedDataParallel (deterministic): every parameter must have one dtype and "
+          "device; '" +
+          p.name + "' is " + p.var.data().desc() + ", '" + params_.front().name + "' is " + first.data().desc());
   for (auto& [name, m] : module_.named_modules()) {
     if (auto* sbn = dynamic_cast<SyncBatchNorm*>(m)) {
       sbn->set_deterministic(true);
@@ -164,8 +167,9 @@ Variable DistributedDataParallel::forward(const Variable& x) {
   const auto t0 = Clock::now();
   if (options_.deterministic && module_.is_training() && is_grad_enabled()) {
     if (!require_sync_)
-      throw std::logic_error("DistributedDataParallel (deterministic): no_sync() does not apply; every training "
-                             "forward is one micro-shard, and step() combines them all");
+      throw std::logic_error(
+          "DistributedDataParallel (deterministic): no_sync() does not apply; every training "
+          "forward is one micro-shard, and step() combines them all");
     if (expect_backward_) {
       capture_shard();  // the previous shard's backward is done
     } else if (shard_values_.empty()) {
@@ -274,9 +278,10 @@ void DistributedDataParallel::throw_missing_gradients(const std::vector<size_t>&
   std::string names;
   for (size_t i : missing) names += (names.empty() ? "" : ", ") + params_[i].name;
   expect_backward_ = false;
-  throw std::logic_error("DistributedDataParallel: parameters that did not receive a gradient in this backward: " +
-                         names + ". If they are unused on purpose, construct DDP with find_unused_parameters = true; "
-                         "otherwise make sure backward() ran on the output of forward()");
+  throw std::logic_error(
+      "DistributedDataParallel: parameters that did not receive a gradient in this backward: " + names +
+      ". If they are unused on purpose, construct DDP with find_unused_parameters = true; "
+      "otherwise make sure backward() ran on the output of forward()");
 }
 
 void DistributedDataParallel::finish() {
@@ -317,8 +322,9 @@ void DistributedDataParallel::capture_shard() {
     if (!ghost_bns_[b]->running_mean.defined()) continue;
     const Tensor stats = ghost_bns_[b]->take_shard_statistics();
     if (!stats.defined())
-      throw std::logic_error("DistributedDataParallel (deterministic): a SyncBatchNorm did not run in this "
-                             "micro-shard's forward; every shard must use every batch-norm layer");
+      throw std::logic_error(
+          "DistributedDataParallel (deterministic): a SyncBatchNorm did not run in this "
+          "micro-shard's forward; every shard must use every batch-norm layer");
     values.narrow(0, ghost_offsets_[b], stats.numel()).copy_(stats.to(values.dtype()));
   }
   shard_values_.push_back(std::move(values));
@@ -356,11 +362,13 @@ void DistributedDataParallel::step(optim::Optimizer& optimizer) {
 
 void DistributedDataParallel::join() {
   if (options_.deterministic)
-    throw std::logic_error("DistributedDataParallel::join: not in deterministic mode, where every rank runs its share "
-                           "of every global batch; give every rank the same number of batches");
+    throw std::logic_error(
+        "DistributedDataParallel::join: not in deterministic mode, where every rank runs its share "
+        "of every global batch; give every rank the same number of batches");
   if (has_collective_modules_)
-    throw std::logic_error("DistributedDataParallel::join: the model communicates in forward (SyncBatchNorm), which a "
-                           "joined rank cannot shadow; give every rank the same number of batches instead");
+    throw std::logic_error(
+        "DistributedDataParallel::join: the model communicates in forward (SyncBatchNorm), which a "
+        "joined rank cannot shadow; give every rank the same number of batches instead");
   if (group_->size() == 1) return;
   NoGradGuard no_grad;
   while (join_handshake(0) > 0) {

@@ -58,15 +58,15 @@ struct DDPOptions {
   double bucket_cap_mb = 25.0;
   double first_bucket_cap_mb = 1.0;
   bool find_unused_parameters = false;  // mark parameters unused in this forward as ready (zero grad)
-  bool broadcast_buffers = true;        // rank 0's buffers (BN running stats) at every training forward
-  bool deterministic = false;           // micro-shards summed in a fixed tree (see above)
-  ProcessGroup* group = nullptr;        // nullptr: the default group of dist::init()
+  bool broadcast_buffers = true;  // rank 0's buffers (BN running stats) at every training forward
+  bool deterministic = false;  // micro-shards summed in a fixed tree (see above)
+  ProcessGroup* group = nullptr;  // nullptr: the default group of dist::init()
 };
 
 // Seconds spent in the phases of the last training step.
 struct StepTimes {
-  double forward = 0;    // ddp.forward
-  double backward = 0;   // end of forward until the last gradient was ready
+  double forward = 0;  // ddp.forward
+  double backward = 0;  // end of forward until the last gradient was ready
   double comm_wait = 0;  // waiting for all-reduces after the last gradient was ready
   double optimizer = 0;  // ddp.step's optimizer.step()
 };
@@ -112,7 +112,9 @@ class DistributedDataParallel {
 
   nn::Module& module() { return module_; }
   TensorMap state_dict() const { return module_.state_dict(); }
-  nn::Module::LoadResult load_state_dict(const TensorMap& s, bool strict = true) { return module_.load_state_dict(s, strict); }
+  nn::Module::LoadResult load_state_dict(const TensorMap& s, bool strict = true) {
+    return module_.load_state_dict(s, strict);
+  }
   void train(bool on = true) { module_.train(on); }
   void eval() { module_.train(false); }
 
@@ -139,8 +141,8 @@ class DistributedDataParallel {
   };
   struct Bucket {
     std::vector<size_t> params;  // indices into params_
-    Tensor buffer;               // flat, float32/float64
-    int pending = 0;             // parameters not ready yet in this backward
+    Tensor buffer;  // flat, float32/float64
+    int pending = 0;  // parameters not ready yet in this backward
     std::shared_ptr<Work> work;
   };
 
@@ -153,7 +155,7 @@ class DistributedDataParallel {
   void finalize();
   int join_handshake(int active);  // sum over ranks of `active`
   void setup_deterministic();
-  void capture_shard();            // deterministic: the finished shard's gradient and statistics
+  void capture_shard();  // deterministic: the finished shard's gradient and statistics
   void finish_deterministic();
   [[noreturn]] void throw_missing_gradients(const std::vector<size_t>& missing);
 
@@ -163,7 +165,7 @@ class DistributedDataParallel {
   std::vector<Param> params_;
   std::vector<Bucket> buckets_;
   std::vector<bool> ready_;
-  size_t next_bucket_ = 0;     // next bucket to launch, in order
+  size_t next_bucket_ = 0;  // next bucket to launch, in order
   size_t num_ready_ = 0;
   bool expect_backward_ = false;  // a training forward ran and its gradients are not synced yet
   bool finalized_ = true;
@@ -176,8 +178,8 @@ class DistributedDataParallel {
   // deterministic mode
   std::vector<SyncBatchNorm*> ghost_bns_;  // in module order; their statistics follow the gradients
   std::vector<int64_t> ghost_offsets_;
-  int64_t shard_numel_ = 0;                // values per shard: gradients, statistics
-  std::vector<Tensor> shard_values_;       // this step's shards so far, in order
+  int64_t shard_numel_ = 0;  // values per shard: gradients, statistics
+  std::vector<Tensor> shard_values_;  // this step's shards so far, in order
 };
 
 }  // namespace minidl::dist

@@ -16,7 +16,8 @@ namespace minidl::dist {
 
 int64_t shard_tree_split(int64_t lo, int64_t hi) {
   const uint64_t n = static_cast<uint64_t>(hi - lo);
-  if (hi - lo < 2) throw std::invalid_argument("shard_tree_split: a node of " + std::to_string(hi - lo) + " shard(s) has no children");
+  if (hi - lo < 2)
+    throw std::invalid_argument("shard_tree_split: a node of " + std::to_string(hi - lo) + " shard(s) has no children");
   return lo + static_cast<int64_t>(std::has_single_bit(n) ? n / 2 : std::bit_floor(n));
 }
 
@@ -58,8 +59,10 @@ Tensor shard_tree_all_reduce(const std::vector<Tensor>& leaves, ProcessGroup& pg
   const Tensor& first = leaves.front();
   for (const Tensor& t : leaves)
     if (t.dim() != 1 || t.numel() != first.numel() || t.dtype() != first.dtype() || t.device() != first.device())
-      throw std::invalid_argument("shard_tree_all_reduce: shard values must be 1-D tensors of one length, dtype and "
-                                  "device; got " + first.desc() + " and " + t.desc());
+      throw std::invalid_argument(
+          "shard_tree_all_reduce: shard values must be 1-D tensors of one length, dtype and "
+          "device; got " +
+          first.desc() + " and " + t.desc());
   const int64_t n = static_cast<int64_t>(leaves.size()), R = pg.size(), r = pg.rank(), total = n * R;
   const int64_t L = first.numel();
   const auto leaf = [&](ShardRange s) -> const Tensor* {
@@ -91,12 +94,13 @@ Tensor shard_tree_all_reduce(const std::vector<Tensor>& leaves, ProcessGroup& pg
       if (same && c != static_cast<double>(expected[static_cast<size_t>(j)].size())) same = false;
     }
     if (!same)
-      throw std::runtime_error("shard_tree_all_reduce: rank " + std::to_string(q) + " sent " +
-                               (counts.defined() ? std::to_string(static_cast<int64_t>(shards)) + " shard(s)"
-                                                 : "values of another length (" + std::to_string(got.size(1) - 1) + ")") +
-                               ", rank " + std::to_string(r) + " has " + std::to_string(n) + " of " +
-                               std::to_string(L) + " values: every rank must contribute the same number of "
-                               "micro-shards of the same size per step");
+      throw std::runtime_error(
+          "shard_tree_all_reduce: rank " + std::to_string(q) + " sent " +
+          (counts.defined() ? std::to_string(static_cast<int64_t>(shards)) + " shard(s)"
+                            : "values of another length (" + std::to_string(got.size(1) - 1) + ")") +
+          ", rank " + std::to_string(r) + " has " + std::to_string(n) + " of " + std::to_string(L) +
+          " values: every rank must contribute the same number of "
+          "micro-shards of the same size per step");
     for (size_t j = 0; j < expected.size(); ++j)
       nodes[{expected[j].lo, expected[j].hi}] = got.select(0, static_cast<int64_t>(j)).narrow(0, 0, L);
   }

@@ -128,12 +128,14 @@ void init(const InitOptions& options) {
                              "' (available: " + available_backends() + ")");
   }
   WorldInfo info = world_info_from_env();
-  auto store = std::make_unique<TCPStore>(
-      info.master_addr,
-      TCPStoreOptions{.port = info.master_port, .is_server = info.rank == 0, .timeout = options.timeout,
-                      .progress_interval = options.progress_interval});
+  auto store =
+      std::make_unique<TCPStore>(info.master_addr, TCPStoreOptions{.port = info.master_port,
+                                                                   .is_server = info.rank == 0,
+                                                                   .timeout = options.timeout,
+                                                                   .progress_interval = options.progress_interval});
   rendezvous(*store, info, options);
-  std::unique_ptr<ProcessGroup> group = it->second(*store, info.rank, info.world_size, ProcessGroupOptions{.timeout = options.timeout, .debug = std::nullopt});
+  std::unique_ptr<ProcessGroup> group = it->second(
+      *store, info.rank, info.world_size, ProcessGroupOptions{.timeout = options.timeout, .debug = std::nullopt});
   s.info = info;
   s.store = std::move(store);
   s.group = std::move(group);

@@ -53,7 +53,8 @@ DistributedSampler::DistributedSampler(int64_t dataset_size, DistributedSamplerO
     : dataset_size_(dataset_size), options_(options) {
   if (dataset_size < 0) throw std::invalid_argument("DistributedSampler: dataset size must be >= 0");
   if (options_.exact && options_.drop_last)
-    throw std::invalid_argument("DistributedSampler: exact (evaluation) mode keeps every sample; drop_last contradicts it");
+    throw std::invalid_argument(
+        "DistributedSampler: exact (evaluation) mode keeps every sample; drop_last contradicts it");
   if (options_.chunk < 1)
     throw std::invalid_argument("DistributedSampler: chunk must be >= 1, got " + std::to_string(options_.chunk));
   resolve_world("DistributedSampler", options_.num_replicas, options_.rank);

@@ -61,13 +61,13 @@
 namespace minidl::dist {
 
 struct DistributedSamplerOptions {
-  int num_replicas = -1;   // R; -1: dist::world_size()
-  int rank = -1;           // -1: dist::rank()
+  int num_replicas = -1;  // R; -1: dist::world_size()
+  int rank = -1;  // -1: dist::rank()
   bool shuffle = true;
   uint64_t seed = 0;
   bool drop_last = false;
-  bool exact = false;      // evaluation: no padding, uneven shards (exclusive with drop_last)
-  int64_t chunk = 1;       // entries dealt to a rank at a time (1: PyTorch's interleaving)
+  bool exact = false;  // evaluation: no padding, uneven shards (exclusive with drop_last)
+  int64_t chunk = 1;  // entries dealt to a rank at a time (1: PyTorch's interleaving)
 };
 
 class DistributedSampler : public data::Sampler {
@@ -104,11 +104,11 @@ class DistributedSampler : public data::Sampler {
 
 struct DistributedBatchSamplerOptions {
   int64_t batch_size = 1;
-  int num_replicas = -1;   // -1: dist::world_size()
-  int rank = -1;           // -1: dist::rank()
-  bool shuffle = false;    // as Paddle
+  int num_replicas = -1;  // -1: dist::world_size()
+  int rank = -1;  // -1: dist::rank()
+  bool shuffle = false;  // as Paddle
   bool drop_last = false;  // drop the last incomplete local batch
-  uint64_t seed = 0;       // permutation key (seed, epoch); Paddle seeds with the epoch alone
+  uint64_t seed = 0;  // permutation key (seed, epoch); Paddle seeds with the epoch alone
 };
 
 class DistributedBatchSampler : public data::Sampler {

@@ -12,9 +12,7 @@ namespace minidl::dist {
 
 namespace {
 
-std::runtime_error env_error(const std::string& message) {
-  return std::runtime_error("dist: environment: " + message);
-}
+std::runtime_error env_error(const std::string& message) { return std::runtime_error("dist: environment: " + message); }
 
 std::optional<std::string> get_env(const char* name) {
   const char* v = std::getenv(name);
@@ -107,8 +105,8 @@ Raw read_slurm() {
       r.local_world_size_name = "SLURM_TASKS_PER_NODE";
       r.local_world_size = slurm_tasks_on_node(*spec, r.group_rank.value_or(0));
       if (!r.local_world_size) {
-        throw env_error("SLURM_TASKS_PER_NODE='" + *spec + "' has no entry for SLURM_NODEID=" +
-                        std::to_string(r.group_rank.value_or(0)));
+        throw env_error("SLURM_TASKS_PER_NODE='" + *spec +
+                        "' has no entry for SLURM_NODEID=" + std::to_string(r.group_rank.value_or(0)));
       }
     }
   }

@@ -26,7 +26,7 @@ std::map<std::string, double> reduce_dict(const std::map<std::string, double>& v
 // Sums of value * count and of count per metric, for exact weighted means across ranks.
 struct MetricSums {
   std::map<std::string, double> weighted_sum;  // sum of value * count
-  std::map<std::string, double> count;         // sum of count
+  std::map<std::string, double> count;  // sum of count
 
   // value: the mean of the metric over `count` samples (a batch's mean loss, its accuracy).
   void add(const std::string& name, double value, double count = 1.0);

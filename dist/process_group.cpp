@@ -16,10 +16,14 @@ namespace minidl::dist {
 
 const char* reduce_op_name(ReduceOp op) {
   switch (op) {
-    case ReduceOp::SUM: return "sum";
-    case ReduceOp::AVG: return "avg";
-    case ReduceOp::MAX: return "max";
-    case ReduceOp::MIN: return "min";
+    case ReduceOp::SUM:
+      return "sum";
+    case ReduceOp::AVG:
+      return "avg";
+    case ReduceOp::MAX:
+      return "max";
+    case ReduceOp::MIN:
+      return "min";
   }
   return "?";
 }
@@ -40,8 +44,8 @@ std::string CollectiveDesc::human() const {
 std::string CollectiveDesc::sig() const { return dtype.empty() ? std::string() : dtype + shape; }
 
 std::string CollectiveDesc::fingerprint(int64_t seq) const {
-  std::string key = "seq=" + std::to_string(seq) + " op=" + op + " dtype=" + (dtype.empty() ? "none" : dtype) +
-                    " shape=" + shape;
+  std::string key =
+      "seq=" + std::to_string(seq) + " op=" + op + " dtype=" + (dtype.empty() ? "none" : dtype) + " shape=" + shape;
   if (!extra.empty()) key += " " + extra;
   return key + "\n" + human();
 }
@@ -66,8 +70,8 @@ std::vector<Tensor> ProcessGroup::all_gather(const Tensor& t) {
 
 Tensor ProcessGroup::reduce_scatter(const Tensor& input, ReduceOp op) {
   if (input.dim() < 1 || input.size(0) % size_ != 0)
-    throw std::invalid_argument("reduce_scatter: input " + input.desc() + " must have a first dim divisible by the world size " +
-                                std::to_string(size_));
+    throw std::invalid_argument("reduce_scatter: input " + input.desc() +
+                                " must have a first dim divisible by the world size " + std::to_string(size_));
   Shape shape = input.shape();
   shape[0] /= size_;  // (size * n, ...) -> (n, ...)
   Tensor out = empty(shape, input.dtype(), input.device());

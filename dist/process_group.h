@@ -25,7 +25,7 @@ const char* reduce_op_name(ReduceOp op);
 class Work {
  public:
   virtual ~Work() = default;
-  virtual void wait() = 0;             // rethrows the collective's error, if any
+  virtual void wait() = 0;  // rethrows the collective's error, if any
   virtual bool is_completed() = 0;
 };
 
@@ -43,13 +43,13 @@ bool debug_mode(const ProcessGroupOptions& options);
 // backend exchanges before running collective #seq (Gloo through the store, NCCL with one small
 // all-gather), so ranks that called different collectives fail fast instead of hanging.
 struct CollectiveDesc {
-  std::string op;     // "all_reduce"
+  std::string op;  // "all_reduce"
   std::string dtype;  // "float32" ("" for barrier)
   std::string shape;  // "[3, 4]" ("[*, 4]" for all_gather, whose first dim may differ)
   std::string extra;  // "op=sum", "root=1", ""
 
   std::string human() const;  // "all_reduce float32[3, 4] op=sum"
-  std::string sig() const;    // "float32[3, 4]" (what messages show after the collective's number)
+  std::string sig() const;  // "float32[3, 4]" (what messages show after the collective's number)
   // "seq=3 op=all_reduce dtype=float32 shape=[3, 4] op=sum", a newline, then human(): equal
   // calls give equal fingerprints, and the human form travels with it for the message.
   std::string fingerprint(int64_t seq) const;

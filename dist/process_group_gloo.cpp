@@ -110,8 +110,7 @@ std::string local_address_towards(const std::string& host, uint16_t port) {
 }
 
 // Element-wise reductions Gloo calls on pairs of buffers: c = op(a, b), n elements.
-template <class T>
-gloo::AllreduceOptions::Func reduce_function(ReduceOp op) {
+template <class T> gloo::AllreduceOptions::Func reduce_function(ReduceOp op) {
   switch (op) {
     case ReduceOp::SUM:
     case ReduceOp::AVG:  // sum now, divide by the world size afterwards
@@ -165,7 +164,7 @@ struct ProcessGroupGloo::Impl {
   std::unique_ptr<TCPStore> debug_store;  // debug mode: the group's own store connection
 
   std::mutex issue_mutex;  // one issuer at a time: sequence order == queue order
-  int64_t seq = 0;         // collectives issued so far
+  int64_t seq = 0;  // collectives issued so far
 
   std::mutex queue_mutex;
   std::condition_variable queue_cv;
@@ -219,8 +218,8 @@ struct ProcessGroupGloo::Impl {
     std::string lower = gloo_what;
     for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     if (lower.find("timed out") != std::string::npos)
-      return what + " timed out after " + std::to_string(options.timeout.count()) +
-             " ms: a rank did not arrive (" + gloo_what + ")";
+      return what + " timed out after " + std::to_string(options.timeout.count()) + " ms: a rank did not arrive (" +
+             gloo_what + ")";
     return what + " failed: a connection to another rank broke; did a rank exit or crash? (" + gloo_what + ")";
   }
 
@@ -253,8 +252,7 @@ struct ProcessGroupGloo::Impl {
   // Numbers the collective, runs the debug check, queues body; returns its Work.
   std::shared_ptr<Work> issue(const CollectiveDesc& desc, std::function<void(uint32_t tag)> body) {
     std::lock_guard<std::mutex> issue_lock(issue_mutex);
-    if (broken)
-      throw std::runtime_error(desc.op + ": the process group is broken by an earlier failure: " + reason());
+    if (broken) throw std::runtime_error(desc.op + ": the process group is broken by an earlier failure: " + reason());
     const int64_t n = ++seq;
     std::string what = desc.op + " #" + std::to_string(n);
     if (!desc.sig().empty()) what += " (" + desc.sig() + ")";
@@ -329,8 +327,8 @@ struct ProcessGroupGloo::Impl {
     // 1. Every rank's (rows, elements per row, dtype): int64[3] each.
     const bool scalar = in.dim() == 0;
     const int64_t rows = scalar ? 1 : in.size(0);
-    const int64_t row_numel = rows == 0 ? shape_numel(Shape(in.shape().begin() + 1, in.shape().end()))
-                                        : in.numel() / rows;
+    const int64_t row_numel =
+        rows == 0 ? shape_numel(Shape(in.shape().begin() + 1, in.shape().end())) : in.numel() / rows;
     Tensor header = from_vector<int64_t>({rows, row_numel, static_cast<int64_t>(in.dtype())}, {3});
     Tensor headers = empty({size, 3}, DType::Int64);
     run_allgatherv(header, headers, std::vector<size_t>(static_cast<size_t>(size), 3), tag);
@@ -342,8 +340,8 @@ struct ProcessGroupGloo::Impl {
       if (hr[1] != row_numel || hr[2] != static_cast<int64_t>(in.dtype()))
         throw std::runtime_error("ranks disagree: rank " + std::to_string(rank) + " has " + dtype_name(in.dtype()) +
                                  " rows of " + std::to_string(row_numel) + " elements, rank " + std::to_string(r) +
-                                 " has " + dtype_name(static_cast<DType>(hr[2])) + " rows of " +
-                                 std::to_string(hr[1]) + " elements");
+                                 " has " + dtype_name(static_cast<DType>(hr[2])) + " rows of " + std::to_string(hr[1]) +
+                                 " elements");
       counts[static_cast<size_t>(r)] = static_cast<size_t>(hr[0] * row_numel);
       total_rows += hr[0];
     }
@@ -396,8 +394,8 @@ ProcessGroupGloo::ProcessGroupGloo(TCPStore& store, int rank, int size, ProcessG
     im.context->connectFullMesh(adapter, device);
   } catch (const std::exception& e) {
     throw std::runtime_error("ProcessGroupGloo: rank " + std::to_string(rank) + " of " + std::to_string(size) +
-                             " could not connect to the other ranks within " +
-                             std::to_string(options.timeout.count()) + " ms: " + e.what());
+                             " could not connect to the other ranks within " + std::to_string(options.timeout.count()) +
+                             " ms: " + e.what());
   }
   if (im.debug)
     im.debug_store = std::make_unique<TCPStore>(
@@ -426,7 +424,8 @@ std::shared_ptr<Work> ProcessGroupGloo::all_reduce_async(Tensor& t, ReduceOp op)
   if (op == ReduceOp::AVG && !t.is_floating_point())
     throw std::invalid_argument("ProcessGroupGloo::all_reduce: AVG needs a floating dtype, got " + t.desc() +
                                 " (use SUM and divide)");
-  CollectiveDesc desc{"all_reduce", dtype_name(t.dtype()), shape_str(t.shape()), std::string("op=") + reduce_op_name(op)};
+  CollectiveDesc desc{"all_reduce", dtype_name(t.dtype()), shape_str(t.shape()),
+                      std::string("op=") + reduce_op_name(op)};
   Tensor target = t;
   return impl_->issue(desc, [this, target, op](uint32_t tag) mutable {
     Tensor buf = target.is_contiguous() ? target : target.contiguous();
@@ -457,9 +456,8 @@ std::shared_ptr<Work> ProcessGroupGloo::all_gather_async(const Tensor& t, std::v
   CollectiveDesc desc{"all_gather", dtype_name(t.dtype()), shape, ""};
   Tensor input = t;
   std::vector<Tensor>* result = &out;
-  return impl_->issue(desc, [this, input, result](uint32_t tag) {
-    impl_->run_all_gather(input.contiguous(), *result, tag);
-  });
+  return impl_->issue(desc,
+                      [this, input, result](uint32_t tag) { impl_->run_all_gather(input.contiguous(), *result, tag); });
 }
 
 std::shared_ptr<Work> ProcessGroupGloo::reduce_scatter_async(const Tensor& input, Tensor& out, ReduceOp op) {

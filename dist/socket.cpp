@@ -109,8 +109,8 @@ Socket listen_tcp(const std::string& host, uint16_t port, bool bind_all, int bac
     if (::bind(s.fd(), ai->ai_addr, ai->ai_addrlen) == 0 && ::listen(s.fd(), backlog) == 0) return s;
     last_err = errno;
   }
-  throw std::runtime_error("cannot listen on " + (bind_all ? std::string("*") : host) + ":" +
-                           std::to_string(port) + ": " + errno_str(last_err));
+  throw std::runtime_error("cannot listen on " + (bind_all ? std::string("*") : host) + ":" + std::to_string(port) +
+                           ": " + errno_str(last_err));
 }
 
 uint16_t local_port(int fd) {

@@ -30,8 +30,8 @@ namespace {
 
 struct Child {
   pid_t pid = -1;
-  int fd = -1;           // read end of the child's pipe; -1 once closed
-  std::string data;      // everything read from it
+  int fd = -1;  // read end of the child's pipe; -1 once closed
+  std::string data;  // everything read from it
   bool exited = false;
   int status = 0;
   Clock::time_point exited_at;
@@ -224,17 +224,21 @@ std::vector<std::string> spawn_with_results(int nprocs, const std::function<std:
 
   std::string stopped;
   int failed = supervise(children, options.kill_grace, &stopped);
-  if (failed >= 0) throw SpawnError(failure_message(failed, children[failed], stopped), failed, children[failed].status);
+  if (failed >= 0)
+    throw SpawnError(failure_message(failed, children[failed], stopped), failed, children[failed].status);
   std::vector<std::string> results;
   for (auto& c : children) results.push_back(c.data.empty() ? std::string() : c.data.substr(1));
   return results;
 }
 
 void spawn(int nprocs, const std::function<void(int rank)>& fn, const SpawnOptions& options) {
-  spawn_with_results(nprocs, [&](int rank) {
-    fn(rank);
-    return std::string();
-  }, options);
+  spawn_with_results(
+      nprocs,
+      [&](int rank) {
+        fn(rank);
+        return std::string();
+      },
+      options);
 }
 
 }  // namespace minidl::dist

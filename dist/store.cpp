@@ -57,7 +57,9 @@ std::string generate_store_token() {
 }
 
 TCPStore::TCPStore(std::string host, TCPStoreOptions options)
-    : host_(std::move(host)), port_(options.port), timeout_(options.timeout),
+    : host_(std::move(host)),
+      port_(options.port),
+      timeout_(options.timeout),
       progress_interval_(options.progress_interval) {
   const std::string token = options.token ? *options.token : store_token_from_env();
   if (options.is_server) {
@@ -73,7 +75,8 @@ TCPStore::TCPStore(std::string host, TCPStoreOptions options)
   try {
     socket_ = connect_tcp(host_, port_, Clock::now() + timeout_);
   } catch (const std::exception& e) {
-    throw std::runtime_error(std::string("TCPStore: ") + e.what() + " (gave up after " + format_seconds(timeout_) + ")");
+    throw std::runtime_error(std::string("TCPStore: ") + e.what() + " (gave up after " + format_seconds(timeout_) +
+                             ")");
   }
   uint8_t status = 0;
   request(Writer().u8(kHello).str(token).body(), std::chrono::milliseconds(0),
@@ -135,8 +138,9 @@ std::string TCPStore::blocking_request(uint8_t command, const std::vector<std::s
     std::string payload = request(body.body(), slice, what, status);
     left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
     if (*status != kTimeout || left.count() <= 0) return payload;
-    log_line(what + ": still waiting after " + format_seconds(std::chrono::duration_cast<milliseconds>(Clock::now() - start)) +
-             " (gives up after " + format_seconds(timeout) + ")");
+    log_line(what + ": still waiting after " +
+             format_seconds(std::chrono::duration_cast<milliseconds>(Clock::now() - start)) + " (gives up after " +
+             format_seconds(timeout) + ")");
   }
 }
 
@@ -151,7 +155,8 @@ std::string TCPStore::get(const std::string& key) {
 int64_t TCPStore::add(const std::string& key, int64_t delta) {
   uint8_t status = 0;
   std::string what = "TCPStore::add: key '" + key + "'";
-  std::string payload = request(Writer().u8(kAdd).str(key).i64(delta).body(), std::chrono::milliseconds(0), what, &status);
+  std::string payload =
+      request(Writer().u8(kAdd).str(key).i64(delta).body(), std::chrono::milliseconds(0), what, &status);
   return Reader(payload).i64();
 }
 
@@ -188,7 +193,8 @@ bool TCPStore::delete_key(const std::string& key) {
 
 int64_t TCPStore::num_keys() {
   uint8_t status = 0;
-  std::string payload = request(Writer().u8(kNumKeys).body(), std::chrono::milliseconds(0), "TCPStore::num_keys", &status);
+  std::string payload =
+      request(Writer().u8(kNumKeys).body(), std::chrono::milliseconds(0), "TCPStore::num_keys", &status);
   return Reader(payload).i64();
 }
 

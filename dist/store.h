@@ -36,8 +36,8 @@
 namespace minidl::dist {
 
 struct TCPStoreOptions {
-  uint16_t port = 0;        // server: 0 picks a free port (read it back with port()); client: required
-  bool is_server = false;   // host the server in this process (rank 0)
+  uint16_t port = 0;  // server: 0 picks a free port (read it back with port()); client: required
+  bool is_server = false;  // host the server in this process (rank 0)
   std::chrono::milliseconds timeout = std::chrono::seconds(300);  // connect, get and wait
   bool bind_all_interfaces = false;  // server: listen on every interface instead of host only
   std::optional<std::string> token = std::nullopt;  // shared secret; nullopt: $MINIDL_STORE_TOKEN (none if unset)
@@ -94,7 +94,7 @@ class TCPStore {
   std::chrono::milliseconds timeout_;
   std::chrono::milliseconds progress_interval_;
   std::unique_ptr<TCPStoreServer> server_;  // only on the hosting rank
-  std::mutex mutex_;                        // one request at a time on socket_
+  std::mutex mutex_;  // one request at a time on socket_
   Socket socket_;
 };
 

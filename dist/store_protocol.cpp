@@ -103,7 +103,8 @@ Request parse_request(const std::string& body) {
 void send_frame(int fd, const std::string& body) {
   if (body.size() > kMaxMessageBytes) {
     throw std::runtime_error("TCPStore: message of " + std::to_string(body.size()) + " bytes exceeds the limit of " +
-                             std::to_string(kMaxMessageBytes) + " bytes (the store is for rendezvous data: "
+                             std::to_string(kMaxMessageBytes) +
+                             " bytes (the store is for rendezvous data: "
                              "addresses, ids, counters)");
   }
   Writer header;

@@ -33,7 +33,7 @@ namespace minidl::dist::protocol {
 // The store holds rendezvous data: addresses (Gloo's are ~150 bytes per peer, so 4 MiB is a world
 // of ~25,000 ranks), ids and small counters. Larger frames are refused.
 inline constexpr uint32_t kMaxMessageBytes = 4u << 20;  // 4 MiB
-inline constexpr uint32_t kMaxHelloBytes = 4096;         // before the token is checked
+inline constexpr uint32_t kMaxHelloBytes = 4096;  // before the token is checked
 
 enum Command : uint8_t { kSet = 1, kGet, kAdd, kWait, kCheck, kDelete, kNumKeys, kHello };
 enum Status : uint8_t { kOk = 0, kTimeout = 1, kError = 2 };
@@ -77,10 +77,10 @@ class Reader {
 // A decoded request body (see the table above): which fields a command uses is in the table.
 struct Request {
   Command command = kNumKeys;
-  std::string key;                // kSet kGet kAdd kDelete; the token for kHello
-  std::string value;              // kSet
+  std::string key;  // kSet kGet kAdd kDelete; the token for kHello
+  std::string value;  // kSet
   std::vector<std::string> keys;  // kWait kCheck
-  int64_t number = 0;             // timeout_ms (kGet kWait), delta (kAdd)
+  int64_t number = 0;  // timeout_ms (kGet kWait), delta (kAdd)
 };
 // Decodes a request body; throws ProtocolError on an unknown command, a truncated body or
 // leftover bytes.

@@ -14,7 +14,6 @@
 #include <stdexcept>
 #include <vector>
 
-
 namespace minidl::dist {
 
 using namespace protocol;
@@ -125,7 +124,8 @@ bool TCPStoreServer::authenticate(int fd, const std::string& peer) {
   if (r.command != kHello) throw ProtocolError("the first message is not a hello with the store token");
   if (!token_.empty() && !same_token(r.key, token_)) {
     log_error("dropping connection from " + peer + ": wrong store token (MINIDL_STORE_TOKEN)");
-    send_frame(fd, Writer().u8(kError).str("wrong store token: the client's MINIDL_STORE_TOKEN is not the server's").body());
+    send_frame(
+        fd, Writer().u8(kError).str("wrong store token: the client's MINIDL_STORE_TOKEN is not the server's").body());
     return false;
   }
   send_frame(fd, ok());

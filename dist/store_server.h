@@ -60,7 +60,7 @@ class TCPStoreServer {
   std::string token_;
   std::thread accept_thread_;
 
-  std::mutex mutex_;               // guards data_ and stopping_
+  std::mutex mutex_;  // guards data_ and stopping_
   std::condition_variable changed_;  // notified on every change of data_ and on stop
   std::map<std::string, std::string> data_;
   bool stopping_ = false;

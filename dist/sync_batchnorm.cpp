@@ -18,8 +18,11 @@ namespace {
 class SyncBatchNormFunction : public autograd::Function {
  public:
   SyncBatchNormFunction(ProcessGroup& group, Tensor running_mean, Tensor running_var, double momentum, double eps)
-      : group_(group), running_mean_(std::move(running_mean)), running_var_(std::move(running_var)),
-        momentum_(momentum), eps_(eps) {}
+      : group_(group),
+        running_mean_(std::move(running_mean)),
+        running_var_(std::move(running_var)),
+        momentum_(momentum),
+        eps_(eps) {}
 
   std::string name() const override { return "SyncBatchNormBackward"; }
 
@@ -41,15 +44,17 @@ class SyncBatchNormFunction : public autograd::Function {
     }
     local.narrow(0, 2 * C, 1).fill_(static_cast<double>(count));
     std::vector<Tensor> rows = group_.all_gather(local);  // one (2C + 1) tensor per rank
-    for (Tensor& r : rows) r = r.cpu().contiguous();       // merged on the host (no-op on the CPU)
+    for (Tensor& r : rows) r = r.cpu().contiguous();  // merged on the host (no-op on the CPU)
 
     // Chan's merge: N = sum n_r; mean = sum n_r m_r / N; var = sum n_r (v_r + (m_r - mean)^2) / N
     std::vector<double> sum_n_m(C, 0.0), sum_n_var(C, 0.0), mean(C, 0.0);
     double total = 0;
     for (const Tensor& r : rows) total += r.data<double>()[2 * C];
     if (total <= 1)
-      throw std::invalid_argument("SyncBatchNorm: expected more than 1 value per channel over all ranks when "
-                                  "training, got " + std::to_string(static_cast<int64_t>(total)));
+      throw std::invalid_argument(
+          "SyncBatchNorm: expected more than 1 value per channel over all ranks when "
+          "training, got " +
+          std::to_string(static_cast<int64_t>(total)));
     for (const Tensor& r : rows) {
       const double* p = r.data<double>();
       if (p[2 * C] == 0) continue;  // masked: this rank had no samples
@@ -101,9 +106,10 @@ class SyncBatchNormFunction : public autograd::Function {
       grad_bias = zeros_like(weight_);
     }
     group_.all_reduce(sums, ReduceOp::SUM);
-    Tensor dx = x_.numel() > 0 ? batch_norm_backward_elemt(dy, x_, mean_, invstd_, weight_, sums.narrow(0, 0, C).contiguous(),
-                                                           sums.narrow(0, C, C).contiguous(), total_)
-                               : empty_like(x_);
+    Tensor dx = x_.numel() > 0
+                    ? batch_norm_backward_elemt(dy, x_, mean_, invstd_, weight_, sums.narrow(0, 0, C).contiguous(),
+                                                sums.narrow(0, C, C).contiguous(), total_)
+                    : empty_like(x_);
     return {dx, grad_weight, grad_bias};
   }
 
@@ -178,13 +184,15 @@ int convert_sync_batchnorm(nn::Module& module, ProcessGroup* group) {
     for (auto& [child_name, child] : m->named_children()) {
       auto* bn = dynamic_cast<nn::BatchNormBase*>(child);
       if (!bn || dynamic_cast<SyncBatchNorm*>(child) || bn->has_forward_override()) continue;
-      if (m->owns_child(child_name)) swaps.push_back({m, child_name, bn});
-      else members.push_back(bn);  // a member object: it stays, its forward becomes SyncBatchNorm's
+      if (m->owns_child(child_name))
+        swaps.push_back({m, child_name, bn});
+      else
+        members.push_back(bn);  // a member object: it stays, its forward becomes SyncBatchNorm's
     }
   }
   // the root itself, when it is a BatchNorm
-  if (auto* bn = dynamic_cast<nn::BatchNormBase*>(&module); bn && !dynamic_cast<SyncBatchNorm*>(bn) &&
-                                                            !bn->has_forward_override())
+  if (auto* bn = dynamic_cast<nn::BatchNormBase*>(&module);
+      bn && !dynamic_cast<SyncBatchNorm*>(bn) && !bn->has_forward_override())
     members.push_back(bn);
   for (nn::BatchNormBase* bn : members)
     bn->set_forward_override([group](nn::BatchNormBase& b, const Variable& x) { return sync_forward(b, group, x); },

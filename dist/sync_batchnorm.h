@@ -51,7 +51,7 @@ class SyncBatchNorm : public nn::BatchNormBase {
  private:
   ProcessGroup* group_;  // nullptr: the default group at forward time
   bool deterministic_ = false;
-  Tensor shard_stats_;   // deterministic mode: the last shard's (mean, unbiased var)
+  Tensor shard_stats_;  // deterministic mode: the last shard's (mean, unbiased var)
 };
 
 // Makes every BatchNorm1d/2d below (and including) `module` synchronise its statistics. One owned

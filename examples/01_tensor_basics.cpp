@@ -11,16 +11,16 @@ using namespace minidl;
 int main() {
   // A tensor is a shape, a dtype and a view (strides, offset) of shared storage.
   Tensor a = from_vector<float>({1, 2, 3, 4, 5, 6}, {2, 3});  // (2, 3) float32
-  std::cout << "a = " << a << "\nshape " << shape_str(a.shape()) << ", strides " << shape_str(a.strides())
-            << ", " << a.desc() << "\n\n";
+  std::cout << "a = " << a << "\nshape " << shape_str(a.shape()) << ", strides " << shape_str(a.strides()) << ", "
+            << a.desc() << "\n\n";
 
   // Views never copy: the transpose shares a's storage, only the strides differ.
   Tensor at = a.t();  // (3, 2)
   std::cout << "a.t() = " << at << "\nstrides " << shape_str(at.strides()) << ", contiguous? "
             << (at.is_contiguous() ? "yes" : "no") << "\n";
-  Tensor c = a.clone();         // a copy with its own storage
+  Tensor c = a.clone();  // a copy with its own storage
   Tensor row = c.select(0, 1);  // c[1], (3): a view
-  row.fill_(0);                 // writes through the view into c
+  row.fill_(0);  // writes through the view into c
   std::cout << "after c[1].fill_(0): c = " << c << "\n\n";
 
   // Element-wise ops broadcast like NumPy / PyTorch: (2, 3) + (3) -> (2, 3).
@@ -28,8 +28,8 @@ int main() {
   std::cout << "a + b = " << (a + b) << "\na * 2 = " << (a * 2.0) << "\n\n";
 
   // Reductions over chosen dims; results are deterministic whatever the thread count.
-  std::cout << "sum(a) = " << sum(a) << "\nmean(a, dim 1) = " << mean(a, {1}) << "\nargmax(a, dim 1) = "
-            << argmax(a, 1) << "\n\n";
+  std::cout << "sum(a) = " << sum(a) << "\nmean(a, dim 1) = " << mean(a, {1}) << "\nargmax(a, dim 1) = " << argmax(a, 1)
+            << "\n\n";
 
   // Matrix product: (2, 3) @ (3, 2) -> (2, 2).
   std::cout << "a @ a.t() = " << matmul(a, at) << "\n\n";

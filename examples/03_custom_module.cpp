@@ -12,8 +12,8 @@ using namespace minidl;
 // A small convolutional classifier for (N, 1, 28, 28) images.
 struct TinyNet : nn::Module {
   nn::Conv2d conv{{.in = 1, .out = 8, .kernel = 3, .padding = 1}};  // (N, 8, 28, 28)
-  nn::MaxPool2d pool{{.kernel = 4}};                                 // (N, 8, 7, 7)
-  nn::Linear fc{{.in = 8 * 7 * 7, .out = 10}};                       // (N, 10)
+  nn::MaxPool2d pool{{.kernel = 4}};  // (N, 8, 7, 7)
+  nn::Linear fc{{.in = 8 * 7 * 7, .out = 10}};  // (N, 10)
 
   TinyNet() {
     // Registration gives each child its name: parameters become "conv.weight", "fc.bias", ...

@@ -38,9 +38,9 @@ int main(int argc, char** argv) {
   for (auto& batch : train_loader) {
     if (step == batches) break;
     optimizer.zero_grad();
-    Variable logits = model(Variable(batch.input));             // (64, 10)
-    Variable loss = cross_entropy(logits, batch.target);        // mean over the batch
-    loss.backward();                                             // gradients into .grad()
+    Variable logits = model(Variable(batch.input));  // (64, 10)
+    Variable loss = cross_entropy(logits, batch.target);  // mean over the batch
+    loss.backward();  // gradients into .grad()
     optimizer.step();
     if (++step % 20 == 0) std::printf("batch %3lld  loss %.4f\n", static_cast<long long>(step), loss.item());
   }

@@ -25,7 +25,8 @@
 using namespace minidl;
 
 // What every process runs. The data sets were loaded once by the parent and are shared.
-void worker(std::shared_ptr<const data::Dataset> train_set, std::shared_ptr<const data::Dataset> test_set, int64_t batches) {
+void worker(std::shared_ptr<const data::Dataset> train_set, std::shared_ptr<const data::Dataset> test_set,
+            int64_t batches) {
   // [tutorial:05-init]
   dist::init();  // rendezvous at MASTER_ADDR:MASTER_PORT (set by spawn), then a Gloo group
   const int rank = dist::rank(), world = dist::world_size();

@@ -51,7 +51,8 @@ struct Args {
 };
 
 [[noreturn]] void usage_error(const std::string& msg) {
-  std::cerr << "bench: " << msg << "\nusage: bench --model mlp|cnn|vit --batch-size B --threads T [--steps S] "
+  std::cerr << "bench: " << msg
+            << "\nusage: bench --model mlp|cnn|vit --batch-size B --threads T [--steps S] "
                "[--warmup W] [--nproc N] [--profile]\n";
   std::exit(2);
 }
@@ -76,19 +77,30 @@ Args parse(int argc, char** argv) {
       if (a.model != "mlp" && a.model != "cnn" && a.model != "vit")
         usage_error("--model '" + a.model + "' is not one of mlp, cnn, vit");
       ++i;
-    } else if (f == "--batch-size") { a.batch = parse_int(f, v, 1); ++i;
-    } else if (f == "--threads") { a.threads = static_cast<int>(parse_int(f, v, 1)); ++i;
-    } else if (f == "--steps") { a.steps = static_cast<int>(parse_int(f, v, 1)); ++i;
-    } else if (f == "--warmup") { a.warmup = static_cast<int>(parse_int(f, v, 0)); ++i;
-    } else if (f == "--nproc") { a.nproc = static_cast<int>(parse_int(f, v, 1)); ++i;
-    } else if (f == "--profile") { a.profile = true;
+    } else if (f == "--batch-size") {
+      a.batch = parse_int(f, v, 1);
+      ++i;
+    } else if (f == "--threads") {
+      a.threads = static_cast<int>(parse_int(f, v, 1));
+      ++i;
+    } else if (f == "--steps") {
+      a.steps = static_cast<int>(parse_int(f, v, 1));
+      ++i;
+    } else if (f == "--warmup") {
+      a.warmup = static_cast<int>(parse_int(f, v, 0));
+      ++i;
+    } else if (f == "--nproc") {
+      a.nproc = static_cast<int>(parse_int(f, v, 1));
+      ++i;
+    } else if (f == "--profile") {
+      a.profile = true;
     } else {
       usage_error("unknown flag '" + f + "'");
     }
   }
   if (a.batch % a.nproc != 0)
-    usage_error("--batch-size " + std::to_string(a.batch) + " does not split evenly over " +
-                std::to_string(a.nproc) + " processes");
+    usage_error("--batch-size " + std::to_string(a.batch) + " does not split evenly over " + std::to_string(a.nproc) +
+                " processes");
   return a;
 }
 
@@ -96,16 +108,16 @@ Args parse(int argc, char** argv) {
 double model_macs(const std::string& model) {
   if (model == "mlp") return 784.0 * 256 + 256.0 * 128 + 128.0 * 10;
   if (model == "cnn")
-    return 32.0 * 28 * 28 * (1 * 9)      // conv1 1->32, 3x3, 28x28
-           + 64.0 * 14 * 14 * (32 * 9)   // conv2 32->64, 3x3, 14x14
+    return 32.0 * 28 * 28 * (1 * 9)  // conv1 1->32, 3x3, 28x28
+           + 64.0 * 14 * 14 * (32 * 9)  // conv2 32->64, 3x3, 14x14
            + 3136.0 * 128 + 128.0 * 10;  // fc1, fc2
   // vit: patch embedding 4x4/4 -> 49 tokens of 64; 6 blocks over T = 50 tokens, E = 64, 4 heads
   // of 16, MLP 64-128-64; head on the class token.
   const double T = 50, E = 64, F = 128;
-  const double block = T * E * 3 * E      // qkv projection
-                       + 2 * T * T * E    // q k^T and attn v, all heads together
-                       + T * E * E        // output projection
-                       + 2 * T * E * F;   // MLP
+  const double block = T * E * 3 * E  // qkv projection
+                       + 2 * T * T * E  // q k^T and attn v, all heads together
+                       + T * E * E  // output projection
+                       + 2 * T * E * F;  // MLP
   return 49.0 * 64 * 16 + 6 * block + 64.0 * 10;
 }
 
@@ -151,8 +163,7 @@ std::string format_profile(int steps, double step_s) {
   std::snprintf(line, sizeof line, "%-22s %10.3f %10.3f   (forward, backward)\n", "sum", 1e3 * total_f / steps,
                 1e3 * total_b / steps);
   os << line;
-  std::snprintf(line, sizeof line, "%-22s %10.3f   (engine, frees, module code outside ops)\n", "other",
-                1e3 * other);
+  std::snprintf(line, sizeof line, "%-22s %10.3f   (engine, frees, module code outside ops)\n", "other", 1e3 * other);
   os << line;
   std::snprintf(line, sizeof line, "%-22s %10.3f\n", "step", 1e3 * step_s / steps);
   os << line;
@@ -227,15 +238,14 @@ int main(int argc, char** argv) {
       kernels::cpu::set_num_threads(a.threads);
       results.push_back(run(a, a.batch, false));
     } else {
-      const auto out = dist::spawn_with_results(
-          a.nproc,
-          [&](int) {
-            dist::init({.backend = "gloo"});
-            const std::string s = to_message(run(a, a.batch / a.nproc, true));
-            dist::shutdown();
-            return s;
-          },
-          {.omp_threads = a.threads});
+      const auto out = dist::spawn_with_results(a.nproc,
+                                                [&](int) {
+                                                  dist::init({.backend = "gloo"});
+                                                  const std::string s = to_message(run(a, a.batch / a.nproc, true));
+                                                  dist::shutdown();
+                                                  return s;
+                                                },
+                                                {.omp_threads = a.threads});
       for (const auto& s : out) results.push_back(from_message(s));
     }
   } catch (const std::exception& e) {

@@ -49,7 +49,8 @@ int main(int argc, char** argv) {
       const double algbw = static_cast<double>(bytes) / s / 1e9;
       const double busbw = algbw * 2.0 * (nprocs - 1) / nprocs;
       char buf[160];
-      std::snprintf(buf, sizeof buf, "%10lld %12.1f %12.3f %12.3f\n", static_cast<long long>(bytes), s * 1e6, algbw, busbw);
+      std::snprintf(buf, sizeof buf, "%10lld %12.1f %12.3f %12.3f\n", static_cast<long long>(bytes), s * 1e6, algbw,
+                    busbw);
       out += buf;
     }
     dist::shutdown();

@@ -42,8 +42,8 @@ void conv_case(benchmark::State& state, bool backward) {
     }
   }
   const double flops = 2.0 * n * cout * hw * hw * cin * 9 * (backward ? 2 : 1);
-  state.counters["GFLOP/s"] = benchmark::Counter(flops * static_cast<double>(state.iterations()) / 1e9,
-                                                 benchmark::Counter::kIsRate);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(flops * static_cast<double>(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
 }
 void BM_Conv2dForward(benchmark::State& s) { conv_case(s, false); }
 void BM_Conv2dBackward(benchmark::State& s) { conv_case(s, true); }
@@ -55,8 +55,8 @@ void BM_AddBandwidth(benchmark::State& state) {
   const int64_t n = state.range(0);
   Tensor a = randn({n}, RandomKey{3, 0}), b = randn({n}, RandomKey{3, 1});
   for (auto _ : state) benchmark::DoNotOptimize(add(a, b));
-  state.counters["GB/s"] = benchmark::Counter(12.0 * n * static_cast<double>(state.iterations()) / 1e9,
-                                              benchmark::Counter::kIsRate);
+  state.counters["GB/s"] =
+      benchmark::Counter(12.0 * n * static_cast<double>(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_AddBandwidth)->Arg(1 << 20)->Arg(1 << 24)->UseRealTime();
 

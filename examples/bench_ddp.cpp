@@ -63,16 +63,16 @@ std::string run(int steps, int64_t local, bool use_ddp, double bucket_mb = 0) {
 int main(int argc, char** argv) {
   const int steps = argc > 1 ? std::atoi(argv[1]) : 30;
   const int64_t global = 128;
-  const auto one = dist::spawn_with_results(
-      1, [&](int) { return run(steps, global, false); }, {.omp_threads = 2});
-  const auto two = dist::spawn_with_results(
-      2, [&](int) {
-        dist::init({.backend = "gloo"});
-        std::string r = run(steps, global / 2, true) + run(steps, global / 2, true, /*one bucket*/ 1000.0);
-        dist::shutdown();
-        return r;
-      },
-      {.omp_threads = 1});
+  const auto one = dist::spawn_with_results(1, [&](int) { return run(steps, global, false); }, {.omp_threads = 2});
+  const auto two = dist::spawn_with_results(2,
+                                            [&](int) {
+                                              dist::init({.backend = "gloo"});
+                                              std::string r = run(steps, global / 2, true) +
+                                                              run(steps, global / 2, true, /*one bucket*/ 1000.0);
+                                              dist::shutdown();
+                                              return r;
+                                            },
+                                            {.omp_threads = 1});
   double ips1 = 0, ips2 = 0, wait = 0, ips_one_bucket = 0, wait_one_bucket = 0;
   std::sscanf(one[0].c_str(), "%lf", &ips1);
   std::sscanf(two[0].c_str(), "%lf %lf %lf %lf", &ips2, &wait, &ips_one_bucket, &wait_one_bucket);

@@ -49,7 +49,8 @@ struct Variant {
     model = nn::make_model(name);
     if (det) dist::convert_sync_batchnorm(*model);  // ghost batch norm (no-op for mlp and vit)
     if (name == "cnn")
-      opt = std::make_unique<optim::SGD>(model->parameters(), optim::SGDOptions{.lr = 0.05, .momentum = 0.9, .weight_decay = 5e-4});
+      opt = std::make_unique<optim::SGD>(model->parameters(),
+                                         optim::SGDOptions{.lr = 0.05, .momentum = 0.9, .weight_decay = 5e-4});
     else if (name == "mlp")
       opt = std::make_unique<optim::Adam>(model->parameters(), optim::AdamOptions{.lr = 1e-3});
     else
@@ -64,7 +65,8 @@ struct Variant {
       cross_entropy(ddp->forward(Variable(x)), y).backward();
     } else {
       for (int64_t j = 0; j < x.size(0) / kMicro; ++j)
-        cross_entropy(ddp->forward(Variable(x.narrow(0, j * kMicro, kMicro))), y.narrow(0, j * kMicro, kMicro)).backward();
+        cross_entropy(ddp->forward(Variable(x.narrow(0, j * kMicro, kMicro))), y.narrow(0, j * kMicro, kMicro))
+            .backward();
     }
     ddp->step(*opt);
   }
@@ -110,15 +112,14 @@ int main(int argc, char** argv) {
   for (const char* name : {"mlp", "cnn", "vit"}) {
     if (models.find(name) == std::string::npos) continue;
     for (int world : {1, 2}) {
-      const auto out = dist::spawn_with_results(
-          world,
-          [&](int) {
-            dist::init({.backend = "gloo"});
-            std::string r = bench(name, rounds, steps);
-            dist::shutdown();
-            return r;
-          },
-          {.omp_threads = world == 1 ? 2 : 1});
+      const auto out = dist::spawn_with_results(world,
+                                                [&](int) {
+                                                  dist::init({.backend = "gloo"});
+                                                  std::string r = bench(name, rounds, steps);
+                                                  dist::shutdown();
+                                                  return r;
+                                                },
+                                                {.omp_threads = world == 1 ? 2 : 1});
       double ord = 0, det = 0;
       std::sscanf(out[0].c_str(), "%lf %lf", &ord, &det);
       std::printf("%-5s %-22s %8.1f img/s %10.1f img/s %19.2fx\n", name, world == 1 ? "1 x 2" : "2 x 1", ord, det,

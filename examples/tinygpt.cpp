@@ -33,7 +33,8 @@ namespace {
 
 struct Config {
   std::string text = "/usr/share/common-licenses/GPL-3";
-  int64_t steps = 600, nproc = 2, batch = 16, block = 64, layers = 2, dim = 64, heads = 4, eval_every = 50, sample = 200;
+  int64_t steps = 600, nproc = 2, batch = 16, block = 64, layers = 2, dim = 64, heads = 4, eval_every = 50,
+          sample = 200;
   double lr = 3e-3;
   uint64_t seed = 0;
 };
@@ -113,8 +114,8 @@ void worker(const Config& c, const std::vector<int64_t>& data, const std::string
   double running = 0;
   int64_t in_window = 0;
   for (int64_t step = 1; step <= c.steps; ++step) {
-    const Batch b = windows(data, 0, split, c.batch, c.block,
-                            RandomKey{c.seed + 1, static_cast<uint64_t>(step * c.nproc + rank)});
+    const Batch b =
+        windows(data, 0, split, c.batch, c.block, RandomKey{c.seed + 1, static_cast<uint64_t>(step * c.nproc + rank)});
     opt.zero_grad();
     Variable logits = ddp.forward(Variable(b.x));  // (batch, block, vocab)
     Variable loss = cross_entropy(reshape(logits, {-1, vocab}), b.y.reshape({-1}));
@@ -128,12 +129,14 @@ void worker(const Config& c, const std::vector<int64_t>& data, const std::string
       dist::default_group().all_reduce(r, dist::ReduceOp::SUM);  // mean over ranks
       NoGradGuard no_grad;
       model.eval();  // the same held-out windows on every rank: identical replicas, identical loss
-      const double val = loss_of(model, windows(data, split, static_cast<int64_t>(data.size()), 32, c.block,
-                                                RandomKey{c.seed + 2, 0}), vocab);
+      const double val = loss_of(
+          model, windows(data, split, static_cast<int64_t>(data.size()), 32, c.block, RandomKey{c.seed + 2, 0}), vocab);
       model.train();
-      if (!std::isfinite(val)) throw std::runtime_error("validation loss is not finite at step " + std::to_string(step));
+      if (!std::isfinite(val))
+        throw std::runtime_error("validation loss is not finite at step " + std::to_string(step));
       if (rank == 0)
-        std::printf("| %lld | %.4f | %.4f |\n", static_cast<long long>(step), r.item() / static_cast<double>(c.nproc), val);
+        std::printf("| %lld | %.4f | %.4f |\n", static_cast<long long>(step), r.item() / static_cast<double>(c.nproc),
+                    val);
       std::fflush(stdout);
       running = 0;
       in_window = 0;
@@ -174,21 +177,31 @@ Config parse(int argc, char** argv) {
         size_t used = 0;
         const long long n = std::stoll(v, &used);
         if (used == v.size() && n >= min) return static_cast<int64_t>(n);
-      } catch (const std::exception&) {
-      }
+      } catch (const std::exception&) {}
       usage_error(flag + " expects an integer >= " + std::to_string(min) + ", got '" + v + "'");
     };
-    if (flag == "--text") c.text = v;
-    else if (flag == "--steps") c.steps = num(1);
-    else if (flag == "--nproc") c.nproc = num(1);
-    else if (flag == "--batch") c.batch = num(1);
-    else if (flag == "--block") c.block = num(2);
-    else if (flag == "--layers") c.layers = num(1);
-    else if (flag == "--dim") c.dim = num(1);
-    else if (flag == "--heads") c.heads = num(1);
-    else if (flag == "--eval-every") c.eval_every = num(1);
-    else if (flag == "--sample") c.sample = num(0);
-    else if (flag == "--seed") c.seed = static_cast<uint64_t>(num(0));
+    if (flag == "--text")
+      c.text = v;
+    else if (flag == "--steps")
+      c.steps = num(1);
+    else if (flag == "--nproc")
+      c.nproc = num(1);
+    else if (flag == "--batch")
+      c.batch = num(1);
+    else if (flag == "--block")
+      c.block = num(2);
+    else if (flag == "--layers")
+      c.layers = num(1);
+    else if (flag == "--dim")
+      c.dim = num(1);
+    else if (flag == "--heads")
+      c.heads = num(1);
+    else if (flag == "--eval-every")
+      c.eval_every = num(1);
+    else if (flag == "--sample")
+      c.sample = num(0);
+    else if (flag == "--seed")
+      c.seed = static_cast<uint64_t>(num(0));
     else if (flag == "--lr") {
       try {
         c.lr = std::stod(v);
@@ -200,8 +213,8 @@ Config parse(int argc, char** argv) {
       usage_error("unknown flag " + flag);
     }
   }
-  if (c.dim % c.heads != 0) usage_error("--dim (" + std::to_string(c.dim) + ") must be divisible by --heads (" +
-                                        std::to_string(c.heads) + ")");
+  if (c.dim % c.heads != 0)
+    usage_error("--dim (" + std::to_string(c.dim) + ") must be divisible by --heads (" + std::to_string(c.heads) + ")");
   return c;
 }
 

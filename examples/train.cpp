@@ -91,10 +91,10 @@ struct Run {
   TrainConfig config;
   std::string out_dir;
   bool cuda = false;  // one GPU per process (cuda:LOCAL_RANK % visible GPUs), NCCL between them
-  int threads = 1;    // OpenMP threads per process
+  int threads = 1;  // OpenMP threads per process
   std::shared_ptr<const data::Dataset> train_set, val_set;
   std::optional<std::string> resume_from;  // --resume, or after a restart the newest checkpoint in out_dir
-  int restart_count = 0;                   // restarts so far (MINIDL_RESTART_COUNT, or train --max-restarts)
+  int restart_count = 0;  // restarts so far (MINIDL_RESTART_COUNT, or train --max-restarts)
   std::chrono::milliseconds dist_timeout = std::chrono::seconds(300);
 };
 
@@ -118,7 +118,8 @@ class StepFile {
   void set(int64_t step) {
     if (fd_ < 0) return;
     char buf[48];
-    const int n = std::snprintf(buf, sizeof buf, "%20lld %10d\n", static_cast<long long>(step), static_cast<int>(::getpid()));
+    const int n =
+        std::snprintf(buf, sizeof buf, "%20lld %10d\n", static_cast<long long>(step), static_cast<int>(::getpid()));
     if (::pwrite(fd_, buf, static_cast<size_t>(n), 0) < 0) return;  // best effort: only for the restart log
   }
 
@@ -146,13 +147,15 @@ uint64_t mix64(uint64_t z) {
 // drawn while training (dropout masks) depends on (seed, epoch, step, rank) only, not on what
 // earlier steps drew — so a run resumed at an epoch boundary or mid-epoch draws the same numbers.
 uint64_t step_seed(uint64_t seed, int64_t epoch, int64_t step, int rank) {
-  return mix64(mix64(mix64(seed ^ static_cast<uint64_t>(epoch)) ^ static_cast<uint64_t>(step)) ^ static_cast<uint64_t>(rank));
+  return mix64(mix64(mix64(seed ^ static_cast<uint64_t>(epoch)) ^ static_cast<uint64_t>(step)) ^
+               static_cast<uint64_t>(rank));
 }
 
 // --deterministic: the seed of the default generator for the micro-shard whose first sample is
 // at position `sample` of epoch `epoch`'s order — by sample, never by rank or step layout.
 uint64_t shard_seed(uint64_t seed, int64_t epoch, int64_t sample) {
-  return mix64(mix64(mix64(seed ^ static_cast<uint64_t>(epoch)) ^ 0x6d6963726f736864ULL) ^ static_cast<uint64_t>(sample));
+  return mix64(mix64(mix64(seed ^ static_cast<uint64_t>(epoch)) ^ 0x6d6963726f736864ULL) ^
+               static_cast<uint64_t>(sample));
 }
 
 // A double as text that reads back to the same bits (metadata of mid-epoch checkpoints).
@@ -171,7 +174,8 @@ std::string weights_hash(const nn::Module& model) {
   for (const auto& [name, tensor] : model.state_dict()) {
     const Tensor c = tensor.cpu().contiguous();  // hashed on the host (a no-op for CPU tensors)
     mix(reinterpret_cast<const unsigned char*>(name.data()), name.size());
-    mix(static_cast<const unsigned char*>(c.raw_data()), static_cast<size_t>(c.numel()) * minidl::element_size(c.dtype()));
+    mix(static_cast<const unsigned char*>(c.raw_data()),
+        static_cast<size_t>(c.numel()) * minidl::element_size(c.dtype()));
   }
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
@@ -205,8 +209,9 @@ std::string format(const char* spec, double v) {
   if (first.empty()) first = trainer::first_non_finite({{"the logits", logits}});
   if (first.empty()) first = "none (the loss itself overflowed)";
   throw std::runtime_error("non-finite loss (" + format("%g", loss) + ") at step " + std::to_string(step) +
-                           "; first non-finite tensor: " + first + ". Stopped without saving: the last good checkpoint in " +
-                           out_dir + " is kept (a learning rate too high? try a lower --lr)");
+                           "; first non-finite tensor: " + first +
+                           ". Stopped without saving: the last good checkpoint in " + out_dir +
+                           " is kept (a learning rate too high? try a lower --lr)");
 }
 std::string percent(double v) { return format("%.2f", v) + "%"; }
 
@@ -275,7 +280,8 @@ struct Validator {
   int64_t limit;  // batches per rank (ordinary) or shards in all (deterministic); -1: all
   bool deterministic;
   trainer::Totals operator()(nn::Module& model, minidl::Device device) const {
-    return deterministic ? evaluate_deterministic(model, *loader, limit, device) : evaluate(model, *loader, limit, device);
+    return deterministic ? evaluate_deterministic(model, *loader, limit, device)
+                         : evaluate(model, *loader, limit, device);
   }
 };
 Validator make_validator(const Run& run, int world) {
@@ -332,9 +338,11 @@ void eval_worker(const Run& run) {
            " test images with " + std::to_string(world) + " process(es)");
   log.line("test accuracy: top-1 " + percent(val.acc1()) + "  top-5 " + percent(val.acc5()) + "  loss " +
            format("%.4f", val.loss()));
-  const auto recorded = [&](const char* key) { return ck.metadata.count(key) ? ck.metadata.at(key) : std::string("?"); };
-  const std::string now_hits = std::to_string(static_cast<int64_t>(val.correct1)) + "/" +
-                               std::to_string(static_cast<int64_t>(val.count));
+  const auto recorded = [&](const char* key) {
+    return ck.metadata.count(key) ? ck.metadata.at(key) : std::string("?");
+  };
+  const std::string now_hits =
+      std::to_string(static_cast<int64_t>(val.correct1)) + "/" + std::to_string(static_cast<int64_t>(val.count));
   const std::string then_hits = recorded("val_correct1") + "/" + recorded("val_count");
   if (recorded("val_count") != std::to_string(static_cast<int64_t>(val.count)))
     log.line("(recorded at save time on a different number of test images: " + then_hits + ")");
@@ -368,7 +376,8 @@ void prune_step_checkpoints(const std::string& dir) {
   std::vector<std::pair<int64_t, fs::path>> steps;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir, ec))
-    if (auto n = checkpoint_number(entry.path().filename().string(), "checkpoint_step_")) steps.emplace_back(*n, entry.path());
+    if (auto n = checkpoint_number(entry.path().filename().string(), "checkpoint_step_"))
+      steps.emplace_back(*n, entry.path());
   if (steps.size() <= kKeepStepCheckpoints) return;
   std::sort(steps.begin(), steps.end());
   for (size_t i = 0; i + kKeepStepCheckpoints < steps.size(); ++i) fs::remove(steps[i].second, ec);
@@ -391,8 +400,9 @@ void train_worker(const Run& run) {
   trainer::Log log(rank == 0, run.out_dir + "/train.log");
   const int64_t batch_per_rank = cfg.global_batch_size / world;
   log.line("train: model " + cfg.model + " on " + (run.cuda ? "cuda (one GPU per process)" : "cpu") + ", " +
-           std::to_string(world) + " process(es) x " + std::to_string(run.threads) + " thread(s), batch " + std::to_string(batch_per_rank) + " per process (global " +
-           std::to_string(cfg.global_batch_size) + "), " + std::to_string(cfg.epochs) + " epochs, out " + run.out_dir);
+           std::to_string(world) + " process(es) x " + std::to_string(run.threads) + " thread(s), batch " +
+           std::to_string(batch_per_rank) + " per process (global " + std::to_string(cfg.global_batch_size) + "), " +
+           std::to_string(cfg.epochs) + " epochs, out " + run.out_dir);
 
   // [tutorial:sampler]
   // 2. Each rank takes its own share of a permutation keyed by (seed, epoch): the same
@@ -416,7 +426,8 @@ void train_worker(const Run& run) {
   const int64_t full_steps = cfg.deterministic ? run.train_set->size() / cfg.global_batch_size : train_loader.size();
   if (full_steps == 0)
     throw std::runtime_error("--deterministic: the training set (" + std::to_string(run.train_set->size()) +
-                             " images) is smaller than one global batch (" + std::to_string(cfg.global_batch_size) + ")");
+                             " images) is smaller than one global batch (" + std::to_string(cfg.global_batch_size) +
+                             ")");
   const int64_t steps_per_epoch = run.cli.smoke_test ? std::min(full_steps, kSmokeTrainBatches) : full_steps;
 
   // [tutorial:model]
@@ -448,7 +459,8 @@ void train_worker(const Run& run) {
     const auto load_start = std::chrono::steady_clock::now();
     trainer::Checkpoint ck = trainer::load_checkpoint(*run.resume_from);
     if (const std::string bad = trainer::first_non_finite(ck.model); !bad.empty())
-      throw std::runtime_error(*run.resume_from + " holds non-finite values (model." + bad + "): refusing to resume from it");
+      throw std::runtime_error(*run.resume_from + " holds non-finite values (model." + bad +
+                               "): refusing to resume from it");
     model->load_state_dict(ck.model);
     optimizer->load_state_dict(ck.optim);
     scheduler->load_state_dict(ck.sched);
@@ -458,9 +470,11 @@ void train_worker(const Run& run) {
       throw std::runtime_error(*run.resume_from + " was saved after step " + std::to_string(start_step) +
                                " of an epoch, but this run has " + std::to_string(steps_per_epoch) +
                                " steps per epoch (the data set or the batch size changed)");
-    const double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - load_start).count();
-    const std::string resumed = (run.restart_count > 0 ? "restart " + std::to_string(run.restart_count) + ": " : std::string()) +
-                                "resumed from " + *run.resume_from;
+    const double load_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - load_start).count();
+    const std::string resumed =
+        (run.restart_count > 0 ? "restart " + std::to_string(run.restart_count) + ": " : std::string()) +
+        "resumed from " + *run.resume_from;
     const std::string loaded = " (loaded in " + format("%.0f", load_ms) + " ms)";
     if (start_step > 0) {
       const auto value = [&](const char* key) {
@@ -481,7 +495,8 @@ void train_worker(const Run& run) {
     }
     // Into the directory of the run it continues: the lines of epochs trained again go.
     std::error_code ec;
-    if (rank == 0 && std::filesystem::equivalent(std::filesystem::path(*run.resume_from).parent_path(), run.out_dir, ec))
+    if (rank == 0 &&
+        std::filesystem::equivalent(std::filesystem::path(*run.resume_from).parent_path(), run.out_dir, ec))
       trainer::keep_metrics_up_to(metrics_path, start_epoch);
     if (ck.metadata["world_size"] != std::to_string(world) && !cfg.deterministic)
       log.line("note: the checkpoint was trained with " + ck.metadata["world_size"] + " process(es); with " +
@@ -513,13 +528,15 @@ void train_worker(const Run& run) {
         {"samples_seen_in_epoch", std::to_string(step * cfg.global_batch_size)},
         {"config", trainer::to_yaml(cfg)},
         {"seed", std::to_string(cfg.seed)},
-        {"rng", std::string("init: manual_seed(seed); data order: DistributedSampler(seed).set_epoch(epoch), resumed "
-                            "mid-epoch at this rank's index step x batch per process; ") +
-                    (cfg.deterministic ? "the micro-shard starting at sample i of epoch e's order: "
-                                         "manual_seed(shard_seed(seed, e, i))"
-                                       : "while training step s of epoch e on rank r: manual_seed(step_seed(seed, e, s, r))")},
-        {"next_step_rng_seed", std::to_string(cfg.deterministic ? shard_seed(cfg.seed, epochs_done, step * cfg.global_batch_size)
-                                                                : step_seed(cfg.seed, epochs_done, step, 0))},
+        {"rng",
+         std::string("init: manual_seed(seed); data order: DistributedSampler(seed).set_epoch(epoch), resumed "
+                     "mid-epoch at this rank's index step x batch per process; ") +
+             (cfg.deterministic ? "the micro-shard starting at sample i of epoch e's order: "
+                                  "manual_seed(shard_seed(seed, e, i))"
+                                : "while training step s of epoch e on rank r: manual_seed(step_seed(seed, e, s, r))")},
+        {"next_step_rng_seed",
+         std::to_string(cfg.deterministic ? shard_seed(cfg.seed, epochs_done, step * cfg.global_batch_size)
+                                          : step_seed(cfg.seed, epochs_done, step, 0))},
         {"world_size", std::to_string(world)},
         {"val_loss", format("%.6f", val_done.loss())},
         {"val_acc1", format("%.2f", val_done.acc1())},
@@ -546,8 +563,10 @@ void train_worker(const Run& run) {
   auto last_checkpoint = std::chrono::steady_clock::now();
   const auto minutes_passed = [&]() {  // a collective when M is set: every rank, every step
     if (cfg.save_every_minutes <= 0) return false;
-    const double minutes = std::chrono::duration<double>(std::chrono::steady_clock::now() - last_checkpoint).count() / 60;
-    Tensor due = minidl::full({1}, rank == 0 && minutes >= cfg.save_every_minutes ? 1.0 : 0.0, minidl::DType::Float32, device);
+    const double minutes =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - last_checkpoint).count() / 60;
+    Tensor due =
+        minidl::full({1}, rank == 0 && minutes >= cfg.save_every_minutes ? 1.0 : 0.0, minidl::DType::Float32, device);
     dist::broadcast(due, 0);  // rank 0's decision
     return due.item() != 0.0;
   };
@@ -564,15 +583,18 @@ void train_worker(const Run& run) {
     if (rank != 0) return;
     if (const std::string bad = trainer::first_non_finite(model->state_dict()); !bad.empty())
       throw std::runtime_error("after step " + std::to_string(step) + " of epoch " + std::to_string(epoch + 1) +
-                               " the model holds non-finite values (model." + bad + "): not saving it; the last good "
-                               "checkpoint in " + run.out_dir + " is kept");
+                               " the model holds non-finite values (model." + bad +
+                               "): not saving it; the last good "
+                               "checkpoint in " +
+                               run.out_dir + " is kept");
     char name[64];
     std::snprintf(name, sizeof name, "/checkpoint_step_%07lld.safetensors",
                   static_cast<long long>(epoch * steps_per_epoch + step));
     const minidl::Metadata meta = checkpoint_metadata(epoch, step, val, &partial, epoch_lr);
     trainer::save_checkpoint(run.out_dir + name, *model, *optimizer, *scheduler, meta);
     trainer::save_checkpoint(run.out_dir + "/checkpoint_last.safetensors", *model, *optimizer, *scheduler, meta);
-    log.line("saved " + run.out_dir + name + " (epoch " + std::to_string(epoch + 1) + ", step " + std::to_string(step) + ")");
+    log.line("saved " + run.out_dir + name + " (epoch " + std::to_string(epoch + 1) + ", step " + std::to_string(step) +
+             ")");
     prune_step_checkpoints(run.out_dir);
     last_checkpoint = std::chrono::steady_clock::now();  // (only rank 0's clock counts)
   };
@@ -676,7 +698,8 @@ void train_worker(const Run& run) {
       }
     }
     // [/tutorial:checkpoint]
-    if ((epoch + 1) % cfg.save_every == 0 || epoch + 1 == cfg.epochs) last_checkpoint = std::chrono::steady_clock::now();
+    if ((epoch + 1) % cfg.save_every == 0 || epoch + 1 == cfg.epochs)
+      last_checkpoint = std::chrono::steady_clock::now();
   }
   if (start_epoch >= cfg.epochs) val = validate(*model, device);  // resumed a finished run
   log.line("test accuracy: top-1 " + percent(val.acc1()) + "  top-5 " + percent(val.acc5()) + "  (" +
@@ -730,7 +753,8 @@ void prepare_out_dir(const Run& run) {
   if (!run.cli.overwrite)
     throw UsageError("--out " + run.out_dir + " already holds a run (" +
                      (checkpoints.empty() ? std::string("metrics.jsonl") : checkpoints.front().filename().string()) +
-                     "): continue it with --resume " + run.out_dir + "/checkpoint_last.safetensors, replace it with "
+                     "): continue it with --resume " + run.out_dir +
+                     "/checkpoint_last.safetensors, replace it with "
                      "--overwrite, or choose another --out");
   for (const auto& c : checkpoints) fs::remove(c, ec);
   for (const std::string& f : {metrics, run.out_dir + "/train.log"}) {
@@ -756,7 +780,8 @@ std::optional<std::string> newest_checkpoint(const std::string& out_dir) {
   for (const auto& entry : fs::directory_iterator(out_dir, ec)) {
     const std::string name = entry.path().filename().string();
     const bool last = name == "checkpoint_last.safetensors";
-    if (!last && !checkpoint_number(name, "checkpoint_epoch_") && !checkpoint_number(name, "checkpoint_step_")) continue;
+    if (!last && !checkpoint_number(name, "checkpoint_epoch_") && !checkpoint_number(name, "checkpoint_step_"))
+      continue;
     try {
       candidates.push_back({trainer::read_checkpoint_position(entry.path().string()), last, entry.path().string()});
     } catch (const std::exception& e) {
@@ -816,14 +841,14 @@ int spawn_with_restarts(Run& run, const Launch& launch, const std::function<void
       const int64_t step = read_step(dir.path, e.rank);
       const std::string cause = std::string(e.what()) + (step >= 0 ? " (at step " + std::to_string(step) + ")" : "");
       if (attempt >= max_restarts)
-        throw std::runtime_error(cause + "; no restarts left (--max-restarts " + std::to_string(max_restarts) + " used up)");
+        throw std::runtime_error(cause + "; no restarts left (--max-restarts " + std::to_string(max_restarts) +
+                                 " used up)");
       if (step >= 0 && step == last_failure_step)
         throw std::runtime_error(cause + "; the previous failure was at the same step " + std::to_string(step) +
                                  ": a deterministic crash that a restart would repeat, not restarting");
       last_failure_step = step;
-      std::cerr << "train: restart " << attempt + 1 << "/" << max_restarts << " (cause: " << cause
-                << "): starting " << launch.nproc << " process(es) again from the newest checkpoint in " << run.out_dir
-                << "\n";
+      std::cerr << "train: restart " << attempt + 1 << "/" << max_restarts << " (cause: " << cause << "): starting "
+                << launch.nproc << " process(es) again from the newest checkpoint in " << run.out_dir << "\n";
     }
   }
 }

@@ -14,9 +14,7 @@
 
 namespace {
 
-std::string temp_file(const char* suffix) {
-  return "/tmp/minidl_fuzz_idx_" + std::to_string(::getpid()) + suffix;
-}
+std::string temp_file(const char* suffix) { return "/tmp/minidl_fuzz_idx_" + std::to_string(::getpid()) + suffix; }
 
 void write_plain(const std::string& path, const uint8_t* data, size_t size) {
   FILE* f = std::fopen(path.c_str(), "wb");
@@ -32,12 +30,10 @@ void write_gzip(const std::string& path, const uint8_t* data, size_t size) {
   gzclose(f);
 }
 
-template <class F>
-void expect_clean(F&& read) {
+template <class F> void expect_clean(F&& read) {
   try {
     read();
-  } catch (const std::runtime_error&) {
-  }
+  } catch (const std::runtime_error&) {}
 }
 
 }  // namespace

@@ -33,9 +33,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     from_buffer = minidl::deserialize(bytes, "fuzz");
     parsed = true;
-  } catch (const std::runtime_error&) {
-  }
-  if (parsed) check_same(from_buffer, minidl::deserialize(minidl::serialize(from_buffer.tensors, from_buffer.metadata)));
+  } catch (const std::runtime_error&) {}
+  if (parsed)
+    check_same(from_buffer, minidl::deserialize(minidl::serialize(from_buffer.tensors, from_buffer.metadata)));
 
   const std::string path = "/tmp/minidl_fuzz_st_" + std::to_string(::getpid());
   FILE* f = std::fopen(path.c_str(), "wb");

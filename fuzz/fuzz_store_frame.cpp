@@ -20,17 +20,24 @@ std::string encode(const Request& r) {
   w.u8(r.command);
   switch (r.command) {
     case kHello:
-    case kDelete: w.str(r.key); break;
-    case kSet: w.str(r.key).str(r.value); break;
+    case kDelete:
+      w.str(r.key);
+      break;
+    case kSet:
+      w.str(r.key).str(r.value);
+      break;
     case kGet:
-    case kAdd: w.str(r.key).i64(r.number); break;
+    case kAdd:
+      w.str(r.key).i64(r.number);
+      break;
     case kWait:
     case kCheck:
       w.u32(static_cast<uint32_t>(r.keys.size()));
       for (const auto& k : r.keys) w.str(k);
       if (r.command == kWait) w.i64(r.number);
       break;
-    case kNumKeys: break;
+    case kNumKeys:
+      break;
   }
   return w.body();
 }
@@ -55,8 +62,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (encode(r) != body) std::abort();
     }
   } catch (const ProtocolError&) {
-  } catch (const std::runtime_error&) {
-  }
+  } catch (const std::runtime_error&) {}
   ::close(fds[0]);
   return 0;
 }

@@ -9,10 +9,14 @@ namespace minidl::kernels {
 std::string format_bytes(size_t n) {
   char buf[64];
   if (n == SIZE_MAX) return "unlimited";
-  if (n >= (size_t(1) << 30)) std::snprintf(buf, sizeof buf, "%.2f GiB", double(n) / double(size_t(1) << 30));
-  else if (n >= (size_t(1) << 20)) std::snprintf(buf, sizeof buf, "%.2f MiB", double(n) / double(size_t(1) << 20));
-  else if (n >= 1024) std::snprintf(buf, sizeof buf, "%.2f KiB", double(n) / 1024.0);
-  else std::snprintf(buf, sizeof buf, "%zu B", n);
+  if (n >= (size_t(1) << 30))
+    std::snprintf(buf, sizeof buf, "%.2f GiB", double(n) / double(size_t(1) << 30));
+  else if (n >= (size_t(1) << 20))
+    std::snprintf(buf, sizeof buf, "%.2f MiB", double(n) / double(size_t(1) << 20));
+  else if (n >= 1024)
+    std::snprintf(buf, sizeof buf, "%.2f KiB", double(n) / 1024.0);
+  else
+    std::snprintf(buf, sizeof buf, "%zu B", n);
   return buf;
 }
 
@@ -114,8 +118,10 @@ void* CachingAllocator::allocate(size_t nbytes, void* stream) {
   const bool small = size <= kSmallLimit;
   Pool& pool = small ? small_pool_ : large_pool_;
   Block* b = take_free_block(pool, size, stream);
-  if (b) ++stats_.cache_hits;
-  else b = new_segment(size, stream, small, nbytes);
+  if (b)
+    ++stats_.cache_hits;
+  else
+    b = new_segment(size, stream, small, nbytes);
   split(b, size, pool);
   b->in_use = true;
   live_[b->ptr] = b;

@@ -45,7 +45,7 @@ struct CachingAllocatorStats {
 class CachingAllocator {
  public:
   static constexpr size_t kRound = 512;
-  static constexpr size_t kSmallLimit = size_t(1) << 20;    // 1 MiB
+  static constexpr size_t kSmallLimit = size_t(1) << 20;  // 1 MiB
   static constexpr size_t kSegmentRound = size_t(2) << 20;  // 2 MiB
 
   // device_name: for messages ("cuda:0"); total_bytes: the device's memory (the cap's base).
@@ -55,7 +55,7 @@ class CachingAllocator {
   CachingAllocator& operator=(const CachingAllocator&) = delete;
 
   void* allocate(size_t nbytes, void* stream);  // nbytes == 0 -> nullptr
-  void free(void* p);                           // p from allocate(); nullptr is ignored
+  void free(void* p);  // p from allocate(); nullptr is ignored
   void empty_cache();
   // cap = fraction * total_bytes; fraction in (0, 1]. Throws std::invalid_argument otherwise.
   void set_memory_fraction(double fraction);

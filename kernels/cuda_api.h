@@ -14,34 +14,34 @@
 namespace minidl::kernels::cuda {
 
 bool compiled_with_cuda();
-int device_count();                 // 0 when no driver or no device (CUDA_VISIBLE_DEVICES respected)
+int device_count();  // 0 when no driver or no device (CUDA_VISIBLE_DEVICES respected)
 std::string device_name(int index);
 // Throws std::runtime_error naming `op` and the reason when no CUDA device can be used
 // ("built without CUDA" or "no CUDA device present"), or when `device` is out of range.
 void require_device(int device, const char* op);
-void set_device(int device);        // makes `device` current for this host thread
+void set_device(int device);  // makes `device` current for this host thread
 int current_device();
 // LOCAL_RANK (default 0) modulo the number of visible devices (CUDA_VISIBLE_DEVICES is applied by
 // the runtime); sets it current and returns it. Throws when there is no device.
 int select_device_from_env();
 
 // ---- memory: every device allocation goes through the caching allocator ----
-void* device_malloc(size_t nbytes, int device);   // on the device's compute stream
+void* device_malloc(size_t nbytes, int device);  // on the device's compute stream
 void device_free(void* p, int device);
 struct MemoryStats {
-  size_t allocated = 0;        // bytes in live blocks (rounded to 512)
-  size_t reserved = 0;         // bytes held from cudaMalloc (segments)
+  size_t allocated = 0;  // bytes in live blocks (rounded to 512)
+  size_t reserved = 0;  // bytes held from cudaMalloc (segments)
   size_t peak_allocated = 0;
   size_t peak_reserved = 0;
-  size_t cap = 0;              // memory fraction * device total (SIZE_MAX: no cap)
+  size_t cap = 0;  // memory fraction * device total (SIZE_MAX: no cap)
   int64_t segment_allocs = 0;  // cudaMalloc calls
-  int64_t segment_frees = 0;   // cudaFree calls
-  int64_t cache_hits = 0;      // allocations served from the cache
+  int64_t segment_frees = 0;  // cudaFree calls
+  int64_t cache_hits = 0;  // allocations served from the cache
 };
 MemoryStats memory_stats(int device);
 void reset_peak_memory_stats(int device);
-void empty_cache(int device);                          // returns unused segments to the driver
-void set_memory_fraction(double fraction, int device); // cap = fraction * total device memory
+void empty_cache(int device);  // returns unused segments to the driver
+void set_memory_fraction(double fraction, int device);  // cap = fraction * total device memory
 
 // Copies nbytes between host and device (kind: 0 host->device, 1 device->host, 2 device->device),
 // ordered with the work already queued on `device`'s compute stream (-1: the current device);
@@ -50,7 +50,7 @@ void memcpy(void* dst, const void* src, size_t nbytes, int kind, int device = -1
 void synchronize(int device);  // waits for the device's compute and communication streams
 
 // ---- streams (opaque cudaStream_t / cudaEvent_t handles for plain C++ code) ----
-void* compute_stream(int device);        // one per device; every minidl kernel runs on it
+void* compute_stream(int device);  // one per device; every minidl kernel runs on it
 void* communication_stream(int device);  // one per device; NCCL collectives run on it
 // `waiter` waits (on the device, not the host) for everything queued so far on `signaller`.
 void stream_wait_stream(void* waiter, void* signaller);
@@ -64,7 +64,7 @@ MemoryStats pinned_memory_stats();  // the pinned cache's counters (segment_allo
 // ---- debugging: with MINIDL_CUDA_SYNC=1 every kernel launch and cuBLAS / cuDNN call is followed
 // by a stream synchronisation, so an asynchronous fault (a bad address in a kernel) is reported
 // with the op that launched it instead of at some later copy. Slow: for finding bugs only. ----
-bool sync_after_kernels();              // initially parse_cuda_sync(getenv("MINIDL_CUDA_SYNC"))
+bool sync_after_kernels();  // initially parse_cuda_sync(getenv("MINIDL_CUDA_SYNC"))
 void set_sync_after_kernels(bool on);
 // MINIDL_CUDA_SYNC's value: unset, "" or "0" is off, "1" on; anything else throws naming it.
 inline bool parse_cuda_sync(const char* value) {

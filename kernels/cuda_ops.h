@@ -54,20 +54,23 @@ MINIDL_HD int64_t strided_offset(const StridedIter& it, int k, int64_t i) {
 
 // ---- element-wise (elementwise.cu); `out` may alias `a` (in-place ops) ----
 #define MINIDL_CUDA_UNARY_OPS(X)                                                                                 \
-  X(NegOp) X(ExpOp) X(LogOp) X(SqrtOp) X(RsqrtOp) X(AbsOp) X(TanhOp) X(SigmoidOp) X(ReluOp) X(PowScalarOp)     \
-  X(AddScalarOp) X(MulScalarOp) X(DivScalarOp) X(GeluErfOp) X(GeluTanhOp)    \
-  X(SiluOp) X(LeakyReluOp) X(EluOp) X(SoftplusOp) X(HardswishOp) X(SmoothL1Op)
-#define MINIDL_CUDA_BINARY_OPS(X)                                                                                \
-  X(AddOp) X(SubOp) X(MulOp) X(DivOp) X(MaximumOp) X(MinimumOp) X(EqOp) X(GtOp) X(LtOp) X(ReluBackward)          \
-  X(GeluErfBackward) X(GeluTanhBackward) X(TanhBackwardFromY) X(SigmoidBackwardFromY) X(AddScaledOp) X(AxpbyOp) \
-  X(LerpOp) X(SiluBackward) X(LeakyReluBackward) X(EluBackward) X(SoftplusBackward) X(HardswishBackward)  \
-  X(AbsBackward) X(SmoothL1Backward)
+  X(NegOp)                                                                                                       \
+  X(ExpOp) X(LogOp) X(SqrtOp) X(RsqrtOp) X(AbsOp) X(TanhOp) X(SigmoidOp) X(ReluOp) X(PowScalarOp) X(AddScalarOp) \
+      X(MulScalarOp) X(DivScalarOp) X(GeluErfOp) X(GeluTanhOp) X(SiluOp) X(LeakyReluOp) X(EluOp) X(SoftplusOp)   \
+          X(HardswishOp) X(SmoothL1Op)
+#define MINIDL_CUDA_BINARY_OPS(X)                                                                                     \
+  X(AddOp)                                                                                                            \
+  X(SubOp) X(MulOp) X(DivOp) X(MaximumOp) X(MinimumOp) X(EqOp) X(GtOp) X(LtOp) X(ReluBackward) X(GeluErfBackward)     \
+      X(GeluTanhBackward) X(TanhBackwardFromY) X(SigmoidBackwardFromY) X(AddScaledOp) X(AxpbyOp) X(LerpOp)            \
+          X(SiluBackward) X(LeakyReluBackward) X(EluBackward) X(SoftplusBackward) X(HardswishBackward) X(AbsBackward) \
+              X(SmoothL1Backward)
 #define MINIDL_CUDA_TERNARY_OPS(X) X(AddcmulOp) X(AddcdivOp)
 
-#define MINIDL_DECLARE_UNARY(Op) void elementwise(ElemType t, const StridedIter& it, void* out, const void* x, const Op& op);
+#define MINIDL_DECLARE_UNARY(Op) \
+  void elementwise(ElemType t, const StridedIter& it, void* out, const void* x, const Op& op);
 #define MINIDL_DECLARE_BINARY(Op) \
   void elementwise(ElemType t, const StridedIter& it, void* out, const void* a, const void* b, const Op& op);
-#define MINIDL_DECLARE_TERNARY(Op)                                                                         \
+#define MINIDL_DECLARE_TERNARY(Op)                                                                            \
   void elementwise(ElemType t, const StridedIter& it, void* out, const void* a, const void* b, const void* c, \
                    const Op& op);
 MINIDL_CUDA_UNARY_OPS(MINIDL_DECLARE_UNARY)
@@ -114,14 +117,13 @@ void layer_norm_forward(ElemType t, const void* x, int64_t rows, int64_t M, cons
 // dweight / dbias (M) may be nullptr (no affine weight).
 void layer_norm_backward(ElemType t, const void* dy, const void* x, int64_t rows, int64_t M, const void* mean,
                          const void* invstd, const void* weight, void* dx, void* dweight, void* dbias);
-void batch_norm_stats(ElemType t, const void* x, int64_t N, int64_t C, int64_t S, double eps, void* mean,
-                      void* invstd);
-void batch_norm_elemt(ElemType t, const void* x, int64_t N, int64_t C, int64_t S, const void* mean,
-                      const void* invstd, const void* weight, const void* bias, void* y);
+void batch_norm_stats(ElemType t, const void* x, int64_t N, int64_t C, int64_t S, double eps, void* mean, void* invstd);
+void batch_norm_elemt(ElemType t, const void* x, int64_t N, int64_t C, int64_t S, const void* mean, const void* invstd,
+                      const void* weight, const void* bias, void* y);
 // grad_weight / grad_bias may be nullptr (no affine weight).
 void batch_norm_backward_reduce(ElemType t, const void* dy, const void* x, int64_t N, int64_t C, int64_t S,
-                                const void* mean, const void* invstd, void* sum_dy, void* sum_dy_xmu,
-                                void* grad_weight, void* grad_bias);
+                                const void* mean, const void* invstd, void* sum_dy, void* sum_dy_xmu, void* grad_weight,
+                                void* grad_bias);
 void batch_norm_backward_elemt(ElemType t, const void* dy, const void* x, int64_t N, int64_t C, int64_t S,
                                const void* mean, const void* invstd, const void* weight, const void* sum_dy,
                                const void* sum_dy_xmu, int64_t count, void* dx);
@@ -131,8 +133,8 @@ void index_select(ElemType t, const void* x, const int64_t* index, void* out, in
                   int64_t inner);
 // out (outer, n, inner) = 0, then out[o, index[j], :] += src[o, j, :] for j = 0..k-1 IN ORDER (the
 // CPU's order, so the sums are bit-identical; no atomics). index_host: the k indices on the host.
-void index_add(ElemType t, const void* src, const int64_t* index_host, void* out, int64_t outer, int64_t n,
-               int64_t k, int64_t inner);
+void index_add(ElemType t, const void* src, const int64_t* index_host, void* out, int64_t outer, int64_t n, int64_t k,
+               int64_t inner);
 
 // ---- pooling (pool.cu); planes of (H, W) ----
 struct PoolWindow {

@@ -48,9 +48,9 @@ void axpy(float, const float*, float*, long, int) { no_cuda("cuda axpy"); }
   void elementwise(ElemType, const StridedIter&, void*, const void*, const Op&) { no_cuda(#Op); }
 #define MINIDL_STUB_BINARY(Op) \
   void elementwise(ElemType, const StridedIter&, void*, const void*, const void*, const Op&) { no_cuda(#Op); }
-#define MINIDL_STUB_TERNARY(Op)                                                                       \
+#define MINIDL_STUB_TERNARY(Op)                                                                             \
   void elementwise(ElemType, const StridedIter&, void*, const void*, const void*, const void*, const Op&) { \
-    no_cuda(#Op);                                                                                     \
+    no_cuda(#Op);                                                                                           \
   }
 MINIDL_CUDA_UNARY_OPS(MINIDL_STUB_UNARY)
 MINIDL_CUDA_BINARY_OPS(MINIDL_STUB_BINARY)
@@ -90,12 +90,12 @@ void batch_norm_elemt(ElemType, const void*, int64_t, int64_t, int64_t, const vo
                       const void*, void*) {
   no_cuda("batch_norm_elemt");
 }
-void batch_norm_backward_reduce(ElemType, const void*, const void*, int64_t, int64_t, int64_t, const void*,
-                                const void*, void*, void*, void*, void*) {
+void batch_norm_backward_reduce(ElemType, const void*, const void*, int64_t, int64_t, int64_t, const void*, const void*,
+                                void*, void*, void*, void*) {
   no_cuda("batch_norm_backward_reduce");
 }
-void batch_norm_backward_elemt(ElemType, const void*, const void*, int64_t, int64_t, int64_t, const void*,
-                               const void*, const void*, const void*, const void*, int64_t, void*) {
+void batch_norm_backward_elemt(ElemType, const void*, const void*, int64_t, int64_t, int64_t, const void*, const void*,
+                               const void*, const void*, const void*, int64_t, void*) {
   no_cuda("batch_norm_backward_elemt");
 }
 void index_select(ElemType, const void*, const int64_t*, void*, int64_t, int64_t, int64_t, int64_t) {

@@ -2,6 +2,7 @@
 // Each functor is __host__ __device__ so the CPU tests exercise exactly the math the GPU runs.
 // Forward functors compute y = f(x) (or f(a, b)); backward functors compute dL/dx from
 // (x or y, dy). Types are templated so float32 and float64 share one definition.
+// clang-format off (one-line functors read as a table)
 #pragma once
 #include <cmath>
 
@@ -14,25 +15,57 @@
 namespace minidl::kernels {
 
 // ---- binary ----
-struct AddOp { template <class T> MINIDL_HD T operator()(T a, T b) const { return a + b; } };
-struct SubOp { template <class T> MINIDL_HD T operator()(T a, T b) const { return a - b; } };
-struct MulOp { template <class T> MINIDL_HD T operator()(T a, T b) const { return a * b; } };
-struct DivOp { template <class T> MINIDL_HD T operator()(T a, T b) const { return a / b; } };
+struct AddOp {
+  template <class T> MINIDL_HD T operator()(T a, T b) const { return a + b; }
+};
+struct SubOp {
+  template <class T> MINIDL_HD T operator()(T a, T b) const { return a - b; }
+};
+struct MulOp {
+  template <class T> MINIDL_HD T operator()(T a, T b) const { return a * b; }
+};
+struct DivOp {
+  template <class T> MINIDL_HD T operator()(T a, T b) const { return a / b; }
+};
 // maximum/minimum propagate NaN from either side, as torch.maximum/minimum (x != x: x is NaN)
-struct MaximumOp { template <class T> MINIDL_HD T operator()(T a, T b) const { return a != a || a > b ? a : b; } };
-struct MinimumOp { template <class T> MINIDL_HD T operator()(T a, T b) const { return a != a || a < b ? a : b; } };
-struct EqOp { template <class T> MINIDL_HD T operator()(T a, T b) const { return a == b ? T(1) : T(0); } };
-struct GtOp { template <class T> MINIDL_HD T operator()(T a, T b) const { return a > b ? T(1) : T(0); } };
-struct LtOp { template <class T> MINIDL_HD T operator()(T a, T b) const { return a < b ? T(1) : T(0); } };
+struct MaximumOp {
+  template <class T> MINIDL_HD T operator()(T a, T b) const { return a != a || a > b ? a : b; }
+};
+struct MinimumOp {
+  template <class T> MINIDL_HD T operator()(T a, T b) const { return a != a || a < b ? a : b; }
+};
+struct EqOp {
+  template <class T> MINIDL_HD T operator()(T a, T b) const { return a == b ? T(1) : T(0); }
+};
+struct GtOp {
+  template <class T> MINIDL_HD T operator()(T a, T b) const { return a > b ? T(1) : T(0); }
+};
+struct LtOp {
+  template <class T> MINIDL_HD T operator()(T a, T b) const { return a < b ? T(1) : T(0); }
+};
 
 // ---- unary forward ----
-struct NegOp { template <class T> MINIDL_HD T operator()(T x) const { return -x; } };
-struct ExpOp { template <class T> MINIDL_HD T operator()(T x) const { return std::exp(x); } };
-struct LogOp { template <class T> MINIDL_HD T operator()(T x) const { return std::log(x); } };
-struct SqrtOp { template <class T> MINIDL_HD T operator()(T x) const { return std::sqrt(x); } };
-struct RsqrtOp { template <class T> MINIDL_HD T operator()(T x) const { return T(1) / std::sqrt(x); } };
-struct AbsOp { template <class T> MINIDL_HD T operator()(T x) const { return x < T(0) ? -x : x; } };
-struct TanhOp { template <class T> MINIDL_HD T operator()(T x) const { return std::tanh(x); } };
+struct NegOp {
+  template <class T> MINIDL_HD T operator()(T x) const { return -x; }
+};
+struct ExpOp {
+  template <class T> MINIDL_HD T operator()(T x) const { return std::exp(x); }
+};
+struct LogOp {
+  template <class T> MINIDL_HD T operator()(T x) const { return std::log(x); }
+};
+struct SqrtOp {
+  template <class T> MINIDL_HD T operator()(T x) const { return std::sqrt(x); }
+};
+struct RsqrtOp {
+  template <class T> MINIDL_HD T operator()(T x) const { return T(1) / std::sqrt(x); }
+};
+struct AbsOp {
+  template <class T> MINIDL_HD T operator()(T x) const { return x < T(0) ? -x : x; }
+};
+struct TanhOp {
+  template <class T> MINIDL_HD T operator()(T x) const { return std::tanh(x); }
+};
 struct SigmoidOp {
   template <class T> MINIDL_HD T operator()(T x) const {
     // stable for large |x|: never exponentiates a large positive number
@@ -42,7 +75,9 @@ struct SigmoidOp {
   }
 };
 // relu keeps NaN and -0.0 (only x < 0 becomes 0), as torch.relu
-struct ReluOp { template <class T> MINIDL_HD T operator()(T x) const { return x < T(0) ? T(0) : x; } };
+struct ReluOp {
+  template <class T> MINIDL_HD T operator()(T x) const { return x < T(0) ? T(0) : x; }
+};
 struct PowScalarOp {
   double p;
   template <class T> MINIDL_HD T operator()(T x) const {
@@ -50,9 +85,18 @@ struct PowScalarOp {
     return std::pow(x, T(p));
   }
 };
-struct AddScalarOp { double s; template <class T> MINIDL_HD T operator()(T x) const { return x + T(s); } };
-struct MulScalarOp { double s; template <class T> MINIDL_HD T operator()(T x) const { return x * T(s); } };
-struct DivScalarOp { double s; template <class T> MINIDL_HD T operator()(T x) const { return x / T(s); } };
+struct AddScalarOp {
+  double s;
+  template <class T> MINIDL_HD T operator()(T x) const { return x + T(s); }
+};
+struct MulScalarOp {
+  double s;
+  template <class T> MINIDL_HD T operator()(T x) const { return x * T(s); }
+};
+struct DivScalarOp {
+  double s;
+  template <class T> MINIDL_HD T operator()(T x) const { return x / T(s); }
+};
 
 // GELU, exact form: x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2))
 struct GeluErfOp {
@@ -113,7 +157,9 @@ struct SmoothL1Op {
 
 // ---- unary backward: dx from (input x, upstream dy) ----
 // dy where x > 0 or x is NaN, as torch's threshold_backward (x <= 0 gives 0)
-struct ReluBackward { template <class T> MINIDL_HD T operator()(T x, T dy) const { return x <= T(0) ? T(0) : dy; } };
+struct ReluBackward {
+  template <class T> MINIDL_HD T operator()(T x, T dy) const { return x <= T(0) ? T(0) : dy; }
+};
 struct GeluErfBackward {
   template <class T> MINIDL_HD T operator()(T x, T dy) const {
     const T cdf = T(0.5) * (T(1) + std::erf(x * T(0.70710678118654752440)));
@@ -131,8 +177,12 @@ struct GeluTanhBackward {
   }
 };
 // backward from the output y: tanh' = 1 - y^2, sigmoid' = y (1 - y)
-struct TanhBackwardFromY { template <class T> MINIDL_HD T operator()(T y, T dy) const { return dy * (T(1) - y * y); } };
-struct SigmoidBackwardFromY { template <class T> MINIDL_HD T operator()(T y, T dy) const { return dy * y * (T(1) - y); } };
+struct TanhBackwardFromY {
+  template <class T> MINIDL_HD T operator()(T y, T dy) const { return dy * (T(1) - y * y); }
+};
+struct SigmoidBackwardFromY {
+  template <class T> MINIDL_HD T operator()(T y, T dy) const { return dy * y * (T(1) - y); }
+};
 
 // activation backward from the input x
 struct SiluBackward {
@@ -176,13 +226,26 @@ struct SmoothL1Backward {
 };
 
 // ---- in-place update rules (optimizers, gradient accumulation): new a from (a, b[, c]) ----
-struct AddScaledOp { double alpha; template <class T> MINIDL_HD T operator()(T a, T b) const { return a + T(alpha) * b; } };
+struct AddScaledOp {
+  double alpha;
+  template <class T> MINIDL_HD T operator()(T a, T b) const { return a + T(alpha) * b; }
+};
 struct AxpbyOp {  // a * beta + b * alpha
   double beta, alpha;
   template <class T> MINIDL_HD T operator()(T a, T b) const { return a * T(beta) + b * T(alpha); }
 };
-struct LerpOp { double w; template <class T> MINIDL_HD T operator()(T a, T b) const { return a + T(w) * (b - a); } };
-struct AddcmulOp { double alpha; template <class T> MINIDL_HD T operator()(T a, T b, T c) const { return a + T(alpha) * b * c; } };
-struct AddcdivOp { double alpha; template <class T> MINIDL_HD T operator()(T a, T b, T c) const { return a + T(alpha) * b / c; } };
+struct LerpOp {
+  double w;
+  template <class T> MINIDL_HD T operator()(T a, T b) const { return a + T(w) * (b - a); }
+};
+struct AddcmulOp {
+  double alpha;
+  template <class T> MINIDL_HD T operator()(T a, T b, T c) const { return a + T(alpha) * b * c; }
+};
+struct AddcdivOp {
+  double alpha;
+  template <class T> MINIDL_HD T operator()(T a, T b, T c) const { return a + T(alpha) * b / c; }
+};
 
 }  // namespace minidl::kernels
+// clang-format on

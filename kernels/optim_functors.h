@@ -36,7 +36,7 @@ struct SgdStep {
   template <class T> MINIDL_HD void operator()(T& p, T g) const {
     T d = g;
     if (weight_decay != 0.0) d = std::fma(T(weight_decay), p, d);  // d.add(p, alpha=weight_decay)
-    p = std::fma(T(-lr), d, p);                                     // p.add_(d, alpha=-lr)
+    p = std::fma(T(-lr), d, p);  // p.add_(d, alpha=-lr)
   }
   // with a momentum buffer
   template <class T> MINIDL_HD void operator()(T& p, T g, T& buf) const {
@@ -45,7 +45,7 @@ struct SgdStep {
     if (first_step) {
       buf = d;
     } else {
-      buf = buf * T(momentum);                    // buf.mul_(momentum)
+      buf = buf * T(momentum);  // buf.mul_(momentum)
       buf = std::fma(T(1.0 - dampening), d, buf);  // .add_(d, alpha=1 - dampening)
     }
     d = nesterov ? std::fma(T(momentum), buf, d) : buf;  // d.add(buf, alpha=momentum)
@@ -68,8 +68,8 @@ struct AdamStep {
   double weight_decay = 0.0;
   bool decoupled_weight_decay = false;  // AdamW
   bool amsgrad = false;
-  double step_size = 0.0;               // lr / (1 - beta1^t)
-  double bias_correction2_sqrt = 1.0;   // sqrt(1 - beta2^t)
+  double step_size = 0.0;  // lr / (1 - beta1^t)
+  double bias_correction2_sqrt = 1.0;  // sqrt(1 - beta2^t)
 
   // Fills the per-step scalars for step t (t >= 1).
   void set_step(double t) {

@@ -51,8 +51,7 @@ MINIDL_HD double philox_uniform_double(uint32_t w0, uint32_t w1) {
 }
 
 // Element i of a uniform tensor: one Philox call per element, so any element is computable alone.
-template <class T>
-MINIDL_HD T philox_uniform(uint64_t seed, uint64_t stream, uint64_t i) {
+template <class T> MINIDL_HD T philox_uniform(uint64_t seed, uint64_t stream, uint64_t i) {
   const Philox4x32 r = philox_at(seed, stream, i);
   if constexpr (sizeof(T) == 4) {
     return static_cast<T>(philox_uniform_float(r.v[0]));
@@ -62,8 +61,7 @@ MINIDL_HD T philox_uniform(uint64_t seed, uint64_t stream, uint64_t i) {
 }
 
 // Element i of a standard normal tensor: Box–Muller on two uniforms from one Philox call.
-template <class T>
-MINIDL_HD T philox_normal(uint64_t seed, uint64_t stream, uint64_t i) {
+template <class T> MINIDL_HD T philox_normal(uint64_t seed, uint64_t stream, uint64_t i) {
   const Philox4x32 r = philox_at(seed, stream, i);
   const double u1 = 1.0 - philox_uniform_double(r.v[0], r.v[1]);  // (0, 1]: log is finite
   const double u2 = philox_uniform_double(r.v[2], r.v[3]);

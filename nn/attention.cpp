@@ -23,9 +23,7 @@ MultiheadAttention::MultiheadAttention(const MultiheadAttentionOptions& o)
   register_module("out_proj", out_proj);
 }
 
-Variable MultiheadAttention::forward(const Variable& x) {
-  return forward(x, x, x, {.need_weights = false}).output;
-}
+Variable MultiheadAttention::forward(const Variable& x) { return forward(x, x, x, {.need_weights = false}).output; }
 
 MultiheadAttentionOutput MultiheadAttention::forward(const Variable& query_in, const Variable& key_in,
                                                      const Variable& value_in, const MultiheadAttentionArgs& args) {
@@ -40,9 +38,10 @@ MultiheadAttentionOutput MultiheadAttention::forward(const Variable& query_in, c
   const Variable query = bf(query_in), key = bf(key_in), value = bf(value_in);
   const int64_t B = query.size(0), L = query.size(1), S = key.size(1);
   if (key.size(0) != B || value.size(0) != B || value.size(1) != S)
-    throw std::invalid_argument("MultiheadAttention: key and value must have the same batch and length, and the "
-                                "batch of query; got query " + query_in.data().desc() + ", key " +
-                                key_in.data().desc() + ", value " + value_in.data().desc());
+    throw std::invalid_argument(
+        "MultiheadAttention: key and value must have the same batch and length, and the "
+        "batch of query; got query " +
+        query_in.data().desc() + ", key " + key_in.data().desc() + ", value " + value_in.data().desc());
   auto heads = [&](const Variable& t, int64_t i, int64_t len) {  // projection i -> (B, H, len, D)
     Variable b = in_proj_bias.defined() ? slice(in_proj_bias, 0, i * E, (i + 1) * E) : Variable();
     Variable p = linear(t, slice(in_proj_weight, 0, i * E, (i + 1) * E), b);
@@ -51,7 +50,9 @@ MultiheadAttentionOutput MultiheadAttention::forward(const Variable& query_in, c
   Variable q, k, v;
   if (query.is_same(key) && key.is_same(value)) {  // self-attention: one fused projection
     Variable qkv = linear(query, in_proj_weight, in_proj_bias);  // (B, L, 3E)
-    auto split = [&](int64_t i) { return permute(reshape(slice(qkv, 2, i * E, (i + 1) * E), {B, L, H, D}), {0, 2, 1, 3}); };
+    auto split = [&](int64_t i) {
+      return permute(reshape(slice(qkv, 2, i * E, (i + 1) * E), {B, L, H, D}), {0, 2, 1, 3});
+    };
     q = split(0), k = split(1), v = split(2);
   } else {
     q = heads(query, 0, L), k = heads(key, 1, S), v = heads(value, 2, S);
@@ -78,8 +79,8 @@ MultiheadAttentionOutput MultiheadAttention::forward(const Variable& query_in, c
   if (args.key_padding_mask.defined()) {
     const Tensor& m = args.key_padding_mask;
     if (m.dim() != 2 || m.size(0) != B || m.size(1) != S)
-      throw std::invalid_argument("MultiheadAttention: key_padding_mask must be (B, S) = (" + std::to_string(B) +
-                                  ", " + std::to_string(S) + "), got " + m.desc());
+      throw std::invalid_argument("MultiheadAttention: key_padding_mask must be (B, S) = (" + std::to_string(B) + ", " +
+                                  std::to_string(S) + "), got " + m.desc());
     Tensor kp = additive_mask(m, /*true_means_masked=*/true, dt, dev, "MultiheadAttention key_padding_mask")
                     .reshape({B, 1, 1, S});
     mask = mask.defined() ? add(mask, kp) : kp;

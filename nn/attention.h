@@ -20,13 +20,13 @@ struct MultiheadAttentionOptions {
 // The per-call arguments of MultiheadAttention::forward(query, key, value, ...), as PyTorch's.
 struct MultiheadAttentionArgs {
   Tensor key_padding_mask = {};  // (B, S): boolean (uint8) 1 = ignore this key, or floating (added)
-  Tensor attn_mask = {};         // (L, S) or (B * H, L, S): boolean 1 = may not attend, or floating (added)
-  bool need_weights = true;      // also return the attention weights
+  Tensor attn_mask = {};  // (L, S) or (B * H, L, S): boolean 1 = may not attend, or floating (added)
+  bool need_weights = true;  // also return the attention weights
   bool average_attn_weights = true;  // weights (B, L, S) averaged over heads, else (B, H, L, S)
-  bool is_causal = false;        // query i attends to keys j <= i only (instead of an attn_mask)
+  bool is_causal = false;  // query i attends to keys j <= i only (instead of an attn_mask)
 };
 struct MultiheadAttentionOutput {
-  Variable output;   // like query: (B, L, E) or (L, B, E)
+  Variable output;  // like query: (B, L, E) or (L, B, E)
   Variable weights;  // undefined unless need_weights; after dropout, as PyTorch returns them
 };
 
@@ -42,7 +42,7 @@ class MultiheadAttention : public Module {
 
   MultiheadAttentionOptions options;
   Variable in_proj_weight;  // (3E, E)
-  Variable in_proj_bias;    // (3E)
+  Variable in_proj_bias;  // (3E)
   Linear out_proj;
 };
 

@@ -44,9 +44,9 @@ class BatchNormBase : public Module {
   bool uses_batch_stats() const { return training_ || !running_mean.defined(); }
 
   BatchNormOptions options;
-  Variable weight, bias;                  // (C) when affine
-  Tensor running_mean, running_var;       // (C) when track_running_stats
-  Tensor num_batches_tracked;             // int64 0-d
+  Variable weight, bias;  // (C) when affine
+  Tensor running_mean, running_var;  // (C) when track_running_stats
+  Tensor num_batches_tracked;  // int64 0-d
 
  protected:
   virtual void check_input_dim(const Variable& x) const = 0;

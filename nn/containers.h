@@ -20,8 +20,7 @@ class ModuleList : public Module {
  public:
   std::string type_name() const override { return "ModuleList"; }
 
-  template <class M, class... Args>
-  M& push_back(Args&&... args) {
+  template <class M, class... Args> M& push_back(Args&&... args) {
     return static_cast<M&>(append(std::make_unique<M>(std::forward<Args>(args)...)));
   }
   Module& append(std::unique_ptr<Module> m);
@@ -30,8 +29,7 @@ class ModuleList : public Module {
   // Bounds-checked (throws std::out_of_range naming the index and the size).
   Module& operator[](size_t i) const;
   // The i-th child as its concrete type (throws std::invalid_argument if it is another type).
-  template <class M>
-  M& at(size_t i) const {
+  template <class M> M& at(size_t i) const {
     auto* p = dynamic_cast<M*>(&(*this)[i]);
     if (!p) throw std::invalid_argument("ModuleList: child " + std::to_string(i) + " is a " + (*this)[i].type_name());
     return *p;
@@ -41,7 +39,10 @@ class ModuleList : public Module {
     const ModuleList* list;
     size_t i;
     Module& operator*() const { return (*list)[i]; }
-    Iterator& operator++() { ++i; return *this; }
+    Iterator& operator++() {
+      ++i;
+      return *this;
+    }
     bool operator!=(const Iterator& o) const { return i != o.i; }
   };
   Iterator begin() const { return {this, 0}; }
@@ -52,8 +53,7 @@ class ModuleDict : public Module {
  public:
   std::string type_name() const override { return "ModuleDict"; }
 
-  template <class M, class... Args>
-  M& emplace(const std::string& key, Args&&... args) {
+  template <class M, class... Args> M& emplace(const std::string& key, Args&&... args) {
     return static_cast<M&>(insert(key, std::make_unique<M>(std::forward<Args>(args)...)));
   }
   // Keys must be new, non-empty and without '.' (an error names the key otherwise).

@@ -8,7 +8,8 @@
 namespace minidl::nn {
 
 Conv2dPadding::Conv2dPadding(const std::string& n, int) {
-  if (n == "same") same = true;
+  if (n == "same")
+    same = true;
   else if (n != "valid")
     throw std::invalid_argument("Conv2d: padding must be a number, \"same\" or \"valid\", got \"" + n + "\"");
 }
@@ -17,15 +18,16 @@ Conv2d::Conv2d(const Conv2dOptions& o) : options(o) {
   const int64_t kh = o.kernel_h > 0 ? o.kernel_h : o.kernel, kw = o.kernel_w > 0 ? o.kernel_w : o.kernel;
   const int64_t pad = o.padding.amount;
   if (o.in <= 0 || o.out <= 0 || kh <= 0 || kw <= 0 || o.stride <= 0 || o.dilation <= 0 || pad < 0)
-    throw std::invalid_argument("Conv2d: invalid options (in=" + std::to_string(o.in) + ", out=" + std::to_string(o.out) +
-                                ", kernel=" + std::to_string(kh) + "x" + std::to_string(kw) + ", stride=" +
-                                std::to_string(o.stride) + ", padding=" + std::to_string(pad) + ")");
+    throw std::invalid_argument("Conv2d: invalid options (in=" + std::to_string(o.in) + ", out=" +
+                                std::to_string(o.out) + ", kernel=" + std::to_string(kh) + "x" + std::to_string(kw) +
+                                ", stride=" + std::to_string(o.stride) + ", padding=" + std::to_string(pad) + ")");
   if (o.padding.same && o.stride != 1)
-    throw std::invalid_argument("Conv2d: padding=\"same\" is not supported for strided convolutions (stride=" +
-                                std::to_string(o.stride) + ")");
+    throw std::invalid_argument(
+        "Conv2d: padding=\"same\" is not supported for strided convolutions (stride=" + std::to_string(o.stride) + ")");
   const std::string& mode = o.padding_mode;
   if (mode != "zeros" && mode != "reflect" && mode != "replicate" && mode != "circular")
-    throw std::invalid_argument("Conv2d: padding_mode must be zeros, reflect, replicate or circular, got '" + mode + "'");
+    throw std::invalid_argument("Conv2d: padding_mode must be zeros, reflect, replicate or circular, got '" + mode +
+                                "'");
   if (o.groups <= 0 || o.in % o.groups != 0 || o.out % o.groups != 0)
     throw std::invalid_argument("Conv2d: in (" + std::to_string(o.in) + ") and out (" + std::to_string(o.out) +
                                 ") must be divisible by groups (" + std::to_string(o.groups) + ")");
@@ -36,8 +38,13 @@ Conv2d::Conv2d(const Conv2dOptions& o) : options(o) {
     l_h = th / 2, r_h = th - l_h, l_w = tw / 2, r_w = tw - l_w;
   }
   const bool zeros_symmetric = mode == "zeros" && l_h == r_h && l_w == r_w;
-  params = {.stride_h = o.stride, .stride_w = o.stride, .pad_h = zeros_symmetric ? l_h : 0,
-            .pad_w = zeros_symmetric ? l_w : 0, .dilation_h = o.dilation, .dilation_w = o.dilation, .groups = o.groups};
+  params = {.stride_h = o.stride,
+            .stride_w = o.stride,
+            .pad_h = zeros_symmetric ? l_h : 0,
+            .pad_w = zeros_symmetric ? l_w : 0,
+            .dilation_h = o.dilation,
+            .dilation_w = o.dilation,
+            .groups = o.groups};
   if (!zeros_symmetric) input_padding = {l_w, r_w, l_h, r_h};
   weight = Variable(empty({o.out, o.in / o.groups, kh, kw}), true);
   register_parameter("weight", weight);
@@ -61,10 +68,12 @@ std::string Conv2d::extra_repr() const {
   std::string s = std::to_string(options.in) + ", " + std::to_string(options.out) + ", kernel_size=(" +
                   std::to_string(weight.size(2)) + ", " + std::to_string(weight.size(3)) + "), stride=(" +
                   std::to_string(options.stride) + ", " + std::to_string(options.stride) + ")";
-  if (options.padding.same) s += ", padding=same";
+  if (options.padding.same)
+    s += ", padding=same";
   else if (options.padding.amount)
     s += ", padding=(" + std::to_string(options.padding.amount) + ", " + std::to_string(options.padding.amount) + ")";
-  if (options.dilation != 1) s += ", dilation=(" + std::to_string(options.dilation) + ", " + std::to_string(options.dilation) + ")";
+  if (options.dilation != 1)
+    s += ", dilation=(" + std::to_string(options.dilation) + ", " + std::to_string(options.dilation) + ")";
   if (options.groups != 1) s += ", groups=" + std::to_string(options.groups);
   if (!options.bias) s += ", bias=False";
   if (options.padding_mode != "zeros") s += ", padding_mode=" + options.padding_mode;

@@ -42,10 +42,10 @@ class Conv2d : public Module {
   void reset_parameters();
 
   Conv2dOptions options;
-  Conv2dParams params;                  // the convolution's own (symmetric, zero) padding
-  std::vector<int64_t> input_padding;   // (left, right, top, bottom) applied first, or empty
+  Conv2dParams params;  // the convolution's own (symmetric, zero) padding
+  std::vector<int64_t> input_padding;  // (left, right, top, bottom) applied first, or empty
   Variable weight;  // (out, in / groups, kh, kw)
-  Variable bias;    // (out) or undefined
+  Variable bias;  // (out) or undefined
 };
 
 }  // namespace minidl::nn

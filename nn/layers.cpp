@@ -20,10 +20,13 @@ std::string LayerNorm::extra_repr() const {
   std::string s = "(";
   for (size_t i = 0; i < options.normalized_shape.size(); ++i) s += std::to_string(options.normalized_shape[i]) + ",";
   char buf[64];
-  std::snprintf(buf, sizeof buf, "), eps=%g, elementwise_affine=%s", options.eps, options.elementwise_affine ? "True" : "False");
+  std::snprintf(buf, sizeof buf, "), eps=%g, elementwise_affine=%s", options.eps,
+                options.elementwise_affine ? "True" : "False");
   return s + buf;
 }
-Variable LayerNorm::forward(const Variable& x) { return layer_norm(x, options.normalized_shape, weight, bias, options.eps); }
+Variable LayerNorm::forward(const Variable& x) {
+  return layer_norm(x, options.normalized_shape, weight, bias, options.eps);
+}
 
 Dropout::Dropout(const DropoutOptions& o) : options(o) {
   if (o.p < 0 || o.p >= 1) throw std::invalid_argument("Dropout: p must be in [0, 1), got " + std::to_string(o.p));
@@ -41,8 +44,13 @@ Pool2dParams pool_params(const Pool2dOptions& o, const char* who) {
   if (o.kernel <= 0 || o.padding < 0 || 2 * o.padding > o.kernel)
     throw std::invalid_argument(std::string(who) + ": kernel must be positive and padding at most half of it (kernel=" +
                                 std::to_string(o.kernel) + ", padding=" + std::to_string(o.padding) + ")");
-  return {.kernel_h = o.kernel, .kernel_w = o.kernel, .stride_h = stride, .stride_w = stride, .pad_h = o.padding,
-          .pad_w = o.padding, .ceil_mode = o.ceil_mode};
+  return {.kernel_h = o.kernel,
+          .kernel_w = o.kernel,
+          .stride_h = stride,
+          .stride_w = stride,
+          .pad_h = o.padding,
+          .pad_w = o.padding,
+          .ceil_mode = o.ceil_mode};
 }
 std::string pool_repr(const Pool2dParams& p) {
   return "kernel_size=" + std::to_string(p.kernel_h) + ", stride=" + std::to_string(p.stride_h) +

@@ -21,7 +21,7 @@ class Linear : public Module {
 
   LinearOptions options;
   Variable weight;  // (out, in)
-  Variable bias;    // (out) or undefined
+  Variable bias;  // (out) or undefined
 };
 
 }  // namespace minidl::nn

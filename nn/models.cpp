@@ -52,11 +52,11 @@ ViT::ViT(const ViTOptions& options)
 
 Variable ViT::forward(const Variable& x) {
   const int64_t B = x.size(0);
-  Variable t = transpose(flatten(patch_embed(x), 2), 1, 2);              // (B, 49, 64)
-  t = cat({expand(cls_token, {B, 1, 64}), t}, 1);                        // (B, 50, 64)
+  Variable t = transpose(flatten(patch_embed(x), 2), 1, 2);  // (B, 49, 64)
+  t = cat({expand(cls_token, {B, 1, 64}), t}, 1);  // (B, 50, 64)
   t = add(t, pos_embed);
   t = norm(blocks(t));
-  return head(select(t, 1, 0));                                          // (B, 10)
+  return head(select(t, 1, 0));  // (B, 10)
 }
 
 std::unique_ptr<Module> make_model(const std::string& name) {

@@ -33,9 +33,7 @@ std::string Module::type_name() const {
   return full.substr(start);
 }
 
-Variable Module::forward(const Variable&) {
-  throw std::logic_error(type_name() + " has no single-input forward(x)");
-}
+Variable Module::forward(const Variable&) { throw std::logic_error(type_name() + " has no single-input forward(x)"); }
 
 void Module::check_new_name(const std::string& name, const char* what) const {
   if (name.empty() || name.find('.') != std::string::npos)
@@ -75,8 +73,7 @@ Module& Module::register_owned_module(const std::string& name, std::unique_ptr<M
 
 bool Module::owns_child(const std::string& name) const {
   for (const auto& [n, m] : children_)
-    if (n == name)
-      return std::any_of(owned_.begin(), owned_.end(), [m = m](const auto& o) { return o.get() == m; });
+    if (n == name) return std::any_of(owned_.begin(), owned_.end(), [m = m](const auto& o) { return o.get() == m; });
   return false;
 }
 
@@ -189,7 +186,8 @@ Module::LoadResult Module::load_state_dict(const TensorMap& state, bool strict) 
     const Tensor& src = it->second;
     if (src.shape() != dst.shape())
       throw std::invalid_argument("load_state_dict: size mismatch for " + name + ": copying a param with shape " +
-                                  shape_str(src.shape()) + ", the shape in the current model is " + shape_str(dst.shape()));
+                                  shape_str(src.shape()) + ", the shape in the current model is " +
+                                  shape_str(dst.shape()));
     if (is_floating(src.dtype()) != is_floating(dst.dtype()))
       throw std::invalid_argument("load_state_dict: dtype mismatch for " + name + ": " + dtype_name(src.dtype()) +
                                   " into " + dtype_name(dst.dtype()));

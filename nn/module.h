@@ -98,8 +98,7 @@ class Module {
  protected:
   Variable& register_parameter(const std::string& name, Variable& param);
   Tensor& register_buffer(const std::string& name, Tensor& buffer);
-  template <class M>
-  M& register_module(const std::string& name, M& child) {
+  template <class M> M& register_module(const std::string& name, M& child) {
     add_child(name, &child);
     return child;
   }

@@ -14,8 +14,7 @@ class Sequential : public Module {
   std::string type_name() const override { return "Sequential"; }
   Variable forward(const Variable& x) override;
 
-  template <class M, class... Args>
-  M& push_back(Args&&... args) {
+  template <class M, class... Args> M& push_back(Args&&... args) {
     auto m = std::make_unique<M>(std::forward<Args>(args)...);
     M& ref = *m;
     register_owned_module(std::to_string(size()), std::move(m));

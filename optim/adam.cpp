@@ -20,7 +20,12 @@ AdamOptions checked(const std::string& name, AdamOptions o) {
   return o;
 }
 AdamOptions as_adam(const AdamWOptions& o) {
-  return {.lr = o.lr, .beta1 = o.beta1, .beta2 = o.beta2, .eps = o.eps, .weight_decay = o.weight_decay, .amsgrad = o.amsgrad};
+  return {.lr = o.lr,
+          .beta1 = o.beta1,
+          .beta2 = o.beta2,
+          .eps = o.eps,
+          .weight_decay = o.weight_decay,
+          .amsgrad = o.amsgrad};
 }
 }  // namespace
 

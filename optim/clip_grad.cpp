@@ -15,8 +15,7 @@ namespace minidl::optim {
 namespace {
 
 // ||g||_p of one contiguous gradient (p = inf: max |g|); p = 1 and 2 avoid pow.
-template <class T>
-double grad_norm(const T* g, int64_t n, double p) {
+template <class T> double grad_norm(const T* g, int64_t n, double p) {
   double acc = 0.0;
   if (std::isinf(p)) {
     for (int64_t i = 0; i < n; ++i) acc = std::max(acc, std::abs(static_cast<double>(g[i])));
@@ -38,7 +37,8 @@ double grad_norm(const T* g, int64_t n, double p) {
 
 double clip_grad_norm(const std::vector<Variable>& params, double max_norm, double norm_type) {
   if (!(norm_type > 0.0))
-    throw std::invalid_argument("clip_grad_norm: norm_type must be > 0 (or infinity), got " + std::to_string(norm_type));
+    throw std::invalid_argument("clip_grad_norm: norm_type must be > 0 (or infinity), got " +
+                                std::to_string(norm_type));
   if (!(max_norm >= 0.0))
     throw std::invalid_argument("clip_grad_norm: max_norm must be >= 0, got " + std::to_string(max_norm));
   NoGradGuard no_grad;

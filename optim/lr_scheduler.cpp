@@ -116,8 +116,10 @@ CosineAnnealingLR::CosineAnnealingLR(Optimizer& optimizer, CosineAnnealingLROpti
 
 double CosineAnnealingLR::lr_at(double base_lr, int64_t epoch) const {
   const double eta_min = options_.eta_min;
-  return eta_min + (base_lr - eta_min) *
-                       (1.0 + std::cos(std::numbers::pi * static_cast<double>(epoch) / static_cast<double>(options_.T_max))) / 2.0;
+  return eta_min +
+         (base_lr - eta_min) *
+             (1.0 + std::cos(std::numbers::pi * static_cast<double>(epoch) / static_cast<double>(options_.T_max))) /
+             2.0;
 }
 
 // ---------------------------------------------------------------- LinearWarmup
@@ -125,7 +127,8 @@ double CosineAnnealingLR::lr_at(double base_lr, int64_t epoch) const {
 LinearWarmup::LinearWarmup(Optimizer& optimizer, LinearWarmupOptions options, std::unique_ptr<LRScheduler> after)
     : LRScheduler(optimizer, "LinearWarmup"), options_(options), after_(std::move(after)) {
   if (options_.warmup_steps < 1)
-    throw std::invalid_argument("LinearWarmup: warmup_steps must be >= 1, got " + std::to_string(options_.warmup_steps));
+    throw std::invalid_argument("LinearWarmup: warmup_steps must be >= 1, got " +
+                                std::to_string(options_.warmup_steps));
   if (!(options_.start_factor > 0.0 && options_.start_factor <= 1.0))
     throw std::invalid_argument("LinearWarmup: start_factor must be in (0, 1], got " +
                                 std::to_string(options_.start_factor));
@@ -145,9 +148,11 @@ double LinearWarmup::lr_at(double base_lr, int64_t epoch) const {
 
 // ---------------------------------------------------------------- LinearLR
 
-LinearLR::LinearLR(Optimizer& optimizer, LinearLROptions options) : LRScheduler(optimizer, "LinearLR"), options_(options) {
+LinearLR::LinearLR(Optimizer& optimizer, LinearLROptions options)
+    : LRScheduler(optimizer, "LinearLR"), options_(options) {
   if (!(options_.start_factor > 0.0 && options_.start_factor <= 1.0))
-    throw std::invalid_argument("LinearLR: start_factor must be in (0, 1], got " + std::to_string(options_.start_factor));
+    throw std::invalid_argument("LinearLR: start_factor must be in (0, 1], got " +
+                                std::to_string(options_.start_factor));
   if (!(options_.end_factor >= 0.0 && options_.end_factor <= 1.0))
     throw std::invalid_argument("LinearLR: end_factor must be in [0, 1], got " + std::to_string(options_.end_factor));
   if (options_.total_iters < 1)
@@ -157,7 +162,8 @@ LinearLR::LinearLR(Optimizer& optimizer, LinearLROptions options) : LRScheduler(
 
 double LinearLR::lr_at(double base_lr, int64_t epoch) const {
   const double s = options_.start_factor, e = options_.end_factor;
-  const double t = static_cast<double>(std::min(epoch, options_.total_iters)) / static_cast<double>(options_.total_iters);
+  const double t =
+      static_cast<double>(std::min(epoch, options_.total_iters)) / static_cast<double>(options_.total_iters);
   return base_lr * (s + (e - s) * t);
 }
 
@@ -184,7 +190,8 @@ SequentialLR::SequentialLR(Optimizer& optimizer, std::vector<std::unique_ptr<LRS
 }
 
 double SequentialLR::lr_at(double base_lr, int64_t epoch) const {
-  const size_t i = static_cast<size_t>(std::upper_bound(milestones_.begin(), milestones_.end(), epoch) - milestones_.begin());
+  const size_t i =
+      static_cast<size_t>(std::upper_bound(milestones_.begin(), milestones_.end(), epoch) - milestones_.begin());
   return schedulers_[i]->lr_at(base_lr, epoch - (i == 0 ? 0 : milestones_[i - 1]));
 }
 
@@ -193,14 +200,16 @@ double SequentialLR::lr_at(double base_lr, int64_t epoch) const {
 OneCycleLR::OneCycleLR(Optimizer& optimizer, OneCycleLROptions options)
     : LRScheduler(optimizer, "OneCycleLR"), options_(options) {
   const OneCycleLROptions& o = options_;
-  if (o.total_steps < 1) throw std::invalid_argument("OneCycleLR: total_steps must be >= 1, got " + std::to_string(o.total_steps));
+  if (o.total_steps < 1)
+    throw std::invalid_argument("OneCycleLR: total_steps must be >= 1, got " + std::to_string(o.total_steps));
   if (!(o.pct_start >= 0.0 && o.pct_start <= 1.0))
     throw std::invalid_argument("OneCycleLR: pct_start must be in [0, 1], got " + std::to_string(o.pct_start));
   if (!(o.max_lr > 0.0 && o.div_factor > 0.0 && o.final_div_factor > 0.0))
     throw std::invalid_argument("OneCycleLR: max_lr, div_factor and final_div_factor must be positive");
   if (o.cycle_momentum) {
     if (!optimizer_.has_momentum())
-      throw std::invalid_argument("OneCycleLR: cycle_momentum needs an optimizer with a momentum (" + optimizer_.name() +
+      throw std::invalid_argument("OneCycleLR: cycle_momentum needs an optimizer with a momentum (" +
+                                  optimizer_.name() +
                                   " here has none: SGD needs momentum > 0); pass .cycle_momentum = false");
     if (!(o.base_momentum >= 0.0 && o.base_momentum < 1.0 && o.max_momentum >= 0.0 && o.max_momentum < 1.0))
       throw std::invalid_argument("OneCycleLR: base_momentum and max_momentum must be in [0, 1), got " +
@@ -210,7 +219,9 @@ OneCycleLR::OneCycleLR(Optimizer& optimizer, OneCycleLROptions options)
   const double total = static_cast<double>(o.total_steps), up = o.pct_start * total;
   const double lo = o.base_momentum, hi = o.max_momentum;
   if (o.three_phase)
-    phases_ = {{up - 1, initial, o.max_lr, hi, lo}, {2 * up - 2, o.max_lr, initial, lo, hi}, {total - 1, initial, min_lr, hi, hi}};
+    phases_ = {{up - 1, initial, o.max_lr, hi, lo},
+               {2 * up - 2, o.max_lr, initial, lo, hi},
+               {total - 1, initial, min_lr, hi, hi}};
   else
     phases_ = {{up - 1, initial, o.max_lr, hi, lo}, {total - 1, o.max_lr, min_lr, lo, hi}};
   for (ParamGroup& g : optimizer_.param_groups()) g.initial_lr = initial;  // as torch records it
@@ -220,7 +231,8 @@ OneCycleLR::OneCycleLR(Optimizer& optimizer, OneCycleLROptions options)
 std::pair<const OneCycleLR::Phase*, double> OneCycleLR::phase_at(int64_t epoch) const {
   if (epoch > options_.total_steps)
     throw std::invalid_argument("OneCycleLR: tried to step " + std::to_string(epoch) +
-                                " times; the specified number of total steps is " + std::to_string(options_.total_steps));
+                                " times; the specified number of total steps is " +
+                                std::to_string(options_.total_steps));
   const double step = static_cast<double>(epoch);
   double start = 0;
   for (size_t i = 0; i < phases_.size(); ++i) {

@@ -196,14 +196,14 @@ class OneCycleLR : public LRScheduler {
 // Multiplies every group's lr by `factor` (not below min_lr) when the metric given to step() has
 // not improved for more than `patience` calls, then waits `cooldown` calls; as torch's.
 struct ReduceLROnPlateauOptions {
-  bool mode_max = false;      // false: lower is better ('min'); true: higher is better ('max')
+  bool mode_max = false;  // false: lower is better ('min'); true: higher is better ('max')
   double factor = 0.1;
   int64_t patience = 10;
   double threshold = 1e-4;
   bool threshold_abs = false;  // false: relative ('rel'), true: absolute ('abs')
   int64_t cooldown = 0;
   double min_lr = 0.0;
-  double eps = 1e-8;           // smaller lr changes are skipped
+  double eps = 1e-8;  // smaller lr changes are skipped
 };
 class ReduceLROnPlateau {
  public:

@@ -157,7 +157,8 @@ void Optimizer::load_state_dict(const TensorMap& dict) {
       const Tensor& p = params[*index]->data();
       if (field == "step") {
         const double step = scalar_value(key, t);
-        if (!(step >= 0.0) || step != std::floor(step)) fail(key, "step must be a non-negative integer, got " + num(step));
+        if (!(step >= 0.0) || step != std::floor(step))
+          fail(key, "step must be a non-negative integer, got " + num(step));
         new_state[*index][field] = scalar64(step);
       } else {
         if (t.shape() != p.shape() || !t.is_floating_point())
@@ -186,8 +187,8 @@ void Optimizer::load_state_dict(const TensorMap& dict) {
         group.momentum = v;
       } else if (field == "num_params") {
         if (v != static_cast<double>(group.params.size()))
-          fail(key, "the saved group has " + num(v) + " parameters, this optimizer's group " +
-                        std::to_string(*index) + " has " + std::to_string(group.params.size()));
+          fail(key, "the saved group has " + num(v) + " parameters, this optimizer's group " + std::to_string(*index) +
+                        " has " + std::to_string(group.params.size()));
       } else {
         fail(key, "unknown param group option '" + field + "'");
       }
@@ -203,8 +204,8 @@ void Optimizer::load_state_dict(const TensorMap& dict) {
     if (new_state[i].empty()) continue;  // never updated: no state, as for a fresh parameter
     for (const std::string& n : names)
       if (!new_state[i].count(n))
-        throw std::invalid_argument(op + "missing key 'state." + std::to_string(i) + "." + n + "' (the state of parameter " +
-                                    std::to_string(i) + " is incomplete)");
+        throw std::invalid_argument(op + "missing key 'state." + std::to_string(i) + "." + n +
+                                    "' (the state of parameter " + std::to_string(i) + " is incomplete)");
   }
   state_ = std::move(new_state);
   for (size_t g = 0; g < groups_.size(); ++g) {

@@ -85,12 +85,11 @@ class Optimizer {
 
   // Calls fn(group, param, grad, state) for every trainable parameter with a gradient, in global index
   // order, under NoGradGuard; grad is contiguous and matches the parameter's shape and dtype.
-  template <class F>
-  void for_each_param_with_grad(F&& fn);
+  template <class F> void for_each_param_with_grad(F&& fn);
 
-  std::string name_;                // "SGD", for messages
+  std::string name_;  // "SGD", for messages
   std::vector<ParamGroup> groups_;
-  std::vector<ParamState> state_;   // by global parameter index
+  std::vector<ParamState> state_;  // by global parameter index
 
  private:
   // Checks that p can be updated in place with gradient g; returns g as a contiguous tensor.
@@ -104,8 +103,7 @@ inline std::vector<ParamGroupSpec> single_group(std::vector<Variable> params) {
   return groups;
 }
 
-template <class F>
-void Optimizer::for_each_param_with_grad(F&& fn) {
+template <class F> void Optimizer::for_each_param_with_grad(F&& fn) {
   NoGradGuard no_grad;
   int64_t index = 0;
   for (ParamGroup& group : groups_) {

@@ -12,7 +12,8 @@ namespace {
 SGDOptions checked(SGDOptions o) {
   if (!(o.momentum >= 0.0)) throw std::invalid_argument("SGD: invalid momentum " + std::to_string(o.momentum));
   if (!(o.dampening >= 0.0 && o.dampening <= 1.0))
-    throw std::invalid_argument("SGD: invalid dampening " + std::to_string(o.dampening) + " (expected 0 <= dampening <= 1)");
+    throw std::invalid_argument("SGD: invalid dampening " + std::to_string(o.dampening) +
+                                " (expected 0 <= dampening <= 1)");
   if (o.nesterov && (o.momentum <= 0.0 || o.dampening != 0.0))
     throw std::invalid_argument("SGD: Nesterov momentum requires a momentum > 0 and zero dampening (got momentum " +
                                 std::to_string(o.momentum) + ", dampening " + std::to_string(o.dampening) + ")");

@@ -18,7 +18,7 @@ struct SGDOptions {
   double momentum = 0.0;
   double dampening = 0.0;
   double weight_decay = 0.0;  // the default of groups that do not set their own
-  bool nesterov = false;      // requires momentum > 0 and dampening == 0
+  bool nesterov = false;  // requires momentum > 0 and dampening == 0
 };
 
 class SGD : public Optimizer {

@@ -19,8 +19,7 @@ Tensor scalar_tensor(double value, DType dtype) { return full({}, value, dtype);
 
 Tensor arange(double start, double end, double step, DType dtype) {
   if (step == 0) throw std::invalid_argument("arange: step must be non-zero");
-  if ((end - start) / step < 0)
-    throw std::invalid_argument("arange: the sign of step does not match end - start");
+  if ((end - start) / step < 0) throw std::invalid_argument("arange: the sign of step does not match end - start");
   const int64_t n = static_cast<int64_t>(std::ceil((end - start) / step));
   Tensor out({n}, dtype);
   dispatch(dtype, "arange", [&](auto tag) {

@@ -21,8 +21,7 @@ Tensor ones_like(const Tensor& t);
 Tensor full_like(const Tensor& t, double value);
 
 // Copies values (row-major) into a new tensor of `shape`; shape {} means 1-d of values.size().
-template <class T>
-Tensor from_vector(const std::vector<T>& values, Shape shape = {}) {
+template <class T> Tensor from_vector(const std::vector<T>& values, Shape shape = {}) {
   if (shape.empty() && values.size() != 1) shape = {static_cast<int64_t>(values.size())};
   if (shape_numel(shape) != static_cast<int64_t>(values.size()))
     throw std::invalid_argument("from_vector: " + std::to_string(values.size()) + " values do not fill shape " +

@@ -22,7 +22,8 @@ bool check_devices(const Tensor* const* ts, size_t n, const char* op) {
   for (size_t i = 0; i < n; ++i) {
     const Tensor* t = ts[i];
     if (!t->defined()) continue;
-    if (!first) first = t;
+    if (!first)
+      first = t;
     else if (t->device() != first->device())
       throw std::invalid_argument(std::string(op) + ": expected all tensors on the same device, got " +
                                   first->device().str() + " and " + t->device().str());

@@ -33,14 +33,12 @@ void use_device(const Tensor& t);  // makes t's device current for the kernels t
 bool batch_stride(const Tensor& t, const Shape& batch_shape, int64_t& step);
 
 // ---- element-wise through the shared functors (out has the loop's shape) ----
-template <class Op>
-void unary(const Tensor& out, const Tensor& x, const Op& f, const char* op) {
+template <class Op> void unary(const Tensor& out, const Tensor& x, const Op& f, const char* op) {
   const auto it = make_iter(out.shape(), {&out.strides(), &x.strides()}, op);
   use_device(out);
   kernels::cuda::elementwise(elem(out.dtype()), it, out.raw_data(), x.raw_data(), f);
 }
-template <class Op>
-void binary(const Tensor& out, const Tensor& a, const Tensor& b, const Op& f, const char* op) {
+template <class Op> void binary(const Tensor& out, const Tensor& a, const Tensor& b, const Op& f, const char* op) {
   const auto it = make_iter(out.shape(), {&out.strides(), &a.strides(), &b.strides()}, op);
   use_device(out);
   kernels::cuda::elementwise(elem(out.dtype()), it, out.raw_data(), a.raw_data(), b.raw_data(), f);

@@ -58,12 +58,12 @@ Tensor tanh_backward(const Tensor& y, const Tensor& dy);
 Tensor sigmoid_backward(const Tensor& y, const Tensor& dy);
 
 // more activations and loss pieces (floating dtypes), each with its backward dx from (x, dy)
-Tensor silu(const Tensor& x);                                   // x * sigmoid(x)
-Tensor leaky_relu(const Tensor& x, double slope);               // x > 0 ? x : slope * x
-Tensor elu(const Tensor& x, double alpha);                      // x > 0 ? x : alpha (e^x - 1)
+Tensor silu(const Tensor& x);  // x * sigmoid(x)
+Tensor leaky_relu(const Tensor& x, double slope);  // x > 0 ? x : slope * x
+Tensor elu(const Tensor& x, double alpha);  // x > 0 ? x : alpha (e^x - 1)
 Tensor softplus(const Tensor& x, double beta, double threshold);  // log(1 + e^(beta x)) / beta
-Tensor hardswish(const Tensor& x);                              // x relu6(x + 3) / 6
-Tensor smooth_l1(const Tensor& d, double beta);                 // |d| < beta ? d^2 / 2beta : |d| - beta/2
+Tensor hardswish(const Tensor& x);  // x relu6(x + 3) / 6
+Tensor smooth_l1(const Tensor& d, double beta);  // |d| < beta ? d^2 / 2beta : |d| - beta/2
 Tensor silu_backward(const Tensor& x, const Tensor& dy);
 Tensor leaky_relu_backward(const Tensor& x, const Tensor& dy, double slope);
 Tensor elu_backward(const Tensor& x, const Tensor& dy, double alpha);

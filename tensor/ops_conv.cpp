@@ -41,10 +41,10 @@ kernels::cpu::Conv2dShape conv_shape(const Tensor& x, const Tensor& w, const Ten
     throw std::invalid_argument(std::string(op) + ": C_out = " + std::to_string(O) + " of weight " + w.desc() +
                                 " is not divisible by groups = " + std::to_string(p.groups));
   if (x.dim() != 4 || x.size(1) != Cg * p.groups)
-    throw std::invalid_argument(std::string(op) + ": expected input (N, C, H, W) with C = " +
-                                std::to_string(Cg * p.groups) + " (weight " + shape_str(w.shape()) +
-                                (p.groups > 1 ? ", groups " + std::to_string(p.groups) : std::string()) + "), got " +
-                                x.desc());
+    throw std::invalid_argument(
+        std::string(op) + ": expected input (N, C, H, W) with C = " + std::to_string(Cg * p.groups) + " (weight " +
+        shape_str(w.shape()) + (p.groups > 1 ? ", groups " + std::to_string(p.groups) : std::string()) + "), got " +
+        x.desc());
   nn_checks::require_same_dtype(x, w, op, "input", "weight");
   if (b.defined()) {
     require_float(b, op, "bias");
@@ -68,7 +68,7 @@ kernels::cpu::Conv2dShape conv_shape(const Tensor& x, const Tensor& w, const Ten
 
 // The same geometry for the cuDNN kernels (kernels/cuda_ops.h).
 kernels::cuda::ConvGeometry cuda_geometry(const kernels::cpu::Conv2dShape& s) {
-  return {s.N,      s.C,        s.H,     s.W,     s.O,     s.kH,    s.kW,    s.groups,
+  return {s.N,        s.C,        s.H,     s.W,     s.O,     s.kH,    s.kW,    s.groups,
           s.stride_h, s.stride_w, s.pad_h, s.pad_w, s.dil_h, s.dil_w, s.H_out, s.W_out};
 }
 
@@ -125,8 +125,7 @@ Conv2dGrads conv2d_backward(const Tensor& x_in, const Tensor& w_in, const Tensor
   dispatch_floating(x.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     kernels::cpu::conv2d_backward(x.data<T>(), w.data<T>(), dy.data<T>(), s, need_dx ? g.dx.data<T>() : nullptr,
-                                  g.dw.data<T>(),
-                                  has_bias ? g.db.data<T>() : nullptr);
+                                  g.dw.data<T>(), has_bias ? g.db.data<T>() : nullptr);
   });
   return g;
 }

@@ -16,9 +16,9 @@
 namespace minidl {
 
 namespace k = kernels;
-using kernels::cpu::StridedLoop;
 using detail::check_defined;
 using detail::check_same_dtype;
+using kernels::cpu::StridedLoop;
 
 // ---------------------------------------------------------------- broadcasting
 
@@ -71,18 +71,18 @@ Tensor expand_to(const Tensor& b, const Tensor& a, const char* op) {
 
 enum class Kinds { Any, Floating };
 
-template <class F>
-void dispatch_kind(DType t, const char* op, Kinds kinds, F&& f) {
-  if (kinds == Kinds::Floating) dispatch_floating(t, op, f);
-  else dispatch(t, op, f);
+template <class F> void dispatch_kind(DType t, const char* op, Kinds kinds, F&& f) {
+  if (kinds == Kinds::Floating)
+    dispatch_floating(t, op, f);
+  else
+    dispatch(t, op, f);
 }
 
 // Each op below: one set of checks, then the CPU loop (kernels/cpu/elementwise.h) or the CUDA
 // one (kernels/cuda/elementwise.cu) with the same functor, over the same strided operands.
 
 // out (broadcast shape) = f(a, b)
-template <class Op>
-Tensor binary_op(const Tensor& a, const Tensor& b, const char* op, Op f, Kinds kinds = Kinds::Any) {
+template <class Op> Tensor binary_op(const Tensor& a, const Tensor& b, const char* op, Op f, Kinds kinds = Kinds::Any) {
   const bool cuda = cuda_dispatch::on_cuda({&a, &b}, op);
   check_defined(a, op);
   check_defined(b, op);
@@ -101,8 +101,7 @@ Tensor binary_op(const Tensor& a, const Tensor& b, const char* op, Op f, Kinds k
 }
 
 // out (x's shape, contiguous) = f(x)
-template <class Op>
-Tensor unary_op(const Tensor& x, const char* op, Op f, Kinds kinds = Kinds::Floating) {
+template <class Op> Tensor unary_op(const Tensor& x, const char* op, Op f, Kinds kinds = Kinds::Floating) {
   const bool cuda = cuda_dispatch::on_cuda({&x}, op);
   check_defined(x, op);
   Tensor out(x.shape(), x.dtype(), x.device());
@@ -116,8 +115,7 @@ Tensor unary_op(const Tensor& x, const char* op, Op f, Kinds kinds = Kinds::Floa
 }
 
 // a = f(a)
-template <class Op>
-Tensor& unary_inplace(Tensor& a, const char* op, Op f, Kinds kinds) {
+template <class Op> Tensor& unary_inplace(Tensor& a, const char* op, Op f, Kinds kinds) {
   const bool cuda = cuda_dispatch::on_cuda({&a}, op);
   check_defined(a, op);
   check_writable(a, op);
@@ -131,8 +129,7 @@ Tensor& unary_inplace(Tensor& a, const char* op, Op f, Kinds kinds) {
 }
 
 // a = f(a, b), b broadcast to a's shape
-template <class Op>
-Tensor& binary_inplace(Tensor& a, const Tensor& b, const char* op, Op f, Kinds kinds) {
+template <class Op> Tensor& binary_inplace(Tensor& a, const Tensor& b, const char* op, Op f, Kinds kinds) {
   const bool cuda = cuda_dispatch::on_cuda({&a, &b}, op);
   check_defined(a, op);
   check_defined(b, op);
@@ -149,8 +146,7 @@ Tensor& binary_inplace(Tensor& a, const Tensor& b, const char* op, Op f, Kinds k
 }
 
 // a = f(a, b, c), b and c broadcast to a's shape
-template <class Op>
-Tensor& ternary_inplace(Tensor& a, const Tensor& b, const Tensor& c, const char* op, Op f) {
+template <class Op> Tensor& ternary_inplace(Tensor& a, const Tensor& b, const Tensor& c, const char* op, Op f) {
   const bool cuda = cuda_dispatch::on_cuda({&a, &b, &c}, op);
   check_defined(a, op);
   check_defined(b, op);

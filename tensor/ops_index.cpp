@@ -154,8 +154,8 @@ Tensor gather_rows(const Tensor& x, const Tensor& target) {
   check_defined(target, "gather_rows");
   if (x.dim() != 2) throw std::invalid_argument("gather_rows: expected a 2-d x, got " + x.desc());
   if (target.dtype() != DType::Int64 || target.dim() != 1 || target.size(0) != x.size(0))
-    throw std::invalid_argument("gather_rows: target must be int64 of shape [" + std::to_string(x.size(0)) +
-                                "], got " + target.desc());
+    throw std::invalid_argument("gather_rows: target must be int64 of shape [" + std::to_string(x.size(0)) + "], got " +
+                                target.desc());
   const int64_t n = x.size(0), c = x.size(1);
   const int64_t ts = n > 0 ? target.stride(0) : 1;
   const Tensor target_host = target.cpu();  // the tensor itself on the CPU; a contiguous copy from CUDA

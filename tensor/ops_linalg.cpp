@@ -132,8 +132,8 @@ Tensor mm(const Tensor& a, const Tensor& b) {
 Tensor matmul(const Tensor& a, const Tensor& b) {
   check_operands(a, b, "matmul");
   if (a.dim() == 0 || b.dim() == 0)
-    throw std::invalid_argument("matmul: both arguments need at least 1 dimension, got shapes " +
-                                shape_str(a.shape()) + " and " + shape_str(b.shape()));
+    throw std::invalid_argument("matmul: both arguments need at least 1 dimension, got shapes " + shape_str(a.shape()) +
+                                " and " + shape_str(b.shape()));
   const int64_t ka = a.size(-1), kb = b.dim() == 1 ? b.size(0) : b.size(-2);
   if (ka != kb) shape_error(a, b, "matmul", ka, kb);
   // 1-d operands become matrices: a (k) -> (1, k), b (k) -> (k, 1); the dim is dropped after.

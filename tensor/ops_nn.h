@@ -32,7 +32,7 @@ struct Pool2dParams {
   int64_t stride_h, stride_w;  // PyTorch: stride defaults to kernel
   int64_t pad_h = 0, pad_w = 0;
   bool count_include_pad = true;  // avg_pool2d only
-  bool ceil_mode = false;         // round the output size up (the last window may hang over the edge)
+  bool ceil_mode = false;  // round the output size up (the last window may hang over the edge)
 };
 // One output extent, as PyTorch's pooling_output_shape: floor (or, with ceil_mode, ceil) of
 // (in + 2 pad - kernel) / stride, plus 1; with ceil_mode the last window must start inside the
@@ -43,7 +43,7 @@ inline int64_t pool2d_out_extent(int64_t in, int64_t kernel, int64_t stride, int
   return out;
 }
 struct MaxPool2dResult {
-  Tensor out;      // (N, C, H_out, W_out)
+  Tensor out;  // (N, C, H_out, W_out)
   Tensor indices;  // int64, flat index h*W + w of the max within each (n, c) plane
 };
 MaxPool2dResult max_pool2d_forward(const Tensor& x, const Pool2dParams& p);
@@ -56,7 +56,7 @@ Tensor adaptive_avg_pool2d_backward(const Tensor& dy, const Shape& x_shape);
 
 // ---- batch norm pieces; x is (N, C) or (N, C, *); per-channel tensors are (C) ----
 struct BatchNormStats {
-  Tensor mean;    // (C)
+  Tensor mean;  // (C)
   Tensor invstd;  // (C) 1 / sqrt(biased_var + eps)
 };
 BatchNormStats batch_norm_stats(const Tensor& x, double eps);
@@ -64,23 +64,22 @@ BatchNormStats batch_norm_stats(const Tensor& x, double eps);
 Tensor batch_norm_elemt(const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& weight,
                         const Tensor& bias);
 struct BatchNormReduce {
-  Tensor sum_dy;       // (C) sum over N, * of dy
-  Tensor sum_dy_xmu;   // (C) sum of dy * (x - mean)
+  Tensor sum_dy;  // (C) sum over N, * of dy
+  Tensor sum_dy_xmu;  // (C) sum of dy * (x - mean)
   Tensor grad_weight;  // (C) sum_dy_xmu * invstd (undefined if weight undefined)
-  Tensor grad_bias;    // (C) sum_dy (undefined if weight undefined)
+  Tensor grad_bias;  // (C) sum_dy (undefined if weight undefined)
 };
-BatchNormReduce batch_norm_backward_reduce(const Tensor& dy, const Tensor& x, const Tensor& mean,
-                                           const Tensor& invstd, const Tensor& weight);
+BatchNormReduce batch_norm_backward_reduce(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& invstd,
+                                           const Tensor& weight);
 // dx = (dy - sum_dy / count - (x - mean) * invstd^2 * sum_dy_xmu / count) * weight * invstd
 Tensor batch_norm_backward_elemt(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& invstd,
-                                 const Tensor& weight, const Tensor& sum_dy, const Tensor& sum_dy_xmu,
-                                 int64_t count);
+                                 const Tensor& weight, const Tensor& sum_dy, const Tensor& sum_dy_xmu, int64_t count);
 // eval mode: dx = dy * weight * invstd (statistics are constants)
 
 // ---- layer norm over the last `normalized` dims ----
 struct LayerNormResult {
   Tensor out;
-  Tensor mean;    // (rows) float of x's dtype
+  Tensor mean;  // (rows) float of x's dtype
   Tensor invstd;  // (rows)
 };
 LayerNormResult layer_norm_forward(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,

@@ -21,8 +21,7 @@ inline void require_defined(const Tensor& t, const char* op, const char* name) {
 inline void require_float(const Tensor& t, const char* op, const char* name) {
   require_defined(t, op, name);
   if (!t.is_floating_point())
-    throw std::invalid_argument(std::string(op) + ": expected " + name + " to be float32 or float64, got " +
-                                t.desc());
+    throw std::invalid_argument(std::string(op) + ": expected " + name + " to be float32 or float64, got " + t.desc());
 }
 
 inline void require_same_dtype(const Tensor& a, const Tensor& b, const char* op, const char* name_a,
@@ -40,8 +39,8 @@ inline void require_channel_vector(const Tensor& t, int64_t C, const char* op, c
   }
   require_float(t, op, name);
   if (t.dim() != 1 || t.size(0) != C)
-    throw std::invalid_argument(std::string(op) + ": expected " + name + " of shape [" + std::to_string(C) +
-                                "], got " + t.desc());
+    throw std::invalid_argument(std::string(op) + ": expected " + name + " of shape [" + std::to_string(C) + "], got " +
+                                t.desc());
 }
 
 }  // namespace minidl::nn_checks

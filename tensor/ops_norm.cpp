@@ -29,13 +29,16 @@ struct NCS {
 
 NCS batch_norm_layout(const Tensor& x, const char* op) {
   require_float(x, op, "input");
-  if (x.dim() < 2) throw std::invalid_argument(std::string(op) + ": expected input (N, C) or (N, C, *), got " + x.desc());
+  if (x.dim() < 2)
+    throw std::invalid_argument(std::string(op) + ": expected input (N, C) or (N, C, *), got " + x.desc());
   const int64_t N = x.size(0), C = x.size(1);
   return {N, C, C * N == 0 ? 0 : x.numel() / (N * C)};
 }
 
 // The values of an optional per-channel tensor as doubles (empty when undefined).
-std::vector<double> values_or_empty(const Tensor& t) { return t.defined() ? t.to_vector<double>() : std::vector<double>{}; }
+std::vector<double> values_or_empty(const Tensor& t) {
+  return t.defined() ? t.to_vector<double>() : std::vector<double>{};
+}
 const double* ptr_or_null(const std::vector<double>& v) { return v.empty() ? nullptr : v.data(); }
 
 Tensor from_doubles(const std::vector<double>& v, DType dtype) {
@@ -44,9 +47,7 @@ Tensor from_doubles(const std::vector<double>& v, DType dtype) {
 
 // CUDA: a checked per-channel (or affine) tensor in x's dtype, contiguous, for the kernel's
 // pointer (undefined stays undefined); the CPU reads any floating dtype as doubles.
-Tensor for_kernel(const Tensor& t, const Tensor& x) {
-  return t.defined() ? t.to(x.dtype()).contiguous() : Tensor();
-}
+Tensor for_kernel(const Tensor& t, const Tensor& x) { return t.defined() ? t.to(x.dtype()).contiguous() : Tensor(); }
 void* ptr_or_null(const Tensor& t) { return t.defined() ? t.raw_data() : nullptr; }
 
 void require_like_input(const Tensor& dy, const Tensor& x, const char* op) {
@@ -158,8 +159,7 @@ BatchNormReduce batch_norm_backward_reduce(const Tensor& dy_in, const Tensor& x_
 }
 
 Tensor batch_norm_backward_elemt(const Tensor& dy_in, const Tensor& x_in, const Tensor& mean, const Tensor& invstd,
-                                 const Tensor& weight, const Tensor& sum_dy, const Tensor& sum_dy_xmu,
-                                 int64_t count) {
+                                 const Tensor& weight, const Tensor& sum_dy, const Tensor& sum_dy_xmu, int64_t count) {
   constexpr const char* op = "batch_norm_backward_elemt";
   const bool cuda = cuda_dispatch::on_cuda({&dy_in, &x_in, &mean, &invstd, &weight, &sum_dy, &sum_dy_xmu}, op);
   const NCS d = batch_norm_layout(x_in, op);
@@ -241,8 +241,8 @@ LayerNormResult layer_norm_forward(const Tensor& x_in, const Shape& normalized_s
   dispatch_floating(x.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     kernels::cpu::layer_norm_forward(x.data<T>(), rows, M, weight.defined() ? weight.data<T>() : nullptr,
-                                     bias.defined() ? bias.data<T>() : nullptr, eps, r.out.data<T>(),
-                                     r.mean.data<T>(), r.invstd.data<T>());
+                                     bias.defined() ? bias.data<T>() : nullptr, eps, r.out.data<T>(), r.mean.data<T>(),
+                                     r.invstd.data<T>());
   });
   return r;
 }
@@ -287,11 +287,11 @@ LayerNormGrads layer_norm_backward(const Tensor& dy_in, const Tensor& x_in, cons
     dispatch_floating(x.dtype(), op, [&](auto tag) {
       using T = decltype(tag);
       const T* w = weight.defined() ? weight.data<T>() : nullptr;
-      kernels::cpu::layer_norm_backward_input(dy.data<T>(), x.data<T>(), rows, M, mean.data<T>(), invstd.data<T>(),
-                                              w, g.dx.data<T>());
+      kernels::cpu::layer_norm_backward_input(dy.data<T>(), x.data<T>(), rows, M, mean.data<T>(), invstd.data<T>(), w,
+                                              g.dx.data<T>());
       if (weight.defined())
-        kernels::cpu::layer_norm_backward_affine(dy.data<T>(), x.data<T>(), rows, M, mean.data<T>(),
-                                                 invstd.data<T>(), dw.data(), db.data());
+        kernels::cpu::layer_norm_backward_affine(dy.data<T>(), x.data<T>(), rows, M, mean.data<T>(), invstd.data<T>(),
+                                                 dw.data(), db.data());
     });
   }
   if (weight.defined()) {

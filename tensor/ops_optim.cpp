@@ -16,8 +16,10 @@ namespace {
 void check_state(const Tensor& param, const Tensor& t, const char* op, const char* name) {
   if (!t.defined()) return;
   if (t.dtype() != param.dtype() || t.shape() != param.shape() || !t.is_contiguous())
-    throw std::invalid_argument(std::string(op) + ": expected " + name + " contiguous and shaped and typed like the "
-                                "parameter " + param.desc() + ", got " + t.desc());
+    throw std::invalid_argument(std::string(op) + ": expected " + name +
+                                " contiguous and shaped and typed like the "
+                                "parameter " +
+                                param.desc() + ", got " + t.desc());
 }
 void check_param(const Tensor& param, const Tensor& grad, const char* op) {
   if (!param.defined() || !grad.defined()) throw std::invalid_argument(std::string(op) + ": undefined tensor");
@@ -27,8 +29,7 @@ void check_param(const Tensor& param, const Tensor& grad, const char* op) {
     throw std::invalid_argument(std::string(op) + ": expected a gradient shaped and typed like the parameter " +
                                 param.desc() + ", got " + grad.desc());
 }
-template <class T>
-T* data_or_null(const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; }
+template <class T> T* data_or_null(const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; }
 }  // namespace
 
 void sgd_step_(const Tensor& param, const Tensor& grad_in, const Tensor& buffer, const SgdStepOptions& o) {
@@ -60,7 +61,8 @@ void adam_step_(const Tensor& param, const Tensor& grad_in, const Tensor& exp_av
                 const Tensor& max_exp_avg_sq, const AdamStepOptions& o, const char* op) {
   check_param(param, grad_in, op);
   if (!exp_avg.defined() || !exp_avg_sq.defined() || o.amsgrad != max_exp_avg_sq.defined())
-    throw std::invalid_argument(std::string(op) + ": expected exp_avg, exp_avg_sq and (exactly when amsgrad) "
+    throw std::invalid_argument(std::string(op) +
+                                ": expected exp_avg, exp_avg_sq and (exactly when amsgrad) "
                                 "max_exp_avg_sq");
   check_state(param, exp_avg, op, "exp_avg");
   check_state(param, exp_avg_sq, op, "exp_avg_sq");

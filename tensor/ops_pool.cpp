@@ -47,8 +47,8 @@ std::string params_str(const Pool2dParams& p) {
 std::pair<int64_t, int64_t> pool_out_size(int64_t H, int64_t W, const Pool2dParams& p, const char* op,
                                           const std::string& what) {
   if (p.kernel_h <= 0 || p.kernel_w <= 0 || p.stride_h <= 0 || p.stride_w <= 0 || p.pad_h < 0 || p.pad_w < 0)
-    throw std::invalid_argument(std::string(op) + ": kernel and stride must be positive and padding non-negative, got " +
-                                params_str(p));
+    throw std::invalid_argument(std::string(op) +
+                                ": kernel and stride must be positive and padding non-negative, got " + params_str(p));
   if (2 * p.pad_h > p.kernel_h || 2 * p.pad_w > p.kernel_w)
     throw std::invalid_argument(std::string(op) + ": padding must be at most half the kernel size, got " +
                                 params_str(p));
@@ -106,8 +106,8 @@ MaxPool2dResult max_pool2d_forward(const Tensor& x_in, const Pool2dParams& p) {
     T* yp = out.data<T>();
     int64_t* ip = indices.data<int64_t>();
     // 2x2 windows at stride 2 without padding (the reference CNN's) take the unrolled path.
-    const bool two_by_two = p.kernel_h == 2 && p.kernel_w == 2 && p.stride_h == 2 && p.stride_w == 2 &&
-                            p.pad_h == 0 && p.pad_w == 0;
+    const bool two_by_two =
+        p.kernel_h == 2 && p.kernel_w == 2 && p.stride_h == 2 && p.stride_w == 2 && p.pad_h == 0 && p.pad_w == 0;
     kernels::cpu::parallel_for(planes, plane_grain(H * W), [&](int64_t b, int64_t e) {
       for (int64_t pl = b; pl < e; ++pl) {
         if (two_by_two)
@@ -291,8 +291,7 @@ Tensor adaptive_avg_pool2d_backward(const Tensor& dy_in, const Shape& x_shape) {
     T* dxp = dx.data<T>();
     kernels::cpu::parallel_for(planes, plane_grain(H * W), [&](int64_t b, int64_t e) {
       for (int64_t pl = b; pl < e; ++pl)
-        kernels::cpu::adaptive_avg_pool2d_plane_backward(gp + pl * out_h * out_w, out_h, out_w, dxp + pl * H * W, H,
-                                                         W);
+        kernels::cpu::adaptive_avg_pool2d_plane_backward(gp + pl * out_h * out_w, out_h, out_w, dxp + pl * H * W, H, W);
     });
   });
   return dx;

@@ -29,10 +29,10 @@ namespace {
 
 struct ReducePlan {
   bool columns = false;  // true: data is (len, outer) reduced along columns; false: (outer, len) rows
-  Tensor data;           // contiguous
-  int64_t outer = 1;     // number of results
-  int64_t len = 1;       // elements reduced into each result
-  Shape out_shape;       // result shape, keepdim applied
+  Tensor data;  // contiguous
+  int64_t outer = 1;  // number of results
+  int64_t len = 1;  // elements reduced into each result
+  Shape out_shape;  // result shape, keepdim applied
 };
 
 ReducePlan plan_reduce(const Tensor& x, const Shape& dims_in, bool keepdim, const char* op, bool allow_columns) {
@@ -69,8 +69,7 @@ ReducePlan plan_reduce(const Tensor& x, const Shape& dims_in, bool keepdim, cons
 }
 
 // Accumulator type: double for floating dtypes, int64 for integers.
-template <class T>
-using AccOf = std::conditional_t<std::is_floating_point_v<T>, double, int64_t>;
+template <class T> using AccOf = std::conditional_t<std::is_floating_point_v<T>, double, int64_t>;
 
 // out[i] = (sum of the reduced elements) / divisor, accumulated in AccOf<T>.
 Tensor sum_impl(const Tensor& x, const Shape& dims, bool keepdim, const char* op, bool mean) {
@@ -103,7 +102,8 @@ Tensor sum_impl(const Tensor& x, const Shape& dims, bool keepdim, const char* op
     } else {
       const int64_t len = p.len;
       cpu::reduce_rows<A>(
-          p.outer, len, [&](int64_t r, int64_t b, int64_t e) { return cpu::lane_sum<A>(src + r * len + b, e - b, to_acc); },
+          p.outer, len,
+          [&](int64_t r, int64_t b, int64_t e) { return cpu::lane_sum<A>(src + r * len + b, e - b, to_acc); },
           [](A a, A b) { return a + b; }, [&](int64_t r, A a) { o[r] = static_cast<T>(a / div); });
     }
   });
@@ -257,9 +257,8 @@ Tensor topk_indices(const Tensor& x, int64_t k) {
       for (int64_t r = r0; r < r1; ++r) {
         const T* row = src + r * cols;
         std::iota(idx.begin(), idx.end(), int64_t(0));
-        std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [row](int64_t a, int64_t b) {
-          return row[a] > row[b] || (row[a] == row[b] && a < b);
-        });
+        std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
+                          [row](int64_t a, int64_t b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
         std::copy(idx.begin(), idx.begin() + k, o + r * k);
       }
     });

@@ -22,9 +22,12 @@ SoftmaxDims softmax_dims(const Tensor& x, int64_t dim, const char* op) {
   dim = wrap_dim(dim, x.dim(), op);
   SoftmaxDims s;
   for (int64_t d = 0; d < x.dim(); ++d) {
-    if (d < dim) s.outer *= x.size(d);
-    else if (d == dim) s.len = x.size(d);
-    else s.inner *= x.size(d);
+    if (d < dim)
+      s.outer *= x.size(d);
+    else if (d == dim)
+      s.len = x.size(d);
+    else
+      s.inner *= x.size(d);
   }
   return s;
 }

@@ -8,7 +8,7 @@
 
 namespace minidl {
 
-Tensor pin_memory(const Tensor& t);         // a contiguous pinned copy of a CPU tensor
+Tensor pin_memory(const Tensor& t);  // a contiguous pinned copy of a CPU tensor
 Tensor empty_pinned(const Shape& shape, DType dtype = DType::Float32);
 
 }  // namespace minidl

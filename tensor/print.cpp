@@ -53,7 +53,8 @@ std::string Tensor::to_string() const {
         ++opens;
         rem /= shape_[d];
       }
-      if (i > 0) os << (opens > 0 ? std::string(",") + std::string(opens, '\n') + indent + std::string(nd - opens, ' ') : ", ");
+      if (i > 0)
+        os << (opens > 0 ? std::string(",") + std::string(opens, '\n') + indent + std::string(nd - opens, ' ') : ", ");
       os << std::string(opens, '[');
       os << std::string(width - cells[i].size(), ' ') << cells[i];
       int64_t closes = 0;

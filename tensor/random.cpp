@@ -19,9 +19,9 @@ DefaultGenerator& default_generator() {
   return g;
 }
 
-template <class F>
-Tensor fill_random(const Shape& shape, DType dtype, const char* op, F&& element) {
-  if (!is_floating(dtype)) throw std::invalid_argument(std::string(op) + ": dtype must be float32 or float64, got " + dtype_name(dtype));
+template <class F> Tensor fill_random(const Shape& shape, DType dtype, const char* op, F&& element) {
+  if (!is_floating(dtype))
+    throw std::invalid_argument(std::string(op) + ": dtype must be float32 or float64, got " + dtype_name(dtype));
   Tensor out(shape, dtype);
   dispatch_floating(dtype, op, [&](auto tag) {
     using T = decltype(tag);
@@ -60,7 +60,8 @@ Tensor randn(const Shape& shape, RandomKey k, DType dtype) {
 Tensor randint(int64_t low, int64_t high, const Shape& shape) { return randint(low, high, shape, next_random_key()); }
 Tensor randint(int64_t low, int64_t high, const Shape& shape, RandomKey k) {
   if (high <= low)
-    throw std::invalid_argument("randint: expected low < high, got low=" + std::to_string(low) + ", high=" + std::to_string(high));
+    throw std::invalid_argument("randint: expected low < high, got low=" + std::to_string(low) +
+                                ", high=" + std::to_string(high));
   Tensor out(shape, DType::Int64);
   int64_t* p = out.data<int64_t>();
   const uint64_t range = static_cast<uint64_t>(high - low);

@@ -16,13 +16,13 @@ struct RandomKey {
 
 void manual_seed(uint64_t seed);  // resets the default generator: seed, next stream 0
 uint64_t initial_seed();
-RandomKey next_random_key();      // takes the next stream of the default generator
+RandomKey next_random_key();  // takes the next stream of the default generator
 
-Tensor rand(const Shape& shape, DType dtype = DType::Float32);                     // U[0, 1)
+Tensor rand(const Shape& shape, DType dtype = DType::Float32);  // U[0, 1)
 Tensor rand(const Shape& shape, RandomKey key, DType dtype = DType::Float32);
-Tensor randn(const Shape& shape, DType dtype = DType::Float32);                    // N(0, 1)
+Tensor randn(const Shape& shape, DType dtype = DType::Float32);  // N(0, 1)
 Tensor randn(const Shape& shape, RandomKey key, DType dtype = DType::Float32);
-Tensor randint(int64_t low, int64_t high, const Shape& shape);                     // int64 in [low, high)
+Tensor randint(int64_t low, int64_t high, const Shape& shape);  // int64 in [low, high)
 Tensor randint(int64_t low, int64_t high, const Shape& shape, RandomKey key);
 // A random permutation of 0..n-1 (int64), Fisher–Yates driven by Philox words.
 Tensor randperm(int64_t n, RandomKey key);

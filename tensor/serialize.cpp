@@ -18,20 +18,29 @@ constexpr uint64_t kMaxHeader = 100ull << 20;  // 100 MiB, as the reference impl
 
 const char* st_dtype(DType t) {
   switch (t) {
-    case DType::Float32: return "F32";
-    case DType::Float64: return "F64";
-    case DType::Int64: return "I64";
-    case DType::UInt8: return "U8";
+    case DType::Float32:
+      return "F32";
+    case DType::Float64:
+      return "F64";
+    case DType::Int64:
+      return "I64";
+    case DType::UInt8:
+      return "U8";
   }
   return "?";
 }
 
 bool parse_st_dtype(const std::string& s, DType& out) {
-  if (s == "F32") out = DType::Float32;
-  else if (s == "F64") out = DType::Float64;
-  else if (s == "I64") out = DType::Int64;
-  else if (s == "U8") out = DType::UInt8;
-  else return false;
+  if (s == "F32")
+    out = DType::Float32;
+  else if (s == "F64")
+    out = DType::Float64;
+  else if (s == "I64")
+    out = DType::Int64;
+  else if (s == "U8")
+    out = DType::UInt8;
+  else
+    return false;
   return true;
 }
 
@@ -90,7 +99,8 @@ uint64_t read_u64_le(const char* p) {
 void check_header_length(uint64_t n, uint64_t total, const std::string& what) {
   if (n > kMaxHeader) fail(what, "header length " + std::to_string(n) + " exceeds the 100 MiB limit (corrupt file?)");
   if (8 + n > total)
-    fail(what, "truncated: header length " + std::to_string(n) + " but the file has " + std::to_string(total) + " bytes");
+    fail(what,
+         "truncated: header length " + std::to_string(n) + " but the file has " + std::to_string(total) + " bytes");
 }
 
 // Parses and validates the JSON header against a data section of data_size bytes: every tensor's
@@ -126,8 +136,8 @@ Header parse_header(const char* json, uint64_t n, uint64_t data_size, const std:
         if (d < 0) fail(what, "tensor '" + name + "' has a negative dimension");
         // bounded by the data size before multiplying further: no overflow
         if (d != 0 && numel > data_size / static_cast<uint64_t>(d))
-          fail(what, "tensor '" + name + "' of shape " + shape_str(entry.shape) + " is larger than the data section of " +
-                         std::to_string(data_size) + " bytes");
+          fail(what, "tensor '" + name + "' of shape " + shape_str(entry.shape) +
+                         " is larger than the data section of " + std::to_string(data_size) + " bytes");
         numel *= static_cast<uint64_t>(d);
       }
       const auto offs = e.at("data_offsets").get<std::vector<uint64_t>>();
@@ -145,13 +155,15 @@ Header parse_header(const char* json, uint64_t n, uint64_t data_size, const std:
       fail(what, "tensor '" + name + "' has a malformed entry: " + ex.what());
     }
   }
-  std::stable_sort(out.entries.begin(), out.entries.end(),
-                   [](const Entry& a, const Entry& b) { return a.begin != b.begin ? a.begin < b.begin : a.end < b.end; });
+  std::stable_sort(out.entries.begin(), out.entries.end(), [](const Entry& a, const Entry& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
   uint64_t at = 0;
   for (const Entry& e : out.entries) {
     if (e.begin != at)
-      fail(what, "tensor '" + e.name + "' starts at byte " + std::to_string(e.begin) + " of the data section, expected " +
-                     std::to_string(at) + (e.begin < at ? " (it overlaps the previous tensor)" : " (a gap before it)"));
+      fail(what, "tensor '" + e.name + "' starts at byte " + std::to_string(e.begin) +
+                     " of the data section, expected " + std::to_string(at) +
+                     (e.begin < at ? " (it overlaps the previous tensor)" : " (a gap before it)"));
     at = e.end;
   }
   if (at != data_size)

@@ -36,7 +36,8 @@ kernels::CachingAllocator& cpu_cache() {
   // Never destroyed: tensors in static objects may outlive any destructor order.
   static auto* a = new kernels::CachingAllocator(
       "cpu", static_cast<size_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<size_t>(sysconf(_SC_PAGESIZE)),
-      {.alloc = [](size_t n) { return std::aligned_alloc(64, (n + 63) / 64 * 64); }, .free = [](void* p) { std::free(p); }});
+      {.alloc = [](size_t n) { return std::aligned_alloc(64, (n + 63) / 64 * 64); },
+       .free = [](void* p) { std::free(p); }});
   return *a;
 }
 }  // namespace

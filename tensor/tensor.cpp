@@ -44,8 +44,12 @@ int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op) {
 }
 
 Tensor::Tensor(std::shared_ptr<Storage> storage, Shape shape, Shape strides, int64_t offset, DType dtype)
-    : storage_(std::move(storage)), shape_(std::move(shape)), strides_(std::move(strides)), offset_(offset),
-      numel_(shape_numel(shape_)), dtype_(dtype) {
+    : storage_(std::move(storage)),
+      shape_(std::move(shape)),
+      strides_(std::move(strides)),
+      offset_(offset),
+      numel_(shape_numel(shape_)),
+      dtype_(dtype) {
   for (int64_t d : shape_)
     if (d < 0) throw std::invalid_argument("Tensor: negative size in shape " + shape_str(shape_));
 }
@@ -90,7 +94,8 @@ Shape infer_shape(const Shape& shape, int64_t numel, const char* op, const Shape
   int64_t known = 1, infer = -1;
   for (size_t i = 0; i < out.size(); ++i) {
     if (out[i] == -1) {
-      if (infer >= 0) throw std::invalid_argument(std::string(op) + ": only one dimension can be -1, got " + shape_str(shape));
+      if (infer >= 0)
+        throw std::invalid_argument(std::string(op) + ": only one dimension can be -1, got " + shape_str(shape));
       infer = static_cast<int64_t>(i);
     } else if (out[i] < 0) {
       throw std::invalid_argument(std::string(op) + ": invalid size in " + shape_str(shape));
@@ -123,8 +128,8 @@ bool view_strides(const Shape& old_shape, const Shape& old_strides, const Shape&
   int64_t tensor_numel = 1, view_numel = 1;
   for (int64_t tensor_d = static_cast<int64_t>(old_shape.size()) - 1; tensor_d >= 0; --tensor_d) {
     tensor_numel *= old_shape[tensor_d];
-    if (tensor_d == 0 || (old_shape[tensor_d - 1] != 1 &&
-                          old_strides[tensor_d - 1] != tensor_numel * chunk_base_stride)) {
+    if (tensor_d == 0 ||
+        (old_shape[tensor_d - 1] != 1 && old_strides[tensor_d - 1] != tensor_numel * chunk_base_stride)) {
       while (view_d >= 0 && (view_numel < tensor_numel || new_shape[view_d] == 1)) {
         out[view_d] = view_numel * chunk_base_stride;
         view_numel *= new_shape[view_d];
@@ -173,7 +178,8 @@ Tensor Tensor::flatten(int64_t start, int64_t end) const {
 
 Tensor Tensor::permute(const Shape& dims) const {
   if (static_cast<int64_t>(dims.size()) != dim())
-    throw std::invalid_argument("permute: got " + std::to_string(dims.size()) + " dims " + shape_str(dims) + " for " + desc());
+    throw std::invalid_argument("permute: got " + std::to_string(dims.size()) + " dims " + shape_str(dims) + " for " +
+                                desc());
   Shape ns(dims.size()), st(dims.size());
   std::vector<bool> seen(dims.size(), false);
   for (size_t i = 0; i < dims.size(); ++i) {
@@ -205,7 +211,8 @@ Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
   if (start < 0) start += shape_[d];
   if (start < 0 || length < 0 || start + length > shape_[d])
     throw std::out_of_range("narrow: start " + std::to_string(start) + " + length " + std::to_string(length) +
-                            " exceeds size " + std::to_string(shape_[d]) + " of dim " + std::to_string(d) + " of " + desc());
+                            " exceeds size " + std::to_string(shape_[d]) + " of dim " + std::to_string(d) + " of " +
+                            desc());
   Shape ns = shape_;
   ns[d] = length;
   return Tensor(storage_, ns, strides_, offset_ + start * strides_[d], dtype_);
@@ -244,7 +251,8 @@ Tensor Tensor::expand(const Shape& shape) const {
   Shape ns(shape.size()), st(shape.size());
   for (int64_t i = 0; i < static_cast<int64_t>(shape.size()); ++i) {
     if (i < lead) {
-      if (shape[i] < 0) throw std::invalid_argument("expand: -1 not allowed for new leading dims in " + shape_str(shape));
+      if (shape[i] < 0)
+        throw std::invalid_argument("expand: -1 not allowed for new leading dims in " + shape_str(shape));
       ns[i] = shape[i];
       st[i] = 0;
       continue;
@@ -259,7 +267,8 @@ Tensor Tensor::expand(const Shape& shape) const {
       st[i] = 0;
     } else {
       throw std::invalid_argument("expand: cannot expand " + desc() + " to " + shape_str(shape) + " (dim " +
-                                  std::to_string(i) + ": " + std::to_string(have) + " vs " + std::to_string(want) + ")");
+                                  std::to_string(i) + ": " + std::to_string(have) + " vs " + std::to_string(want) +
+                                  ")");
     }
   }
   return Tensor(storage_, ns, st, offset_, dtype_);
@@ -382,8 +391,7 @@ double Tensor::item() const {
   });
 }
 
-template <class T>
-std::vector<T> Tensor::to_vector() const {
+template <class T> std::vector<T> Tensor::to_vector() const {
   std::vector<T> out(static_cast<size_t>(numel_));
   if (numel_ == 0) return out;
   Tensor c = cpu();

@@ -18,9 +18,9 @@ namespace minidl {
 
 using Shape = std::vector<int64_t>;
 
-std::string shape_str(const Shape& s);              // "[2, 3]"
+std::string shape_str(const Shape& s);  // "[2, 3]"
 int64_t shape_numel(const Shape& s);
-Shape contiguous_strides(const Shape& s);             // row-major
+Shape contiguous_strides(const Shape& s);  // row-major
 int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op);  // -1 -> ndim-1; throws if out of range
 
 class Tensor {
@@ -51,16 +51,16 @@ class Tensor {
   void* raw_data() const;
 
   // ---- views (share storage) ----
-  Tensor view(const Shape& shape) const;       // -1 allowed once; requires compatible strides
-  Tensor reshape(const Shape& shape) const;    // view if possible, else contiguous copy
+  Tensor view(const Shape& shape) const;  // -1 allowed once; requires compatible strides
+  Tensor reshape(const Shape& shape) const;  // view if possible, else contiguous copy
   Tensor flatten(int64_t start = 0, int64_t end = -1) const;
   Tensor permute(const Shape& dims) const;
   Tensor transpose(int64_t d0, int64_t d1) const;
-  Tensor t() const;                            // 2-D transpose
+  Tensor t() const;  // 2-D transpose
   Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
   Tensor slice(int64_t dim, int64_t start, int64_t end, int64_t step = 1) const;
   Tensor select(int64_t dim, int64_t index) const;  // removes dim
-  Tensor expand(const Shape& shape) const;     // -1 keeps a size; new leading dims allowed
+  Tensor expand(const Shape& shape) const;  // -1 keeps a size; new leading dims allowed
   Tensor squeeze() const;
   Tensor squeeze(int64_t dim) const;
   Tensor unsqueeze(int64_t dim) const;
@@ -68,7 +68,7 @@ class Tensor {
 
   // ---- copies ----
   Tensor contiguous() const;  // *this when already contiguous
-  Tensor clone() const;       // always a fresh contiguous copy
+  Tensor clone() const;  // always a fresh contiguous copy
   Tensor to(DType dtype) const;
   Tensor to(Device device) const;
   Tensor cpu() const { return to(Device::cpu()); }
@@ -103,8 +103,7 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t);
 // Calls fn(const T* src, T* dst) style loops over a strided tensor in row-major order:
 // fn(int64_t linear_index, int64_t element_offset) for every element (offset in elements,
 // relative to t.data<T>()). Used by copies and printing; hot paths use kernels/cpu loops.
-template <class F>
-void for_each_offset(const Shape& shape, const Shape& strides, F&& fn) {
+template <class F> void for_each_offset(const Shape& shape, const Shape& strides, F&& fn) {
   const int64_t nd = static_cast<int64_t>(shape.size());
   int64_t n = shape_numel(shape);
   if (n == 0) return;
@@ -113,19 +112,21 @@ void for_each_offset(const Shape& shape, const Shape& strides, F&& fn) {
   for (int64_t i = 0; i < n; ++i) {
     fn(i, off);
     for (int64_t d = nd - 1; d >= 0; --d) {
-      if (++idx[d] < shape[d]) { off += strides[d]; break; }
+      if (++idx[d] < shape[d]) {
+        off += strides[d];
+        break;
+      }
       off -= strides[d] * (shape[d] - 1);
       idx[d] = 0;
     }
   }
 }
 
-template <class T>
-T* Tensor::data() const {
+template <class T> T* Tensor::data() const {
   if (!defined()) throw std::logic_error("Tensor::data: undefined tensor");
   if (dtype_of<T>::value != dtype_)
-    throw std::invalid_argument(std::string("Tensor::data: tensor is ") + dtype_name(dtype_) +
-                                ", requested " + dtype_name(dtype_of<T>::value));
+    throw std::invalid_argument(std::string("Tensor::data: tensor is ") + dtype_name(dtype_) + ", requested " +
+                                dtype_name(dtype_of<T>::value));
   return static_cast<T*>(storage_->data()) + offset_;
 }
 

@@ -52,8 +52,8 @@ void bench_gemm() {
   for (bool tf32 : {false, true}) {
     kernels::cuda::set_allow_tf32(tf32);
     cublasSetMathMode(h, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_PEDANTIC_MATH);
-    for (const auto& [M, N, K] : std::vector<std::tuple<int, int, int>>{{4096, 4096, 4096}, {8192, 8192, 8192},
-                                                                        {512 * 50, 192, 64}, {512, 3072, 768}}) {
+    for (const auto& [M, N, K] : std::vector<std::tuple<int, int, int>>{
+             {4096, 4096, 4096}, {8192, 8192, 8192}, {512 * 50, 192, 64}, {512, 3072, 768}}) {
       const Tensor a = randn({M, K}, RandomKey{1, 1}).to(Device::cuda(0));
       const Tensor b = randn({K, N}, RandomKey{1, 2}).to(Device::cuda(0));
       Tensor c({M, N}, DType::Float32, Device::cuda(0));
@@ -65,10 +65,11 @@ void bench_gemm() {
                     static_cast<const float*>(a.raw_data()), K, &zero, static_cast<float*>(c.raw_data()), N);
       });
       const double flops = 2.0 * M * N * K;
-      std::printf("%s{\"M\": %d, \"N\": %d, \"K\": %d, \"tf32\": %s, \"minidl_tflops\": %.2f, \"cublas_tflops\": %.2f, "
-                  "\"ratio\": %.3f}",
-                  first ? "" : ", ", M, N, K, tf32 ? "true" : "false", flops / t_minidl / 1e12,
-                  flops / t_cublas / 1e12, t_cublas / t_minidl);
+      std::printf(
+          "%s{\"M\": %d, \"N\": %d, \"K\": %d, \"tf32\": %s, \"minidl_tflops\": %.2f, \"cublas_tflops\": %.2f, "
+          "\"ratio\": %.3f}",
+          first ? "" : ", ", M, N, K, tf32 ? "true" : "false", flops / t_minidl / 1e12, flops / t_cublas / 1e12,
+          t_cublas / t_minidl);
       first = false;
     }
   }
@@ -167,9 +168,10 @@ void train_epoch(const std::string& name, const std::string& dir) {
       correct += static_cast<int64_t>(sum(eq(argmax(logits.data(), 1), TY.narrow(0, b, len))).item());
     }
   }
-  std::printf("{\"mode\": \"epoch\", \"model\": \"%s\", \"train_seconds\": %.2f, \"images_per_s\": %.1f, "
-              "\"last_loss\": %.4f, \"test_accuracy\": %.4f}\n",
-              name.c_str(), train_s, n / train_s, last_loss, double(correct) / double(TX.size(0)));
+  std::printf(
+      "{\"mode\": \"epoch\", \"model\": \"%s\", \"train_seconds\": %.2f, \"images_per_s\": %.1f, "
+      "\"last_loss\": %.4f, \"test_accuracy\": %.4f}\n",
+      name.c_str(), train_s, n / train_s, last_loss, double(correct) / double(TX.size(0)));
 }
 
 }  // namespace
@@ -182,9 +184,12 @@ int main(int argc, char** argv) {
     }
     kernels::cuda::set_device(0);
     const std::string mode = argc > 1 ? argv[1] : "";
-    if (mode == "gemm") bench_gemm();
-    else if (mode == "models") bench_models(argc > 3 && std::string(argv[2]) == "--batch" ? std::stoll(argv[3]) : 512);
-    else if (mode == "epoch" && argc == 4) train_epoch(argv[2], argv[3]);
+    if (mode == "gemm")
+      bench_gemm();
+    else if (mode == "models")
+      bench_models(argc > 3 && std::string(argv[2]) == "--batch" ? std::stoll(argv[3]) : 512);
+    else if (mode == "epoch" && argc == 4)
+      train_epoch(argv[2], argv[3]);
     else {
       std::cerr << "usage: gpu_bench gemm | models [--batch N] | epoch MODEL DATA_DIR\n";
       return 2;

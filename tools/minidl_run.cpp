@@ -113,7 +113,8 @@ minidl::launcher::LaunchConfig parse_args(int argc, char** argv, bool& help) {
       if (auto colon = v.find(':'); colon != std::string::npos) {
         int lo = parse_int(name, v.substr(0, colon), 1, 65536), hi = parse_int(name, v.substr(colon + 1), 1, 65536);
         if (lo != hi)
-          throw UsageError("--nnodes " + v + ": elastic node counts (MIN:MAX) are not supported; give a fixed count "
+          throw UsageError("--nnodes " + v +
+                           ": elastic node counts (MIN:MAX) are not supported; give a fixed count "
                            "(--nnodes N or N:N)");
         c.nnodes = lo;
       } else {
@@ -152,10 +153,12 @@ minidl::launcher::LaunchConfig parse_args(int argc, char** argv, bool& help) {
     if ((nodes_given && c.nnodes != 1) || c.node_rank != 0)
       throw UsageError("--standalone is a single node: it cannot be combined with --nnodes " +
                        std::to_string(c.nnodes) + " or --node-rank");
-    if (addr_given) throw UsageError("--standalone picks its own address and port: drop --master-addr/--master-port/--rdzv-endpoint");
+    if (addr_given)
+      throw UsageError("--standalone picks its own address and port: drop --master-addr/--master-port/--rdzv-endpoint");
   }
   if (c.node_rank >= c.nnodes) {
-    throw UsageError("--node-rank " + std::to_string(c.node_rank) + " is not below --nnodes " + std::to_string(c.nnodes));
+    throw UsageError("--node-rank " + std::to_string(c.node_rank) + " is not below --nnodes " +
+                     std::to_string(c.nnodes));
   }
   if (port) {
     c.master_port = static_cast<uint16_t>(*port);
@@ -170,8 +173,8 @@ void default_omp_threads(int nproc_per_node) {
   unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   int threads = std::max(1, static_cast<int>(cores) / nproc_per_node);
   ::setenv("OMP_NUM_THREADS", std::to_string(threads).c_str(), 1);
-  std::cerr << "minidl-run: OMP_NUM_THREADS not set; using " << threads << " per worker (" << cores
-            << " cores / " << nproc_per_node << " workers)\n";
+  std::cerr << "minidl-run: OMP_NUM_THREADS not set; using " << threads << " per worker (" << cores << " cores / "
+            << nproc_per_node << " workers)\n";
 }
 
 // The workers' rendezvous store admits only clients with this job's MINIDL_STORE_TOKEN: a fresh
@@ -180,7 +183,8 @@ void default_store_token(const minidl::launcher::LaunchConfig& c) {
   if (!minidl::dist::store_token_from_env().empty()) return;
   if (c.nnodes > 1) {
     std::cerr << "minidl-run: MINIDL_STORE_TOKEN is not set, so the rendezvous store accepts any client; set the "
-                 "same secret on every node (e.g. export MINIDL_STORE_TOKEN=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \\n'))\n";
+                 "same secret on every node (e.g. export MINIDL_STORE_TOKEN=$(od -An -N16 -tx1 /dev/urandom | tr -d ' "
+                 "\\n'))\n";
     return;
   }
   ::setenv("MINIDL_STORE_TOKEN", minidl::dist::generate_store_token().c_str(), 1);

@@ -114,8 +114,8 @@ struct Worker {
   int status = 0;
 };
 
-[[noreturn]] void exec_worker(const LaunchConfig& c, int local_rank, uint16_t port, int round, const std::string& step_dir,
-                              int out_fd, int err_fd, pid_t launcher) {
+[[noreturn]] void exec_worker(const LaunchConfig& c, int local_rank, uint16_t port, int round,
+                              const std::string& step_dir, int out_fd, int err_fd, pid_t launcher) {
   ::setpgid(0, 0);
   minidl::dist::die_with_parent(SIGTERM, launcher);
   ::signal(SIGPIPE, SIG_DFL);
@@ -146,10 +146,14 @@ struct Worker {
 
 const char* signal_name(int sig) {
   switch (sig) {
-    case SIGINT: return "SIGINT";
-    case SIGTERM: return "SIGTERM";
-    case SIGHUP: return "SIGHUP";
-    default: return "a signal";
+    case SIGINT:
+      return "SIGINT";
+    case SIGTERM:
+      return "SIGTERM";
+    case SIGHUP:
+      return "SIGHUP";
+    default:
+      return "a signal";
   }
 }
 
@@ -169,13 +173,13 @@ int64_t read_step(const std::string& step_dir, int rank) {
 
 // How this node's part of one round ended.
 struct NodeEnd {
-  char kind = 'o';      // 'o' every worker exited 0, 'f' a worker failed, 's' stopped for another
-                        // node's failure, 'a' aborted (the launcher got a signal, or lost node 0)
-  int64_t step = -1;    // the failed worker's step, when it wrote one
+  char kind = 'o';  // 'o' every worker exited 0, 'f' a worker failed, 's' stopped for another
+      // node's failure, 'a' aborted (the launcher got a signal, or lost node 0)
+  int64_t step = -1;  // the failed worker's step, when it wrote one
   bool by_signal = false;  // the failed worker was killed by a signal (a primary cause)
-  bool usage = false;      // it exited with status 2: a bad flag or input, which a restart repeats
+  bool usage = false;  // it exited with status 2: a bad flag or input, which a restart repeats
   std::string cause;
-  int exit_code = 1;    // for 'a': what the launcher exits with
+  int exit_code = 1;  // for 'a': what the launcher exits with
 
   std::string encode() const {
     return std::string(1, kind) + "\n" + std::to_string(step) + "\n" + (by_signal ? "1" : "0") + (usage ? "u" : "") +
@@ -232,8 +236,10 @@ Verdict decide(const std::vector<NodeEnd>& ends, int restarts_done, int max_rest
     return {'g', msg, primary->step};
   }
   if (primary->usage)
-    return {'g', "failed: " + cause + "; exit status 2 means a bad flag or input, which a restart would repeat: not restarting",
-            primary->step};
+    return {
+        'g',
+        "failed: " + cause + "; exit status 2 means a bad flag or input, which a restart would repeat: not restarting",
+        primary->step};
   if (primary->step >= 0 && primary->step == last_failure_step)
     return {'g',
             "failed: " + cause + "; the previous failure was at the same step " + std::to_string(primary->step) +
@@ -258,8 +264,7 @@ class Peers {
 
   // Waits until every node has joined `round`; returns the round's MASTER_PORT.
   uint16_t join(int round) {
-    if (c_.node_rank == 0)
-      store_->set(key(round, "port"), std::to_string(dist::find_free_port(c_.master_addr)));
+    if (c_.node_rank == 0) store_->set(key(round, "port"), std::to_string(dist::find_free_port(c_.master_addr)));
     store_->add(key(round, "joined"), 1);
     const auto deadline = Clock::now() + c_.join_timeout;
     while (store_->add(key(round, "joined"), 0) < c_.nnodes) {
@@ -428,8 +433,9 @@ NodeEnd run_round(const LaunchConfig& c, int round, uint16_t port, const std::st
         signal_groups(workers, SIGCONT, false);
         stopping = true;
         kill_at = Clock::now() + c.kill_grace;
-        end = {.kind = 'a', .cause = std::string("node ") + std::to_string(c.node_rank) + "'s launcher received " +
-                                     signal_name(sig), .exit_code = 128 + sig};
+        end = {.kind = 'a',
+               .cause = std::string("node ") + std::to_string(c.node_rank) + "'s launcher received " + signal_name(sig),
+               .exit_code = 128 + sig};
       } else if (sig == SIGINT && !killed) {  // a second Ctrl-C: no more patience
         signal_groups(workers, SIGKILL, true);
         killed = true;
@@ -456,8 +462,7 @@ NodeEnd run_round(const LaunchConfig& c, int round, uint16_t port, const std::st
       const int64_t step = read_step(step_dir, w.rank);
       std::string cause = "rank " + std::to_string(w.rank) +
                           (c.nnodes > 1 ? " (node " + std::to_string(c.node_rank) + ")" : "") + " " +
-                          minidl::dist::describe_exit(w.status) +
-                          (step >= 0 ? " at step " + std::to_string(step) : "");
+                          minidl::dist::describe_exit(w.status) + (step >= 0 ? " at step " + std::to_string(step) : "");
       for (const auto& other : workers) {
         if (!other.exited && minidl::dist::is_stopped(other.pid))
           cause += "; rank " + std::to_string(other.rank) + " (pid " + std::to_string(other.pid) +
@@ -567,8 +572,10 @@ int run_workers(const LaunchConfig& c) {
   int64_t last_failure_step = -1;
   for (int round = 0;; ++round) {
     uint16_t port = c.master_port;
-    if (peers) port = peers->join(round);
-    else if (round > 0) port = dist::find_free_port(c.master_addr);  // a fresh store for the new group
+    if (peers)
+      port = peers->join(round);
+    else if (round > 0)
+      port = dist::find_free_port(c.master_addr);  // a fresh store for the new group
     const NodeEnd end = run_round(c, round, port, step_dir.path(), peers.get());
     const Verdict v = peers ? peers->settle(round, end, round, last_failure_step)
                             : decide({end}, round, c.max_restarts, last_failure_step);

@@ -56,23 +56,30 @@ class DeviceScope {
 
 ncclDataType_t nccl_type(DType t, const char* op) {
   switch (t) {
-    case DType::Float32: return ncclFloat32;
-    case DType::Float64: return ncclFloat64;
-    case DType::Int64: return ncclInt64;
-    case DType::UInt8: return ncclUint8;
+    case DType::Float32:
+      return ncclFloat32;
+    case DType::Float64:
+      return ncclFloat64;
+    case DType::Int64:
+      return ncclInt64;
+    case DType::UInt8:
+      return ncclUint8;
   }
   throw std::invalid_argument(std::string(op) + ": unsupported dtype for NCCL");
 }
 
 ncclRedOp_t nccl_op(ReduceOp op, DType t, const char* name) {
   switch (op) {
-    case ReduceOp::SUM: return ncclSum;
+    case ReduceOp::SUM:
+      return ncclSum;
     case ReduceOp::AVG:
       if (!is_floating(t))
         throw std::invalid_argument(std::string(name) + ": AVG needs a floating dtype, got " + dtype_name(t));
       return ncclAvg;
-    case ReduceOp::MAX: return ncclMax;
-    case ReduceOp::MIN: return ncclMin;
+    case ReduceOp::MAX:
+      return ncclMax;
+    case ReduceOp::MIN:
+      return ncclMin;
   }
   throw std::invalid_argument(std::string(name) + ": unknown reduce op");
 }
@@ -135,7 +142,10 @@ class WorkNCCL : public Work {
  public:
   WorkNCCL(std::shared_ptr<ProcessGroupNCCL::Impl> pg, std::string what, cudaEvent_t done,
            std::vector<Tensor> keep_alive, std::function<void()> finish)
-      : pg_(std::move(pg)), what_(std::move(what)), done_(done), keep_(std::move(keep_alive)),
+      : pg_(std::move(pg)),
+        what_(std::move(what)),
+        done_(done),
+        keep_(std::move(keep_alive)),
         finish_(std::move(finish)) {}
   ~WorkNCCL() override {
     if (done_) cudaEventDestroy(done_);
@@ -217,8 +227,8 @@ void check_fingerprint(const std::shared_ptr<ProcessGroupNCCL::Impl>& pg, int64_
   std::memcpy(host.raw_data(), mine.data(), mine.size());
   Tensor send = host.to(Device::cuda(pg->device));
   Tensor all(Shape{static_cast<int64_t>(pg->size), kBytes}, DType::UInt8, Device::cuda(pg->device));
-  const std::string what = "MINIDL_DIST_DEBUG fingerprint of collective #" + std::to_string(seq) + " (" +
-                           desc.human() + ")";
+  const std::string what =
+      "MINIDL_DIST_DEBUG fingerprint of collective #" + std::to_string(seq) + " (" + desc.human() + ")";
   launch(pg, what, {send, all}, [&] {
     pg->check_nccl(ncclAllGather(send.raw_data(), all.raw_data(), static_cast<size_t>(kBytes), ncclUint8, pg->comm,
                                  pg->comm_stream),
@@ -240,8 +250,8 @@ void check_fingerprint(const std::shared_ptr<ProcessGroupNCCL::Impl>& pg, int64_
 Tensor on_device(const Tensor& t, int device, const char* op) {
   if (!t.defined()) throw std::invalid_argument(std::string(op) + ": undefined tensor");
   if (t.device().is_cuda() && t.device().index != device)
-    throw std::invalid_argument(std::string(op) + ": tensor on " + t.device().str() + " but the NCCL group uses cuda:" +
-                                std::to_string(device));
+    throw std::invalid_argument(std::string(op) + ": tensor on " + t.device().str() +
+                                " but the NCCL group uses cuda:" + std::to_string(device));
   return t.to(Device::cuda(device)).contiguous();
 }
 
@@ -324,33 +334,40 @@ int ProcessGroupNCCL::device() const { return impl_->device; }
 std::shared_ptr<Work> ProcessGroupNCCL::all_reduce_async(Tensor& t, ReduceOp op) {
   const std::string what = describe("all_reduce", ++impl_->seq, t);
   const ncclRedOp_t rop = nccl_op(op, t.dtype(), "all_reduce");
-  check_fingerprint(impl_, impl_->seq, {"all_reduce", dtype_name(t.dtype()), shape_str(t.shape()),
-                                        std::string("op=") + reduce_op_name(op)});
+  check_fingerprint(
+      impl_, impl_->seq,
+      {"all_reduce", dtype_name(t.dtype()), shape_str(t.shape()), std::string("op=") + reduce_op_name(op)});
   Tensor d = on_device(t, impl_->device, "all_reduce");
   auto impl = impl_;
   std::function<void()> finish;
   if (!d.is_same(t)) finish = [t, d]() mutable { t.copy_(d); };  // staged: write back
-  return launch(impl, what, {t, d}, [&] {
-    impl->check_nccl(ncclAllReduce(d.raw_data(), d.raw_data(), static_cast<size_t>(d.numel()),
-                                   nccl_type(d.dtype(), "all_reduce"), rop, impl->comm, impl->comm_stream),
-                     what);
-  }, finish);
+  return launch(
+      impl, what, {t, d},
+      [&] {
+        impl->check_nccl(ncclAllReduce(d.raw_data(), d.raw_data(), static_cast<size_t>(d.numel()),
+                                       nccl_type(d.dtype(), "all_reduce"), rop, impl->comm, impl->comm_stream),
+                         what);
+      },
+      finish);
 }
 
 std::shared_ptr<Work> ProcessGroupNCCL::broadcast_async(Tensor& t, int root) {
   const std::string what = describe("broadcast", ++impl_->seq, t);
   if (root < 0 || root >= size_) throw std::invalid_argument(what + ": root " + std::to_string(root) + " out of range");
-  check_fingerprint(impl_, impl_->seq, {"broadcast", dtype_name(t.dtype()), shape_str(t.shape()),
-                                        "root=" + std::to_string(root)});
+  check_fingerprint(impl_, impl_->seq,
+                    {"broadcast", dtype_name(t.dtype()), shape_str(t.shape()), "root=" + std::to_string(root)});
   Tensor d = on_device(t, impl_->device, "broadcast");
   auto impl = impl_;
   std::function<void()> finish;
   if (!d.is_same(t)) finish = [t, d]() mutable { t.copy_(d); };
-  return launch(impl, what, {t, d}, [&] {
-    impl->check_nccl(ncclBroadcast(d.raw_data(), d.raw_data(), static_cast<size_t>(d.numel()),
-                                   nccl_type(d.dtype(), "broadcast"), root, impl->comm, impl->comm_stream),
-                     what);
-  }, finish);
+  return launch(
+      impl, what, {t, d},
+      [&] {
+        impl->check_nccl(ncclBroadcast(d.raw_data(), d.raw_data(), static_cast<size_t>(d.numel()),
+                                       nccl_type(d.dtype(), "broadcast"), root, impl->comm, impl->comm_stream),
+                         what);
+      },
+      finish);
 }
 
 std::shared_ptr<Work> ProcessGroupNCCL::all_gather_async(const Tensor& t, std::vector<Tensor>& out) {
@@ -391,11 +408,14 @@ std::shared_ptr<Work> ProcessGroupNCCL::all_gather_async(const Tensor& t, std::v
   auto finish = [out_ptr, gathered, counts, result_device, n]() {
     for (int r = 0; r < n; ++r) (*out_ptr)[r] = gathered[r].narrow(0, 0, counts[r]).contiguous().to(result_device);
   };
-  return launch(impl, what, {padded, gathered}, [&] {
-    impl->check_nccl(ncclAllGather(padded.raw_data(), gathered.raw_data(), static_cast<size_t>(padded.numel()),
-                                   nccl_type(d.dtype(), "all_gather"), impl->comm, impl->comm_stream),
-                     what);
-  }, finish);
+  return launch(
+      impl, what, {padded, gathered},
+      [&] {
+        impl->check_nccl(ncclAllGather(padded.raw_data(), gathered.raw_data(), static_cast<size_t>(padded.numel()),
+                                       nccl_type(d.dtype(), "all_gather"), impl->comm, impl->comm_stream),
+                         what);
+      },
+      finish);
 }
 
 std::shared_ptr<Work> ProcessGroupNCCL::reduce_scatter_async(const Tensor& input, Tensor& out, ReduceOp op) {
@@ -403,8 +423,9 @@ std::shared_ptr<Work> ProcessGroupNCCL::reduce_scatter_async(const Tensor& input
   if (input.dim() == 0 || input.size(0) % size_ != 0)
     throw std::invalid_argument(what + ": the first dim must be a multiple of the world size " + std::to_string(size_));
   const ncclRedOp_t rop = nccl_op(op, input.dtype(), "reduce_scatter");
-  check_fingerprint(impl_, impl_->seq, {"reduce_scatter", dtype_name(input.dtype()), shape_str(input.shape()),
-                                        std::string("op=") + reduce_op_name(op)});
+  check_fingerprint(
+      impl_, impl_->seq,
+      {"reduce_scatter", dtype_name(input.dtype()), shape_str(input.shape()), std::string("op=") + reduce_op_name(op)});
   Tensor d = on_device(input, impl_->device, "reduce_scatter");
   Shape os = d.shape();
   os[0] /= size_;
@@ -413,11 +434,14 @@ std::shared_ptr<Work> ProcessGroupNCCL::reduce_scatter_async(const Tensor& input
   auto impl = impl_;
   std::function<void()> finish;
   if (!od.is_same(out)) finish = [out, od]() mutable { out.copy_(od); };
-  return launch(impl, what, {d, od, out}, [&] {
-    impl->check_nccl(ncclReduceScatter(d.raw_data(), od.raw_data(), static_cast<size_t>(od.numel()),
-                                       nccl_type(d.dtype(), "reduce_scatter"), rop, impl->comm, impl->comm_stream),
-                     what);
-  }, finish);
+  return launch(
+      impl, what, {d, od, out},
+      [&] {
+        impl->check_nccl(ncclReduceScatter(d.raw_data(), od.raw_data(), static_cast<size_t>(od.numel()),
+                                           nccl_type(d.dtype(), "reduce_scatter"), rop, impl->comm, impl->comm_stream),
+                         what);
+      },
+      finish);
 }
 
 std::shared_ptr<Work> ProcessGroupNCCL::barrier_async() {
@@ -426,9 +450,8 @@ std::shared_ptr<Work> ProcessGroupNCCL::barrier_async() {
   check_fingerprint(impl_, impl_->seq, {"barrier", "", "", ""});
   auto impl = impl_;
   return launch(impl, what, {one}, [&] {
-    impl->check_nccl(ncclAllReduce(one.raw_data(), one.raw_data(), 1, ncclFloat32, ncclSum, impl->comm,
-                                   impl->comm_stream),
-                     what);
+    impl->check_nccl(
+        ncclAllReduce(one.raw_data(), one.raw_data(), 1, ncclFloat32, ncclSum, impl->comm, impl->comm_stream), what);
   });
 }
 

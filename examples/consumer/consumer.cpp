@@ -11,7 +11,7 @@ using namespace minidl;
 int main() {
   manual_seed(0);
   Tensor x = from_vector<float>({-1.0f, -0.5f, 0.0f, 0.5f, 1.0f}, {5, 1});  // (5, 1)
-  Tensor y = 2.0 * x + 1.0;                                                // (5, 1), exact line
+  Tensor y = 2.0 * x + 1.0;  // (5, 1), exact line
   nn::Linear model({.in = 1, .out = 1});
   optim::SGD sgd(model.parameters(), {.lr = 0.2});
   for (int step = 0; step < 200; ++step) {

@@ -27,8 +27,7 @@ int64_t parse_count(const std::string& path, const std::string& key, const std::
   return v;
 }
 
-template <class T>
-int64_t count_non_finite(const minidl::Tensor& t) {
+template <class T> int64_t count_non_finite(const minidl::Tensor& t) {
   const T* p = t.data<T>();
   int64_t bad = 0;
   for (int64_t i = 0, n = t.numel(); i < n; ++i) bad += std::isfinite(p[i]) ? 0 : 1;
@@ -48,8 +47,9 @@ std::string first_non_finite(const minidl::TensorMap& tensors) {
   return "";
 }
 
-void save_checkpoint(const std::string& path, const minidl::nn::Module& model, const minidl::optim::Optimizer& optimizer,
-                     const minidl::optim::LRScheduler& scheduler, const minidl::Metadata& metadata) {
+void save_checkpoint(const std::string& path, const minidl::nn::Module& model,
+                     const minidl::optim::Optimizer& optimizer, const minidl::optim::LRScheduler& scheduler,
+                     const minidl::Metadata& metadata) {
   minidl::TensorMap tensors;
   add_prefixed(tensors, "model.", model.state_dict());
   add_prefixed(tensors, "optim.", optimizer.state_dict());
@@ -70,10 +70,14 @@ Checkpoint load_checkpoint(const std::string& path) {
     const auto dot = key.find('.');
     if (dot == std::string::npos) throw std::runtime_error(path + ": unexpected tensor '" + key + "'");
     const std::string prefix = key.substr(0, dot), rest = key.substr(dot + 1);
-    if (prefix == "model") ck.model[rest] = tensor;
-    else if (prefix == "optim") ck.optim[rest] = tensor;
-    else if (prefix == "sched") ck.sched[rest] = tensor;
-    else throw std::runtime_error(path + ": unexpected tensor '" + key + "' (expected model.*, optim.*, sched.*)");
+    if (prefix == "model")
+      ck.model[rest] = tensor;
+    else if (prefix == "optim")
+      ck.optim[rest] = tensor;
+    else if (prefix == "sched")
+      ck.sched[rest] = tensor;
+    else
+      throw std::runtime_error(path + ": unexpected tensor '" + key + "' (expected model.*, optim.*, sched.*)");
   }
   ck.epoch = parse_count(path, "epoch", ck.metadata["epoch"]);
   ck.step = ck.metadata.count("step") ? parse_count(path, "step", ck.metadata["step"]) : 0;
@@ -89,7 +93,7 @@ CheckpointPosition read_checkpoint_position(const std::string& path) {
     throw std::runtime_error(path + ": cannot read the safetensors header length");
   uint64_t size = 0;
   for (int i = 7; i >= 0; --i) size = (size << 8) | size_bytes[i];  // little-endian
-  constexpr uint64_t kMaxHeader = 100ull << 20;                      // the format's own limit
+  constexpr uint64_t kMaxHeader = 100ull << 20;  // the format's own limit
   std::error_code ec;
   const uint64_t file_size = std::filesystem::file_size(path, ec);
   if (ec || size == 0 || size > kMaxHeader || size > file_size - 8)
@@ -108,7 +112,8 @@ CheckpointPosition read_checkpoint_position(const std::string& path) {
     throw std::runtime_error(path + " is not a checkpoint written by `train` (metadata format '" + text("format") +
                              "', expected '" + kFormat + "')");
   const std::string step = text("step");
-  return {.epoch = parse_count(path, "epoch", text("epoch")), .step = step.empty() ? 0 : parse_count(path, "step", step)};
+  return {.epoch = parse_count(path, "epoch", text("epoch")),
+          .step = step.empty() ? 0 : parse_count(path, "step", step)};
 }
 
 }  // namespace trainer

@@ -28,11 +28,12 @@ struct Checkpoint {
   minidl::TensorMap model, optim, sched;
   minidl::Metadata metadata;
   int64_t epoch = 0;  // epochs completed
-  int64_t step = 0;   // optimizer steps done in epoch `epoch` (0-based) after those; 0: at a boundary
+  int64_t step = 0;  // optimizer steps done in epoch `epoch` (0-based) after those; 0: at a boundary
 };
 
-void save_checkpoint(const std::string& path, const minidl::nn::Module& model, const minidl::optim::Optimizer& optimizer,
-                     const minidl::optim::LRScheduler& scheduler, const minidl::Metadata& metadata);
+void save_checkpoint(const std::string& path, const minidl::nn::Module& model,
+                     const minidl::optim::Optimizer& optimizer, const minidl::optim::LRScheduler& scheduler,
+                     const minidl::Metadata& metadata);
 // Reads and splits a checkpoint; a file that is not one (no "model." tensors, no epoch, an epoch
 // that is not a number >= 0) is a std::runtime_error naming it.
 Checkpoint load_checkpoint(const std::string& path);

@@ -78,7 +78,8 @@ std::optional<CliOptions> parse_cli(int argc, char** argv) {
                  "also checkpoint mid-epoch once M minutes (fractions allowed) have passed since the last "
                  "checkpoint; rank 0's clock decides for all ranks (SAVE_FREQ_MINUTES)")
       ->check(kPositiveNumber);
-  auto* resume = app.add_option("--resume", o.resume, "continue training from a checkpoint (epoch end or mid-epoch)")->check(CLI::ExistingFile);
+  auto* resume = app.add_option("--resume", o.resume, "continue training from a checkpoint (epoch end or mid-epoch)")
+                     ->check(CLI::ExistingFile);
   app.add_flag("--overwrite", o.overwrite, "replace the outputs of an earlier run in --out (default: refuse)")
       ->excludes(resume);
   app.add_option("--max-restarts", o.max_restarts,
@@ -118,12 +119,14 @@ std::optional<CliOptions> parse_cli(int argc, char** argv) {
   }
   if (o.eval && !o.pretrained) throw ConfigError("--eval needs --pretrained FILE");
   if (o.resume && o.lr)
-    throw ConfigError("--lr cannot be combined with --resume: a resumed run continues the checkpoint's "
-                      "learning-rate schedule (its optimizer and scheduler state) exactly; to train with "
-                      "another --lr, start a new run");
+    throw ConfigError(
+        "--lr cannot be combined with --resume: a resumed run continues the checkpoint's "
+        "learning-rate schedule (its optimizer and scheduler state) exactly; to train with "
+        "another --lr, start a new run");
   if ((o.eval || o.resume) && o.config_path)
-    throw ConfigError("--config cannot be combined with --resume or --eval: the checkpoint holds its recipe "
-                      "(override single values with flags)");
+    throw ConfigError(
+        "--config cannot be combined with --resume or --eval: the checkpoint holds its recipe "
+        "(override single values with flags)");
   return o;
 }
 
@@ -138,8 +141,8 @@ std::string default_config_path(const std::string& model) {
   const std::filesystem::path installed = exe.parent_path().parent_path() / "share" / "minidl" / "configs" / name;
   if (!ec && std::filesystem::exists(beside)) return beside.string();
   if (!ec && std::filesystem::exists(installed)) return installed.string();
-  throw ConfigError("no recipe for model '" + model + "': none of " + source.string() + ", " + beside.string() +
-                    ", " + installed.string() + " exists (give one with --config)");
+  throw ConfigError("no recipe for model '" + model + "': none of " + source.string() + ", " + beside.string() + ", " +
+                    installed.string() + " exists (give one with --config)");
 }
 
 TrainConfig resolve_config(const CliOptions& cli, int world_size) {
@@ -155,8 +158,10 @@ TrainConfig resolve_config(const CliOptions& cli, int world_size) {
     if (cli.model && *cli.model != c.model)
       throw ConfigError("--model " + *cli.model + " does not match MODEL.NAME " + c.model + " of " + *cli.config_path);
   }
-  if (cli.epochs) c.epochs = *cli.epochs;
-  else if (cli.smoke_test && !cli.resume) c.epochs = 1;
+  if (cli.epochs)
+    c.epochs = *cli.epochs;
+  else if (cli.smoke_test && !cli.resume)
+    c.epochs = 1;
   if (cli.lr) c.base_lr = *cli.lr;
   if (cli.seed) c.seed = *cli.seed;
   if (cli.data_dir) c.data_dir = *cli.data_dir;
@@ -177,7 +182,8 @@ TrainConfig resolve_config(const CliOptions& cli, int world_size) {
   if (c.deterministic && c.global_batch_size % (c.micro_batch * world_size) != 0)
     throw ConfigError("--deterministic: the global batch size " + std::to_string(c.global_batch_size) +
                       " must be a multiple of the micro-batch " + std::to_string(c.micro_batch) + " x " +
-                      std::to_string(world_size) + " processes (every process runs whole micro-shards; change "
+                      std::to_string(world_size) +
+                      " processes (every process runs whole micro-shards; change "
                       "--micro-batch or the batch size)");
   validate(c);
   return c;

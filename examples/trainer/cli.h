@@ -15,12 +15,12 @@ struct CliOptions {
   std::optional<std::string> model;
   std::optional<std::string> config_path;
   std::optional<int64_t> epochs;
-  std::optional<int64_t> batch_size;         // per process
+  std::optional<int64_t> batch_size;  // per process
   std::optional<int64_t> global_batch_size;  // over all processes
   std::optional<double> lr;
   std::optional<uint64_t> seed;
   std::optional<std::string> data_dir;
-  std::string device = "auto";               // cpu | cuda | auto
+  std::string device = "auto";  // cpu | cuda | auto
   std::optional<int> nproc;
   bool sync_bn = false;
   std::optional<std::string> out_dir;
@@ -28,9 +28,9 @@ struct CliOptions {
   std::optional<int64_t> save_every_steps;
   std::optional<double> save_every_minutes;
   std::optional<std::string> resume;
-  bool overwrite = false;                    // replace the outputs of an earlier run in --out
-  std::optional<int> max_restarts;           // restart the spawned processes after a failure
-  std::optional<double> dist_timeout;        // seconds: rendezvous and every collective
+  bool overwrite = false;  // replace the outputs of an earlier run in --out
+  std::optional<int> max_restarts;  // restart the spawned processes after a failure
+  std::optional<double> dist_timeout;  // seconds: rendezvous and every collective
   bool eval = false;
   std::optional<std::string> pretrained;
   bool deterministic = false;

@@ -141,10 +141,14 @@ TrainConfig parse_config(const std::string& yaml_text, const std::string& what) 
             *target.second = read_scalar<double>(node[1], f.key, what, "a list of two numbers");
           } else {
             using T = std::remove_pointer_t<P>;
-            if constexpr (std::is_same_v<T, std::string>) *target = read_scalar<T>(node, f.key, what, "a string");
-            else if constexpr (std::is_same_v<T, bool>) *target = read_scalar<T>(node, f.key, what, "true or false");
-            else if constexpr (std::is_same_v<T, double>) *target = read_scalar<T>(node, f.key, what, "a number");
-            else *target = read_scalar<T>(node, f.key, what, "an integer");
+            if constexpr (std::is_same_v<T, std::string>)
+              *target = read_scalar<T>(node, f.key, what, "a string");
+            else if constexpr (std::is_same_v<T, bool>)
+              *target = read_scalar<T>(node, f.key, what, "true or false");
+            else if constexpr (std::is_same_v<T, double>)
+              *target = read_scalar<T>(node, f.key, what, "a number");
+            else
+              *target = read_scalar<T>(node, f.key, what, "an integer");
           }
         },
         f.target);
@@ -185,10 +189,14 @@ std::string to_yaml(const TrainConfig& config) {
             out += ']';
           } else {
             using T = std::remove_pointer_t<P>;
-            if constexpr (std::is_same_v<T, std::string>) out += quoted(*target);
-            else if constexpr (std::is_same_v<T, bool>) out += *target ? "true" : "false";
-            else if constexpr (std::is_same_v<T, double>) out += number_text(*target);
-            else out += std::to_string(*target);
+            if constexpr (std::is_same_v<T, std::string>)
+              out += quoted(*target);
+            else if constexpr (std::is_same_v<T, bool>)
+              out += *target ? "true" : "false";
+            else if constexpr (std::is_same_v<T, double>)
+              out += number_text(*target);
+            else
+              out += std::to_string(*target);
           }
         },
         f.target);

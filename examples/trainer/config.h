@@ -16,32 +16,32 @@ struct ConfigError : std::runtime_error {
 
 struct TrainConfig {
   // MODEL
-  std::string model = "cnn";                                 // MODEL.NAME: mlp | cnn | vit
-  bool sync_bn = false;                                      // MODEL.SYNC_BN
+  std::string model = "cnn";  // MODEL.NAME: mlp | cnn | vit
+  bool sync_bn = false;  // MODEL.SYNC_BN
   // DATA
   std::string data_dir = "/usr/share/datasets/fashion-mnist";  // DATA.DATA_PATH
-  int64_t global_batch_size = 128;                           // DATA.BATCH_SIZE (over all processes)
-  int num_workers = 2;                                       // DATA.NUM_WORKERS (loader threads per process)
-  int64_t train_subset = 0;                                  // DATA.TRAIN_SUBSET: first N images; 0 = all
-  int64_t val_subset = 0;                                    // DATA.VAL_SUBSET
+  int64_t global_batch_size = 128;  // DATA.BATCH_SIZE (over all processes)
+  int num_workers = 2;  // DATA.NUM_WORKERS (loader threads per process)
+  int64_t train_subset = 0;  // DATA.TRAIN_SUBSET: first N images; 0 = all
+  int64_t val_subset = 0;  // DATA.VAL_SUBSET
   // TRAIN
-  int64_t epochs = 8;                                        // TRAIN.EPOCHS
-  double base_lr = 0.05;                                     // TRAIN.BASE_LR (for the global batch)
-  double weight_decay = 0.0;                                 // TRAIN.WEIGHT_DECAY
-  int64_t warmup_epochs = 0;                                 // TRAIN.WARMUP_EPOCHS
-  double warmup_start_factor = 0.01;                         // TRAIN.WARMUP_START_FACTOR
-  std::string lr_scheduler = "cosine";                       // TRAIN.LR_SCHEDULER.NAME: cosine | constant
-  std::string optimizer = "sgd";                             // TRAIN.OPTIMIZER.NAME: sgd | adam | adamw
-  double momentum = 0.0;                                     // TRAIN.OPTIMIZER.MOMENTUM (sgd)
-  double beta1 = 0.9, beta2 = 0.999;                         // TRAIN.OPTIMIZER.BETAS (adam, adamw)
-  double eps = 1e-8;                                         // TRAIN.OPTIMIZER.EPS (adam, adamw)
-  bool deterministic = false;                                // TRAIN.DETERMINISTIC: same bits on any process count
-  int64_t micro_batch = 16;                                  // TRAIN.MICRO_BATCH: samples per micro-shard (deterministic)
+  int64_t epochs = 8;  // TRAIN.EPOCHS
+  double base_lr = 0.05;  // TRAIN.BASE_LR (for the global batch)
+  double weight_decay = 0.0;  // TRAIN.WEIGHT_DECAY
+  int64_t warmup_epochs = 0;  // TRAIN.WARMUP_EPOCHS
+  double warmup_start_factor = 0.01;  // TRAIN.WARMUP_START_FACTOR
+  std::string lr_scheduler = "cosine";  // TRAIN.LR_SCHEDULER.NAME: cosine | constant
+  std::string optimizer = "sgd";  // TRAIN.OPTIMIZER.NAME: sgd | adam | adamw
+  double momentum = 0.0;  // TRAIN.OPTIMIZER.MOMENTUM (sgd)
+  double beta1 = 0.9, beta2 = 0.999;  // TRAIN.OPTIMIZER.BETAS (adam, adamw)
+  double eps = 1e-8;  // TRAIN.OPTIMIZER.EPS (adam, adamw)
+  bool deterministic = false;  // TRAIN.DETERMINISTIC: same bits on any process count
+  int64_t micro_batch = 16;  // TRAIN.MICRO_BATCH: samples per micro-shard (deterministic)
   // run
-  uint64_t seed = 0;                                         // SEED
-  int64_t save_every = 1;                                    // SAVE_FREQ (epochs between checkpoints)
-  int64_t save_every_steps = 0;                              // SAVE_FREQ_STEPS (steps between mid-epoch checkpoints; 0: none)
-  double save_every_minutes = 0;                             // SAVE_FREQ_MINUTES (minutes between them; 0: none)
+  uint64_t seed = 0;  // SEED
+  int64_t save_every = 1;  // SAVE_FREQ (epochs between checkpoints)
+  int64_t save_every_steps = 0;  // SAVE_FREQ_STEPS (steps between mid-epoch checkpoints; 0: none)
+  double save_every_minutes = 0;  // SAVE_FREQ_MINUTES (minutes between them; 0: none)
 };
 
 // Reads a YAML file; keys it does not set keep the defaults above. Unknown keys, values of the

@@ -45,12 +45,14 @@ void check_one_gpu_per_process(int local_processes, int gpus) {
 }  // namespace
 
 void check_data_dir(const std::string& dir, bool need_train) {
-  for (const char* name : {"t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte", "train-images-idx3-ubyte", "train-labels-idx1-ubyte"}) {
+  for (const char* name :
+       {"t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte", "train-images-idx3-ubyte", "train-labels-idx1-ubyte"}) {
     if (!need_train && std::string(name).starts_with("train")) continue;
     if (!has_idx_file(dir, name))
-      throw UsageError("Fashion-MNIST not found: " + dir + "/" + name + "[.gz] does not exist.\n" +
-                       "Install it with `apt-get install dataset-fashion-mnist` (files in /usr/share/datasets/fashion-mnist) "
-                       "or point --data at a directory holding the four idx files.");
+      throw UsageError(
+          "Fashion-MNIST not found: " + dir + "/" + name + "[.gz] does not exist.\n" +
+          "Install it with `apt-get install dataset-fashion-mnist` (files in /usr/share/datasets/fashion-mnist) "
+          "or point --data at a directory holding the four idx files.");
   }
 }
 
@@ -91,11 +93,13 @@ bool decide_cuda(const CliOptions& cli, int gpus) {
     return true;
   }
   if (!kc::compiled_with_cuda())
-    throw UsageError("--device cuda: this train was built without CUDA (nvcc was not found at configure time); "
-                     "use --device cpu");
+    throw UsageError(
+        "--device cuda: this train was built without CUDA (nvcc was not found at configure time); "
+        "use --device cpu");
   if (gpus == 0)
-    throw UsageError("--device cuda: no CUDA device present (no driver, no GPU, or CUDA_VISIBLE_DEVICES hides them "
-                     "all); use --device cpu");
+    throw UsageError(
+        "--device cuda: no CUDA device present (no driver, no GPU, or CUDA_VISIBLE_DEVICES hides them "
+        "all); use --device cpu");
   if (!dist::is_backend_available("nccl"))
     throw UsageError("--device cuda: the NCCL backend is not available in this build; use --device cpu");
   return true;
@@ -109,8 +113,9 @@ Launch decide_launch(const CliOptions& cli, bool cuda, int gpus) {
                        std::to_string(env.world_size) + " (drop --nproc under minidl-run)");
     if (cuda) check_one_gpu_per_process(env.local_world_size, gpus);
     if (cli.max_restarts)
-      throw UsageError("--max-restarts: this train was started by a launcher, which restarts it: give --max-restarts "
-                       "to minidl-run instead");
+      throw UsageError(
+          "--max-restarts: this train was started by a launcher, which restarts it: give --max-restarts "
+          "to minidl-run instead");
     int restarts = 0;
     if (const char* r = std::getenv("MINIDL_RESTART_COUNT")) {
       const std::string text = r;

@@ -21,7 +21,7 @@ struct Launch {
   int nproc = 1;
   bool spawn = false;
   int local_world_size = 1;
-  bool leader = true;     // prepares --out: this process spawns the ranks, or it is rank 0
+  bool leader = true;  // prepares --out: this process spawns the ranks, or it is rank 0
   int restart_count = 0;  // MINIDL_RESTART_COUNT from minidl-run
 };
 

@@ -38,9 +38,11 @@ void Totals::add(const minidl::Tensor& logits, const minidl::Tensor& target, dou
 
 Totals Totals::all_reduced() const {
   // One collective for all four sums, like PaddleViT's reduce_dict (keys sorted, values stacked).
-  std::map<std::string, double> sums = {{"correct1", correct1}, {"correct5", correct5}, {"count", count}, {"loss_sum", loss_sum}};
+  std::map<std::string, double> sums = {
+      {"correct1", correct1}, {"correct5", correct5}, {"count", count}, {"loss_sum", loss_sum}};
   sums = minidl::dist::reduce_dict(sums, /*average=*/false, minidl::dist::default_group());
-  return {.loss_sum = sums["loss_sum"], .correct1 = sums["correct1"], .correct5 = sums["correct5"], .count = sums["count"]};
+  return {
+      .loss_sum = sums["loss_sum"], .correct1 = sums["correct1"], .correct5 = sums["correct5"], .count = sums["count"]};
 }
 
 void OrderedTotals::add(int64_t ordinal, const minidl::Tensor& logits, const minidl::Tensor& target, double mean_loss) {
@@ -50,7 +52,8 @@ void OrderedTotals::add(int64_t ordinal, const minidl::Tensor& logits, const min
   local.correct1 += shard.correct1;
   local.correct5 += shard.correct5;
   local.count += shard.count;
-  pending_.insert(pending_.end(), {static_cast<double>(ordinal), shard.loss_sum, shard.correct1, shard.correct5, shard.count});
+  pending_.insert(pending_.end(),
+                  {static_cast<double>(ordinal), shard.loss_sum, shard.correct1, shard.correct5, shard.count});
 }
 
 const Totals& OrderedTotals::fold() {
@@ -60,7 +63,8 @@ const Totals& OrderedTotals::fold() {
   std::vector<std::array<double, 5>> all;
   for (const minidl::Tensor& part : minidl::dist::all_gather(mine)) {  // (rows of rank q, 5)
     const double* p = part.data<double>();
-    for (int64_t i = 0; i < part.size(0); ++i) all.push_back({p[5 * i], p[5 * i + 1], p[5 * i + 2], p[5 * i + 3], p[5 * i + 4]});
+    for (int64_t i = 0; i < part.size(0); ++i)
+      all.push_back({p[5 * i], p[5 * i + 1], p[5 * i + 2], p[5 * i + 3], p[5 * i + 4]});
   }
   std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a[0] < b[0]; });
   for (const auto& r : all) {
@@ -74,15 +78,15 @@ const Totals& OrderedTotals::fold() {
 
 void append_metrics_line(const std::string& path, const EpochRecord& r) {
   const nlohmann::ordered_json line = {{"epoch", r.epoch},
-                               {"lr", r.lr},
-                               {"train_loss", r.train.loss()},
-                               {"train_acc1", r.train.acc1()},
-                               {"val_loss", r.val.loss()},
-                               {"val_acc1", r.val.acc1()},
-                               {"val_acc5", r.val.acc5()},
-                               {"images_per_s", r.images_per_s},
-                               {"seconds", r.seconds},
-                               {"world_size", r.world_size}};
+                                       {"lr", r.lr},
+                                       {"train_loss", r.train.loss()},
+                                       {"train_acc1", r.train.acc1()},
+                                       {"val_loss", r.val.loss()},
+                                       {"val_acc1", r.val.acc1()},
+                                       {"val_acc5", r.val.acc5()},
+                                       {"images_per_s", r.images_per_s},
+                                       {"seconds", r.seconds},
+                                       {"world_size", r.world_size}};
   std::ofstream out(path, std::ios::app);
   errno = 0;
   out << line.dump() << "\n";
@@ -103,8 +107,10 @@ void keep_metrics_up_to(const std::string& path, int64_t epochs) {
     } catch (const std::exception&) {
       epoch = -1;  // a line cut off by the crash
     }
-    if (epoch >= 1 && epoch <= epochs) kept += line + "\n";
-    else dropped = true;
+    if (epoch >= 1 && epoch <= epochs)
+      kept += line + "\n";
+    else
+      dropped = true;
   }
   in.close();
   if (!dropped) return;

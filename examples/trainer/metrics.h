@@ -16,7 +16,7 @@ struct Totals {
   double loss_sum = 0;  // sum over samples of the per-sample loss
   double correct1 = 0;  // samples whose target is the top prediction
   double correct5 = 0;  // samples whose target is among the top 5
-  double count = 0;     // samples
+  double count = 0;  // samples
 
   // Adds a batch: logits (B, classes), target int64 (B), the batch's mean loss.
   void add(const minidl::Tensor& logits, const minidl::Tensor& target, double mean_loss);
@@ -51,7 +51,7 @@ class OrderedTotals {
 
 struct EpochRecord {
   int64_t epoch = 0;  // 1-based: the epoch just finished
-  double lr = 0;      // the lr of the epoch's first step
+  double lr = 0;  // the lr of the epoch's first step
   Totals train, val;
   double images_per_s = 0;
   double seconds = 0;

@@ -20,7 +20,8 @@ namespace trainer {
 
 std::unique_ptr<minidl::optim::Optimizer> make_optimizer(const TrainConfig& config, minidl::nn::Module& model);
 // steps_per_epoch: optimizer steps in one epoch (batches per rank).
-std::unique_ptr<minidl::optim::LRScheduler> make_scheduler(const TrainConfig& config, minidl::optim::Optimizer& optimizer,
+std::unique_ptr<minidl::optim::LRScheduler> make_scheduler(const TrainConfig& config,
+                                                           minidl::optim::Optimizer& optimizer,
                                                            int64_t steps_per_epoch);
 
 }  // namespace trainer

@@ -59,7 +59,8 @@ TEST(TrainerMetrics, CountsTop1AndTop5HitsAndWeightsTheLossBySamples) {
 
 TEST(TrainerMetrics, FewerThanFiveClassesMakeTop5AlwaysHit) {
   trainer::Totals t;
-  t.add(minidl::from_vector<float>({0.1f, 0.9f, 0.5f, 0.2f, 0.3f, 0.1f}, {2, 3}), labels({0, 2}), 1.0);  // top-1: classes 1 and 1
+  t.add(minidl::from_vector<float>({0.1f, 0.9f, 0.5f, 0.2f, 0.3f, 0.1f}, {2, 3}), labels({0, 2}),
+        1.0);  // top-1: classes 1 and 1
   EXPECT_EQ(t.correct1, 0);
   EXPECT_EQ(t.correct5, 2);
 }

@@ -20,11 +20,13 @@ namespace minidl::kernels::cpu {
 
 // Items per parallel chunk so that a chunk holds at least ~64K multiply-adds (tiny problems stay
 // on one thread). Chunking changes which thread runs what, never the arithmetic.
-inline int64_t conv_grain(int64_t work_per_item) { return std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(work_per_item, 1)); }
+inline int64_t conv_grain(int64_t work_per_item) {
+  return std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(work_per_item, 1));
+}
 
 struct Conv2dShape {
   int64_t N, C, H, W;  // x (N, C, H, W)
-  int64_t O, kH, kW;   // w (O, C/groups, kH, kW)
+  int64_t O, kH, kW;  // w (O, C/groups, kH, kW)
   int64_t groups;
   int64_t stride_h, stride_w, pad_h, pad_w, dil_h, dil_w;
   int64_t H_out, W_out;  // y (N, O, H_out, W_out)
@@ -35,8 +37,7 @@ struct Conv2dShape {
 };
 
 // x (N, C, H, W), w (O, C/G, kH, kW), b (O) or null -> y (N, O, H_out, W_out)
-template <class T>
-void conv2d_forward(const T* x, const T* w, const T* b, const Conv2dShape& s, T* y) {
+template <class T> void conv2d_forward(const T* x, const T* w, const T* b, const Conv2dShape& s, T* y) {
   const ConvGeometry geo = s.group_geometry();
   const int64_t Cg = s.C / s.groups, Og = s.O / s.groups;
   const int64_t K = Cg * s.kH * s.kW, L = s.H_out * s.W_out;

@@ -16,8 +16,7 @@
 namespace minidl::kernels::cpu {
 
 // log(sum_c exp(x[c])) of one row, stable.
-template <class T>
-double logsumexp_row(const T* x, int64_t C) {
+template <class T> double logsumexp_row(const T* x, int64_t C) {
   double m = -INFINITY;
   for (int64_t c = 0; c < C; ++c) m = std::max(m, static_cast<double>(x[c]));
   if (std::isinf(m)) return m;  // all -inf (or a +inf): the sum is exp(m)

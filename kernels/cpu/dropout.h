@@ -12,8 +12,7 @@
 namespace minidl::kernels::cpu {
 
 // out (n) receives 0 or 1 / (1 - p); requires 0 <= p < 1.
-template <class T>
-void dropout_mask(T* out, int64_t n, double p, uint64_t seed, uint64_t stream) {
+template <class T> void dropout_mask(T* out, int64_t n, double p, uint64_t seed, uint64_t stream) {
   const T keep = static_cast<T>(1.0 / (1.0 - p));
   parallel_for(n, 8192, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {

@@ -22,10 +22,9 @@ namespace minidl::kernels::cpu {
 // Elements per parallel task (a chunk of one row of the coalesced loop).
 inline constexpr int64_t kElementwiseChunk = 16384;
 
-template <int N>
-struct StridedLoop {
-  std::vector<int64_t> shape;                    // coalesced, at least 1 dim
-  std::array<std::vector<int64_t>, N> strides;   // per operand, in elements
+template <int N> struct StridedLoop {
+  std::vector<int64_t> shape;  // coalesced, at least 1 dim
+  std::array<std::vector<int64_t>, N> strides;  // per operand, in elements
   int64_t numel = 0;
 
   StridedLoop(const std::vector<int64_t>& full_shape, const std::array<const std::vector<int64_t>*, N>& full_strides) {
@@ -40,8 +39,7 @@ struct StridedLoop {
 
   // fn(const int64_t* offsets /*N*/, int64_t n, const int64_t* inner_strides /*N*/) for every
   // run of n consecutive elements of the innermost dim; runs are processed in parallel.
-  template <class F>
-  void for_each_run(F&& fn) const {
+  template <class F> void for_each_run(F&& fn) const {
     if (numel == 0) return;
     const int64_t nd = static_cast<int64_t>(shape.size());
     const int64_t inner = shape[nd - 1];
@@ -83,8 +81,7 @@ struct StridedLoop {
 };
 
 // out = op(x); operands: 0 = out, 1 = x.
-template <class TO, class TI, class Op>
-void unary_kernel(const StridedLoop<2>& loop, TO* out, const TI* x, Op op) {
+template <class TO, class TI, class Op> void unary_kernel(const StridedLoop<2>& loop, TO* out, const TI* x, Op op) {
   loop.for_each_run([&](const int64_t* off, int64_t n, const int64_t* st) {
     TO* o = out + off[0];
     const TI* a = x + off[1];
@@ -97,8 +94,7 @@ void unary_kernel(const StridedLoop<2>& loop, TO* out, const TI* x, Op op) {
 }
 
 // out = op(a, b); operands: 0 = out, 1 = a, 2 = b. `out` may alias `a` (in-place ops).
-template <class T, class Op>
-void binary_kernel(const StridedLoop<3>& loop, T* out, const T* a, const T* b, Op op) {
+template <class T, class Op> void binary_kernel(const StridedLoop<3>& loop, T* out, const T* a, const T* b, Op op) {
   loop.for_each_run([&](const int64_t* off, int64_t n, const int64_t* st) {
     T* o = out + off[0];
     const T* pa = a + off[1];

@@ -46,20 +46,13 @@ constexpr double kSmallFlops = 4e6;  // below this, one tile and no threads (as 
 
 // kSmallCols elements of T as one GCC/Clang vector (one AVX-512 register for float; the compiler
 // splits it into narrower registers on other targets).
-template <class T>
-struct SmallVec;
-template <>
-struct SmallVec<float> {
-  typedef float type __attribute__((vector_size(kSmallCols * sizeof(float))));
-};
-template <>
-struct SmallVec<double> {
-  typedef double type __attribute__((vector_size(kSmallCols * sizeof(double))));
-};
+template <class T> struct SmallVec;
+template <> struct SmallVec<float> { typedef float type __attribute__((vector_size(kSmallCols * sizeof(float)))); };
+template <> struct SmallVec<double> { typedef double type __attribute__((vector_size(kSmallCols * sizeof(double)))); };
 
 template <class T, int64_t R>
-void small_rows(int64_t i0, int64_t N, int64_t K, const T* A, int64_t sa_i, int64_t sa_k, const T* Bp, int64_t Np,
-                T* C, int64_t ldc, T alpha, T beta) {
+void small_rows(int64_t i0, int64_t N, int64_t K, const T* A, int64_t sa_i, int64_t sa_k, const T* Bp, int64_t Np, T* C,
+                int64_t ldc, T alpha, T beta) {
   using V = typename SmallVec<T>::type;  // R row pieces of C, kept in registers
   for (int64_t j0 = 0; j0 < N; j0 += kSmallCols) {
     V acc[R] = {};
@@ -130,10 +123,14 @@ void gemm_impl(int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, bool tr
     const T* b = trans_b ? B + j0 * ldb : B + j0;
     T* c = C + i0 * ldc + j0;
     constexpr int R = Eigen::RowMajor, Cm = Eigen::ColMajor;
-    if (!trans_a && !trans_b) tile_kernel<T, R, R>(m, n, K, a, lda, b, ldb, c, ldc, alpha);
-    else if (!trans_a && trans_b) tile_kernel<T, R, Cm>(m, n, K, a, lda, b, ldb, c, ldc, alpha);
-    else if (trans_a && !trans_b) tile_kernel<T, Cm, R>(m, n, K, a, lda, b, ldb, c, ldc, alpha);
-    else tile_kernel<T, Cm, Cm>(m, n, K, a, lda, b, ldb, c, ldc, alpha);
+    if (!trans_a && !trans_b)
+      tile_kernel<T, R, R>(m, n, K, a, lda, b, ldb, c, ldc, alpha);
+    else if (!trans_a && trans_b)
+      tile_kernel<T, R, Cm>(m, n, K, a, lda, b, ldb, c, ldc, alpha);
+    else if (trans_a && !trans_b)
+      tile_kernel<T, Cm, R>(m, n, K, a, lda, b, ldb, c, ldc, alpha);
+    else
+      tile_kernel<T, Cm, Cm>(m, n, K, a, lda, b, ldb, c, ldc, alpha);
   };
   parallel_for(tiles_m * tiles_n, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) run_tile(t);

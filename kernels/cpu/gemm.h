@@ -14,10 +14,10 @@
 
 namespace minidl::kernels::cpu {
 
-void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, bool trans_a, const float* B,
-          int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha = 1.0f, float beta = 0.0f);
+void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, bool trans_a, const float* B, int64_t ldb,
+          bool trans_b, float* C, int64_t ldc, float alpha = 1.0f, float beta = 0.0f);
 
-void gemm(int64_t M, int64_t N, int64_t K, const double* A, int64_t lda, bool trans_a, const double* B,
-          int64_t ldb, bool trans_b, double* C, int64_t ldc, double alpha = 1.0, double beta = 0.0);
+void gemm(int64_t M, int64_t N, int64_t K, const double* A, int64_t lda, bool trans_a, const double* B, int64_t ldb,
+          bool trans_b, double* C, int64_t ldc, double alpha = 1.0, double beta = 0.0);
 
 }  // namespace minidl::kernels::cpu

@@ -15,15 +15,14 @@
 namespace minidl::kernels::cpu {
 
 struct ConvGeometry {
-  int64_t C, H, W;           // input planes (of one group) and their size
-  int64_t kH, kW;            // kernel
+  int64_t C, H, W;  // input planes (of one group) and their size
+  int64_t kH, kW;  // kernel
   int64_t stride_h, stride_w, pad_h, pad_w, dil_h, dil_w;
   int64_t H_out, W_out;
 };
 
 // x (C, H, W) -> col (C*kH*kW, H_out*W_out)
-template <class T>
-void im2col(const T* x, const ConvGeometry& g, T* col) {
+template <class T> void im2col(const T* x, const ConvGeometry& g, T* col) {
   const int64_t L = g.H_out * g.W_out;
   for (int64_t c = 0; c < g.C; ++c)
     for (int64_t kh = 0; kh < g.kH; ++kh)
@@ -55,8 +54,7 @@ void im2col(const T* x, const ConvGeometry& g, T* col) {
 }
 
 // dx (C, H, W) += col (C*kH*kW, H_out*W_out) scattered back; dx must be initialised by the caller.
-template <class T>
-void col2im(const T* col, const ConvGeometry& g, T* dx) {
+template <class T> void col2im(const T* col, const ConvGeometry& g, T* dx) {
   const int64_t L = g.H_out * g.W_out;
   for (int64_t c = 0; c < g.C; ++c)
     for (int64_t kh = 0; kh < g.kH; ++kh)

@@ -12,8 +12,7 @@ namespace minidl::kernels::cpu {
 
 // out (outer, k, inner)[o, j, :] = x (outer, n, inner)[o, index[j], :]
 template <class T>
-void index_select_kernel(const T* x, const int64_t* index, T* out, int64_t outer, int64_t n, int64_t k,
-                         int64_t inner) {
+void index_select_kernel(const T* x, const int64_t* index, T* out, int64_t outer, int64_t n, int64_t k, int64_t inner) {
   parallel_for(outer * k, std::max<int64_t>(1, 16384 / std::max<int64_t>(inner, 1)), [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t o = t / k, j = t % k;
@@ -26,8 +25,7 @@ void index_select_kernel(const T* x, const int64_t* index, T* out, int64_t outer
 // out (outer, n, inner)[o, index[j], :] += src (outer, k, inner)[o, j, :], j in increasing order.
 // Tasks are (o, block of inner columns), so duplicates in `index` never race.
 template <class T>
-void index_add_kernel(const T* src, const int64_t* index, T* out, int64_t outer, int64_t n, int64_t k,
-                      int64_t inner) {
+void index_add_kernel(const T* src, const int64_t* index, T* out, int64_t outer, int64_t n, int64_t k, int64_t inner) {
   constexpr int64_t kBlock = 1024;
   const int64_t blocks = (inner + kBlock - 1) / kBlock;
   parallel_for(outer * blocks, 1, [&](int64_t t0, int64_t t1) {

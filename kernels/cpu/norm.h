@@ -27,7 +27,9 @@ namespace minidl::kernels::cpu {
 
 // Items per parallel chunk so that a chunk touches at least ~16K elements (tiny inputs stay on
 // one thread). Chunking decides which thread runs what, never the order of any sum.
-inline int64_t norm_grain(int64_t elems_per_item) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(elems_per_item, 1)); }
+inline int64_t norm_grain(int64_t elems_per_item) {
+  return std::max<int64_t>(1, 16384 / std::max<int64_t>(elems_per_item, 1));
+}
 
 // ---- batch norm ----
 
@@ -35,8 +37,7 @@ inline int64_t norm_grain(int64_t elems_per_item) { return std::max<int64_t>(1, 
 // d = x - k, with k the channel's first value (so sum(d^2) - sum(d)^2 / count does not cancel
 // catastrophically): mean = k + sum(d) / count, var = sum(d^2) / count - (sum(d) / count)^2.
 // Each plane's sums are one vectorised reduction (see simd_sum), added plane by plane in n order.
-template <class T>
-void batch_norm_stats(const T* x, int64_t N, int64_t C, int64_t S, double eps, T* mean, T* invstd) {
+template <class T> void batch_norm_stats(const T* x, int64_t N, int64_t C, int64_t S, double eps, T* mean, T* invstd) {
   const double count = static_cast<double>(N * S);
   parallel_for(C, norm_grain(N * S), [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c) {
@@ -130,8 +131,8 @@ void batch_norm_backward_elemt(const T* dy, const T* x, int64_t N, int64_t C, in
 
 // x (rows, M) -> y (rows, M), mean (rows), invstd (rows); weight / bias (M) or null.
 template <class T>
-void layer_norm_forward(const T* x, int64_t rows, int64_t M, const T* weight, const T* bias, double eps, T* y,
-                        T* mean, T* invstd) {
+void layer_norm_forward(const T* x, int64_t rows, int64_t M, const T* weight, const T* bias, double eps, T* y, T* mean,
+                        T* invstd) {
   parallel_for(rows, norm_grain(M), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const T* xp = x + r * M;

@@ -15,8 +15,7 @@ namespace minidl::kernels::cpu {
 inline constexpr int64_t kOptimChunk = 1 << 15;
 
 // param, grad: (n,). momentum_buffer: (n,), or nullptr when op.momentum == 0.
-template <class T>
-void sgd_step(T* param, const T* grad, T* momentum_buffer, int64_t n, const SgdStep& op) {
+template <class T> void sgd_step(T* param, const T* grad, T* momentum_buffer, int64_t n, const SgdStep& op) {
   parallel_for(n, kOptimChunk, [&](int64_t begin, int64_t end) {
     if (momentum_buffer == nullptr) {
       for (int64_t i = begin; i < end; ++i) op(param[i], grad[i]);
@@ -28,8 +27,7 @@ void sgd_step(T* param, const T* grad, T* momentum_buffer, int64_t n, const SgdS
 
 // param, grad, exp_avg, exp_avg_sq: (n,). max_exp_avg_sq: (n,) when op.amsgrad, else nullptr.
 template <class T>
-void adam_step(T* param, const T* grad, T* exp_avg, T* exp_avg_sq, T* max_exp_avg_sq, int64_t n,
-               const AdamStep& op) {
+void adam_step(T* param, const T* grad, T* exp_avg, T* exp_avg_sq, T* max_exp_avg_sq, int64_t n, const AdamStep& op) {
   parallel_for(n, kOptimChunk, [&](int64_t begin, int64_t end) {
     if (max_exp_avg_sq == nullptr) {
       T unused = T(0);

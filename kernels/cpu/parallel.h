@@ -7,13 +7,12 @@
 
 namespace minidl::kernels::cpu {
 
-void set_num_threads(int n);   // n >= 1; also sets Eigen's thread count
+void set_num_threads(int n);  // n >= 1; also sets Eigen's thread count
 int get_num_threads();
-int default_num_threads();     // cores / LOCAL_WORLD_SIZE (at least 1)
+int default_num_threads();  // cores / LOCAL_WORLD_SIZE (at least 1)
 
 // Calls fn(begin, end) for [0, n) in chunks of `grain` elements, in parallel when n > grain.
-template <class F>
-void parallel_for(int64_t n, int64_t grain, F&& fn) {
+template <class F> void parallel_for(int64_t n, int64_t grain, F&& fn) {
   if (n <= 0) return;
   if (grain < 1) grain = 1;
   const int64_t chunks = (n + grain - 1) / grain;

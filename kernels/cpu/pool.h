@@ -60,8 +60,7 @@ bool max_pool2d_row_2x2_avx512(const float* r0, const float* r1, float* y, int64
 }  // namespace pool_detail
 
 template <class T>
-void max_pool2d_plane_forward_2x2(const T* x, int64_t H, int64_t W, T* y, int64_t* idx, int64_t H_out,
-                                  int64_t W_out) {
+void max_pool2d_plane_forward_2x2(const T* x, int64_t H, int64_t W, T* y, int64_t* idx, int64_t H_out, int64_t W_out) {
   (void)H;
   for (int64_t oh = 0; oh < H_out; ++oh) {
     const T* r0 = x + 2 * oh * W;
@@ -111,8 +110,7 @@ struct AvgWindow {
   int64_t hs, he, ws, we;
   int64_t divisor;
 };
-inline AvgWindow avg_window(int64_t oh, int64_t ow, int64_t H, int64_t W, const PoolWindow& p,
-                            bool count_include_pad) {
+inline AvgWindow avg_window(int64_t oh, int64_t ow, int64_t H, int64_t W, const PoolWindow& p, bool count_include_pad) {
   int64_t hs = oh * p.stride_h - p.pad_h, ws = ow * p.stride_w - p.pad_w;
   int64_t he = std::min(hs + p.kernel_h, H + p.pad_h), we = std::min(ws + p.kernel_w, W + p.pad_w);
   const int64_t padded = (he - hs) * (we - ws);
@@ -125,8 +123,8 @@ inline AvgWindow avg_window(int64_t oh, int64_t ow, int64_t H, int64_t W, const 
 
 // x (H, W) -> y (H_out, W_out); sums in double.
 template <class T>
-void avg_pool2d_plane_forward(const T* x, int64_t H, int64_t W, T* y, int64_t H_out, int64_t W_out,
-                              const PoolWindow& p, bool count_include_pad) {
+void avg_pool2d_plane_forward(const T* x, int64_t H, int64_t W, T* y, int64_t H_out, int64_t W_out, const PoolWindow& p,
+                              bool count_include_pad) {
   for (int64_t oh = 0; oh < H_out; ++oh)
     for (int64_t ow = 0; ow < W_out; ++ow) {
       const AvgWindow a = avg_window(oh, ow, H, W, p, count_include_pad);

@@ -24,9 +24,8 @@ __attribute__((target("avx512f"))) inline void take_if_better(__m512& best, __m5
 }
 
 // One output row, float, 16 outputs per step (the last step masked).
-__attribute__((target("avx512f"))) void row_avx512(const float* r0, const float* r1, float* y,
-                                                                          int64_t* idx, int64_t W_out, int64_t W,
-                                                                          int64_t base) {
+__attribute__((target("avx512f"))) void row_avx512(const float* r0, const float* r1, float* y, int64_t* idx,
+                                                   int64_t W_out, int64_t W, int64_t base) {
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
   const __m512i lane2 = _mm512_setr_epi64(0, 2, 4, 6, 8, 10, 12, 14);
@@ -62,7 +61,9 @@ bool max_pool2d_row_2x2_avx512(const float* r0, const float* r1, float* y, int64
   return true;
 }
 #else
-bool max_pool2d_row_2x2_avx512(const float*, const float*, float*, int64_t*, int64_t, int64_t, int64_t) { return false; }
+bool max_pool2d_row_2x2_avx512(const float*, const float*, float*, int64_t*, int64_t, int64_t, int64_t) {
+  return false;
+}
 #endif
 
 }  // namespace minidl::kernels::cpu::pool_detail

@@ -17,12 +17,11 @@
 namespace minidl::kernels::cpu {
 
 inline constexpr int64_t kReduceChunk = 4096;  // elements of a row per partial
-inline constexpr int64_t kColumnChunk = 256;   // rows per partial in column reductions
+inline constexpr int64_t kColumnChunk = 256;  // rows per partial in column reductions
 
 // Sum of f(p[i]) for i in [0, n), accumulated in A with 8 fixed lanes (vectorisable, and
 // always the same order for the same n).
-template <class A, class T, class F>
-A lane_sum(const T* p, int64_t n, F f) {
+template <class A, class T, class F> A lane_sum(const T* p, int64_t n, F f) {
   A lane[8] = {A(0), A(0), A(0), A(0), A(0), A(0), A(0), A(0)};
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
@@ -65,8 +64,7 @@ void reduce_rows(int64_t rows, int64_t len, Chunk&& chunk, Combine&& combine, Ou
 // Column sums of f(x[r, c], c) over a row-major (R, C) matrix with row stride ld, in A:
 // out[c] = sum_r f(x[r, c], c), rows taken in fixed chunks of kColumnChunk, chunk partials added
 // in order. f receives the column so callers can subtract a per-column mean (variance).
-template <class A, class T, class F>
-void column_sums(const T* x, int64_t R, int64_t C, int64_t ld, A* out, F f) {
+template <class A, class T, class F> void column_sums(const T* x, int64_t R, int64_t C, int64_t ld, A* out, F f) {
   if (C <= 0) return;
   if (R <= 0) {
     std::fill(out, out + C, A(0));

@@ -15,8 +15,7 @@ namespace minidl::kernels::cpu {
 
 // Calls fn(base, stride) for each of the outer * inner rows of length len. When inner == 1 the
 // stride is passed as a compile-time 1 so the row loops vectorise.
-template <class F>
-void for_each_softmax_row(int64_t outer, int64_t len, int64_t inner, F&& fn) {
+template <class F> void for_each_softmax_row(int64_t outer, int64_t len, int64_t inner, F&& fn) {
   parallel_for(outer * inner, std::max<int64_t>(1, 8192 / std::max<int64_t>(len, 1)), [&](int64_t r0, int64_t r1) {
     if (inner == 1) {
       for (int64_t r = r0; r < r1; ++r) fn(r * len, std::integral_constant<int64_t, 1>{});
@@ -31,11 +30,10 @@ void for_each_softmax_row(int64_t outer, int64_t len, int64_t inner, F&& fn) {
 // other rows (float64, strided) keep std::exp and sequential sums, the reference
 // tests/tensor/test_cpu_fast_paths.cpp compares the fast rows with.
 template <class T, class S>
-inline constexpr bool kFastRows = std::is_same_v<T, float> && std::is_same_v<S, std::integral_constant<int64_t, 1>>;
+inline constexpr bool kFastRows = std::is_same_v<T, float>&& std::is_same_v<S, std::integral_constant<int64_t, 1>>;
 
 // y = softmax(x) or log_softmax(x) along len
-template <class T>
-void softmax_forward(const T* x, T* y, int64_t outer, int64_t len, int64_t inner, bool log) {
+template <class T> void softmax_forward(const T* x, T* y, int64_t outer, int64_t len, int64_t inner, bool log) {
   if (len == 0) return;
   for_each_softmax_row(outer, len, inner, [&](int64_t base, auto s) {
     const T* xr = x + base;

@@ -70,8 +70,7 @@ inline void gelu_erf_backward_span(const float* x, const float* dy, float* dx, i
 // sum over i < n of term(i), in double, as one vectorised reduction (`omp simd`: the compiler
 // keeps one partial sum per vector lane and adds them at the end). The order is fixed when the
 // library is compiled (by the vector width), never by the thread count.
-template <class F>
-double simd_sum(int64_t n, F&& term) {
+template <class F> double simd_sum(int64_t n, F&& term) {
   double s = 0;
 #pragma omp simd reduction(+ : s)
   for (int64_t i = 0; i < n; ++i) s += static_cast<double>(term(i));

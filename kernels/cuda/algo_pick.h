@@ -9,10 +9,10 @@
 namespace minidl::kernels::cuda {
 
 struct AlgoCandidate {
-  bool ok = false;             // cuDNN's status for this algorithm was success
+  bool ok = false;  // cuDNN's status for this algorithm was success
   bool deterministic = false;  // CUDNN_DETERMINISTIC
-  bool fma_math = false;       // CUDNN_FMA_MATH or CUDNN_DEFAULT_MATH (no tensor-op conversion)
-  size_t memory = 0;           // workspace bytes
+  bool fma_math = false;  // CUDNN_FMA_MATH or CUDNN_DEFAULT_MATH (no tensor-op conversion)
+  size_t memory = 0;  // workspace bytes
 };
 
 inline int pick_algorithm(const AlgoCandidate* c, int n, size_t max_workspace, bool allow_tensor_ops) {

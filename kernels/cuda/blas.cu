@@ -79,8 +79,8 @@ void gemm(ElemType t, int64_t M, int64_t N, int64_t K, const void* A, int64_t ld
                  "matmul (cublasSgemmStridedBatched)");
   } else {
     const double one = 1.0, zero = 0.0;
-    check_cublas(cublasDgemmStridedBatched(h, ob, oa, m, n, k, &one, static_cast<const double*>(B), int(ldb),
-                                           stride_b, static_cast<const double*>(A), int(lda), stride_a, &zero,
+    check_cublas(cublasDgemmStridedBatched(h, ob, oa, m, n, k, &one, static_cast<const double*>(B), int(ldb), stride_b,
+                                           static_cast<const double*>(A), int(lda), stride_a, &zero,
                                            static_cast<double*>(C), int(ldc), stride_c, int(batch)),
                  "matmul (cublasDgemmStridedBatched)");
   }

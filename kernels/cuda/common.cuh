@@ -31,8 +31,8 @@ struct DeviceError {
   long long value, index, limit;
 };
 DeviceError* device_error_record();  // the device-side address of the record (created on first use)
-__device__ __forceinline__ void report_device_error(DeviceError* e, DeviceErrorOp op, long long value,
-                                                    long long index, long long limit) {
+__device__ __forceinline__ void report_device_error(DeviceError* e, DeviceErrorOp op, long long value, long long index,
+                                                    long long limit) {
   if (atomicCAS(&e->flag, 0, 1) == 0) {
     e->op = static_cast<int>(op);
     e->value = value;
@@ -80,16 +80,25 @@ inline unsigned blocks_for(int64_t n, int threads = kThreads) {
 }
 
 // Calls f(T{}) for the element type; FloatingOnly rejects (and never instantiates) the integer types.
-template <bool FloatingOnly, class F>
-void switch_type(ElemType t, const char* op, F&& f) {
+template <bool FloatingOnly, class F> void switch_type(ElemType t, const char* op, F&& f) {
   switch (t) {
-    case ElemType::F32: f(float{}); return;
-    case ElemType::F64: f(double{}); return;
+    case ElemType::F32:
+      f(float{});
+      return;
+    case ElemType::F64:
+      f(double{});
+      return;
     case ElemType::I64:
-      if constexpr (!FloatingOnly) { f(int64_t{}); return; }
+      if constexpr (!FloatingOnly) {
+        f(int64_t{});
+        return;
+      }
       break;
     case ElemType::U8:
-      if constexpr (!FloatingOnly) { f(uint8_t{}); return; }
+      if constexpr (!FloatingOnly) {
+        f(uint8_t{});
+        return;
+      }
       break;
   }
   throw std::invalid_argument(std::string(op) + ": unsupported element type on CUDA");
@@ -111,8 +120,7 @@ struct MaxValueOp {
 
 // Reduces v over the block with op and returns the result to EVERY thread. Uses shared memory;
 // safe to call several times in a row (it synchronises before returning).
-template <class A, class Op>
-__device__ __forceinline__ A block_all_reduce(A v, Op op) {
+template <class A, class Op> __device__ __forceinline__ A block_all_reduce(A v, Op op) {
   using Reduce = cub::BlockReduce<A, kThreads>;
   __shared__ typename Reduce::TempStorage temp;
   __shared__ A result;

@@ -73,8 +73,7 @@ cudnnConvolutionDescriptor_t make_conv_desc(const ConvGeometry& g, cudnnDataType
 }
 
 // The index of the algorithm to use in cuDNN's ranking (algo_pick.h), or -1.
-template <class Perf>
-int pick(const Perf* perfs, int n, bool tf32) {
+template <class Perf> int pick(const Perf* perfs, int n, bool tf32) {
   AlgoCandidate c[16];
   n = n < 16 ? n : 16;
   for (int i = 0; i < n; ++i)
@@ -94,8 +93,8 @@ ConvPlan& plan_for(ElemType t, const ConvGeometry& g) {
   static std::map<PlanKey, ConvPlan> plans;
   static std::mutex mu;
   const bool tf32 = allow_tf32() && t == ElemType::F32;
-  const PlanKey key{current_device(), int(t), tf32, g.N, g.C, g.H, g.W, g.O, g.kH, g.kW, g.groups, g.stride_h,
-                    g.stride_w, g.pad_h, g.pad_w, g.dil_h, g.dil_w};
+  const PlanKey key{current_device(), int(t),     tf32,       g.N,     g.C,     g.H,     g.W,    g.O, g.kH, g.kW,
+                    g.groups,         g.stride_h, g.stride_w, g.pad_h, g.pad_w, g.dil_h, g.dil_w};
   std::lock_guard<std::mutex> lock(mu);
   auto it = plans.find(key);
   if (it != plans.end()) return it->second;
@@ -108,9 +107,9 @@ ConvPlan& plan_for(ElemType t, const ConvGeometry& g) {
   check_cudnn(cudnnCreateFilterDescriptor(&p.w), "cudnnCreateFilterDescriptor");
   check_cudnn(cudnnSetTensor4dDescriptor(p.x, CUDNN_TENSOR_NCHW, dt, int(g.N), int(g.C), int(g.H), int(g.W)),
               "conv2d input descriptor");
-  check_cudnn(cudnnSetFilter4dDescriptor(p.w, dt, CUDNN_TENSOR_NCHW, int(g.O), int(g.C / g.groups), int(g.kH),
-                                         int(g.kW)),
-              "conv2d weight descriptor");
+  check_cudnn(
+      cudnnSetFilter4dDescriptor(p.w, dt, CUDNN_TENSOR_NCHW, int(g.O), int(g.C / g.groups), int(g.kH), int(g.kW)),
+      "conv2d weight descriptor");
   p.conv_fwd = make_conv_desc(g, dt, search_math);
   p.conv_data = make_conv_desc(g, dt, search_math);
   p.conv_filter = make_conv_desc(g, dt, search_math);
@@ -127,8 +126,8 @@ ConvPlan& plan_for(ElemType t, const ConvGeometry& g) {
   // then the workspace size cuDNN reports for exactly that algorithm and math type.
   {
     cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-    check_cudnn(cudnnGetConvolutionForwardAlgorithm_v7(hd, p.x, p.w, p.conv_fwd, p.y,
-                                                       CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &found, perf),
+    check_cudnn(cudnnGetConvolutionForwardAlgorithm_v7(hd, p.x, p.w, p.conv_fwd, p.y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
+                                                       &found, perf),
                 "cudnnGetConvolutionForwardAlgorithm_v7");
     const int i = pick(perf, found, tf32);
     p.fwd = i >= 0 ? perf[i].algo : CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
@@ -161,9 +160,9 @@ ConvPlan& plan_for(ElemType t, const ConvGeometry& g) {
     if (i < 0) warn_fallback("backward-filter", "CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1", g);
     check_cudnn(cudnnSetConvolutionMathType(p.conv_filter, i >= 0 ? perf[i].mathType : CUDNN_FMA_MATH),
                 "cudnnSetConvolutionMathType (backward filter)");
-    check_cudnn(cudnnGetConvolutionBackwardFilterWorkspaceSize(hd, p.x, p.y, p.conv_filter, p.w, p.bwd_filter,
-                                                               &p.ws_filter),
-                ("conv2d backward-filter workspace (" + shape_of(g) + ")").c_str());
+    check_cudnn(
+        cudnnGetConvolutionBackwardFilterWorkspaceSize(hd, p.x, p.y, p.conv_filter, p.w, p.bwd_filter, &p.ws_filter),
+        ("conv2d backward-filter workspace (" + shape_of(g) + ")").c_str());
   }
   return plans.emplace(key, p).first->second;
 }
@@ -216,8 +215,8 @@ void conv2d_backward(ElemType t, const ConvGeometry& g, const void* x, const voi
   }
   {
     Workspace ws(p.ws_filter);
-    check_cudnn(cudnnConvolutionBackwardFilter(h, one, p.x, x, p.y, dy, p.conv_filter, p.bwd_filter, ws.ptr, p.ws_filter,
-                                               zero, p.w, dw),
+    check_cudnn(cudnnConvolutionBackwardFilter(h, one, p.x, x, p.y, dy, p.conv_filter, p.bwd_filter, ws.ptr,
+                                               p.ws_filter, zero, p.w, dw),
                 "conv2d_backward (cudnnConvolutionBackwardFilter)");
   }
   if (db)

@@ -16,27 +16,21 @@ namespace minidl::kernels::cuda {
 namespace {
 
 // Offsets (in elements) of element i for each of N operands.
-template <int N>
-struct Offsets {
-  int64_t off[N];
-};
+template <int N> struct Offsets { int64_t off[N]; };
 
-template <int N>
-__device__ __forceinline__ Offsets<N> offsets_of(const StridedIter& it, int64_t i) {
+template <int N> __device__ __forceinline__ Offsets<N> offsets_of(const StridedIter& it, int64_t i) {
   Offsets<N> o;
   for (int k = 0; k < N; ++k) o.off[k] = strided_offset(it, k, i);
   return o;
 }
 
-template <class T, class Op>
-__global__ void unary_kernel(StridedIter it, T* out, const T* x, Op op) {
+template <class T, class Op> __global__ void unary_kernel(StridedIter it, T* out, const T* x, Op op) {
   MINIDL_GRID_STRIDE(i, it.numel) {
     const Offsets<2> o = offsets_of<2>(it, i);
     out[o.off[0]] = op(x[o.off[1]]);
   }
 }
-template <class T, class Op>
-__global__ void binary_kernel(StridedIter it, T* out, const T* a, const T* b, Op op) {
+template <class T, class Op> __global__ void binary_kernel(StridedIter it, T* out, const T* a, const T* b, Op op) {
   MINIDL_GRID_STRIDE(i, it.numel) {
     const Offsets<3> o = offsets_of<3>(it, i);
     out[o.off[0]] = op(a[o.off[1]], b[o.off[2]]);
@@ -49,19 +43,16 @@ __global__ void ternary_kernel(StridedIter it, T* out, const T* a, const T* b, c
     out[o.off[0]] = op(a[o.off[1]], b[o.off[2]], c[o.off[3]]);
   }
 }
-template <class D, class S>
-__global__ void copy_kernel(StridedIter it, D* dst, const S* src) {
+template <class D, class S> __global__ void copy_kernel(StridedIter it, D* dst, const S* src) {
   MINIDL_GRID_STRIDE(i, it.numel) {
     const Offsets<2> o = offsets_of<2>(it, i);
     dst[o.off[0]] = static_cast<D>(src[o.off[1]]);
   }
 }
-template <class T>
-__global__ void fill_kernel(StridedIter it, T* dst, T v) {
+template <class T> __global__ void fill_kernel(StridedIter it, T* dst, T v) {
   MINIDL_GRID_STRIDE(i, it.numel) { dst[offsets_of<1>(it, i).off[0]] = v; }
 }
-template <class T>
-__global__ void dropout_kernel(T* out, int64_t n, double p, uint64_t seed, uint64_t stream, T keep) {
+template <class T> __global__ void dropout_kernel(T* out, int64_t n, double p, uint64_t seed, uint64_t stream, T keep) {
   MINIDL_GRID_STRIDE(i, n) {
     const double u = static_cast<double>(philox_uniform<T>(seed, stream, static_cast<uint64_t>(i)));
     out[i] = u >= p ? keep : T(0);
@@ -85,8 +76,7 @@ template <> inline constexpr bool kIntegerOk<MulScalarOp> = true;
 template <> inline constexpr bool kIntegerOk<AddScaledOp> = true;
 
 // Runs f(T{}) for t, instantiating integer types only for functors that allow them.
-template <class Op, class F>
-void switch_for_op(ElemType t, const char* name, F&& f) {
+template <class Op, class F> void switch_for_op(ElemType t, const char* name, F&& f) {
   if constexpr (kIntegerOk<Op>) {
     switch_type<false>(t, name, f);
   } else {
@@ -96,37 +86,36 @@ void switch_for_op(ElemType t, const char* name, F&& f) {
 
 }  // namespace
 
-#define MINIDL_DEFINE_UNARY(Op)                                                                           \
-  void elementwise(ElemType t, const StridedIter& it, void* out, const void* x, const Op& op) {           \
-    if (it.numel == 0) return;                                                                            \
-    switch_for_op<Op>(t, #Op, [&](auto tag) {                                                             \
-      using T = decltype(tag);                                                                            \
-      unary_kernel<T, Op><<<blocks_for(it.numel), kThreads, 0, current_compute_stream()>>>(                \
-          it, static_cast<T*>(out), static_cast<const T*>(x), op);                                        \
-    });                                                                                                   \
-    check_launch(#Op);                                                                                    \
+#define MINIDL_DEFINE_UNARY(Op)                                                                 \
+  void elementwise(ElemType t, const StridedIter& it, void* out, const void* x, const Op& op) { \
+    if (it.numel == 0) return;                                                                  \
+    switch_for_op<Op>(t, #Op, [&](auto tag) {                                                   \
+      using T = decltype(tag);                                                                  \
+      unary_kernel<T, Op><<<blocks_for(it.numel), kThreads, 0, current_compute_stream()>>>(     \
+          it, static_cast<T*>(out), static_cast<const T*>(x), op);                              \
+    });                                                                                         \
+    check_launch(#Op);                                                                          \
   }
-#define MINIDL_DEFINE_BINARY(Op)                                                                                \
-  void elementwise(ElemType t, const StridedIter& it, void* out, const void* a, const void* b, const Op& op) {  \
-    if (it.numel == 0) return;                                                                                  \
-    switch_for_op<Op>(t, #Op, [&](auto tag) {                                                                   \
-      using T = decltype(tag);                                                                                  \
-      binary_kernel<T, Op><<<blocks_for(it.numel), kThreads, 0, current_compute_stream()>>>(                     \
-          it, static_cast<T*>(out), static_cast<const T*>(a), static_cast<const T*>(b), op);                    \
-    });                                                                                                         \
-    check_launch(#Op);                                                                                          \
+#define MINIDL_DEFINE_BINARY(Op)                                                                               \
+  void elementwise(ElemType t, const StridedIter& it, void* out, const void* a, const void* b, const Op& op) { \
+    if (it.numel == 0) return;                                                                                 \
+    switch_for_op<Op>(t, #Op, [&](auto tag) {                                                                  \
+      using T = decltype(tag);                                                                                 \
+      binary_kernel<T, Op><<<blocks_for(it.numel), kThreads, 0, current_compute_stream()>>>(                   \
+          it, static_cast<T*>(out), static_cast<const T*>(a), static_cast<const T*>(b), op);                   \
+    });                                                                                                        \
+    check_launch(#Op);                                                                                         \
   }
-#define MINIDL_DEFINE_TERNARY(Op)                                                                            \
-  void elementwise(ElemType t, const StridedIter& it, void* out, const void* a, const void* b, const void* c, \
-                   const Op& op) {                                                                           \
-    if (it.numel == 0) return;                                                                               \
-    switch_for_op<Op>(t, #Op, [&](auto tag) {                                                                \
-      using T = decltype(tag);                                                                               \
-      ternary_kernel<T, Op><<<blocks_for(it.numel), kThreads, 0, current_compute_stream()>>>(                 \
-          it, static_cast<T*>(out), static_cast<const T*>(a), static_cast<const T*>(b),                      \
-          static_cast<const T*>(c), op);                                                                     \
-    });                                                                                                      \
-    check_launch(#Op);                                                                                       \
+#define MINIDL_DEFINE_TERNARY(Op)                                                                                      \
+  void elementwise(ElemType t, const StridedIter& it, void* out, const void* a, const void* b, const void* c,          \
+                   const Op& op) {                                                                                     \
+    if (it.numel == 0) return;                                                                                         \
+    switch_for_op<Op>(t, #Op, [&](auto tag) {                                                                          \
+      using T = decltype(tag);                                                                                         \
+      ternary_kernel<T, Op><<<blocks_for(it.numel), kThreads, 0, current_compute_stream()>>>(                          \
+          it, static_cast<T*>(out), static_cast<const T*>(a), static_cast<const T*>(b), static_cast<const T*>(c), op); \
+    });                                                                                                                \
+    check_launch(#Op);                                                                                                 \
   }
 MINIDL_CUDA_UNARY_OPS(MINIDL_DEFINE_UNARY)
 MINIDL_CUDA_BINARY_OPS(MINIDL_DEFINE_BINARY)
@@ -139,7 +128,7 @@ void copy(ElemType dst_type, ElemType src_type, const StridedIter& it, void* dst
     switch_type<false>(src_type, "copy", [&](auto stag) {
       using S = decltype(stag);
       copy_kernel<D, S><<<blocks_for(it.numel), kThreads, 0, current_compute_stream()>>>(it, static_cast<D*>(dst),
-                                                                                          static_cast<const S*>(src));
+                                                                                         static_cast<const S*>(src));
     });
   });
   check_launch("copy");
@@ -150,7 +139,7 @@ void fill(ElemType t, const StridedIter& it, void* dst, double value) {
   switch_type<false>(t, "fill_", [&](auto tag) {
     using T = decltype(tag);
     fill_kernel<T><<<blocks_for(it.numel), kThreads, 0, current_compute_stream()>>>(it, static_cast<T*>(dst),
-                                                                                     static_cast<T>(value));
+                                                                                    static_cast<T>(value));
   });
   check_launch("fill_");
 }
@@ -160,8 +149,8 @@ void dropout_mask(ElemType t, void* out, int64_t n, double p, uint64_t seed, uin
   switch_type<true>(t, "dropout_mask", [&](auto tag) {
     using T = decltype(tag);
     const T keep = static_cast<T>(1.0 / (1.0 - p));
-    dropout_kernel<T><<<blocks_for(n), kThreads, 0, current_compute_stream()>>>(static_cast<T*>(out), n, p, seed,
-                                                                                 stream, keep);
+    dropout_kernel<T>
+        <<<blocks_for(n), kThreads, 0, current_compute_stream()>>>(static_cast<T*>(out), n, p, seed, stream, keep);
   });
   check_launch("dropout_mask");
 }

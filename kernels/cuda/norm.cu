@@ -11,8 +11,7 @@ namespace minidl::kernels::cuda {
 
 namespace {
 
-template <class T>
-__device__ __forceinline__ double load_or(const T* p, int64_t i, double dflt) {
+template <class T> __device__ __forceinline__ double load_or(const T* p, int64_t i, double dflt) {
   return p ? double(p[i]) : dflt;
 }
 
@@ -81,8 +80,7 @@ __global__ void layer_norm_backward_affine_kernel(const T* dy, const T* x, int64
 }
 
 // x (N, C, S): element k of channel c is x[(n * C + c) * S + s] with n = k / S, s = k % S.
-template <class T>
-__device__ __forceinline__ int64_t channel_offset(int64_t k, int64_t c, int64_t C, int64_t S) {
+template <class T> __device__ __forceinline__ int64_t channel_offset(int64_t k, int64_t c, int64_t C, int64_t S) {
   return ((k / S) * C + c) * S + k % S;
 }
 
@@ -198,8 +196,8 @@ void batch_norm_stats(ElemType t, const void* x, int64_t N, int64_t C, int64_t S
   check_launch("batch_norm_stats");
 }
 
-void batch_norm_elemt(ElemType t, const void* x, int64_t N, int64_t C, int64_t S, const void* mean,
-                      const void* invstd, const void* weight, const void* bias, void* y) {
+void batch_norm_elemt(ElemType t, const void* x, int64_t N, int64_t C, int64_t S, const void* mean, const void* invstd,
+                      const void* weight, const void* bias, void* y) {
   const int64_t n = N * C * S;
   if (n == 0) return;
   switch_type<true>(t, "batch_norm_elemt", [&](auto tag) {
@@ -211,15 +209,15 @@ void batch_norm_elemt(ElemType t, const void* x, int64_t N, int64_t C, int64_t S
 }
 
 void batch_norm_backward_reduce(ElemType t, const void* dy, const void* x, int64_t N, int64_t C, int64_t S,
-                                const void* mean, const void* invstd, void* sum_dy, void* sum_dy_xmu,
-                                void* grad_weight, void* grad_bias) {
+                                const void* mean, const void* invstd, void* sum_dy, void* sum_dy_xmu, void* grad_weight,
+                                void* grad_bias) {
   if (C == 0) return;
   switch_type<true>(t, "batch_norm_backward_reduce", [&](auto tag) {
     using T = decltype(tag);
-    batch_norm_backward_reduce_kernel<T><<<grid_of(C, "batch_norm_backward_reduce"), kThreads, 0,
-                                           current_compute_stream()>>>(
-        cp<T>(dy), cp<T>(x), N, C, S, cp<T>(mean), cp<T>(invstd), mp<T>(sum_dy), mp<T>(sum_dy_xmu),
-        mp<T>(grad_weight), mp<T>(grad_bias));
+    batch_norm_backward_reduce_kernel<T>
+        <<<grid_of(C, "batch_norm_backward_reduce"), kThreads, 0, current_compute_stream()>>>(
+            cp<T>(dy), cp<T>(x), N, C, S, cp<T>(mean), cp<T>(invstd), mp<T>(sum_dy), mp<T>(sum_dy_xmu),
+            mp<T>(grad_weight), mp<T>(grad_bias));
   });
   check_launch("batch_norm_backward_reduce");
 }

@@ -9,16 +9,16 @@ namespace minidl::kernels::cuda {
 
 namespace {
 
-template <class T>
-__global__ void sgd_kernel(T* p, const T* g, T* buf, int64_t n, SgdStep op) {
+template <class T> __global__ void sgd_kernel(T* p, const T* g, T* buf, int64_t n, SgdStep op) {
   MINIDL_GRID_STRIDE(i, n) {
-    if (buf == nullptr) op(p[i], g[i]);
-    else op(p[i], g[i], buf[i]);
+    if (buf == nullptr)
+      op(p[i], g[i]);
+    else
+      op(p[i], g[i], buf[i]);
   }
 }
 
-template <class T>
-__global__ void adam_kernel(T* p, const T* g, T* m, T* v, T* vmax, int64_t n, AdamStep op) {
+template <class T> __global__ void adam_kernel(T* p, const T* g, T* m, T* v, T* vmax, int64_t n, AdamStep op) {
   MINIDL_GRID_STRIDE(i, n) {
     T unused = T(0);
     op(p[i], g[i], m[i], v[i], vmax ? vmax[i] : unused);

@@ -88,8 +88,10 @@ __global__ void avg_pool_backward_kernel(const T* dy, int64_t H_out, int64_t W_o
     const int64_t w = e % W, h = (e / W) % H, pl = e / (W * H);
     const T* g = dy + pl * H_out * W_out;
     // outputs with oh * stride - pad <= h < oh * stride - pad + kernel
-    const int64_t oh0 = imax(0, (h + p.pad_h - p.kernel_h) / p.stride_h), oh1 = imin(H_out - 1, (h + p.pad_h) / p.stride_h);
-    const int64_t ow0 = imax(0, (w + p.pad_w - p.kernel_w) / p.stride_w), ow1 = imin(W_out - 1, (w + p.pad_w) / p.stride_w);
+    const int64_t oh0 = imax(0, (h + p.pad_h - p.kernel_h) / p.stride_h),
+                  oh1 = imin(H_out - 1, (h + p.pad_h) / p.stride_h);
+    const int64_t ow0 = imax(0, (w + p.pad_w - p.kernel_w) / p.stride_w),
+                  ow1 = imin(W_out - 1, (w + p.pad_w) / p.stride_w);
     T acc = T(0);
     for (int64_t oh = oh0; oh <= oh1; ++oh)
       for (int64_t ow = ow0; ow <= ow1; ++ow) {
@@ -199,8 +201,8 @@ void adaptive_avg_pool2d_forward(ElemType t, const void* x, int64_t planes, int6
   if (total == 0) return;
   switch_type<true>(t, "adaptive_avg_pool2d", [&](auto tag) {
     using T = decltype(tag);
-    adaptive_forward_kernel<T><<<blocks_for(total), kThreads, 0, current_compute_stream()>>>(
-        cp<T>(x), H, W, mp<T>(y), out_h, out_w, total);
+    adaptive_forward_kernel<T>
+        <<<blocks_for(total), kThreads, 0, current_compute_stream()>>>(cp<T>(x), H, W, mp<T>(y), out_h, out_w, total);
   });
   check_launch("adaptive_avg_pool2d");
 }
@@ -211,8 +213,8 @@ void adaptive_avg_pool2d_backward(ElemType t, const void* dy, int64_t planes, in
   if (total == 0) return;
   switch_type<true>(t, "adaptive_avg_pool2d_backward", [&](auto tag) {
     using T = decltype(tag);
-    adaptive_backward_kernel<T><<<blocks_for(total), kThreads, 0, current_compute_stream()>>>(
-        cp<T>(dy), out_h, out_w, mp<T>(dx), H, W, total);
+    adaptive_backward_kernel<T>
+        <<<blocks_for(total), kThreads, 0, current_compute_stream()>>>(cp<T>(dy), out_h, out_w, mp<T>(dx), H, W, total);
   });
   check_launch("adaptive_avg_pool2d_backward");
 }

@@ -12,24 +12,23 @@ namespace minidl::kernels::cuda {
 
 namespace {
 
-template <class T>
-using AccOf = std::conditional_t<std::is_floating_point_v<T>, double, int64_t>;
+template <class T> using AccOf = std::conditional_t<std::is_floating_point_v<T>, double, int64_t>;
 
-template <class T>
-__global__ void sum_rows_kernel(const T* x, T* out, int64_t len, double divisor) {
+template <class T> __global__ void sum_rows_kernel(const T* x, T* out, int64_t len, double divisor) {
   using A = AccOf<T>;
   const T* row = x + blockIdx.x * len;
   A a = A(0);
   for (int64_t i = threadIdx.x; i < len; i += blockDim.x) a += A(row[i]);
   a = block_all_reduce(a, SumOp{});
   if (threadIdx.x == 0) {
-    if constexpr (std::is_floating_point_v<T>) out[blockIdx.x] = static_cast<T>(a / divisor);
-    else out[blockIdx.x] = static_cast<T>(a);
+    if constexpr (std::is_floating_point_v<T>)
+      out[blockIdx.x] = static_cast<T>(a / divisor);
+    else
+      out[blockIdx.x] = static_cast<T>(a);
   }
 }
 
-template <class T>
-__global__ void var_rows_kernel(const T* x, T* out, int64_t len, int64_t correction) {
+template <class T> __global__ void var_rows_kernel(const T* x, T* out, int64_t len, int64_t correction) {
   const T* row = x + blockIdx.x * len;
   double s = 0;
   for (int64_t i = threadIdx.x; i < len; i += blockDim.x) s += double(row[i]);
@@ -43,19 +42,14 @@ __global__ void var_rows_kernel(const T* x, T* out, int64_t len, int64_t correct
   if (threadIdx.x == 0) out[blockIdx.x] = static_cast<T>(ss / double(len - correction));
 }
 
-template <class T>
-struct ArgMax {
+template <class T> struct ArgMax {
   T value;
   int64_t index;  // -1: no element seen (identity)
 };
-template <class T>
-__device__ __forceinline__ bool is_nan(T v) {
-  return v != v;
-}
+template <class T> __device__ __forceinline__ bool is_nan(T v) { return v != v; }
 // b beats a: strictly greater, or the first NaN; ties go to the lower index.
 struct ArgMaxOp {
-  template <class T>
-  __device__ __forceinline__ ArgMax<T> operator()(const ArgMax<T>& a, const ArgMax<T>& b) const {
+  template <class T> __device__ __forceinline__ ArgMax<T> operator()(const ArgMax<T>& a, const ArgMax<T>& b) const {
     if (a.index < 0) return b;
     if (b.index < 0) return a;
     const bool b_beats = b.value > a.value || (is_nan(b.value) && !is_nan(a.value));
@@ -66,8 +60,7 @@ struct ArgMaxOp {
   }
 };
 
-template <class T>
-__global__ void max_rows_kernel(const T* x, T* values, int64_t* indices, int64_t len) {
+template <class T> __global__ void max_rows_kernel(const T* x, T* values, int64_t* indices, int64_t len) {
   const T* row = x + blockIdx.x * len;
   ArgMax<T> best{T(0), -1};
   for (int64_t i = threadIdx.x; i < len; i += blockDim.x) best = ArgMaxOp{}(best, ArgMax<T>{row[i], i});

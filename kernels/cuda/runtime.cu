@@ -91,8 +91,8 @@ void raise_device_error() {
   if (e == nullptr || reinterpret_cast<volatile DeviceError*>(e)->flag == 0) return;
   const DeviceError got = *e;
   e->flag = 0;
-  const char* op = got.op == static_cast<int>(DeviceErrorOp::CrossEntropyBackward) ? "cross_entropy_backward"
-                                                                                  : "cross_entropy";
+  const char* op =
+      got.op == static_cast<int>(DeviceErrorOp::CrossEntropyBackward) ? "cross_entropy_backward" : "cross_entropy";
   throw std::invalid_argument(std::string(op) + ": target value " + std::to_string(got.value) + " at index " +
                               std::to_string(got.index) + " is out of range for C = " + std::to_string(got.limit) +
                               " classes (checked on the device; reported at the next synchronisation)");
@@ -137,8 +137,10 @@ int device_count() {
 void require_device(int device, const char* op) {
   const int n = device_count();
   if (n == 0)
-    throw std::runtime_error(std::string(op) + ": no CUDA device present (no driver, no GPU, or CUDA_VISIBLE_DEVICES "
-                                               "hides them all); cannot use cuda:" + std::to_string(device));
+    throw std::runtime_error(std::string(op) +
+                             ": no CUDA device present (no driver, no GPU, or CUDA_VISIBLE_DEVICES "
+                             "hides them all); cannot use cuda:" +
+                             std::to_string(device));
   if (device < 0 || device >= n || device >= kMaxDevices)
     throw std::runtime_error(std::string(op) + ": cuda:" + std::to_string(device) + " does not exist (" +
                              std::to_string(n) + " visible device(s))");
@@ -187,8 +189,8 @@ void device_free(void* p, int device) {
 
 MemoryStats memory_stats(int device) {
   const CachingAllocatorStats a = state(device).allocator->stats();
-  return {a.allocated, a.reserved, a.peak_allocated, a.peak_reserved, a.cap, a.segment_allocs, a.segment_frees,
-          a.cache_hits};
+  return {a.allocated, a.reserved,       a.peak_allocated, a.peak_reserved,
+          a.cap,       a.segment_allocs, a.segment_frees,  a.cache_hits};
 }
 void reset_peak_memory_stats(int device) { state(device).allocator->reset_peak(); }
 void empty_cache(int device) {
@@ -203,7 +205,7 @@ void memcpy(void* dst, const void* src, size_t nbytes, int kind, int device) {
   if (device < 0) device = current_device();
   DeviceState& s = state(device);
   DeviceGuard guard(device);
-  const cudaMemcpyKind k = kind == 0 ? cudaMemcpyHostToDevice
+  const cudaMemcpyKind k = kind == 0   ? cudaMemcpyHostToDevice
                            : kind == 1 ? cudaMemcpyDeviceToHost
                                        : cudaMemcpyDeviceToDevice;
   check_cuda(cudaMemcpyAsync(dst, src, nbytes, k, s.compute), "cudaMemcpyAsync");
@@ -262,8 +264,8 @@ void pinned_free(void* p) {
 MemoryStats pinned_memory_stats() {
   require_device(0, "pinned_memory_stats");
   const CachingAllocatorStats a = pinned_allocator().stats();
-  return {a.allocated, a.reserved, a.peak_allocated, a.peak_reserved, a.cap, a.segment_allocs, a.segment_frees,
-          a.cache_hits};
+  return {a.allocated, a.reserved,       a.peak_allocated, a.peak_reserved,
+          a.cap,       a.segment_allocs, a.segment_frees,  a.cache_hits};
 }
 
 void axpy(float a, const float* x, float* y, long n, int device) {

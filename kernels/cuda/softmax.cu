@@ -14,8 +14,7 @@ namespace minidl::kernels::cuda {
 namespace {
 
 // Row (o, i) of (outer, len, inner): elements base[j * inner], j < len; one block per row.
-template <class T>
-__global__ void softmax_forward_kernel(const T* x, T* y, int64_t len, int64_t inner, bool log) {
+template <class T> __global__ void softmax_forward_kernel(const T* x, T* y, int64_t len, int64_t inner, bool log) {
   const int64_t o = blockIdx.x / inner, in = blockIdx.x % inner;
   const T* xr = x + o * len * inner + in;
   T* yr = y + o * len * inner + in;
@@ -49,8 +48,7 @@ __global__ void softmax_backward_kernel(const T* y, const T* dy, T* dx, int64_t 
 }
 
 // log-sum-exp of row x (C), shared by every thread of the block
-template <class T>
-__device__ double block_logsumexp(const T* x, int64_t C) {
+template <class T> __device__ double block_logsumexp(const T* x, int64_t C) {
   double m = -INFINITY;
   for (int64_t c = threadIdx.x; c < C; c += blockDim.x) m = MaxValueOp{}(m, double(x[c]));
   m = block_all_reduce(m, MaxValueOp{});
@@ -84,8 +82,7 @@ __global__ void cross_entropy_rows_kernel(const T* logits, const int64_t* target
   }
 }
 
-template <class T>
-__global__ void mean_of_rows_kernel(const double* row_loss, int64_t N, T* loss) {
+template <class T> __global__ void mean_of_rows_kernel(const double* row_loss, int64_t N, T* loss) {
   double s = 0;
   for (int64_t i = threadIdx.x; i < N; i += blockDim.x) s += row_loss[i];
   s = block_all_reduce(s, SumOp{});
@@ -93,8 +90,8 @@ __global__ void mean_of_rows_kernel(const double* row_loss, int64_t N, T* loss) 
 }
 
 template <class T>
-__global__ void cross_entropy_backward_kernel(const T* logits, const int64_t* target, int64_t N, int64_t C,
-                                              double eps, const T* grad_loss, T* dlogits, DeviceError* err) {
+__global__ void cross_entropy_backward_kernel(const T* logits, const int64_t* target, int64_t N, int64_t C, double eps,
+                                              const T* grad_loss, T* dlogits, DeviceError* err) {
   const T* x = logits + blockIdx.x * C;
   T* d = dlogits + blockIdx.x * C;
   const double lse = block_logsumexp(x, C);
@@ -140,9 +137,8 @@ void softmax_backward(ElemType t, const void* y, const void* dy, void* dx, int64
   if (outer * inner == 0 || len == 0) return;
   switch_type<true>(t, "softmax_backward", [&](auto tag) {
     using T = decltype(tag);
-    softmax_backward_kernel<T><<<rows_grid(outer * inner, "softmax_backward"), kThreads, 0,
-                                 current_compute_stream()>>>(static_cast<const T*>(y), static_cast<const T*>(dy),
-                                                             static_cast<T*>(dx), len, inner, log);
+    softmax_backward_kernel<T><<<rows_grid(outer * inner, "softmax_backward"), kThreads, 0, current_compute_stream()>>>(
+        static_cast<const T*>(y), static_cast<const T*>(dy), static_cast<T*>(dx), len, inner, log);
   });
   check_launch("softmax_backward");
 }
@@ -168,8 +164,7 @@ void cross_entropy_backward(ElemType t, const void* logits, const int64_t* targe
   if (N == 0) return;
   switch_type<true>(t, "cross_entropy_backward", [&](auto tag) {
     using T = decltype(tag);
-    cross_entropy_backward_kernel<T><<<rows_grid(N, "cross_entropy_backward"), kThreads, 0,
-                                       current_compute_stream()>>>(
+    cross_entropy_backward_kernel<T><<<rows_grid(N, "cross_entropy_backward"), kThreads, 0, current_compute_stream()>>>(
         static_cast<const T*>(logits), target, N, C, eps, static_cast<const T*>(grad_loss), static_cast<T*>(dlogits),
         device_error_record());
   });

@@ -15,8 +15,8 @@ TEST(Engine, GradientOfSquareIsTwoX) {
 
 TEST(Engine, SharedSubexpressionAccumulatesBothPaths) {
   Variable x(from_vector<double>({2.0}), true);
-  Variable a = mul(x, 3.0);           // 3x
-  Variable y = add(mul(a, a), a);     // 9x^2 + 3x -> dy/dx = 18x + 3 = 39
+  Variable a = mul(x, 3.0);  // 3x
+  Variable y = add(mul(a, a), a);  // 9x^2 + 3x -> dy/dx = 18x + 3 = 39
   y.backward();
   EXPECT_DOUBLE_EQ(x.grad().item(), 39.0);
 }

@@ -18,7 +18,9 @@ struct Runner {
   double tol = 1e-5;  // rtol and atol
 };
 
-Pool2dParams pool(int64_t k, int64_t s, int64_t p) { return {.kernel_h = k, .kernel_w = k, .stride_h = s, .stride_w = s, .pad_h = p, .pad_w = p}; }
+Pool2dParams pool(int64_t k, int64_t s, int64_t p) {
+  return {.kernel_h = k, .kernel_w = k, .stride_h = s, .stride_w = s, .pad_h = p, .pad_w = p};
+}
 
 const std::map<std::string, Runner>& runners() {
   static const std::map<std::string, Runner> r = {
@@ -36,7 +38,9 @@ const std::map<std::string, Runner>& runners() {
       {"relu", {[](const V& v) { return relu(v[0]); }}},
       {"gelu_erf", {[](const V& v) { return gelu(v[0]); }}},
       {"gelu_tanh", {[](const V& v) { return gelu(v[0], true); }}},
-      {"sum_dims", {[](const V& v) { return sum(v[0], {0, 2}, true); }}},
+      {"sum_dims", {[](const V& v) {
+         return sum(v[0], {0, 2}, true);
+       }}},
       {"mean_dim", {[](const V& v) { return mean(v[0], {1}); }}},
       {"var_dim", {[](const V& v) { return var(v[0], {1}); }}},
       {"max_dim", {[](const V& v) { return max(v[0], 1); }}},
@@ -45,8 +49,12 @@ const std::map<std::string, Runner>& runners() {
       {"matmul_3d_2d", {[](const V& v) { return matmul(v[0], v[1]); }}},
       {"transpose_mul", {[](const V& v) { return mul(transpose(v[0], 0, 1), v[1]); }}},
       {"slice", {[](const V& v) { return slice(v[0], 1, 1, 4, 2); }}},
-      {"cat", {[](const V& v) { return cat({v[0], v[1]}, 1); }}},
-      {"stack", {[](const V& v) { return stack({v[0], v[1]}, 1); }}},
+      {"cat", {[](const V& v) {
+         return cat({v[0], v[1]}, 1);
+       }}},
+      {"stack", {[](const V& v) {
+         return stack({v[0], v[1]}, 1);
+       }}},
       {"index_select", {[](const V& v) { return index_select(v[0], 0, v[1].data()); }}},
       {"softmax", {[](const V& v) { return softmax(v[0], -1); }}},
       {"log_softmax", {[](const V& v) { return log_softmax(v[0], 1); }}},
@@ -55,10 +63,12 @@ const std::map<std::string, Runner>& runners() {
       {"mse_loss", {[](const V& v) { return mse_loss(v[0], v[1]); }}},
       {"conv2d", {[](const V& v) { return conv2d(v[0], v[1], v[2]); }, 2e-5}},
       {"conv2d_s2p1",
-       {[](const V& v) { return conv2d(v[0], v[1], v[2], {.stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1}); }, 2e-5}},
+       {[](const V& v) { return conv2d(v[0], v[1], v[2], {.stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1}); },
+        2e-5}},
       {"conv2d_d2g2",
        {[](const V& v) {
-          return conv2d(v[0], v[1], Variable(), {.pad_h = 2, .pad_w = 2, .dilation_h = 2, .dilation_w = 2, .groups = 2});
+          return conv2d(v[0], v[1], Variable(),
+                        {.pad_h = 2, .pad_w = 2, .dilation_h = 2, .dilation_w = 2, .groups = 2});
         },
         2e-5}},
       {"max_pool2d", {[](const V& v) { return max_pool2d(v[0], pool(2, 2, 0)); }}},
@@ -103,7 +113,8 @@ TEST_P(Golden, ForwardAndBackwardMatchPyTorch) {
     const std::string key = name + "/grad" + std::to_string(i);
     if (!has(key)) continue;
     ASSERT_TRUE(inputs[i].grad().defined()) << name << ": no gradient for input " << i;
-    minidl::testing::expect_close(inputs[i].grad(), get(key), run.tol, run.tol, name + " grad of input " + std::to_string(i));
+    minidl::testing::expect_close(inputs[i].grad(), get(key), run.tol, run.tol,
+                                  name + " grad of input " + std::to_string(i));
   }
 }
 

@@ -108,11 +108,11 @@ TEST(Gradcheck, Losses) {
 }
 
 TEST(Gradcheck, Conv2d) {
-  gradcheck([](const V& v) { return conv2d(v[0], v[1], v[2], {}); }, {rn({2, 2, 5, 5}, 71), rn({3, 2, 3, 3}, 72), rn({3}, 73)},
-            "conv2d basic");
+  gradcheck([](const V& v) { return conv2d(v[0], v[1], v[2], {}); },
+            {rn({2, 2, 5, 5}, 71), rn({3, 2, 3, 3}, 72), rn({3}, 73)}, "conv2d basic");
   Conv2dParams p{.stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1};
-  gradcheck([p](const V& v) { return conv2d(v[0], v[1], v[2], p); }, {rn({1, 2, 6, 5}, 74), rn({2, 2, 3, 3}, 75), rn({2}, 76)},
-            "conv2d stride 2 pad 1");
+  gradcheck([p](const V& v) { return conv2d(v[0], v[1], v[2], p); },
+            {rn({1, 2, 6, 5}, 74), rn({2, 2, 3, 3}, 75), rn({2}, 76)}, "conv2d stride 2 pad 1");
   Conv2dParams d{.pad_h = 2, .pad_w = 2, .dilation_h = 2, .dilation_w = 2, .groups = 2};
   gradcheck([d](const V& v) { return conv2d(v[0], v[1], Variable(), d); }, {rn({1, 4, 5, 5}, 77), rn({4, 2, 3, 3}, 78)},
             "conv2d dilation 2 groups 2 no bias");
@@ -138,10 +138,13 @@ TEST(Gradcheck, BatchNormTrainingAndEval) {
 }
 
 TEST(Gradcheck, LayerNorm) {
-  gradcheck([](const V& v) { return layer_norm(v[0], {4}, v[1], v[2], 1e-5); }, {rn({2, 3, 4}, 94), rn({4}, 95), rn({4}, 96)},
-            "layer_norm last dim");
-  gradcheck([](const V& v) { return layer_norm(v[0], {3, 4}, Variable(), Variable(), 1e-5); }, {rn({2, 3, 4}, 97)},
-            "layer_norm two dims no affine");
+  gradcheck([](const V& v) { return layer_norm(v[0], {4}, v[1], v[2], 1e-5); },
+            {rn({2, 3, 4}, 94), rn({4}, 95), rn({4}, 96)}, "layer_norm last dim");
+  gradcheck(
+      [](const V& v) {
+        return layer_norm(v[0], {3, 4}, Variable(), Variable(), 1e-5);
+      },
+      {rn({2, 3, 4}, 97)}, "layer_norm two dims no affine");
 }
 
 TEST(Gradcheck, DropoutAndEmbedding) {

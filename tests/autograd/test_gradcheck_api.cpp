@@ -53,18 +53,23 @@ TEST(GradcheckApi, ClassIndexLosses) {
 }
 
 TEST(GradcheckApi, ElementwiseLosses) {
-  gradcheck([](const V& v) { return binary_cross_entropy_with_logits(v[0], v[1]); }, {mul(rn({3, 4}, 13), 3.0), unif({3, 4}, 14)},
-            "bce_with_logits (input and target)");
+  gradcheck([](const V& v) { return binary_cross_entropy_with_logits(v[0], v[1]); },
+            {mul(rn({3, 4}, 13), 3.0), unif({3, 4}, 14)}, "bce_with_logits (input and target)");
   const Tensor w = unif({1, 4}, 15), pw = mul(unif({4}, 16), 3.0);
-  gradcheck([&](const V& v) {
-    return binary_cross_entropy_with_logits(v[0], v[1], {.weight = w, .pos_weight = pw, .reduction = Reduction::Sum});
-  }, {rn({3, 4}, 17), unif({3, 4}, 18)}, "bce_with_logits weight + pos_weight");
-  gradcheck([](const V& v) { return mse_loss(v[0], v[1], Reduction::None); }, {rn({2, 3}, 19), rn({2, 3}, 20)}, "mse none");
+  gradcheck(
+      [&](const V& v) {
+        return binary_cross_entropy_with_logits(v[0], v[1],
+                                                {.weight = w, .pos_weight = pw, .reduction = Reduction::Sum});
+      },
+      {rn({3, 4}, 17), unif({3, 4}, 18)}, "bce_with_logits weight + pos_weight");
+  gradcheck([](const V& v) { return mse_loss(v[0], v[1], Reduction::None); }, {rn({2, 3}, 19), rn({2, 3}, 20)},
+            "mse none");
   const Tensor a = rn({3, 4}, 21), b = rn({3, 4}, 22);
   const Tensor b_l1 = sub(a, away_from(sub(a, b), {0.0}, 1e-3));  // a - b kept away from 0
   gradcheck([](const V& v) { return l1_loss(v[0], v[1], Reduction::Sum); }, {a, b_l1}, "l1_loss");
   const Tensor b_s = sub(a, away_from(sub(a, b), {-0.5, 0.0, 0.5}, 1e-3));
-  gradcheck([](const V& v) { return smooth_l1_loss(v[0], v[1], Reduction::Mean, 0.5); }, {a, b_s}, "smooth_l1_loss beta 0.5");
+  gradcheck([](const V& v) { return smooth_l1_loss(v[0], v[1], Reduction::Mean, 0.5); }, {a, b_s},
+            "smooth_l1_loss beta 0.5");
 }
 
 TEST(GradcheckApi, ScaledDotProductAttention) {
@@ -75,9 +80,9 @@ TEST(GradcheckApi, ScaledDotProductAttention) {
   std::vector<uint8_t> allowed(15, 1);
   allowed[1] = allowed[7] = allowed[14] = 0;
   const Tensor mask = from_vector(allowed, {3, 5});
-  gradcheck([mask](const V& x) {
-    return scaled_dot_product_attention(x[0], x[1], x[2], {.attn_mask = mask, .scale = 0.7});
-  }, {q, k, v}, "sdpa boolean mask, scale 0.7");
+  gradcheck(
+      [mask](const V& x) { return scaled_dot_product_attention(x[0], x[1], x[2], {.attn_mask = mask, .scale = 0.7}); },
+      {q, k, v}, "sdpa boolean mask, scale 0.7");
   const Tensor additive = rn({2, 3, 5}, 26);
   gradcheck([additive](const V& x) { return scaled_dot_product_attention(x[0], x[1], x[2], {.attn_mask = additive}); },
             {q, k, v}, "sdpa float mask");

@@ -18,7 +18,8 @@ double weighted_sum(const Tensor& y, const Tensor& w) {
 }
 }  // namespace
 
-bool gradcheck(const VarFn& f, const std::vector<Tensor>& inputs, const std::string& what, const GradcheckOptions& opt) {
+bool gradcheck(const VarFn& f, const std::vector<Tensor>& inputs, const std::string& what,
+               const GradcheckOptions& opt) {
   std::vector<Variable> vars;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const bool req = opt.needs_grad.empty() || opt.needs_grad[i];

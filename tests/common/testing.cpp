@@ -33,9 +33,9 @@ void expect_close(const Tensor& actual, const Tensor& expected, double rtol, dou
       }
     }
   }
-  EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << va.size() << " elements differ; worst at flat index "
-                     << worst << ": got " << va[worst] << ", expected " << vb[worst] << " (rtol " << rtol
-                     << ", atol " << atol << ")";
+  EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << va.size() << " elements differ; worst at flat index " << worst
+                     << ": got " << va[worst] << ", expected " << vb[worst] << " (rtol " << rtol << ", atol " << atol
+                     << ")";
 }
 
 void expect_equal(const Tensor& actual, const Tensor& expected, const std::string& what) {

@@ -21,14 +21,14 @@ void expect_equal(const Tensor& actual, const Tensor& expected, const std::strin
 }  // namespace minidl::testing
 
 // EXPECT_THROW_MSG(stmt, ExceptionType, "substring"): throws that type and the message contains it.
-#define EXPECT_THROW_MSG(stmt, etype, substr)                                                  \
-  EXPECT_THROW(                                                                                \
-      {                                                                                        \
-        try {                                                                                  \
-          stmt;                                                                                \
-        } catch (const etype& e) {                                                             \
-          EXPECT_THAT(std::string(e.what()), ::testing::HasSubstr(substr));                    \
-          throw;                                                                               \
-        }                                                                                      \
-      },                                                                                       \
+#define EXPECT_THROW_MSG(stmt, etype, substr)                               \
+  EXPECT_THROW(                                                             \
+      {                                                                     \
+        try {                                                               \
+          stmt;                                                             \
+        } catch (const etype& e) {                                          \
+          EXPECT_THAT(std::string(e.what()), ::testing::HasSubstr(substr)); \
+          throw;                                                            \
+        }                                                                   \
+      },                                                                    \
       etype)

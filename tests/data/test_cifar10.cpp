@@ -23,7 +23,8 @@ TEST(Cifar10, DatasetConcatenatesFilesAndNormalisesPerChannel) {
   TempDir dir;
   write_file(dir.file("a.bin"), cifar_records({1, 2}, 0));
   write_gz(dir.file("b.bin.gz"), cifar_records({3}, 2));
-  const Cifar10Dataset ds({dir.file("a.bin"), dir.file("b.bin.gz")}, {.mean = {0.5, 0.25, 0.0}, .std = {0.5, 0.5, 2.0}});
+  const Cifar10Dataset ds({dir.file("a.bin"), dir.file("b.bin.gz")},
+                          {.mean = {0.5, 0.25, 0.0}, .std = {0.5, 0.5, 2.0}});
   ASSERT_EQ(ds.size(), 3);
   const Example ex = ds.get(2);
   EXPECT_EQ(ex.input.shape(), (Shape{3, 32, 32}));
@@ -57,8 +58,9 @@ TEST(Cifar10, PartialRecordIsReportedWithSizes) {
   b.resize(b.size() - 100);
   write_file(dir.file("cut.bin"), b);
   EXPECT_THROW_MSG(read_cifar10_batch(dir.file("cut.bin")), std::runtime_error,
-                   dir.file("cut.bin") + ": truncated or not a CIFAR-10 binary batch: 6046 bytes is not a whole number "
-                                         "of 3073-byte records");
+                   dir.file("cut.bin") +
+                       ": truncated or not a CIFAR-10 binary batch: 6046 bytes is not a whole number "
+                       "of 3073-byte records");
 }
 
 TEST(Cifar10, LabelAboveNineIsAnError) {
@@ -71,7 +73,8 @@ TEST(Cifar10, EmptyAndMissingFilesAreErrors) {
   TempDir dir;
   write_file(dir.file("empty.bin"), {});
   EXPECT_THROW_MSG(read_cifar10_batch(dir.file("empty.bin")), std::runtime_error, "empty file");
-  EXPECT_THROW_MSG(Cifar10Dataset(dir.str(), false), std::runtime_error, dir.file("test_batch.bin") + " does not exist");
+  EXPECT_THROW_MSG(Cifar10Dataset(dir.str(), false), std::runtime_error,
+                   dir.file("test_batch.bin") + " does not exist");
 }
 
 }  // namespace

@@ -108,8 +108,12 @@ TEST(DataLoader, SameBatchesBitForBitWhateverTheNumberOfWorkers) {
       std::make_shared<RandomHorizontalFlip>(RandomHorizontalFlipOptions{})});
   std::vector<std::vector<Batch>> runs;
   for (int workers : {0, 1, 2, 3}) {
-    DataLoader loader(ds, {.batch_size = 5, .shuffle = true, .num_workers = workers, .seed = 3,
-                           .prefetch_factor = 1, .transform = transform});
+    DataLoader loader(ds, {.batch_size = 5,
+                           .shuffle = true,
+                           .num_workers = workers,
+                           .seed = 3,
+                           .prefetch_factor = 1,
+                           .transform = transform});
     std::vector<Batch> batches;
     for (int64_t epoch = 0; epoch < 3; ++epoch) {
       loader.set_epoch(epoch);
@@ -210,9 +214,7 @@ TEST(DataLoader, DestroyingMidEpochJoinsWorkersWithoutDeadlock) {
     ASSERT_TRUE(loader.next().has_value());
     ASSERT_TRUE(loader.next().has_value());
   }  // destroyed with most of the epoch unread
-  {
-    DataLoader never_started(slow, {.batch_size = 4, .num_workers = 2});
-  }
+  { DataLoader never_started(slow, {.batch_size = 4, .num_workers = 2}); }
   {
     DataLoader loader(slow, {.batch_size = 4, .num_workers = 2});
     loader.next();

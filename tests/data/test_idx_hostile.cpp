@@ -35,8 +35,9 @@ TEST(IdxHostile, PlainHeaderClaimingABillionImagesNamesTheFileAndTheSize) {
   write_file(dir.file("img"), forged_images(1000000000, 2));
   const int64_t before = peak_rss_mib();
   EXPECT_THROW_MSG(read_idx_images(dir.file("img")), std::runtime_error,
-                   dir.file("img") + ": truncated: expected 784000000000 bytes of image data, got 1568 "
-                                     "(the header announces [1000000000, 28, 28])");
+                   dir.file("img") +
+                       ": truncated: expected 784000000000 bytes of image data, got 1568 "
+                       "(the header announces [1000000000, 28, 28])");
   EXPECT_LT(peak_rss_mib() - before, 64);
 }
 
@@ -45,8 +46,9 @@ TEST(IdxHostile, GzipHeaderClaimingABillionImagesIsBoundedByWhatDecompresses) {
   write_gz(dir.file("img.gz"), forged_images(1000000000, 100));
   const int64_t before = peak_rss_mib();
   EXPECT_THROW_MSG(read_idx_images(dir.file("img.gz")), std::runtime_error,
-                   dir.file("img.gz") + ": truncated: expected 784000000000 bytes of image data, got 78400 "
-                                        "(the header announces [1000000000, 28, 28])");
+                   dir.file("img.gz") +
+                       ": truncated: expected 784000000000 bytes of image data, got 78400 "
+                       "(the header announces [1000000000, 28, 28])");
   EXPECT_LT(peak_rss_mib() - before, 64);
 }
 

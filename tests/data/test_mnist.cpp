@@ -43,8 +43,9 @@ TEST(IdxReader, ReadsGzipImagesAndLabelsLikePlainOnes) {
 TEST(IdxReader, WrongMagicNamesFileFoundAndExpected) {
   TempDir dir;
   write_gz(dir.file("train-labels-idx1-ubyte.gz"), idx_labels({1, 2}, 0x00000803));
-  EXPECT_THROW_MSG(read_idx_labels(dir.file("train-labels-idx1-ubyte.gz")), std::runtime_error,
-                   dir.file("train-labels-idx1-ubyte.gz") + ": bad magic 0x00000803, expected 0x00000801 (idx1 labels)");
+  EXPECT_THROW_MSG(
+      read_idx_labels(dir.file("train-labels-idx1-ubyte.gz")), std::runtime_error,
+      dir.file("train-labels-idx1-ubyte.gz") + ": bad magic 0x00000803, expected 0x00000801 (idx1 labels)");
 }
 
 TEST(IdxReader, TruncatedImageDataSaysHowManyBytesWereExpectedAndFound) {
@@ -90,7 +91,8 @@ TEST(IdxReader, CorruptGzipStreamIsAnErrorNamingTheFile) {
   Bytes gz = read_file(dir.file("full.gz"));
   for (size_t k = 20; k < gz.size() - 8; k += 3) gz[k] ^= 0x5A;  // garble the deflate stream
   write_file(dir.file("bad.gz"), gz);
-  EXPECT_THROW_MSG(read_idx_images(dir.file("bad.gz")), std::runtime_error, dir.file("bad.gz") + ": corrupt gzip data: ");
+  EXPECT_THROW_MSG(read_idx_images(dir.file("bad.gz")), std::runtime_error,
+                   dir.file("bad.gz") + ": corrupt gzip data: ");
 }
 
 TEST(IdxReader, GzipChecksumMismatchIsAnError) {
@@ -108,7 +110,8 @@ TEST(IdxReader, TrailingBytesAfterTheAnnouncedDataAreAnError) {
   Bytes b = idx_labels({1, 2});
   b.push_back(5);
   write_file(dir.file("lab"), b);
-  EXPECT_THROW_MSG(read_idx_labels(dir.file("lab")), std::runtime_error, "unexpected data after the 2 bytes of label data");
+  EXPECT_THROW_MSG(read_idx_labels(dir.file("lab")), std::runtime_error,
+                   "unexpected data after the 2 bytes of label data");
 }
 
 TEST(IdxReader, MissingFileNamesThePath) {
@@ -128,8 +131,7 @@ TEST(MnistDataset, LoadsGzipSplitNormalisesAndReturnsInt64Targets) {
   EXPECT_EQ(ex.target.dim(), 0);
   EXPECT_EQ(ex.target.item<int64_t>(), 0);
   const float* x = ex.input.data<float>();
-  for (int64_t k = 0; k < 20; ++k)
-    EXPECT_NEAR(x[k], (idx_pixel(20 + k) / 255.0 - 0.5) / 0.25, 1e-5) << "pixel " << k;
+  for (int64_t k = 0; k < 20; ++k) EXPECT_NEAR(x[k], (idx_pixel(20 + k) / 255.0 - 0.5) / 0.25, 1e-5) << "pixel " << k;
   EXPECT_EQ(ds.get(2).target.item<int64_t>(), 9);
 }
 
@@ -168,9 +170,9 @@ TEST(MnistDataset, MissingDirectorySuggestsTheDebianPackage) {
 TEST(MnistDataset, MissingFileNamesBothCandidatePaths) {
   TempDir dir;
   write_gz(dir.file("train-images-idx3-ubyte.gz"), idx_images(3, 4, 5));
-  EXPECT_THROW_MSG(MnistDataset(dir.str(), true), std::runtime_error,
-                   "neither " + dir.file("train-labels-idx1-ubyte") + " nor " +
-                       dir.file("train-labels-idx1-ubyte.gz") + " exists");
+  EXPECT_THROW_MSG(
+      MnistDataset(dir.str(), true), std::runtime_error,
+      "neither " + dir.file("train-labels-idx1-ubyte") + " nor " + dir.file("train-labels-idx1-ubyte.gz") + " exists");
 }
 
 TEST(MnistDataset, OutOfRangeIndexIsAnError) {

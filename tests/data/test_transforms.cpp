@@ -63,7 +63,8 @@ TEST(RandomCrop, OutputIsTheKeyedWindowOfThePaddedImage) {
       for (int64_t i = 0; i < 8; ++i)
         for (int64_t j = 0; j < 8; ++j) {
           const int64_t h = top + i - 2, w = left + j - 2;
-          const float want = (h < 0 || h >= 8 || w < 0 || w >= 8) ? 0.0f : static_cast<float>(c * 1000 + h * 100 + w + 1);
+          const float want =
+              (h < 0 || h >= 8 || w < 0 || w >= 8) ? 0.0f : static_cast<float>(c * 1000 + h * 100 + w + 1);
           ASSERT_EQ(p[(c * 8 + i) * 8 + j], want) << "index " << index << " c " << c << " i " << i << " j " << j;
         }
   }
@@ -121,8 +122,7 @@ TEST(Compose, AppliesInOrderWithIndependentStages) {
   const auto flip = std::make_shared<RandomHorizontalFlip>(RandomHorizontalFlipOptions{.p = 0.5});
   const Compose twice({flip, flip});
   int identity = 0;
-  for (int64_t index = 0; index < 1000; ++index)
-    identity += bits_equal(twice.apply(x, {.seed = 9, .index = index}), x);
+  for (int64_t index = 0; index < 1000; ++index) identity += bits_equal(twice.apply(x, {.seed = 9, .index = index}), x);
   // Same numbers in both stages would always cancel (1000); independent stages cancel half the time.
   EXPECT_NEAR(identity, 500, 60);
 

@@ -18,11 +18,24 @@ namespace minidl::testing {
 
 namespace {
 
-const char* const kWorldVariables[] = {
-    "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
-    "SLURM_PROCID", "SLURM_NTASKS", "SLURM_NPROCS", "SLURM_LOCALID", "SLURM_NODEID", "SLURM_NTASKS_PER_NODE",
-    "SLURM_TASKS_PER_NODE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
-    "OMPI_COMM_WORLD_LOCAL_SIZE"};
+const char* const kWorldVariables[] = {"RANK",
+                                       "WORLD_SIZE",
+                                       "LOCAL_RANK",
+                                       "LOCAL_WORLD_SIZE",
+                                       "GROUP_RANK",
+                                       "MASTER_ADDR",
+                                       "MASTER_PORT",
+                                       "SLURM_PROCID",
+                                       "SLURM_NTASKS",
+                                       "SLURM_NPROCS",
+                                       "SLURM_LOCALID",
+                                       "SLURM_NODEID",
+                                       "SLURM_NTASKS_PER_NODE",
+                                       "SLURM_TASKS_PER_NODE",
+                                       "OMPI_COMM_WORLD_RANK",
+                                       "OMPI_COMM_WORLD_SIZE",
+                                       "OMPI_COMM_WORLD_LOCAL_RANK",
+                                       "OMPI_COMM_WORLD_LOCAL_SIZE"};
 
 void read_some(int& fd, std::string& into) {
   char buf[65536];
@@ -108,8 +121,10 @@ bool wait_process(Subprocess& p, std::chrono::milliseconds timeout) {
       ::poll(fds.data(), fds.size(), 20);
       for (auto& f : fds) {
         if (f.revents == 0) continue;
-        if (f.fd == p.out_fd) read_some(p.out_fd, p.out);
-        else if (f.fd == p.err_fd) read_some(p.err_fd, p.err);
+        if (f.fd == p.out_fd)
+          read_some(p.out_fd, p.out);
+        else if (f.fd == p.err_fd)
+          read_some(p.err_fd, p.err);
       }
     } else {
       ::usleep(10000);

@@ -30,7 +30,8 @@ inline std::vector<std::string> run_gloo_world(int n, const std::function<std::s
   EnvGuard env;  // the parent's variables must not leak into the children
   return dist::spawn_with_results(n, [&](int) {
     dist::WorldInfo w = dist::world_info_from_env();
-    dist::TCPStore store(w.master_addr, {.port = w.master_port, .is_server = w.rank == 0, .timeout = std::chrono::seconds(10)});
+    dist::TCPStore store(w.master_addr,
+                         {.port = w.master_port, .is_server = w.rank == 0, .timeout = std::chrono::seconds(10)});
     std::string result;
     {
       dist::ProcessGroupGloo pg(store, w.rank, w.world_size, options);
@@ -60,8 +61,7 @@ inline void require_equal(const Tensor& actual, const Tensor& expected, const st
 }
 
 // Runs stmt and returns its exception's message ("" if it did not throw).
-template <class F>
-std::string error_of(F&& stmt) {
+template <class F> std::string error_of(F&& stmt) {
   try {
     stmt();
   } catch (const std::exception& e) {

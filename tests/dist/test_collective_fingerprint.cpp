@@ -44,7 +44,8 @@ TEST(CollectiveFingerprint, NcclEncodingIsFixedSizeZeroPaddedAndCutSafely) {
   EXPECT_EQ(std::string(e.data()), "seq=1 op=all_gather dtype=int64 shape=[*, 2]\nall_gather int64[*, 2]");
   EXPECT_EQ(e.back(), '\0');
   EXPECT_EQ(decode(e), f);
-  const nccl_debug::Encoded huge = encode(CollectiveDesc{"all_reduce", "float32", "[" + std::string(400, '9') + "]", ""}.fingerprint(1));
+  const nccl_debug::Encoded huge =
+      encode(CollectiveDesc{"all_reduce", "float32", "[" + std::string(400, '9') + "]", ""}.fingerprint(1));
   EXPECT_EQ(decode(huge).size(), nccl_debug::kFingerprintBytes - 1);  // cut, still terminated
   EXPECT_EQ(fingerprint_mismatch(1, nccl_debug::decode_all({huge, huge})), "");
 }

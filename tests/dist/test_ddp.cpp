@@ -188,7 +188,8 @@ TEST(DDP, NoSyncAccumulationEqualsOneStepOnTheCombinedBatch) {
     }
     ddp.finish();
     auto pr = ref.named_parameters(), pm = model.named_parameters();
-    for (size_t i = 0; i < pr.size(); ++i) require_close(pm[i].second.grad(), pr[i].second.grad(), 1e-5, 1e-6, pr[i].first);
+    for (size_t i = 0; i < pr.size(); ++i)
+      require_close(pm[i].second.grad(), pr[i].second.grad(), 1e-5, 1e-6, pr[i].first);
     dist::shutdown();
   });
 }
@@ -276,7 +277,8 @@ TEST(DDP, JoinLetsRanksWithThreeAndFiveBatchesFinish) {
     ddp.join();
     // both ranks end with the model trained on all 5 steps
     const TensorMap want = ref.state_dict(), got = model.state_dict();
-    for (const auto& [name, t] : want) require_close(got.at(name), t, 1e-5, 1e-6, "rank " + std::to_string(rank) + " " + name);
+    for (const auto& [name, t] : want)
+      require_close(got.at(name), t, 1e-5, 1e-6, "rank " + std::to_string(rank) + " " + name);
     dist::shutdown();
   });
 }
@@ -294,7 +296,8 @@ TEST(DDP, JoinRefusesAModelWithSyncBatchNorm) {
     } catch (const std::logic_error& e) {
       err = e.what();
     }
-    require(err.find("DistributedDataParallel::join: the model communicates in forward (SyncBatchNorm)") != std::string::npos &&
+    require(err.find("DistributedDataParallel::join: the model communicates in forward (SyncBatchNorm)") !=
+                    std::string::npos &&
                 err.find("give every rank the same number of batches") != std::string::npos,
             "join() on a SyncBatchNorm model: expected a logic_error saying why, got '" + err + "'");
     // the group is still usable: nothing was left half-done

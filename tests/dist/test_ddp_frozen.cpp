@@ -51,8 +51,10 @@ void train(Net& net, dist::DistributedDataParallel* ddp) {
     Variable out = ddp ? ddp->forward(in) : net(in);
     cross_entropy(out, y.narrow(0, rank * n, n).contiguous()).backward();
     require(!net.body.weight.grad().defined(), "a frozen parameter got a gradient");
-    if (ddp) ddp->step(opt);
-    else opt.step();
+    if (ddp)
+      ddp->step(opt);
+    else
+      opt.step();
   }
 }
 

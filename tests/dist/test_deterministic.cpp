@@ -50,7 +50,8 @@ std::unique_ptr<nn::Module> make(const std::string& name) {
 std::unique_ptr<optim::Optimizer> optimizer_for(const std::string& name, nn::Module& model) {
   if (name == "mlp") return std::make_unique<optim::Adam>(model.parameters(), optim::AdamOptions{.lr = 1e-3});
   if (name == "cnn")
-    return std::make_unique<optim::SGD>(model.parameters(), optim::SGDOptions{.lr = 0.05, .momentum = 0.9, .weight_decay = 5e-4});
+    return std::make_unique<optim::SGD>(model.parameters(),
+                                        optim::SGDOptions{.lr = 0.05, .momentum = 0.9, .weight_decay = 5e-4});
   return std::make_unique<optim::AdamW>(model.parameters(), optim::AdamWOptions{.lr = 1e-3, .weight_decay = 0.05});
 }
 
@@ -61,7 +62,9 @@ std::pair<Tensor, Tensor> global_batch(int64_t t) {
 }
 
 // Dropout masks of the micro-shard that starts at global sample `sample` of step t.
-uint64_t shard_key(int64_t t, int64_t sample) { return 1000003ull * static_cast<uint64_t>(t) + static_cast<uint64_t>(sample); }
+uint64_t shard_key(int64_t t, int64_t sample) {
+  return 1000003ull * static_cast<uint64_t>(t) + static_cast<uint64_t>(sample);
+}
 
 std::string state_hash(const nn::Module& model, const optim::Optimizer& opt) {
   const TensorMap m = model.state_dict(), o = opt.state_dict();
@@ -106,7 +109,7 @@ std::string train_ddp(const std::string& name, int64_t steps, bool deterministic
 std::vector<float> reference_tree(const std::vector<std::vector<float>>& shard, size_t lo, size_t hi) {
   if (hi - lo == 1) return shard[lo];
   size_t n = hi - lo, p = 1;
-  while (p * 2 < n) p *= 2;                     // the largest power of two below n ...
+  while (p * 2 < n) p *= 2;  // the largest power of two below n ...
   const size_t mid = (n & (n - 1)) == 0 ? lo + n / 2 : lo + p;  // ... or the half of a power of two
   std::vector<float> a = reference_tree(shard, lo, mid), b = reference_tree(shard, mid, hi);
   for (size_t i = 0; i < a.size(); ++i) a[i] += b[i];
@@ -165,9 +168,10 @@ std::string train_reference(const std::string& name, int64_t steps) {
     for (size_t b = 0; b < bns.size(); ++b) {
       const int64_t C = bns[b]->options.num_features;
       auto slice = [&](size_t from) {
-        return from_vector<float>(std::vector<float>(sum.begin() + static_cast<std::ptrdiff_t>(from),
-                                                     sum.begin() + static_cast<std::ptrdiff_t>(from + static_cast<size_t>(C))),
-                                  {C});
+        return from_vector<float>(
+            std::vector<float>(sum.begin() + static_cast<std::ptrdiff_t>(from),
+                               sum.begin() + static_cast<std::ptrdiff_t>(from + static_cast<size_t>(C))),
+            {C});
       };
       const Tensor mean = slice(at), var = slice(at + static_cast<size_t>(C));
       at += 2 * static_cast<size_t>(C);
@@ -225,14 +229,18 @@ int run_worker(const std::string& mode) {
 // Runs the worker on `procs` processes with `threads` OpenMP threads each; returns every rank's
 // hash (all of them must agree: the replicas are identical in both modes).
 std::string run_training(const std::string& mode, const std::string& model, int procs, int threads, int steps) {
-  std::vector<std::string> argv = {mt::launcher_path(), "--nproc-per-node", std::to_string(procs),
-                                   "--master-port", std::to_string(dist::find_free_port()), mt::self_path()};
+  std::vector<std::string> argv = {mt::launcher_path(),
+                                   "--nproc-per-node",
+                                   std::to_string(procs),
+                                   "--master-port",
+                                   std::to_string(dist::find_free_port()),
+                                   mt::self_path()};
   if (mode == "reference") argv = {mt::self_path()};
   mt::Subprocess p = mt::start_process(argv, {{"MINIDL_DETERMINISTIC_WORKER", mode},
-                                                        {"MINIDL_DET_MODEL", model},
-                                                        {"MINIDL_DET_STEPS", std::to_string(steps)},
-                                                        {"OMP_NUM_THREADS", std::to_string(threads)},
-                                                        {"OMP_WAIT_POLICY", "PASSIVE"}});
+                                              {"MINIDL_DET_MODEL", model},
+                                              {"MINIDL_DET_STEPS", std::to_string(steps)},
+                                              {"OMP_NUM_THREADS", std::to_string(threads)},
+                                              {"OMP_WAIT_POLICY", "PASSIVE"}});
   const bool ended = mt::wait_process(p, std::chrono::seconds(240));
   EXPECT_TRUE(ended) << mode << " " << model << " " << procs << "x" << threads << " timed out\n" << p.err;
   EXPECT_EQ(mt::exit_code(p), 0) << p.out << p.err;
@@ -278,9 +286,9 @@ TEST(ShardTree, CoverIsTheMaximalNodesInsideARange) {
   EXPECT_EQ(dist::shard_tree_cover(0, 8, 8), (V{{0, 8}}));
   EXPECT_EQ(dist::shard_tree_cover(4, 8, 8), (V{{4, 8}}));
   EXPECT_EQ(dist::shard_tree_cover(2, 4, 8), (V{{2, 4}}));
-  EXPECT_EQ(dist::shard_tree_cover(3, 6, 6), (V{{3, 4}, {4, 6}}));      // 2 ranks of 3 shards: rank 1
-  EXPECT_EQ(dist::shard_tree_cover(0, 3, 6), (V{{0, 2}, {2, 3}}));      // rank 0
-  EXPECT_EQ(dist::shard_tree_cover(3, 6, 12), (V{{3, 4}, {4, 6}}));     // 4 ranks of 3: rank 1
+  EXPECT_EQ(dist::shard_tree_cover(3, 6, 6), (V{{3, 4}, {4, 6}}));  // 2 ranks of 3 shards: rank 1
+  EXPECT_EQ(dist::shard_tree_cover(0, 3, 6), (V{{0, 2}, {2, 3}}));  // rank 0
+  EXPECT_EQ(dist::shard_tree_cover(3, 6, 12), (V{{3, 4}, {4, 6}}));  // 4 ranks of 3: rank 1
   EXPECT_EQ(dist::shard_tree_cover(9, 12, 12), (V{{9, 10}, {10, 12}}));  // rank 3: inside the [8, 12) block
   EXPECT_THROW(dist::shard_tree_cover(2, 2, 8), std::invalid_argument);
 }
@@ -290,7 +298,9 @@ TEST(ShardTree, SumAddsInTheDocumentedOrder) {
   const std::vector<float> v = {1e8f, 1.0f, -1e8f, 3.0f, 0.5f, 7.0f};
   std::vector<Tensor> leaves;
   for (float x : v) leaves.push_back(from_vector<float>({x}, {1}));
-  const auto known = [&](ShardRange s) -> const Tensor* { return s.size() == 1 ? &leaves[static_cast<size_t>(s.lo)] : nullptr; };
+  const auto known = [&](ShardRange s) -> const Tensor* {
+    return s.size() == 1 ? &leaves[static_cast<size_t>(s.lo)] : nullptr;
+  };
   const float expected = ((v[0] + v[1]) + (v[2] + v[3])) + (v[4] + v[5]);  // the tree over 6 shards
   EXPECT_EQ(dist::shard_tree_sum({0, 6}, known).to_vector<float>()[0], expected);
   EXPECT_NE(((((v[0] + v[1]) + v[2]) + v[3]) + v[4]) + v[5], expected);  // a left fold differs: the order matters
@@ -315,7 +325,8 @@ TEST(ShardTree, AllReduceOverGlooRanksGivesTheOneProcessTreesBits) {
       // and the tree is not just any order: a plain sequential sum differs somewhere
       Tensor sequential = all[0].clone();
       for (int64_t s = 1; s < total; ++s) sequential = sequential + all[static_cast<size_t>(s)];
-      mt::require(sequential.to_vector<float>() != want.to_vector<float>(), "the sequential sum happens to equal the tree");
+      mt::require(sequential.to_vector<float>() != want.to_vector<float>(),
+                  "the sequential sum happens to equal the tree");
       return std::string("ok");
     });
     for (const auto& r : results) EXPECT_EQ(r, "ok") << world << " ranks of " << n;
@@ -335,17 +346,19 @@ TEST(DeterministicDDP, RefusesPlainBatchNormJoinAndNoSync) {
   const auto results = mt::run_gloo_world(1, [](dist::ProcessGroupGloo& pg) {
     manual_seed(0);
     nn::CNN cnn;
-    std::string out = mt::error_of([&] { dist::DistributedDataParallel d(cnn, {.deterministic = true, .group = &pg}); });
+    std::string out =
+        mt::error_of([&] { dist::DistributedDataParallel d(cnn, {.deterministic = true, .group = &pg}); });
     nn::MLP mlp;
     dist::DistributedDataParallel ddp(mlp, {.deterministic = true, .group = &pg});
     out += " | " + mt::error_of([&] { ddp.join(); });
     out += " | " + mt::error_of([&] {
-      auto guard = ddp.no_sync();
-      ddp.forward(Variable(rand({2, 1, 28, 28})));
-    });
+             auto guard = ddp.no_sync();
+             ddp.forward(Variable(rand({2, 1, 28, 28})));
+           });
     return out;
   });
-  EXPECT_THAT(results[0], ::testing::HasSubstr("'features.1' (BatchNorm2d) would move its running statistics once per micro-shard"));
+  EXPECT_THAT(results[0], ::testing::HasSubstr(
+                              "'features.1' (BatchNorm2d) would move its running statistics once per micro-shard"));
   EXPECT_THAT(results[0], ::testing::HasSubstr("join: not in deterministic mode"));
   EXPECT_THAT(results[0], ::testing::HasSubstr("no_sync() does not apply"));
 }
@@ -366,20 +379,23 @@ TEST(DDP, SeesABatchNormMemberConvertedToSyncBatchNorm) {
     MemberBN plain(true);
     std::string out = plain.bn.communicates_in_forward() ? "plain communicates" : "plain is local";
     MemberBN net(true), untracked(false);
-    if (dist::convert_sync_batchnorm(net) != 1 || dist::convert_sync_batchnorm(untracked) != 1) return std::string("not converted");
+    if (dist::convert_sync_batchnorm(net) != 1 || dist::convert_sync_batchnorm(untracked) != 1)
+      return std::string("not converted");
     if (dynamic_cast<dist::SyncBatchNorm*>(&net.bn)) return std::string("the member was replaced");
     out += net.bn.communicates_in_forward() ? " | converted communicates" : " | converted is local";
     dist::DistributedDataParallel ddp(net, {.group = &pg});
     out += " | " + mt::error_of([&] { ddp.join(); });
     out += " | " + mt::error_of([&] { dist::DistributedDataParallel d(net, {.deterministic = true, .group = &pg}); });
-    out += " | " + mt::error_of([&] { dist::DistributedDataParallel d(untracked, {.deterministic = true, .group = &pg}); });
+    out += " | " +
+           mt::error_of([&] { dist::DistributedDataParallel d(untracked, {.deterministic = true, .group = &pg}); });
     return out;
   });
   const std::string& r = results[0];
   EXPECT_THAT(r, ::testing::StartsWith("plain is local | converted communicates | "));
   EXPECT_THAT(r, ::testing::HasSubstr("join: the model communicates in forward (SyncBatchNorm)"));
-  const std::string member = "'bn' (SyncBatchNorm) is a BatchNorm member of a user module converted by "
-                             "dist::convert_sync_batchnorm, which cannot run as ghost batch norm";
+  const std::string member =
+      "'bn' (SyncBatchNorm) is a BatchNorm member of a user module converted by "
+      "dist::convert_sync_batchnorm, which cannot run as ghost batch norm";
   const size_t first = r.find(member);
   ASSERT_NE(first, std::string::npos) << r;
   EXPECT_NE(r.find(member, first + 1), std::string::npos) << "untracked member: " << r;

@@ -29,7 +29,8 @@ Indices torch_reference(const Indices& order, int world, int rank, bool drop_las
   const int64_t n = static_cast<int64_t>(order.size());
   const int64_t per = drop_last && n % world ? n / world : (n + world - 1) / world;
   Indices padded = order;
-  for (size_t i = 0; static_cast<int64_t>(padded.size()) < per * world && n > 0; ++i) padded.push_back(order[i % order.size()]);
+  for (size_t i = 0; static_cast<int64_t>(padded.size()) < per * world && n > 0; ++i)
+    padded.push_back(order[i % order.size()]);
   padded.resize(static_cast<size_t>(per * world));
   Indices out;
   for (int64_t i = rank; i < per * world; i += world) out.push_back(padded[static_cast<size_t>(i)]);
@@ -45,7 +46,8 @@ TEST(DistributedSamplerChunks, ChunkOneIsPyTorchsInterleaving) {
         for (int r = 0; r < world; ++r) {
           Indices order(static_cast<size_t>(n));
           std::iota(order.begin(), order.end(), int64_t{0});
-          EXPECT_EQ(rank_indices(n, world, r, {.shuffle = false, .drop_last = drop_last}), torch_reference(order, world, r, drop_last))
+          EXPECT_EQ(rank_indices(n, world, r, {.shuffle = false, .drop_last = drop_last}),
+                    torch_reference(order, world, r, drop_last))
               << "n " << n << " world " << world << " rank " << r;
         }
   // shuffled: the permutation is randperm(N, {seed, epoch})
@@ -71,8 +73,10 @@ TEST(DistributedSamplerChunks, ExactModeDealsTheLastRoundInChunksWhileEntriesLas
       for (int64_t c : {1, 3, 16}) {
         std::vector<int> seen(static_cast<size_t>(n), 0);
         for (int r = 0; r < world; ++r)
-          for (int64_t i : rank_indices(n, world, r, {.shuffle = true, .seed = 1, .exact = true, .chunk = c})) ++seen[static_cast<size_t>(i)];
-        for (int64_t i = 0; i < n; ++i) EXPECT_EQ(seen[static_cast<size_t>(i)], 1) << "n " << n << " world " << world << " c " << c;
+          for (int64_t i : rank_indices(n, world, r, {.shuffle = true, .seed = 1, .exact = true, .chunk = c}))
+            ++seen[static_cast<size_t>(i)];
+        for (int64_t i = 0; i < n; ++i)
+          EXPECT_EQ(seen[static_cast<size_t>(i)], 1) << "n " << n << " world " << world << " c " << c;
       }
 }
 
@@ -85,11 +89,13 @@ TEST(DistributedSamplerChunks, GlobalBatchesAreTheSameRunsOfTheOrderForOneTwoAnd
   for (int world : {2, 4}) {
     const int64_t b = B / world;
     std::vector<Indices> mine;
-    for (int r = 0; r < world; ++r) mine.push_back(rank_indices(n, world, r, {.shuffle = true, .seed = 9, .chunk = b}, 2));
+    for (int r = 0; r < world; ++r)
+      mine.push_back(rank_indices(n, world, r, {.shuffle = true, .seed = 9, .chunk = b}, 2));
     for (int64_t t = 0; t < n / B; ++t)
       for (int r = 0; r < world; ++r)
         for (int64_t j = 0; j < b; ++j)
-          ASSERT_EQ(mine[static_cast<size_t>(r)][static_cast<size_t>(t * b + j)], one[static_cast<size_t>(t * B + r * b + j)])
+          ASSERT_EQ(mine[static_cast<size_t>(r)][static_cast<size_t>(t * b + j)],
+                    one[static_cast<size_t>(t * B + r * b + j)])
               << "world " << world << " step " << t << " rank " << r;
   }
 }

@@ -69,7 +69,8 @@ TEST(Distributed, InitReadsTheWorldAndTheFreeFunctionsUseTheDefaultGroup) {
 TEST(Distributed, CollectivesBeforeInitAreErrorsNamingTheFunction) {
   ASSERT_FALSE(dist::is_initialized());
   Tensor t = minidl::ones({2});
-  EXPECT_THROW_MSG(dist::all_reduce(t), std::runtime_error, "dist::all_reduce: the default process group is not initialised");
+  EXPECT_THROW_MSG(dist::all_reduce(t), std::runtime_error,
+                   "dist::all_reduce: the default process group is not initialised");
   EXPECT_THROW_MSG(dist::barrier(), std::runtime_error, "dist::barrier: the default process group is not initialised");
   EXPECT_THROW_MSG(dist::default_group(), std::runtime_error, "dist::default_group");
   EXPECT_THROW_MSG(dist::rank(), std::runtime_error, "dist::rank");
@@ -197,7 +198,8 @@ TEST(Metrics, WeightedMeansOverUnevenShardsEqualTheSingleProcessMean) {
     const double r = dist::rank();
     const double wm2 = dist::weighted_mean(10.0 * r, r + 1.0, dist::default_group());
     char buf[160];
-    std::snprintf(buf, sizeof(buf), "%zu %.12f %.12f %.12f %.12f", idx.size(), mean.at("loss"), mean.at("correct"), wm, wm2);
+    std::snprintf(buf, sizeof(buf), "%zu %.12f %.12f %.12f %.12f", idx.size(), mean.at("loss"), mean.at("correct"), wm,
+                  wm2);
     return std::string(buf);
   });
   EXPECT_EQ(results[0], "4 4.500000000000 0.400000000000 4.500000000000 13.333333333333");

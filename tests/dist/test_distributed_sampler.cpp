@@ -92,12 +92,13 @@ TEST(DistributedSampler, PropertiesHoldForManyConfigurations) {
       for (bool drop_last : {false, true})
         for (bool shuffle : {false, true})
           for (int64_t epoch : {0, 1, 5}) {
-            SCOPED_TRACE("N=" + std::to_string(n) + " R=" + std::to_string(w) + " drop_last=" +
-                         std::to_string(drop_last) + " shuffle=" + std::to_string(shuffle) +
+            SCOPED_TRACE("N=" + std::to_string(n) + " R=" + std::to_string(w) +
+                         " drop_last=" + std::to_string(drop_last) + " shuffle=" + std::to_string(shuffle) +
                          " epoch=" + std::to_string(epoch));
             DistributedSamplerOptions o{.shuffle = shuffle, .seed = 7, .drop_last = drop_last};
             auto s = shards(n, w, o, epoch);
-            const int64_t num_samples = DistributedSampler(n, {.num_replicas = w, .rank = 0, .drop_last = drop_last}).num_samples();
+            const int64_t num_samples =
+                DistributedSampler(n, {.num_replicas = w, .rank = 0, .drop_last = drop_last}).num_samples();
             for (const auto& x : s) ASSERT_EQ(static_cast<int64_t>(x.size()), num_samples) << "equal sizes";
             Indices all = interleave(s);
             auto m = multiplicity(all);
@@ -112,12 +113,14 @@ TEST(DistributedSampler, PropertiesHoldForManyConfigurations) {
               ASSERT_EQ(static_cast<int64_t>(all.size()) - n, pad);
               Indices head(all.begin(), all.begin() + std::min<int64_t>(n, static_cast<int64_t>(all.size())));
               ASSERT_EQ(multiplicity(head).size(), head.size()) << "no duplicate before the padding";
-              for (int64_t k = 0; k < pad; ++k) ASSERT_EQ(all[static_cast<size_t>(n + k)], all[static_cast<size_t>(k % n)]);
+              for (int64_t k = 0; k < pad; ++k)
+                ASSERT_EQ(all[static_cast<size_t>(n + k)], all[static_cast<size_t>(k % n)]);
             }
             // Same (seed, epoch) -> same lists (what every rank computes independently).
             ASSERT_EQ(shards(n, w, o, epoch), s);
             if (!shuffle) {
-              for (int64_t k = 0; k < std::min<int64_t>(n, static_cast<int64_t>(all.size())); ++k) ASSERT_EQ(all[static_cast<size_t>(k)], k);
+              for (int64_t k = 0; k < std::min<int64_t>(n, static_cast<int64_t>(all.size())); ++k)
+                ASSERT_EQ(all[static_cast<size_t>(k)], k);
             }
           }
 }
@@ -163,7 +166,8 @@ TEST(DistributedSampler, ExactModeSeesEverySampleExactlyOnce) {
 }
 
 TEST(DistributedSampler, BadOptionsAreErrors) {
-  EXPECT_THROW_MSG(DistributedSampler(10, {.num_replicas = 2, .rank = 2}), std::invalid_argument, "rank 2 is out of range");
+  EXPECT_THROW_MSG(DistributedSampler(10, {.num_replicas = 2, .rank = 2}), std::invalid_argument,
+                   "rank 2 is out of range");
   EXPECT_THROW_MSG(DistributedSampler(10, {.num_replicas = 2, .rank = 0, .drop_last = true, .exact = true}),
                    std::invalid_argument, "drop_last");
   EXPECT_THROW_MSG(DistributedSampler(10, {}), std::runtime_error, "dist::init() has not been called");

@@ -189,6 +189,5 @@ TEST(WorldInfoFromEnv, SlurmErrorsNameSlurmVariables) {
   EXPECT_THROW_MSG(world_info_from_env(), std::runtime_error, "SLURM_PROCID=3 is not in [0, SLURM_NTASKS=2)");
   env.set("SLURM_PROCID", "1");
   env.set("SLURM_LOCALID", "1");
-  EXPECT_THROW_MSG(world_info_from_env(), std::runtime_error,
-                   "SLURM_LOCALID is set but SLURM_NTASKS_PER_NODE is not");
+  EXPECT_THROW_MSG(world_info_from_env(), std::runtime_error, "SLURM_LOCALID is set but SLURM_NTASKS_PER_NODE is not");
 }

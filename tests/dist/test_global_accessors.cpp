@@ -29,8 +29,10 @@ TEST(DistAccessors, WorldInfoAndDefaultStoreOfAnInitialisedWorld) {
 }
 
 TEST(DistAccessors, AccessorsBeforeInitAreErrorsNamingTheFunction) {
-  EXPECT_THROW_MSG(dist::default_store(), std::runtime_error, "dist::default_store: the default process group is not initialised");
-  EXPECT_THROW_MSG(dist::world_info(), std::runtime_error, "dist::world_info: the default process group is not initialised");
+  EXPECT_THROW_MSG(dist::default_store(), std::runtime_error,
+                   "dist::default_store: the default process group is not initialised");
+  EXPECT_THROW_MSG(dist::world_info(), std::runtime_error,
+                   "dist::world_info: the default process group is not initialised");
 }
 
 TEST(DistAccessors, SetTimeoutBoundsAGetOnAMissingKey) {

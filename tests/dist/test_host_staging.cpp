@@ -47,10 +47,10 @@ std::string why_no_gpu_forked() {
   return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? "" : "no CUDA device present on this machine";
 }
 
-#define SKIP_WITHOUT_GPU()                                             \
-  do {                                                                 \
-    const std::string why = why_no_gpu_forked();                       \
-    if (!why.empty()) GTEST_SKIP() << "GPU test skipped: " << why;     \
+#define SKIP_WITHOUT_GPU()                                         \
+  do {                                                             \
+    const std::string why = why_no_gpu_forked();                   \
+    if (!why.empty()) GTEST_SKIP() << "GPU test skipped: " << why; \
   } while (0)
 
 }  // namespace
@@ -145,7 +145,8 @@ TEST(HostStaging, DdpWithSyncBatchNormOnOneGpuMatchesOneCpuProcess) {
       cross_entropy(ddp.forward(Variable(xs)), ys).backward();
       ddp.step(opt);
     }
-    for (const auto& [name, t] : reference->state_dict()) require_close(model->state_dict().at(name), t, 1e-4, 1e-5, name);
+    for (const auto& [name, t] : reference->state_dict())
+      require_close(model->state_dict().at(name), t, 1e-4, 1e-5, name);
     dist::barrier();
     dist::shutdown();
   });

@@ -15,7 +15,6 @@
 #include "tests/dist/dist_test_util.h"
 
 using namespace std::chrono_literals;
-using ::testing::HasSubstr;
 using minidl::testing::exit_code;
 using minidl::testing::launcher_path;
 using minidl::testing::process_alive;
@@ -23,6 +22,7 @@ using minidl::testing::read_pid_files;
 using minidl::testing::start_process;
 using minidl::testing::Subprocess;
 using minidl::testing::wait_process;
+using ::testing::HasSubstr;
 
 namespace {
 
@@ -30,8 +30,7 @@ class Launcher : public ::testing::Test {
  protected:
   void SetUp() override {
     struct stat st {};
-    ASSERT_EQ(::stat(launcher_path().c_str(), &st), 0)
-        << launcher_path() << " is missing: build the minidl-run target";
+    ASSERT_EQ(::stat(launcher_path().c_str(), &st), 0) << launcher_path() << " is missing: build the minidl-run target";
   }
 
   // minidl-run ARGS..., run to completion (at most 10 s).
@@ -67,8 +66,8 @@ bool all_gone_within_5s(const std::vector<pid_t>& pids) {
 
 TEST_F(Launcher, GivesEachWorkerItsPlaceInTheWorld) {
   uint16_t port = minidl::dist::find_free_port();
-  Subprocess p = run({"--nproc-per-node", "2", "--nnodes", "3", "--node-rank", "1", "--master-port", std::to_string(port),
-                      "/bin/sh", "-c",
+  Subprocess p = run({"--nproc-per-node", "2", "--nnodes", "3", "--node-rank", "1", "--master-port",
+                      std::to_string(port), "/bin/sh", "-c",
                       "echo $RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $GROUP_RANK $MASTER_ADDR $MASTER_PORT"});
   EXPECT_EQ(exit_code(p), 0) << p.err;
   std::string tail = " 6 0 2 1 127.0.0.1 " + std::to_string(port) + "\n";
@@ -111,8 +110,8 @@ TEST_F(Launcher, AFailingWorkerStopsTheOthersAndIsNamed) {
 }
 
 TEST_F(Launcher, AWorkerKilledByASignalIsNamed) {
-  Subprocess p = run({"--nproc-per-node", "2", "/bin/sh", "-c",
-                      "if [ $RANK = 0 ]; then kill -KILL $$; fi; exec sleep 30"});
+  Subprocess p =
+      run({"--nproc-per-node", "2", "/bin/sh", "-c", "if [ $RANK = 0 ]; then kill -KILL $$; fi; exec sleep 30"});
   EXPECT_EQ(exit_code(p), 1);
   EXPECT_THAT(p.err, HasSubstr("failed: rank 0 was killed by signal 9"));
 }
@@ -120,8 +119,8 @@ TEST_F(Launcher, AWorkerKilledByASignalIsNamed) {
 TEST_F(Launcher, SigtermEndsAllWorkers) {
   minidl::testing::TempDir tmp;
   const std::string& dir = tmp.path();
-  Subprocess p = start_process({launcher_path(), "--nproc-per-node", "2", "/bin/sh", "-c",
-                                record_pid_and_wait(dir, 2) + "exec sleep 30"});
+  Subprocess p = start_process(
+      {launcher_path(), "--nproc-per-node", "2", "/bin/sh", "-c", record_pid_and_wait(dir, 2) + "exec sleep 30"});
   for (int i = 0; i < 250 && read_pid_files(dir).size() < 2; ++i) std::this_thread::sleep_for(20ms);
   auto pids = read_pid_files(dir);
   ASSERT_EQ(pids.size(), 2u);
@@ -135,8 +134,8 @@ TEST_F(Launcher, SigtermEndsAllWorkers) {
 TEST_F(Launcher, SigintIsForwardedToo) {
   minidl::testing::TempDir tmp;
   const std::string& dir = tmp.path();
-  Subprocess p = start_process({launcher_path(), "--nproc-per-node", "2", "/bin/sh", "-c",
-                                record_pid_and_wait(dir, 2) + "exec sleep 30"});
+  Subprocess p = start_process(
+      {launcher_path(), "--nproc-per-node", "2", "/bin/sh", "-c", record_pid_and_wait(dir, 2) + "exec sleep 30"});
   for (int i = 0; i < 250 && read_pid_files(dir).size() < 2; ++i) std::this_thread::sleep_for(20ms);
   auto pids = read_pid_files(dir);
   ASSERT_EQ(pids.size(), 2u);
@@ -149,8 +148,8 @@ TEST_F(Launcher, SigintIsForwardedToo) {
 TEST_F(Launcher, WorkersDieWithAKilledLauncher) {
   minidl::testing::TempDir tmp;
   const std::string& dir = tmp.path();
-  Subprocess p = start_process({launcher_path(), "--nproc-per-node", "2", "/bin/sh", "-c",
-                                record_pid_and_wait(dir, 2) + "exec sleep 30"});
+  Subprocess p = start_process(
+      {launcher_path(), "--nproc-per-node", "2", "/bin/sh", "-c", record_pid_and_wait(dir, 2) + "exec sleep 30"});
   for (int i = 0; i < 250 && read_pid_files(dir).size() < 2; ++i) std::this_thread::sleep_for(20ms);
   auto pids = read_pid_files(dir);
   ASSERT_EQ(pids.size(), 2u);
@@ -184,14 +183,14 @@ TEST_F(Launcher, AProgramThatCannotStartIsAFailure) {
 }
 
 TEST_F(Launcher, BadFlagsPrintUsageAndExit2) {
-  for (std::vector<std::string> args : std::vector<std::vector<std::string>>{
-           {"--nproc-per-node", "two", "/bin/true"},
-           {"--nproc-per-node", "0", "/bin/true"},
-           {"--nnodes", "2", "--node-rank", "2", "/bin/true"},
-           {"--master-port", "70000", "/bin/true"},
-           {"--frobnicate", "/bin/true"},
-           {"--nproc-per-node", "2"},
-           {"--nproc-per-node"}}) {
+  for (std::vector<std::string> args :
+       std::vector<std::vector<std::string>>{{"--nproc-per-node", "two", "/bin/true"},
+                                             {"--nproc-per-node", "0", "/bin/true"},
+                                             {"--nnodes", "2", "--node-rank", "2", "/bin/true"},
+                                             {"--master-port", "70000", "/bin/true"},
+                                             {"--frobnicate", "/bin/true"},
+                                             {"--nproc-per-node", "2"},
+                                             {"--nproc-per-node"}}) {
     Subprocess p = run(args);
     EXPECT_EQ(exit_code(p), 2) << args[0];
     EXPECT_THAT(p.err, HasSubstr("usage: minidl-run")) << args[0];

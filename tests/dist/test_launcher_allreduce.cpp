@@ -7,9 +7,9 @@
 #include "tests/dist/dist_test_util.h"
 
 using namespace std::chrono_literals;
-using ::testing::HasSubstr;
 using minidl::testing::exit_code;
 using minidl::testing::launcher_path;
+using ::testing::HasSubstr;
 
 TEST(LauncherGloo, TwoNodesOnOneMachineAllReduceAsAWorldOfFour) {
   struct stat st {};

@@ -19,12 +19,12 @@
 #include "tests/dist/dist_test_util.h"
 
 using namespace std::chrono_literals;
-using ::testing::HasSubstr;
 using minidl::testing::exit_code;
 using minidl::testing::launcher_path;
 using minidl::testing::start_process;
 using minidl::testing::Subprocess;
 using minidl::testing::wait_process;
+using ::testing::HasSubstr;
 
 namespace {
 
@@ -51,7 +51,8 @@ TEST(LauncherRestart, AFailedGroupIsStartedAgainWithItsCauseLogged) {
                       "echo round $MINIDL_RESTART_COUNT of $MINIDL_MAX_RESTARTS port $MASTER_PORT; "
                       "if [ $MINIDL_RESTART_COUNT = 0 ]; then if [ $RANK = 1 ]; then kill -KILL $$; fi; sleep 30; fi"});
   EXPECT_EQ(exit_code(p), 0) << p.err;
-  EXPECT_THAT(p.err, HasSubstr("restart 1/2 (cause: rank 1 was killed by signal 9 (Killed)): starting a new group of 2"));
+  EXPECT_THAT(p.err,
+              HasSubstr("restart 1/2 (cause: rank 1 was killed by signal 9 (Killed)): starting a new group of 2"));
   EXPECT_THAT(p.out, HasSubstr("[rank 0] round 1 of 2 port "));
   EXPECT_THAT(p.out, HasSubstr("[rank 1] round 1 of 2 port "));
   EXPECT_EQ(count(p.err, "restart 1/2"), 1u);
@@ -65,8 +66,8 @@ TEST(LauncherRestart, AFailedGroupIsStartedAgainWithItsCauseLogged) {
 
 TEST(LauncherRestart, GivesUpWhenTheRestartsAreUsedUp) {
   minidl::testing::TempDir tmp;
-  Subprocess p = run({"--nproc-per-node", "1", "--max-restarts", "2", "/bin/sh", "-c",
-                      "echo x >> " + tmp.path() + "/starts; exit 3"});
+  Subprocess p = run(
+      {"--nproc-per-node", "1", "--max-restarts", "2", "/bin/sh", "-c", "echo x >> " + tmp.path() + "/starts; exit 3"});
   EXPECT_EQ(exit_code(p), 1);
   EXPECT_THAT(p.err, HasSubstr("restart 2/2 (cause: rank 0 exited with status 3)"));
   EXPECT_THAT(p.err, HasSubstr("failed: rank 0 exited with status 3; no restarts left (--max-restarts 2 used up)"));
@@ -88,8 +89,8 @@ TEST(LauncherRestart, AFailureAtTheSameStepAgainIsNotRestarted) {
 TEST(LauncherRestart, ABadUsageExitIsNotRestarted) {
   // train exits 2 for a bad flag or an --out that holds another run: a restart would only
   // repeat it (or, worse, skip the check that refused it).
-  Subprocess p = run({"--nproc-per-node", "2", "--max-restarts", "3", "/bin/sh", "-c",
-                      "if [ $RANK = 0 ]; then exit 2; fi; sleep 30"});
+  Subprocess p = run(
+      {"--nproc-per-node", "2", "--max-restarts", "3", "/bin/sh", "-c", "if [ $RANK = 0 ]; then exit 2; fi; sleep 30"});
   EXPECT_EQ(exit_code(p), 1);
   EXPECT_THAT(p.err, HasSubstr("failed: rank 0 exited with status 2; exit status 2 means a bad flag or input"));
   EXPECT_THAT(p.err, ::testing::Not(HasSubstr("restart 1/3")));
@@ -97,8 +98,8 @@ TEST(LauncherRestart, ABadUsageExitIsNotRestarted) {
 
 TEST(LauncherRestart, AStoppedWorkerIsNamedWhenTheOthersTimeOut) {
   // Rank 1 stops itself (as a hung worker would sit still); rank 0 "times out" and fails.
-  Subprocess p = run({"--nproc-per-node", "2", "/bin/sh", "-c",
-                      "if [ $RANK = 1 ]; then kill -STOP $$; fi; sleep 0.5; exit 1"});
+  Subprocess p =
+      run({"--nproc-per-node", "2", "/bin/sh", "-c", "if [ $RANK = 1 ]; then kill -STOP $$; fi; sleep 0.5; exit 1"});
   EXPECT_EQ(exit_code(p), 1);
   EXPECT_THAT(p.err, HasSubstr("failed: rank 0 exited with status 1; rank 1 (pid "));
   EXPECT_THAT(p.err, HasSubstr(") was stopped (SIGSTOP?) and hung the others' collectives"));
@@ -110,19 +111,19 @@ TEST(LauncherRestart, TorchrunFlagsWork) {
   EXPECT_THAT(standalone.out, HasSubstr("[rank 1] 2 127.0.0.1\n"));
 
   const std::string port = std::to_string(minidl::dist::find_free_port());
-  Subprocess rdzv = run({"--rdzv-endpoint", "127.0.0.1:" + port, "--nnodes", "1:1", "--max_restarts=0", "/bin/sh",
-                         "-c", "echo $MASTER_ADDR $MASTER_PORT"});
+  Subprocess rdzv = run({"--rdzv-endpoint", "127.0.0.1:" + port, "--nnodes", "1:1", "--max_restarts=0", "/bin/sh", "-c",
+                         "echo $MASTER_ADDR $MASTER_PORT"});
   EXPECT_EQ(exit_code(rdzv), 0) << rdzv.err;
   EXPECT_THAT(rdzv.out, HasSubstr("[rank 0] 127.0.0.1 " + port + "\n"));
 
   Subprocess elastic = run({"--nnodes", "1:4", "/bin/true"});
   EXPECT_EQ(exit_code(elastic), 2);
   EXPECT_THAT(elastic.err, HasSubstr("--nnodes 1:4: elastic node counts (MIN:MAX) are not supported"));
-  for (std::vector<std::string> bad : std::vector<std::vector<std::string>>{
-           {"--standalone", "--nnodes", "2", "/bin/true"},
-           {"--standalone", "--master-port", port, "/bin/true"},
-           {"--rdzv-endpoint", "nohostport", "/bin/true"},
-           {"--max-restarts", "-1", "/bin/true"}}) {
+  for (std::vector<std::string> bad :
+       std::vector<std::vector<std::string>>{{"--standalone", "--nnodes", "2", "/bin/true"},
+                                             {"--standalone", "--master-port", port, "/bin/true"},
+                                             {"--rdzv-endpoint", "nohostport", "/bin/true"},
+                                             {"--max-restarts", "-1", "/bin/true"}}) {
     Subprocess p = run(bad);
     EXPECT_EQ(exit_code(p), 2) << bad[0] << " " << bad[1];
     EXPECT_THAT(p.err, HasSubstr("usage: minidl-run"));

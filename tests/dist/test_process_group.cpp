@@ -121,7 +121,8 @@ TEST_P(ProcessGroupGlooWorld, AllGatherTakesADifferentNumberOfRowsFromEachRank) 
                       label("all_gather (uneven)", dtype, rows(r)));
     }
     std::vector<Tensor> one = pg.all_gather(rank_tensor(pg.rank(), pg.rank() + 1, DType::Float64));
-    for (int r = 0; r < world; ++r) require_equal(one[static_cast<size_t>(r)], rank_tensor(r, r + 1, DType::Float64), "1-D uneven");
+    for (int r = 0; r < world; ++r)
+      require_equal(one[static_cast<size_t>(r)], rank_tensor(r, r + 1, DType::Float64), "1-D uneven");
     // A 0-d tensor gathers to 0-d tensors.
     std::vector<Tensor> scalars = pg.all_gather(minidl::scalar_tensor(pg.rank() * 10.0, DType::Float32));
     for (int r = 0; r < world; ++r)
@@ -188,10 +189,14 @@ TEST_P(ProcessGroupGlooWorld, AsyncCollectivesRunInIssueOrder) {
 TEST_P(ProcessGroupGlooWorld, ObjectsOfDifferentLengthsAreGatheredAndBroadcast) {
   const int world = GetParam();
   EXPECT_NO_THROW(run_gloo_world(world, [world](ProcessGroupGloo& pg) {
-    auto payload = [](int r) { return r == 0 ? std::string() : std::string(static_cast<size_t>(r * 1000 + 3), static_cast<char>('a' + r)) + '\0' + "end"; };
+    auto payload = [](int r) {
+      return r == 0 ? std::string()
+                    : std::string(static_cast<size_t>(r * 1000 + 3), static_cast<char>('a' + r)) + '\0' + "end";
+    };
     std::vector<std::string> all = pg.all_gather_object(payload(pg.rank()));
     require(static_cast<int>(all.size()) == world, "one string per rank");
-    for (int r = 0; r < world; ++r) require(all[static_cast<size_t>(r)] == payload(r), "string of rank " + std::to_string(r));
+    for (int r = 0; r < world; ++r)
+      require(all[static_cast<size_t>(r)] == payload(r), "string of rank " + std::to_string(r));
     std::string s = pg.rank() == 1 ? std::string("from rank one\n\x01\xff") : std::string(50, 'x');
     pg.broadcast_object(s, 1);
     require(s == std::string("from rank one\n\x01\xff"), "broadcast_object from rank 1: " + s);
@@ -312,11 +317,13 @@ TEST(ProcessGroupGloo, DebugModeFromTheEnvironmentComparesShapesAndReduceOps) {
       quick_options(5000ms, std::nullopt));
   ::unsetenv("MINIDL_DIST_DEBUG");
   for (const std::string& err : shapes)
-    EXPECT_EQ(err, "MINIDL_DIST_DEBUG: collective #1 mismatch: rank 0 called all_reduce float32[4] op=sum, "
-                   "rank 1 called all_reduce float32[5] op=sum");
+    EXPECT_EQ(err,
+              "MINIDL_DIST_DEBUG: collective #1 mismatch: rank 0 called all_reduce float32[4] op=sum, "
+              "rank 1 called all_reduce float32[5] op=sum");
   for (const std::string& err : ops)
-    EXPECT_EQ(err, "MINIDL_DIST_DEBUG: collective #2 mismatch: rank 0 called all_reduce float32[4] op=sum, "
-                   "rank 1 called all_reduce float32[4] op=max");
+    EXPECT_EQ(err,
+              "MINIDL_DIST_DEBUG: collective #2 mismatch: rank 0 called all_reduce float32[4] op=sum, "
+              "rank 1 called all_reduce float32[4] op=max");
 }
 
 TEST(ProcessGroupGloo, DebugModeNamesARankThatNeverArrives) {
@@ -331,5 +338,8 @@ TEST(ProcessGroupGloo, DebugModeNamesARankThatNeverArrives) {
         return error_of([&] { pg.all_reduce(t); });
       },
       quick_options(700ms, true));
-  EXPECT_THAT(results[0], HasSubstr("MINIDL_DIST_DEBUG: collective #1 (all_reduce float32[2] op=sum): rank 1 did not arrive within 700 ms"));
+  EXPECT_THAT(
+      results[0],
+      HasSubstr(
+          "MINIDL_DIST_DEBUG: collective #1 (all_reduce float32[2] op=sum): rank 1 did not arrive within 700 ms"));
 }

@@ -15,9 +15,9 @@
 #include "tests/dist/dist_test_util.h"
 
 using namespace std::chrono_literals;
-using minidl::dist::SpawnOptions;
 using minidl::dist::spawn;
 using minidl::dist::spawn_with_results;
+using minidl::dist::SpawnOptions;
 
 namespace {
 
@@ -48,39 +48,48 @@ TEST(Spawn, ChildrenSeeTheWorldAndHandResultsBack) {
 }
 
 TEST(Spawn, LargeResultsArriveWhole) {
-  auto results = spawn_with_results(2, [](int rank) { return std::string(300000 + rank, static_cast<char>('a' + rank)); });
+  auto results =
+      spawn_with_results(2, [](int rank) { return std::string(300000 + rank, static_cast<char>('a' + rank)); });
   EXPECT_EQ(results[0], std::string(300000, 'a'));
   EXPECT_EQ(results[1], std::string(300001, 'b'));
 }
 
 TEST(Spawn, AFailingRankStopsTheOthersAndReportsItsMessage) {
   auto start = std::chrono::steady_clock::now();
-  EXPECT_THROW_MSG(spawn(3, [](int rank) {
-    if (rank == 1) throw std::runtime_error("boom from rank one");
-    std::this_thread::sleep_for(30s);  // the others would run long; spawn must stop them
-  }), std::runtime_error, "spawn: rank 1 failed: boom from rank one");
+  EXPECT_THROW_MSG(spawn(3,
+                         [](int rank) {
+                           if (rank == 1) throw std::runtime_error("boom from rank one");
+                           std::this_thread::sleep_for(30s);  // the others would run long; spawn must stop them
+                         }),
+                   std::runtime_error, "spawn: rank 1 failed: boom from rank one");
   EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
   EXPECT_TRUE(no_children_left());
 }
 
 TEST(Spawn, ARankKilledByASignalIsNamed) {
-  EXPECT_THROW_MSG(spawn(2, [](int rank) {
-    if (rank == 0) ::raise(SIGKILL);
-    std::this_thread::sleep_for(30s);
-  }), std::runtime_error, "spawn: rank 0 failed: was killed by signal 9");
+  EXPECT_THROW_MSG(spawn(2,
+                         [](int rank) {
+                           if (rank == 0) ::raise(SIGKILL);
+                           std::this_thread::sleep_for(30s);
+                         }),
+                   std::runtime_error, "spawn: rank 0 failed: was killed by signal 9");
   EXPECT_TRUE(no_children_left());
 }
 
 TEST(Spawn, AChildIgnoringSigtermIsKilledAfterTheGracePeriod) {
   auto start = std::chrono::steady_clock::now();
-  EXPECT_THROW_MSG(spawn(2, [](int rank) {
-    if (rank == 1) {
-      std::this_thread::sleep_for(100ms);
-      ::_exit(4);
-    }
-    ::signal(SIGTERM, SIG_IGN);
-    std::this_thread::sleep_for(30s);
-  }, SpawnOptions{.kill_grace = 500ms}), std::runtime_error, "spawn: rank 1 failed: exited with status 4");
+  EXPECT_THROW_MSG(spawn(
+                       2,
+                       [](int rank) {
+                         if (rank == 1) {
+                           std::this_thread::sleep_for(100ms);
+                           ::_exit(4);
+                         }
+                         ::signal(SIGTERM, SIG_IGN);
+                         std::this_thread::sleep_for(30s);
+                       },
+                       SpawnOptions{.kill_grace = 500ms}),
+                   std::runtime_error, "spawn: rank 1 failed: exited with status 4");
   auto took = std::chrono::steady_clock::now() - start;
   EXPECT_GE(took, 500ms);
   EXPECT_LT(took, 5s);

@@ -16,9 +16,12 @@ TEST(SpawnThreads, TheChildKeepsTheThreadCountItAskedFor) {
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int asked = cores + 3;
   // Only queries the counts: no parallel region runs in the child (see spawn.h on fork and OpenMP).
-  auto results = spawn_with_results(1, [](int) {
-    return std::to_string(minidl::kernels::cpu::get_num_threads()) + "," + std::to_string(omp_get_max_threads());
-  }, {.omp_threads = asked});
+  auto results = spawn_with_results(1,
+                                    [](int) {
+                                      return std::to_string(minidl::kernels::cpu::get_num_threads()) + "," +
+                                             std::to_string(omp_get_max_threads());
+                                    },
+                                    {.omp_threads = asked});
   ASSERT_EQ(results.size(), 1u);
   EXPECT_EQ(results[0], std::to_string(asked) + "," + std::to_string(asked));
 }

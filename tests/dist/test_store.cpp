@@ -171,8 +171,7 @@ TEST(TCPStore, ForkedProcessesMeetThroughTheStore) {
         client.add("arrived", 1);
         client.wait({"go"});
         code = client.get("go") == "now" ? 0 : 2;
-      } catch (...) {
-      }
+      } catch (...) {}
       _exit(code);
     }
     pids.push_back(pid);

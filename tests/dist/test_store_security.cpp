@@ -19,9 +19,9 @@
 #include "tests/dist/dist_test_util.h"
 
 using namespace std::chrono_literals;
-using ::testing::HasSubstr;
 using minidl::dist::TCPStore;
 using minidl::dist::TCPStoreOptions;
+using ::testing::HasSubstr;
 namespace protocol = minidl::dist::protocol;
 
 namespace {
@@ -64,9 +64,9 @@ TEST(StoreSecurity, AWrongTokenIsRefusedAndDroppedWhileTheOthersGoOn) {
   TCPStore good(kHost, {.port = server.port(), .timeout = 5s, .token = "s3cret"});
   good.set("k", "v");
   ::testing::internal::CaptureStderr();
-  EXPECT_THROW_MSG(TCPStore(kHost, {.port = server.port(), .timeout = 5s, .token = "guess"}), std::runtime_error,
-                   "the store at 127.0.0.1:" + std::to_string(server.port()) +
-                       " refused this client: wrong store token");
+  EXPECT_THROW_MSG(
+      TCPStore(kHost, {.port = server.port(), .timeout = 5s, .token = "guess"}), std::runtime_error,
+      "the store at 127.0.0.1:" + std::to_string(server.port()) + " refused this client: wrong store token");
   EXPECT_THROW_MSG(TCPStore(kHost, {.port = server.port(), .timeout = 5s, .token = ""}), std::runtime_error,
                    "wrong store token");
   std::string log = ::testing::internal::GetCapturedStderr();
@@ -186,16 +186,20 @@ TEST(StoreSecurity, InitNamesTheRanksItWaitsFor) {
   const std::string log_dir = dir.path();
   // Whichever rank fails first is what spawn reports (rank 1 may see rank 0's store go away), so
   // each rank writes its own error next to its progress lines.
-  EXPECT_THROW(minidl::dist::spawn(2, [&](int rank) {
-    ::setenv("WORLD_SIZE", "3", 1);
-    if (std::freopen((log_dir + "/err." + std::to_string(rank)).c_str(), "w", stderr) == nullptr) std::abort();
-    try {
-      minidl::dist::init({.timeout = 1200ms, .progress_interval = 300ms});
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "init failed: %s\n", e.what());
-      throw;
-    }
-  }), std::runtime_error);
+  EXPECT_THROW(minidl::dist::spawn(2,
+                                   [&](int rank) {
+                                     ::setenv("WORLD_SIZE", "3", 1);
+                                     if (std::freopen((log_dir + "/err." + std::to_string(rank)).c_str(), "w",
+                                                      stderr) == nullptr)
+                                       std::abort();
+                                     try {
+                                       minidl::dist::init({.timeout = 1200ms, .progress_interval = 300ms});
+                                     } catch (const std::exception& e) {
+                                       std::fprintf(stderr, "init failed: %s\n", e.what());
+                                       throw;
+                                     }
+                                   }),
+               std::runtime_error);
   std::string log[2];
   for (int r = 0; r < 2; ++r) {
     std::ifstream in(log_dir + "/err." + std::to_string(r));
@@ -207,7 +211,9 @@ TEST(StoreSecurity, InitNamesTheRanksItWaitsFor) {
   const std::string failed = "rank(s) 2 of 3 did not join within 1.2 s";
   EXPECT_TRUE(log[0].find("init failed: dist::init: rank 0: " + failed) != std::string::npos ||
               log[1].find("init failed: dist::init: rank 1: " + failed) != std::string::npos)
-      << "rank 0:\n" << log[0] << "rank 1:\n" << log[1];
+      << "rank 0:\n"
+      << log[0] << "rank 1:\n"
+      << log[1];
 }
 
 TEST(StoreSecurity, TheLauncherGivesItsWorkersOneFreshToken) {

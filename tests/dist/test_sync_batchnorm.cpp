@@ -19,7 +19,8 @@ namespace {
 void require_close(const Tensor& a, const Tensor& b, double tol, const std::string& what) {
   const auto va = a.to_vector<double>(), vb = b.to_vector<double>();
   if (va.size() != vb.size())
-    throw std::runtime_error(what + ": " + std::to_string(va.size()) + " vs " + std::to_string(vb.size()) + " elements");
+    throw std::runtime_error(what + ": " + std::to_string(va.size()) + " vs " + std::to_string(vb.size()) +
+                             " elements");
   for (size_t i = 0; i < va.size(); ++i)
     if (std::fabs(va[i] - vb[i]) > tol * (1 + std::fabs(vb[i]))) {
       std::ostringstream os;
@@ -71,7 +72,8 @@ void sync_bn_matches_batchnorm(const std::vector<int64_t>& sizes, bool member = 
     bn.weight.data().copy_(w0);
     bn.bias.data().copy_(b0);
     if (dist::convert_sync_batchnorm(model) != 1) throw std::runtime_error("one BatchNorm converted");
-    nn::BatchNormBase& sbn = member ? static_cast<nn::BatchNormBase&>(net.bn) : dynamic_cast<dist::SyncBatchNorm&>(seq[0]);
+    nn::BatchNormBase& sbn =
+        member ? static_cast<nn::BatchNormBase&>(net.bn) : dynamic_cast<dist::SyncBatchNorm&>(seq[0]);
     if (sbn.type_name() != "SyncBatchNorm") throw std::runtime_error("converted type name is " + sbn.type_name());
     dist::DistributedDataParallel ddp(model);
     Variable xs(x.narrow(0, start, sizes[rank]).contiguous(), true);
@@ -102,7 +104,7 @@ HandBatchNorm hand_batchnorm(const Tensor& x_t, const Tensor& dy_t, const Tensor
   const auto x = x_t.to_vector<double>(), dy = dy_t.to_vector<double>(), w = w_t.to_vector<double>(),
              b = b_t.to_vector<double>();
   HandBatchNorm r{std::vector<double>(x.size()), std::vector<double>(x.size()), std::vector<double>(C),
-                  std::vector<double>(C), rm_t.to_vector<double>(), rv_t.to_vector<double>()};
+                  std::vector<double>(C),        rm_t.to_vector<double>(),      rv_t.to_vector<double>()};
   const double M = static_cast<double>(N * HW), eps = 1e-5;
   auto at = [&](int64_t n, int64_t c, int64_t i) { return static_cast<size_t>((n * C + c) * HW + i); };
   for (int64_t c = 0; c < C; ++c) {
@@ -137,12 +139,11 @@ HandBatchNorm hand_batchnorm(const Tensor& x_t, const Tensor& dy_t, const Tensor
   return r;
 }
 
-Tensor as_tensor(const std::vector<double>& v, const Tensor& like) {
-  return from_vector<double>(v, like.shape());
-}
+Tensor as_tensor(const std::vector<double>& v, const Tensor& like) { return from_vector<double>(v, like.shape()); }
 
 // One forward and backward of `m` (train or eval) on x against hand_batchnorm.
-void expect_hand_batchnorm(nn::BatchNormBase& m, const Tensor& x, const Tensor& dy, bool training, const std::string& what) {
+void expect_hand_batchnorm(nn::BatchNormBase& m, const Tensor& x, const Tensor& dy, bool training,
+                           const std::string& what) {
   const Tensor rm = m.running_mean.clone(), rv = m.running_var.clone();
   const HandBatchNorm want = hand_batchnorm(x, dy, m.weight.data(), m.bias.data(), rm, rv, training);
   m.train(training);

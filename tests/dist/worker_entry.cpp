@@ -25,12 +25,11 @@ namespace {
 
 int count_worker() {
   auto info = minidl::dist::world_info_from_env();
-  minidl::dist::TCPStore store(info.master_addr, {.port = info.master_port,
-                                                  .is_server = info.rank == 0,
-                                                  .timeout = std::chrono::seconds(8)});
+  minidl::dist::TCPStore store(
+      info.master_addr, {.port = info.master_port, .is_server = info.rank == 0, .timeout = std::chrono::seconds(8)});
   int64_t count = minidl::testing::count_rendezvous(store, info.rank, info.world_size);
-  std::printf("rank %d/%d local %d group %d count %lld\n", info.rank, info.world_size, info.local_rank,
-              info.group_rank, static_cast<long long>(count));
+  std::printf("rank %d/%d local %d group %d count %lld\n", info.rank, info.world_size, info.local_rank, info.group_rank,
+              static_cast<long long>(count));
   return count == info.world_size ? 0 : 3;
 }
 

@@ -30,8 +30,8 @@ inline void expect_cuda_matches_cpu(const Tensor& gpu, const Tensor& cpu, double
 
 }  // namespace minidl::testing
 
-#define MINIDL_SKIP_WITHOUT_GPU()                                          \
-  do {                                                                     \
-    const std::string why = ::minidl::testing::why_no_gpu();               \
-    if (!why.empty()) GTEST_SKIP() << "GPU parity test skipped: " << why;  \
+#define MINIDL_SKIP_WITHOUT_GPU()                                         \
+  do {                                                                    \
+    const std::string why = ::minidl::testing::why_no_gpu();              \
+    if (!why.empty()) GTEST_SKIP() << "GPU parity test skipped: " << why; \
   } while (0)

@@ -130,11 +130,11 @@ TEST(CudaAlgoPick, FirstDeterministicFittingAlgorithmWithExactMathUnlessTf32) {
   const size_t limit = 1000;
   // ranked as cuDNN returns them: fastest first
   const AlgoCandidate ranked[] = {
-      {.ok = true, .deterministic = false, .fma_math = true, .memory = 0},     // fastest: not deterministic
-      {.ok = false, .deterministic = true, .fma_math = true, .memory = 0},     // failed status
-      {.ok = true, .deterministic = true, .fma_math = true, .memory = 5000},   // workspace too big
-      {.ok = true, .deterministic = true, .fma_math = false, .memory = 10},    // tensor-op (TF32) math
-      {.ok = true, .deterministic = true, .fma_math = true, .memory = 100},    // exact and deterministic
+      {.ok = true, .deterministic = false, .fma_math = true, .memory = 0},  // fastest: not deterministic
+      {.ok = false, .deterministic = true, .fma_math = true, .memory = 0},  // failed status
+      {.ok = true, .deterministic = true, .fma_math = true, .memory = 5000},  // workspace too big
+      {.ok = true, .deterministic = true, .fma_math = false, .memory = 10},  // tensor-op (TF32) math
+      {.ok = true, .deterministic = true, .fma_math = true, .memory = 100},  // exact and deterministic
   };
   EXPECT_EQ(kc::pick_algorithm(ranked, 5, limit, /*allow_tensor_ops=*/false), 4);
   EXPECT_EQ(kc::pick_algorithm(ranked, 5, limit, /*allow_tensor_ops=*/true), 3);

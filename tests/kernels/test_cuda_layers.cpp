@@ -19,11 +19,11 @@ using minidl::testing::on_gpu;
 
 namespace {
 
-constexpr uint64_t kInitSeed = 1234;     // both copies are built from this seed
+constexpr uint64_t kInitSeed = 1234;  // both copies are built from this seed
 constexpr uint64_t kForwardSeed = 4321;  // and run forward from this one (dropout masks)
 
 struct Tol {
-  double rtol = 1e-5, atol = 1e-5;            // outputs
+  double rtol = 1e-5, atol = 1e-5;  // outputs
   double grad_rtol = 1e-4, grad_atol = 1e-4;  // input and parameter gradients, buffers
 };
 
@@ -72,15 +72,14 @@ void check_module_parity(const std::string& what, const MakeModule& make, const 
   const auto bc = cpu->named_buffers(), bg = gpu->named_buffers();
   ASSERT_EQ(bc.size(), bg.size()) << what;
   for (size_t i = 0; i < bc.size(); ++i)
-    expect_cuda_matches_cpu(*bg[i].second, *bc[i].second, tol.grad_rtol, tol.grad_atol, what + ": buffer " + bc[i].first);
+    expect_cuda_matches_cpu(*bg[i].second, *bc[i].second, tol.grad_rtol, tol.grad_atol,
+                            what + ": buffer " + bc[i].first);
 }
 
-template <class M, class O>
-MakeModule maker(O options) {
+template <class M, class O> MakeModule maker(O options) {
   return [options] { return std::make_unique<M>(options); };
 }
-template <class M>
-MakeModule maker() {
+template <class M> MakeModule maker() {
   return [] { return std::make_unique<M>(); };
 }
 
@@ -89,8 +88,9 @@ MakeModule maker() {
 TEST(CudaLayers, LinearMatchesCpu) {
   MINIDL_SKIP_WITHOUT_GPU();
   check_module_parity("Linear", maker<nn::Linear>(nn::LinearOptions{.in = 33, .out = 17}), rnd({8, 33}, 2), true, {});
-  check_module_parity("Linear (3-d input, no bias)", maker<nn::Linear>(nn::LinearOptions{.in = 16, .out = 24, .bias = false}),
-                      rnd({2, 5, 16}, 3), true, {});
+  check_module_parity("Linear (3-d input, no bias)",
+                      maker<nn::Linear>(nn::LinearOptions{.in = 16, .out = 24, .bias = false}), rnd({2, 5, 16}, 3),
+                      true, {});
 }
 
 TEST(CudaLayers, Conv2dMatchesCpu) {
@@ -142,10 +142,12 @@ TEST(CudaLayers, ActivationsMatchCpu) {
   MINIDL_SKIP_WITHOUT_GPU();
   const Tensor x = rnd({6, 50}, 14);
   check_module_parity("ReLU", maker<nn::ReLU>(), x, true, {.rtol = 0, .atol = 0, .grad_rtol = 0, .grad_atol = 0});
-  check_module_parity("GELU", maker<nn::GELU>(nn::GELUOptions{}), x, true, {.rtol = 1e-6, .atol = 1e-6, .grad_rtol = 1e-5, .grad_atol = 1e-6});
+  check_module_parity("GELU", maker<nn::GELU>(nn::GELUOptions{}), x, true,
+                      {.rtol = 1e-6, .atol = 1e-6, .grad_rtol = 1e-5, .grad_atol = 1e-6});
   check_module_parity("GELU (tanh)", maker<nn::GELU>(nn::GELUOptions{.tanh_approximation = true}), x, true,
                       {.rtol = 1e-6, .atol = 1e-6, .grad_rtol = 1e-5, .grad_atol = 1e-6});
-  check_module_parity("Tanh", maker<nn::Tanh>(), x, true, {.rtol = 1e-6, .atol = 1e-6, .grad_rtol = 1e-5, .grad_atol = 1e-6});
+  check_module_parity("Tanh", maker<nn::Tanh>(), x, true,
+                      {.rtol = 1e-6, .atol = 1e-6, .grad_rtol = 1e-5, .grad_atol = 1e-6});
 }
 
 TEST(CudaLayers, PoolingAndFlattenMatchCpu) {
@@ -157,17 +159,19 @@ TEST(CudaLayers, PoolingAndFlattenMatchCpu) {
                       maker<nn::MaxPool2d>(nn::Pool2dOptions{.kernel = 3, .stride = 2, .padding = 1}), x, true, exact);
   check_module_parity("AvgPool2d", maker<nn::AvgPool2d>(nn::Pool2dOptions{.kernel = 2}), x, true,
                       {.rtol = 1e-6, .atol = 1e-6, .grad_rtol = 1e-6, .grad_atol = 1e-6});
-  check_module_parity("AdaptiveAvgPool2d", maker<nn::AdaptiveAvgPool2d>(nn::AdaptiveAvgPool2dOptions{.out_h = 3, .out_w = 4}),
-                      x, true, {.rtol = 1e-6, .atol = 1e-6, .grad_rtol = 1e-6, .grad_atol = 1e-6});
+  check_module_parity("AdaptiveAvgPool2d",
+                      maker<nn::AdaptiveAvgPool2d>(nn::AdaptiveAvgPool2dOptions{.out_h = 3, .out_w = 4}), x, true,
+                      {.rtol = 1e-6, .atol = 1e-6, .grad_rtol = 1e-6, .grad_atol = 1e-6});
   check_module_parity("Flatten", maker<nn::Flatten>(nn::FlattenOptions{}), x, true, exact);
 }
 
 TEST(CudaLayers, EmbeddingMatchesCpu) {
   MINIDL_SKIP_WITHOUT_GPU();
   const Tensor indices = from_vector<int64_t>({3, 0, 7, 3, 9, 1, 3, 2}, {2, 4});  // repeats accumulate in the gradient
-  check_module_parity("Embedding", maker<nn::Embedding>(nn::EmbeddingOptions{.num_embeddings = 10, .embedding_dim = 6}),
-                      indices, true, {.rtol = 0, .atol = 0, .grad_rtol = 1e-6, .grad_atol = 1e-6},
-                      [](nn::Module& m, const Variable& x) { return static_cast<nn::Embedding&>(m).forward(x.data()); });
+  check_module_parity(
+      "Embedding", maker<nn::Embedding>(nn::EmbeddingOptions{.num_embeddings = 10, .embedding_dim = 6}), indices, true,
+      {.rtol = 0, .atol = 0, .grad_rtol = 1e-6, .grad_atol = 1e-6},
+      [](nn::Module& m, const Variable& x) { return static_cast<nn::Embedding&>(m).forward(x.data()); });
 }
 
 TEST(CudaLayers, MultiheadAttentionMatchesCpu) {
@@ -176,10 +180,10 @@ TEST(CudaLayers, MultiheadAttentionMatchesCpu) {
   check_module_parity("MultiheadAttention",
                       maker<nn::MultiheadAttention>(nn::MultiheadAttentionOptions{.embed_dim = 32, .num_heads = 4}),
                       rnd({3, 10, 32}, 16), true, attn);
-  check_module_parity("MultiheadAttention (attention dropout)",
-                      maker<nn::MultiheadAttention>(
-                          nn::MultiheadAttentionOptions{.embed_dim = 16, .num_heads = 2, .dropout = 0.2}),
-                      rnd({2, 6, 16}, 17), true, attn);
+  check_module_parity(
+      "MultiheadAttention (attention dropout)",
+      maker<nn::MultiheadAttention>(nn::MultiheadAttentionOptions{.embed_dim = 16, .num_heads = 2, .dropout = 0.2}),
+      rnd({2, 6, 16}, 17), true, attn);
 }
 
 TEST(CudaLayers, TransformerEncoderLayerMatchesCpu) {
@@ -198,8 +202,9 @@ TEST(CudaLayers, ReferenceModelsMatchCpu) {
   const Tol model{.rtol = 1e-3, .atol = 1e-4, .grad_rtol = 2e-3, .grad_atol = 2e-4};
   for (const char* name : {"mlp", "cnn", "vit"})
     for (const bool training : {true, false})
-      check_module_parity(std::string(name) + (training ? " (train)" : " (eval)"), [name] { return nn::make_model(name); },
-                          images, training, model);
+      check_module_parity(
+          std::string(name) + (training ? " (train)" : " (eval)"), [name] { return nn::make_model(name); }, images,
+          training, model);
 }
 
 // Why the AdamW comparison below treats some parameters apart (runs everywhere, on the CPU): the
@@ -239,8 +244,10 @@ TEST(CudaLayers, SgdAndAdamWStepsOfAModelMatchCpu) {
       auto gpu = nn::make_model(name);
       gpu->to(Device::cuda(0));
       auto make_opt = [adamw](nn::Module& m) -> std::unique_ptr<optim::Optimizer> {
-        if (adamw) return std::make_unique<optim::AdamW>(m.parameters(), optim::AdamWOptions{.lr = 1e-3, .weight_decay = 0.05});
-        return std::make_unique<optim::SGD>(m.parameters(), optim::SGDOptions{.lr = 0.05, .momentum = 0.9, .weight_decay = 1e-4});
+        if (adamw)
+          return std::make_unique<optim::AdamW>(m.parameters(), optim::AdamWOptions{.lr = 1e-3, .weight_decay = 0.05});
+        return std::make_unique<optim::SGD>(m.parameters(),
+                                            optim::SGDOptions{.lr = 0.05, .momentum = 0.9, .weight_decay = 1e-4});
       };
       auto opt_c = make_opt(*cpu), opt_g = make_opt(*gpu);
       for (int step = 0; step < 2; ++step) {  // the second step uses the momentum / moments of the first

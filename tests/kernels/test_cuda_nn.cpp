@@ -9,8 +9,8 @@
 
 using namespace minidl;
 using minidl::testing::expect_cuda_matches_cpu;
-using minidl::testing::on_gpu;
 using minidl::testing::expect_equal;
+using minidl::testing::on_gpu;
 
 namespace {
 Tensor rnd(const Shape& s, uint64_t stream, DType dt = DType::Float32) { return randn(s, RandomKey{11, stream}, dt); }
@@ -48,8 +48,8 @@ TEST(CudaNn, Conv2dForwardAndBackwardMatchCpu) {
 TEST(CudaNn, Conv2dPlansAreDeterministicAndTf32HasItsOwnPlan) {
   MINIDL_SKIP_WITHOUT_GPU();
   const Conv2dParams p{.pad_h = 1, .pad_w = 1};
-  for (const auto& [xs, ws] : std::vector<std::pair<Shape, Shape>>{{{512, 1, 28, 28}, {32, 1, 3, 3}},
-                                                                   {{512, 32, 14, 14}, {64, 32, 3, 3}}}) {
+  for (const auto& [xs, ws] :
+       std::vector<std::pair<Shape, Shape>>{{{512, 1, 28, 28}, {32, 1, 3, 3}}, {{512, 32, 14, 14}, {64, 32, 3, 3}}}) {
     const Tensor x = on_gpu(rnd(xs, 5)), w = on_gpu(rnd(ws, 6)), b = on_gpu(rnd({ws[0]}, 7));
     const Tensor y1 = conv2d_forward(x, w, b, p), y2 = conv2d_forward(x, w, b, p);
     const Tensor dy = on_gpu(rnd(y1.shape(), 8));
@@ -72,14 +72,14 @@ TEST(CudaNn, Conv2dPlansAreDeterministicAndTf32HasItsOwnPlan) {
 TEST(CudaNn, PoolingForwardAndBackwardMatchCpu) {
   MINIDL_SKIP_WITHOUT_GPU();
   const Tensor x = rnd({2, 3, 11, 10}, 5);
-  for (const Pool2dParams& p : {Pool2dParams{2, 2, 2, 2}, Pool2dParams{3, 3, 2, 2, 1, 1},
-                                Pool2dParams{3, 2, 1, 2, 1, 0, false}}) {
+  for (const Pool2dParams& p :
+       {Pool2dParams{2, 2, 2, 2}, Pool2dParams{3, 3, 2, 2, 1, 1}, Pool2dParams{3, 2, 1, 2, 1, 0, false}}) {
     const MaxPool2dResult c = max_pool2d_forward(x, p), g = max_pool2d_forward(on_gpu(x), p);
     expect_equal(g.out.cpu(), c.out, "max_pool2d out");
     expect_equal(g.indices.cpu(), c.indices, "max_pool2d indices");
     const Tensor dy = rnd(c.out.shape(), 6);
-    expect_equal(max_pool2d_backward(on_gpu(dy), g.indices, x.shape()).cpu(), max_pool2d_backward(dy, c.indices, x.shape()),
-                 "max_pool2d backward (same order: bit-identical)");
+    expect_equal(max_pool2d_backward(on_gpu(dy), g.indices, x.shape()).cpu(),
+                 max_pool2d_backward(dy, c.indices, x.shape()), "max_pool2d backward (same order: bit-identical)");
     const Tensor a = avg_pool2d_forward(x, p);
     expect_cuda_matches_cpu(avg_pool2d_forward(on_gpu(x), p), a, 1e-6, 1e-6, "avg_pool2d");
     expect_cuda_matches_cpu(avg_pool2d_backward(on_gpu(dy), x.shape(), p), avg_pool2d_backward(dy, x.shape(), p), 1e-6,
@@ -89,8 +89,8 @@ TEST(CudaNn, PoolingForwardAndBackwardMatchCpu) {
     const Tensor a = adaptive_avg_pool2d_forward(x, oh, ow);
     expect_cuda_matches_cpu(adaptive_avg_pool2d_forward(on_gpu(x), oh, ow), a, 1e-6, 1e-6, "adaptive_avg_pool2d");
     const Tensor dy = rnd(a.shape(), 7);
-    expect_cuda_matches_cpu(adaptive_avg_pool2d_backward(on_gpu(dy), x.shape()), adaptive_avg_pool2d_backward(dy, x.shape()),
-                            1e-6, 1e-6, "adaptive_avg_pool2d backward");
+    expect_cuda_matches_cpu(adaptive_avg_pool2d_backward(on_gpu(dy), x.shape()),
+                            adaptive_avg_pool2d_backward(dy, x.shape()), 1e-6, 1e-6, "adaptive_avg_pool2d backward");
   }
 }
 
@@ -113,10 +113,10 @@ TEST(CudaNn, BatchNormPiecesMatchCpu) {
     expect_cuda_matches_cpu(gr.grad_weight, r.grad_weight, 1e-5, 1e-4, "grad_weight");
     expect_cuda_matches_cpu(gr.grad_bias, r.grad_bias, 1e-5, 1e-5, "grad_bias");
     const int64_t count = x.numel() / C;
-    expect_cuda_matches_cpu(batch_norm_backward_elemt(on_gpu(dy), on_gpu(x), on_gpu(st.mean), on_gpu(st.invstd), on_gpu(w),
-                                                      on_gpu(r.sum_dy), on_gpu(r.sum_dy_xmu), count),
-                            batch_norm_backward_elemt(dy, x, st.mean, st.invstd, w, r.sum_dy, r.sum_dy_xmu, count), 1e-5,
-                            1e-5, "batch_norm_backward_elemt");
+    expect_cuda_matches_cpu(batch_norm_backward_elemt(on_gpu(dy), on_gpu(x), on_gpu(st.mean), on_gpu(st.invstd),
+                                                      on_gpu(w), on_gpu(r.sum_dy), on_gpu(r.sum_dy_xmu), count),
+                            batch_norm_backward_elemt(dy, x, st.mean, st.invstd, w, r.sum_dy, r.sum_dy_xmu, count),
+                            1e-5, 1e-5, "batch_norm_backward_elemt");
   }
 }
 
@@ -177,8 +177,8 @@ TEST(CudaNn, CrossEntropyOutOfRangeTargetIsReportedAtTheNextSync) {
         << e.what();
   }
   const Tensor good = from_vector<int64_t>({1, 2, 3, 9, 4, 5});
-  expect_cuda_matches_cpu(cross_entropy_forward(logits, on_gpu(good), 0.0), cross_entropy_forward(logits.cpu(), good, 0.0),
-                          1e-6, 1e-6, "a good call after the error");
+  expect_cuda_matches_cpu(cross_entropy_forward(logits, on_gpu(good), 0.0),
+                          cross_entropy_forward(logits.cpu(), good, 0.0), 1e-6, 1e-6, "a good call after the error");
 }
 
 TEST(CudaNn, LinearLayerIsMatmulPlusBiasForwardAndBackward) {

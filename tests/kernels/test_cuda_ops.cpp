@@ -12,8 +12,8 @@
 
 using namespace minidl;
 using minidl::testing::expect_cuda_matches_cpu;
-using minidl::testing::on_gpu;
 using minidl::testing::expect_equal;
+using minidl::testing::on_gpu;
 
 namespace {
 Tensor rnd(const Shape& s, uint64_t stream, DType dt = DType::Float32) { return randn(s, RandomKey{7, stream}, dt); }
@@ -28,17 +28,25 @@ TEST(CudaOps, UnaryOpsMatchCpu) {
     const double tol = dt == DType::Float32 ? 1e-5 : 1e-12;
     const Tensor x = rnd({5, 33}, 1, dt), xp = positive({5, 33}, 2, dt);
     const std::vector<std::pair<const char*, std::function<Tensor(const Tensor&)>>> ops = {
-        {"neg", [](const Tensor& t) { return neg(t); }},     {"exp", [](const Tensor& t) { return exp(t); }},
-        {"abs", [](const Tensor& t) { return abs(t); }},     {"tanh", [](const Tensor& t) { return tanh(t); }},
-        {"sigmoid", [](const Tensor& t) { return sigmoid(t); }}, {"relu", [](const Tensor& t) { return relu(t); }},
-        {"gelu", [](const Tensor& t) { return gelu(t); }},   {"gelu_tanh", [](const Tensor& t) { return gelu(t, true); }},
-        {"pow2", [](const Tensor& t) { return pow(t, 2.0); }}, {"add_s", [](const Tensor& t) { return t + 1.5; }},
-        {"mul_s", [](const Tensor& t) { return t * -2.0; }}, {"div_s", [](const Tensor& t) { return t / 3.0; }},
+        {"neg", [](const Tensor& t) { return neg(t); }},
+        {"exp", [](const Tensor& t) { return exp(t); }},
+        {"abs", [](const Tensor& t) { return abs(t); }},
+        {"tanh", [](const Tensor& t) { return tanh(t); }},
+        {"sigmoid", [](const Tensor& t) { return sigmoid(t); }},
+        {"relu", [](const Tensor& t) { return relu(t); }},
+        {"gelu", [](const Tensor& t) { return gelu(t); }},
+        {"gelu_tanh", [](const Tensor& t) { return gelu(t, true); }},
+        {"pow2", [](const Tensor& t) { return pow(t, 2.0); }},
+        {"add_s", [](const Tensor& t) { return t + 1.5; }},
+        {"mul_s", [](const Tensor& t) { return t * -2.0; }},
+        {"div_s", [](const Tensor& t) { return t / 3.0; }},
     };
     for (const auto& [name, f] : ops) expect_cuda_matches_cpu(f(on_gpu(x)), f(x), tol, tol, name);
     const std::vector<std::pair<const char*, std::function<Tensor(const Tensor&)>>> pos_ops = {
-        {"log", [](const Tensor& t) { return log(t); }},   {"sqrt", [](const Tensor& t) { return sqrt(t); }},
-        {"rsqrt", [](const Tensor& t) { return rsqrt(t); }}, {"pow1.5", [](const Tensor& t) { return pow(t, 1.5); }},
+        {"log", [](const Tensor& t) { return log(t); }},
+        {"sqrt", [](const Tensor& t) { return sqrt(t); }},
+        {"rsqrt", [](const Tensor& t) { return rsqrt(t); }},
+        {"pow1.5", [](const Tensor& t) { return pow(t, 1.5); }},
     };
     for (const auto& [name, f] : pos_ops) expect_cuda_matches_cpu(f(on_gpu(xp)), f(xp), tol, tol, name);
   }
@@ -88,13 +96,27 @@ TEST(CudaOps, InPlaceUpdatesMatchCpu) {
     Tensor ga = on_gpu(a), gb = on_gpu(b), gc = on_gpu(c);
     auto apply = [&](Tensor& x, const Tensor& y, const Tensor& z) {
       switch (which) {
-        case 0: add_(x, y, 0.5); break;
-        case 1: mul_(x, 3.0); break;
-        case 2: mul_(x, y); break;
-        case 3: axpby_(x, 0.9, y, 0.1); break;
-        case 4: lerp_(x, y, 0.25); break;
-        case 5: addcmul_(x, y, z, -0.5); break;
-        case 6: addcdiv_(x, y, z, 0.01); break;
+        case 0:
+          add_(x, y, 0.5);
+          break;
+        case 1:
+          mul_(x, 3.0);
+          break;
+        case 2:
+          mul_(x, y);
+          break;
+        case 3:
+          axpby_(x, 0.9, y, 0.1);
+          break;
+        case 4:
+          lerp_(x, y, 0.25);
+          break;
+        case 5:
+          addcmul_(x, y, z, -0.5);
+          break;
+        case 6:
+          addcdiv_(x, y, z, 0.01);
+          break;
       }
     };
     apply(a, b, c);
@@ -172,8 +194,12 @@ TEST(CudaOps, MatmulMatchesCpuGemm) {
   struct Case {
     Shape a, b;
   };
-  for (const Case& c : std::vector<Case>{{{33, 17}, {17, 9}}, {{5, 33, 17}, {5, 17, 9}}, {{2, 3, 8, 6}, {6, 4}},
-                                         {{3, 8, 6}, {1, 6, 5}}, {{17}, {17, 4}}, {{6, 17}, {17}}}) {
+  for (const Case& c : std::vector<Case>{{{33, 17}, {17, 9}},
+                                         {{5, 33, 17}, {5, 17, 9}},
+                                         {{2, 3, 8, 6}, {6, 4}},
+                                         {{3, 8, 6}, {1, 6, 5}},
+                                         {{17}, {17, 4}},
+                                         {{6, 17}, {17}}}) {
     const Tensor a = rnd(c.a, 20), b = rnd(c.b, 21);
     expect_cuda_matches_cpu(matmul(on_gpu(a), on_gpu(b)), matmul(a, b), 1e-5, 1e-5,
                             "matmul " + shape_str(c.a) + " x " + shape_str(c.b));
@@ -198,8 +224,8 @@ TEST(CudaOps, MatmulWithEmptyInnerDimIsZeros) {
   MINIDL_SKIP_WITHOUT_GPU();
   // a non-zero output buffer first, so a skipped fill would show (the allocator reuses it)
   { const Tensor junk = full({2, 3, 5}, 7.0, DType::Float32, Device::cuda(0)); }
-  for (const auto& [sa, sb] : std::vector<std::pair<Shape, Shape>>{{{3, 0}, {0, 4}}, {{2, 3, 0}, {2, 0, 5}},
-                                                                   {{2, 3, 0}, {0, 5}}}) {
+  for (const auto& [sa, sb] :
+       std::vector<std::pair<Shape, Shape>>{{{3, 0}, {0, 4}}, {{2, 3, 0}, {2, 0, 5}}, {{2, 3, 0}, {0, 5}}}) {
     const Tensor a = zeros(sa), b = zeros(sb);
     expect_equal(matmul(on_gpu(a), on_gpu(b)).cpu(), matmul(a, b), "K = 0: " + shape_str(sa) + " x " + shape_str(sb));
   }
@@ -242,7 +268,8 @@ TEST(CudaOps, JoiningAndIndexingMatchCpu) {
   expect_equal(stack({on_gpu(a), on_gpu(a)}, 1).cpu(), stack({a, a}, 1), "stack");
   const Tensor table = rnd({10, 6}, 32);
   const Tensor idx = from_vector<int64_t>({3, 0, 9, 3, 3, 7});
-  expect_equal(index_select(on_gpu(table), 0, on_gpu(idx)).cpu(), index_select(table, 0, idx), "index_select (embedding)");
+  expect_equal(index_select(on_gpu(table), 0, on_gpu(idx)).cpu(), index_select(table, 0, idx),
+               "index_select (embedding)");
   expect_equal(index_select(on_gpu(table), 1, on_gpu(from_vector<int64_t>({5, 1}))).cpu(),
                index_select(table, 1, from_vector<int64_t>({5, 1})), "index_select dim 1");
   const Tensor src = rnd({6, 6}, 33);

@@ -11,18 +11,16 @@ using namespace minidl;
 using minidl::testing::on_gpu;
 
 namespace {
-template <class T>
-T* ptr(Tensor& t) {
-  return static_cast<T*>(t.raw_data());
-}
+template <class T> T* ptr(Tensor& t) { return static_cast<T*>(t.raw_data()); }
 kernels::cuda::ElemType et(DType d) { return static_cast<kernels::cuda::ElemType>(d); }
 }  // namespace
 
 TEST(CudaOptim, FusedSgdMatchesCpuOverSeveralSteps) {
   MINIDL_SKIP_WITHOUT_GPU();
-  for (const kernels::SgdStep base : {kernels::SgdStep{.lr = 0.1}, kernels::SgdStep{.lr = 0.05, .momentum = 0.9},
-                                      kernels::SgdStep{.lr = 0.05, .momentum = 0.9, .dampening = 0.1, .weight_decay = 1e-2},
-                                      kernels::SgdStep{.lr = 0.05, .momentum = 0.9, .nesterov = true}}) {
+  for (const kernels::SgdStep base :
+       {kernels::SgdStep{.lr = 0.1}, kernels::SgdStep{.lr = 0.05, .momentum = 0.9},
+        kernels::SgdStep{.lr = 0.05, .momentum = 0.9, .dampening = 0.1, .weight_decay = 1e-2},
+        kernels::SgdStep{.lr = 0.05, .momentum = 0.9, .nesterov = true}}) {
     const int64_t n = 1000;
     Tensor p = randn({n}, RandomKey{1, 1}), buf = zeros({n});
     Tensor gp = on_gpu(p), gbuf = on_gpu(buf);

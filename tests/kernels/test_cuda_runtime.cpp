@@ -36,9 +36,7 @@ TEST(CudaRuntime, AxpyMatchesCpuLoop) {
   minidl::testing::expect_close(yd.cpu(), expected, 1e-6, 1e-6, "axpy");
 }
 
-TEST(CudaRuntime, DeviceCountIsZeroOrMoreWithoutThrowing) {
-  EXPECT_GE(kernels::cuda::device_count(), 0);
-}
+TEST(CudaRuntime, DeviceCountIsZeroOrMoreWithoutThrowing) { EXPECT_GE(kernels::cuda::device_count(), 0); }
 
 // MINIDL_CUDA_SYNC=1 (here switched on in-process): every launch is followed by a synchronisation
 // that would name the op of a faulting kernel; results are unchanged.

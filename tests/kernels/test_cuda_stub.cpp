@@ -53,7 +53,8 @@ TEST(CudaStub, AllocatingACudaTensorWithoutADeviceSaysWhy) {
     FAIL() << "expected an error";
   } catch (const std::runtime_error& e) {
     const std::string m = e.what();
-    EXPECT_TRUE(m.find("built without CUDA") != std::string::npos || m.find("no CUDA device present") != std::string::npos)
+    EXPECT_TRUE(m.find("built without CUDA") != std::string::npos ||
+                m.find("no CUDA device present") != std::string::npos)
         << m;
   }
 }
@@ -81,7 +82,8 @@ TEST(CudaStub, ACudaTensorWithoutADeviceFailsInTheCudaBranchWithAClearMessage) {
     FAIL() << "expected an error";
   } catch (const std::runtime_error& e) {
     const std::string m = e.what();
-    EXPECT_TRUE(m.find("built without CUDA") != std::string::npos || m.find("no CUDA device present") != std::string::npos)
+    EXPECT_TRUE(m.find("built without CUDA") != std::string::npos ||
+                m.find("no CUDA device present") != std::string::npos)
         << m;
   }
 }
@@ -104,23 +106,60 @@ TEST(CudaStub, EachOpFamilyChecksItsArgumentsOnceForBothDevices) {
   const Pool2dParams k3{.kernel_h = 3, .kernel_w = 3, .stride_h = 1, .stride_w = 1};
   using Case = std::pair<const char*, std::function<void(const Make&)>>;
   const std::vector<Case> cases = {
-      {"conv2d channels", [&](const Make& m) { conv2d_forward(m({1, 3, 8, 8}, f), m({4, 2, 3, 3}, f), {}, {}); }},
-      {"conv2d_backward grad_output", [&](const Make& m) {
+      {"conv2d channels",
+       [&](const Make& m) {
+         conv2d_forward(m({1, 3, 8, 8}, f), m({4, 2, 3, 3}, f), {}, {});
+       }},
+      {"conv2d_backward grad_output",
+       [&](const Make& m) {
          conv2d_backward(m({1, 2, 8, 8}, f), m({4, 2, 3, 3}, f), m({1, 4, 5, 5}, f), false, {});
        }},
       {"max_pool2d rank", [&](const Make& m) { max_pool2d_forward(m({8}, f), k2); }},
-      {"avg_pool2d window", [&](const Make& m) { avg_pool2d_forward(m({1, 1, 2, 2}, f), k3); }},
-      {"adaptive_avg_pool2d size", [&](const Make& m) { adaptive_avg_pool2d_forward(m({1, 1, 4, 4}, f), 0, 2); }},
+      {"avg_pool2d window",
+       [&](const Make& m) {
+         avg_pool2d_forward(m({1, 1, 2, 2}, f), k3);
+       }},
+      {"adaptive_avg_pool2d size",
+       [&](const Make& m) {
+         adaptive_avg_pool2d_forward(m({1, 1, 4, 4}, f), 0, 2);
+       }},
       {"batch_norm_stats rank", [&](const Make& m) { batch_norm_stats(m({3}, f), 1e-5); }},
-      {"batch_norm_elemt mean", [&](const Make& m) { batch_norm_elemt(m({2, 3, 4}, f), m({4}, f), m({3}, f), {}, {}); }},
-      {"layer_norm shape", [&](const Make& m) { layer_norm_forward(m({2, 3}, f), {4}, {}, {}, 1e-5); }},
-      {"cross_entropy target", [&](const Make& m) { cross_entropy_forward(m({2, 3}, f), m({3}, i), 0.0); }},
-      {"softmax dim", [&](const Make& m) { softmax(m({2, 3}, f), 5); }},
-      {"mean dtype", [&](const Make& m) { mean(m({2, 3}, i)); }},
-      {"max of nothing", [&](const Make& m) { max(m({0, 3}, f)); }},
-      {"index_select index dtype", [&](const Make& m) { index_select(m({4, 2}, f), 0, m({2}, f)); }},
-      {"add shapes", [&](const Make& m) { add(m({2, 3}, f), m({4}, f)); }},
-      {"matmul shapes", [&](const Make& m) { matmul(m({2, 3}, f), m({4, 5}, f)); }},
+      {"batch_norm_elemt mean",
+       [&](const Make& m) {
+         batch_norm_elemt(m({2, 3, 4}, f), m({4}, f), m({3}, f), {}, {});
+       }},
+      {"layer_norm shape",
+       [&](const Make& m) {
+         layer_norm_forward(m({2, 3}, f), {4}, {}, {}, 1e-5);
+       }},
+      {"cross_entropy target",
+       [&](const Make& m) {
+         cross_entropy_forward(m({2, 3}, f), m({3}, i), 0.0);
+       }},
+      {"softmax dim",
+       [&](const Make& m) {
+         softmax(m({2, 3}, f), 5);
+       }},
+      {"mean dtype",
+       [&](const Make& m) {
+         mean(m({2, 3}, i));
+       }},
+      {"max of nothing",
+       [&](const Make& m) {
+         max(m({0, 3}, f));
+       }},
+      {"index_select index dtype",
+       [&](const Make& m) {
+         index_select(m({4, 2}, f), 0, m({2}, f));
+       }},
+      {"add shapes",
+       [&](const Make& m) {
+         add(m({2, 3}, f), m({4}, f));
+       }},
+      {"matmul shapes",
+       [&](const Make& m) {
+         matmul(m({2, 3}, f), m({4, 5}, f));
+       }},
   };
   for (const auto& [what, op] : cases) {
     const std::string on_cpu = error_without_device([&] { op(cpu); });

@@ -30,20 +30,15 @@ const std::map<std::string, Runner>& runners() {
       {"hardswish", {[](const V& v) { return nn::Hardswish()(v[0]); }}},
       {"gelu_tanh_module", {[](const V& v) { return nn::GELU({.tanh_approximation = true})(v[0]); }}},
       // class-index losses
-      {"ce_weight_ignore_mean",
-       {[](const V& v) { return cross_entropy(v[0], v[1].data(), {.weight = v[2].data()}); }}},
+      {"ce_weight_ignore_mean", {[](const V& v) { return cross_entropy(v[0], v[1].data(), {.weight = v[2].data()}); }}},
       {"ce_weight_ignore_sum",
        {[](const V& v) { return cross_entropy(v[0], v[1].data(), {.weight = v[2].data(), .reduction = R::Sum}); }}},
       {"ce_ignore_none", {[](const V& v) { return cross_entropy(v[0], v[1].data(), {.reduction = R::None}); }}},
       {"ce_ignore2_mean", {[](const V& v) { return cross_entropy(v[0], v[1].data(), {.ignore_index = 2}); }}},
       {"ce_smooth_weight_ignore",
-       {[](const V& v) {
-         return cross_entropy(v[0], v[1].data(), {.weight = v[2].data(), .label_smoothing = 0.2});
-       }}},
+       {[](const V& v) { return cross_entropy(v[0], v[1].data(), {.weight = v[2].data(), .label_smoothing = 0.2}); }}},
       {"ce_smooth_none",
-       {[](const V& v) {
-         return cross_entropy(v[0], v[1].data(), {.reduction = R::None, .label_smoothing = 0.1});
-       }}},
+       {[](const V& v) { return cross_entropy(v[0], v[1].data(), {.reduction = R::None, .label_smoothing = 0.1}); }}},
       {"ce_3d_mean", {[](const V& v) { return cross_entropy(v[0], v[1].data(), CrossEntropyOptions{}); }}},
       {"ce_3d_none", {[](const V& v) { return cross_entropy(v[0], v[1].data(), {.reduction = R::None}); }}},
       {"nll_weight_mean", {[](const V& v) { return nll_loss(v[0], v[1].data(), {.weight = v[2].data()}); }}},
@@ -51,8 +46,7 @@ const std::map<std::string, Runner>& runners() {
       {"nll_none", {[](const V& v) { return nll_loss(v[0], v[1].data(), {.reduction = R::None}); }}},
       // element-wise losses
       {"bce_logits_mean", {[](const V& v) { return binary_cross_entropy_with_logits(v[0], v[1]); }}},
-      {"bce_logits_weight_pos_sum",
-       {[](const V& v) {
+      {"bce_logits_weight_pos_sum", {[](const V& v) {
          return binary_cross_entropy_with_logits(
              v[0], v[1], {.weight = v[2].data(), .pos_weight = v[3].data(), .reduction = R::Sum});
        }}},
@@ -66,26 +60,40 @@ const std::map<std::string, Runner>& runners() {
       // attention
       {"sdpa_plain", {[](const V& v) { return scaled_dot_product_attention(v[0], v[1], v[2]); }}},
       {"sdpa_causal", {[](const V& v) { return scaled_dot_product_attention(v[0], v[1], v[2], {.is_causal = true}); }}},
-      {"sdpa_bool_mask_scale",
-       {[](const V& v) {
+      {"sdpa_bool_mask_scale", {[](const V& v) {
          return scaled_dot_product_attention(v[0], v[1], v[2], {.attn_mask = v[3].data(), .scale = 0.3});
        }}},
       {"sdpa_float_mask",
        {[](const V& v) { return scaled_dot_product_attention(v[0], v[1], v[2], {.attn_mask = v[3].data()}); }}},
       // pooling ceil_mode, padding
-      {"max_pool_ceil", {[](const V& v) { return nn::MaxPool2d({.kernel = 3, .stride = 2, .ceil_mode = true})(v[0]); }}},
+      {"max_pool_ceil",
+       {[](const V& v) { return nn::MaxPool2d({.kernel = 3, .stride = 2, .ceil_mode = true})(v[0]); }}},
       {"max_pool_ceil_pad",
        {[](const V& v) { return nn::MaxPool2d({.kernel = 3, .stride = 2, .padding = 1, .ceil_mode = true})(v[0]); }}},
-      {"avg_pool_ceil", {[](const V& v) { return nn::AvgPool2d({.kernel = 3, .stride = 2, .ceil_mode = true})(v[0]); }}},
-      {"avg_pool_ceil_pad_exclude",
-       {[](const V& v) {
-         return avg_pool2d(v[0], {.kernel_h = 3, .kernel_w = 3, .stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1,
-                                  .count_include_pad = false, .ceil_mode = true});
+      {"avg_pool_ceil",
+       {[](const V& v) { return nn::AvgPool2d({.kernel = 3, .stride = 2, .ceil_mode = true})(v[0]); }}},
+      {"avg_pool_ceil_pad_exclude", {[](const V& v) {
+         return avg_pool2d(v[0], {.kernel_h = 3,
+                                  .kernel_w = 3,
+                                  .stride_h = 2,
+                                  .stride_w = 2,
+                                  .pad_h = 1,
+                                  .pad_w = 1,
+                                  .count_include_pad = false,
+                                  .ceil_mode = true});
        }}},
-      {"pad_constant", {[](const V& v) { return pad(v[0], {1, 2, 0, 3}, PadMode::Constant, 0.5); }}},
-      {"pad_reflect", {[](const V& v) { return pad(v[0], {2, 1, 3, 1}, PadMode::Reflect); }}},
-      {"pad_replicate", {[](const V& v) { return pad(v[0], {1, 3, 2, 0}, PadMode::Replicate); }}},
-      {"pad_circular", {[](const V& v) { return pad(v[0], {2, 2, 1, 3}, PadMode::Circular); }}},
+      {"pad_constant", {[](const V& v) {
+         return pad(v[0], {1, 2, 0, 3}, PadMode::Constant, 0.5);
+       }}},
+      {"pad_reflect", {[](const V& v) {
+         return pad(v[0], {2, 1, 3, 1}, PadMode::Reflect);
+       }}},
+      {"pad_replicate", {[](const V& v) {
+         return pad(v[0], {1, 3, 2, 0}, PadMode::Replicate);
+       }}},
+      {"pad_circular", {[](const V& v) {
+         return pad(v[0], {2, 2, 1, 3}, PadMode::Circular);
+       }}},
   };
   return r;
 }
@@ -116,7 +124,8 @@ TEST_P(ApiGolden, ForwardAndBackwardMatchPyTorch) {
     const std::string key = name + "/grad" + std::to_string(i);
     if (!has(key)) continue;
     ASSERT_TRUE(inputs[i].grad().defined()) << name << ": no gradient for input " << i;
-    minidl::testing::expect_close(inputs[i].grad(), get(key), run.tol, run.tol, name + " grad of input " + std::to_string(i));
+    minidl::testing::expect_close(inputs[i].grad(), get(key), run.tol, run.tol,
+                                  name + " grad of input " + std::to_string(i));
     ++compared;
   }
   EXPECT_GT(compared, 0) << name << ": no gradient compared";
@@ -191,8 +200,8 @@ TEST(MultiheadAttentionGolden, CrossAttentionWithKeyPaddingAndBooleanMask) {
 TEST(MultiheadAttentionGolden, SequenceFirstSelfAttentionFloatMaskPerHeadWeights) {
   nn::MultiheadAttention m({.embed_dim = 16, .num_heads = 4, .batch_first = false});
   check_module_case("mha_seq_first_float_mask", m, [](nn::Module& mod, const V& v) -> V {
-    auto r = static_cast<nn::MultiheadAttention&>(mod).forward(v[0], v[0], v[0],
-                                                               {.attn_mask = v[1].data(), .average_attn_weights = false});
+    auto r = static_cast<nn::MultiheadAttention&>(mod).forward(
+        v[0], v[0], v[0], {.attn_mask = v[1].data(), .average_attn_weights = false});
     EXPECT_EQ(r.weights.shape(), (Shape{2, 4, 5, 5}));
     return {r.output, r.weights};
   });
@@ -201,7 +210,8 @@ TEST(MultiheadAttentionGolden, SequenceFirstSelfAttentionFloatMaskPerHeadWeights
 TEST(MultiheadAttentionGolden, IsCausalEqualsPyTorchsTriangularMask) {
   nn::MultiheadAttention m({.embed_dim = 16, .num_heads = 2});
   check_module_case("mha_causal", m, [](nn::Module& mod, const V& v) -> V {
-    auto r = static_cast<nn::MultiheadAttention&>(mod).forward(v[0], v[0], v[0], {.need_weights = false, .is_causal = true});
+    auto r =
+        static_cast<nn::MultiheadAttention&>(mod).forward(v[0], v[0], v[0], {.need_weights = false, .is_causal = true});
     EXPECT_FALSE(r.weights.defined());
     return {r.output};
   });
@@ -211,7 +221,8 @@ TEST(Conv2dPaddingGolden, SameValidAndPaddingModesMatchPyTorch) {
   auto run = [](const std::string& name, const nn::Conv2dOptions& o) {
     SCOPED_TRACE(name);
     nn::Conv2d m(o);
-    check_module_case(name, m, [](nn::Module& mod, const V& v) -> V { return {mod(v[0])}; }, 2e-5);
+    check_module_case(
+        name, m, [](nn::Module& mod, const V& v) -> V { return {mod(v[0])}; }, 2e-5);
   };
   run("conv_same_even_kernel", {.in = 2, .out = 3, .kernel = 4, .padding = "same"});
   run("conv_same_dilated", {.in = 2, .out = 3, .kernel = 3, .padding = "same", .dilation = 2});
@@ -219,7 +230,8 @@ TEST(Conv2dPaddingGolden, SameValidAndPaddingModesMatchPyTorch) {
   run("conv_reflect", {.in = 2, .out = 3, .kernel = 3, .padding = 1, .padding_mode = "reflect"});
   run("conv_same_reflect_even",
       {.in = 2, .out = 3, .padding = "same", .kernel_h = 4, .kernel_w = 2, .padding_mode = "reflect"});
-  run("conv_replicate_stride2", {.in = 2, .out = 3, .kernel = 3, .stride = 2, .padding = 1, .padding_mode = "replicate"});
+  run("conv_replicate_stride2",
+      {.in = 2, .out = 3, .kernel = 3, .stride = 2, .padding = 1, .padding_mode = "replicate"});
   run("conv_circular", {.in = 2, .out = 3, .kernel = 3, .padding = 2, .bias = false, .padding_mode = "circular"});
 }
 

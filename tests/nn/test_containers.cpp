@@ -27,8 +27,7 @@ struct Tower : nn::Module {  // no type_name override: the default names it
 };
 
 namespace app {
-template <class T>
-struct Wrapped : nn::Module {};
+template <class T> struct Wrapped : nn::Module {};
 }  // namespace app
 
 }  // namespace
@@ -64,7 +63,8 @@ TEST(ModuleTypeName, DefaultsToTheClassNameWithoutNamespaces) {
   EXPECT_EQ(app::Wrapped<int>().type_name(), "Wrapped<int>");
   const std::string s = t.to_string();
   EXPECT_NE(s.find("Tower(\n  (blocks): ModuleList(\n    (0): Linear(in_features=4, out_features=4, bias=True)"),
-            std::string::npos) << s;
+            std::string::npos)
+      << s;
   EXPECT_NE(s.find("(heads): ModuleDict(\n    (cls): Linear"), std::string::npos) << s;
 }
 
@@ -79,8 +79,10 @@ TEST(Freezing, FrozenParametersGetNoGradientAndOptimizersSkipThem) {
     w.requires_grad_(false);
     const Tensor before = w.data().clone();
     std::unique_ptr<optim::Optimizer> opt;
-    if (which == "SGD") opt = std::make_unique<optim::SGD>(t.parameters(), optim::SGDOptions{.lr = 0.1, .weight_decay = 0.1});
-    else opt = std::make_unique<optim::AdamW>(t.parameters(), optim::AdamWOptions{.lr = 0.1});
+    if (which == "SGD")
+      opt = std::make_unique<optim::SGD>(t.parameters(), optim::SGDOptions{.lr = 0.1, .weight_decay = 0.1});
+    else
+      opt = std::make_unique<optim::AdamW>(t.parameters(), optim::AdamWOptions{.lr = 0.1});
     Variable x(randn({4, 4}), true);
     for (auto& [n, p] : t.named_parameters())
       if (p.requires_grad()) p.zero_grad();
@@ -107,7 +109,7 @@ TEST(GradientAccumulation, TwoHalfBatchBackwardsEqualOneFullBatch) {
   const Tensor x = randn({8, 4}, RandomKey{3, 0});
   const Tensor y = from_vector<int64_t>({0, 1, 1, 0, 1, 1, 0, 0});
   cross_entropy(a(Variable(x)), y).backward();  // one batch of 8, mean loss
-  for (int64_t h = 0; h < 2; ++h) {             // two micro-batches of 4, each loss / 2, grads summed
+  for (int64_t h = 0; h < 2; ++h) {  // two micro-batches of 4, each loss / 2, grads summed
     Variable loss = cross_entropy(b(Variable(x.narrow(0, 4 * h, 4).contiguous())), y.narrow(0, 4 * h, 4).contiguous());
     mul(loss, 0.5).backward();
   }
@@ -124,5 +126,6 @@ TEST(GradientAccumulation, TwoHalfBatchBackwardsEqualOneFullBatch) {
   optim::SGD oa(a.parameters(), {.lr = 0.5}), ob(b.parameters(), {.lr = 0.5});
   oa.step();
   ob.step();
-  for (size_t i = 0; i < pa.size(); ++i) expect_close(pb[i].second.data(), pa[i].second.data(), 1e-5, 1e-6, pa[i].first);
+  for (size_t i = 0; i < pa.size(); ++i)
+    expect_close(pb[i].second.data(), pa[i].second.data(), 1e-5, 1e-6, pa[i].first);
 }

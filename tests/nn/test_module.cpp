@@ -72,8 +72,9 @@ TEST(Module, ShapeMismatchNamesTheKey) {
   Block b;
   TensorMap s = b.state_dict();
   s["fc.weight"] = zeros({2, 2});
-  EXPECT_THROW_MSG(b.load_state_dict(s), std::invalid_argument,
-                   "size mismatch for fc.weight: copying a param with shape [2, 2], the shape in the current model is [3, 4]");
+  EXPECT_THROW_MSG(
+      b.load_state_dict(s), std::invalid_argument,
+      "size mismatch for fc.weight: copying a param with shape [2, 2], the shape in the current model is [3, 4]");
 }
 
 TEST(Module, TrainEvalPropagatesToChildren) {
@@ -128,12 +129,15 @@ TEST(ReferenceModels, OutputShapesAreBatchBy10) {
 
 TEST(Layers, BadInputsGiveClearErrors) {
   nn::Linear l({.in = 4, .out = 2});
-  EXPECT_THROW_MSG(l(Variable(zeros({3, 5}))), std::invalid_argument, "linear: input float32[3, 5] on cpu does not match weight");
+  EXPECT_THROW_MSG(l(Variable(zeros({3, 5}))), std::invalid_argument,
+                   "linear: input float32[3, 5] on cpu does not match weight");
   nn::BatchNorm2d bn({.num_features = 3});
   EXPECT_THROW_MSG(bn(Variable(zeros({2, 3}))), std::invalid_argument, "BatchNorm2d: expected 4D input");
   EXPECT_THROW_MSG(bn(Variable(zeros({2, 4, 2, 2}))), std::invalid_argument, "expected 3 channels");
-  EXPECT_THROW_MSG(nn::Conv2d({.in = 3, .out = 4, .kernel = 3, .groups = 2}), std::invalid_argument, "divisible by groups");
-  EXPECT_THROW_MSG(nn::MultiheadAttention({.embed_dim = 10, .num_heads = 3}), std::invalid_argument, "divisible by num_heads");
+  EXPECT_THROW_MSG(nn::Conv2d({.in = 3, .out = 4, .kernel = 3, .groups = 2}), std::invalid_argument,
+                   "divisible by groups");
+  EXPECT_THROW_MSG(nn::MultiheadAttention({.embed_dim = 10, .num_heads = 3}), std::invalid_argument,
+                   "divisible by num_heads");
 }
 
 TEST(Layers, DropoutIsIdentityInEvalAndScalesInTraining) {
@@ -197,10 +201,10 @@ Moments moments(const Tensor& t) {
 
 TEST(Init, FanInAndFanOutAsPyTorch) {
   using nn::init::calculate_fan_in_and_fan_out;
-  EXPECT_EQ(calculate_fan_in_and_fan_out(empty({256, 784})), std::make_pair(int64_t(784), int64_t(256)));      // Linear
+  EXPECT_EQ(calculate_fan_in_and_fan_out(empty({256, 784})), std::make_pair(int64_t(784), int64_t(256)));  // Linear
   EXPECT_EQ(calculate_fan_in_and_fan_out(empty({64, 32, 3, 3})), std::make_pair(int64_t(288), int64_t(576)));  // Conv2d
-  EXPECT_EQ(calculate_fan_in_and_fan_out(empty({8, 2, 3, 5})), std::make_pair(int64_t(30), int64_t(120)));   // groups
-  EXPECT_EQ(calculate_fan_in_and_fan_out(empty({192, 64})), std::make_pair(int64_t(64), int64_t(192)));      // in_proj
+  EXPECT_EQ(calculate_fan_in_and_fan_out(empty({8, 2, 3, 5})), std::make_pair(int64_t(30), int64_t(120)));  // groups
+  EXPECT_EQ(calculate_fan_in_and_fan_out(empty({192, 64})), std::make_pair(int64_t(64), int64_t(192)));  // in_proj
   EXPECT_THROW_MSG(calculate_fan_in_and_fan_out(empty({5})), std::invalid_argument, "at least 2 dims");
   EXPECT_DOUBLE_EQ(nn::init::calculate_gain("leaky_relu", std::sqrt(5.0)), std::sqrt(1.0 / 3.0));
   EXPECT_DOUBLE_EQ(nn::init::calculate_gain("relu"), std::sqrt(2.0));
@@ -218,9 +222,10 @@ TEST(Init, KaimingUniformXavierUniformAndNormalFollowPyTorchsFormulas) {
   Tensor n = empty({50, 64});
   nn::init::normal_(n, 0.5, 0.02);
   manual_seed(3);
-  minidl::testing::expect_close(k, replay_uniform({64, 32, 3, 3}, 1.0 / std::sqrt(288.0)), 3e-7, 0, "kaiming a=sqrt(5)");
-  minidl::testing::expect_close(kr, replay_uniform({64, 32}, std::sqrt(3.0) * std::sqrt(2.0) / std::sqrt(64.0)), 3e-7, 0,
-                                "kaiming fan_out relu");
+  minidl::testing::expect_close(k, replay_uniform({64, 32, 3, 3}, 1.0 / std::sqrt(288.0)), 3e-7, 0,
+                                "kaiming a=sqrt(5)");
+  minidl::testing::expect_close(kr, replay_uniform({64, 32}, std::sqrt(3.0) * std::sqrt(2.0) / std::sqrt(64.0)), 3e-7,
+                                0, "kaiming fan_out relu");
   minidl::testing::expect_close(x, replay_uniform({192, 64}, 2.0 * std::sqrt(6.0 / 256.0)), 3e-7, 0, "xavier gain 2");
   minidl::testing::expect_close(n, replay_normal({50, 64}, 0.5, 0.02), 3e-7, 0, "normal(0.5, 0.02)");
 }

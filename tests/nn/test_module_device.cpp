@@ -27,7 +27,8 @@ TEST(ModuleDevice, ToCpuKeepsEveryParameterBufferAndGradient) {
     EXPECT_TRUE(params[i].second.grad().is_same(before_grads[i])) << params[i].first;
   }
   const auto buffers = cnn->named_buffers();
-  for (size_t i = 0; i < buffers.size(); ++i) EXPECT_TRUE(buffers[i].second->is_same(before_buffers[i])) << buffers[i].first;
+  for (size_t i = 0; i < buffers.size(); ++i)
+    EXPECT_TRUE(buffers[i].second->is_same(before_buffers[i])) << buffers[i].first;
   EXPECT_EQ(cnn->device(), Device::cpu());
 }
 
@@ -47,8 +48,8 @@ TEST(ModuleDevice, ToCudaWithoutAGpuSaysWhyAndLeavesTheModuleOnTheCpu) {
   } catch (const std::runtime_error& e) {
     const std::string msg = e.what();
     EXPECT_NE(msg.find("Linear.to(cuda:0)"), std::string::npos) << msg;
-    const bool says_why = msg.find("built without CUDA") != std::string::npos ||
-                          msg.find("no CUDA device present") != std::string::npos;
+    const bool says_why =
+        msg.find("built without CUDA") != std::string::npos || msg.find("no CUDA device present") != std::string::npos;
     EXPECT_TRUE(says_why) << msg;
   }
   EXPECT_TRUE(fc.weight.data().is_same(weight));

@@ -84,7 +84,8 @@ double max_abs(const Tensor& t) {
   return m;
 }
 // |got - want| <= tol (|want| + scale), scale = the largest |want| (or `scale` when given)
-void expect_close_scaled(const Tensor& got, const Tensor& want, double tol, const std::string& what, double scale = -1) {
+void expect_close_scaled(const Tensor& got, const Tensor& want, double tol, const std::string& what,
+                         double scale = -1) {
   if (scale < 0) scale = max_abs(want);
   expect_close(got, want, tol, tol * scale, what + " (scale " + std::to_string(scale) + ")");
 }
@@ -133,7 +134,8 @@ void check_case(const std::string& name, nn::Module& m, const CaseOptions& o) {
     ASSERT_NE(it, T.end()) << name << ": PyTorch has no buffer " << bname;
     expect_close_scaled(b->to(it->second.dtype()), it->second, o.tol, name + " buffer " + bname);
   }
-  EXPECT_GT(compared + static_cast<size_t>(m.named_parameters().empty()), 0u) << name << ": no parameter gradient compared";
+  EXPECT_GT(compared + static_cast<size_t>(m.named_parameters().empty()), 0u)
+      << name << ": no parameter gradient compared";
 }
 
 }  // namespace
@@ -202,10 +204,11 @@ TEST(NnGolden, ReferenceMlp) {
 
 TEST(NnGolden, ReferenceCnn) {
   nn::CNN m;
-  check_case("cnn", m,
-             {.tol = 2e-4,
-              .formula = true,
-              .zero_grads_bounded_by = {{"features.0.bias", "features.0.weight"}, {"features.4.bias", "features.4.weight"}}});
+  check_case(
+      "cnn", m,
+      {.tol = 2e-4,
+       .formula = true,
+       .zero_grads_bounded_by = {{"features.0.bias", "features.0.weight"}, {"features.4.bias", "features.4.weight"}}});
 }
 
 TEST(NnGolden, ReferenceCnnInEvalModeGivesTheConvBiasesTheirGradient) {

@@ -42,7 +42,8 @@ TEST_F(Scheduler, WarmupWithoutAFollowingScheduleStaysAtTheBaseLr) {
     sched.step();
   }
   using ::testing::DoubleEq;
-  EXPECT_THAT(lrs, ::testing::ElementsAre(DoubleEq(0.05), DoubleEq(0.075), DoubleEq(0.1), DoubleEq(0.1), DoubleEq(0.1)));
+  EXPECT_THAT(lrs,
+              ::testing::ElementsAre(DoubleEq(0.05), DoubleEq(0.075), DoubleEq(0.1), DoubleEq(0.1), DoubleEq(0.1)));
 }
 
 TEST_F(Scheduler, StateDictRoundTripResumesTheSchedule) {
@@ -85,8 +86,9 @@ TEST_F(Scheduler, BadOptionsThrow) {
                    "start_factor must be in (0, 1]");
   Variable c(zeros({1}), true);
   SGD other({c}, {.lr = 0.1});
-  EXPECT_THROW_MSG(LinearWarmup(sgd, {.warmup_steps = 2}, std::make_unique<StepLR>(other, StepLROptions{.step_size = 1})),
-                   std::invalid_argument, "schedules another optimizer");
+  EXPECT_THROW_MSG(
+      LinearWarmup(sgd, {.warmup_steps = 2}, std::make_unique<StepLR>(other, StepLROptions{.step_size = 1})),
+      std::invalid_argument, "schedules another optimizer");
 }
 
 TEST_F(Scheduler, OptimizerStateDictCarriesInitialLr) {

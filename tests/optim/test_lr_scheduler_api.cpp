@@ -64,12 +64,19 @@ TEST_F(Sched, OneCycleCosineMatchesPyTorch) {
   OneCycleLR sched(sgd, {.max_lr = 0.5, .total_steps = 20, .cycle_momentum = false});
   EXPECT_DOUBLE_EQ(*sgd.param_groups()[0].initial_lr, 0.5 / 25);
   expect_sequence(sched, "onecycle_cos");
-  EXPECT_THROW_MSG(sched.step(), std::invalid_argument, "tried to step 21 times; the specified number of total steps is 20");
+  EXPECT_THROW_MSG(sched.step(), std::invalid_argument,
+                   "tried to step 21 times; the specified number of total steps is 20");
 }
 
 TEST_F(Sched, OneCycleLinearThreePhaseMatchesPyTorch) {
-  OneCycleLR sched(sgd, {.max_lr = 1.0, .total_steps = 25, .pct_start = 0.2, .cos_anneal = false, .div_factor = 10,
-                         .final_div_factor = 100, .three_phase = true, .cycle_momentum = false});
+  OneCycleLR sched(sgd, {.max_lr = 1.0,
+                         .total_steps = 25,
+                         .pct_start = 0.2,
+                         .cos_anneal = false,
+                         .div_factor = 10,
+                         .final_div_factor = 100,
+                         .three_phase = true,
+                         .cycle_momentum = false});
   expect_sequence(sched, "onecycle_linear_three_phase");
   EXPECT_FALSE(sgd.param_groups()[0].momentum.has_value());
 }
@@ -103,8 +110,13 @@ TEST_F(Sched, OneCycleCyclesSgdMomentumAsPyTorch) {
 
 TEST_F(Sched, OneCycleCyclesAdamBeta1ThreePhaseLinearAsPyTorch) {
   Adam adam{{p}, AdamOptions{.lr = 0.1, .beta2 = 0.99}};
-  OneCycleLR sched(adam, {.max_lr = 1.0, .total_steps = 25, .pct_start = 0.2, .cos_anneal = false, .three_phase = true,
-                          .base_momentum = 0.8, .max_momentum = 0.9});
+  OneCycleLR sched(adam, {.max_lr = 1.0,
+                          .total_steps = 25,
+                          .pct_start = 0.2,
+                          .cos_anneal = false,
+                          .three_phase = true,
+                          .base_momentum = 0.8,
+                          .max_momentum = 0.9});
   expect_lr_and_momentum(adam, sched, "onecycle_momentum_adam_three_phase");
 }
 
@@ -127,7 +139,8 @@ TEST_F(Sched, TheGroupMomentumIsTheOneSgdUses) {
     c.set_grad(from_vector<float>({0.3f, 0.1f * s, -1.0f}, {3}));
     other.step();
   }
-  EXPECT_GT(std::abs(c.data().to_vector<float>()[0] - a.data().to_vector<float>()[0]), 1e-3) << "momentum had no effect";
+  EXPECT_GT(std::abs(c.data().to_vector<float>()[0] - a.data().to_vector<float>()[0]), 1e-3)
+      << "momentum had no effect";
 }
 
 void expect_plateau(SGD& sgd, ReduceLROnPlateau& sched, const std::string& name) {
@@ -146,7 +159,8 @@ TEST_F(Sched, ReduceLROnPlateauMinRelativeWithCooldownMatchesPyTorch) {
 }
 
 TEST_F(Sched, ReduceLROnPlateauMaxAbsoluteMatchesPyTorch) {
-  ReduceLROnPlateau sched(sgd, {.mode_max = true, .factor = 0.3, .patience = 1, .threshold = 0.02, .threshold_abs = true});
+  ReduceLROnPlateau sched(sgd,
+                          {.mode_max = true, .factor = 0.3, .patience = 1, .threshold = 0.02, .threshold_abs = true});
   expect_plateau(sgd, sched, "plateau_max_abs");
 }
 
@@ -213,12 +227,14 @@ TEST_F(Sched, BadOptionsNameTheProblem) {
   std::vector<std::unique_ptr<LRScheduler>> s;
   s.push_back(std::make_unique<LinearLR>(sgd, LinearLROptions{}));
   s.push_back(std::make_unique<StepLR>(sgd, StepLROptions{}));
-  EXPECT_THROW_MSG(SequentialLR(sgd, std::move(s), {}), std::invalid_argument, "expected 1 milestones for 2 schedulers");
+  EXPECT_THROW_MSG(SequentialLR(sgd, std::move(s), {}), std::invalid_argument,
+                   "expected 1 milestones for 2 schedulers");
   Variable q{zeros({1}), true};
   SGD other{{q}, SGDOptions{.lr = 0.1}};
   std::vector<std::unique_ptr<LRScheduler>> t;
   t.push_back(std::make_unique<StepLR>(other, StepLROptions{}));
-  EXPECT_THROW_MSG(SequentialLR(sgd, std::move(t), {}), std::invalid_argument, "scheduler 0 schedules another optimizer");
+  EXPECT_THROW_MSG(SequentialLR(sgd, std::move(t), {}), std::invalid_argument,
+                   "scheduler 0 schedules another optimizer");
 }
 
 }  // namespace

@@ -80,7 +80,8 @@ TEST(OptimGolden, AdamMatchesPyTorch) {
 
 TEST(OptimGolden, AdamWithL2WeightDecayAndOtherBetasMatchesPyTorch) {
   expect_matches_pytorch("adam_wd", [](const auto& ps) {
-    return std::make_unique<Adam>(ps, AdamOptions{.lr = 1e-2, .beta1 = 0.8, .beta2 = 0.99, .eps = 1e-6, .weight_decay = 1e-2});
+    return std::make_unique<Adam>(
+        ps, AdamOptions{.lr = 1e-2, .beta1 = 0.8, .beta2 = 0.99, .eps = 1e-6, .weight_decay = 1e-2});
   });
 }
 
@@ -120,7 +121,8 @@ void expect_lr_curve(const std::string& name, const MakeScheduler& make) {
 }
 
 TEST(SchedulerGolden, StepLRTimesPoint3Every5EpochsMatchesPyTorch) {
-  expect_lr_curve("step", [](Optimizer& o) { return std::make_unique<StepLR>(o, StepLROptions{.step_size = 5, .gamma = 0.3}); });
+  expect_lr_curve(
+      "step", [](Optimizer& o) { return std::make_unique<StepLR>(o, StepLROptions{.step_size = 5, .gamma = 0.3}); });
 }
 
 TEST(SchedulerGolden, MultiStepLRMatchesPyTorch) {

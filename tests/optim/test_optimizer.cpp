@@ -31,7 +31,8 @@ std::vector<Variable> make_params() {
 }
 
 void set_grads(std::vector<Variable>& params, int step) {
-  for (size_t i = 0; i < params.size(); ++i) params[i].set_grad(fake_grad(params[i].shape(), step, static_cast<int>(i)));
+  for (size_t i = 0; i < params.size(); ++i)
+    params[i].set_grad(fake_grad(params[i].shape(), step, static_cast<int>(i)));
 }
 
 // ---------------------------------------------------------------- groups and skipping
@@ -42,8 +43,8 @@ TEST(Optimizer, EachParamGroupUsesItsOwnLrAndWeightDecay) {
   a.set_grad(from_vector<float>({1.0f}));
   b.set_grad(from_vector<float>({1.0f}));
   sgd.step();
-  EXPECT_FLOAT_EQ(a.data().item(), 0.9f);                  // 1 - 0.1 * 1
-  EXPECT_FLOAT_EQ(b.data().item(), 1.0f - 0.01f * 1.5f);   // 1 - 0.01 * (1 + 0.5 * 1)
+  EXPECT_FLOAT_EQ(a.data().item(), 0.9f);  // 1 - 0.1 * 1
+  EXPECT_FLOAT_EQ(b.data().item(), 1.0f - 0.01f * 1.5f);  // 1 - 0.01 * (1 + 0.5 * 1)
   ASSERT_EQ(sgd.param_groups().size(), 2u);
   EXPECT_EQ(sgd.param_groups()[0].lr, 0.1);
   EXPECT_EQ(sgd.param_groups()[0].weight_decay, 0.0);
@@ -65,8 +66,10 @@ TEST(Optimizer, ParametersWithoutGradAreSkipped) {
   for (int kind = 0; kind < 2; ++kind) {
     std::vector<Variable> ps = make_params();
     std::unique_ptr<Optimizer> opt;
-    if (kind == 0) opt = std::make_unique<SGD>(ps, SGDOptions{.lr = 0.1, .momentum = 0.9});
-    else opt = std::make_unique<Adam>(ps, AdamOptions{.lr = 0.1});
+    if (kind == 0)
+      opt = std::make_unique<SGD>(ps, SGDOptions{.lr = 0.1, .momentum = 0.9});
+    else
+      opt = std::make_unique<Adam>(ps, AdamOptions{.lr = 0.1});
     const Tensor before = ps[1].data().clone();
     ps[0].set_grad(fake_grad(ps[0].shape(), 1, 0));  // ps[1] has no grad
     opt->step();
@@ -181,9 +184,10 @@ TEST(OptimizerStateDict, AdamKeysAndValuesFollowPyTorchNames) {
   const TensorMap sd = adam.state_dict();
   std::vector<std::string> keys;
   for (const auto& [k, t] : sd) keys.push_back(k);
-  EXPECT_THAT(keys, ::testing::ElementsAre("param_groups.0.lr", "param_groups.0.num_params", "param_groups.0.weight_decay",
-                                           "state.0.exp_avg", "state.0.exp_avg_sq", "state.0.max_exp_avg_sq", "state.0.step",
-                                           "state.1.exp_avg", "state.1.exp_avg_sq", "state.1.max_exp_avg_sq", "state.1.step"));
+  EXPECT_THAT(
+      keys, ::testing::ElementsAre("param_groups.0.lr", "param_groups.0.num_params", "param_groups.0.weight_decay",
+                                   "state.0.exp_avg", "state.0.exp_avg_sq", "state.0.max_exp_avg_sq", "state.0.step",
+                                   "state.1.exp_avg", "state.1.exp_avg_sq", "state.1.max_exp_avg_sq", "state.1.step"));
   EXPECT_EQ(sd.at("state.0.step").item(), 2.0);
   EXPECT_EQ(sd.at("state.0.step").dim(), 0);
   EXPECT_EQ(sd.at("param_groups.0.lr").dtype(), DType::Float64);
@@ -236,7 +240,8 @@ TEST_F(BadStateDict, WrongShapeNamesTheKeyAndShapes) {
 
 TEST_F(BadStateDict, ParameterIndexOutOfRange) {
   sd["state.2.momentum_buffer"] = zeros({3});
-  EXPECT_THROW_MSG(sgd.load_state_dict(sd), std::invalid_argument, "'state.2.momentum_buffer': parameter index 2 out of range");
+  EXPECT_THROW_MSG(sgd.load_state_dict(sd), std::invalid_argument,
+                   "'state.2.momentum_buffer': parameter index 2 out of range");
 }
 
 TEST_F(BadStateDict, MissingGroupOption) {
@@ -278,7 +283,8 @@ TEST_F(BadStateDict, UnknownAndMalformedKeys) {
 
 TEST_F(BadStateDict, NonScalarGroupOption) {
   sd["param_groups.0.lr"] = zeros({2});
-  EXPECT_THROW_MSG(sgd.load_state_dict(sd), std::invalid_argument, "'param_groups.0.lr': expected a 0-d floating tensor");
+  EXPECT_THROW_MSG(sgd.load_state_dict(sd), std::invalid_argument,
+                   "'param_groups.0.lr': expected a 0-d floating tensor");
 }
 
 TEST_F(BadStateDict, AFailedLoadLeavesTheOptimizerUnchanged) {
@@ -309,7 +315,8 @@ TEST(OptimizerOptions, BadOptionsThrow) {
   EXPECT_THROW_MSG(SGD(ps, {.lr = 0.1, .momentum = -1.0}), std::invalid_argument, "invalid momentum");
   EXPECT_THROW_MSG(Adam(ps, {.beta1 = 1.0}), std::invalid_argument, "invalid beta1");
   EXPECT_THROW_MSG(AdamW(ps, {.weight_decay = -1.0}), std::invalid_argument, "invalid weight_decay");
-  EXPECT_THROW_MSG(SGD({{.params = ps, .lr = -1.0}}, {.lr = 0.1}), std::invalid_argument, "param group 0: invalid learning rate");
+  EXPECT_THROW_MSG(SGD({{.params = ps, .lr = -1.0}}, {.lr = 0.1}), std::invalid_argument,
+                   "param group 0: invalid learning rate");
 }
 
 TEST(OptimizerOptions, EmptyOrDuplicateParametersThrow) {
@@ -324,7 +331,8 @@ TEST(OptimizerOptions, GradientOfAnotherShapeThrowsAtStep) {
   std::vector<Variable> ps = make_params();
   SGD sgd(ps, {.lr = 0.1});
   ps[1].set_grad(zeros({4}));
-  EXPECT_THROW_MSG(sgd.step(), std::invalid_argument, "SGD.step: parameter 1 (float32[3] on cpu): its gradient is float32[4]");
+  EXPECT_THROW_MSG(sgd.step(), std::invalid_argument,
+                   "SGD.step: parameter 1 (float32[3] on cpu): its gradient is float32[4]");
 }
 
 TEST(OptimizerOptions, NonContiguousGradientIsAccepted) {

@@ -37,6 +37,8 @@ inline Tensor numeric_grad(const std::function<Tensor(const Tensor&)>& f, const 
 }
 
 // A float64 standard-normal tensor from a fixed key, for test inputs.
-inline Tensor randn64(const Shape& shape, uint64_t stream) { return randn(shape, RandomKey{1234, stream}, DType::Float64); }
+inline Tensor randn64(const Shape& shape, uint64_t stream) {
+  return randn(shape, RandomKey{1234, stream}, DType::Float64);
+}
 
 }  // namespace minidl::testing

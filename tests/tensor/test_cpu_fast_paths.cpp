@@ -29,8 +29,7 @@ using namespace minidl;
 using minidl::testing::expect_equal;
 
 namespace {
-template <class F>
-std::pair<Tensor, Tensor> with_1_and_2_threads(F f) {
+template <class F> std::pair<Tensor, Tensor> with_1_and_2_threads(F f) {
   const int saved = kernels::cpu::get_num_threads();
   kernels::cpu::set_num_threads(1);
   Tensor a = f();
@@ -42,8 +41,7 @@ std::pair<Tensor, Tensor> with_1_and_2_threads(F f) {
 }  // namespace
 
 // float takes the AVX-512 row loop where the CPU has it, double the scalar loop.
-template <class T>
-void check_max_pool_2x2() {
+template <class T> void check_max_pool_2x2() {
   const T nan = std::numeric_limits<T>::quiet_NaN(), inf = std::numeric_limits<T>::infinity();
   for (auto [H, W] : {std::pair<int64_t, int64_t>{6, 8}, {7, 5}, {28, 28}, {2, 2}, {4, 70}, {3, 33}}) {
     std::vector<T> x = randn({H * W}, DType::Float64).template to_vector<T>();
@@ -61,8 +59,10 @@ void check_max_pool_2x2() {
     kernels::cpu::max_pool2d_plane_forward_2x2(x.data(), H, W, y_fast.data(), i_fast.data(), Ho, Wo);
     for (int64_t o = 0; o < Ho * Wo; ++o) {
       EXPECT_EQ(i_fast[o], i_ref[o]) << H << "x" << W << " output " << o;
-      if (std::isnan(y_ref[o])) EXPECT_TRUE(std::isnan(y_fast[o])) << "output " << o;
-      else EXPECT_EQ(y_fast[o], y_ref[o]) << "output " << o;
+      if (std::isnan(y_ref[o]))
+        EXPECT_TRUE(std::isnan(y_fast[o])) << "output " << o;
+      else
+        EXPECT_EQ(y_fast[o], y_ref[o]) << "output " << o;
     }
   }
 }
@@ -94,7 +94,8 @@ TEST(FastPaths, BatchNormStatsMatchTwoPassReference) {
 
 TEST(FastPaths, PoolAndBatchNormSameBitsFor1And2Threads) {
   Tensor x = randn({16, 8, 28, 28});
-  auto [a, b] = with_1_and_2_threads([&] { return max_pool2d_forward(x, {.kernel_h = 2, .kernel_w = 2, .stride_h = 2, .stride_w = 2}).out; });
+  auto [a, b] = with_1_and_2_threads(
+      [&] { return max_pool2d_forward(x, {.kernel_h = 2, .kernel_w = 2, .stride_h = 2, .stride_w = 2}).out; });
   expect_equal(a, b, "max_pool2d 2x2");
   auto [c, d] = with_1_and_2_threads([&] { return batch_norm_stats(x, 1e-5).invstd; });
   expect_equal(c, d, "batch_norm_stats");
@@ -131,8 +132,10 @@ TEST(FastPaths, ExpAndErfMatchTheLibrary) {
     const float x = -104.0f * static_cast<float>(i) / 400000.0f;  // [-104, 0]
     const double ref = std::exp(static_cast<double>(x));
     const float e = kernels::cpu::exp_nonpositive(x);
-    if (ref >= 1.1754944e-38) worst_exp = std::max(worst_exp, std::fabs(e - ref) / ref);
-    else EXPECT_EQ(e, 0.0f) << "exp(" << x << ") should flush to 0";
+    if (ref >= 1.1754944e-38)
+      worst_exp = std::max(worst_exp, std::fabs(e - ref) / ref);
+    else
+      EXPECT_EQ(e, 0.0f) << "exp(" << x << ") should flush to 0";
     const float y = -6.0f + 12.0f * static_cast<float>(i) / 400000.0f;
     worst_erf = std::max(worst_erf, std::fabs(kernels::cpu::erf_fast(y) - std::erf(static_cast<double>(y))));
   }
@@ -224,7 +227,8 @@ TEST(FastPaths, StrideOneIm2colAndCol2imMatchTheirDefinition) {
 }
 
 TEST(FastPaths, ConvBackwardWithoutInputGradientKeepsWeightGradients) {
-  const Tensor x = randn({3, 2, 9, 9}), w = randn({4, 2, 3, 3}, RandomKey{9, 1}), dy = randn({3, 4, 9, 9}, RandomKey{9, 2});
+  const Tensor x = randn({3, 2, 9, 9}), w = randn({4, 2, 3, 3}, RandomKey{9, 1}),
+               dy = randn({3, 4, 9, 9}, RandomKey{9, 2});
   const Conv2dParams p{.pad_h = 1, .pad_w = 1};
   const Conv2dGrads all = conv2d_backward(x, w, dy, true, p), no_dx = conv2d_backward(x, w, dy, true, p, false);
   EXPECT_FALSE(no_dx.dx.defined());

@@ -18,8 +18,7 @@ namespace {
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 // Element-wise identity including NaN and the sign of zero (expect_equal treats NaN != NaN).
-template <class T>
-void expect_same_bits(const Tensor& got, const std::vector<T>& want) {
+template <class T> void expect_same_bits(const Tensor& got, const std::vector<T>& want) {
   const std::vector<T> v = got.to_vector<T>();
   ASSERT_EQ(v.size(), want.size());
   for (size_t i = 0; i < v.size(); ++i) {

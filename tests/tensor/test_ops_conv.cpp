@@ -130,7 +130,8 @@ TEST(Conv2d, BackwardMatchesFiniteDifferences) {
 }
 
 TEST(Conv2d, BackwardWithoutBiasLeavesDbUndefined) {
-  Conv2dGrads g = conv2d_backward(randn64({1, 1, 3, 3}, 1), randn64({1, 1, 2, 2}, 2), randn64({1, 1, 2, 2}, 3), false, {});
+  Conv2dGrads g =
+      conv2d_backward(randn64({1, 1, 3, 3}, 1), randn64({1, 1, 2, 2}, 2), randn64({1, 1, 2, 2}, 3), false, {});
   EXPECT_TRUE(g.dx.defined());
   EXPECT_TRUE(g.dw.defined());
   EXPECT_FALSE(g.db.defined());
@@ -161,15 +162,17 @@ TEST(Conv2d, WeightGradientIsTheSameForAnyThreadCount) {
 }
 
 TEST(Conv2d, RejectsAChannelMismatchNamingBothShapes) {
-  EXPECT_THROW_MSG(conv2d_forward(zeros({2, 4, 5, 5}), zeros({8, 3, 3, 3}), Tensor(), {}), std::invalid_argument,
-                   "conv2d: expected input (N, C, H, W) with C = 3 (weight [8, 3, 3, 3]), got float32[2, 4, 5, 5] on cpu");
+  EXPECT_THROW_MSG(
+      conv2d_forward(zeros({2, 4, 5, 5}), zeros({8, 3, 3, 3}), Tensor(), {}), std::invalid_argument,
+      "conv2d: expected input (N, C, H, W) with C = 3 (weight [8, 3, 3, 3]), got float32[2, 4, 5, 5] on cpu");
   EXPECT_THROW_MSG(conv2d_forward(zeros({2, 3, 5}), zeros({8, 3, 3, 3}), Tensor(), {}), std::invalid_argument,
                    "got float32[2, 3, 5] on cpu");
 }
 
 TEST(Conv2d, RejectsBadGroupsBiasKernelAndGrad) {
   EXPECT_THROW_MSG(conv2d_forward(zeros({1, 4, 5, 5}), zeros({3, 2, 3, 3}), Tensor(), {.groups = 2}),
-                   std::invalid_argument, "C_out = 3 of weight float32[3, 2, 3, 3] on cpu is not divisible by groups = 2");
+                   std::invalid_argument,
+                   "C_out = 3 of weight float32[3, 2, 3, 3] on cpu is not divisible by groups = 2");
   EXPECT_THROW_MSG(conv2d_forward(zeros({1, 3, 5, 5}), zeros({8, 3, 3, 3}), zeros({7}), {}), std::invalid_argument,
                    "conv2d: expected bias float32[8] for weight float32[8, 3, 3, 3] on cpu, got float32[7] on cpu");
   EXPECT_THROW_MSG(conv2d_forward(zeros({1, 3, 2, 2}), zeros({8, 3, 3, 3}), Tensor(), {}), std::invalid_argument,
@@ -179,7 +182,8 @@ TEST(Conv2d, RejectsBadGroupsBiasKernelAndGrad) {
   EXPECT_THROW_MSG(conv2d_forward(zeros({1, 3, 5, 5}), zeros({8, 3, 3, 3}, DType::Float64), Tensor(), {}),
                    std::invalid_argument, "same dtype");
   EXPECT_THROW_MSG(conv2d_forward(zeros({1, 3, 5, 5}, DType::Int64), zeros({8, 3, 3, 3}), Tensor(), {}),
-                   std::invalid_argument, "conv2d: expected input to be float32 or float64, got int64[1, 3, 5, 5] on cpu");
+                   std::invalid_argument,
+                   "conv2d: expected input to be float32 or float64, got int64[1, 3, 5, 5] on cpu");
   EXPECT_THROW_MSG(conv2d_backward(zeros({1, 3, 5, 5}), zeros({8, 3, 3, 3}), zeros({1, 8, 2, 2}), true, {}),
                    std::invalid_argument, "conv2d_backward: expected grad_output float32[1, 8, 3, 3]");
 }

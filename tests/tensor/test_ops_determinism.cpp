@@ -8,8 +8,7 @@ using minidl::testing::expect_equal;
 
 namespace {
 // Runs f with 1 thread and with 2 threads, restoring the default afterwards.
-template <class F>
-std::pair<Tensor, Tensor> with_1_and_2_threads(F f) {
+template <class F> std::pair<Tensor, Tensor> with_1_and_2_threads(F f) {
   const int saved = kernels::cpu::get_num_threads();
   kernels::cpu::set_num_threads(1);
   Tensor a = f();

@@ -21,9 +21,7 @@ TEST(BroadcastShapes, RightAlignedWithOnes) {
                    "add: shapes [2, 3] and [4] cannot be broadcast");
 }
 
-TEST(Elementwise, AddSameShape) {
-  expect_equal(add(f32({1, 2, 3}), f32({10, 20, 30})), f32({11, 22, 33}));
-}
+TEST(Elementwise, AddSameShape) { expect_equal(add(f32({1, 2, 3}), f32({10, 20, 30})), f32({11, 22, 33})); }
 
 TEST(Elementwise, SubMulDivBroadcastRowAndColumn) {
   Tensor a = f32({1, 2, 3, 4, 5, 6}, {2, 3});
@@ -42,7 +40,7 @@ TEST(Elementwise, ZeroDimScalarTensorBroadcasts) {
 
 TEST(Elementwise, NonContiguousTransposedAndSlicedInputs) {
   Tensor a = arange(0, 6, 1, DType::Float32).reshape({2, 3});
-  Tensor t = a.t();                                   // (3, 2) strides (1, 3)
+  Tensor t = a.t();  // (3, 2) strides (1, 3)
   Tensor b = arange(0, 6, 1, DType::Float32).reshape({3, 2});
   expect_equal(add(t, b), f32({0, 4, 3, 7, 6, 10}, {3, 2}));
   Tensor s = arange(0, 10, 1, DType::Float32).slice(0, 1, 10, 3);  // [1, 4, 7]

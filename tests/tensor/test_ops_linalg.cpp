@@ -45,10 +45,10 @@ TEST(Mm, TransposedViewsOfEitherOperand) {
 
 TEST(Mm, SlicedRowsAndColumns) {
   Tensor big = randn({10, 12}, DType::Float64);
-  Tensor a = big.slice(0, 1, 6).slice(1, 2, 9);   // (5, 7), row stride 12
-  Tensor b = big.slice(0, 0, 7).slice(1, 0, 3);   // (7, 3)
+  Tensor a = big.slice(0, 1, 6).slice(1, 2, 9);  // (5, 7), row stride 12
+  Tensor b = big.slice(0, 0, 7).slice(1, 0, 3);  // (7, 3)
   expect_close(mm(a, b), naive_mm(a.contiguous(), b.contiguous()), 1e-12, 1e-12);
-  Tensor strided = big.slice(1, 0, 12, 2);        // (10, 6), column stride 2: copied internally
+  Tensor strided = big.slice(1, 0, 12, 2);  // (10, 6), column stride 2: copied internally
   expect_close(mm(strided.t(), big.slice(1, 0, 4)), naive_mm(strided.t().contiguous(), big.slice(1, 0, 4).contiguous()),
                1e-12, 1e-12);
 }

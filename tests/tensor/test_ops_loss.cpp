@@ -72,9 +72,9 @@ TEST(CrossEntropyLoss, RejectsATargetOutOfRangeNamingItAndC) {
 TEST(CrossEntropyLoss, RejectsBadShapesAndSmoothing) {
   EXPECT_THROW_MSG(cross_entropy_forward(zeros({4}), from_vector<int64_t>({0}, {1}), 0.0), std::invalid_argument,
                    "cross_entropy: expected logits (N, C), got float32[4] on cpu");
-  EXPECT_THROW_MSG(cross_entropy_forward(zeros({2, 3}), from_vector<int64_t>({0, 1, 2}, {3}), 0.0),
-                   std::invalid_argument,
-                   "cross_entropy: expected target int64[2] on cpu for logits float32[2, 3] on cpu, got int64[3] on cpu");
+  EXPECT_THROW_MSG(
+      cross_entropy_forward(zeros({2, 3}), from_vector<int64_t>({0, 1, 2}, {3}), 0.0), std::invalid_argument,
+      "cross_entropy: expected target int64[2] on cpu for logits float32[2, 3] on cpu, got int64[3] on cpu");
   EXPECT_THROW_MSG(cross_entropy_forward(zeros({2, 3}), zeros({2}), 0.0), std::invalid_argument,
                    "got float32[2] on cpu");
   EXPECT_THROW_MSG(cross_entropy_forward(zeros({2, 3}), from_vector<int64_t>({0, 1}, {2}), 1.5), std::invalid_argument,

@@ -63,8 +63,8 @@ TEST(BatchNorm, ElemtNormalisesThenAppliesTheAffine) {
   Tensor y = batch_norm_elemt(x, from_vector<double>({2, 20}, {2}), from_vector<double>({1, 0.1}, {2}),
                               from_vector<double>({2, 3}, {2}), from_vector<double>({0.5, -1}, {2}));
   expect_close(y, from_vector<double>({-1.5, -4, 2.5, 2}, {2, 2}), 1e-15, 1e-15);
-  Tensor plain = batch_norm_elemt(x, from_vector<double>({2, 20}, {2}), from_vector<double>({1, 0.1}, {2}), Tensor(),
-                                  Tensor());
+  Tensor plain =
+      batch_norm_elemt(x, from_vector<double>({2, 20}, {2}), from_vector<double>({1, 0.1}, {2}), Tensor(), Tensor());
   expect_close(plain, from_vector<double>({-1, -1, 1, 1}, {2, 2}), 1e-15, 1e-15);
 }
 
@@ -103,7 +103,8 @@ TEST(BatchNorm, AssembledBackwardWithoutAffineMatchesFiniteDifferences) {
   Tensor x = randn64({4, 3, 2}, 5), dy = randn64({4, 3, 2}, 6);
   BatchNormGrads g = batch_norm_train_backward(dy, x, Tensor(), 1e-5);
   EXPECT_FALSE(g.dweight.defined());
-  expect_close(g.dx, numeric_grad([&](const Tensor& v) { return batch_norm_train(v, Tensor(), Tensor(), 1e-5); }, x, dy),
+  expect_close(g.dx,
+               numeric_grad([&](const Tensor& v) { return batch_norm_train(v, Tensor(), Tensor(), 1e-5); }, x, dy),
                1e-6, 1e-7);
 }
 
@@ -112,7 +113,8 @@ TEST(BatchNorm, EvalBackwardIsDyTimesWeightTimesInvstd) {
   Tensor x = randn64({3, 2, 2}, 7), dy = randn64({3, 2, 2}, 8);
   Tensor mean = from_vector<double>({0.5, -1}, {2}), invstd = from_vector<double>({2, 0.25}, {2});
   Tensor w = from_vector<double>({3, -4}, {2});
-  Tensor dx = batch_norm_backward_elemt(dy, x, mean, invstd, w, zeros({2}, DType::Float64), zeros({2}, DType::Float64), 12);
+  Tensor dx =
+      batch_norm_backward_elemt(dy, x, mean, invstd, w, zeros({2}, DType::Float64), zeros({2}, DType::Float64), 12);
   expect_close(dx, numeric_grad([&](const Tensor& v) { return batch_norm_elemt(v, mean, invstd, w, Tensor()); }, x, dy),
                1e-6, 1e-7);
 }
@@ -152,7 +154,8 @@ TEST(BatchNorm, RejectsBadShapes) {
 
 TEST(LayerNorm, NormalisesEachRowWithBiasedVariance) {
   // Row {1, 2, 3, 4}: mean 2.5, var 1.25; eps 0.75 -> invstd 1/sqrt(2).
-  LayerNormResult r = layer_norm_forward(from_vector<double>({1, 2, 3, 4, 5, 5, 5, 5}, {2, 4}), {4}, Tensor(), Tensor(), 0.75);
+  LayerNormResult r =
+      layer_norm_forward(from_vector<double>({1, 2, 3, 4, 5, 5, 5, 5}, {2, 4}), {4}, Tensor(), Tensor(), 0.75);
   const double k = 1 / std::sqrt(2.0);
   expect_close(r.out, from_vector<double>({-1.5 * k, -0.5 * k, 0.5 * k, 1.5 * k, 0, 0, 0, 0}, {2, 4}), 1e-15, 1e-15);
   expect_equal(r.mean, from_vector<double>({2.5, 5}, {2}));
@@ -171,11 +174,15 @@ TEST(LayerNorm, BackwardMatchesFiniteDifferences) {
     Tensor x = randn64({2, 3, 4}, 11), w = randn64(norm, 12), b = randn64(norm, 13), dy = randn64({2, 3, 4}, 14);
     LayerNormResult r = layer_norm_forward(x, norm, w, b, eps);
     LayerNormGrads g = layer_norm_backward(dy, x, r.mean, r.invstd, norm, w);
-    auto f = [&](const Tensor& xv, const Tensor& wv, const Tensor& bv) { return layer_norm_forward(xv, norm, wv, bv, eps).out; };
+    auto f = [&](const Tensor& xv, const Tensor& wv, const Tensor& bv) {
+      return layer_norm_forward(xv, norm, wv, bv, eps).out;
+    };
     const std::string what = "normalized " + shape_str(norm);
     expect_close(g.dx, numeric_grad([&](const Tensor& v) { return f(v, w, b); }, x, dy), 1e-6, 1e-7, what + " dx");
-    expect_close(g.dweight, numeric_grad([&](const Tensor& v) { return f(x, v, b); }, w, dy), 1e-6, 1e-7, what + " dweight");
-    expect_close(g.dbias, numeric_grad([&](const Tensor& v) { return f(x, w, v); }, b, dy), 1e-6, 1e-7, what + " dbias");
+    expect_close(g.dweight, numeric_grad([&](const Tensor& v) { return f(x, v, b); }, w, dy), 1e-6, 1e-7,
+                 what + " dweight");
+    expect_close(g.dbias, numeric_grad([&](const Tensor& v) { return f(x, w, v); }, b, dy), 1e-6, 1e-7,
+                 what + " dbias");
   }
 }
 
@@ -185,8 +192,10 @@ TEST(LayerNorm, BackwardWithoutWeightMatchesFiniteDifferences) {
   LayerNormGrads g = layer_norm_backward(dy, x, r.mean, r.invstd, {6}, Tensor());
   EXPECT_FALSE(g.dweight.defined());
   EXPECT_FALSE(g.dbias.defined());
-  expect_close(g.dx, numeric_grad([&](const Tensor& v) { return layer_norm_forward(v, {6}, Tensor(), Tensor(), 1e-5).out; }, x, dy),
-               1e-6, 1e-7);
+  expect_close(
+      g.dx,
+      numeric_grad([&](const Tensor& v) { return layer_norm_forward(v, {6}, Tensor(), Tensor(), 1e-5).out; }, x, dy),
+      1e-6, 1e-7);
 }
 
 TEST(LayerNorm, WeightGradientIsTheSameForAnyThreadCount) {

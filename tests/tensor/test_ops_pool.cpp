@@ -23,7 +23,8 @@ TEST(MaxPool2d, TakesTheMaxOfEachWindowAndRecordsWhere) {
 TEST(MaxPool2d, PaddingIsNeverTheMax) {
   // All-negative input: padded positions (-inf) must not win; 3x3 kernel, stride 1, padding 1.
   Tensor x = from_vector<double>({-9, -8, -7, -6, -5, -4, -3, -2, -1}, {1, 1, 3, 3});
-  MaxPool2dResult r = max_pool2d_forward(x, {.kernel_h = 3, .kernel_w = 3, .stride_h = 1, .stride_w = 1, .pad_h = 1, .pad_w = 1});
+  MaxPool2dResult r =
+      max_pool2d_forward(x, {.kernel_h = 3, .kernel_w = 3, .stride_h = 1, .stride_w = 1, .pad_h = 1, .pad_w = 1});
   expect_equal(r.out, from_vector<double>({-5, -4, -4, -2, -1, -1, -2, -1, -1}, {1, 1, 3, 3}));
   expect_equal(r.indices, from_vector<int64_t>({4, 5, 5, 7, 8, 8, 7, 8, 8}, {1, 1, 3, 3}));
 }
@@ -46,8 +47,9 @@ TEST(MaxPool2d, BackwardRoutesEachGradientToItsMax) {
 }
 
 TEST(MaxPool2d, BackwardMatchesFiniteDifferences) {
-  for (const Pool2dParams& p : {Pool2dParams{.kernel_h = 3, .kernel_w = 2, .stride_h = 2, .stride_w = 1, .pad_h = 1, .pad_w = 1},
-                                Pool2dParams{.kernel_h = 2, .kernel_w = 2, .stride_h = 2, .stride_w = 2}}) {
+  for (const Pool2dParams& p :
+       {Pool2dParams{.kernel_h = 3, .kernel_w = 2, .stride_h = 2, .stride_w = 1, .pad_h = 1, .pad_w = 1},
+        Pool2dParams{.kernel_h = 2, .kernel_w = 2, .stride_h = 2, .stride_w = 2}}) {
     Tensor x = randn64({2, 3, 5, 6}, 1);
     MaxPool2dResult r = max_pool2d_forward(x, p);
     Tensor dy = randn64(r.out.shape(), 2);
@@ -68,7 +70,12 @@ TEST(AvgPool2d, CountIncludePadDividesByTheFullWindow) {
 
 TEST(AvgPool2d, BackwardMatchesFiniteDifferences) {
   for (bool include_pad : {true, false}) {
-    const Pool2dParams p{.kernel_h = 3, .kernel_w = 3, .stride_h = 2, .stride_w = 1, .pad_h = 1, .pad_w = 1,
+    const Pool2dParams p{.kernel_h = 3,
+                         .kernel_w = 3,
+                         .stride_h = 2,
+                         .stride_w = 1,
+                         .pad_h = 1,
+                         .pad_w = 1,
                          .count_include_pad = include_pad};
     Tensor x = randn64({2, 2, 5, 4}, 3);
     Tensor y = avg_pool2d_forward(x, p);
@@ -109,17 +116,18 @@ TEST(Pool2d, RejectsBadShapesAndWindows) {
   EXPECT_THROW_MSG(avg_pool2d_forward(zeros({1, 1, 1, 4}), p), std::invalid_argument,
                    "avg_pool2d: kernel (2, 2), stride (2, 2), padding (0, 0) gives an empty output for input "
                    "float32[1, 1, 1, 4] on cpu");
-  EXPECT_THROW_MSG(max_pool2d_forward(zeros({1, 1, 4, 4}),
-                                      {.kernel_h = 2, .kernel_w = 2, .stride_h = 1, .stride_w = 1, .pad_h = 2}),
-                   std::invalid_argument, "padding must be at most half the kernel size");
-  EXPECT_THROW_MSG(max_pool2d_forward(zeros({1, 1, 4, 4}), {.kernel_h = 2, .kernel_w = 2, .stride_h = 0, .stride_w = 1}),
-                   std::invalid_argument, "kernel and stride must be positive");
+  EXPECT_THROW_MSG(
+      max_pool2d_forward(zeros({1, 1, 4, 4}), {.kernel_h = 2, .kernel_w = 2, .stride_h = 1, .stride_w = 1, .pad_h = 2}),
+      std::invalid_argument, "padding must be at most half the kernel size");
+  EXPECT_THROW_MSG(
+      max_pool2d_forward(zeros({1, 1, 4, 4}), {.kernel_h = 2, .kernel_w = 2, .stride_h = 0, .stride_w = 1}),
+      std::invalid_argument, "kernel and stride must be positive");
   EXPECT_THROW_MSG(avg_pool2d_backward(zeros({1, 1, 3, 3}), {1, 1, 4, 4}, p), std::invalid_argument,
                    "avg_pool2d_backward: expected grad_output of shape [1, 1, 2, 2] for input [1, 1, 4, 4], got "
                    "float32[1, 1, 3, 3] on cpu");
-  EXPECT_THROW_MSG(max_pool2d_backward(zeros({1, 1, 2, 2}), from_vector<int64_t>({0, 1, 2, 99}, {1, 1, 2, 2}),
-                                       {1, 1, 4, 4}),
-                   std::invalid_argument, "index 99 is outside the 4x4 plane");
+  EXPECT_THROW_MSG(
+      max_pool2d_backward(zeros({1, 1, 2, 2}), from_vector<int64_t>({0, 1, 2, 99}, {1, 1, 2, 2}), {1, 1, 4, 4}),
+      std::invalid_argument, "index 99 is outside the 4x4 plane");
   EXPECT_THROW_MSG(adaptive_avg_pool2d_forward(zeros({1, 1, 4, 4}), 0, 2), std::invalid_argument,
                    "adaptive_avg_pool2d: output size must be positive, got (0, 2)");
 }

@@ -9,7 +9,8 @@ using minidl::DType;
 using minidl::Tensor;
 
 TEST(Pinned, WithoutADeviceEmptyPinnedSaysWhy) {
-  if (minidl::kernels::cuda::device_count() > 0) GTEST_SKIP() << "a CUDA device is present: the error path does not apply";
+  if (minidl::kernels::cuda::device_count() > 0)
+    GTEST_SKIP() << "a CUDA device is present: the error path does not apply";
   try {
     (void)minidl::empty_pinned({2, 3});
     FAIL() << "empty_pinned succeeded without a CUDA device";
@@ -17,7 +18,8 @@ TEST(Pinned, WithoutADeviceEmptyPinnedSaysWhy) {
     const std::string msg = e.what();
     EXPECT_TRUE(msg.find("pinned_malloc") != std::string::npos) << msg;
     EXPECT_TRUE(msg.find("no CUDA device present") != std::string::npos ||
-                msg.find("built without CUDA") != std::string::npos) << msg;
+                msg.find("built without CUDA") != std::string::npos)
+        << msg;
   }
 }
 

@@ -15,9 +15,7 @@ std::string temp_path(const std::string& name) {
   fs::create_directories(dir);
   return (dir / name).string();
 }
-void write_bytes(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary) << bytes;
-}
+void write_bytes(const std::string& path, const std::string& bytes) { std::ofstream(path, std::ios::binary) << bytes; }
 TensorMap sample() {
   return {{"a.weight", randn({3, 4}, RandomKey{1, 0})},
           {"a.bias", arange(0.0, 3.0, 1.0, DType::Float64)},
@@ -104,15 +102,18 @@ TEST(Safetensors, OutOfRangeOffsetsAndBadDtypeAreErrors) {
 }
 
 TEST(Safetensors, MissingFileNamesThePath) {
-  EXPECT_THROW_MSG(load("/nonexistent/model.safetensors"), std::runtime_error, "cannot open /nonexistent/model.safetensors");
+  EXPECT_THROW_MSG(load("/nonexistent/model.safetensors"), std::runtime_error,
+                   "cannot open /nonexistent/model.safetensors");
 }
 
 TEST(Safetensors, FileOpensInAnIndependentPythonReader) {
   // tests/tensor/read_safetensors.py parses the format with the standard library and numpy
   const std::string path = temp_path("py.safetensors");
   save(sample(), path, {{"epoch", "3"}});
-  const std::string cmd = "/usr/bin/python3 " + std::string(MINIDL_SOURCE_DIR) + "/tests/tensor/read_safetensors.py " + path;
-  if (std::system("/usr/bin/python3 -c 'import numpy' 2>/dev/null") != 0) GTEST_SKIP() << "python3-numpy is not installed";
+  const std::string cmd =
+      "/usr/bin/python3 " + std::string(MINIDL_SOURCE_DIR) + "/tests/tensor/read_safetensors.py " + path;
+  if (std::system("/usr/bin/python3 -c 'import numpy' 2>/dev/null") != 0)
+    GTEST_SKIP() << "python3-numpy is not installed";
   FILE* p = popen(cmd.c_str(), "r");
   ASSERT_NE(p, nullptr);
   std::string out;

@@ -51,11 +51,15 @@ TEST(SafetensorsHostile, GapsAndOverlapsBetweenTensorsAreErrors) {
   EXPECT_THROW_MSG(deserialize(crafted(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", 8), "f"),
                    std::runtime_error, "tensor 'a' starts at byte 4 of the data section, expected 0 (a gap before it)");
   EXPECT_THROW_MSG(deserialize(crafted(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
-                                       R"("b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", 8), "f"),
+                                       R"("b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+                                       8),
+                               "f"),
                    std::runtime_error, "tensor 'b' starts at byte 4 of the data section, expected 8 (it overlaps");
   // Out of name order but tiling the data exactly: valid (the PyTorch writer orders by dtype).
   SafetensorsFile ok = deserialize(crafted(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]},)"
-                                           R"("b":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 8), "f");
+                                           R"("b":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})",
+                                           8),
+                                   "f");
   EXPECT_EQ(ok.tensors.size(), 2u);
 }
 
