@@ -14,6 +14,19 @@
 
 namespace minidl::optim {
 
+namespace {
+// The value of dict[key], which must be a 0-d floating tensor; errors start with `op`.
+double scalar_entry(const TensorMap& dict, const std::string& key, const std::string& op) {
+  auto it = dict.find(key);
+  if (it == dict.end()) throw std::invalid_argument(op + "missing key '" + key + "'");
+  const Tensor& t = it->second;
+  if (!t.defined() || t.dim() != 0 || !t.is_floating_point())
+    throw std::invalid_argument(op + "key '" + key + "': expected a 0-d floating tensor, got " +
+                                (t.defined() ? t.desc() : std::string("undefined")));
+  return t.item();
+}
+}  // namespace
+
 LRScheduler::LRScheduler(Optimizer& optimizer, const char* name) : optimizer_(optimizer), name_(name) {
   // as PyTorch with last_epoch = -1: the first scheduler records each group's initial lr
   for (ParamGroup& group : optimizer_.param_groups()) {
@@ -52,15 +65,7 @@ TensorMap LRScheduler::state_dict() const {
 
 void LRScheduler::load_state_dict(const TensorMap& dict) {
   const std::string op = std::string(name_) + ".load_state_dict: ";
-  auto value = [&](const std::string& key) {
-    auto it = dict.find(key);
-    if (it == dict.end()) throw std::invalid_argument(op + "missing key '" + key + "'");
-    const Tensor& t = it->second;
-    if (!t.defined() || t.dim() != 0 || !t.is_floating_point())
-      throw std::invalid_argument(op + "key '" + key + "': expected a 0-d floating tensor, got " +
-                                  (t.defined() ? t.desc() : std::string("undefined")));
-    return t.item();
-  };
+  auto value = [&](const std::string& key) { return scalar_entry(dict, key, op); };
   const double epoch = value("last_epoch");
   if (!(epoch >= 0.0) || epoch != std::floor(epoch))
     throw std::invalid_argument(op + "key 'last_epoch': expected a non-negative integer, got " + std::to_string(epoch));
@@ -315,13 +320,7 @@ void ReduceLROnPlateau::load_state_dict(const TensorMap& dict) {
   const char* keys[] = {"best", "num_bad_epochs", "cooldown_counter", "last_epoch"};
   double v[4];
   for (int k = 0; k < 4; ++k) {
-    auto it = dict.find(keys[k]);
-    if (it == dict.end()) throw std::invalid_argument(op + "missing key '" + keys[k] + "'");
-    const Tensor& t = it->second;
-    if (!t.defined() || t.dim() != 0 || !t.is_floating_point())
-      throw std::invalid_argument(op + "key '" + keys[k] + "': expected a 0-d floating tensor, got " +
-                                  (t.defined() ? t.desc() : std::string("undefined")));
-    v[k] = t.item();
+    v[k] = scalar_entry(dict, keys[k], op);
     // the three counters are non-negative integers; best may be +-inf (no metric seen yet), not NaN
     if (k > 0 ? !(v[k] >= 0.0 && v[k] == std::floor(v[k]) && v[k] < 9e15) : std::isnan(v[k]))
       throw std::invalid_argument(op + "key '" + keys[k] + "': invalid value " + std::to_string(v[k]));
