@@ -76,7 +76,23 @@ Variable Variable::make_result(Tensor data, std::vector<Variable> inputs, Backwa
   static std::atomic<uint64_t> next_sequence_nr{0};
   node->sequence_nr = next_sequence_nr.fetch_add(1);
   node->name = name;
+  for (auto& in : inputs) {
+    if (!in.requires_grad()) {
+      in = Variable();
+    } else if (in.impl_->grad_fn) {
+      if (!in.impl_->edge) {
+        auto e = std::make_shared<VariableImpl>();
+        e->requires_grad = true;
+        e->grad_fn = in.impl_->grad_fn;
+        in.impl_->edge = std::move(e);
+      }
+      Variable edge;
+      edge.impl_ = in.impl_->edge;
+      in = std::move(edge);
+    }
+  }
   node->inputs = std::move(inputs);
+  node->shape = out.shape();
   node->backward = std::move(backward);
   out.impl_->grad_fn = std::move(node);
   return out;
@@ -92,13 +108,27 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-void accumulate(std::unordered_map<VariableImpl*, Tensor>& grads, VariableImpl* v, const Tensor& g) {
+// True when nothing but `g` holds its buffer and the buffer is exactly g's elements in order:
+// such a gradient can be kept (as .grad, or added into in place) instead of copied.
+bool owns_buffer(const Tensor& g) {
+  return g.storage().use_count() == 1 && g.offset() == 0 && g.is_contiguous() &&
+         g.storage()->nbytes() == static_cast<size_t>(g.numel()) * element_size(g.dtype());
+}
+
+// The key a Variable has in the engine's maps: its edge handle when consumers hold one.
+VariableImpl* graph_key(VariableImpl* v) { return v->edge ? v->edge.get() : v; }
+
+void accumulate(std::unordered_map<VariableImpl*, Tensor>& grads, VariableImpl* v, Tensor g) {
   auto it = grads.find(v);
   if (it == grads.end()) {
-    grads.emplace(v, g);
+    grads.emplace(v, std::move(g));
   } else {
     const Clock::time_point t0 = Clock::now();
-    it->second = add(it->second, g);
+    if (owns_buffer(it->second)) {
+      add_(it->second, g);
+    } else {
+      it->second = add(it->second, g);
+    }
     if (autograd::profiler::enabled()) autograd::profiler::add("AccumulateGrad", since(t0), true);
   }
 }
@@ -110,7 +140,7 @@ std::unordered_map<VariableImpl*, int> count_dependencies(const std::vector<Vari
   std::unordered_set<VariableImpl*> seen;
   std::vector<VariableImpl*> stack;
   for (const auto& r : roots)
-    if (seen.insert(r.impl()).second) stack.push_back(r.impl());
+    if (seen.insert(graph_key(r.impl())).second) stack.push_back(graph_key(r.impl()));
   while (!stack.empty()) {
     VariableImpl* v = stack.back();
     stack.pop_back();
@@ -125,9 +155,9 @@ std::unordered_map<VariableImpl*, int> count_dependencies(const std::vector<Vari
   return deps;
 }
 
-void accumulate_into_leaf(VariableImpl* v, const Tensor& g) {
+void accumulate_into_leaf(VariableImpl* v, Tensor g) {
   if (!v->grad.defined()) {
-    v->grad = g.clone();  // own copy: g may alias another gradient
+    v->grad = owns_buffer(g) ? std::move(g) : g.clone();  // a copy when g may alias another tensor
   } else {
     add_(v->grad, g);
   }
@@ -135,9 +165,9 @@ void accumulate_into_leaf(VariableImpl* v, const Tensor& g) {
 }
 
 // accumulate_into_leaf, its time recorded as "AccumulateGrad" when profiling (autograd/profiler.h).
-void finish_leaf(VariableImpl* v, const Tensor& g) {
+void finish_leaf(VariableImpl* v, Tensor g) {
   const Clock::time_point t0 = Clock::now();
-  accumulate_into_leaf(v, g);
+  accumulate_into_leaf(v, std::move(g));
   if (autograd::profiler::enabled()) autograd::profiler::add("AccumulateGrad", since(t0), true);
 }
 }  // namespace
@@ -159,7 +189,7 @@ void backward(const std::vector<Variable>& roots, const std::vector<Tensor>& gra
     } else if (g.shape() != r.shape()) {
       throw std::invalid_argument("backward: gradient " + g.desc() + " does not match the root " + r.data().desc());
     }
-    accumulate(grads, r.impl(), g);
+    accumulate(grads, graph_key(r.impl()), std::move(g));
   }
 
   // Kahn's algorithm: a Variable is ready when all its contributions have arrived. Among ready
@@ -170,11 +200,15 @@ void backward(const std::vector<Variable>& roots, const std::vector<Tensor>& gra
   std::priority_queue<VariableImpl*, std::vector<VariableImpl*>, decltype(later_first)> ready(later_first);
   std::unordered_set<VariableImpl*> queued;
   for (const auto& r : roots) {
-    if (deps[r.impl()] != 0 || !queued.insert(r.impl()).second) continue;
+    VariableImpl* key = graph_key(r.impl());
+    if (deps[key] != 0 || !queued.insert(key).second) continue;
     if (r.is_leaf()) {
-      finish_leaf(r.impl(), grads.at(r.impl()));
+      auto it = grads.find(key);
+      Tensor g = std::move(it->second);
+      grads.erase(it);
+      finish_leaf(key, std::move(g));
     } else {
-      ready.push(r.impl());
+      ready.push(key);
     }
   }
   while (!ready.empty()) {
@@ -201,17 +235,19 @@ void backward(const std::vector<Variable>& roots, const std::vector<Tensor>& gra
       VariableImpl* in = node.inputs[i].impl();
       if (!in || !in->requires_grad) continue;
       if (in_grads[i].defined()) {
-        if (in_grads[i].shape() != in->data.shape())
+        const Shape& expected = in->grad_fn ? in->grad_fn->shape : in->data.shape();
+        if (in_grads[i].shape() != expected)
           throw std::logic_error(node.name + ": gradient for input " + std::to_string(i) + " is " + in_grads[i].desc() +
-                                 ", expected shape " + shape_str(in->data.shape()));
-        accumulate(grads, in, in_grads[i]);
+                                 ", expected shape " + shape_str(expected));
+        accumulate(grads, in, std::move(in_grads[i]));
       }
       if (--deps[in] > 0) continue;
       if (in->grad_fn) {
         ready.push(in);
       } else if (auto it = grads.find(in); it != grads.end()) {
-        finish_leaf(in, it->second);
+        Tensor g = std::move(it->second);
         grads.erase(it);
+        finish_leaf(in, std::move(g));
       }
     }
     if (!retain_graph) {

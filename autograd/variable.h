@@ -8,7 +8,9 @@
 //   y.backward();                  // x.grad() == 2 * x
 // backward() runs each node (and each leaf's post-accumulate hook, which DDP uses to start
 // all-reduces) as soon as all gradient contributions to it have arrived. Without retain_graph the graph's closures (and the tensors
-// they saved) are freed; a second backward through them is an error.
+// they saved) are freed; a second backward through them is an error. The graph holds no
+// intermediate results of its own: only the tensors each backward saved (VariableImpl::edge).
+// A leaf's first gradient becomes its .grad without a copy when nothing else holds that buffer.
 #pragma once
 #include <functional>
 #include <memory>
@@ -27,7 +29,10 @@ using GradHook = std::function<void(Tensor& grad)>;
 
 struct Node {
   std::string name;  // "MulBackward"
-  std::vector<Variable> inputs;  // edges to the op's inputs
+  // Edges to the op's inputs: a leaf as itself; a non-leaf as its edge handle (the same grad_fn,
+  // no data, see VariableImpl::edge); an input that does not require grad as an undefined Variable.
+  std::vector<Variable> inputs;
+  Shape shape;  // the output's shape: what the gradient arriving here must have
   BackwardFn backward;
   bool released = false;  // set after a backward without retain_graph
   uint64_t sequence_nr = 0;  // creation order; later nodes run first among ready ones
@@ -39,6 +44,10 @@ struct VariableImpl {
   bool requires_grad = false;
   std::shared_ptr<Node> grad_fn;
   std::vector<std::pair<uint64_t, GradHook>> post_accumulate_grad_hooks;  // (handle, hook)
+  // A non-leaf's stand-in in the graph: consumers' nodes hold this handle (requires_grad and
+  // grad_fn only) rather than the Variable, so an intermediate result is freed as soon as no
+  // user handle and no saved tensor holds it — the graph itself keeps no activations alive.
+  std::shared_ptr<VariableImpl> edge;
 };
 
 class Variable {
