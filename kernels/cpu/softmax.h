@@ -32,70 +32,76 @@ template <class F> void for_each_softmax_row(int64_t outer, int64_t len, int64_t
 template <class T, class S>
 inline constexpr bool kFastRows = std::is_same_v<T, float>&& std::is_same_v<S, std::integral_constant<int64_t, 1>>;
 
+// One row of y = softmax(x) or log_softmax(x): len elements at stride s (a compile-time 1 for
+// contiguous rows). In place (y == x) is allowed. The row max is one vectorisable max reduction:
+// exact in any order; a NaN anywhere makes the whole row NaN whatever the max picked.
+template <class T, class S> void softmax_row(const T* xr, T* yr, int64_t len, S s, bool log) {
+  T m = xr[0];
+#pragma omp simd reduction(max : m)
+  for (int64_t i = 1; i < len; ++i) m = std::max(m, xr[i * s]);
+  if (std::isinf(m) && m < 0) m = T(0);  // all -inf: avoid (-inf) - (-inf) = NaN
+  double sum = 0;
+  if constexpr (kFastRows<T, S>) {  // contiguous float rows: vectorised exp and sums
+    for (int64_t i = 0; i < len; ++i) yr[i] = exp_nonpositive(xr[i] - m);
+    sum = simd_sum(len, [&](int64_t i) { return yr[i]; });
+    if (log) {
+      const T lse = m + T(std::log(sum));
+      for (int64_t i = 0; i < len; ++i) yr[i] = xr[i] - lse;
+    } else {
+      const T inv = T(1.0 / sum);
+      for (int64_t i = 0; i < len; ++i) yr[i] *= inv;
+    }
+  } else if (log) {
+    for (int64_t i = 0; i < len; ++i) sum += double(std::exp(xr[i * s] - m));
+    const T lse = m + T(std::log(sum));
+    for (int64_t i = 0; i < len; ++i) yr[i * s] = xr[i * s] - lse;
+  } else {
+    for (int64_t i = 0; i < len; ++i) {
+      const T e = std::exp(xr[i * s] - m);
+      yr[i * s] = e;
+      sum += double(e);
+    }
+    const T inv = T(1.0 / sum);
+    for (int64_t i = 0; i < len; ++i) yr[i * s] *= inv;
+  }
+}
+
+// One row of the backward (in place, dr == gr, allowed):
+// softmax:     dx = y * (dy - sum(dy * y))
+// log_softmax: dx = dy - exp(y) * sum(dy)
+template <class T, class S> void softmax_backward_row(const T* yr, const T* gr, T* dr, int64_t len, S s, bool log) {
+  double dot = 0;
+  if constexpr (kFastRows<T, S>) {
+    if (log) {
+      const T sd = T(simd_sum(len, [&](int64_t i) { return gr[i]; }));
+      for (int64_t i = 0; i < len; ++i) dr[i] = gr[i] - exp_nonpositive(yr[i]) * sd;
+    } else {
+      const T sd = T(simd_sum(len, [&](int64_t i) { return double(gr[i]) * double(yr[i]); }));
+      for (int64_t i = 0; i < len; ++i) dr[i] = yr[i] * (gr[i] - sd);
+    }
+  } else if (log) {
+    for (int64_t i = 0; i < len; ++i) dot += double(gr[i * s]);
+    const T sd = T(dot);
+    for (int64_t i = 0; i < len; ++i) dr[i * s] = gr[i * s] - std::exp(yr[i * s]) * sd;
+  } else {
+    for (int64_t i = 0; i < len; ++i) dot += double(gr[i * s]) * double(yr[i * s]);
+    const T sd = T(dot);
+    for (int64_t i = 0; i < len; ++i) dr[i * s] = yr[i * s] * (gr[i * s] - sd);
+  }
+}
+
 // y = softmax(x) or log_softmax(x) along len
 template <class T> void softmax_forward(const T* x, T* y, int64_t outer, int64_t len, int64_t inner, bool log) {
   if (len == 0) return;
-  for_each_softmax_row(outer, len, inner, [&](int64_t base, auto s) {
-    const T* xr = x + base;
-    T* yr = y + base;
-    T m = xr[0];
-    for (int64_t i = 1; i < len; ++i) m = xr[i * s] > m ? xr[i * s] : m;
-    if (std::isinf(m) && m < 0) m = T(0);  // all -inf: avoid (-inf) - (-inf) = NaN
-    double sum = 0;
-    if constexpr (kFastRows<T, decltype(s)>) {  // contiguous float rows: vectorised exp and sums
-      for (int64_t i = 0; i < len; ++i) yr[i] = exp_nonpositive(xr[i] - m);
-      sum = simd_sum(len, [&](int64_t i) { return yr[i]; });
-      if (log) {
-        const T lse = m + T(std::log(sum));
-        for (int64_t i = 0; i < len; ++i) yr[i] = xr[i] - lse;
-      } else {
-        const T inv = T(1.0 / sum);
-        for (int64_t i = 0; i < len; ++i) yr[i] *= inv;
-      }
-    } else if (log) {
-      for (int64_t i = 0; i < len; ++i) sum += double(std::exp(xr[i * s] - m));
-      const T lse = m + T(std::log(sum));
-      for (int64_t i = 0; i < len; ++i) yr[i * s] = xr[i * s] - lse;
-    } else {
-      for (int64_t i = 0; i < len; ++i) {
-        const T e = std::exp(xr[i * s] - m);
-        yr[i * s] = e;
-        sum += double(e);
-      }
-      const T inv = T(1.0 / sum);
-      for (int64_t i = 0; i < len; ++i) yr[i * s] *= inv;
-    }
-  });
+  for_each_softmax_row(outer, len, inner,
+                       [&](int64_t base, auto s) { softmax_row(x + base, y + base, len, s, log); });
 }
 
-// softmax:     dx = y * (dy - sum(dy * y))
-// log_softmax: dx = dy - exp(y) * sum(dy)
 template <class T>
 void softmax_backward(const T* y, const T* dy, T* dx, int64_t outer, int64_t len, int64_t inner, bool log) {
   if (len == 0) return;
-  for_each_softmax_row(outer, len, inner, [&](int64_t base, auto s) {
-    const T* yr = y + base;
-    const T* gr = dy + base;
-    T* dr = dx + base;
-    double dot = 0;
-    if constexpr (kFastRows<T, decltype(s)>) {
-      if (log) {
-        const T sd = T(simd_sum(len, [&](int64_t i) { return gr[i]; }));
-        for (int64_t i = 0; i < len; ++i) dr[i] = gr[i] - exp_nonpositive(yr[i]) * sd;
-      } else {
-        const T sd = T(simd_sum(len, [&](int64_t i) { return double(gr[i]) * double(yr[i]); }));
-        for (int64_t i = 0; i < len; ++i) dr[i] = yr[i] * (gr[i] - sd);
-      }
-    } else if (log) {
-      for (int64_t i = 0; i < len; ++i) dot += double(gr[i * s]);
-      const T sd = T(dot);
-      for (int64_t i = 0; i < len; ++i) dr[i * s] = gr[i * s] - std::exp(yr[i * s]) * sd;
-    } else {
-      for (int64_t i = 0; i < len; ++i) dot += double(gr[i * s]) * double(yr[i * s]);
-      const T sd = T(dot);
-      for (int64_t i = 0; i < len; ++i) dr[i * s] = yr[i * s] * (gr[i * s] - sd);
-    }
-  });
+  for_each_softmax_row(outer, len, inner,
+                       [&](int64_t base, auto s) { softmax_backward_row(y + base, dy + base, dx + base, len, s, log); });
 }
 
 }  // namespace minidl::kernels::cpu
