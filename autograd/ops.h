@@ -1,7 +1,7 @@
 // autograd/ops.h — differentiable ops on Variables. Each is defined in one autograd/ops_*.cpp
 // file as its forward (a tensor/ op) with its backward right below it, as a closure that
-// captures only what backward needs. Composite ops (linear, mse_loss, ...) are built from
-// primitives and need no backward of their own.
+// captures only what backward needs. Composite ops (mse_loss, ...) are built from primitives
+// and need no backward of their own; linear and packed_self_attention are single nodes for speed.
 #pragma once
 #include <optional>
 #include <vector>
@@ -69,7 +69,7 @@ Variable index_select(const Variable& x, int64_t dim, const Tensor& index);
 
 // ---- linear algebra ----
 Variable matmul(const Variable& a, const Variable& b);
-// y = x W^T + b; x (..., in), W (out, in), b (out) or undefined
+// y = x W^T + b; x (..., in), W (out, in), b (out) or undefined (one node: "LinearBackward")
 Variable linear(const Variable& x, const Variable& w, const Variable& b);
 
 // ---- softmax family ----
@@ -137,6 +137,11 @@ struct AttentionResult {
 };
 AttentionResult attention_with_weights(const Variable& q, const Variable& k, const Variable& v, const Tensor& mask,
                                        double scale, double dropout_p, bool training);
+// Self-attention without mask or dropout on a packed projection qkv (B, L, 3E) (q, k, v side by
+// side, E = num_heads * D) -> the heads' contexts (B, L, E): one node whose backward writes the
+// gradient of qkv directly (CPU only; tensor/ops_nn.h). The same values as slicing q, k, v into
+// heads and calling attention_with_weights.
+Variable packed_self_attention(const Variable& qkv, int64_t num_heads, double scale);
 
 // ---- padding (torch.nn.functional.pad): pads = (left, right) pairs, the last dim first ----
 enum class PadMode { Constant, Reflect, Replicate, Circular };

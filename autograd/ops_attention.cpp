@@ -1,5 +1,6 @@
 // autograd/ops_attention.cpp — scaled dot-product attention, composed from matmul, softmax and
-// dropout (so its backward is theirs), and the mask helpers that nn::MultiheadAttention shares.
+// dropout (so its backward is theirs), the mask helpers that nn::MultiheadAttention shares, and
+// its fast path without mask or dropout: packed_self_attention, one node over the packed qkv.
 // Masks become one additive float tensor: 0 where attending is allowed, -inf where it is not; a
 // row with every key masked gives NaN, as in PyTorch.
 #include <cmath>
@@ -8,6 +9,7 @@
 #include "minidl/autograd/ops.h"
 #include "minidl/tensor/creation.h"
 #include "minidl/tensor/ops.h"
+#include "minidl/tensor/ops_nn.h"
 
 namespace minidl {
 
@@ -36,6 +38,16 @@ AttentionResult attention_with_weights(const Variable& q, const Variable& k, con
   if (mask.defined()) scores = add(scores, Variable(mask));
   Variable weights = dropout(softmax(scores, -1), dropout_p, training);
   return {matmul(weights, v), weights};
+}
+
+Variable packed_self_attention(const Variable& qkv, int64_t num_heads, double scale) {
+  PackedAttentionResult r = packed_attention_forward(qkv.data(), num_heads, scale);
+  return Variable::make_result(
+      r.out, {qkv},
+      [x = qkv.data(), w = r.weights, num_heads, scale](const Tensor& dy) -> std::vector<Tensor> {
+        return {packed_attention_backward(x, w, dy, num_heads, scale)};
+      },
+      "PackedAttentionBackward");
 }
 
 // softmax(q k^T * scale + mask) v

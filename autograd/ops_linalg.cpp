@@ -1,4 +1,4 @@
-// autograd/ops_linalg.cpp — matmul (torch.matmul semantics) and linear, with their backward.
+// autograd/ops_linalg.cpp — matmul (torch.matmul semantics) and linear (one node), with their backward.
 #include "minidl/autograd/ops.h"
 #include "minidl/tensor/ops.h"
 
@@ -40,7 +40,9 @@ Variable matmul(const Variable& a, const Variable& b) {
       "MatmulBackward");
 }
 
-// y = x W^T + b. Leading dims of x are flattened into rows so the whole layer is one GEMM.
+// y = x W^T + b, one node: leading dims of x are flattened into rows so the layer is one GEMM,
+// the bias is added into the GEMM's output in place; backward: dx = dy W, dW = dy^T x (one GEMM
+// over all rows), db = column sums of dy. The same as matmul(x, transpose(w)) + b (tested).
 Variable linear(const Variable& x, const Variable& w, const Variable& b) {
   if (w.dim() != 2 || x.dim() < 1 || x.size(-1) != w.size(1))
     throw std::invalid_argument("linear: input " + x.data().desc() + " does not match weight " + w.data().desc() +
@@ -49,10 +51,21 @@ Variable linear(const Variable& x, const Variable& w, const Variable& b) {
     throw std::invalid_argument("linear: bias " + b.data().desc() + " does not match weight " + w.data().desc());
   Shape out_shape = x.shape();
   out_shape.back() = w.size(0);
-  Variable x2 = x.dim() == 2 ? x : reshape(x, {-1, x.size(-1)});
-  Variable y = matmul(x2, transpose(w, 0, 1));
-  if (b.defined()) y = add(y, b);
-  return x.dim() == 2 ? y : reshape(y, out_shape);
+  const Tensor x2 = x.dim() == 2 ? x.data() : x.data().reshape({-1, x.size(-1)});  // (rows, in)
+  Tensor y = mm(x2, w.data().t());  // (rows, out)
+  if (b.defined()) add_(y, b.data());
+  const bool gx = x.requires_grad(), gw = w.requires_grad(), gb = b.requires_grad();
+  return Variable::make_result(
+      x.dim() == 2 ? y : y.view(out_shape), {x, w, b},
+      [tx = gw ? x2 : Tensor(), tw = gx ? w.data() : Tensor(), x_shape = x.shape(), gb](const Tensor& dy) {
+        const Tensor g = dy.reshape({-1, dy.size(-1)});  // (rows, out)
+        std::vector<Tensor> grads(3);
+        if (tw.defined()) grads[0] = mm(g, tw).view(x_shape);
+        if (tx.defined()) grads[1] = mm(g.t(), tx);
+        if (gb) grads[2] = sum(g, {0});
+        return grads;
+      },
+      "LinearBackward");
 }
 
 }  // namespace minidl

@@ -47,8 +47,18 @@ MultiheadAttentionOutput MultiheadAttention::forward(const Variable& query_in, c
     Variable p = linear(t, slice(in_proj_weight, 0, i * E, (i + 1) * E), b);
     return permute(reshape(p, {B, len, H, D}), {0, 2, 1, 3});
   };
+  const bool self_attention = query.is_same(key) && key.is_same(value);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  const bool unmasked = !args.is_causal && !args.attn_mask.defined() && !args.key_padding_mask.defined();
+  if (self_attention && unmasked && !args.need_weights && !(training_ && options.dropout > 0.0) &&
+      query.device().is_cpu()) {
+    // CPU fast path: the heads are read in place from the packed projection (kernels/cpu/attention.h)
+    Variable ctx = packed_self_attention(linear(query, in_proj_weight, in_proj_bias), H, scale);  // (B, L, E)
+    Variable out = out_proj(ctx);
+    return {options.batch_first ? out : transpose(out, 0, 1), Variable()};
+  }
   Variable q, k, v;
-  if (query.is_same(key) && key.is_same(value)) {  // self-attention: one fused projection
+  if (self_attention) {  // one fused projection
     Variable qkv = linear(query, in_proj_weight, in_proj_bias);  // (B, L, 3E)
     auto split = [&](int64_t i) {
       return permute(reshape(slice(qkv, 2, i * E, (i + 1) * E), {B, L, H, D}), {0, 2, 1, 3});
@@ -86,8 +96,7 @@ MultiheadAttentionOutput MultiheadAttention::forward(const Variable& query_in, c
     mask = mask.defined() ? add(mask, kp) : kp;
   }
 
-  AttentionResult a = attention_with_weights(q, k, v, mask, 1.0 / std::sqrt(static_cast<double>(D)), options.dropout,
-                                             training_ && options.dropout > 0.0);
+  AttentionResult a = attention_with_weights(q, k, v, mask, scale, options.dropout, training_ && options.dropout > 0.0);
   Variable ctx = reshape(permute(a.output, {0, 2, 1, 3}), {B, L, E});  // (B, L, E)
   Variable out = out_proj(ctx);
   MultiheadAttentionOutput result{options.batch_first ? out : transpose(out, 0, 1), Variable()};

@@ -1,0 +1,59 @@
+// kernels/cpu/attention.h — multi-head self-attention read straight from the packed projection.
+//
+// qkv (B, L, 3E) row-major holds q, k and v side by side, E = H * D. Head h of q in batch b is
+// the (L, D) matrix at qkv + b*L*3E + h*D with leading dimension 3E (k at + E, v at + 2E), so
+// the GEMMs read each head in place and write the context straight into (B, L, E) at column
+// h*D: the head split and merge (reshape, permute, slice and their backward) copy nothing.
+//   forward:  P (B, H, L, L) = softmax(scale * q k^T)   ctx (B, L, E) = P v
+//   backward: dP = dctx v^T   dv = P^T dctx   dS = P * (dP - rowsum(dP * P))
+//             dq = scale * dS k   dk = scale * dS^T q     (into dqkv (B, L, 3E), q's/k's/v's columns)
+// One (b, h) pair is one task on one thread; tasks write disjoint memory, so every result is
+// the same whatever the thread count. `work` is (B, H, L, L) scratch for dP / dS.
+#pragma once
+#include <cstdint>
+#include <type_traits>
+
+#include "minidl/kernels/cpu/gemm.h"
+#include "minidl/kernels/cpu/parallel.h"
+#include "minidl/kernels/cpu/softmax.h"
+
+namespace minidl::kernels::cpu {
+
+template <class T>
+void packed_attention_forward(const T* qkv, int64_t B, int64_t L, int64_t H, int64_t D, T scale, T* P, T* ctx) {
+  const int64_t E = H * D, ld = 3 * E;
+  parallel_for(B * H, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t b = t / H, h = t % H;
+      const T* q = qkv + b * L * ld + h * D;
+      T* p = P + t * L * L;
+      gemm(L, L, D, q, ld, false, q + E, ld, true, p, L, scale, T(0));  // scale * q k^T
+      for (int64_t i = 0; i < L; ++i) softmax_row(p + i * L, p + i * L, L, std::integral_constant<int64_t, 1>{}, false);
+      gemm(L, D, L, p, L, false, q + 2 * E, ld, false, ctx + b * L * E + h * D, E);  // P v
+    }
+  });
+}
+
+template <class T>
+void packed_attention_backward(const T* qkv, const T* P, const T* dctx, int64_t B, int64_t L, int64_t H, int64_t D,
+                               T scale, T* work, T* dqkv) {
+  const int64_t E = H * D, ld = 3 * E;
+  parallel_for(B * H, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t b = t / H, h = t % H;
+      const T* q = qkv + b * L * ld + h * D;
+      const T* p = P + t * L * L;
+      const T* g = dctx + b * L * E + h * D;
+      T* dq = dqkv + b * L * ld + h * D;
+      T* ds = work + t * L * L;
+      gemm(L, L, D, g, E, false, q + 2 * E, ld, true, ds, L);  // dP = dctx v^T
+      gemm(L, D, L, p, L, true, g, E, false, dq + 2 * E, ld);  // dv = P^T dctx
+      for (int64_t i = 0; i < L; ++i)
+        softmax_backward_row(p + i * L, ds + i * L, ds + i * L, L, std::integral_constant<int64_t, 1>{}, false);
+      gemm(L, D, L, ds, L, false, q + E, ld, false, dq, ld, scale, T(0));  // dq = scale * dS k
+      gemm(L, D, L, ds, L, true, q, ld, false, dq + E, ld, scale, T(0));  // dk = scale * dS^T q
+    }
+  });
+}
+
+}  // namespace minidl::kernels::cpu
