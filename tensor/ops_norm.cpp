@@ -279,19 +279,18 @@ LayerNormGrads layer_norm_backward(const Tensor& dy_in, const Tensor& x_in, cons
     return g;
   }
   std::vector<double> dw, db;
+  Tensor part;  // the kernel's per-chunk column sums (tensor storage: cached, no fresh pages)
   if (weight.defined()) {
     dw.assign(static_cast<size_t>(M), 0.0);
     db.assign(static_cast<size_t>(M), 0.0);
+    part = zeros({kernels::cpu::layer_norm_chunks(rows), 2, M}, DType::Float64);
   }
   if (M > 0) {
     dispatch_floating(x.dtype(), op, [&](auto tag) {
       using T = decltype(tag);
-      const T* w = weight.defined() ? weight.data<T>() : nullptr;
-      kernels::cpu::layer_norm_backward_input(dy.data<T>(), x.data<T>(), rows, M, mean.data<T>(), invstd.data<T>(), w,
-                                              g.dx.data<T>());
-      if (weight.defined())
-        kernels::cpu::layer_norm_backward_affine(dy.data<T>(), x.data<T>(), rows, M, mean.data<T>(), invstd.data<T>(),
-                                                 dw.data(), db.data());
+      kernels::cpu::layer_norm_backward(dy.data<T>(), x.data<T>(), rows, M, mean.data<T>(), invstd.data<T>(),
+                                        weight.defined() ? weight.data<T>() : nullptr, g.dx.data<T>(),
+                                        weight.defined() ? part.data<double>() : nullptr, dw.data(), db.data());
     });
   }
   if (weight.defined()) {

@@ -213,4 +213,62 @@ void layer_norm_backward_affine(const T* dy, const T* x, int64_t rows, int64_t M
   });
 }
 
+// Layer norm's whole backward in one pass over dy and x: dx as layer_norm_backward_input and,
+// when weight is given, dweight / dbias as layer_norm_backward_affine — the same sums in the same
+// order (per-row sums, then fixed 32-row chunks of the column sums, the chunks added in order;
+// those two are its reference in tests/tensor/test_cpu_fast_paths.cpp, equal to rounding) with
+// one read of dy and x instead of two. part: (layer_norm_chunks(rows), 2, M) zeroed doubles, the
+// caller's scratch (from the tensor allocator: a steady-state step then maps no memory).
+inline constexpr int64_t kLayerNormChunk = 32;
+inline int64_t layer_norm_chunks(int64_t rows) { return (rows + kLayerNormChunk - 1) / kLayerNormChunk; }
+
+template <class T>
+void layer_norm_backward(const T* dy, const T* x, int64_t rows, int64_t M, const T* mean, const T* invstd,
+                         const T* weight, T* dx, double* part, double* dweight, double* dbias) {
+  const int64_t chunks = layer_norm_chunks(rows);
+  parallel_for(chunks, norm_grain(kLayerNormChunk * M), [&](int64_t k0, int64_t k1) {
+    for (int64_t k = k0; k < k1; ++k) {
+      double* pw = weight ? part + 2 * k * M : nullptr;
+      double* pb = weight ? pw + M : nullptr;
+      const int64_t r_end = std::min(rows, (k + 1) * kLayerNormChunk);
+      for (int64_t r = k * kLayerNormChunk; r < r_end; ++r) {
+        const T* g = dy + r * M;
+        const T* xp = x + r * M;
+        T* o = dx + r * M;
+        const double m = mean[r], is = invstd[r];
+        if (weight) {
+          const double sg = simd_sum(M, [&](int64_t j) { return static_cast<double>(g[j]) * weight[j]; });
+          const double sgx = simd_sum(
+              M, [&](int64_t j) { return static_cast<double>(g[j]) * weight[j] * (static_cast<double>(xp[j]) - m) * is; });
+          const double mg = sg / static_cast<double>(M), mgx = sgx / static_cast<double>(M);
+          for (int64_t j = 0; j < M; ++j) {
+            const double gj = static_cast<double>(g[j]) * weight[j];
+            o[j] = static_cast<T>(is * (gj - mg - (xp[j] - m) * is * mgx));
+            pw[j] += g[j] * ((xp[j] - m) * is);
+            pb[j] += g[j];
+          }
+        } else {
+          const double sg = simd_sum(M, [&](int64_t j) { return static_cast<double>(g[j]); });
+          const double sgx = simd_sum(M, [&](int64_t j) { return static_cast<double>(g[j]) * (static_cast<double>(xp[j]) - m) * is; });
+          const double mg = sg / static_cast<double>(M), mgx = sgx / static_cast<double>(M);
+          for (int64_t j = 0; j < M; ++j)
+            o[j] = static_cast<T>(is * (static_cast<double>(g[j]) - mg - (xp[j] - m) * is * mgx));
+        }
+      }
+    }
+  });
+  if (!weight) return;
+  parallel_for(M, 1024, [&](int64_t j0, int64_t j1) {
+    for (int64_t j = j0; j < j1; ++j) {
+      double w = 0, b = 0;
+      for (int64_t k = 0; k < chunks; ++k) {
+        w += part[2 * k * M + j];
+        b += part[(2 * k + 1) * M + j];
+      }
+      dweight[j] = w;
+      dbias[j] = b;
+    }
+  });
+}
+
 }  // namespace minidl::kernels::cpu

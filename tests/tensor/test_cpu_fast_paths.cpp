@@ -4,11 +4,12 @@
 // against a two-pass long-double computation, the vectorised exp / erf against std::exp /
 // std::erf, GELU and softmax fast rows against the shared functors and float64, the small-GEMM
 // loop and the stride-1 im2col / col2im against naive loops, a convolution's backward without
-// the input gradient, and the CPU caching allocator's steady state (a repeated training step maps
-// no new memory). Thread-count independence of these kernels is checked too (same bits, 1 and 2
-// threads).
+// the input gradient, the one-pass layer-norm backward against its two passes, and the CPU
+// caching allocator's steady state (a repeated training step maps no new memory).
+// Thread-count independence of these kernels is checked too (same bits, 1 and 2 threads).
 #include <cmath>
 #include <tuple>
+#include <type_traits>
 #include <limits>
 #include <vector>
 
@@ -244,4 +245,55 @@ TEST(FastPaths, VitPiecesSameBitsFor1And2Threads) {
   expect_equal(c, d, "softmax");
   auto [e, f] = with_1_and_2_threads([&] { return matmul(x, x.transpose(1, 2)); });
   expect_equal(e, f, "batched small matmul");
+}
+
+// The one-pass layer-norm backward against the two passes it replaces (input gradient, then the
+// affine gradients), with and without a weight: equal to rounding (the same sums in the same
+// order; the compiler may contract multiply-adds differently in the two loops), and the same bits
+// for 1 and 2 threads.
+template <class T> void check_layer_norm_one_pass(bool with_weight) {
+  const int64_t rows = 203, M = 48;  // a partial last chunk of 32 rows
+  const std::vector<T> x = randn({rows * M}, DType::Float64).template to_vector<T>();
+  const std::vector<T> dy = randn({rows * M}, DType::Float64).template to_vector<T>();
+  const std::vector<T> w = randn({M}, DType::Float64).template to_vector<T>();
+  std::vector<T> y(rows * M), mean(rows), invstd(rows);
+  kernels::cpu::layer_norm_forward(x.data(), rows, M, w.data(), static_cast<const T*>(nullptr), 1e-5, y.data(),
+                                   mean.data(), invstd.data());
+  const T* wp = with_weight ? w.data() : nullptr;
+  std::vector<T> dx_ref(rows * M);
+  std::vector<double> dw_ref(M, 0.0), db_ref(M, 0.0);
+  kernels::cpu::layer_norm_backward_input(dy.data(), x.data(), rows, M, mean.data(), invstd.data(), wp, dx_ref.data());
+  if (with_weight)
+    kernels::cpu::layer_norm_backward_affine(dy.data(), x.data(), rows, M, mean.data(), invstd.data(), dw_ref.data(),
+                                             db_ref.data());
+  const double tol = std::is_same_v<T, float> ? 1e-5 : 1e-12;
+  auto close = [&](const auto& a, const auto& b, const char* what) {
+    for (size_t i = 0; i < a.size(); ++i)
+      ASSERT_NEAR(a[i], b[i], tol * (1.0 + std::fabs(double(b[i])))) << what << " at " << i << ", weight " << with_weight;
+  };
+  const int saved = kernels::cpu::get_num_threads();
+  std::vector<T> dx_by_threads[2];
+  std::vector<double> dw_by_threads[2];
+  for (int threads : {1, 2}) {
+    kernels::cpu::set_num_threads(threads);
+    std::vector<T> dx(rows * M);
+    std::vector<double> part(2 * kernels::cpu::layer_norm_chunks(rows) * M, 0.0), dw(M, 0.0), db(M, 0.0);
+    kernels::cpu::layer_norm_backward(dy.data(), x.data(), rows, M, mean.data(), invstd.data(), wp, dx.data(),
+                                      with_weight ? part.data() : nullptr, dw.data(), db.data());
+    close(dx, dx_ref, "dx");
+    close(dw, dw_ref, "dweight");
+    close(db, db_ref, "dbias");
+    dx_by_threads[threads - 1] = dx;
+    dw_by_threads[threads - 1] = dw;
+  }
+  kernels::cpu::set_num_threads(saved);
+  EXPECT_EQ(dx_by_threads[0], dx_by_threads[1]) << "dx, 1 vs 2 threads";
+  EXPECT_EQ(dw_by_threads[0], dw_by_threads[1]) << "dweight, 1 vs 2 threads";
+}
+
+TEST(FastPaths, LayerNormOnePassBackwardMatchesTwoPasses) {
+  for (bool with_weight : {true, false}) {
+    check_layer_norm_one_pass<float>(with_weight);
+    check_layer_norm_one_pass<double>(with_weight);
+  }
 }
