@@ -214,13 +214,44 @@ void layer_norm_backward_affine(const T* dy, const T* x, int64_t rows, int64_t M
 }
 
 // Layer norm's whole backward in one pass over dy and x: dx as layer_norm_backward_input and,
-// when weight is given, dweight / dbias as layer_norm_backward_affine — the same sums in the same
-// order (per-row sums, then fixed 32-row chunks of the column sums, the chunks added in order;
-// those two are its reference in tests/tensor/test_cpu_fast_paths.cpp, equal to rounding) with
-// one read of dy and x instead of two. part: (layer_norm_chunks(rows), 2, M) zeroed doubles, the
+// when weight is given, dweight / dbias as layer_norm_backward_affine (those two are its reference
+// in tests/tensor/test_cpu_fast_paths.cpp, equal to rounding): a row's two sums in one vectorised
+// loop, then dx and the chunk's column sums in a second; column sums in fixed 32-row chunks, the
+// chunks added in order (no dependence on the thread count). part: (layer_norm_chunks(rows), 2, M) zeroed doubles, the
 // caller's scratch (from the tensor allocator: a steady-state step then maps no memory).
 inline constexpr int64_t kLayerNormChunk = 32;
 inline int64_t layer_norm_chunks(int64_t rows) { return (rows + kLayerNormChunk - 1) / kLayerNormChunk; }
+
+// One chunk of rows of layer_norm_backward; kWeight: weight given (else 1, and no affine sums).
+template <bool kWeight, class T>
+void layer_norm_backward_rows(const T* __restrict dy, const T* __restrict x, int64_t r0, int64_t r1, int64_t M,
+                              const T* mean, const T* invstd, const T* __restrict weight, T* __restrict dx,
+                              double* __restrict pw, double* __restrict pb) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const T* __restrict g = dy + r * M;
+    const T* __restrict xp = x + r * M;
+    T* __restrict o = dx + r * M;
+    const double m = mean[r], is = invstd[r];
+    double sg = 0, sgx = 0;  // sums of g * w and g * w * (x - mean)
+#pragma omp simd reduction(+ : sg, sgx)
+    for (int64_t j = 0; j < M; ++j) {
+      const double gj = kWeight ? static_cast<double>(g[j]) * weight[j] : static_cast<double>(g[j]);
+      sg += gj;
+      sgx += gj * (static_cast<double>(xp[j]) - m);
+    }
+    const double mg = sg / static_cast<double>(M), k = sgx * is * is / static_cast<double>(M);
+#pragma omp simd
+    for (int64_t j = 0; j < M; ++j) {
+      const double d = static_cast<double>(xp[j]) - m;
+      const double gj = static_cast<double>(g[j]);
+      o[j] = static_cast<T>(is * ((kWeight ? gj * weight[j] : gj) - mg - d * k));
+      if constexpr (kWeight) {
+        pw[j] += gj * (d * is);
+        pb[j] += gj;
+      }
+    }
+  }
+}
 
 template <class T>
 void layer_norm_backward(const T* dy, const T* x, int64_t rows, int64_t M, const T* mean, const T* invstd,
@@ -228,32 +259,12 @@ void layer_norm_backward(const T* dy, const T* x, int64_t rows, int64_t M, const
   const int64_t chunks = layer_norm_chunks(rows);
   parallel_for(chunks, norm_grain(kLayerNormChunk * M), [&](int64_t k0, int64_t k1) {
     for (int64_t k = k0; k < k1; ++k) {
-      double* pw = weight ? part + 2 * k * M : nullptr;
-      double* pb = weight ? pw + M : nullptr;
-      const int64_t r_end = std::min(rows, (k + 1) * kLayerNormChunk);
-      for (int64_t r = k * kLayerNormChunk; r < r_end; ++r) {
-        const T* g = dy + r * M;
-        const T* xp = x + r * M;
-        T* o = dx + r * M;
-        const double m = mean[r], is = invstd[r];
-        if (weight) {
-          const double sg = simd_sum(M, [&](int64_t j) { return static_cast<double>(g[j]) * weight[j]; });
-          const double sgx = simd_sum(
-              M, [&](int64_t j) { return static_cast<double>(g[j]) * weight[j] * (static_cast<double>(xp[j]) - m) * is; });
-          const double mg = sg / static_cast<double>(M), mgx = sgx / static_cast<double>(M);
-          for (int64_t j = 0; j < M; ++j) {
-            const double gj = static_cast<double>(g[j]) * weight[j];
-            o[j] = static_cast<T>(is * (gj - mg - (xp[j] - m) * is * mgx));
-            pw[j] += g[j] * ((xp[j] - m) * is);
-            pb[j] += g[j];
-          }
-        } else {
-          const double sg = simd_sum(M, [&](int64_t j) { return static_cast<double>(g[j]); });
-          const double sgx = simd_sum(M, [&](int64_t j) { return static_cast<double>(g[j]) * (static_cast<double>(xp[j]) - m) * is; });
-          const double mg = sg / static_cast<double>(M), mgx = sgx / static_cast<double>(M);
-          for (int64_t j = 0; j < M; ++j)
-            o[j] = static_cast<T>(is * (static_cast<double>(g[j]) - mg - (xp[j] - m) * is * mgx));
-        }
+      const int64_t r0 = k * kLayerNormChunk, r1 = std::min(rows, r0 + kLayerNormChunk);
+      if (weight) {
+        layer_norm_backward_rows<true>(dy, x, r0, r1, M, mean, invstd, weight, dx, part + 2 * k * M,
+                                       part + (2 * k + 1) * M);
+      } else {
+        layer_norm_backward_rows<false>(dy, x, r0, r1, M, mean, invstd, weight, dx, nullptr, nullptr);
       }
     }
   });
