@@ -33,17 +33,21 @@ template <class T, class S>
 inline constexpr bool kFastRows = std::is_same_v<T, float>&& std::is_same_v<S, std::integral_constant<int64_t, 1>>;
 
 // One row of y = softmax(x) or log_softmax(x): len elements at stride s (a compile-time 1 for
-// contiguous rows). In place (y == x) is allowed. The row max is one vectorisable max reduction:
-// exact in any order; a NaN anywhere makes the whole row NaN whatever the max picked.
+// contiguous rows). In place (y == x) is allowed. Fast rows take the row max and sums from
+// vec_math.h's span reductions (the max is exact in any order; a NaN anywhere makes the whole
+// row NaN whatever the max picked).
 template <class T, class S> void softmax_row(const T* xr, T* yr, int64_t len, S s, bool log) {
   T m = xr[0];
-#pragma omp simd reduction(max : m)
-  for (int64_t i = 1; i < len; ++i) m = std::max(m, xr[i * s]);
+  if constexpr (kFastRows<T, S>) {
+    m = max_span(xr, len);
+  } else {
+    for (int64_t i = 1; i < len; ++i) m = xr[i * s] > m ? xr[i * s] : m;
+  }
   if (std::isinf(m) && m < 0) m = T(0);  // all -inf: avoid (-inf) - (-inf) = NaN
   double sum = 0;
   if constexpr (kFastRows<T, S>) {  // contiguous float rows: vectorised exp and sums
     for (int64_t i = 0; i < len; ++i) yr[i] = exp_nonpositive(xr[i] - m);
-    sum = simd_sum(len, [&](int64_t i) { return yr[i]; });
+    sum = sum_span(yr, len);
     if (log) {
       const T lse = m + T(std::log(sum));
       for (int64_t i = 0; i < len; ++i) yr[i] = xr[i] - lse;
@@ -73,10 +77,10 @@ template <class T, class S> void softmax_backward_row(const T* yr, const T* gr, 
   double dot = 0;
   if constexpr (kFastRows<T, S>) {
     if (log) {
-      const T sd = T(simd_sum(len, [&](int64_t i) { return gr[i]; }));
+      const T sd = T(sum_span(gr, len));
       for (int64_t i = 0; i < len; ++i) dr[i] = gr[i] - exp_nonpositive(yr[i]) * sd;
     } else {
-      const T sd = T(simd_sum(len, [&](int64_t i) { return double(gr[i]) * double(yr[i]); }));
+      const T sd = T(dot_span(gr, yr, len));
       for (int64_t i = 0; i < len; ++i) dr[i] = yr[i] * (gr[i] - sd);
     }
   } else if (log) {

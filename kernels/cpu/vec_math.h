@@ -1,8 +1,9 @@
 // kernels/cpu/vec_math.h — float exp and erf written as straight-line arithmetic (no library
 // calls, no branches), so that loops calling them vectorise (AVX-512, AVX2 or SSE2, whatever the
-// build targets), and a vectorised double sum. Used by the CPU softmax, GELU and layer norm loops; the
-// float64 paths keep std::exp / std::erf. Checked against std::exp / std::erf over dense grids
-// by tests/tensor/test_cpu_fast_paths.cpp (exp within 4 ulp, erf within 5e-7 absolute).
+// build targets), a vectorised double sum, and max / sum / dot reductions for short float rows.
+// Used by the CPU softmax, GELU and layer norm loops; the float64 paths keep std::exp / std::erf.
+// Checked against std::exp / std::erf over dense grids by tests/tensor/test_cpu_fast_paths.cpp
+// (exp within 4 ulp, erf within 5e-7 absolute).
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -74,6 +75,73 @@ template <class F> double simd_sum(int64_t n, F&& term) {
   double s = 0;
 #pragma omp simd reduction(+ : s)
   for (int64_t i = 0; i < n; ++i) s += static_cast<double>(term(i));
+  return s;
+}
+
+// Reductions over n contiguous floats for short rows (softmax's 50-key rows): 16 lanes in GCC /
+// Clang vector types (lowered to AVX-512, AVX2 or SSE2, whatever the build targets), the lanes
+// then combined in a fixed order, the tail added last — the result depends only on n and the
+// data. `omp simd` reductions spend more on their per-call setup and lane arrays than a
+// 50-element row costs. max_span: NaNs may or may not win (callers make NaN rows NaN anyway).
+using FloatLanes = float __attribute__((vector_size(64)));
+using DoubleLanes = double __attribute__((vector_size(64)));
+using HalfFloatLanes = float __attribute__((vector_size(32)));
+inline FloatLanes load_lanes(const float* p) {
+  FloatLanes v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+// The 16 floats of v as two times 8 doubles, added into lo and hi.
+inline void add_as_doubles(FloatLanes v, DoubleLanes& lo, DoubleLanes& hi) {
+  lo += __builtin_convertvector(__builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7), DoubleLanes);
+  hi += __builtin_convertvector(__builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15), DoubleLanes);
+}
+inline double lanes_sum(DoubleLanes lo, DoubleLanes hi) {
+  const DoubleLanes t = lo + hi;
+  double s = 0;
+  for (int l = 0; l < 8; ++l) s += t[l];
+  return s;
+}
+
+inline float max_span(const float* p, int64_t n) {  // n >= 1
+  float m = p[0];
+  int64_t i = 0;
+  if (n >= 16) {
+    FloatLanes acc = load_lanes(p);
+    for (i = 16; i + 16 <= n; i += 16) {
+      const FloatLanes v = load_lanes(p + i);
+      acc = v > acc ? v : acc;
+    }
+    m = acc[0];
+    for (int l = 1; l < 16; ++l) m = acc[l] > m ? acc[l] : m;
+  }
+  for (; i < n; ++i) m = p[i] > m ? p[i] : m;
+  return m;
+}
+
+// sum of p[i] in double
+inline double sum_span(const float* p, int64_t n) {
+  DoubleLanes lo = {}, hi = {};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) add_as_doubles(load_lanes(p + i), lo, hi);
+  double s = lanes_sum(lo, hi);
+  for (; i < n; ++i) s += static_cast<double>(p[i]);
+  return s;
+}
+
+// sum of double(a[i]) * double(b[i])
+inline double dot_span(const float* a, const float* b, int64_t n) {
+  DoubleLanes lo = {}, hi = {};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const FloatLanes va = load_lanes(a + i), vb = load_lanes(b + i);
+    lo += __builtin_convertvector(__builtin_shufflevector(va, va, 0, 1, 2, 3, 4, 5, 6, 7), DoubleLanes) *
+          __builtin_convertvector(__builtin_shufflevector(vb, vb, 0, 1, 2, 3, 4, 5, 6, 7), DoubleLanes);
+    hi += __builtin_convertvector(__builtin_shufflevector(va, va, 8, 9, 10, 11, 12, 13, 14, 15), DoubleLanes) *
+          __builtin_convertvector(__builtin_shufflevector(vb, vb, 8, 9, 10, 11, 12, 13, 14, 15), DoubleLanes);
+  }
+  double s = lanes_sum(lo, hi);
+  for (; i < n; ++i) s += static_cast<double>(a[i]) * static_cast<double>(b[i]);
   return s;
 }
 

@@ -172,6 +172,16 @@ TEST(FastPaths, SoftmaxFastRowsMatchFloat64) {
   minidl::testing::expect_close(log_softmax_backward(log_softmax(x, 1), dy, 1),
                                 log_softmax_backward(log_softmax(x64, 1), dy64, 1).to(DType::Float32), 1e-5, 1e-6,
                                 "log_softmax backward");
+  // rows shorter than, equal to and longer than the 16-lane blocks of the span reductions
+  for (int64_t len : {1, 5, 16, 17, 33, 100}) {
+    const Tensor xs = randn({3, len}) * 4.0, gs = randn({3, len});
+    const Tensor xs64 = xs.to(DType::Float64);
+    minidl::testing::expect_close(softmax(xs, 1), softmax(xs64, 1).to(DType::Float32), 1e-6, 1e-8,
+                                  "softmax, len " + std::to_string(len));
+    minidl::testing::expect_close(softmax_backward(softmax(xs, 1), gs, 1),
+                                  softmax_backward(softmax(xs64, 1), gs.to(DType::Float64), 1).to(DType::Float32),
+                                  1e-5, 1e-7, "softmax backward, len " + std::to_string(len));
+  }
   // masked (-inf) entries give exact zeros
   x.narrow(1, 7, 3).fill_(-std::numeric_limits<double>::infinity());
   const std::vector<float> y = softmax(x, 1).to_vector<float>();
