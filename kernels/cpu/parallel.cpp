@@ -1,13 +1,16 @@
-// kernels/cpu/parallel.cpp — thread-count control for OpenMP loops and Eigen's GEMM.
+// kernels/cpu/parallel.cpp — thread-count control for OpenMP loops and Eigen's GEMM, and the
+// std::thread runner that replaces OpenMP regions in a ThreadSanitizer build (see parallel.h).
 #include "minidl/kernels/cpu/parallel.h"
 
 #include <omp.h>
 
 #include <Eigen/Core>
+#include <algorithm>
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace minidl::kernels::cpu {
 
@@ -43,5 +46,19 @@ void set_num_threads(int n) {
 }
 
 int get_num_threads() { return current_threads(); }
+
+#if defined(MINIDL_PARALLEL_STD_THREADS)
+void detail::run_chunks_on_std_threads(int64_t chunks, void (*body)(void*, int64_t), void* ctx) {
+  const int64_t threads = std::min<int64_t>(get_num_threads(), chunks);
+  auto block = [&](int64_t t) {  // chunks [t * chunks / T, (t + 1) * chunks / T)
+    for (int64_t c = t * chunks / threads; c < (t + 1) * chunks / threads; ++c) body(ctx, c);
+  };
+  std::vector<std::thread> workers;
+  workers.reserve(static_cast<size_t>(threads - 1));
+  for (int64_t t = 1; t < threads; ++t) workers.emplace_back(block, t);
+  block(0);
+  for (std::thread& w : workers) w.join();
+}
+#endif
 
 }  // namespace minidl::kernels::cpu
