@@ -2,9 +2,6 @@
 // every collective on cuda:0 with two ranks sharing the one GPU, and DDP + SyncBatchNorm on that
 // GPU against one CPU process. The CUDA tests skip without a device; whether one is usable is
 // asked in a forked child, so this process never initialises CUDA before dist::spawn forks.
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <cmath>
 #include <sstream>
 
@@ -17,6 +14,7 @@
 #include "minidl/nn/nn_all.h"
 #include "minidl/optim/optim_all.h"
 #include "tests/common/testing.h"
+#include "tests/kernels/cuda_testing.h"
 
 using namespace minidl;
 
@@ -36,22 +34,6 @@ void require_close(const Tensor& a, const Tensor& b, double rtol, double atol, c
       throw std::runtime_error(os.str());
     }
 }
-
-// Empty when a CUDA device can be used, else why not (asked in a child process).
-std::string why_no_gpu_forked() {
-  if (!kernels::cuda::compiled_with_cuda()) return "built without CUDA (nvcc was not found at configure time)";
-  const pid_t pid = ::fork();
-  if (pid == 0) ::_exit(kernels::cuda::device_count() > 0 ? 0 : 1);
-  int status = 0;
-  if (pid < 0 || ::waitpid(pid, &status, 0) != pid) return "could not fork to look for a device";
-  return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? "" : "no CUDA device present on this machine";
-}
-
-#define SKIP_WITHOUT_GPU()                                         \
-  do {                                                             \
-    const std::string why = why_no_gpu_forked();                   \
-    if (!why.empty()) GTEST_SKIP() << "GPU test skipped: " << why; \
-  } while (0)
 
 }  // namespace
 
@@ -78,7 +60,7 @@ TEST(HostStaging, TheGlooBackendIsWrappedAndPassesCpuTensorsThrough) {
 }
 
 TEST(HostStaging, EveryCollectiveOnOneGpuWithTwoRanks) {
-  SKIP_WITHOUT_GPU();
+  MINIDL_SKIP_WITHOUT_GPU_IN_CHILD();
   dist::spawn(2, [](int) {
     kernels::cuda::set_device(0);
     dist::init({.backend = "gloo", .timeout = std::chrono::seconds(60)});
@@ -110,7 +92,7 @@ TEST(HostStaging, EveryCollectiveOnOneGpuWithTwoRanks) {
 // 5 SGD-momentum steps of the CNN with SyncBatchNorm: two ranks on cuda:0 (DDP over Gloo, each
 // rank half of each global batch of 12) against one CPU process on the whole batch.
 TEST(HostStaging, DdpWithSyncBatchNormOnOneGpuMatchesOneCpuProcess) {
-  SKIP_WITHOUT_GPU();
+  MINIDL_SKIP_WITHOUT_GPU_IN_CHILD();
   dist::spawn(2, [](int) {
     kernels::cuda::set_device(0);
     dist::init({.backend = "gloo", .timeout = std::chrono::seconds(60)});

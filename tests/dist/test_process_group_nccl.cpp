@@ -9,20 +9,14 @@
 #include "minidl/dist/cuda/process_group_nccl.h"
 #include "minidl/dist/distributed.h"
 #include "minidl/tensor/tensor_all.h"
+#include "tests/kernels/cuda_testing.h"
 
 using namespace minidl;
-
-namespace {
-std::string why_no_gpu() {
-  if (kernels::cuda::device_count() == 0) return "no CUDA device present on this machine";
-  return "";
-}
-}  // namespace
 
 TEST(ProcessGroupNccl, NcclBackendIsRegistered) { EXPECT_TRUE(dist::is_backend_available("nccl")); }
 
 TEST(ProcessGroupNccl, CollectivesWithWorldSizeOne) {
-  if (!why_no_gpu().empty()) GTEST_SKIP() << "NCCL test skipped: " << why_no_gpu();
+  MINIDL_SKIP_WITHOUT_GPU();
   dist::TCPStore store("127.0.0.1", {.port = 0, .is_server = true, .timeout = std::chrono::seconds(30)});
   dist::ProcessGroupNCCL pg(store, 0, 1, {.timeout = std::chrono::seconds(30), .debug = std::nullopt}, 0);
   Tensor t = from_vector<float>({1, 2, 3}).to(Device::cuda(0));
@@ -48,7 +42,7 @@ TEST(ProcessGroupNccl, CollectivesWithWorldSizeOne) {
 // always matches; the comparison itself is tested on the CPU in test_collective_fingerprint.cpp), and
 // the collectives still give their results; the group is finalized and destroyed at scope end.
 TEST(ProcessGroupNccl, DebugModeFingerprintsWithWorldSizeOne) {
-  if (!why_no_gpu().empty()) GTEST_SKIP() << "NCCL test skipped: " << why_no_gpu();
+  MINIDL_SKIP_WITHOUT_GPU();
   dist::TCPStore store("127.0.0.1", {.port = 0, .is_server = true, .timeout = std::chrono::seconds(30)});
   {
     dist::ProcessGroupNCCL pg(store, 0, 1, {.timeout = std::chrono::seconds(30), .debug = true}, 0);
