@@ -154,8 +154,10 @@ Variable avg_pool2d(const Variable& x, const Pool2dParams& p);
 Variable adaptive_avg_pool2d(const Variable& x, int64_t out_h, int64_t out_w);
 // Functional batch norm, as torch.nn.functional.batch_norm. In training, running_mean/var
 // (if defined) are updated in place with `momentum` and the unbiased batch variance.
+// relu = true: relu(batch_norm(...)) as one node (the ReLU fused into the normalising pass and
+// its mask into the backward's passes; the same values as the two ops).
 Variable batch_norm(const Variable& x, Tensor running_mean, Tensor running_var, const Variable& weight,
-                    const Variable& bias, bool training, double momentum, double eps);
+                    const Variable& bias, bool training, double momentum, double eps, bool relu = false);
 Variable layer_norm(const Variable& x, const Shape& normalized_shape, const Variable& weight, const Variable& bias,
                     double eps);
 // Inverted dropout; the mask is keyed by `key` (identity when !training or p == 0).

@@ -65,7 +65,7 @@ Variable adaptive_avg_pool2d(const Variable& x, int64_t out_h, int64_t out_w) {
 // batch_norm, training: normalise with the batch's mean and biased variance; backward through
 // the statistics (PyTorch's formula). Eval: normalise with running stats, which are constants.
 Variable batch_norm(const Variable& x, Tensor running_mean, Tensor running_var, const Variable& weight,
-                    const Variable& bias, bool training, double momentum, double eps) {
+                    const Variable& bias, bool training, double momentum, double eps, bool relu) {
   if (x.dim() < 2) throw std::invalid_argument("batch_norm: expected input (N, C, *), got " + x.data().desc());
   const int64_t C = x.size(1);
   const int64_t count = x.numel() / std::max<int64_t>(C, 1);
@@ -93,23 +93,24 @@ Variable batch_norm(const Variable& x, Tensor running_mean, Tensor running_var, 
     mean_t = running_mean;
     invstd_t = rsqrt(add(running_var, eps));
   }
-  Tensor y = batch_norm_elemt(x.data(), mean_t, invstd_t, w, b);
+  Tensor y = batch_norm_elemt(x.data(), mean_t, invstd_t, w, b, relu);
   return Variable::make_result(
       y, {x, weight, bias},
-      [tx = x.data(), mean_t, invstd_t, w, training, count](const Tensor& dy) -> std::vector<Tensor> {
-        BatchNormReduce r = batch_norm_backward_reduce(dy, tx, mean_t, invstd_t, w);
+      [tx = x.data(), mean_t, invstd_t, w, training, count,
+       ty = relu ? y : Tensor()](const Tensor& dy) -> std::vector<Tensor> {
+        BatchNormReduce r = batch_norm_backward_reduce(dy, tx, mean_t, invstd_t, w, ty);
         Tensor dx;
         if (training) {
-          dx = batch_norm_backward_elemt(dy, tx, mean_t, invstd_t, w, r.sum_dy, r.sum_dy_xmu, count);
+          dx = batch_norm_backward_elemt(dy, tx, mean_t, invstd_t, w, r.sum_dy, r.sum_dy_xmu, count, ty);
         } else {  // dx = dy * weight * invstd, per channel
           Tensor scale = w.defined() ? mul(w, invstd_t) : invstd_t;
           Shape bshape(tx.dim(), 1);
           bshape[1] = tx.size(1);
-          dx = mul(dy, scale.reshape(bshape));
+          dx = mul(ty.defined() ? relu_backward(ty, dy) : dy, scale.reshape(bshape));
         }
         return {dx, r.grad_weight, r.grad_bias};
       },
-      "BatchNormBackward");
+      relu ? "BatchNormReluBackward" : "BatchNormBackward");
 }
 
 // layer_norm over the trailing normalized_shape dims

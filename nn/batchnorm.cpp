@@ -63,7 +63,11 @@ void BatchNormBase::set_forward_override(ForwardOverride fn, std::string type_na
 
 Variable BatchNormBase::forward(const Variable& x) { return override_ ? override_(*this, x) : local_forward(x); }
 
-Variable BatchNormBase::local_forward(const Variable& x) {
+Variable BatchNormBase::forward_relu(const Variable& x) {
+  return override_ ? relu(override_(*this, x)) : local_forward(x, true);
+}
+
+Variable BatchNormBase::local_forward(const Variable& x, bool relu) {
   check_input_dim(x);
   if (x.size(1) != options.num_features)
     throw std::invalid_argument(type_name() + ": expected " + std::to_string(options.num_features) +
@@ -72,8 +76,8 @@ Variable BatchNormBase::local_forward(const Variable& x) {
   const double momentum = next_momentum();
   if (batch_stats)  // training (running stats updated when tracked), or eval without running stats
     return batch_norm(x, training_ ? running_mean : Tensor(), training_ ? running_var : Tensor(), weight, bias,
-                      /*training=*/true, momentum, options.eps);
-  return batch_norm(x, running_mean, running_var, weight, bias, /*training=*/false, 0.0, options.eps);
+                      /*training=*/true, momentum, options.eps, relu);
+  return batch_norm(x, running_mean, running_var, weight, bias, /*training=*/false, 0.0, options.eps, relu);
 }
 
 void BatchNorm1d::check_input_dim(const Variable& x) const {

@@ -27,8 +27,12 @@ class BatchNormBase : public Module {
   std::string extra_repr() const override;
   // The override when one is installed, else local_forward.
   Variable forward(const Variable& x) override;
-  // This process's batch (or running) statistics only: plain BatchNorm.
-  Variable local_forward(const Variable& x);
+  // This process's batch (or running) statistics only: plain BatchNorm; relu: followed by a
+  // ReLU, fused into the same node.
+  Variable local_forward(const Variable& x, bool relu = false);
+  // relu(forward(x)): fused when no override is installed (Sequential calls it for a BatchNorm
+  // followed by a ReLU), else the two ops.
+  Variable forward_relu(const Variable& x);
   void reset_running_stats();
 
   using ForwardOverride = std::function<Variable(BatchNormBase&, const Variable&)>;

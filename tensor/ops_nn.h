@@ -60,9 +60,11 @@ struct BatchNormStats {
   Tensor invstd;  // (C) 1 / sqrt(biased_var + eps)
 };
 BatchNormStats batch_norm_stats(const Tensor& x, double eps);
-// y = (x - mean) * invstd * weight + bias ; weight / bias may be undefined (affine=false)
+// y = (x - mean) * invstd * weight + bias ; weight / bias may be undefined (affine=false).
+// relu: y = relu(that), in the same pass on the CPU. The backward pieces take that y as relu_out
+// (undefined: no ReLU) and mask dy with it, as relu_backward does.
 Tensor batch_norm_elemt(const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& weight,
-                        const Tensor& bias);
+                        const Tensor& bias, bool relu = false);
 struct BatchNormReduce {
   Tensor sum_dy;  // (C) sum over N, * of dy
   Tensor sum_dy_xmu;  // (C) sum of dy * (x - mean)
@@ -70,10 +72,11 @@ struct BatchNormReduce {
   Tensor grad_bias;  // (C) sum_dy (undefined if weight undefined)
 };
 BatchNormReduce batch_norm_backward_reduce(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& invstd,
-                                           const Tensor& weight);
+                                           const Tensor& weight, const Tensor& relu_out = Tensor());
 // dx = (dy - sum_dy / count - (x - mean) * invstd^2 * sum_dy_xmu / count) * weight * invstd
 Tensor batch_norm_backward_elemt(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& invstd,
-                                 const Tensor& weight, const Tensor& sum_dy, const Tensor& sum_dy_xmu, int64_t count);
+                                 const Tensor& weight, const Tensor& sum_dy, const Tensor& sum_dy_xmu, int64_t count,
+                                 const Tensor& relu_out = Tensor());
 // eval mode: dx = dy * weight * invstd (statistics are constants)
 
 // ---- layer norm over the last `normalized` dims ----

@@ -10,6 +10,7 @@
 
 #include "minidl/kernels/cpu/norm.h"
 #include "minidl/tensor/creation.h"
+#include "minidl/tensor/ops.h"
 #include "minidl/tensor/ops_nn.h"
 #include "minidl/tensor/cuda_dispatch.h"
 #include "minidl/tensor/ops_nn_checks.h"
@@ -84,7 +85,7 @@ BatchNormStats batch_norm_stats(const Tensor& x_in, double eps) {
 }
 
 Tensor batch_norm_elemt(const Tensor& x_in, const Tensor& mean, const Tensor& invstd, const Tensor& weight,
-                        const Tensor& bias) {
+                        const Tensor& bias, bool relu) {
   constexpr const char* op = "batch_norm_elemt";
   const bool cuda = cuda_dispatch::on_cuda({&x_in, &mean, &invstd, &weight, &bias}, op);
   const NCS d = batch_norm_layout(x_in, op);
@@ -100,7 +101,7 @@ Tensor batch_norm_elemt(const Tensor& x_in, const Tensor& mean, const Tensor& in
     cuda_dispatch::use_device(x);
     kc::batch_norm_elemt(cuda_dispatch::elem(x.dtype()), x.raw_data(), d.N, d.C, d.S, m.raw_data(), is.raw_data(),
                          ptr_or_null(w), ptr_or_null(b), y.raw_data());
-    return y;
+    return relu ? minidl::relu(y) : y;  // CUDA: the ReLU as its own kernel
   }
   const auto m = mean.to_vector<double>(), is = invstd.to_vector<double>();
   const auto w = values_or_empty(weight), b = values_or_empty(bias);
@@ -108,21 +109,25 @@ Tensor batch_norm_elemt(const Tensor& x_in, const Tensor& mean, const Tensor& in
   dispatch_floating(x.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     kernels::cpu::batch_norm_elemt(x.data<T>(), d.N, d.C, d.S, m.data(), is.data(), ptr_or_null(w), ptr_or_null(b),
-                                   y.data<T>());
+                                   y.data<T>(), relu);
   });
   return y;
 }
 
 BatchNormReduce batch_norm_backward_reduce(const Tensor& dy_in, const Tensor& x_in, const Tensor& mean,
-                                           const Tensor& invstd, const Tensor& weight) {
+                                           const Tensor& invstd, const Tensor& weight, const Tensor& relu_out_in) {
   constexpr const char* op = "batch_norm_backward_reduce";
-  const bool cuda = cuda_dispatch::on_cuda({&dy_in, &x_in, &mean, &invstd, &weight}, op);
+  const bool cuda = cuda_dispatch::on_cuda({&dy_in, &x_in, &mean, &invstd, &weight, &relu_out_in}, op);
   const NCS d = batch_norm_layout(x_in, op);
   require_like_input(dy_in, x_in, op);
+  if (relu_out_in.defined()) require_like_input(relu_out_in, x_in, op);
   require_channel_vector(mean, d.C, op, "mean", false);
   require_channel_vector(invstd, d.C, op, "invstd", false);
   require_channel_vector(weight, d.C, op, "weight", true);
-  const Tensor x = x_in.contiguous(), dy = dy_in.contiguous();
+  const Tensor x = x_in.contiguous();
+  // CUDA: the ReLU's mask as its own kernel
+  const Tensor dy = cuda && relu_out_in.defined() ? relu_backward(relu_out_in, dy_in) : dy_in.contiguous();
+  const Tensor relu_out = cuda || !relu_out_in.defined() ? Tensor() : relu_out_in.contiguous();
   if (cuda) {
     const Tensor m = for_kernel(mean, x), is = for_kernel(invstd, x);
     BatchNormReduce r;
@@ -143,7 +148,7 @@ BatchNormReduce batch_norm_backward_reduce(const Tensor& dy_in, const Tensor& x_
   dispatch_floating(x.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     kernels::cpu::batch_norm_backward_reduce(dy.data<T>(), x.data<T>(), d.N, d.C, d.S, m.data(), sum_dy.data(),
-                                             sum_dy_xmu.data());
+                                             sum_dy_xmu.data(), relu_out.defined() ? relu_out.data<T>() : nullptr);
   });
   BatchNormReduce r;
   r.sum_dy = from_doubles(sum_dy, x.dtype());
@@ -159,11 +164,14 @@ BatchNormReduce batch_norm_backward_reduce(const Tensor& dy_in, const Tensor& x_
 }
 
 Tensor batch_norm_backward_elemt(const Tensor& dy_in, const Tensor& x_in, const Tensor& mean, const Tensor& invstd,
-                                 const Tensor& weight, const Tensor& sum_dy, const Tensor& sum_dy_xmu, int64_t count) {
+                                 const Tensor& weight, const Tensor& sum_dy, const Tensor& sum_dy_xmu, int64_t count,
+                                 const Tensor& relu_out_in) {
   constexpr const char* op = "batch_norm_backward_elemt";
-  const bool cuda = cuda_dispatch::on_cuda({&dy_in, &x_in, &mean, &invstd, &weight, &sum_dy, &sum_dy_xmu}, op);
+  const bool cuda =
+      cuda_dispatch::on_cuda({&dy_in, &x_in, &mean, &invstd, &weight, &sum_dy, &sum_dy_xmu, &relu_out_in}, op);
   const NCS d = batch_norm_layout(x_in, op);
   require_like_input(dy_in, x_in, op);
+  if (relu_out_in.defined()) require_like_input(relu_out_in, x_in, op);
   require_channel_vector(mean, d.C, op, "mean", false);
   require_channel_vector(invstd, d.C, op, "invstd", false);
   require_channel_vector(weight, d.C, op, "weight", true);
@@ -172,7 +180,9 @@ Tensor batch_norm_backward_elemt(const Tensor& dy_in, const Tensor& x_in, const 
   if (count <= 0)
     throw std::invalid_argument(std::string(op) + ": count must be positive, got " + std::to_string(count) +
                                 " for input " + x_in.desc());
-  const Tensor x = x_in.contiguous(), dy = dy_in.contiguous();
+  const Tensor x = x_in.contiguous();
+  const Tensor dy = cuda && relu_out_in.defined() ? relu_backward(relu_out_in, dy_in) : dy_in.contiguous();
+  const Tensor relu_out = cuda || !relu_out_in.defined() ? Tensor() : relu_out_in.contiguous();
   if (cuda) {
     const Tensor m = for_kernel(mean, x), is = for_kernel(invstd, x), w = for_kernel(weight, x);
     const Tensor sd = for_kernel(sum_dy, x), sdx = for_kernel(sum_dy_xmu, x);
@@ -189,7 +199,8 @@ Tensor batch_norm_backward_elemt(const Tensor& dy_in, const Tensor& x_in, const 
   dispatch_floating(x.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     kernels::cpu::batch_norm_backward_elemt(dy.data<T>(), x.data<T>(), d.N, d.C, d.S, m.data(), is.data(),
-                                            ptr_or_null(w), sd.data(), sdx.data(), count, dx.data<T>());
+                                            ptr_or_null(w), sd.data(), sdx.data(), count, dx.data<T>(),
+                                            relu_out.defined() ? relu_out.data<T>() : nullptr);
   });
   return dx;
 }

@@ -11,13 +11,17 @@
 // compile time); layer norm's row sums use simd_sum (kernels/cpu/vec_math.h); its weight
 // gradient sums fixed 32-row chunks, then the chunks in order.
 // Per-channel vectors (mean, invstd, weight, bias, sums) come in as double arrays; a null weight
-// means 1 and a null bias means 0.
+// means 1 and a null bias means 0. A ReLU after the batch norm can be fused: elemt applies it,
+// the backward pieces mask dy with its output (relu_out).
 // Tested through tensor/ops_norm.cpp by tests/tensor/test_ops_norm.cpp (hand-computed values, a
 // full batch-norm backward assembled from the pieces, float64 finite differences).
 #pragma once
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "minidl/kernels/cpu/parallel.h"
@@ -63,26 +67,62 @@ template <class T> void batch_norm_stats(const T* x, int64_t N, int64_t C, int64
   });
 }
 
+// kernels/functors.h's ReluOp (v < 0 ? 0 : v) and ReluBackward (r <= 0 ? 0 : g; a NaN r keeps g)
+// on the values' bits: under the default -ftrapping-math GCC keeps a loop's float compare and
+// select as branches (mispredicted half the time around a ReLU); integer masks vectorise.
+template <class T> inline T relu_bits(T v) {
+  using I = std::conditional_t<sizeof(T) == 4, int32_t, int64_t>;
+  I vb;
+  std::memcpy(&vb, &v, sizeof vb);
+  const I inf_bits = sizeof(T) == 4 ? I(0x7f800000) : I(0x7ff0000000000000);
+  const I abs = vb & std::numeric_limits<I>::max();
+  const I drop = -static_cast<I>((vb < 0) & (abs != 0) & (abs <= inf_bits));  // v < 0: all ones
+  vb &= ~drop;
+  T out;
+  std::memcpy(&out, &vb, sizeof out);
+  return out;
+}
+template <class T> inline T relu_grad_bits(T r, T g) {
+  using I = std::conditional_t<sizeof(T) == 4, int32_t, int64_t>;
+  I rb, gb;
+  std::memcpy(&rb, &r, sizeof rb);
+  std::memcpy(&gb, &g, sizeof gb);
+  const I inf_bits = sizeof(T) == 4 ? I(0x7f800000) : I(0x7ff0000000000000);
+  const I drop = -static_cast<I>((rb <= 0) & ((rb & std::numeric_limits<I>::max()) <= inf_bits));  // r <= 0: all ones
+  gb &= ~drop;
+  T out;
+  std::memcpy(&out, &gb, sizeof out);
+  return out;
+}
+
 // y (N, C, S) = (x - mean[c]) * invstd[c] * weight[c] + bias[c]; parallel over the N*C planes.
+// relu: y = relu(that) in the same pass (kernels/functors.h's ReluOp: x < 0 ? 0 : x).
 template <class T>
 void batch_norm_elemt(const T* x, int64_t N, int64_t C, int64_t S, const double* mean, const double* invstd,
-                      const double* weight, const double* bias, T* y) {
+                      const double* weight, const double* bias, T* y, bool relu = false) {
   parallel_for(N * C, norm_grain(S), [&](int64_t p0, int64_t p1) {
     for (int64_t pl = p0; pl < p1; ++pl) {
       const int64_t c = pl % C;
       const double m = mean[c], scale = invstd[c] * (weight ? weight[c] : 1.0), b = bias ? bias[c] : 0.0;
       const T* xp = x + pl * S;
       T* yp = y + pl * S;
-      for (int64_t i = 0; i < S; ++i) yp[i] = static_cast<T>((xp[i] - m) * scale + b);
+      if (relu) {
+        for (int64_t i = 0; i < S; ++i) yp[i] = relu_bits(static_cast<T>((xp[i] - m) * scale + b));
+      } else {
+        for (int64_t i = 0; i < S; ++i) yp[i] = static_cast<T>((xp[i] - m) * scale + b);
+      }
     }
   });
 }
 
+
 // sum_dy (C) = sum over (n, s) of dy; sum_dy_xmu (C) = sum of dy * (x - mean[c]) (per plane one
-// vectorised reduction, planes added in n order).
+// vectorised reduction, planes added in n order). relu_out (or null): the output of a ReLU after
+// the batch norm; dy is then masked as kernels/functors.h's ReluBackward does (0 where
+// relu_out <= 0, which is exactly where the ReLU's input is <= 0).
 template <class T>
 void batch_norm_backward_reduce(const T* dy, const T* x, int64_t N, int64_t C, int64_t S, const double* mean,
-                                double* sum_dy, double* sum_dy_xmu) {
+                                double* sum_dy, double* sum_dy_xmu, const T* relu_out = nullptr) {
   parallel_for(C, norm_grain(N * S), [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c) {
       const double m = mean[c];
@@ -90,12 +130,22 @@ void batch_norm_backward_reduce(const T* dy, const T* x, int64_t N, int64_t C, i
       for (int64_t n = 0; n < N; ++n) {
         const T* g = dy + (n * C + c) * S;
         const T* xp = x + (n * C + c) * S;
+        const T* ro = relu_out ? relu_out + (n * C + c) * S : nullptr;
         double a = 0, b = 0;
+        if (ro) {
 #pragma omp simd reduction(+ : a, b)
-        for (int64_t i = 0; i < S; ++i) {
-          const double gi = static_cast<double>(g[i]);
-          a += gi;
-          b += gi * (static_cast<double>(xp[i]) - m);
+          for (int64_t i = 0; i < S; ++i) {
+            const double gi = static_cast<double>(relu_grad_bits(ro[i], g[i]));
+            a += gi;
+            b += gi * (static_cast<double>(xp[i]) - m);
+          }
+        } else {
+#pragma omp simd reduction(+ : a, b)
+          for (int64_t i = 0; i < S; ++i) {
+            const double gi = static_cast<double>(g[i]);
+            a += gi;
+            b += gi * (static_cast<double>(xp[i]) - m);
+          }
         }
         sa += a;
         sb += b;
@@ -107,10 +157,11 @@ void batch_norm_backward_reduce(const T* dy, const T* x, int64_t N, int64_t C, i
 }
 
 // dx = (dy - sum_dy / count - (x - mean) * invstd^2 * sum_dy_xmu / count) * weight * invstd
+// (dy masked by relu_out as in batch_norm_backward_reduce)
 template <class T>
 void batch_norm_backward_elemt(const T* dy, const T* x, int64_t N, int64_t C, int64_t S, const double* mean,
                                const double* invstd, const double* weight, const double* sum_dy,
-                               const double* sum_dy_xmu, int64_t count, T* dx) {
+                               const double* sum_dy_xmu, int64_t count, T* dx, const T* relu_out = nullptr) {
   const double inv_count = 1.0 / static_cast<double>(count);
   parallel_for(N * C, norm_grain(S), [&](int64_t p0, int64_t p1) {
     for (int64_t pl = p0; pl < p1; ++pl) {
@@ -122,7 +173,15 @@ void batch_norm_backward_elemt(const T* dy, const T* x, int64_t N, int64_t C, in
       const T* g = dy + pl * S;
       const T* xp = x + pl * S;
       T* o = dx + pl * S;
-      for (int64_t i = 0; i < S; ++i) o[i] = static_cast<T>((g[i] - mean_dy - (xp[i] - m) * k) * scale);
+      if (relu_out) {
+        const T* ro = relu_out + pl * S;
+        for (int64_t i = 0; i < S; ++i) {
+          const double gi = static_cast<double>(relu_grad_bits(ro[i], g[i]));
+          o[i] = static_cast<T>((gi - mean_dy - (xp[i] - m) * k) * scale);
+        }
+      } else {
+        for (int64_t i = 0; i < S; ++i) o[i] = static_cast<T>((g[i] - mean_dy - (xp[i] - m) * k) * scale);
+      }
     }
   });
 }

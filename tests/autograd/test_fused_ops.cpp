@@ -2,14 +2,19 @@
 // replace (the composed versions stay in the code base as the reference), and what the engine
 // keeps alive: packed self-attention against slice + reshape + permute + attention_with_weights
 // (values, the gradient, float64 finite differences, the same bits for 1 and 2 threads), and
-// MultiheadAttention's fast path against its composed path; the graph holding no intermediate
-// results, and a leaf's first gradient kept without a copy only when nothing else holds it.
+// MultiheadAttention's fast path against its composed path; linear against matmul + add; batch
+// norm + ReLU (and Sequential's use of it) against the two ops; the graph holding no
+// intermediate results, and a leaf's first gradient kept without a copy only when nothing else
+// holds it.
 #include <cmath>
 #include <memory>
 
 #include "minidl/autograd/ops.h"
 #include "minidl/kernels/cpu/parallel.h"
 #include "minidl/nn/attention.h"
+#include "minidl/nn/batchnorm.h"
+#include "minidl/nn/layers.h"
+#include "minidl/nn/sequential.h"
 #include "tests/common/gradcheck.h"
 #include "tests/common/testing.h"
 
@@ -153,4 +158,49 @@ TEST(FusedOps, LinearMatchesMatmulPlusBias) {
   EXPECT_TRUE(minidl::testing::gradcheck(
       [](const std::vector<Variable>& in) { return linear(in[0], in[1], in[2]); },
       {randn({3, 4}, DType::Float64), randn({2, 4}, DType::Float64), randn({2}, DType::Float64)}, "linear"));
+}
+
+// batch_norm(..., relu = true) against relu(batch_norm(...)), training and eval; and a Sequential's
+// BatchNorm2d + ReLU (fused) against running its modules one by one (composed).
+TEST(FusedOps, BatchNormReluMatchesBatchNormThenRelu) {
+  manual_seed(7);
+  for (bool training : {true, false}) {
+    for (DType dt : {DType::Float64, DType::Float32}) {
+      const Tensor x0 = randn({4, 3, 5, 5}, dt), w0 = randn({3}, dt), b0 = randn({3}, dt), r = randn({4, 3, 5, 5}, dt);
+      const Tensor rm = randn({3}, dt), rv = rand({3}, dt) + 0.5;
+      auto grads = [&](bool fused) {
+        Variable x(x0.clone(), true), w(w0.clone(), true), b(b0.clone(), true);
+        Tensor m = rm.clone(), v = rv.clone();
+        Variable y = fused ? batch_norm(x, m, v, w, b, training, 0.1, 1e-5, true)
+                           : relu(batch_norm(x, m, v, w, b, training, 0.1, 1e-5));
+        sum(mul(y, Variable(r))).backward();
+        return std::vector<Tensor>{y.data(), x.grad(), w.grad(), b.grad(), m, v};
+      };
+      const auto fast = grads(true), ref = grads(false);
+      const double tol = dt == DType::Float64 ? 1e-12 : 1e-5;
+      for (size_t i = 0; i < fast.size(); ++i)
+        expect_close(fast[i], ref[i], tol, tol, std::string(training ? "training" : "eval") + ", tensor " + std::to_string(i));
+    }
+  }
+  EXPECT_TRUE(minidl::testing::gradcheck(
+      [](const std::vector<Variable>& in) {
+        return batch_norm(in[0], Tensor(), Tensor(), in[1], in[2], true, 0.1, 1e-5, true);
+      },
+      {randn({3, 2, 2, 2}, DType::Float64), randn({2}, DType::Float64), randn({2}, DType::Float64)}, "batch_norm relu"));
+
+  nn::Sequential net;
+  net.push_back<nn::BatchNorm2d>(nn::BatchNormOptions{.num_features = 3});
+  net.push_back<nn::ReLU>();
+  for (auto& [name, p] : net.named_parameters()) p.data().copy_(randn(p.shape()));
+  const Tensor x0 = randn({4, 3, 6, 6}), r = randn({4, 3, 6, 6});
+  auto run_net = [&](bool fused) {
+    net.zero_grad();
+    Variable x(x0.clone(), true);
+    Variable y = fused ? net.forward(x) : net[1].forward(net[0].forward(x));
+    EXPECT_EQ(y.grad_fn()->name, fused ? "BatchNormReluBackward" : "ReluBackward");
+    sum(mul(y, Variable(r))).backward();
+    return std::vector<Tensor>{y.data(), x.grad(), net[0].named_parameters()[0].second.grad().clone()};
+  };
+  const auto fast = run_net(true), ref = run_net(false);
+  for (size_t i = 0; i < fast.size(); ++i) expect_close(fast[i], ref[i], 1e-5, 1e-6, "Sequential, tensor " + std::to_string(i));
 }

@@ -4,10 +4,12 @@
 // against a two-pass long-double computation, the vectorised exp / erf against std::exp /
 // std::erf, GELU and softmax fast rows against the shared functors and float64, the small-GEMM
 // loop and the stride-1 im2col / col2im against naive loops, a convolution's backward without
-// the input gradient, the one-pass layer-norm backward against its two passes, and the CPU
-// caching allocator's steady state (a repeated training step maps no new memory).
+// the input gradient, the one-pass layer-norm backward against its two passes, the bit-mask
+// ReLU of the fused batch norm + ReLU against the functors, and the CPU caching allocator's
+// steady state (a repeated training step maps no new memory).
 // Thread-count independence of these kernels is checked too (same bits, 1 and 2 threads).
 #include <cmath>
+#include <cstring>
 #include <tuple>
 #include <type_traits>
 #include <limits>
@@ -306,4 +308,24 @@ TEST(FastPaths, LayerNormOnePassBackwardMatchesTwoPasses) {
     check_layer_norm_one_pass<float>(with_weight);
     check_layer_norm_one_pass<double>(with_weight);
   }
+}
+
+// The bit-mask ReLU of the fused batch norm + ReLU against the shared functors, special values
+// included (signed zeros and NaNs, infinities, subnormals).
+template <class T> void check_relu_bits() {
+  const T nan = std::numeric_limits<T>::quiet_NaN(), inf = std::numeric_limits<T>::infinity();
+  const T sub = std::numeric_limits<T>::denorm_min();
+  const std::vector<T> vals{T(0), -T(0), T(1.5), T(-1.5), inf, -inf, nan, -nan, sub, -sub, T(1e-30), T(-1e-30)};
+  auto same = [](T a, T b) { return std::memcmp(&a, &b, sizeof a) == 0 || (std::isnan(a) && std::isnan(b)); };
+  for (T v : vals) {
+    EXPECT_TRUE(same(kernels::cpu::relu_bits(v), kernels::ReluOp{}(v))) << "relu(" << v << ")";
+    for (T g : {T(2), T(-3), inf, nan})
+      EXPECT_TRUE(same(kernels::cpu::relu_grad_bits(v, g), kernels::ReluBackward{}(v, g)))
+          << "relu backward at " << v << ", dy " << g;
+  }
+}
+
+TEST(FastPaths, BitMaskReluMatchesTheFunctors) {
+  check_relu_bits<float>();
+  check_relu_bits<double>();
 }
