@@ -57,14 +57,14 @@ MINIDL_HD int64_t strided_offset(const StridedIter& it, int k, int64_t i) {
   X(NegOp)                                                                                                       \
   X(ExpOp) X(LogOp) X(SqrtOp) X(RsqrtOp) X(AbsOp) X(TanhOp) X(SigmoidOp) X(ReluOp) X(PowScalarOp) X(AddScalarOp) \
       X(MulScalarOp) X(DivScalarOp) X(GeluErfOp) X(GeluTanhOp) X(SiluOp) X(LeakyReluOp) X(EluOp) X(SoftplusOp)   \
-          X(HardswishOp) X(SmoothL1Op)
+          X(HardswishOp) X(SmoothL1Op) X(IsFiniteOp)
 #define MINIDL_CUDA_BINARY_OPS(X)                                                                                     \
   X(AddOp)                                                                                                            \
   X(SubOp) X(MulOp) X(DivOp) X(MaximumOp) X(MinimumOp) X(EqOp) X(GtOp) X(LtOp) X(ReluBackward) X(GeluErfBackward)     \
       X(GeluTanhBackward) X(TanhBackwardFromY) X(SigmoidBackwardFromY) X(AddScaledOp) X(AxpbyOp) X(LerpOp)            \
           X(SiluBackward) X(LeakyReluBackward) X(EluBackward) X(SoftplusBackward) X(HardswishBackward) X(AbsBackward) \
               X(SmoothL1Backward)
-#define MINIDL_CUDA_TERNARY_OPS(X) X(AddcmulOp) X(AddcdivOp)
+#define MINIDL_CUDA_TERNARY_OPS(X) X(AddcmulOp) X(AddcdivOp) X(WhereOp)
 
 #define MINIDL_DECLARE_UNARY(Op) \
   void elementwise(ElemType t, const StridedIter& it, void* out, const void* x, const Op& op);

@@ -43,6 +43,14 @@ struct GtOp {
 struct LtOp {
   template <class T> MINIDL_HD T operator()(T a, T b) const { return a < b ? T(1) : T(0); }
 };
+// 1 where x is neither NaN nor +-Inf (x - x is NaN exactly then; always 0 for integers), else 0
+struct IsFiniteOp {
+  template <class T> MINIDL_HD T operator()(T x) const { return x - x == T(0) ? T(1) : T(0); }
+};
+// where(cond, a, b): a where cond is non-zero, else b (cond in the operands' dtype, as eq gives it)
+struct WhereOp {
+  template <class T> MINIDL_HD T operator()(T cond, T a, T b) const { return cond != T(0) ? a : b; }
+};
 
 // ---- unary forward ----
 struct NegOp {

@@ -25,6 +25,10 @@ Tensor minimum(const Tensor& a, const Tensor& b);
 Tensor eq(const Tensor& a, const Tensor& b);  // 1 where equal, else 0, in a's dtype
 Tensor gt(const Tensor& a, const Tensor& b);
 Tensor lt(const Tensor& a, const Tensor& b);
+// torch.where: a where cond is non-zero, else b; cond in a's dtype (the 1/0 of eq, gt, lt,
+// isfinite); all three broadcast. No host read: a flag kept on a GPU is updated there.
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+Tensor isfinite(const Tensor& x);  // 1 where x is neither NaN nor +-Inf, else 0, in x's dtype
 // with a scalar
 Tensor add(const Tensor& a, double s);
 Tensor mul(const Tensor& a, double s);

@@ -114,6 +114,26 @@ template <class Op> Tensor unary_op(const Tensor& x, const char* op, Op f, Kinds
   return out;
 }
 
+// out (broadcast shape) = f(a, b, c)
+template <class Op> Tensor ternary_op(const Tensor& a, const Tensor& b, const Tensor& c, const char* op, Op f) {
+  const bool cuda = cuda_dispatch::on_cuda({&a, &b, &c}, op);
+  check_defined(a, op);
+  check_defined(b, op);
+  check_defined(c, op);
+  check_same_dtype(a, b, op);
+  check_same_dtype(a, c, op);
+  const Shape shape = broadcast_shapes(broadcast_shapes(a.shape(), b.shape(), op), c.shape(), op);
+  Tensor out(shape, a.dtype(), a.device());
+  const Tensor ea = a.expand(shape), eb = b.expand(shape), ec = c.expand(shape);
+  dispatch(a.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    if (cuda) return cuda_dispatch::ternary(out, ea, eb, ec, f, op);
+    const StridedLoop<4> loop(shape, {&out.strides(), &ea.strides(), &eb.strides(), &ec.strides()});
+    k::cpu::ternary_kernel(loop, out.data<T>(), ea.data<T>(), eb.data<T>(), ec.data<T>(), f);
+  });
+  return out;
+}
+
 // a = f(a)
 template <class Op> Tensor& unary_inplace(Tensor& a, const char* op, Op f, Kinds kinds) {
   const bool cuda = cuda_dispatch::on_cuda({&a}, op);
@@ -178,6 +198,10 @@ Tensor minimum(const Tensor& a, const Tensor& b) { return binary_op(a, b, "minim
 Tensor eq(const Tensor& a, const Tensor& b) { return binary_op(a, b, "eq", k::EqOp{}); }
 Tensor gt(const Tensor& a, const Tensor& b) { return binary_op(a, b, "gt", k::GtOp{}); }
 Tensor lt(const Tensor& a, const Tensor& b) { return binary_op(a, b, "lt", k::LtOp{}); }
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  return ternary_op(cond, a, b, "where", k::WhereOp{});
+}
+Tensor isfinite(const Tensor& x) { return unary_op(x, "isfinite", k::IsFiniteOp{}, Kinds::Any); }
 
 Tensor add(const Tensor& a, double s) { return unary_op(a, "add", k::AddScalarOp{s}, Kinds::Any); }
 Tensor mul(const Tensor& a, double s) { return unary_op(a, "mul", k::MulScalarOp{s}, Kinds::Any); }

@@ -74,6 +74,8 @@ template <> inline constexpr bool kIntegerOk<AbsOp> = true;
 template <> inline constexpr bool kIntegerOk<AddScalarOp> = true;
 template <> inline constexpr bool kIntegerOk<MulScalarOp> = true;
 template <> inline constexpr bool kIntegerOk<AddScaledOp> = true;
+template <> inline constexpr bool kIntegerOk<IsFiniteOp> = true;
+template <> inline constexpr bool kIntegerOk<WhereOp> = true;
 
 // Runs f(T{}) for t, instantiating integer types only for functors that allow them.
 template <class Op, class F> void switch_for_op(ElemType t, const char* name, F&& f) {

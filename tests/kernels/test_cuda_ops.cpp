@@ -89,6 +89,19 @@ TEST(CudaOps, IntegerElementwiseMatchesCpu) {
   EXPECT_THROW(exp(on_gpu(a)), std::invalid_argument);  // floating only, as on the CPU
 }
 
+TEST(CudaOps, IsFiniteAndWhereMatchCpu) {
+  MINIDL_SKIP_WITHOUT_GPU();
+  Tensor x = rnd({6, 5}, 40);
+  x.narrow(0, 1, 1).fill_(NAN);
+  x.narrow(1, 2, 1).fill_(INFINITY);
+  const Tensor xt = x.transpose(0, 1);  // (5, 6), strided
+  expect_equal(isfinite(on_gpu(xt)).cpu(), isfinite(xt), "isfinite");
+  const Tensor cond = gt(rnd({6, 1}, 41), zeros({6, 1})), b = rnd({5}, 42);
+  expect_equal(where(on_gpu(cond), on_gpu(x), on_gpu(b)).cpu(), where(cond, x, b), "where (6, 1) (6, 5) (5)");
+  const Tensor ic = randint(0, 2, {4}, RandomKey{1, 3}), ia = randint(-9, 9, {4}, RandomKey{1, 4});
+  expect_equal(where(on_gpu(ic), on_gpu(ia), on_gpu(neg(ia))).cpu(), where(ic, ia, neg(ia)), "int64 where");
+}
+
 TEST(CudaOps, InPlaceUpdatesMatchCpu) {
   MINIDL_SKIP_WITHOUT_GPU();
   for (int which = 0; which < 7; ++which) {

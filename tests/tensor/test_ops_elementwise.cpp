@@ -76,6 +76,25 @@ TEST(Elementwise, ComparisonsGiveOnesAndZerosInInputDtype) {
   expect_equal(lt(a, b), f32({1, 0, 0}));
 }
 
+TEST(Elementwise, IsFiniteIsZeroOnNanAndInfOnly) {
+  const float inf = INFINITY;
+  expect_equal(isfinite(f32({1, -inf, NAN, inf, 0, -3e38f, 1e-45f})), f32({1, 0, 0, 0, 1, 1, 1}));
+  expect_equal(isfinite(f64({NAN, 1e308, -INFINITY})), f64({0, 1, 0}));
+  expect_equal(isfinite(i64({-5, 0, 7})), i64({1, 1, 1}));  // integers are always finite
+  expect_equal(isfinite(f32({1, NAN, 3, inf}, {2, 2}).transpose(0, 1)), f32({1, 1, 0, 0}, {2, 2}));
+}
+
+TEST(Elementwise, WherePicksAWhereCondIsNonZeroAndBroadcastsAllThree) {
+  expect_equal(where(f32({1, 0, 2, 0}), f32({10, 20, 30, 40}), f32({-1, -2, -3, -4})), f32({10, -2, 30, -4}));
+  // cond (2, 1), a (1, 3), b 0-d -> (2, 3); NaN in the unpicked operand does not leak
+  expect_equal(where(f32({0, 1}, {2, 1}), f32({1, NAN, 3}, {1, 3}), f32({7})),
+               f32({7, 7, 7, 1, NAN, 3}, {2, 3}));
+  expect_equal(where(f32({0, 1}), f32({NAN, 1}), f32({5, NAN})), f32({5, 1}));
+  expect_equal(where(i64({0, 3}), i64({1, 2}), i64({8, 9})), i64({8, 2}));
+  EXPECT_THROW(where(f64({1}), f32({1}), f32({2})), std::invalid_argument);  // cond in the operands' dtype
+  EXPECT_THROW(where(f32({1, 0}), f32({1, 2, 3}), f32({2})), std::invalid_argument);  // shapes
+}
+
 TEST(Elementwise, ScalarOperators) {
   Tensor a = f32({2, 4});
   expect_equal(a + 1.0, f32({3, 5}));
