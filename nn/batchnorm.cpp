@@ -45,8 +45,12 @@ std::string BatchNormBase::extra_repr() const {
 
 double BatchNormBase::next_momentum() {
   if (!training_ || !running_mean.defined()) return 0.0;
-  if (num_batches_tracked.device().is_cuda()) {  // the counter lives on the GPU: one small round trip
-    const double n = num_batches_tracked.item() + 1.0;
+  if (num_batches_tracked.device().is_cuda()) {  // the counter lives on the GPU
+    if (options.momentum) {  // counted there; the count is not needed, so nothing is read back
+      add_(num_batches_tracked, ones({}, DType::Int64, num_batches_tracked.device()));
+      return *options.momentum;
+    }
+    const double n = num_batches_tracked.item() + 1.0;  // momentum None: 1/n, one small round trip
     num_batches_tracked.fill_(n);
     return options.momentum ? *options.momentum : 1.0 / n;
   }

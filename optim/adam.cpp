@@ -53,9 +53,11 @@ void Adam::step() {
       state["exp_avg_sq"] = zeros_like(p.data());
       if (options_.amsgrad) state["max_exp_avg_sq"] = zeros_like(p.data());
     }
-    Tensor& step_t = state.at("step");
-    const double t = step_t.item() + 1.0;
-    step_t.fill_(t);
+    // the step count: a float64 scalar on the host (made here or by load_state_dict), read and
+    // written in place — not item(), which on a device tensor would wait for the GPU
+    double* step_count = state.at("step").data<double>();
+    const double t = *step_count + 1.0;
+    *step_count = t;
 
     const AdamStepOptions op{.lr = group.lr,
                              .beta1 = group.momentum.value_or(options_.beta1),

@@ -10,9 +10,9 @@ Tensor zeros(const Shape& shape, DType dtype, Device device) { return full(shape
 Tensor ones(const Shape& shape, DType dtype, Device device) { return full(shape, 1.0, dtype, device); }
 
 Tensor full(const Shape& shape, double value, DType dtype, Device device) {
-  Tensor cpu(shape, dtype);
-  cpu.fill_(value);
-  return device.is_cpu() ? cpu : cpu.to(device);
+  Tensor t(shape, dtype, device);
+  t.fill_(value);  // on a GPU a fill kernel: no host -> device copy, so no synchronisation
+  return t;
 }
 
 Tensor scalar_tensor(double value, DType dtype) { return full({}, value, dtype); }

@@ -125,7 +125,8 @@ Tensor cross_entropy_backward(const Tensor& logits_in, const Tensor& target_in, 
   const Tensor target = checked_targets(target_in, C, logits, op);
   Tensor dlogits(logits.shape(), logits.dtype());
   if (N == 0) return dlogits;
-  const double g = grad_loss.item();
+  const Tensor g_host = grad_loss.to(DType::Float64).cpu();  // a CPU scalar is read in place, not item()
+  const double g = *g_host.data<double>();
   dispatch_floating(logits.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     kernels::cpu::cross_entropy_backward(logits.data<T>(), target.data<int64_t>(), N, C, label_smoothing, g,

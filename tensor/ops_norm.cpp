@@ -14,6 +14,7 @@
 #include "minidl/tensor/ops_nn.h"
 #include "minidl/tensor/cuda_dispatch.h"
 #include "minidl/tensor/ops_nn_checks.h"
+#include "minidl/tensor/ops_util.h"
 
 namespace minidl {
 
@@ -38,7 +39,7 @@ NCS batch_norm_layout(const Tensor& x, const char* op) {
 
 // The values of an optional per-channel tensor as doubles (empty when undefined).
 std::vector<double> values_or_empty(const Tensor& t) {
-  return t.defined() ? t.to_vector<double>() : std::vector<double>{};
+  return t.defined() ? detail::cpu_values(t) : std::vector<double>{};
 }
 const double* ptr_or_null(const std::vector<double>& v) { return v.empty() ? nullptr : v.data(); }
 
@@ -103,7 +104,7 @@ Tensor batch_norm_elemt(const Tensor& x_in, const Tensor& mean, const Tensor& in
                          ptr_or_null(w), ptr_or_null(b), y.raw_data());
     return relu ? minidl::relu(y) : y;  // CUDA: the ReLU as its own kernel
   }
-  const auto m = mean.to_vector<double>(), is = invstd.to_vector<double>();
+  const auto m = detail::cpu_values(mean), is = detail::cpu_values(invstd);
   const auto w = values_or_empty(weight), b = values_or_empty(bias);
   Tensor y(x.shape(), x.dtype());
   dispatch_floating(x.dtype(), op, [&](auto tag) {
@@ -143,7 +144,7 @@ BatchNormReduce batch_norm_backward_reduce(const Tensor& dy_in, const Tensor& x_
                                    ptr_or_null(r.grad_weight), ptr_or_null(r.grad_bias));
     return r;
   }
-  const auto m = mean.to_vector<double>();
+  const auto m = detail::cpu_values(mean);
   std::vector<double> sum_dy(static_cast<size_t>(d.C)), sum_dy_xmu(static_cast<size_t>(d.C));
   dispatch_floating(x.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
@@ -154,7 +155,7 @@ BatchNormReduce batch_norm_backward_reduce(const Tensor& dy_in, const Tensor& x_
   r.sum_dy = from_doubles(sum_dy, x.dtype());
   r.sum_dy_xmu = from_doubles(sum_dy_xmu, x.dtype());
   if (weight.defined()) {
-    const auto is = invstd.to_vector<double>();
+    const auto is = detail::cpu_values(invstd);
     std::vector<double> gw(static_cast<size_t>(d.C));
     for (int64_t c = 0; c < d.C; ++c) gw[c] = sum_dy_xmu[c] * is[c];
     r.grad_weight = from_doubles(gw, x.dtype());
@@ -193,8 +194,8 @@ Tensor batch_norm_backward_elemt(const Tensor& dy_in, const Tensor& x_in, const 
                                   dx.raw_data());
     return dx;
   }
-  const auto m = mean.to_vector<double>(), is = invstd.to_vector<double>(), w = values_or_empty(weight);
-  const auto sd = sum_dy.to_vector<double>(), sdx = sum_dy_xmu.to_vector<double>();
+  const auto m = detail::cpu_values(mean), is = detail::cpu_values(invstd), w = values_or_empty(weight);
+  const auto sd = detail::cpu_values(sum_dy), sdx = detail::cpu_values(sum_dy_xmu);
   Tensor dx(x.shape(), x.dtype());
   dispatch_floating(x.dtype(), op, [&](auto tag) {
     using T = decltype(tag);

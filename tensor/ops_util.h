@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "minidl/tensor/tensor.h"
 
@@ -33,6 +34,16 @@ inline Shape normalize_dims(const Shape& dims, int64_t ndim, const char* op) {
     throw std::invalid_argument(std::string(op) + ": repeated dim in " + shape_str(dims));
   if (ndim == 0) out.clear();  // a 0-d tensor: dim 0 / -1 means "the whole (single) element"
   return out;
+}
+
+// The values of a CPU tensor as doubles, for a CPU kernel that takes them as a host array (row-major,
+// converted as to_vector<double> converts). Not a host read of a device's value, so not counted by
+// host_read_count(): the CUDA path of the same op reads nothing back.
+inline std::vector<double> cpu_values(const Tensor& t) {
+  if (!t.device().is_cpu()) throw std::logic_error("cpu_values: " + t.desc() + " is not on the CPU");
+  const Tensor c = t.to(DType::Float64).contiguous();
+  const double* p = c.data<double>();
+  return std::vector<double>(p, p + c.numel());
 }
 
 }  // namespace minidl::detail

@@ -2,6 +2,7 @@
 #include "minidl/tensor/tensor.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <sstream>
 #include <stdexcept>
@@ -11,6 +12,12 @@
 #include "minidl/tensor/cuda_dispatch.h"
 
 namespace minidl {
+
+namespace {
+std::atomic<uint64_t> host_reads{0};  // see host_read_count()
+}  // namespace
+
+uint64_t host_read_count() { return host_reads.load(std::memory_order_relaxed); }
 
 std::string shape_str(const Shape& s) {
   std::string r = "[";
@@ -324,6 +331,7 @@ Tensor Tensor::to(DType dt) const {
 
 Tensor Tensor::to(Device dev) const {
   if (dev == device()) return *this;
+  if (dev.is_cpu()) host_reads.fetch_add(1, std::memory_order_relaxed);  // a device -> host copy
   Tensor src = contiguous();
   Tensor out(shape_, dtype_, dev);
   const size_t nbytes = static_cast<size_t>(numel_) * element_size(dtype_);
@@ -384,6 +392,7 @@ Tensor& Tensor::copy_(const Tensor& src) {
 
 double Tensor::item() const {
   if (numel_ != 1) throw std::invalid_argument("item: only one-element tensors can be converted, got " + desc());
+  if (device().is_cpu()) host_reads.fetch_add(1, std::memory_order_relaxed);  // (from CUDA: counted by cpu())
   Tensor c = cpu();
   return dispatch(dtype_, "item", [&](auto tag) -> double {
     using T = decltype(tag);
@@ -394,6 +403,7 @@ double Tensor::item() const {
 template <class T> std::vector<T> Tensor::to_vector() const {
   std::vector<T> out(static_cast<size_t>(numel_));
   if (numel_ == 0) return out;
+  if (device().is_cpu()) host_reads.fetch_add(1, std::memory_order_relaxed);  // (from CUDA: counted by cpu())
   Tensor c = cpu();
   dispatch(dtype_, "to_vector", [&](auto tag) {
     using S = decltype(tag);

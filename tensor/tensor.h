@@ -23,6 +23,12 @@ int64_t shape_numel(const Shape& s);
 Shape contiguous_strides(const Shape& s);  // row-major
 int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op);  // -1 -> ndim-1; throws if out of range
 
+// Reads of tensor values by the host so far in this process: item() and to_vector() on any
+// device, and copies from a CUDA device to the host (to(Device::cpu()), cpu()). On a GPU each one
+// waits for every kernel queued before it (a synchronisation); counted on the CPU too, so that a
+// test there can prove a code path (a training step) makes none. Atomic; never reset.
+uint64_t host_read_count();
+
 class Tensor {
  public:
   Tensor() = default;  // undefined tensor
