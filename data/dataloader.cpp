@@ -1,4 +1,5 @@
-// data/dataloader.cpp — collation (memcpy per example) and the DataLoader's ordered prefetching.
+// data/dataloader.cpp — collation (memcpy per example, into pinned memory for pin_memory) and the
+// DataLoader's ordered prefetching.
 #include "minidl/data/dataloader.h"
 
 #include <cstring>
@@ -24,12 +25,12 @@ std::shared_ptr<Sampler> default_sampler(const Dataset& dataset, const DataLoade
   return std::make_shared<SequentialSampler>(dataset.size());
 }
 
-// Allocates (B, ...) for `first` and copies example tensors into rows of it.
-Tensor stack_rows(const std::vector<Example>& examples, Tensor Example::*field, const char* name) {
+// Allocates (B, ...) for `first` (page-locked when `pinned`) and copies example tensors into rows of it.
+Tensor stack_rows(const std::vector<Example>& examples, Tensor Example::*field, const char* name, bool pinned) {
   const Tensor& first = examples[0].*field;
   Shape shape{static_cast<int64_t>(examples.size())};
   shape.insert(shape.end(), first.shape().begin(), first.shape().end());
-  Tensor out(shape, first.dtype());  // (B, ...)
+  Tensor out = pinned ? empty_pinned(shape, first.dtype()) : Tensor(shape, first.dtype());  // (B, ...)
   const size_t row_bytes = static_cast<size_t>(first.numel()) * element_size(first.dtype());
   auto* dst = static_cast<char*>(out.raw_data());
   for (size_t j = 0; j < examples.size(); ++j) {
@@ -46,13 +47,13 @@ Tensor stack_rows(const std::vector<Example>& examples, Tensor Example::*field, 
 
 }  // namespace
 
-Batch collate(const std::vector<Example>& examples) {
+Batch collate(const std::vector<Example>& examples, bool pin_memory) {
   if (examples.empty()) throw std::invalid_argument("collate: no examples");
   if (!examples[0].input.defined() || !examples[0].target.defined())
     throw std::invalid_argument("collate: example 0 has an undefined input or target");
   Batch b;
-  b.input = stack_rows(examples, &Example::input, "input");
-  b.target = stack_rows(examples, &Example::target, "target");
+  b.input = stack_rows(examples, &Example::input, "input", pin_memory);
+  b.target = stack_rows(examples, &Example::target, "target", pin_memory);
   return b;
 }
 
@@ -96,11 +97,7 @@ Batch DataLoader::load_batch(int64_t k) const {
           options_.transform->apply(ex.input, SampleKey{.seed = options_.seed, .epoch = pass_epoch_, .index = i});
     examples.push_back(std::move(ex));
   }
-  Batch b = collate(examples);
-  if (options_.pin_memory) {
-    b.input = minidl::pin_memory(b.input);
-    b.target = minidl::pin_memory(b.target);
-  }
+  Batch b = collate(examples, options_.pin_memory);  // pinned: straight into page-locked memory
   b.indices = indices;
   b.index = k;
   return b;

@@ -42,7 +42,10 @@ struct DataLoaderOptions {
   // Applied to each example's input on the worker, keyed by (seed, epoch, dataset index).
   std::shared_ptr<const Transform> transform = nullptr;
   // Collate into page-locked host memory, so copies to a GPU run at full speed (needs a CUDA
-  // device: without one the constructor throws saying so).
+  // device: without one the constructor throws saying so). The examples are copied straight into
+  // it (no pageable batch first); the memory comes from the pinned caching allocator
+  // (kernels/cuda_api.h), so once the first batches are freed their buffers are reused and no
+  // cudaMallocHost happens per batch.
   bool pin_memory = false;
 };
 
@@ -53,9 +56,10 @@ struct Batch {
   int64_t index = 0;  // position of this batch in the epoch
 };
 
-// Stacks examples whose inputs (and targets) share one shape and dtype. Throws naming the first
-// example that differs.
-Batch collate(const std::vector<Example>& examples);
+// Stacks examples whose inputs (and targets) share one shape and dtype, into page-locked memory
+// when pin_memory (tensor/pinned.h: needs a CUDA device). Throws naming the first example that
+// differs.
+Batch collate(const std::vector<Example>& examples, bool pin_memory = false);
 
 class DataLoader {
  public:

@@ -271,3 +271,24 @@ TEST(DataLoaderPinMemory, BatchesAreIdenticalToUnpinnedOnes) {
   minidl::testing::expect_equal(b->input, a->input);
   minidl::testing::expect_equal(b->target, a->target);
 }
+
+TEST(DataLoaderPinMemory, BatchesAreCollatedIntoReusedPinnedBuffers) {
+  if (minidl::kernels::cuda::device_count() == 0) GTEST_SKIP() << "pin_memory needs a CUDA device; none is present";
+  // Eight batches of 16 images per epoch, two workers: after the first epoch the pinned cache
+  // holds every buffer the window needs, so the second epoch makes no cudaMallocHost; and each
+  // batch is written once, into pinned memory (2 buffers a batch, not 4: no pinned copy of a
+  // pageable batch).
+  auto ds = data::make_images(128);
+  data::DataLoader loader(ds, {.batch_size = 16, .num_workers = 2, .pin_memory = true});
+  for (auto& batch : loader) (void)batch;  // epoch 0 fills the cache
+  const auto warm = minidl::kernels::cuda::pinned_memory_stats();
+  int64_t batches = 0;
+  for (auto& batch : loader) {
+    ++batches;
+    EXPECT_EQ(batch.input.data<float>()[0], static_cast<float>(batch.indices[0] * 100));
+  }
+  const auto after = minidl::kernels::cuda::pinned_memory_stats();
+  EXPECT_EQ(batches, 8);
+  EXPECT_EQ(after.segment_allocs, warm.segment_allocs) << "a pinned segment allocated in the second epoch";
+  EXPECT_EQ(after.cache_hits - warm.cache_hits, 2 * batches) << "one pinned input and one pinned target per batch";
+}
