@@ -23,7 +23,9 @@
 // checkpoints to OUT/checkpoint_epoch_NNN.safetensors and OUT/checkpoint_last.safetensors (with
 // --save-every-steps K or --save-every-minutes M also OUT/checkpoint_step_NNNNNNN.safetensors,
 // mid-epoch, the newest three kept).
-// Batches are copied to the device each step; metrics are counted on the host.
+// Batches are copied to the device each step; the loss, the metrics' sums and the non-finite
+// check stay there (examples/trainer/step.h) and are read on the host only at the checks: every
+// tenth of an epoch, before each checkpoint and at the epoch's end.
 // Exit status: 0 done, 1 a failure while training, 2 a bad flag, config or data directory, or
 // --device cuda where no GPU can be used ("no CUDA device present" / "built without CUDA").
 // Failures: a non-finite loss stops the run naming the step and the first non-finite tensor (the
@@ -66,6 +68,7 @@
 #include "examples/trainer/metrics.h"
 #include "examples/trainer/progress.h"
 #include "examples/trainer/recipe.h"
+#include "examples/trainer/step.h"
 #include "minidl/kernels/cuda_api.h"
 #include "minidl/nn/nn_all.h"
 
@@ -135,29 +138,6 @@ int64_t read_step(const std::string& dir, int rank) {
   return step;
 }
 
-// splitmix64's finaliser: a well-mixed 64-bit function of z.
-uint64_t mix64(uint64_t z) {
-  z += 0x9e3779b97f4a7c15ULL;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
-// The seed of the default generator during step `step` of epoch `epoch` on `rank`: anything
-// drawn while training (dropout masks) depends on (seed, epoch, step, rank) only, not on what
-// earlier steps drew — so a run resumed at an epoch boundary or mid-epoch draws the same numbers.
-uint64_t step_seed(uint64_t seed, int64_t epoch, int64_t step, int rank) {
-  return mix64(mix64(mix64(seed ^ static_cast<uint64_t>(epoch)) ^ static_cast<uint64_t>(step)) ^
-               static_cast<uint64_t>(rank));
-}
-
-// --deterministic: the seed of the default generator for the micro-shard whose first sample is
-// at position `sample` of epoch `epoch`'s order — by sample, never by rank or step layout.
-uint64_t shard_seed(uint64_t seed, int64_t epoch, int64_t sample) {
-  return mix64(mix64(mix64(seed ^ static_cast<uint64_t>(epoch)) ^ 0x6d6963726f736864ULL) ^
-               static_cast<uint64_t>(sample));
-}
-
 // A double as text that reads back to the same bits (metadata of mid-epoch checkpoints).
 std::string exact_text(double v) {
   char buf[32];
@@ -198,17 +178,23 @@ std::string format(const char* spec, double v) {
   return buf;
 }
 
-// A non-finite loss at `step`: names the first non-finite tensor on the way to it (a parameter or
-// buffer, the input batch, the logits) and stops this rank, which stops the run. Nothing was
-// saved since the last finite epoch, so the last good checkpoint stays.
-[[noreturn]] void fail_non_finite(double loss, int64_t step, const nn::Module& model, const Tensor& input,
-                                  const Tensor& logits, const std::string& out_dir) {
-  std::string first = trainer::first_non_finite(model.state_dict());
-  if (!first.empty()) first = "model." + first;
-  if (first.empty()) first = trainer::first_non_finite({{"the input batch", input}});
-  if (first.empty()) first = trainer::first_non_finite({{"the logits", logits}});
-  if (first.empty()) first = "none (the loss itself overflowed)";
-  throw std::runtime_error("non-finite loss (" + format("%g", loss) + ") at step " + std::to_string(step) +
+// A non-finite loss at step bad.step, found by the check at step `now` (the watch recorded the
+// step, the loss and the non-finite counts of that step's input batch and logits on the device;
+// the check reads them): names the first non-finite tensor of that step (the input, else the
+// logits), what the model holds now, and stops this rank, which stops the run. Every checkpoint
+// is preceded by a check, so none was saved since the loss went bad: the last good one stays.
+[[noreturn]] void fail_non_finite(const trainer::NonFiniteWatch::Found& bad, int64_t now, const nn::Module& model,
+                                  const std::string& out_dir) {
+  const auto counted = [](const std::string& what, int64_t k, int64_t n) {
+    return what + " (" + std::to_string(k) + " of " + std::to_string(n) + " values are not finite)";
+  };
+  std::string first = bad.input_bad > 0    ? counted("the input batch", bad.input_bad, bad.input_numel)
+                      : bad.logits_bad > 0 ? counted("the logits", bad.logits_bad, bad.logits_numel)
+                                           : "none (the loss itself overflowed)";
+  if (bad.step != now) first += "; found at the check of step " + std::to_string(now);
+  if (const std::string m = trainer::first_non_finite(model.state_dict()); !m.empty())
+    first += "; the model now holds non-finite values (model." + m + ")";
+  throw std::runtime_error("non-finite loss (" + format("%g", bad.loss) + ") at step " + std::to_string(bad.step) +
                            "; first non-finite tensor: " + first +
                            ". Stopped without saving: the last good checkpoint in " + out_dir +
                            " is kept (a learning rate too high? try a lower --lr)");
@@ -239,17 +225,16 @@ std::unique_ptr<data::DataLoader> make_val_loader(const Run& run, int64_t batch_
 trainer::Totals evaluate(nn::Module& model, data::DataLoader& loader, int64_t max_batches, minidl::Device device) {
   model.eval();
   minidl::NoGradGuard no_grad;
-  trainer::Totals local;
+  trainer::DeviceTotals local(device);  // the sums, kept on the device
   int64_t batches = 0;
   for (auto& batch : loader) {
     if (batches++ == max_batches) break;
     const Tensor input = batch.input.to(device), target = batch.target.to(device);  // no-op on the CPU
     Variable logits = model(Variable(input));  // (B, 10)
-    const double loss = minidl::cross_entropy(logits, target).item();
-    local.add(logits.data(), target, loss);  // counted on the host
+    local.add(logits.data(), target, minidl::cross_entropy(logits, target).data());  // no host read
   }
   loader.reset();
-  return local.all_reduced();  // loss, top-1 and top-5 hits and counts, summed over ranks
+  return local.read().all_reduced();  // one host read; loss, top-1 and top-5 hits and counts summed over ranks
 }
 // [/tutorial:evaluate]
 
@@ -268,7 +253,7 @@ trainer::Totals evaluate_deterministic(nn::Module& model, data::DataLoader& load
     if (max_shards >= 0 && shard >= max_shards) break;
     const Tensor input = batch.input.to(device), target = batch.target.to(device);
     Variable logits = model(Variable(input));  // (m, 10)
-    totals.add(shard, logits.data(), target, minidl::cross_entropy(logits, target).item());
+    totals.add(shard, logits.data(), target, minidl::cross_entropy(logits, target).data());
   }
   loader.reset();
   return totals.fold();
@@ -291,33 +276,6 @@ Validator make_validator(const Run& run, int world) {
     return {make_val_loader(run, m, m), run.cli.smoke_test ? kSmokeValBatches * c.global_batch_size / m : -1, true};
   return {make_val_loader(run, c.global_batch_size / world), run.cli.smoke_test ? kSmokeValBatches : -1, false};
 }
-
-// --deterministic: one training step as K micro-shards of m samples (dist/deterministic.h). This
-// rank's batch is its consecutive run of the step's global batch, the global shards
-// [rank n, (rank + 1) n); each shard gets its own forward/backward, dropout masks keyed by its
-// first sample's position in the epoch, and its sums recorded under its global ordinal. ddp.step
-// adds the K shard gradients in the fixed tree (one all_gather), divides by K and steps.
-// [tutorial:deterministic-step]
-void deterministic_step(dist::DistributedDataParallel& ddp, const nn::Module& model, optim::Optimizer& optimizer,
-                        const TrainConfig& cfg, int64_t epoch, int64_t step, int64_t global_step, const Tensor& input,
-                        const Tensor& target, trainer::OrderedTotals& totals, const std::string& out_dir) {
-  const int64_t m = cfg.micro_batch, n = input.size(0) / m;       // shards on this rank
-  const int64_t first = dist::rank() * n, K = n * dist::world_size();
-  optimizer.zero_grad();
-  for (int64_t j = 0; j < n; ++j) {
-    const int64_t shard = first + j;                                // global shard index
-    minidl::manual_seed(shard_seed(cfg.seed, epoch, step * cfg.global_batch_size + shard * m));
-    const Tensor x = input.narrow(0, j * m, m), y = target.narrow(0, j * m, m);
-    Variable logits = ddp.forward(Variable(x));                    // (m, 10)
-    Variable loss = minidl::cross_entropy(logits, y);              // mean over the shard
-    const double loss_value = loss.item();                         // NaN or Inf: stop, naming the culprit
-    if (!std::isfinite(loss_value)) fail_non_finite(loss_value, global_step, model, x, logits.data(), out_dir);
-    loss.backward();                                               // DDP keeps the shard's gradient
-    totals.add(step * K + shard, logits.data(), y, loss_value);
-  }
-  ddp.step(optimizer);
-}
-// [/tutorial:deterministic-step]
 
 // --eval --pretrained FILE: evaluates a checkpoint and compares with the accuracy it recorded.
 void eval_worker(const Run& run) {
@@ -535,8 +493,8 @@ void train_worker(const Run& run) {
                                   "manual_seed(shard_seed(seed, e, i))"
                                 : "while training step s of epoch e on rank r: manual_seed(step_seed(seed, e, s, r))")},
         {"next_step_rng_seed",
-         std::to_string(cfg.deterministic ? shard_seed(cfg.seed, epochs_done, step * cfg.global_batch_size)
-                                          : step_seed(cfg.seed, epochs_done, step, 0))},
+         std::to_string(cfg.deterministic ? trainer::shard_seed(cfg.seed, epochs_done, step * cfg.global_batch_size)
+                                          : trainer::step_seed(cfg.seed, epochs_done, step, 0))},
         {"world_size", std::to_string(world)},
         {"val_loss", format("%.6f", val_done.loss())},
         {"val_acc1", format("%.2f", val_done.acc1())},
@@ -554,14 +512,19 @@ void train_worker(const Run& run) {
   };
 
   trainer::Totals val;
+  // The checks: every `check_every` steps (a tenth of an epoch), before each mid-epoch checkpoint
+  // and at the epoch's last step. They are the only host reads of the training loop (one
+  // synchronisation each on a GPU): the steps in between only queue work.
+  const int64_t check_every = std::max<int64_t>(1, steps_per_epoch / 10);
   // Mid-epoch checkpoints, holding the data position and the epoch's partial train sums (the
   // epoch's last step gets the end-of-epoch one instead): --save-every-steps K every K global
-  // steps; --save-every-minutes M once M minutes have passed since the last checkpoint (or the
-  // start). For M only rank 0's clock counts: it broadcasts its decision after every step, so all
-  // ranks enter the save's collectives at the same step (clocks read on each rank could disagree
-  // by a step, leaving one rank in the save's all-reduce and the others in the next step's).
+  // steps; --save-every-minutes M at the first check once M minutes have passed since the last
+  // checkpoint (or the start). For M only rank 0's clock counts: it broadcasts its decision at
+  // every check, so all ranks enter the save's collectives at the same step (clocks read on each
+  // rank could disagree by a step, leaving one rank in the save's all-reduce and the others in the
+  // next step's).
   auto last_checkpoint = std::chrono::steady_clock::now();
-  const auto minutes_passed = [&]() {  // a collective when M is set: every rank, every step
+  const auto minutes_passed = [&]() {  // a collective when M is set: every rank, at every check
     if (cfg.save_every_minutes <= 0) return false;
     const double minutes =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - last_checkpoint).count() / 60;
@@ -573,7 +536,7 @@ void train_worker(const Run& run) {
   const auto mid_epoch_checkpoint_due = [&](int64_t epoch, int64_t step) {
     if (step >= steps_per_epoch) return false;
     const bool by_steps = cfg.save_every_steps > 0 && (epoch * steps_per_epoch + step) % cfg.save_every_steps == 0;
-    const bool by_time = minutes_passed();
+    const bool by_time = step % check_every == 0 && minutes_passed();
     return by_steps || by_time;
   };
   const auto save_mid_epoch = [&](int64_t epoch, int64_t step, const trainer::Totals& train,
@@ -613,10 +576,13 @@ void train_worker(const Run& run) {
     // [tutorial:train-step]
     // 6. The training step looks like single-process code: DDP's hooks all-reduce the
     //    gradients during backward, and ddp.step waits for the last ones and steps the optimizer.
+    //    It reads nothing back: the loss, the hits and the non-finite watch stay on the device
+    //    until a check reads them.
     ddp.train();
-    trainer::Totals train = first_step > 0 && !cfg.deterministic ? resumed_train : trainer::Totals{};
+    trainer::DeviceTotals train_sums(device, first_step > 0 && !cfg.deterministic ? resumed_train : trainer::Totals{});
     trainer::OrderedTotals ordered;  // --deterministic: the sums, folded in shard order
     if (first_step > 0 && cfg.deterministic) ordered.folded = resumed_train;
+    trainer::NonFiniteWatch watch(device);  // the first step with a non-finite loss
     trainer::Progress progress(log, "epoch " + std::to_string(epoch + 1) + "/" + std::to_string(cfg.epochs),
                                steps_per_epoch, cfg.global_batch_size);
     int64_t step = first_step;
@@ -627,29 +593,27 @@ void train_worker(const Run& run) {
       step_file.set(global_step);
       const Tensor input = batch.input.to(device), target = batch.target.to(device);  // host -> GPU
       if (cfg.deterministic) {
-        deterministic_step(ddp, *model, *optimizer, cfg, epoch, step, global_step, input, target, ordered, run.out_dir);
+        trainer::deterministic_step(ddp, *optimizer, cfg, epoch, step, global_step, input, target, ordered, watch);
       } else {
-        minidl::manual_seed(step_seed(cfg.seed, epoch, step, rank));
-        optimizer->zero_grad();
-        Variable logits = ddp.forward(Variable(input));           // (B, 10)
-        Variable loss = minidl::cross_entropy(logits, target);   // mean over this rank's batch
-        const double loss_value = loss.item();                   // NaN or Inf: stop, naming the culprit
-        if (!std::isfinite(loss_value)) fail_non_finite(loss_value, global_step, *model, input, logits.data(), run.out_dir);
-        loss.backward();
-        ddp.step(*optimizer);
-        train.add(logits.data(), target, loss_value);  // counted on the host
+        minidl::manual_seed(trainer::step_seed(cfg.seed, epoch, step, rank));
+        trainer::train_step(ddp, *optimizer, input, target, global_step, train_sums, watch);
       }
       scheduler->step();  // per iteration
       images += static_cast<double>(input.size(0));
-      progress.update(++step, cfg.deterministic ? ordered.local.loss() : train.loss());
-      if (mid_epoch_checkpoint_due(epoch, step)) save_mid_epoch(epoch, step, train, ordered, epoch_lr);
+      ++step;
+      const bool save = mid_epoch_checkpoint_due(epoch, step);
+      if (save || step % check_every == 0 || step == steps_per_epoch) {  // a check: one host read
+        if (const auto bad = watch.first()) fail_non_finite(*bad, global_step, *model, run.out_dir);
+      }
+      progress.update(step, [&] { return cfg.deterministic ? ordered.local().loss() : train_sums.read().loss(); });
+      if (save) save_mid_epoch(epoch, step, train_sums.read(), ordered, epoch_lr);
     }
     // [/tutorial:train-step]
     train_loader.reset();
     progress.finish();
     const double train_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_start).count();
     const double images_per_s = dist::world_size() * images / train_seconds;
-    train = cfg.deterministic ? ordered.fold() : train.all_reduced();
+    const trainer::Totals train = cfg.deterministic ? ordered.fold() : train_sums.read().all_reduced();
 
     // [tutorial:validate]
     // 7. Validation. BatchNorm's running statistics are updated by each rank from its own

@@ -2,6 +2,10 @@
 # examples/ctest/trainer_hardening.sh — what `train` does with careless input and a hostile
 # environment; each case checks the exit status and the message (expect_exit.sh):
 #   nan              --lr 1e30: exit 1 naming the step and the first non-finite tensor, no checkpoint saved
+#   nan_between_checks  --lr 1e30 over 40 steps (the loss is checked every 4): the error names step 2,
+#                    where the loss went NaN, and its logits (as a check at every step does), not the
+#                    check's step 4; with --save-every-steps 1 the checkpoint of step 1 stays and
+#                    evaluates, and none of step 2 is written
 #   nan_eval         --eval of a checkpoint with a NaN weight (made here from a good one): exit 1, refused
 #   bad_epoch        --resume of checkpoints whose metadata epoch is -1 / "abc": exit 1 naming the field
 #   log_full         OUT/train.log is /dev/full: exit 1 "cannot write the log file ...: No space left"
@@ -40,6 +44,16 @@ case $case in
     expect 1 "non-finite loss \(.*\) at step [0-9]+; first non-finite tensor: .*last good checkpoint" \
       "$train" "${quick[@]}" --lr 1e30 --out "$work/out"
     if ls "$work/out"/checkpoint_* >/dev/null 2>&1; then echo "FAILED: a checkpoint was saved"; exit 1; fi ;;
+  nan_between_checks)
+    forty=(--model mlp --epochs 1 --nproc 1 --device cpu --train-subset 5120 --val-subset 128 --threads 1 --data "$data")
+    expect 1 "non-finite loss \((-?nan|-?inf)\) at step 2; first non-finite tensor: the logits \(1280 of 1280 values are not finite\); found at the check of step 4; the model now holds non-finite values \(model\.[^)]*\)\)\. Stopped without saving" \
+      "$train" "${forty[@]}" --lr 1e30 --out "$work/between"
+    if ls "$work/between"/checkpoint_* >/dev/null 2>&1; then echo "FAILED: a checkpoint was saved"; exit 1; fi
+    expect 1 "non-finite loss \((-?nan|-?inf)\) at step 2; first non-finite tensor: the logits \(1280 of 1280 values are not finite\); the model now" \
+      "$train" "${forty[@]}" --lr 1e30 --save-every-steps 1 --out "$work/saved"
+    expect 0 "evaluated .* on 128 test images" \
+      "$train" --eval --pretrained "$work/saved/checkpoint_last.safetensors" --nproc 1 --device cpu --val-subset 128 --data "$data"
+    if ls "$work/saved"/checkpoint_step_0000002* >/dev/null 2>&1; then echo "FAILED: step 2 was saved"; exit 1; fi ;;
   nan_eval)
     "$train" "${quick[@]}" --out "$work/good" >/dev/null
     edit_checkpoint "$work/good/checkpoint_last.safetensors" "$work/nan.safetensors" \

@@ -76,7 +76,8 @@ std::optional<CliOptions> parse_cli(int argc, char** argv) {
       ->check(kPositiveInteger);
   app.add_option("--save-every-minutes", o.save_every_minutes,
                  "also checkpoint mid-epoch once M minutes (fractions allowed) have passed since the last "
-                 "checkpoint; rank 0's clock decides for all ranks (SAVE_FREQ_MINUTES)")
+                 "checkpoint, at the next check (every tenth of an epoch); rank 0's clock decides for all ranks "
+                 "(SAVE_FREQ_MINUTES)")
       ->check(kPositiveNumber);
   auto* resume = app.add_option("--resume", o.resume, "continue training from a checkpoint (epoch end or mid-epoch)")
                      ->check(CLI::ExistingFile);

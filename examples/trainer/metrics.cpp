@@ -1,4 +1,5 @@
-// examples/trainer/metrics.cpp — batch accuracy counts, the all-reduce of the sums, metrics.jsonl.
+// examples/trainer/metrics.cpp — batch accuracy counts (on the host, and as tensor ops on the
+// logits' device), the all-reduce of the sums, metrics.jsonl.
 #include "examples/trainer/metrics.h"
 
 #include <algorithm>
@@ -45,21 +46,69 @@ Totals Totals::all_reduced() const {
       .loss_sum = sums["loss_sum"], .correct1 = sums["correct1"], .correct5 = sums["correct5"], .count = sums["count"]};
 }
 
-void OrderedTotals::add(int64_t ordinal, const minidl::Tensor& logits, const minidl::Tensor& target, double mean_loss) {
-  Totals shard;
-  shard.add(logits, target, mean_loss);
-  local.loss_sum += shard.loss_sum;
-  local.correct1 += shard.correct1;
-  local.correct5 += shard.correct5;
-  local.count += shard.count;
-  pending_.insert(pending_.end(),
-                  {static_cast<double>(ordinal), shard.loss_sum, shard.correct1, shard.correct5, shard.count});
+minidl::Tensor BatchSums::operator()(const minidl::Tensor& logits, const minidl::Tensor& target,
+                                     const minidl::Tensor& mean_loss) {
+  const int64_t batch = logits.size(0), C = logits.size(1);
+  const minidl::DType dt = logits.dtype();
+  const minidl::Device dev = logits.device();
+  if (!classes_.defined() || classes_.size(1) != C || classes_.dtype() != dt || classes_.device() != dev)
+    classes_ = minidl::arange(C, dt).to(dev).reshape({1, C});
+  // rank (B): how many classes come before each row's target in topk_indices's order (a larger
+  // logit, or an equal one of a lower class index); a hit in the top k where rank < k
+  const minidl::Tensor t = target.to(dt).reshape({-1, 1});  // (B, 1)
+  const minidl::Tensor is_target = minidl::eq(classes_, t);  // (B, C)
+  const minidl::Tensor xt = minidl::sum(minidl::where(is_target, logits, minidl::zeros({}, dt, dev)), {1}, true);
+  const minidl::Tensor before = minidl::gt(logits, xt) + minidl::eq(logits, xt) * minidl::lt(classes_, t);  // (B, C)
+  const minidl::Tensor rank = minidl::sum(before, {1});  // (B)
+  const double k = static_cast<double>(std::min<int64_t>(5, C));
+  const minidl::Tensor hits1 = minidl::sum(minidl::lt(rank, minidl::ones({}, dt, dev))).to(minidl::DType::Float64);
+  const minidl::Tensor hits5 = minidl::sum(minidl::lt(rank, minidl::full({}, k, dt, dev))).to(minidl::DType::Float64);
+  const minidl::Tensor loss_sum = minidl::mul(mean_loss.to(minidl::DType::Float64), static_cast<double>(batch));
+  return minidl::stack({loss_sum.reshape({}), hits1, hits5}, 0);  // (3)
+}
+
+DeviceTotals::DeviceTotals(minidl::Device device, const Totals& start)
+    : sums_(minidl::from_vector<double>({start.loss_sum, start.correct1, start.correct5}, {3}).to(device)),
+      count_(start.count) {}
+
+void DeviceTotals::add(const minidl::Tensor& logits, const minidl::Tensor& target, const minidl::Tensor& mean_loss) {
+  sums_ = minidl::add(sums_, batch_sums_(logits, target, mean_loss));
+  count_ += static_cast<double>(logits.size(0));
+}
+
+Totals DeviceTotals::read() const {
+  const std::vector<double> v = sums_.to_vector<double>();
+  return {.loss_sum = v[0], .correct1 = v[1], .correct5 = v[2], .count = count_};
+}
+
+void OrderedTotals::add(int64_t ordinal, const minidl::Tensor& logits, const minidl::Tensor& target,
+                        const minidl::Tensor& mean_loss) {
+  const minidl::Tensor shard = batch_sums_(logits, target, mean_loss);
+  local_ = local_.defined() ? minidl::add(local_, shard) : shard;
+  local_count_ += static_cast<double>(logits.size(0));
+  ordinals_.push_back(ordinal);
+  counts_.push_back(static_cast<double>(logits.size(0)));
+  sums_.push_back(shard);
+}
+
+Totals OrderedTotals::local() const {
+  if (!local_.defined()) return {};
+  const std::vector<double> v = local_.to_vector<double>();
+  return {.loss_sum = v[0], .correct1 = v[1], .correct5 = v[2], .count = local_count_};
 }
 
 const Totals& OrderedTotals::fold() {
-  const int64_t rows = static_cast<int64_t>(pending_.size() / 5);
-  const minidl::Tensor mine = minidl::from_vector<double>(pending_, {rows, 5});
-  pending_.clear();
+  const int64_t rows = static_cast<int64_t>(ordinals_.size());
+  // this rank's records: one host read of all of them
+  const std::vector<double> sums = rows > 0 ? minidl::stack(sums_, 0).to_vector<double>() : std::vector<double>{};
+  std::vector<double> pending;  // 5 per shard: ordinal, loss_sum, correct1, correct5, count
+  for (int64_t i = 0; i < rows; ++i)
+    pending.insert(pending.end(), {static_cast<double>(ordinals_[i]), sums[3 * i], sums[3 * i + 1], sums[3 * i + 2],
+                                   counts_[i]});
+  ordinals_.clear();
+  counts_.clear();
+  sums_.clear();
+  const minidl::Tensor mine = minidl::from_vector<double>(pending, {rows, 5});
   std::vector<std::array<double, 5>> all;
   for (const minidl::Tensor& part : minidl::dist::all_gather(mine)) {  // (rows of rank q, 5)
     const double* p = part.data<double>();

@@ -1,7 +1,9 @@
 // examples/trainer/metrics.h — what the trainer measures: per-rank sums of loss, top-1 and top-5
 // hits and sample counts, all-reduced so that every rank ends with the global figures. Sums, not
 // averages, are reduced: shards of an exact (unpadded) evaluation differ in size, and an average
-// of averages would weight them wrongly. Also the one JSON line per epoch of OUT/metrics.jsonl.
+// of averages would weight them wrongly. While training and evaluating the sums stay where the
+// logits are (DeviceTotals: on a GPU, no host read per batch) and are read at the end or when a
+// figure is shown. Also the one JSON line per epoch of OUT/metrics.jsonl.
 // Part of the `train` example (examples/train.cpp); not a library module.
 #pragma once
 #include <cstdint>
@@ -18,7 +20,8 @@ struct Totals {
   double correct5 = 0;  // samples whose target is among the top 5
   double count = 0;  // samples
 
-  // Adds a batch: logits (B, classes), target int64 (B), the batch's mean loss.
+  // Adds a batch: logits (B, classes), target int64 (B), the batch's mean loss. Counted on the
+  // host (topk_indices): the plain reference DeviceTotals is tested against.
   void add(const minidl::Tensor& logits, const minidl::Tensor& target, double mean_loss);
   // The sums over every rank (collective: all ranks call it).
   Totals all_reduced() const;
@@ -28,6 +31,36 @@ struct Totals {
   double acc5() const { return count > 0 ? 100.0 * correct5 / count : 0.0; }
 };
 
+// The sums of Totals kept on the logits' device: add() queues tensor ops only (no host read, no
+// synchronisation); read() copies them to the host (one synchronisation). The same figures as
+// Totals::add, to the bit: the hits are counted in topk_indices's order (the larger logit first,
+// ties to the lower class; logits without NaN), the loss sum is mean x batch in double, added in
+// batch order, and the count is kept on the host.
+// One batch's (3) float64 sums on the logits' device: loss_sum, correct1, correct5, by tensor ops.
+// Keeps the class indices there, made on first use: no host -> device copy per batch.
+class BatchSums {
+ public:
+  minidl::Tensor operator()(const minidl::Tensor& logits, const minidl::Tensor& target, const minidl::Tensor& mean_loss);
+
+ private:
+  minidl::Tensor classes_;  // (1, C): 0 .. C-1 in the logits' dtype, on their device
+};
+
+class DeviceTotals {
+ public:
+  // Starting from `start` (a resumed epoch's partial sums).
+  explicit DeviceTotals(minidl::Device device, const Totals& start = {});
+  // logits (B, classes) float, target int64 (B) and mean_loss (0-d) on the device.
+  void add(const minidl::Tensor& logits, const minidl::Tensor& target, const minidl::Tensor& mean_loss);
+  Totals read() const;  // one host read
+
+ private:
+  BatchSums batch_sums_;
+  minidl::Tensor sums_;  // (3) float64 on the device: loss_sum, correct1, correct5
+  double count_ = 0;
+};
+
+
 // Deterministic mode: the same sums with the same bits on any number of processes. Each
 // micro-shard's sums are recorded under its global ordinal (step x shards per step + global shard
 // index); fold() gathers every rank's records and adds them to the running totals one by one in
@@ -36,17 +69,23 @@ struct Totals {
 // starts from the checkpoint's folded totals ends with the uninterrupted run's.
 class OrderedTotals {
  public:
-  // A shard: logits (m, classes), target (m), its mean loss.
-  void add(int64_t ordinal, const minidl::Tensor& logits, const minidl::Tensor& target, double mean_loss);
-  // Every rank's records so far, added in ordinal order (collective: all ranks call it).
+  // A shard: logits (m, classes), target (m), its mean loss (0-d), on one device; kept there.
+  void add(int64_t ordinal, const minidl::Tensor& logits, const minidl::Tensor& target, const minidl::Tensor& mean_loss);
+  // Every rank's records so far, added in ordinal order (collective: all ranks call it; one host
+  // read of this rank's records).
   const Totals& fold();
   // The totals folded so far (set it to a checkpoint's when resuming).
   Totals folded;
   // This rank's shards since construction, summed as they come (for progress display only).
-  Totals local;
+  Totals local() const;
 
  private:
-  std::vector<double> pending_;  // 5 per shard: ordinal, loss_sum, correct1, correct5, count
+  BatchSums batch_sums_;
+  std::vector<int64_t> ordinals_;  // per shard not yet folded
+  std::vector<double> counts_;
+  std::vector<minidl::Tensor> sums_;  // (3) float64 on the device each (batch_sums)
+  double local_count_ = 0;
+  minidl::Tensor local_;  // (3) float64, this rank's shards since construction
 };
 
 struct EpochRecord {

@@ -64,7 +64,7 @@ std::string Progress::status(int64_t done, double loss) const {
   return buf;
 }
 
-void Progress::update(int64_t done, double loss) {
+void Progress::update(int64_t done, const std::function<double()>& loss) {
   if (!log_.enabled()) return;
   if (tty_) {
     const auto now = std::chrono::steady_clock::now();
@@ -73,9 +73,9 @@ void Progress::update(int64_t done, double loss) {
     constexpr int kWidth = 24;
     const int filled = total_ > 0 ? static_cast<int>(kWidth * done / total_) : kWidth;
     std::cout << "\r\033[K" << title_ << " [" << std::string(filled, '#') << std::string(kWidth - filled, '.') << "] "
-              << status(done, loss) << std::flush;
+              << status(done, loss()) << std::flush;
   } else if (done >= next_line_ || done == total_) {
-    log_.line(title_ + "  " + status(done, loss));
+    log_.line(title_ + "  " + status(done, loss()));
     next_line_ = done + std::max<int64_t>(1, total_ / 10);
   }
 }

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <fstream>
+#include <functional>
 #include <string>
 
 namespace trainer {
@@ -31,8 +32,10 @@ class Progress {
  public:
   // title: "epoch 3/8" or "eval"; total: batches in the phase; images_per_batch: global images.
   Progress(Log& log, std::string title, int64_t total, int64_t images_per_batch);
-  // After batch `done` (1-based) with this running mean loss.
-  void update(int64_t done, double loss);
+  // After batch `done` (1-based); `loss` gives the running mean loss, called only when a line or
+  // the bar is drawn (on a GPU reading it is a synchronisation: at most 10 a second, or 10 lines
+  // an epoch).
+  void update(int64_t done, const std::function<double()>& loss);
   // Clears the bar (terminal mode) so that the next line starts clean.
   void finish();
 

@@ -1,6 +1,7 @@
 // examples/trainer/test_metrics.cpp — unit tests of the trainer's metrics (trainer/metrics.h):
 // top-1 / top-5 hits on hand-made logits, the sums all-reduced over ranks with uneven shards (the
-// global accuracy is hits / samples over every rank, not a mean of the ranks' accuracies), and the
+// global accuracy is hits / samples over every rank, not a mean of the ranks' accuracies), the
+// device-side sums (DeviceTotals, OrderedTotals) against the host counts of Totals::add, and the
 // metrics.jsonl line. Built as `test_trainer_metrics`, run by ctest.
 #include <cmath>
 #include <cstdio>
@@ -86,6 +87,76 @@ TEST(TrainerMetrics, AllReducedSumsGiveTheAccuracyOfAllSamplesAcrossUnevenRanks)
   });
   // top-5 hits: rank 0 1, rank 1 2 (class 6 is 7th), rank 2 3 (class 5 is 6th): 6 of 8
   for (const auto& r : results) EXPECT_EQ(r, "8 3 6 8 | 37.5000 75.0000 1.0000");
+}
+
+// Batch i of a stream with many ties: logits are small integers (B, C), so equal logits compete
+// for the top places and topk_indices' tie rule (the lower class first) decides hits.
+struct TiedBatch {
+  Tensor logits, target;
+  double mean_loss;
+};
+TiedBatch tied_batch(int64_t i, int64_t B, int64_t C) {
+  const minidl::RandomKey key{77, static_cast<uint64_t>(i)};
+  return {minidl::randint(0, 4, {B, C}, key).to(minidl::DType::Float32),
+          minidl::randint(0, C, {B}, minidl::RandomKey{78, static_cast<uint64_t>(i)}),
+          0.1 + 0.37 * static_cast<double>(i)};
+}
+
+TEST(TrainerMetrics, DeviceTotalsEqualTheHostCountsToTheBitWithoutReadingPerBatch) {
+  for (const int64_t C : {10, 3}) {  // 3: fewer classes than 5, every target in the "top 5"
+    trainer::Totals host{.loss_sum = 1.25, .correct1 = 2, .correct5 = 3, .count = 4};  // a resumed start
+    trainer::DeviceTotals device(minidl::Device::cpu(), host);
+    const uint64_t before = minidl::host_read_count();
+    for (int64_t i = 0; i < 6; ++i) {
+      const TiedBatch b = tied_batch(i, 7 + i, C);
+      host.add(b.logits, b.target, static_cast<double>(static_cast<float>(b.mean_loss)));
+      device.add(b.logits, b.target, minidl::scalar_tensor(b.mean_loss));  // float32, as a loss is
+    }
+    EXPECT_EQ(minidl::host_read_count(), before) << "DeviceTotals::add reads nothing back";
+    const uint64_t mark = minidl::host_read_count();
+    const trainer::Totals got = device.read();
+    EXPECT_EQ(minidl::host_read_count() - mark, 1u) << "read() is one host read";
+    EXPECT_EQ(got.correct1, host.correct1) << C;
+    EXPECT_EQ(got.correct5, host.correct5) << C;
+    EXPECT_EQ(got.count, host.count) << C;
+    EXPECT_EQ(got.loss_sum, host.loss_sum) << C;  // the same double arithmetic, bit for bit
+    EXPECT_GT(host.correct1, 2);
+    if (C == 3) {
+      EXPECT_EQ(got.correct5 - 3, got.count - 4);  // every new sample a top-5 hit
+    } else {
+      EXPECT_LT(host.correct5, host.count);
+    }
+  }
+}
+
+TEST(TrainerMetrics, OrderedTotalsFromTheDeviceFoldToTheHostSumsInOrdinalOrder) {
+  const auto results = minidl::dist::spawn_with_results(1, [](int) {
+    minidl::dist::init({.backend = "gloo", .timeout = std::chrono::seconds(30)});
+    trainer::OrderedTotals ordered;
+    trainer::Totals expected;  // the shards added on the host in ordinal order
+    const std::vector<int64_t> ordinals = {3, 0, 2, 1};
+    std::vector<trainer::Totals> per(4);
+    for (const int64_t o : ordinals) {
+      const TiedBatch b = tied_batch(o, 5, 10);
+      per[static_cast<size_t>(o)].add(b.logits, b.target, static_cast<double>(static_cast<float>(b.mean_loss)));
+      ordered.add(o, b.logits, b.target, minidl::scalar_tensor(b.mean_loss));
+    }
+    for (const auto& t : per) {
+      expected.loss_sum += t.loss_sum;
+      expected.correct1 += t.correct1;
+      expected.correct5 += t.correct5;
+      expected.count += t.count;
+    }
+    const trainer::Totals local = ordered.local();
+    const trainer::Totals got = ordered.fold();
+    minidl::dist::shutdown();
+    const bool same = got.loss_sum == expected.loss_sum && got.correct1 == expected.correct1 &&
+                      got.correct5 == expected.correct5 && got.count == expected.count;
+    char buf[128];
+    std::snprintf(buf, sizeof buf, "%s count %g local count %g", same ? "equal" : "DIFFERENT", got.count, local.count);
+    return std::string(buf);
+  });
+  EXPECT_EQ(results[0], "equal count 20 local count 20");
 }
 
 TEST(TrainerMetrics, AppendsOneJsonLinePerEpoch) {
