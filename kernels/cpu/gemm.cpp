@@ -1,4 +1,6 @@
-// kernels/cpu/gemm.cpp — the one translation unit that compiles Eigen's GEMM (see gemm.h).
+// kernels/cpu/gemm.cpp — gemm()'s dispatch, and the one translation unit that compiles Eigen's
+// GEMM (see gemm.h). Float products go to the packed AVX-512 kernel (gemm_avx512.cpp) when the CPU
+// has AVX-512F; Eigen's path below serves double, other CPUs, and is the reference in tests.
 //
 // Determinism: Eigen's own multi-threaded GEMM picks its K-blocking from the thread count, which
 // changes the order in which each output element's products are summed. Instead we cut C into
@@ -42,7 +44,7 @@ void tile_kernel(Index m, Index n, Index k, const T* a, Index lda, const T* b, I
 // whatever the threads: bit-identical for any thread count. Tested against Eigen's path (and a
 // naive triple loop) by tests/tensor/test_cpu_fast_paths.cpp.
 constexpr int64_t kSmallRows = 4, kSmallCols = 16;
-constexpr double kSmallFlops = 4e6;  // below this, one tile and no threads (as gemm_impl)
+constexpr double kSmallFlops = 4e6;  // below this, one tile and no threads (as eigen_gemm)
 
 // kSmallCols elements of T as one GCC/Clang vector (one AVX-512 register for float; the compiler
 // splits it into narrower registers on other targets).
@@ -90,14 +92,11 @@ void small_gemm(int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, bool t
   for (; i < M; ++i) small_rows<T, 1>(i, N, K, A, sa_i, sa_k, packed.data(), Np, C, ldc, alpha, beta);
 }
 
+// Eigen's single-threaded kernel on fixed tiles of C, the tiles spread over threads.
 template <class T>
-void gemm_impl(int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, bool trans_a, const T* B, int64_t ldb,
-               bool trans_b, T* C, int64_t ldc, T alpha, T beta) {
+void eigen_gemm(int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, bool trans_a, const T* B, int64_t ldb,
+                bool trans_b, T* C, int64_t ldc, T alpha, T beta) {
   if (M <= 0 || N <= 0) return;
-  if (K > 0 && alpha != T(0) && 2.0 * double(M) * double(N) * double(K) < kSmallFlops) {
-    small_gemm(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, alpha, beta);
-    return;
-  }
   // C = beta * C first (beta == 0: overwrite, ignoring NaNs already there).
   for (int64_t i = 0; i < M; ++i) {
     T* row = C + i * ldc;
@@ -137,16 +136,33 @@ void gemm_impl(int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, bool tr
   });
 }
 
+template <class T> bool use_small_gemm(int64_t M, int64_t N, int64_t K, T alpha) {
+  return M > 0 && N > 0 && K > 0 && alpha != T(0) && 2.0 * double(M) * double(N) * double(K) < kSmallFlops;
+}
+
 }  // namespace
+
+void gemm_eigen(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, bool trans_a, const float* B,
+                int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha, float beta) {
+  eigen_gemm<float>(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, alpha, beta);
+}
 
 void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, bool trans_a, const float* B, int64_t ldb,
           bool trans_b, float* C, int64_t ldc, float alpha, float beta) {
-  gemm_impl<float>(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, alpha, beta);
+  if (use_small_gemm(M, N, K, alpha)) {
+    small_gemm(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, alpha, beta);
+  } else if (!gemm_avx512(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, alpha, beta)) {
+    eigen_gemm<float>(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, alpha, beta);
+  }
 }
 
 void gemm(int64_t M, int64_t N, int64_t K, const double* A, int64_t lda, bool trans_a, const double* B, int64_t ldb,
           bool trans_b, double* C, int64_t ldc, double alpha, double beta) {
-  gemm_impl<double>(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, alpha, beta);
+  if (use_small_gemm(M, N, K, alpha)) {
+    small_gemm(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, alpha, beta);
+  } else {
+    eigen_gemm<double>(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, alpha, beta);
+  }
 }
 
 }  // namespace minidl::kernels::cpu

@@ -1,4 +1,5 @@
-// kernels/cpu/gemm.h — general matrix multiply on the CPU (Eigen's GEMM, compiled once in gemm.cpp).
+// kernels/cpu/gemm.h — general matrix multiply on the CPU: a packed AVX-512 kernel for float
+// (gemm_avx512.cpp) when the CPU has AVX-512F, Eigen's GEMM otherwise and for double (gemm.cpp).
 //
 //   C (M, N) = alpha * op(A) (M, K) · op(B) (K, N) + beta * C
 //
@@ -8,7 +9,8 @@
 // (same for B: stored (K, N) with ldb >= N, or (N, K) with ldb >= K when trans_b). C is (M, N),
 // ldc >= N. A transposed 2-d view of a row-major matrix is exactly "stored transposed", so views
 // are multiplied without copies. beta == 0 means C is write-only (its old contents, even NaN,
-// are ignored). Uses Eigen's threads (set by kernels::cpu::set_num_threads).
+// are ignored). Threads: kernels::cpu::set_num_threads; the result is bit-identical for any
+// thread count (work is split over blocks of C only, never over K).
 #pragma once
 #include <cstdint>
 
@@ -19,5 +21,14 @@ void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, bool tra
 
 void gemm(int64_t M, int64_t N, int64_t K, const double* A, int64_t lda, bool trans_a, const double* B, int64_t ldb,
           bool trans_b, double* C, int64_t ldc, double alpha = 1.0, double beta = 0.0);
+
+// The float paths gemm() chooses between, callable directly by tests and benchmarks (same
+// arguments and semantics as gemm):
+// Eigen's single-threaded kernel on fixed tiles of C (the reference; any CPU).
+void gemm_eigen(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, bool trans_a, const float* B,
+                int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha, float beta);
+// The packed AVX-512 kernel; returns false (C untouched) when the CPU lacks AVX-512F.
+bool gemm_avx512(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, bool trans_a, const float* B,
+                 int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha, float beta);
 
 }  // namespace minidl::kernels::cpu

@@ -1,0 +1,146 @@
+// examples/bench_gemm.cpp — GFLOP/s of the packed AVX-512 float GEMM against Eigen's path (both in
+// kernels/cpu/gemm.h) on the shapes the reference CNN and ViT run, and this core's FMA peak (a
+// tight loop of independent AVX-512 FMAs), so each figure can be read as a fraction of peak.
+// The two kernels and the FMA loop alternate on the same operands; each figure is the median over
+// the repetitions, so load changes on a shared machine hit all three alike. With one thread the
+// clock is the thread's CPU time (time spent descheduled by other processes does not count);
+// with more, wall time.
+//   ./build/examples/bench_gemm [threads = 1] [repetitions = 31]
+#include <algorithm>
+#include <ctime>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "minidl/kernels/cpu/gemm.h"
+#include "minidl/kernels/cpu/parallel.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
+
+namespace {
+
+bool g_cpu_clock = true;  // thread CPU time (one thread) or wall time
+
+double now_s() {
+  timespec ts{};
+  clock_gettime(g_cpu_clock ? CLOCK_THREAD_CPUTIME_ID : CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+// 16 independent chains of AVX-512 FMAs (16 floats each): 2 * 16 * 16 flops per iteration.
+__attribute__((target("avx512f,fma"), noinline)) float fma_loop(int64_t iters) {
+  __m512 acc[16];
+  for (int i = 0; i < 16; ++i) acc[i] = _mm512_set1_ps(1.0f + 1e-3f * static_cast<float>(i));
+  const __m512 a = _mm512_set1_ps(0.999999f), b = _mm512_set1_ps(1e-7f);
+  for (int64_t it = 0; it < iters; ++it)
+    for (int i = 0; i < 16; ++i) acc[i] = _mm512_fmadd_ps(acc[i], a, b);
+  float out[16], sum = 0.0f;
+  for (int i = 0; i < 16; ++i) {
+    _mm512_storeu_ps(out, acc[i]);
+    for (float v : out) sum += v;
+  }
+  return sum;
+}
+
+// One sample of the single-core FP32 peak in GFLOP/s (~5 ms), or 0 without AVX-512F.
+double fma_peak() {
+  if (!__builtin_cpu_supports("avx512f")) return 0.0;
+  const int64_t iters = 500'000;
+  static volatile float sink = 0;
+  const double t0 = now_s();
+  sink = sink + fma_loop(iters);
+  return 2.0 * 16 * 16 * static_cast<double>(iters) / (now_s() - t0) / 1e9;
+}
+#else
+double fma_peak() { return 0.0; }
+#endif
+
+struct Shape {
+  const char* what;
+  int64_t M, N, K;
+  bool ta, tb;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int threads = argc > 1 ? std::atoi(argv[1]) : 1;
+  const int reps = argc > 2 ? std::atoi(argv[2]) : 31;
+  if (threads < 1 || reps < 1) {
+    std::fprintf(stderr, "usage: bench_gemm [threads >= 1] [repetitions >= 1]\n");
+    return 2;
+  }
+  minidl::kernels::cpu::set_num_threads(threads);
+  g_cpu_clock = threads == 1;
+  std::vector<double> peaks;
+  for (int r = 0; r < 15; ++r) peaks.push_back(fma_peak());
+  const double peak = median(peaks);
+  std::printf("threads %d, repetitions %d, %s; one core's FMA peak (AVX-512 FP32 loop): %.1f GFLOP/s\n", threads,
+              reps, g_cpu_clock ? "thread CPU time" : "wall time", peak);
+  if (peak == 0.0) {
+    std::printf("no AVX-512F on this CPU: gemm_avx512 is not used, nothing to compare\n");
+    return 0;
+  }
+  const Shape shapes[] = {
+      {"conv2 fwd   y = w col", 64, 196, 288, false, false},
+      {"conv2 dW   dw = dy col^T", 64, 288, 196, false, true},
+      {"conv2 dX  dcol = w^T dy", 288, 196, 64, true, false},
+      {"vit qkv     y = x W^T", 6400, 192, 64, false, true},
+      {"vit proj    y = x W^T", 6400, 64, 64, false, true},
+      {"vit fc1     y = x W^T", 6400, 128, 64, false, true},
+      {"vit fc2     y = x W^T", 6400, 64, 128, false, true},
+      {"vit qkv dX dx = dy W", 6400, 64, 192, false, false},
+      {"vit fc1 dX dx = dy W", 6400, 64, 128, false, false},
+      {"vit fc2 dX dx = dy W", 6400, 128, 64, false, false},
+      {"vit qkv dW dW = dy^T x", 192, 64, 6400, true, false},
+      {"vit fc1 dW dW = dy^T x", 128, 64, 6400, true, false},
+      {"vit fc2 dW dW = dy^T x", 64, 128, 6400, true, false},
+      {"square 512", 512, 512, 512, false, false},
+  };
+  std::printf("%-26s %5s %5s %5s %2s %2s %12s %12s %7s %8s\n", "shape", "M", "N", "K", "tA", "tB", "avx512 GF/s",
+              "Eigen GF/s", "ratio", "% peak");
+  for (const Shape& s : shapes) {
+    const size_t a_size = static_cast<size_t>(s.M * s.K), b_size = static_cast<size_t>(s.K * s.N);
+    std::vector<float> A(a_size), B(b_size), C(static_cast<size_t>(s.M * s.N));
+    for (size_t i = 0; i < a_size; ++i) A[i] = static_cast<float>((i * 7919) % 1000) * 1e-3f - 0.5f;
+    for (size_t i = 0; i < b_size; ++i) B[i] = static_cast<float>((i * 104729) % 1000) * 1e-3f - 0.5f;
+    const int64_t lda = s.ta ? s.M : s.K, ldb = s.tb ? s.K : s.N;
+    const double flops = 2.0 * static_cast<double>(s.M) * static_cast<double>(s.N) * static_cast<double>(s.K);
+    const int inner = std::max(1, static_cast<int>(5e8 / flops));  // ~5-10 ms per timed sample
+    auto time_one = [&](bool packed) {
+      const double t0 = now_s();
+      for (int i = 0; i < inner; ++i) {
+        if (packed)
+          minidl::kernels::cpu::gemm_avx512(s.M, s.N, s.K, A.data(), lda, s.ta, B.data(), ldb, s.tb, C.data(), s.N,
+                                            1.0f, 0.0f);
+        else
+          minidl::kernels::cpu::gemm_eigen(s.M, s.N, s.K, A.data(), lda, s.ta, B.data(), ldb, s.tb, C.data(), s.N,
+                                           1.0f, 0.0f);
+      }
+      return flops * inner / (now_s() - t0) / 1e9;
+    };
+    time_one(true);
+    time_one(false);  // warm-up: buffers, caches
+    std::vector<double> packed, eigen, of_peak;
+    for (int r = 0; r < reps; ++r) {
+      packed.push_back(time_one(true));
+      eigen.push_back(time_one(false));
+      of_peak.push_back(packed.back() / (fma_peak() * threads));
+    }
+    const double p = median(packed), e = median(eigen);
+    std::printf("%-26s %5lld %5lld %5lld %2d %2d %12.1f %12.1f %6.2fx %7.0f%%\n", s.what, static_cast<long long>(s.M),
+                static_cast<long long>(s.N), static_cast<long long>(s.K), s.ta, s.tb, p, e, p / e,
+                100.0 * median(of_peak));
+  }
+  return 0;
+}

@@ -1,0 +1,232 @@
+// kernels/cpu/gemm_avx512.cpp — the packed AVX-512 float GEMM (gemm_avx512 in gemm.h), compiled
+// for AVX-512 whatever the build's -march and used only when the CPU has AVX-512F (checked once at
+// run time). The classic GotoBLAS/BLIS structure:
+//
+//   for each block of up to kNc columns of C (jc):
+//     for each block of K (pc, sizes fixed by K alone):
+//       pack op(B) (kc, nc) into panels of kNr = 32 columns, each stored k-major (kc, 32)
+//       in parallel over blocks of rows of C (mc rows each):
+//         pack op(A) (mc, kc) into panels of kMr = 8 rows, each stored k-major (kc, 8)
+//         for each B panel, for each A panel: the 8x32 micro-kernel
+//
+// The micro-kernel keeps an 8x32 block of C in 16 vector registers and, for k = 0..kc-1 in order,
+// adds A(i, k) * B(k, j) with one FMA per 16 elements; panels past the edges of A and B are
+// zero-padded when packed, and the stores are masked (a panel with at most 16 columns left uses
+// the 8x16 variant). C = alpha * (the first K block) + beta * C, then C += alpha * (each further
+// K block). So every element of C is summed in the same order whatever the thread count, and
+// whatever the row blocking (mc is only the unit of work): bit-identical for any thread count.
+// Tested against Eigen's path and a naive loop by tests/tensor/test_cpu_fast_paths.cpp; GFLOP/s
+// against Eigen: examples/bench_gemm.cpp.
+// GCC 12 reports false "maybe-uninitialized" warnings inside its own AVX-512 headers.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
+#include "minidl/kernels/cpu/gemm.h"
+#include "minidl/kernels/cpu/parallel.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
+
+namespace minidl::kernels::cpu {
+
+#if defined(__x86_64__) && defined(__GNUC__)
+namespace {
+
+#define MINIDL_AVX512 __attribute__((target("avx512f,avx2,fma")))
+
+constexpr int64_t kMr = 8, kNr = 32;  // micro-kernel tile of C
+constexpr int64_t kKcMax = 512;  // K blocks: the A block (mc, kc) stays in L2, a B panel (kc, 32) near L1
+constexpr int64_t kNc = 4096;  // columns of C per packed B block (bounds the B buffer to 8 MB)
+constexpr int64_t kMcMax = 128;  // rows of C per unit of parallel work (bounds the A buffer to 256 KB)
+
+// A 64-byte aligned float buffer that only grows (one per thread, reused by every call).
+struct PackBuffer {
+  std::unique_ptr<float, decltype(&std::free)> data{nullptr, &std::free};
+  size_t size = 0;
+  float* get(size_t n) {
+    if (n > size) {
+      const size_t bytes = (n * sizeof(float) + 63) / 64 * 64;
+      data.reset(static_cast<float*>(std::aligned_alloc(64, bytes)));
+      if (!data) throw std::bad_alloc();
+      size = bytes / sizeof(float);
+    }
+    return data.get();
+  }
+};
+
+// dst[c * ldd + r] = src[r * lds + c] for r, c < 8
+MINIDL_AVX512 inline void transpose8x8(const float* src, int64_t lds, float* dst, int64_t ldd) {
+  __m256 r[8], t[8];
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * lds);
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  // t0 = a0 b0 a1 b1 | a4 b4 a5 b5, t1 = a2 b2 a3 b3 | a6 b6 a7 b7 (rows a, b); t2, t3 rows c, d; ...
+  for (int i = 0; i < 2; ++i) {
+    r[4 * i + 0] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    r[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    r[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    r[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  // r0 = columns 0 (rows 0-3) | 4, r1 = 1 | 5, r2 = 2 | 6, r3 = 3 | 7; r4..r7 the same for rows 4-7
+  for (int i = 0; i < 4; ++i) {
+    _mm256_storeu_ps(dst + i * ldd, _mm256_permute2f128_ps(r[i], r[4 + i], 0x20));
+    _mm256_storeu_ps(dst + (i + 4) * ldd, _mm256_permute2f128_ps(r[i], r[4 + i], 0x31));
+  }
+}
+
+inline __mmask16 first_n(int64_t n) {
+  return n >= 16 ? __mmask16(0xFFFF) : n <= 0 ? __mmask16(0) : static_cast<__mmask16>((1u << n) - 1);
+}
+
+// One A panel: dst (kc, 8) = op(A) rows i0..i0+mr-1, columns k0..k0+kc-1, rows past mr zero.
+// op(A)(i, k) = A[i * lda + k], or A[k * lda + i] when trans_a.
+MINIDL_AVX512 void pack_a_panel(const float* A, int64_t lda, bool trans_a, int64_t i0, int64_t mr, int64_t k0,
+                                int64_t kc, float* dst) {
+  if (trans_a) {  // each k: mr contiguous values
+    const __mmask16 m = first_n(mr);
+    for (int64_t k = 0; k < kc; ++k) {
+      const __m512 v = _mm512_maskz_loadu_ps(m, A + (k0 + k) * lda + i0);
+      _mm256_storeu_ps(dst + k * kMr, _mm512_castps512_ps256(v));
+    }
+    return;
+  }
+  int64_t k = 0;
+  if (mr == kMr)
+    for (; k + 8 <= kc; k += 8) transpose8x8(A + i0 * lda + k0 + k, lda, dst + k * kMr, kMr);
+  for (; k < kc; ++k)
+    for (int64_t r = 0; r < kMr; ++r) dst[k * kMr + r] = r < mr ? A[(i0 + r) * lda + k0 + k] : 0.0f;
+}
+
+// One B panel: dst (kc, 32) = op(B) rows k0..k0+kc-1, columns j0..j0+nr-1, columns past nr zero.
+// op(B)(k, j) = B[k * ldb + j], or B[j * ldb + k] when trans_b.
+MINIDL_AVX512 void pack_b_panel(const float* B, int64_t ldb, bool trans_b, int64_t j0, int64_t nr, int64_t k0,
+                                int64_t kc, float* dst) {
+  if (!trans_b) {  // each k: nr contiguous values
+    const __mmask16 m0 = first_n(nr), m1 = first_n(nr - 16);
+    for (int64_t k = 0; k < kc; ++k) {
+      const float* src = B + (k0 + k) * ldb + j0;
+      _mm512_storeu_ps(dst + k * kNr, _mm512_maskz_loadu_ps(m0, src));
+      _mm512_storeu_ps(dst + k * kNr + 16, _mm512_maskz_loadu_ps(m1, src + 16));
+    }
+    return;
+  }
+  for (int64_t jj = 0; jj < kNr; jj += 8) {  // 8 columns of op(B) = 8 rows of B at a time
+    int64_t k = 0;
+    if (jj + 8 <= nr)
+      for (; k + 8 <= kc; k += 8) transpose8x8(B + (j0 + jj) * ldb + k0 + k, ldb, dst + k * kNr + jj, kNr);
+    for (; k < kc; ++k)
+      for (int64_t j = jj; j < jj + 8; ++j) dst[k * kNr + j] = j < nr ? B[(j0 + j) * ldb + k0 + k] : 0.0f;
+  }
+}
+
+// C (mr <= 8, nr <= 16 * NV) = alpha * a (kc, 8)^T b (kc, 32) [+ beta * C on the first K block, or
+// + C on the others]. NV = 1 reads only the first 16 columns of each b row.
+template <int NV>
+MINIDL_AVX512 void micro_kernel(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, int64_t mr,
+                                int64_t nr, bool first, float alpha, float beta) {
+  __m512 acc[kMr][NV];
+  for (int r = 0; r < kMr; ++r)
+    for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < kc; ++k) {
+    __m512 bv[NV];
+    for (int v = 0; v < NV; ++v) bv[v] = _mm512_load_ps(b + k * kNr + 16 * v);
+    for (int r = 0; r < kMr; ++r) {
+      const __m512 ar = _mm512_set1_ps(a[k * kMr + r]);
+      for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(ar, bv[v], acc[r][v]);
+    }
+  }
+  const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+  __mmask16 mask[NV];
+  for (int v = 0; v < NV; ++v) mask[v] = first_n(nr - 16 * v);
+#pragma GCC unroll 8
+  for (int r = 0; r < kMr; ++r) {
+    if (r >= mr) break;
+    float* cr = c + r * ldc;
+#pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v) {
+      __m512 out;
+      if (first && beta == 0.0f) {  // C is write-only: its old contents (even NaN) are not read
+        out = _mm512_mul_ps(va, acc[r][v]);
+      } else {
+        const __m512 old = _mm512_maskz_loadu_ps(mask[v], cr + 16 * v);
+        out = _mm512_fmadd_ps(va, acc[r][v], first ? _mm512_mul_ps(vb, old) : old);
+      }
+      _mm512_mask_storeu_ps(cr + 16 * v, mask[v], out);
+    }
+  }
+}
+
+MINIDL_AVX512 void packed_gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, bool trans_a,
+                               const float* B, int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha,
+                               float beta) {
+  // K blocks of equal size (the last may be shorter), chosen from K alone.
+  const int64_t k_blocks = (K + kKcMax - 1) / kKcMax;
+  const int64_t kc_step = ((K + k_blocks - 1) / k_blocks + 7) / 8 * 8;
+  // Rows of C per unit of work: a multiple of 8, at most kMcMax, about 4 units when M is small.
+  const int64_t mc = std::clamp<int64_t>(((M + 3) / 4 + kMr - 1) / kMr * kMr, kMr, kMcMax);
+  const int64_t m_blocks = (M + mc - 1) / mc;
+  thread_local PackBuffer b_buffer;
+  for (int64_t jc = 0; jc < N; jc += kNc) {
+    const int64_t nc = std::min(kNc, N - jc), n_panels = (nc + kNr - 1) / kNr;
+    for (int64_t pc = 0; pc < K; pc += kc_step) {
+      const int64_t kc = std::min(kc_step, K - pc);
+      const bool first = pc == 0;
+      float* bp = b_buffer.get(static_cast<size_t>(n_panels * kNr * kc));
+      parallel_for(n_panels, std::max<int64_t>(1, 8192 / (kNr * kc)), [&](int64_t p0, int64_t p1) {
+        for (int64_t p = p0; p < p1; ++p)
+          pack_b_panel(B, ldb, trans_b, jc + p * kNr, std::min(kNr, nc - p * kNr), pc, kc, bp + p * kNr * kc);
+      });
+      parallel_for(m_blocks, 1, [&](int64_t b0, int64_t b1) {
+        thread_local PackBuffer a_buffer;
+        float* ap = a_buffer.get(static_cast<size_t>(mc * kc));
+        for (int64_t blk = b0; blk < b1; ++blk) {
+          const int64_t i0 = blk * mc, m = std::min(mc, M - i0), m_panels = (m + kMr - 1) / kMr;
+          for (int64_t q = 0; q < m_panels; ++q)
+            pack_a_panel(A, lda, trans_a, i0 + q * kMr, std::min(kMr, m - q * kMr), pc, kc, ap + q * kMr * kc);
+          for (int64_t p = 0; p < n_panels; ++p) {
+            const int64_t j = jc + p * kNr, nr = std::min(kNr, nc - p * kNr);
+            const float* bpanel = bp + p * kNr * kc;
+            for (int64_t q = 0; q < m_panels; ++q) {
+              const int64_t i = i0 + q * kMr, mr = std::min(kMr, m - q * kMr);
+              float* c = C + i * ldc + j;
+              if (nr > 16)
+                micro_kernel<2>(kc, ap + q * kMr * kc, bpanel, c, ldc, mr, nr, first, alpha, beta);
+              else
+                micro_kernel<1>(kc, ap + q * kMr * kc, bpanel, c, ldc, mr, nr, first, alpha, beta);
+            }
+          }
+        }
+      });
+    }
+  }
+}
+
+}  // namespace
+
+bool gemm_avx512(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, bool trans_a, const float* B,
+                 int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha, float beta) {
+  static const bool have = __builtin_cpu_supports("avx512f");
+  if (!have) return false;
+  if (M <= 0 || N <= 0) return true;
+  if (K <= 0 || alpha == 0.0f) {  // C = beta * C (beta == 0: overwrite, ignoring NaNs already there)
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
+    return true;
+  }
+  packed_gemm(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, alpha, beta);
+  return true;
+}
+#else
+bool gemm_avx512(int64_t, int64_t, int64_t, const float*, int64_t, bool, const float*, int64_t, bool, float*, int64_t,
+                 float, float) {
+  return false;
+}
+#endif
+
+}  // namespace minidl::kernels::cpu

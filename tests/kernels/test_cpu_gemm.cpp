@@ -1,0 +1,136 @@
+// tests/kernels/test_cpu_gemm.cpp — the packed AVX-512 float GEMM (kernels/cpu/gemm_avx512.cpp)
+// against a naive float64 triple loop and Eigen's path (gemm_eigen): all four transpose
+// combinations, sizes that are not multiples of the 8x32 tile, K = 1 and K = 0, K past one K
+// block and N past one column block, alpha and beta (0: C is write-only, a NaN there is ignored;
+// 1; other), leading dimensions wider than the matrices (the gaps stay untouched), and the same
+// bits with 1 and 2 threads. Skipped, saying so, on a CPU without AVX-512F (gemm() then never
+// uses the kernel).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "minidl/kernels/cpu/gemm.h"
+#include "minidl/kernels/cpu/parallel.h"
+
+namespace {
+
+using minidl::kernels::cpu::gemm_avx512;
+using minidl::kernels::cpu::gemm_eigen;
+
+// Deterministic values in [-1, 1).
+std::vector<float> values(size_t n, uint32_t seed) {
+  std::vector<float> v(n);
+  uint32_t s = seed * 2654435761u + 1;
+  for (float& x : v) {
+    s = s * 1664525u + 1013904223u;
+    x = static_cast<float>(s >> 8) / static_cast<float>(1 << 23) - 1.0f;
+  }
+  return v;
+}
+
+struct Case {
+  int64_t M, N, K;
+};
+
+constexpr float kSentinel = 12345.0f;  // fills the gaps between rows of C (ldc > N)
+
+// Runs gemm_avx512 and gemm_eigen on one case and checks both against the float64 loop.
+void check(const Case& c, bool ta, bool tb, float alpha, float beta, int64_t pad) {
+  const int64_t M = c.M, N = c.N, K = c.K;
+  // A stored (M, K) or (K, M); B stored (K, N) or (N, K); each row `pad` elements wider.
+  const int64_t a_rows = ta ? K : M, a_cols = ta ? M : K, b_rows = tb ? N : K, b_cols = tb ? K : N;
+  const int64_t lda = a_cols + pad, ldb = b_cols + pad, ldc = N + pad;
+  const std::vector<float> A = values(static_cast<size_t>(a_rows * lda), 1), B = values(static_cast<size_t>(b_rows * ldb), 2);
+  std::vector<float> C0 = values(static_cast<size_t>(M * ldc), 3);
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = N; j < ldc; ++j) C0[i * ldc + j] = kSentinel;
+  if (beta == 0.0f && M > 0 && N > 0) C0[0] = C0[(M - 1) * ldc + N - 1] = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> packed = C0, eigen = C0;
+  ASSERT_TRUE(gemm_avx512(M, N, K, A.data(), lda, ta, B.data(), ldb, tb, packed.data(), ldc, alpha, beta));
+  gemm_eigen(M, N, K, A.data(), lda, ta, B.data(), ldb, tb, eigen.data(), ldc, alpha, beta);
+  for (int64_t i = 0; i < M; ++i) {
+    for (int64_t j = 0; j < N; ++j) {
+      double ref = 0, mag = 0;
+      for (int64_t k = 0; k < K; ++k) {
+        const double p = double(ta ? A[k * lda + i] : A[i * lda + k]) * double(tb ? B[j * ldb + k] : B[k * ldb + j]);
+        ref += p;
+        mag += std::fabs(p);
+      }
+      const double old = beta == 0.0f ? 0.0 : beta * double(C0[i * ldc + j]);  // a NaN there is ignored
+      ref = alpha * ref + old;
+      const double tol = 1e-5 * (std::fabs(alpha) * mag + std::fabs(old)) + 1e-7;
+      const size_t at = static_cast<size_t>(i * ldc + j);
+      ASSERT_NEAR(packed[at], ref, tol) << M << "x" << N << "x" << K << " ta " << ta << " tb " << tb << " alpha "
+                                        << alpha << " beta " << beta << " at (" << i << ", " << j << ")";
+      ASSERT_NEAR(eigen[at], ref, tol) << "Eigen, " << M << "x" << N << "x" << K << " at (" << i << ", " << j << ")";
+    }
+    for (int64_t j = N; j < ldc; ++j) ASSERT_EQ(packed[i * ldc + j], kSentinel) << "gap of row " << i << " written";
+  }
+}
+
+bool have_avx512() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  return __builtin_cpu_supports("avx512f");
+#else
+  return false;
+#endif
+}
+
+}  // namespace
+
+TEST(CpuGemm, PackedMatchesNaiveLoopsAndEigen) {
+  if (!have_avx512()) GTEST_SKIP() << "this CPU has no AVX-512F: gemm() uses Eigen, the packed kernel is unused";
+  // tile multiples, ragged edges in M, N and K, single rows and columns, and the CNN's shapes
+  const Case cases[] = {{8, 32, 8}, {1, 1, 1}, {7, 5, 3}, {9, 33, 17}, {17, 16, 9}, {5, 47, 1}, {64, 196, 288},
+                        {288, 49, 64}, {130, 20, 70}};
+  for (const Case& c : cases)
+    for (bool ta : {false, true})
+      for (bool tb : {false, true})
+        for (float beta : {0.0f, 1.0f, -0.5f}) check(c, ta, tb, beta == 1.0f ? -0.75f : 1.0f, beta, 0);
+}
+
+TEST(CpuGemm, PackedHandlesWideLeadingDimensionsAndBlockEdges) {
+  if (!have_avx512()) GTEST_SKIP() << "this CPU has no AVX-512F: gemm() uses Eigen, the packed kernel is unused";
+  // leading dimensions wider than the rows (the gaps between rows of C are never written)
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (float beta : {0.0f, 0.5f}) check({21, 45, 13}, ta, tb, 1.0f, beta, 3);
+  // K = 1100: three K blocks (C = alpha * first + beta * C, then += each further block)
+  for (float beta : {0.0f, 2.0f}) check({19, 40, 1100}, true, false, 1.0f, beta, 1);
+  // N = 4200: two column blocks of the packed B
+  check({3, 4200, 5}, false, true, 1.0f, 0.25f, 0);
+}
+
+TEST(CpuGemm, PackedWithEmptyKOrZeroAlphaScalesC) {
+  if (!have_avx512()) GTEST_SKIP() << "this CPU has no AVX-512F: gemm() uses Eigen, the packed kernel is unused";
+  const std::vector<float> A = values(12, 4), B = values(12, 5);
+  for (float beta : {0.0f, 1.0f, 3.0f}) {
+    std::vector<float> C = values(12, 6), C0 = C;
+    C[5] = beta == 0.0f ? std::numeric_limits<float>::quiet_NaN() : C[5];
+    ASSERT_TRUE(gemm_avx512(3, 4, 0, A.data(), 1, false, B.data(), 4, false, C.data(), 4, 1.0f, beta));
+    for (size_t i = 0; i < C.size(); ++i) EXPECT_EQ(C[i], beta * C0[i]) << "K = 0, beta " << beta << ", element " << i;
+    C = C0;
+    ASSERT_TRUE(gemm_avx512(3, 4, 3, A.data(), 3, false, B.data(), 4, false, C.data(), 4, 0.0f, beta));
+    for (size_t i = 0; i < C.size(); ++i) EXPECT_EQ(C[i], beta * C0[i]) << "alpha 0, beta " << beta << ", element " << i;
+  }
+}
+
+TEST(CpuGemm, PackedSameBitsFor1And2Threads) {
+  if (!have_avx512()) GTEST_SKIP() << "this CPU has no AVX-512F: gemm() uses Eigen, the packed kernel is unused";
+  const int saved = minidl::kernels::cpu::get_num_threads();
+  // several row blocks (parallel work units) and two K blocks
+  const int64_t M = 300, N = 70, K = 600;
+  for (bool ta : {false, true}) {
+    const std::vector<float> A = values(static_cast<size_t>(M * K), 7), B = values(static_cast<size_t>(K * N), 8);
+    std::vector<float> one = values(static_cast<size_t>(M * N), 9), two = one;
+    minidl::kernels::cpu::set_num_threads(1);
+    gemm_avx512(M, N, K, A.data(), ta ? M : K, ta, B.data(), N, false, one.data(), N, 1.0f, 0.5f);
+    minidl::kernels::cpu::set_num_threads(2);
+    gemm_avx512(M, N, K, A.data(), ta ? M : K, ta, B.data(), N, false, two.data(), N, 1.0f, 0.5f);
+    for (size_t i = 0; i < one.size(); ++i) ASSERT_EQ(one[i], two[i]) << "element " << i << ", trans_a " << ta;
+  }
+  minidl::kernels::cpu::set_num_threads(saved);
+}
