@@ -1,6 +1,9 @@
 // examples/bench_gemm.cpp — GFLOP/s of the packed AVX-512 float GEMM against Eigen's path (both in
 // kernels/cpu/gemm.h) on the shapes the reference CNN and ViT run, and this core's FMA peak (a
-// tight loop of independent AVX-512 FMAs), so each figure can be read as a fraction of peak.
+// tight loop of independent AVX-512 FMAs), so each figure can be read as a fraction of peak; then
+// the reference CNN's second convolution (batch 128, 32 -> 64 channels, 3x3, padding 1, 14x14)
+// forward and backward as run (Winograd, kernels/cpu/conv2d.h) against im2col + GEMM, in
+// direct-convolution GFLOP/s (2 * N * O * C * 9 * H * W per pass; backward: dx and dw, twice that).
 // The two kernels and the FMA loop alternate on the same operands; each figure is the median over
 // the repetitions, so load changes on a shared machine hit all three alike. With one thread the
 // clock is the thread's CPU time (time spent descheduled by other processes does not count);
@@ -13,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "minidl/kernels/cpu/conv2d.h"
 #include "minidl/kernels/cpu/gemm.h"
 #include "minidl/kernels/cpu/parallel.h"
 
@@ -141,6 +145,37 @@ int main(int argc, char** argv) {
     std::printf("%-26s %5lld %5lld %5lld %2d %2d %12.1f %12.1f %6.2fx %7.0f%%\n", s.what, static_cast<long long>(s.M),
                 static_cast<long long>(s.N), static_cast<long long>(s.K), s.ta, s.tb, p, e, p / e,
                 100.0 * median(of_peak));
+  }
+
+  // the CNN's conv2, batch 128
+  const minidl::kernels::cpu::Conv2dShape cs{128, 32, 14, 14, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 14, 14};
+  std::vector<float> x(128 * 32 * 14 * 14), w(64 * 32 * 9), bias(64), y(128 * 64 * 14 * 14), dx(x.size()), dw(w.size()),
+      db(64);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 7919) % 1000) * 1e-3f - 0.5f;
+  for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>((i * 104729) % 1000) * 1e-3f - 0.5f;
+  const std::vector<float> dy(y.size(), 0.01f);
+  const double conv_flops = 2.0 * 128 * 64 * 32 * 9 * 14 * 14;
+  std::printf("\n%-34s %14s %14s %7s\n", "conv2 (128, 32->64, 3x3, 14x14)", "as run GF/s", "im2col GF/s", "ratio");
+  for (bool backward : {false, true}) {
+    auto time_one = [&](bool fast) {
+      const double t0 = now_s();
+      namespace k = minidl::kernels::cpu;
+      if (!backward && fast) k::conv2d_forward(x.data(), w.data(), bias.data(), cs, y.data());
+      if (!backward && !fast) k::conv2d_forward_im2col(x.data(), w.data(), bias.data(), cs, y.data());
+      if (backward && fast) k::conv2d_backward(x.data(), w.data(), dy.data(), cs, dx.data(), dw.data(), db.data());
+      if (backward && !fast)
+        k::conv2d_backward_im2col(x.data(), w.data(), dy.data(), cs, dx.data(), dw.data(), db.data());
+      return conv_flops * (backward ? 2 : 1) / (now_s() - t0) / 1e9;
+    };
+    time_one(true);
+    time_one(false);
+    std::vector<double> fast, ref;
+    for (int r = 0; r < std::max(3, reps / 3); ++r) {
+      fast.push_back(time_one(true));
+      ref.push_back(time_one(false));
+    }
+    std::printf("%-34s %14.1f %14.1f %6.2fx\n", backward ? "backward (dx, dw, db)" : "forward (with bias)", median(fast),
+                median(ref), median(fast) / median(ref));
   }
   return 0;
 }

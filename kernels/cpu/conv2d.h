@@ -2,16 +2,21 @@
 //   forward, per image n and group g:  y[n, g] (O/G, L) = w[g] (O/G, K) · col(x[n, g]) (K, L) + b
 //   backward: dcol = w[g]^T · dy[n, g] then col2im -> dx;  dw[g] += dy[n, g] · col(x[n, g])^T;
 //             db[o] = sum over n, l of dy[n, o, l]
+// Float 3x3 stride-1 convolutions with 8 or more channels run their forward pass and input
+// gradient as Winograd F(2x2, 3x3) instead (kernels/cpu/conv2d_winograd.h; conv2d_uses_winograd);
+// the *_im2col functions are the general path and the reference it is tested against.
 // with K = (C/G)*kH*kW and L = H_out*W_out. Images run in parallel; the weight gradient is
 // summed in blocks of images fixed by N alone (at most 16 blocks, added in block order), so the
-// result does not depend on the thread count. GEMM is kernels/cpu/gemm.h (Eigen).
+// result does not depend on the thread count. GEMM is kernels/cpu/gemm.h.
 // Tested through tensor/ops_conv.cpp by tests/tensor/test_ops_conv.cpp (naive direct
 // convolution, float64 finite differences with stride, padding, dilation and groups).
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
+#include "minidl/kernels/cpu/conv2d_winograd.h"
 #include "minidl/kernels/cpu/gemm.h"
 #include "minidl/kernels/cpu/im2col.h"
 #include "minidl/kernels/cpu/parallel.h"
@@ -36,8 +41,17 @@ struct Conv2dShape {
   }
 };
 
-// x (N, C, H, W), w (O, C/G, kH, kW), b (O) or null -> y (N, O, H_out, W_out)
-template <class T> void conv2d_forward(const T* x, const T* w, const T* b, const Conv2dShape& s, T* y) {
+// Whether a float convolution of this shape runs as Winograd F(2x2, 3x3) (kernels/cpu/conv2d_winograd.h):
+// 3x3, stride 1, no dilation, one group, the same padding (at most 2) on both axes, and at least 8
+// channels on each side (with fewer, the transforms cost more than the GEMMs save).
+inline bool conv2d_uses_winograd(const Conv2dShape& s) {
+  return s.kH == 3 && s.kW == 3 && s.stride_h == 1 && s.stride_w == 1 && s.dil_h == 1 && s.dil_w == 1 &&
+         s.groups == 1 && s.pad_h == s.pad_w && s.pad_h <= 2 && s.C >= 8 && s.O >= 8 && s.H_out > 0 && s.W_out > 0;
+}
+
+// x (N, C, H, W), w (O, C/G, kH, kW), b (O) or null -> y (N, O, H_out, W_out), as im2col + GEMM
+// (any shape; the reference for the Winograd path)
+template <class T> void conv2d_forward_im2col(const T* x, const T* w, const T* b, const Conv2dShape& s, T* y) {
   const ConvGeometry geo = s.group_geometry();
   const int64_t Cg = s.C / s.groups, Og = s.O / s.groups;
   const int64_t K = Cg * s.kH * s.kW, L = s.H_out * s.W_out;
@@ -57,10 +71,18 @@ template <class T> void conv2d_forward(const T* x, const T* w, const T* b, const
   });
 }
 
+// x (N, C, H, W), w (O, C/G, kH, kW), b (O) or null -> y (N, O, H_out, W_out)
+template <class T> void conv2d_forward(const T* x, const T* w, const T* b, const Conv2dShape& s, T* y) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (conv2d_uses_winograd(s)) return conv3x3_winograd(x, w, b, s.N, s.C, s.H, s.W, s.O, s.pad_h, false, y);
+  }
+  conv2d_forward_im2col(x, w, b, s, y);
+}
+
 // dy (N, O, H_out, W_out) -> dx (N, C, H, W), dw (O, C/G, kH, kW), db (O) (db may be null: no
-// bias; dx may be null: no input gradient wanted)
+// bias; dx may be null: no input gradient wanted), as im2col + GEMM (any shape; the reference)
 template <class T>
-void conv2d_backward(const T* x, const T* w, const T* dy, const Conv2dShape& s, T* dx, T* dw, T* db) {
+void conv2d_backward_im2col(const T* x, const T* w, const T* dy, const Conv2dShape& s, T* dx, T* dw, T* db) {
   const ConvGeometry geo = s.group_geometry();
   const int64_t Cg = s.C / s.groups, Og = s.O / s.groups;
   const int64_t K = Cg * s.kH * s.kW, L = s.H_out * s.W_out;
@@ -99,14 +121,32 @@ void conv2d_backward(const T* x, const T* w, const T* dy, const Conv2dShape& s, 
   if (db)
     parallel_for(s.O, conv_grain(s.N * L), [&](int64_t o0, int64_t o1) {
       for (int64_t o = o0; o < o1; ++o) {
-        double acc = 0;
+        double acc[8] = {};  // 8 interleaved partial sums (one vector), added in order at the end
         for (int64_t n = 0; n < s.N; ++n) {
           const T* plane = dy + (n * s.O + o) * L;
-          for (int64_t l = 0; l < L; ++l) acc += plane[l];
+          int64_t l = 0;
+          for (; l + 8 <= L; l += 8)
+            for (int j = 0; j < 8; ++j) acc[j] += static_cast<double>(plane[l + j]);
+          for (int j = 0; l + j < L; ++j) acc[j] += static_cast<double>(plane[l + j]);
         }
-        db[o] = static_cast<T>(acc);
+        double sum = 0;
+        for (double a : acc) sum += a;
+        db[o] = static_cast<T>(sum);
       }
     });
+}
+
+// The same gradients, the input gradient by Winograd where conv2d_uses_winograd (float): dx is the
+// 3x3 convolution of dy with the flipped, transposed weights and padding 2 - pad.
+template <class T> void conv2d_backward(const T* x, const T* w, const T* dy, const Conv2dShape& s, T* dx, T* dw, T* db) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (dx && conv2d_uses_winograd(s)) {
+      conv2d_backward_im2col(x, w, dy, s, static_cast<T*>(nullptr), dw, db);
+      conv3x3_winograd(dy, w, nullptr, s.N, s.O, s.H_out, s.W_out, s.C, 2 - s.pad_h, true, dx);
+      return;
+    }
+  }
+  conv2d_backward_im2col(x, w, dy, s, dx, dw, db);
 }
 
 }  // namespace minidl::kernels::cpu
