@@ -49,4 +49,14 @@ void expect_equal(const Tensor& actual, const Tensor& expected, const std::strin
     }
 }
 
+std::vector<float> values(size_t n, uint32_t seed) {
+  std::vector<float> v(n);
+  uint32_t s = seed * 2654435761u + 1;
+  for (float& x : v) {
+    s = s * 1664525u + 1013904223u;
+    x = static_cast<float>(s >> 8) / static_cast<float>(1 << 23) - 1.0f;
+  }
+  return v;
+}
+
 }  // namespace minidl::testing

@@ -1,9 +1,10 @@
-// tests/common/testing.h — helpers shared by the test executables: tensor comparison and
-// the error-message matcher used by the bad-input tests.
+// tests/common/testing.h — helpers shared by the test executables: tensor comparison, seeded
+// input values for the kernel tests, and the error-message matcher used by the bad-input tests.
 #pragma once
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,9 @@ double max_abs_diff(const Tensor& a, const Tensor& b);
 void expect_close(const Tensor& actual, const Tensor& expected, double rtol, double atol, const std::string& what = "");
 // Asserts bit-identical contents (same dtype and shape).
 void expect_equal(const Tensor& actual, const Tensor& expected, const std::string& what = "");
+// n deterministic floats in [-1, 1) from a linear congruential sequence started by seed: raw
+// inputs for the kernel tests, the same on every machine.
+std::vector<float> values(size_t n, uint32_t seed);
 
 }  // namespace minidl::testing
 

@@ -11,20 +11,12 @@
 
 #include "minidl/kernels/cpu/conv2d.h"
 #include "minidl/kernels/cpu/parallel.h"
+#include "tests/common/testing.h"
 
 namespace {
 
 using minidl::kernels::cpu::Conv2dShape;
-
-std::vector<float> values(size_t n, uint32_t seed) {
-  std::vector<float> v(n);
-  uint32_t s = seed * 2654435761u + 1;
-  for (float& x : v) {
-    s = s * 1664525u + 1013904223u;
-    x = static_cast<float>(s >> 8) / static_cast<float>(1 << 23) - 1.0f;
-  }
-  return v;
-}
+using minidl::testing::values;
 
 Conv2dShape shape(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int64_t pad) {
   return {N, C, H, W, O, 3, 3, 1, 1, 1, pad, pad, 1, 1, H + 2 * pad - 2, W + 2 * pad - 2};

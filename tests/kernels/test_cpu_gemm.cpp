@@ -14,22 +14,14 @@
 
 #include "minidl/kernels/cpu/gemm.h"
 #include "minidl/kernels/cpu/parallel.h"
+#include "tests/common/testing.h"
 
 namespace {
 
+using minidl::testing::values;
+
 using minidl::kernels::cpu::gemm_avx512;
 using minidl::kernels::cpu::gemm_eigen;
-
-// Deterministic values in [-1, 1).
-std::vector<float> values(size_t n, uint32_t seed) {
-  std::vector<float> v(n);
-  uint32_t s = seed * 2654435761u + 1;
-  for (float& x : v) {
-    s = s * 1664525u + 1013904223u;
-    x = static_cast<float>(s >> 8) / static_cast<float>(1 << 23) - 1.0f;
-  }
-  return v;
-}
 
 struct Case {
   int64_t M, N, K;
