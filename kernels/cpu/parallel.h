@@ -28,15 +28,15 @@ template <class F> void parallel_for(int64_t n, int64_t grain, F&& fn) {
   if (n <= 0) return;
   if (grain < 1) grain = 1;
   const int64_t chunks = (n + grain - 1) / grain;
-  if (chunks == 1 || get_num_threads() == 1) {
-    for (int64_t c = 0; c < chunks; ++c) fn(c * grain, c * grain + grain < n ? c * grain + grain : n);
-    return;
-  }
   auto run_chunk = [&](int64_t c) {
     const int64_t b = c * grain;
     const int64_t e = b + grain < n ? b + grain : n;
     fn(b, e);
   };
+  if (chunks == 1 || get_num_threads() == 1) {
+    for (int64_t c = 0; c < chunks; ++c) run_chunk(c);
+    return;
+  }
 #if defined(MINIDL_PARALLEL_STD_THREADS)
   using RunChunk = decltype(run_chunk);
   detail::run_chunks_on_std_threads(
