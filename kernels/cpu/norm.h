@@ -8,7 +8,7 @@
 // Reproducibility: sums accumulate in double. Every reduction runs in a fixed order that does
 // not depend on the thread count: per-channel sums loop over n, then s, inside one thread (threads
 // split channels; within a plane the sum is one vectorised reduction whose order is fixed at
-// compile time); layer norm's row sums use simd_sum (kernels/cpu/vec_math.h); its weight
+// compile time); layer norm's row sums are fixed-order lane sums (kernels/cpu/vec_math.h); its weight
 // gradient sums fixed 32-row chunks, then the chunks in order.
 // Per-channel vectors (mean, invstd, weight, bias, sums) come in as double arrays; a null weight
 // means 1 and a null bias means 0. A ReLU after the batch norm can be fused: elemt applies it,
@@ -188,10 +188,12 @@ void batch_norm_backward_elemt(const T* dy, const T* x, int64_t N, int64_t C, in
 
 // ---- layer norm ----
 
-// x (rows, M) -> y (rows, M), mean (rows), invstd (rows); weight / bias (M) or null.
+// x (rows, M) -> y (rows, M), mean (rows), invstd (rows); weight / bias (M) or null. The plain
+// loops: the float64 path, and the reference of the float rows below in
+// tests/tensor/test_cpu_fast_paths.cpp.
 template <class T>
-void layer_norm_forward(const T* x, int64_t rows, int64_t M, const T* weight, const T* bias, double eps, T* y, T* mean,
-                        T* invstd) {
+void layer_norm_forward_plain(const T* x, int64_t rows, int64_t M, const T* weight, const T* bias, double eps, T* y,
+                              T* mean, T* invstd) {
   parallel_for(rows, norm_grain(M), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const T* xp = x + r * M;
@@ -212,6 +214,68 @@ void layer_norm_forward(const T* x, int64_t rows, int64_t M, const T* weight, co
       invstd[r] = static_cast<T>(is);
     }
   });
+}
+
+// The 16 floats of v as two times 8 doubles.
+inline void as_doubles(FloatLanes v, DoubleLanes& lo, DoubleLanes& hi) {
+  lo = __builtin_convertvector(__builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7), DoubleLanes);
+  hi = __builtin_convertvector(__builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15), DoubleLanes);
+}
+
+// One float row of layer norm, 16 floats at a time as two 8-double halves (the ViT's rows are
+// 64 long: an omp simd reduction's set-up costs more than such a row). The same double math as
+// the plain loop; only the order of the row sums differs (lanes, then the tail).
+template <bool kWeight, bool kBias>
+void layer_norm_row(const float* __restrict xp, int64_t M, const float* __restrict weight,
+                    const float* __restrict bias, double eps, float* __restrict yp, float* mean, float* invstd) {
+  const int64_t M16 = M - M % 16;
+  const double m = sum_span(xp, M) / static_cast<double>(M);
+  DoubleLanes lo = {}, hi = {};
+  for (int64_t j = 0; j < M16; j += 16) {
+    DoubleLanes dlo, dhi;
+    as_doubles(load_lanes(xp + j), dlo, dhi);
+    dlo -= m;
+    dhi -= m;
+    lo += dlo * dlo;
+    hi += dhi * dhi;
+  }
+  double ss = lanes_sum(lo, hi);
+  for (int64_t j = M16; j < M; ++j) {
+    const double d = static_cast<double>(xp[j]) - m;
+    ss += d * d;
+  }
+  const double is = 1.0 / std::sqrt(ss / static_cast<double>(M) + eps);
+#pragma omp simd
+  for (int64_t j = 0; j < M; ++j) {
+    double v = (static_cast<double>(xp[j]) - m) * is;
+    if constexpr (kWeight) v *= static_cast<double>(weight[j]);
+    if constexpr (kBias) v += static_cast<double>(bias[j]);
+    yp[j] = static_cast<float>(v);
+  }
+  *mean = static_cast<float>(m);
+  *invstd = static_cast<float>(is);
+}
+
+template <bool kWeight, bool kBias>
+void layer_norm_forward_rows(const float* x, int64_t rows, int64_t M, const float* weight, const float* bias,
+                             double eps, float* y, float* mean, float* invstd) {
+  parallel_for(rows, norm_grain(M), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      layer_norm_row<kWeight, kBias>(x + r * M, M, weight, bias, eps, y + r * M, mean + r, invstd + r);
+  });
+}
+
+template <class T>
+void layer_norm_forward(const T* x, int64_t rows, int64_t M, const T* weight, const T* bias, double eps, T* y, T* mean,
+                        T* invstd) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (weight && bias) return layer_norm_forward_rows<true, true>(x, rows, M, weight, bias, eps, y, mean, invstd);
+    if (weight) return layer_norm_forward_rows<true, false>(x, rows, M, weight, bias, eps, y, mean, invstd);
+    if (bias) return layer_norm_forward_rows<false, true>(x, rows, M, weight, bias, eps, y, mean, invstd);
+    return layer_norm_forward_rows<false, false>(x, rows, M, weight, bias, eps, y, mean, invstd);
+  } else {
+    layer_norm_forward_plain(x, rows, M, weight, bias, eps, y, mean, invstd);
+  }
 }
 
 // dx (rows, M) = invstd * (g - mean_j(g) - xhat * mean_j(g * xhat)), g = dy * weight, xhat = (x - mean) * invstd.
@@ -292,8 +356,28 @@ void layer_norm_backward_rows(const T* __restrict dy, const T* __restrict x, int
     T* __restrict o = dx + r * M;
     const double m = mean[r], is = invstd[r];
     double sg = 0, sgx = 0;  // sums of g * w and g * w * (x - mean)
-#pragma omp simd reduction(+ : sg, sgx)
-    for (int64_t j = 0; j < M; ++j) {
+    int64_t j0 = 0;
+    if constexpr (std::is_same_v<T, float>) {  // 16 lanes as two 8-double halves (see layer_norm_row)
+      DoubleLanes sg_lo = {}, sg_hi = {}, sgx_lo = {}, sgx_hi = {};
+      for (; j0 + 16 <= M; j0 += 16) {
+        DoubleLanes glo, ghi, xlo, xhi;
+        as_doubles(load_lanes(g + j0), glo, ghi);
+        if constexpr (kWeight) {
+          DoubleLanes wlo, whi;
+          as_doubles(load_lanes(weight + j0), wlo, whi);
+          glo *= wlo;
+          ghi *= whi;
+        }
+        as_doubles(load_lanes(xp + j0), xlo, xhi);
+        sg_lo += glo;
+        sg_hi += ghi;
+        sgx_lo += glo * (xlo - m);
+        sgx_hi += ghi * (xhi - m);
+      }
+      sg = lanes_sum(sg_lo, sg_hi);
+      sgx = lanes_sum(sgx_lo, sgx_hi);
+    }
+    for (int64_t j = j0; j < M; ++j) {
       const double gj = kWeight ? static_cast<double>(g[j]) * weight[j] : static_cast<double>(g[j]);
       sg += gj;
       sgx += gj * (static_cast<double>(xp[j]) - m);

@@ -4,9 +4,10 @@
 // against a two-pass long-double computation, the vectorised exp / erf against std::exp /
 // std::erf, GELU and softmax fast rows against the shared functors and float64, the small-GEMM
 // loop and the stride-1 im2col / col2im against naive loops, a convolution's backward without
-// the input gradient, the one-pass layer-norm backward against its two passes, the bit-mask
-// ReLU of the fused batch norm + ReLU against the functors, and the CPU caching allocator's
-// steady state (a repeated training step maps no new memory).
+// the input gradient, the float layer-norm rows against the plain loop, the one-pass layer-norm
+// backward against its two passes, the bit-mask ReLU of the fused batch norm + ReLU against the
+// functors, and the CPU caching allocator's steady state (a repeated training step maps no new
+// memory).
 // Thread-count independence of these kernels is checked too (same bits, 1 and 2 threads).
 #include <cmath>
 #include <cstring>
@@ -257,6 +258,41 @@ TEST(FastPaths, VitPiecesSameBitsFor1And2Threads) {
   expect_equal(c, d, "softmax");
   auto [e, f] = with_1_and_2_threads([&] { return matmul(x, x.transpose(1, 2)); });
   expect_equal(e, f, "batched small matmul");
+}
+
+// The float layer-norm rows (16-lane sums) against the plain loop, with and without weight and
+// bias, on row lengths with and without a tail: the same double math with the row sums in
+// another order, so equal to a float rounding; and the same bits for 1 and 2 threads.
+TEST(FastPaths, LayerNormFloatRowsMatchThePlainLoop) {
+  const int64_t rows = 77;
+  for (int64_t M : {64, 48, 50, 7, 1}) {
+    const std::vector<float> x = randn({rows * M}, DType::Float64).to_vector<float>();
+    const std::vector<float> w = randn({M}, DType::Float64).to_vector<float>();
+    const std::vector<float> b = randn({M}, DType::Float64).to_vector<float>();
+    for (int affine = 0; affine < 4; ++affine) {
+      const float* wp = (affine & 1) ? w.data() : nullptr;
+      const float* bp = (affine & 2) ? b.data() : nullptr;
+      std::vector<float> y_ref(rows * M), m_ref(rows), is_ref(rows);
+      kernels::cpu::layer_norm_forward_plain(x.data(), rows, M, wp, bp, 1e-5, y_ref.data(), m_ref.data(),
+                                             is_ref.data());
+      const int saved = kernels::cpu::get_num_threads();
+      std::vector<float> y_by_threads[2];
+      for (int threads : {1, 2}) {
+        kernels::cpu::set_num_threads(threads);
+        std::vector<float> y(rows * M), m(rows), is(rows);
+        kernels::cpu::layer_norm_forward(x.data(), rows, M, wp, bp, 1e-5, y.data(), m.data(), is.data());
+        for (int64_t i = 0; i < rows * M; ++i)
+          ASSERT_NEAR(y[i], y_ref[i], 1e-6 * (1.0 + std::fabs(y_ref[i]))) << "M " << M << " affine " << affine << " at " << i;
+        for (int64_t r = 0; r < rows; ++r) {
+          ASSERT_NEAR(m[r], m_ref[r], 1e-6 * (1.0 + std::fabs(m_ref[r]))) << "mean, M " << M << " row " << r;
+          ASSERT_NEAR(is[r], is_ref[r], 1e-6 * std::fabs(is_ref[r])) << "invstd, M " << M << " row " << r;
+        }
+        y_by_threads[threads - 1] = y;
+      }
+      kernels::cpu::set_num_threads(saved);
+      EXPECT_EQ(y_by_threads[0], y_by_threads[1]) << "M " << M << ", 1 vs 2 threads";
+    }
+  }
 }
 
 // The one-pass layer-norm backward against the two passes it replaces (input gradient, then the
