@@ -76,7 +76,9 @@ std::string rank_list(const std::vector<int>& ranks) {
 }
 
 // Every rank sets its key, then waits for all the others', saying who is missing every
-// progress_interval and naming them in the error when the timeout passes.
+// progress_interval and naming them in the error when the timeout passes. A rank that loses the
+// store meanwhile (rank 0, its server, gave up or died) names the ranks it last saw missing:
+// that error, not the bare store one, is often the first a launcher reports.
 void rendezvous(TCPStore& store, const WorldInfo& info, const InitOptions& options) {
   using std::chrono::milliseconds;
   auto key = [](int r) { return "minidl/init/rank/" + std::to_string(r); };
@@ -85,16 +87,27 @@ void rendezvous(TCPStore& store, const WorldInfo& info, const InitOptions& optio
   for (int r = 0; r < info.world_size; ++r) keys.push_back(key(r));
   const auto start = std::chrono::steady_clock::now();
   const auto deadline = start + options.timeout;
+  std::string who = "the other ranks";  // whom this rank waits for, as last seen
+  auto since_start = [&] {
+    return format_seconds(std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - start));
+  };
   while (true) {
     const auto left = std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now());
     const milliseconds slice = options.progress_interval.count() > 0 ? std::min(left, options.progress_interval) : left;
-    if (store.try_wait(keys, std::max(milliseconds(0), slice))) return;
     std::vector<int> missing;
-    for (int r = 0; r < info.world_size; ++r)
-      if (!store.check({key(r)})) missing.push_back(r);
+    try {
+      if (store.try_wait(keys, std::max(milliseconds(0), slice))) return;
+      for (int r = 0; r < info.world_size; ++r)
+        if (!store.check({key(r)})) missing.push_back(r);
+    } catch (const std::exception& e) {
+      throw std::runtime_error("dist::init: rank " + std::to_string(info.rank) + ": lost the store at " +
+                               info.master_addr + ":" + std::to_string(info.master_port) + " after " + since_start() +
+                               " while waiting for " + who + " to join (rank 0 serves it: did it give up or die?): " +
+                               e.what());
+    }
     if (missing.empty()) return;
     const auto waited = std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - start);
-    const std::string who = "rank(s) " + rank_list(missing) + " of " + std::to_string(info.world_size);
+    who = "rank(s) " + rank_list(missing) + " of " + std::to_string(info.world_size);
     if (std::chrono::steady_clock::now() >= deadline)
       throw std::runtime_error("dist::init: rank " + std::to_string(info.rank) + ": " + who + " did not join within " +
                                format_seconds(options.timeout) + " (did they start, with MASTER_ADDR:MASTER_PORT " +

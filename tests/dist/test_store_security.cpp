@@ -207,13 +207,49 @@ TEST(StoreSecurity, InitNamesTheRanksItWaitsFor) {
   }
   EXPECT_THAT(log[0], HasSubstr("dist::init: rank 0 is waiting for rank(s) 2 of 3 to join ("));
   // The rank whose timeout ends first names rank 2; spawn then stops the other one, which may
-  // not have printed its own error yet (under load or a sanitizer that is often rank 0).
+  // not have printed its own error yet (under load or a sanitizer that is often rank 0). Rank 1
+  // may instead lose rank 0's store as rank 0 gives up: then it names rank 2 as the one it was
+  // waiting for.
   const std::string failed = "rank(s) 2 of 3 did not join within 1.2 s";
+  const std::string lost = "init failed: dist::init: rank 1: lost the store at ";
+  const size_t lost_at = log[1].find(lost);
+  const bool rank1_named_it_losing_the_store =
+      lost_at != std::string::npos &&
+      log[1].find(" while waiting for rank(s) 2 of 3 to join (rank 0 serves it", lost_at) != std::string::npos;
   EXPECT_TRUE(log[0].find("init failed: dist::init: rank 0: " + failed) != std::string::npos ||
-              log[1].find("init failed: dist::init: rank 1: " + failed) != std::string::npos)
+              log[1].find("init failed: dist::init: rank 1: " + failed) != std::string::npos ||
+              rank1_named_it_losing_the_store)
       << "rank 0:\n"
       << log[0] << "rank 1:\n"
       << log[1];
+}
+
+TEST(StoreSecurity, ARankThatLosesTheStoreNamesWhomItWaitedFor) {
+  // A world of 3 where rank 2 never starts and rank 0 (the store's server) gives up first: rank 1
+  // loses the store mid-rendezvous and its error still names rank 2. Rank 0 lingers before it
+  // exits, so rank 1's error is the first that spawn sees.
+  minidl::testing::TempDir dir;
+  const std::string log_dir = dir.path();
+  EXPECT_THROW(minidl::dist::spawn(2,
+                                   [&](int rank) {
+                                     ::setenv("WORLD_SIZE", "3", 1);
+                                     if (std::freopen((log_dir + "/err." + std::to_string(rank)).c_str(), "w",
+                                                      stderr) == nullptr)
+                                       std::abort();
+                                     try {
+                                       minidl::dist::init({.timeout = rank == 0 ? 500ms : 20000ms,
+                                                           .progress_interval = 200ms});
+                                     } catch (const std::exception& e) {
+                                       std::fprintf(stderr, "init failed: %s\n", e.what());
+                                       if (rank == 0) std::this_thread::sleep_for(3s);
+                                       throw;
+                                     }
+                                   }),
+               std::runtime_error);
+  std::ifstream in(log_dir + "/err.1");
+  const std::string log(std::istreambuf_iterator<char>(in), {});
+  EXPECT_THAT(log, HasSubstr("init failed: dist::init: rank 1: lost the store at "));
+  EXPECT_THAT(log, HasSubstr(" while waiting for rank(s) 2 of 3 to join (rank 0 serves it: did it give up or die?): "));
 }
 
 TEST(StoreSecurity, TheLauncherGivesItsWorkersOneFreshToken) {
