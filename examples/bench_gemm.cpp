@@ -1,9 +1,10 @@
 // examples/bench_gemm.cpp — GFLOP/s of the packed AVX-512 float GEMM against Eigen's path (both in
 // kernels/cpu/gemm.h) on the shapes the reference CNN and ViT run, and this core's FMA peak (a
 // tight loop of independent AVX-512 FMAs), so each figure can be read as a fraction of peak; then
-// the reference CNN's second convolution (batch 128, 32 -> 64 channels, 3x3, padding 1, 14x14)
-// forward and backward as run (Winograd, kernels/cpu/conv2d.h) against im2col + GEMM, in
-// direct-convolution GFLOP/s (2 * N * O * C * 9 * H * W per pass; backward: dx and dw, twice that).
+// the reference CNN's two convolutions (batch 128, 1 -> 32 channels on 28x28 and 32 -> 64 on 14x14,
+// 3x3, padding 1) forward and backward as run (Winograd and direct, kernels/cpu/conv2d.h) against
+// im2col + GEMM, in direct-convolution GFLOP/s (2 * N * O * C * 9 * H * W per pass; a backward
+// pass with dx and dw counts twice that).
 // The two kernels and the FMA loop alternate on the same operands; each figure is the median over
 // the repetitions, so load changes on a shared machine hit all three alike. With one thread the
 // clock is the thread's CPU time (time spent descheduled by other processes does not count);
@@ -147,25 +148,40 @@ int main(int argc, char** argv) {
                 100.0 * median(of_peak));
   }
 
-  // the CNN's conv2, batch 128
-  const minidl::kernels::cpu::Conv2dShape cs{128, 32, 14, 14, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 14, 14};
-  std::vector<float> x(128 * 32 * 14 * 14), w(64 * 32 * 9), bias(64), y(128 * 64 * 14 * 14), dx(x.size()), dw(w.size()),
-      db(64);
-  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 7919) % 1000) * 1e-3f - 0.5f;
-  for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>((i * 104729) % 1000) * 1e-3f - 0.5f;
-  const std::vector<float> dy(y.size(), 0.01f);
-  const double conv_flops = 2.0 * 128 * 64 * 32 * 9 * 14 * 14;
-  std::printf("\n%-34s %14s %14s %7s\n", "conv2 (128, 32->64, 3x3, 14x14)", "as run GF/s", "im2col GF/s", "ratio");
-  for (bool backward : {false, true}) {
+  // the CNN's two convolutions, batch 128, as in a training step (conv1's input needs no gradient)
+  struct ConvCase {
+    const char* what;
+    minidl::kernels::cpu::Conv2dShape shape;
+    bool backward, dx;
+  };
+  const minidl::kernels::cpu::Conv2dShape conv1{128, 1, 28, 28, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 28, 28},
+      conv2{128, 32, 14, 14, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 14, 14};
+  const ConvCase convs[] = {{"conv2 forward (with bias)", conv2, false, false},
+                            {"conv2 backward (dx, dw, db)", conv2, true, true},
+                            {"conv2 backward (dw, db)", conv2, true, false},
+                            {"conv1 forward (with bias)", conv1, false, false},
+                            {"conv1 backward (dw, db)", conv1, true, false}};
+  std::printf("\n%-40s %14s %14s %7s\n", "convolution (batch 128, 3x3, pad 1)", "as run GF/s", "im2col GF/s", "ratio");
+  for (const ConvCase& c : convs) {
+    const auto& cs = c.shape;
+    std::vector<float> x(static_cast<size_t>(cs.N * cs.C * cs.H * cs.W)), w(static_cast<size_t>(cs.O * cs.C * 9)),
+        bias(static_cast<size_t>(cs.O)), y(static_cast<size_t>(cs.N * cs.O * cs.H_out * cs.W_out)), dx(x.size()),
+        dw(w.size()), db(bias.size());
+    for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 7919) % 1000) * 1e-3f - 0.5f;
+    for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>((i * 104729) % 1000) * 1e-3f - 0.5f;
+    const std::vector<float> dy(y.size(), 0.01f);
+    const double pass_flops = 2.0 * static_cast<double>(cs.N * cs.O * cs.C * 9 * cs.H_out * cs.W_out);
+    const double flops = pass_flops * (c.backward ? (c.dx ? 2 : 1) : 1);
     auto time_one = [&](bool fast) {
       const double t0 = now_s();
       namespace k = minidl::kernels::cpu;
-      if (!backward && fast) k::conv2d_forward(x.data(), w.data(), bias.data(), cs, y.data());
-      if (!backward && !fast) k::conv2d_forward_im2col(x.data(), w.data(), bias.data(), cs, y.data());
-      if (backward && fast) k::conv2d_backward(x.data(), w.data(), dy.data(), cs, dx.data(), dw.data(), db.data());
-      if (backward && !fast)
-        k::conv2d_backward_im2col(x.data(), w.data(), dy.data(), cs, dx.data(), dw.data(), db.data());
-      return conv_flops * (backward ? 2 : 1) / (now_s() - t0) / 1e9;
+      float* dx_or_null = c.dx ? dx.data() : nullptr;
+      if (!c.backward && fast) k::conv2d_forward(x.data(), w.data(), bias.data(), cs, y.data());
+      if (!c.backward && !fast) k::conv2d_forward_im2col(x.data(), w.data(), bias.data(), cs, y.data());
+      if (c.backward && fast) k::conv2d_backward(x.data(), w.data(), dy.data(), cs, dx_or_null, dw.data(), db.data());
+      if (c.backward && !fast)
+        k::conv2d_backward_im2col(x.data(), w.data(), dy.data(), cs, dx_or_null, dw.data(), db.data());
+      return flops / (now_s() - t0) / 1e9;
     };
     time_one(true);
     time_one(false);
@@ -174,8 +190,7 @@ int main(int argc, char** argv) {
       fast.push_back(time_one(true));
       ref.push_back(time_one(false));
     }
-    std::printf("%-34s %14.1f %14.1f %6.2fx\n", backward ? "backward (dx, dw, db)" : "forward (with bias)", median(fast),
-                median(ref), median(fast) / median(ref));
+    std::printf("%-40s %14.1f %14.1f %6.2fx\n", c.what, median(fast), median(ref), median(fast) / median(ref));
   }
   return 0;
 }

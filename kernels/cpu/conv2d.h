@@ -2,20 +2,23 @@
 //   forward, per image n and group g:  y[n, g] (O/G, L) = w[g] (O/G, K) · col(x[n, g]) (K, L) + b
 //   backward: dcol = w[g]^T · dy[n, g] then col2im -> dx;  dw[g] += dy[n, g] · col(x[n, g])^T;
 //             db[o] = sum over n, l of dy[n, o, l]
-// Float 3x3 stride-1 convolutions with 8 or more channels run their forward pass and input
-// gradient as Winograd F(2x2, 3x3) instead (kernels/cpu/conv2d_winograd.h; conv2d_uses_winograd);
-// the *_im2col functions are the general path and the reference it is tested against.
 // with K = (C/G)*kH*kW and L = H_out*W_out. Images run in parallel; the weight gradient is
 // summed in blocks of images fixed by N alone (at most 16 blocks, added in block order), so the
 // result does not depend on the thread count. GEMM is kernels/cpu/gemm.h.
-// Tested through tensor/ops_conv.cpp by tests/tensor/test_ops_conv.cpp (naive direct
-// convolution, float64 finite differences with stride, padding, dilation and groups).
+// Float 3x3 stride-1 convolutions with 8 or more channels run forward and backward as Winograd
+// F(2x2, 3x3) instead (kernels/cpu/conv2d_winograd.h; conv2d_uses_winograd), those with fewer
+// input channels their weight gradient by a direct kernel (kernels/cpu/conv2d_direct.h;
+// conv2d_uses_direct); the *_im2col functions are the general path and the reference both are
+// tested against (tests/kernels/test_cpu_conv.cpp). Tested through tensor/ops_conv.cpp by
+// tests/tensor/test_ops_conv.cpp (naive direct convolution, float64 finite differences with
+// stride, padding, dilation and groups).
 #pragma once
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
 #include <vector>
 
+#include "minidl/kernels/cpu/conv2d_direct.h"
 #include "minidl/kernels/cpu/conv2d_winograd.h"
 #include "minidl/kernels/cpu/gemm.h"
 #include "minidl/kernels/cpu/im2col.h"
@@ -49,6 +52,14 @@ inline bool conv2d_uses_winograd(const Conv2dShape& s) {
          s.groups == 1 && s.pad_h == s.pad_w && s.pad_h <= 2 && s.C >= 8 && s.O >= 8 && s.H_out > 0 && s.W_out > 0;
 }
 
+// Whether a float convolution of this shape computes its weight and bias gradients with the direct
+// kernel (kernels/cpu/conv2d_direct.h; the reference CNN's first layer): 3x3, stride 1, no
+// dilation, one group, fewer than 8 input channels (any padding).
+inline bool conv2d_uses_direct(const Conv2dShape& s) {
+  return s.kH == 3 && s.kW == 3 && s.stride_h == 1 && s.stride_w == 1 && s.dil_h == 1 && s.dil_w == 1 &&
+         s.groups == 1 && s.C < 8 && s.H_out > 0 && s.W_out > 0;
+}
+
 // x (N, C, H, W), w (O, C/G, kH, kW), b (O) or null -> y (N, O, H_out, W_out), as im2col + GEMM
 // (any shape; the reference for the Winograd path)
 template <class T> void conv2d_forward_im2col(const T* x, const T* w, const T* b, const Conv2dShape& s, T* y) {
@@ -79,8 +90,29 @@ template <class T> void conv2d_forward(const T* x, const T* w, const T* b, const
   conv2d_forward_im2col(x, w, b, s, y);
 }
 
+// dy (N, O, H_out, W_out) -> db (O): db[o] = sum over n, l of dy[n, o, l], in double, in a fixed order
+template <class T> void conv2d_bias_grad(const T* dy, const Conv2dShape& s, T* db) {
+  const int64_t L = s.H_out * s.W_out;
+  parallel_for(s.O, conv_grain(s.N * L), [&](int64_t o0, int64_t o1) {
+    for (int64_t o = o0; o < o1; ++o) {
+      double acc[8] = {};  // 8 interleaved partial sums (one vector), added in order at the end
+      for (int64_t n = 0; n < s.N; ++n) {
+        const T* plane = dy + (n * s.O + o) * L;
+        int64_t l = 0;
+        for (; l + 8 <= L; l += 8)
+          for (int j = 0; j < 8; ++j) acc[j] += static_cast<double>(plane[l + j]);
+        for (int j = 0; l + j < L; ++j) acc[j] += static_cast<double>(plane[l + j]);
+      }
+      double sum = 0;
+      for (double a : acc) sum += a;
+      db[o] = static_cast<T>(sum);
+    }
+  });
+}
+
 // dy (N, O, H_out, W_out) -> dx (N, C, H, W), dw (O, C/G, kH, kW), db (O) (db may be null: no
-// bias; dx may be null: no input gradient wanted), as im2col + GEMM (any shape; the reference)
+// bias; dx may be null: no input gradient wanted; dw may be null: computed elsewhere), as im2col +
+// GEMM (any shape; the reference)
 template <class T>
 void conv2d_backward_im2col(const T* x, const T* w, const T* dy, const Conv2dShape& s, T* dx, T* dw, T* db) {
   const ConvGeometry geo = s.group_geometry();
@@ -90,19 +122,20 @@ void conv2d_backward_im2col(const T* x, const T* w, const T* dy, const Conv2dSha
   // Fixed blocks of images (depend on N only): block k sums its images' dw into partial[k].
   const int64_t per_block = std::max<int64_t>(1, (s.N + 15) / 16);
   const int64_t blocks = (s.N + per_block - 1) / per_block;
-  std::vector<T> partial(static_cast<size_t>(std::max<int64_t>(blocks, 1) * w_numel), T(0));
+  std::vector<T> partial(static_cast<size_t>(dw ? std::max<int64_t>(blocks, 1) * w_numel : 0), T(0));
   parallel_for(blocks, conv_grain(2 * per_block * s.O * K * L), [&](int64_t k0, int64_t k1) {
-    std::vector<T> col(static_cast<size_t>(K * L)), dcol(static_cast<size_t>(dx ? K * L : 0));  // (K, L)
+    std::vector<T> col(static_cast<size_t>(dw ? K * L : 0)), dcol(static_cast<size_t>(dx ? K * L : 0));  // (K, L)
     for (int64_t k = k0; k < k1; ++k) {
-      T* dw_k = partial.data() + k * w_numel;
+      T* dw_k = dw ? partial.data() + k * w_numel : nullptr;
       for (int64_t n = k * per_block; n < std::min(s.N, (k + 1) * per_block); ++n) {
         if (dx) std::fill(dx + n * s.C * s.H * s.W, dx + (n + 1) * s.C * s.H * s.W, T(0));
         for (int64_t g = 0; g < s.groups; ++g) {
           const T* dy_ng = dy + (n * s.O + g * Og) * L;  // (Og, L)
           const int64_t x_off = (n * s.C + g * Cg) * s.H * s.W;
-          // dw[g] (Og, K) += dy[n, g] (Og, L) · col^T (L, K)
-          im2col(x + x_off, geo, col.data());
-          gemm(Og, K, L, dy_ng, L, false, col.data(), L, true, dw_k + g * Og * K, K, T(1), T(1));
+          if (dw) {  // dw[g] (Og, K) += dy[n, g] (Og, L) · col^T (L, K)
+            im2col(x + x_off, geo, col.data());
+            gemm(Og, K, L, dy_ng, L, false, col.data(), L, true, dw_k + g * Og * K, K, T(1), T(1));
+          }
           if (!dx) continue;
           // dcol (K, L) = w[g]^T (K, Og) · dy[n, g] (Og, L), scattered back into dx
           gemm(K, L, Og, w + g * Og * K, K, true, dy_ng, L, false, dcol.data(), L, T(1), T(0));
@@ -111,38 +144,32 @@ void conv2d_backward_im2col(const T* x, const T* w, const T* dy, const Conv2dSha
       }
     }
   });
-  parallel_for(w_numel, 4096, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) {
-      T acc = T(0);
-      for (int64_t k = 0; k < blocks; ++k) acc += partial[static_cast<size_t>(k * w_numel + i)];
-      dw[i] = acc;
-    }
-  });
-  if (db)
-    parallel_for(s.O, conv_grain(s.N * L), [&](int64_t o0, int64_t o1) {
-      for (int64_t o = o0; o < o1; ++o) {
-        double acc[8] = {};  // 8 interleaved partial sums (one vector), added in order at the end
-        for (int64_t n = 0; n < s.N; ++n) {
-          const T* plane = dy + (n * s.O + o) * L;
-          int64_t l = 0;
-          for (; l + 8 <= L; l += 8)
-            for (int j = 0; j < 8; ++j) acc[j] += static_cast<double>(plane[l + j]);
-          for (int j = 0; l + j < L; ++j) acc[j] += static_cast<double>(plane[l + j]);
-        }
-        double sum = 0;
-        for (double a : acc) sum += a;
-        db[o] = static_cast<T>(sum);
+  if (dw)
+    parallel_for(w_numel, 4096, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        T acc = T(0);
+        for (int64_t k = 0; k < blocks; ++k) acc += partial[static_cast<size_t>(k * w_numel + i)];
+        dw[i] = acc;
       }
     });
+  if (db) conv2d_bias_grad(dy, s, db);
 }
 
-// The same gradients, the input gradient by Winograd where conv2d_uses_winograd (float): dx is the
-// 3x3 convolution of dy with the flipped, transposed weights and padding 2 - pad.
+// The same gradients, by Winograd where conv2d_uses_winograd (float): the weight gradient by
+// conv3x3_winograd_weight_grad, the input gradient as the 3x3 convolution of dy with the flipped,
+// transposed weights and padding 2 - pad; the weight and bias gradients by the direct kernel where
+// conv2d_uses_direct (the input gradient, when wanted, by im2col + GEMM).
 template <class T> void conv2d_backward(const T* x, const T* w, const T* dy, const Conv2dShape& s, T* dx, T* dw, T* db) {
   if constexpr (std::is_same_v<T, float>) {
-    if (dx && conv2d_uses_winograd(s)) {
-      conv2d_backward_im2col(x, w, dy, s, static_cast<T*>(nullptr), dw, db);
-      conv3x3_winograd(dy, w, nullptr, s.N, s.O, s.H_out, s.W_out, s.C, 2 - s.pad_h, true, dx);
+    if (conv2d_uses_winograd(s)) {
+      conv3x3_winograd_weight_grad(x, dy, s.N, s.C, s.H, s.W, s.O, s.pad_h, dw);
+      if (dx) conv3x3_winograd(dy, w, nullptr, s.N, s.O, s.H_out, s.W_out, s.C, 2 - s.pad_h, true, dx);
+      if (db) conv2d_bias_grad(dy, s, db);
+      return;
+    }
+    if (conv2d_uses_direct(s)) {
+      conv3x3_direct_weight_grad(x, dy, s.N, s.C, s.H, s.W, s.O, s.pad_h, s.pad_w, dw, db);
+      if (dx) conv2d_backward_im2col(x, w, dy, s, dx, static_cast<T*>(nullptr), static_cast<T*>(nullptr));
       return;
     }
   }

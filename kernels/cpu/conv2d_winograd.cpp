@@ -24,6 +24,7 @@ namespace {
 
 constexpr int64_t kChunk = 8;  // images per unit of work (bounds the V and M buffers)
 constexpr int64_t kLanes = 16;  // channels per vector
+constexpr int64_t kMaxBlocks = 16;  // weight gradient: at most this many partial sums over blocks of images
 
 // 16 floats as one GCC/Clang vector (one AVX-512 register; split into narrower ones elsewhere).
 // Passed by reference only: by value, its calling convention would depend on -march.
@@ -53,6 +54,106 @@ void gemm_fast(int64_t M, int64_t N, int64_t K, const float* A, const float* B, 
     gemm(M, N, K, A, K, false, B, N, false, C, N, 1.0f, 0.0f);
 }
 
+// Planes (C, H, W) -> channels innermost: dst[(r * ld_row + j) * ld_ch + c] = src[(c * H + r) * W + j].
+// 16 channels at a time (16 sequential streams to read), in blocks of 16 x 16 that stay in cache.
+void to_channels_last(const float* src, int64_t C, int64_t H, int64_t W, float* dst, int64_t ld_row, int64_t ld_ch) {
+  for (int64_t c0 = 0; c0 < C; c0 += kLanes) {
+    const int64_t c1 = std::min(C, c0 + kLanes);
+    for (int64_t r = 0; r < H; ++r)
+      for (int64_t j0 = 0; j0 < W; j0 += kLanes) {
+        const int64_t j1 = std::min(W, j0 + kLanes);
+        for (int64_t c = c0; c < c1; ++c)
+          for (int64_t j = j0; j < j1; ++j) dst[(r * ld_row + j) * ld_ch + c] = src[(c * H + r) * W + j];
+      }
+  }
+}
+
+// The inverse: dst[(c * H + r) * W + j] = src[(r * ld_row + j) * ld_ch + c], 16 channels at a time.
+void from_channels_last(const float* src, int64_t ld_row, int64_t ld_ch, int64_t C, int64_t H, int64_t W, float* dst) {
+  for (int64_t c0 = 0; c0 < C; c0 += kLanes) {
+    const int64_t c1 = std::min(C, c0 + kLanes);
+    for (int64_t r = 0; r < H; ++r)
+      for (int64_t j0 = 0; j0 < W; j0 += kLanes) {
+        const int64_t j1 = std::min(W, j0 + kLanes);
+        for (int64_t c = c0; c < c1; ++c)
+          for (int64_t j = j0; j < j1; ++j) dst[(c * H + r) * W + j] = src[(r * ld_row + j) * ld_ch + c];
+      }
+  }
+}
+
+// V (16, images * th * tw, Cip) = B^T d B for every 4x4 input patch d of the images x (images, Ci,
+// H, W), zero-padded by pad on the top and left (and as far as the tiles reach on the bottom and
+// right); tiles image-major, row-major. plane is scratch.
+void transform_input(const float* x, int64_t images, int64_t Ci, int64_t H, int64_t W, int64_t pad, int64_t th,
+                     int64_t tw, int64_t Cip, std::vector<float>& plane, std::vector<float>& V) {
+  const int64_t Hp = 2 * th + 2, Wp = 2 * tw + 2;  // the zero-padded input plane every tile reads
+  const int64_t tiles = th * tw, v_stride = images * tiles * Cip;  // between the 16 positions ξ
+  plane.assign(static_cast<size_t>(Hp * Wp * Cip), 0.0f);  // the padding stays zero for every image
+  for (int64_t img = 0; img < images; ++img) {
+    // (Ci, H, W) -> the interior of (Hp, Wp, Cip)
+    to_channels_last(x + img * Ci * H * W, Ci, H, W, plane.data() + (pad * Wp + pad) * Cip, Wp, Cip);
+    for (int64_t ty = 0; ty < th; ++ty)
+      for (int64_t tx = 0; tx < tw; ++tx) {
+        const int64_t t = img * tiles + ty * tw + tx;
+        for (int64_t cv = 0; cv < Cip; cv += kLanes) {
+          const float* p = plane.data() + (2 * ty * Wp + 2 * tx) * Cip + cv;
+          Vec s[4][4];  // B^T d
+          for (int j = 0; j < 4; ++j) {
+            Vec d0, d1, d2, d3;
+            load(d0, p + j * Cip);
+            load(d1, p + (Wp + j) * Cip);
+            load(d2, p + (2 * Wp + j) * Cip);
+            load(d3, p + (3 * Wp + j) * Cip);
+            s[0][j] = d0 - d2;
+            s[1][j] = d1 + d2;
+            s[2][j] = d2 - d1;
+            s[3][j] = d1 - d3;
+          }
+          float* v = V.data() + t * Cip + cv;
+          for (int i = 0; i < 4; ++i) {  // (B^T d) B
+            store(v + (4 * i + 0) * v_stride, s[i][0] - s[i][2]);
+            store(v + (4 * i + 1) * v_stride, s[i][1] + s[i][2]);
+            store(v + (4 * i + 2) * v_stride, s[i][2] - s[i][1]);
+            store(v + (4 * i + 3) * v_stride, s[i][1] - s[i][3]);
+          }
+        }
+      }
+  }
+}
+
+// E (16, images * th * tw, Cop) = A e A^T for every 2x2 tile e of the output gradients dy
+// (images, Co, Ho, Wo), zero past the edges (the gradient of M[ξ] when y = A^T M A). plane is scratch.
+void transform_output_grad(const float* dy, int64_t images, int64_t Co, int64_t Ho, int64_t Wo, int64_t th,
+                           int64_t tw, int64_t Cop, std::vector<float>& plane, std::vector<float>& E) {
+  const int64_t Wq = 2 * tw, tiles = th * tw, e_stride = images * tiles * Cop;
+  plane.assign(static_cast<size_t>(2 * th * Wq * Cop), 0.0f);  // (2 th, 2 tw, Cop); the edges stay zero
+  for (int64_t img = 0; img < images; ++img) {
+    // (Co, Ho, Wo) -> (Ho, Wo, Cop) at the top left of the plane
+    to_channels_last(dy + img * Co * Ho * Wo, Co, Ho, Wo, plane.data(), Wq, Cop);
+    for (int64_t ty = 0; ty < th; ++ty)
+      for (int64_t tx = 0; tx < tw; ++tx) {
+        const int64_t t = img * tiles + ty * tw + tx;
+        for (int64_t cv = 0; cv < Cop; cv += kLanes) {
+          const float* p = plane.data() + (2 * ty * Wq + 2 * tx) * Cop + cv;
+          Vec e00, e01, e10, e11;
+          load(e00, p);
+          load(e01, p + Cop);
+          load(e10, p + Wq * Cop);
+          load(e11, p + (Wq + 1) * Cop);
+          // A e, rows (4, 2), with A = [1 0; 1 1; 1 -1; 0 -1]
+          const Vec s[4][2] = {{e00, e01}, {e00 + e10, e01 + e11}, {e00 - e10, e01 - e11}, {-e10, -e11}};
+          float* o = E.data() + t * Cop + cv;
+          for (int i = 0; i < 4; ++i) {  // (A e) A^T
+            store(o + (4 * i + 0) * e_stride, s[i][0]);
+            store(o + (4 * i + 1) * e_stride, s[i][0] + s[i][1]);
+            store(o + (4 * i + 2) * e_stride, s[i][0] - s[i][1]);
+            store(o + (4 * i + 3) * e_stride, -s[i][1]);
+          }
+        }
+      }
+  }
+}
+
 }  // namespace
 
 void conv3x3_winograd(const float* x, const float* k, const float* b, int64_t N, int64_t Ci, int64_t H, int64_t W,
@@ -60,7 +161,6 @@ void conv3x3_winograd(const float* x, const float* k, const float* b, int64_t N,
   const int64_t Ho = H + 2 * pad - 2, Wo = W + 2 * pad - 2;
   if (N <= 0 || Co <= 0 || Ho <= 0 || Wo <= 0) return;
   const int64_t th = (Ho + 1) / 2, tw = (Wo + 1) / 2, tiles = th * tw;
-  const int64_t Hp = 2 * th + 2, Wp = 2 * tw + 2;  // the zero-padded input plane every tile reads
   const int64_t Cip = (Ci + kLanes - 1) / kLanes * kLanes, Cop = (Co + kLanes - 1) / kLanes * kLanes;
 
   // U (16, Cip, Cop), zero in the padding
@@ -80,45 +180,11 @@ void conv3x3_winograd(const float* x, const float* k, const float* b, int64_t N,
     thread_local std::vector<float> plane, V, Mb, out;
     for (int64_t chunk = c0; chunk < c1; ++chunk) {
       const int64_t n0 = chunk * kChunk, images = std::min(kChunk, N - n0), T = images * tiles;
-      plane.assign(static_cast<size_t>(Hp * Wp * Cip), 0.0f);
       V.resize(static_cast<size_t>(16 * T * Cip));
       Mb.resize(static_cast<size_t>(16 * T * Cop));
       out.resize(static_cast<size_t>(2 * th * 2 * tw * Cop));
       const int64_t v_stride = T * Cip, m_stride = T * Cop;  // between the 16 positions ξ
-      // V (16, T, Cip)
-      for (int64_t img = 0; img < images; ++img) {
-        for (int64_t ci = 0; ci < Ci; ++ci) {  // (Ci, H, W) -> the interior of (Hp, Wp, Cip)
-          const float* src = x + ((n0 + img) * Ci + ci) * H * W;
-          for (int64_t r = 0; r < H; ++r)
-            for (int64_t c = 0; c < W; ++c) plane[static_cast<size_t>(((r + pad) * Wp + c + pad) * Cip + ci)] = src[r * W + c];
-        }
-        for (int64_t ty = 0; ty < th; ++ty)
-          for (int64_t tx = 0; tx < tw; ++tx) {
-            const int64_t t = img * tiles + ty * tw + tx;
-            for (int64_t cv = 0; cv < Cip; cv += kLanes) {
-              const float* p = plane.data() + (2 * ty * Wp + 2 * tx) * Cip + cv;
-              Vec s[4][4];  // B^T d
-              for (int j = 0; j < 4; ++j) {
-                Vec d0, d1, d2, d3;
-                load(d0, p + j * Cip);
-                load(d1, p + (Wp + j) * Cip);
-                load(d2, p + (2 * Wp + j) * Cip);
-                load(d3, p + (3 * Wp + j) * Cip);
-                s[0][j] = d0 - d2;
-                s[1][j] = d1 + d2;
-                s[2][j] = d2 - d1;
-                s[3][j] = d1 - d3;
-              }
-              float* v = V.data() + t * Cip + cv;
-              for (int i = 0; i < 4; ++i) {  // (B^T d) B
-                store(v + (4 * i + 0) * v_stride, s[i][0] - s[i][2]);
-                store(v + (4 * i + 1) * v_stride, s[i][1] + s[i][2]);
-                store(v + (4 * i + 2) * v_stride, s[i][2] - s[i][1]);
-                store(v + (4 * i + 3) * v_stride, s[i][1] - s[i][3]);
-              }
-            }
-          }
-      }
+      transform_input(x + n0 * Ci * H * W, images, Ci, H, W, pad, th, tw, Cip, plane, V);
       // M[ξ] (T, Cop) = V[ξ] (T, Cip) · U[ξ] (Cip, Cop)
       for (int64_t xi = 0; xi < 16; ++xi)
         gemm_fast(T, Cop, Cip, V.data() + xi * v_stride, U.data() + xi * Cip * Cop, Mb.data() + xi * m_stride);
@@ -149,13 +215,75 @@ void conv3x3_winograd(const float* x, const float* k, const float* b, int64_t N,
               }
             }
           }
-        for (int64_t co = 0; co < Co; ++co) {
-          float* dst = y + ((n0 + img) * Co + co) * Ho * Wo;
-          for (int64_t oh = 0; oh < Ho; ++oh)
-            for (int64_t ow = 0; ow < Wo; ++ow) dst[oh * Wo + ow] = out[static_cast<size_t>((oh * 2 * tw + ow) * Cop + co)];
+        // (Ho, 2 tw, Cop) -> (Co, Ho, Wo)
+        from_channels_last(out.data(), 2 * tw, Cop, Co, Ho, Wo, y + (n0 + img) * Co * Ho * Wo);
+      }
+    }
+  });
+}
+
+void conv3x3_winograd_weight_grad(const float* x, const float* dy, int64_t N, int64_t Ci, int64_t H, int64_t W,
+                                  int64_t Co, int64_t pad, float* dw) {
+  const int64_t Ho = H + 2 * pad - 2, Wo = W + 2 * pad - 2;
+  if (Co <= 0 || Ci <= 0) return;
+  if (N <= 0 || Ho <= 0 || Wo <= 0) {
+    std::fill(dw, dw + Co * Ci * 9, 0.0f);
+    return;
+  }
+  const int64_t th = (Ho + 1) / 2, tw = (Wo + 1) / 2, tiles = th * tw;
+  const int64_t Cip = (Ci + kLanes - 1) / kLanes * kLanes, Cop = (Co + kLanes - 1) / kLanes * kLanes;
+  const int64_t u_numel = 16 * Cip * Cop;
+  // Fixed blocks of chunks (depend on N only): block k sums its chunks' dU into partial[k].
+  const int64_t chunks = (N + kChunk - 1) / kChunk, per_block = (chunks + kMaxBlocks - 1) / kMaxBlocks;
+  const int64_t blocks = (chunks + per_block - 1) / per_block;
+  std::vector<float> partial(static_cast<size_t>(blocks * u_numel));
+  parallel_for(blocks, 1, [&](int64_t k0, int64_t k1) {
+    thread_local std::vector<float> plane, V, E;
+    for (int64_t k = k0; k < k1; ++k) {
+      float* dU = partial.data() + k * u_numel;  // (16, Cip, Cop)
+      for (int64_t chunk = k * per_block; chunk < std::min(chunks, (k + 1) * per_block); ++chunk) {
+        const int64_t n0 = chunk * kChunk, images = std::min(kChunk, N - n0), T = images * tiles;
+        V.resize(static_cast<size_t>(16 * T * Cip));
+        E.resize(static_cast<size_t>(16 * T * Cop));
+        transform_input(x + n0 * Ci * H * W, images, Ci, H, W, pad, th, tw, Cip, plane, V);
+        transform_output_grad(dy + n0 * Co * Ho * Wo, images, Co, Ho, Wo, th, tw, Cop, plane, E);
+        // dU[ξ] (Cip, Cop) (+)= V[ξ]^T (Cip, T) · E[ξ] (T, Cop)
+        const float beta = chunk == k * per_block ? 0.0f : 1.0f;
+        for (int64_t xi = 0; xi < 16; ++xi) {
+          const float* v = V.data() + xi * T * Cip;
+          const float* e = E.data() + xi * T * Cop;
+          float* u = dU + xi * Cip * Cop;
+          if (!gemm_avx512(Cip, Cop, T, v, Cip, true, e, Cop, false, u, Cop, 1.0f, beta))
+            gemm(Cip, Cop, T, v, Cip, true, e, Cop, false, u, Cop, 1.0f, beta);
         }
       }
     }
+  });
+  // partial[0] = the blocks' dU summed in block order
+  float* dU = partial.data();
+  parallel_for(u_numel, 4096, [&](int64_t i0, int64_t i1) {
+    for (int64_t k = 1; k < blocks; ++k)
+      for (int64_t i = i0; i < i1; ++i) dU[i] += partial[static_cast<size_t>(k * u_numel + i)];
+  });
+  // dw(co, ci) = G^T dU(ci, co) G
+  parallel_for(Co, std::max<int64_t>(1, 256 / std::max<int64_t>(Ci, 1)), [&](int64_t o0, int64_t o1) {
+    for (int64_t co = o0; co < o1; ++co)
+      for (int64_t ci = 0; ci < Ci; ++ci) {
+        float u[16];
+        for (int xi = 0; xi < 16; ++xi) u[xi] = dU[(xi * Cip + ci) * Cop + co];
+        float t[3][4];  // G^T u
+        for (int j = 0; j < 4; ++j) {
+          t[0][j] = u[j] + 0.5f * (u[4 + j] + u[8 + j]);
+          t[1][j] = 0.5f * (u[4 + j] - u[8 + j]);
+          t[2][j] = 0.5f * (u[4 + j] + u[8 + j]) + u[12 + j];
+        }
+        float* g = dw + (co * Ci + ci) * 9;
+        for (int i = 0; i < 3; ++i) {  // (G^T u) G
+          g[3 * i + 0] = t[i][0] + 0.5f * (t[i][1] + t[i][2]);
+          g[3 * i + 1] = 0.5f * (t[i][1] - t[i][2]);
+          g[3 * i + 2] = 0.5f * (t[i][1] + t[i][2]) + t[i][3];
+        }
+      }
   });
 }
 

@@ -6,10 +6,10 @@
 //   M[ξ] (Co, tiles) = U[ξ] (Co, Ci) · V[ξ] (Ci, tiles)
 // with U = the transformed kernels and V = the transformed patches: 16 * Co * Ci multiply-adds per
 // tile instead of 36 * Co * Ci (2.25x fewer), plus the cheap transforms. The forward pass and the
-// input gradient (a 3x3 convolution of dy with the flipped, transposed kernels) both run here; the
-// weight gradient stays im2col + GEMM (kernels/cpu/conv2d.h). Images are processed in fixed
-// chunks, in parallel; each output element is computed by the same operations in the same order
-// whatever the thread count. Tested against im2col + GEMM by tests/kernels/test_cpu_conv.cpp.
+// input gradient (a 3x3 convolution of dy with the flipped, transposed kernels) and the weight
+// gradient (the same 16 positions, with the transposed transforms) all run here. Images are
+// processed in fixed chunks, in parallel; each output element is computed by the same operations
+// in the same order whatever the thread count. Tested against im2col + GEMM by tests/kernels/test_cpu_conv.cpp.
 #pragma once
 #include <cstdint>
 
@@ -23,5 +23,14 @@ namespace minidl::kernels::cpu {
 // y is overwritten.
 void conv3x3_winograd(const float* x, const float* k, const float* b, int64_t N, int64_t Ci, int64_t H, int64_t W,
                       int64_t Co, int64_t pad, bool flip, float* y);
+
+// The weight gradient of the forward case: x (N, Ci, H, W), dy (N, Co, H + 2 pad - 2, W + 2 pad - 2)
+// -> dw (Co, Ci, 3, 3), overwritten. Since U = G g G^T and y = A^T M A,
+//   dw(co, ci) = G^T [ sum over tiles t of (A e(t, co) A^T) ⊙ (B^T d(t, ci) B) ] G
+// (e: the 2x2 tile of dy, zero past the edges), i.e. 16 GEMMs over the tiles
+//   dU[ξ] (Ci, Co) = sum over t of V[ξ][t][ci] E[ξ][t][co]
+// summed per fixed block of images (at most 16 blocks, fixed by N), the blocks added in order.
+void conv3x3_winograd_weight_grad(const float* x, const float* dy, int64_t N, int64_t Ci, int64_t H, int64_t W,
+                                  int64_t Co, int64_t pad, float* dw);
 
 }  // namespace minidl::kernels::cpu

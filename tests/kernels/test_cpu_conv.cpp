@@ -1,10 +1,13 @@
 // tests/kernels/test_cpu_conv.cpp — the Winograd F(2x2, 3x3) convolution (kernels/cpu/
-// conv2d_winograd.h) against im2col + GEMM (conv2d_forward_im2col / conv2d_backward_im2col in
-// kernels/cpu/conv2d.h), forward with and without bias and the input gradient, for padding 0, 1
-// and 2 and odd image sizes (ragged tiles at the edges), and the same bits with 1 and 2 threads.
+// conv2d_winograd.h) and the direct few-channel weight gradient (kernels/cpu/conv2d_direct.h)
+// against im2col + GEMM (conv2d_forward_im2col / conv2d_backward_im2col in kernels/cpu/conv2d.h):
+// forward with and without bias, the input, weight and bias gradients, for padding 0 to 3, odd
+// image sizes (ragged tiles and vectors at the edges) and more images than weight-gradient
+// blocks; which shapes take which path; and the same bits with 1 and 2 threads.
 // (tests/tensor/test_ops_conv.cpp checks the dispatching op against a naive direct convolution.)
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -29,68 +32,134 @@ void expect_close(const std::vector<float>& a, const std::vector<float>& b, doub
     ASSERT_NEAR(a[i], b[i], tol * (1 + std::fabs(b[i]))) << what << ", element " << i;
 }
 
+// |a - b| <= tol * scale elementwise, with scale = the sum of |terms| behind each element, bounded
+// here by max |b| + 1: a weight gradient sums N * H_out * W_out products in another order on each path
+void expect_close_to_max(const std::vector<float>& a, const std::vector<float>& b, double tol, const char* what) {
+  ASSERT_EQ(a.size(), b.size());
+  double scale = 1;
+  for (float v : b) scale = std::max(scale, 1.0 + std::fabs(v));
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], tol * scale) << what << ", element " << i;
+}
+
+// Runs conv2d_forward / conv2d_backward (the dispatching paths) and the im2col + GEMM reference on
+// seeded values and compares y (with and without bias), dx (when with_dx), dw and db.
+void expect_matches_im2col(const Conv2dShape& s, bool with_dx, double tol) {
+  SCOPED_TRACE(::testing::Message() << "N " << s.N << " C " << s.C << " H " << s.H << " W " << s.W << " O " << s.O
+                                    << " pad " << s.pad_h << "," << s.pad_w << (with_dx ? " with dx" : ""));
+  const size_t x_n = static_cast<size_t>(s.N * s.C * s.H * s.W), y_n = static_cast<size_t>(s.N * s.O * s.H_out * s.W_out);
+  const std::vector<float> x = values(x_n, 1), w = values(static_cast<size_t>(s.O * s.C * 9), 2),
+                           b = values(static_cast<size_t>(s.O), 3), dy = values(y_n, 4);
+  for (const float* bias : {b.data(), static_cast<const float*>(nullptr)}) {
+    std::vector<float> y(y_n, NAN), ref(y_n, NAN);
+    minidl::kernels::cpu::conv2d_forward(x.data(), w.data(), bias, s, y.data());
+    minidl::kernels::cpu::conv2d_forward_im2col(x.data(), w.data(), bias, s, ref.data());
+    expect_close(y, ref, tol, "forward");
+  }
+  std::vector<float> dx(with_dx ? x_n : 0, NAN), dw(w.size(), NAN), db(b.size(), NAN), dx_ref(x_n), dw_ref(w.size()),
+      db_ref(b.size());
+  minidl::kernels::cpu::conv2d_backward(x.data(), w.data(), dy.data(), s, with_dx ? dx.data() : nullptr, dw.data(),
+                                        db.data());
+  minidl::kernels::cpu::conv2d_backward_im2col(x.data(), w.data(), dy.data(), s, dx_ref.data(), dw_ref.data(),
+                                               db_ref.data());
+  if (with_dx) expect_close(dx, dx_ref, tol, "dx");
+  expect_close_to_max(dw, dw_ref, tol, "dw");
+  expect_close_to_max(db, db_ref, 1e-6, "db");  // summed in double on every path
+}
+
 }  // namespace
 
 TEST(CpuConv, WinogradMatchesIm2colGemm) {
-  // (N, C, H, W, O, pad): the reference CNN's second layer, odd sizes, every padding
-  const int64_t cases[][6] = {{2, 32, 14, 14, 64, 1}, {3, 9, 7, 10, 12, 1}, {2, 8, 5, 6, 8, 0},
-                              {1, 10, 6, 5, 9, 2},    {9, 8, 3, 3, 8, 1},   {2, 16, 3, 9, 11, 0}};
+  // (N, C, H, W, O, pad): the reference CNN's second layer, odd sizes, every padding, and more
+  // chunks of images (8 each) than weight-gradient blocks (16)
+  const int64_t cases[][6] = {{2, 32, 14, 14, 64, 1}, {3, 9, 7, 10, 12, 1}, {2, 8, 5, 6, 8, 0},  {1, 10, 6, 5, 9, 2},
+                              {9, 8, 3, 3, 8, 1},     {2, 16, 3, 9, 11, 0}, {137, 8, 3, 4, 9, 1}};
   for (const auto& c : cases) {
     const Conv2dShape s = shape(c[0], c[1], c[2], c[3], c[4], c[5]);
     ASSERT_TRUE(minidl::kernels::cpu::conv2d_uses_winograd(s));
-    const size_t x_n = static_cast<size_t>(s.N * s.C * s.H * s.W), y_n = static_cast<size_t>(s.N * s.O * s.H_out * s.W_out);
-    const std::vector<float> x = values(x_n, 1), w = values(static_cast<size_t>(s.O * s.C * 9), 2),
-                             b = values(static_cast<size_t>(s.O), 3), dy = values(y_n, 4);
-    for (const float* bias : {b.data(), static_cast<const float*>(nullptr)}) {
-      std::vector<float> y(y_n, NAN), ref(y_n, NAN);
-      minidl::kernels::cpu::conv2d_forward(x.data(), w.data(), bias, s, y.data());
-      minidl::kernels::cpu::conv2d_forward_im2col(x.data(), w.data(), bias, s, ref.data());
-      expect_close(y, ref, 2e-5, "forward");
-    }
-    std::vector<float> dx(x_n, NAN), dw(w.size()), db(b.size()), dx_ref(x_n), dw_ref(w.size()), db_ref(b.size());
-    minidl::kernels::cpu::conv2d_backward(x.data(), w.data(), dy.data(), s, dx.data(), dw.data(), db.data());
-    minidl::kernels::cpu::conv2d_backward_im2col(x.data(), w.data(), dy.data(), s, dx_ref.data(), dw_ref.data(),
-                                                 db_ref.data());
-    expect_close(dx, dx_ref, 2e-5, "dx");
-    EXPECT_EQ(dw, dw_ref) << "dw: the same im2col + GEMM on both paths";
-    EXPECT_EQ(db, db_ref);
+    expect_matches_im2col(s, true, 2e-5);
+    expect_matches_im2col(s, false, 2e-5);
   }
 }
 
-TEST(CpuConv, WinogradIsNotUsedOutsideItsShapes) {
+TEST(CpuConv, DirectMatchesIm2colGemm) {
+  // (N, C, H, W, O, pad_h, pad_w): the reference CNN's first layer, rows of 1, 16 and 17 outputs
+  // (a partial vector), 3 and 7 channels, padding 0 to 3, more images than weight-gradient blocks
+  const int64_t cases[][7] = {{3, 1, 28, 28, 32, 1, 1}, {2, 3, 5, 18, 5, 0, 0}, {2, 7, 4, 19, 9, 2, 1},
+                              {1, 2, 3, 3, 4, 0, 3},    {35, 1, 6, 7, 3, 1, 1}, {2, 1, 9, 1, 2, 1, 2}};
+  for (const auto& c : cases) {
+    Conv2dShape s = shape(c[0], c[1], c[2], c[3], c[4], c[5]);
+    s.pad_w = c[6];
+    s.W_out = s.W + 2 * s.pad_w - 2;
+    ASSERT_TRUE(minidl::kernels::cpu::conv2d_uses_direct(s));
+    ASSERT_FALSE(minidl::kernels::cpu::conv2d_uses_winograd(s));
+    expect_matches_im2col(s, false, 2e-5);
+    expect_matches_im2col(s, true, 2e-5);  // dx wanted: dx by im2col + GEMM, dw and db still direct
+  }
+}
+
+TEST(CpuConv, FastPathsAreUsedOnlyForTheirShapes) {
+  using minidl::kernels::cpu::conv2d_uses_direct;
+  using minidl::kernels::cpu::conv2d_uses_winograd;
   Conv2dShape s = shape(2, 8, 6, 6, 8, 1);
-  EXPECT_TRUE(minidl::kernels::cpu::conv2d_uses_winograd(s));
+  EXPECT_TRUE(conv2d_uses_winograd(s));
+  EXPECT_FALSE(conv2d_uses_direct(s));
   Conv2dShape t = s;
-  t.C = 1;  // the reference CNN's first layer: im2col + GEMM
-  EXPECT_FALSE(minidl::kernels::cpu::conv2d_uses_winograd(t));
-  t = s;
-  t.stride_h = 2;
-  EXPECT_FALSE(minidl::kernels::cpu::conv2d_uses_winograd(t));
-  t = s;
-  t.groups = 2;
-  EXPECT_FALSE(minidl::kernels::cpu::conv2d_uses_winograd(t));
+  t.C = 1;  // the reference CNN's first layer: direct
+  EXPECT_FALSE(conv2d_uses_winograd(t));
+  EXPECT_TRUE(conv2d_uses_direct(t));
+  t.C = 7;
+  EXPECT_TRUE(conv2d_uses_direct(t));
+  for (int c : {1, 8}) {  // neither path: im2col + GEMM
+    t = s;
+    t.C = c;
+    t.stride_h = 2;
+    EXPECT_FALSE(conv2d_uses_winograd(t));
+    EXPECT_FALSE(conv2d_uses_direct(t));
+    t = s;
+    t.C = c;
+    t.groups = 2;
+    EXPECT_FALSE(conv2d_uses_winograd(t));
+    EXPECT_FALSE(conv2d_uses_direct(t));
+    t = s;
+    t.C = c;
+    t.kW = 5;
+    EXPECT_FALSE(conv2d_uses_winograd(t));
+    EXPECT_FALSE(conv2d_uses_direct(t));
+    t = s;
+    t.C = c;
+    t.dil_w = 2;
+    EXPECT_FALSE(conv2d_uses_winograd(t));
+    EXPECT_FALSE(conv2d_uses_direct(t));
+  }
   t = s;
   t.pad_w = 0;
-  EXPECT_FALSE(minidl::kernels::cpu::conv2d_uses_winograd(t));
+  EXPECT_FALSE(conv2d_uses_winograd(t));
 }
 
-TEST(CpuConv, WinogradSameBitsFor1And2Threads) {
-  const Conv2dShape s = shape(20, 16, 9, 9, 24, 1);  // 3 chunks of images
-  const size_t x_n = static_cast<size_t>(s.N * s.C * s.H * s.W), y_n = static_cast<size_t>(s.N * s.O * s.H_out * s.W_out);
-  const std::vector<float> x = values(x_n, 5), w = values(static_cast<size_t>(s.O * s.C * 9), 6),
-                           b = values(static_cast<size_t>(s.O), 7), dy = values(y_n, 8);
-  const int saved = minidl::kernels::cpu::get_num_threads();
-  std::vector<float> y[2], dx[2];
-  for (int t = 0; t < 2; ++t) {
-    minidl::kernels::cpu::set_num_threads(t + 1);
-    y[t].resize(y_n);
-    dx[t].resize(x_n);
-    std::vector<float> dw(w.size());
-    minidl::kernels::cpu::conv2d_forward(x.data(), w.data(), b.data(), s, y[t].data());
-    minidl::kernels::cpu::conv2d_backward(x.data(), w.data(), dy.data(), s, dx[t].data(), dw.data(),
-                                          static_cast<float*>(nullptr));
+TEST(CpuConv, FastPathsSameBitsFor1And2Threads) {
+  // Winograd (3 chunks of images) and direct (20 images: 10 weight-gradient blocks)
+  for (const Conv2dShape& s : {shape(20, 16, 9, 9, 24, 1), shape(20, 1, 9, 21, 24, 1)}) {
+    const size_t x_n = static_cast<size_t>(s.N * s.C * s.H * s.W), y_n = static_cast<size_t>(s.N * s.O * s.H_out * s.W_out);
+    const std::vector<float> x = values(x_n, 5), w = values(static_cast<size_t>(s.O * s.C * 9), 6),
+                             b = values(static_cast<size_t>(s.O), 7), dy = values(y_n, 8);
+    const bool winograd = minidl::kernels::cpu::conv2d_uses_winograd(s);
+    ASSERT_TRUE(winograd || minidl::kernels::cpu::conv2d_uses_direct(s));
+    const int saved = minidl::kernels::cpu::get_num_threads();
+    std::vector<float> y[2], dx[2], dw[2], db[2];
+    for (int t = 0; t < 2; ++t) {
+      minidl::kernels::cpu::set_num_threads(t + 1);
+      y[t].resize(y_n);
+      dx[t].resize(winograd ? x_n : 0);
+      dw[t].resize(w.size());
+      db[t].resize(b.size());
+      minidl::kernels::cpu::conv2d_forward(x.data(), w.data(), b.data(), s, y[t].data());
+      minidl::kernels::cpu::conv2d_backward(x.data(), w.data(), dy.data(), s, winograd ? dx[t].data() : nullptr,
+                                            dw[t].data(), db[t].data());
+    }
+    minidl::kernels::cpu::set_num_threads(saved);
+    EXPECT_EQ(y[0], y[1]);
+    EXPECT_EQ(dx[0], dx[1]);
+    EXPECT_EQ(dw[0], dw[1]);
+    EXPECT_EQ(db[0], db[1]);
   }
-  minidl::kernels::cpu::set_num_threads(saved);
-  EXPECT_EQ(y[0], y[1]);
-  EXPECT_EQ(dx[0], dx[1]);
 }
