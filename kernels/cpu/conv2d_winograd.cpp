@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "minidl/kernels/cpu/gemm.h"
@@ -54,30 +55,81 @@ void gemm_fast(int64_t M, int64_t N, int64_t K, const float* A, const float* B, 
     gemm(M, N, K, A, K, false, B, N, false, C, N, 1.0f, 0.0f);
 }
 
-// Planes (C, H, W) -> channels innermost: dst[(r * ld_row + j) * ld_ch + c] = src[(c * H + r) * W + j].
-// 16 channels at a time (16 sequential streams to read), in blocks of 16 x 16 that stay in cache.
+// A 16 x 16 transpose in registers, r[i][k] -> r[k][i], in four stages: stage b swaps the two
+// off-diagonal b x b blocks of every 2b x 2b block (rows i and i + b exchange halves of each
+// 2b-lane group). lane(b, hi, k): the lane of (a, b) = (row i, row i + b) that lane k of the new
+// row i (hi == false) or row i + b (hi == true) takes, for __builtin_shufflevector.
+constexpr int lane(int b, bool hi, int k) {
+  const int q = k % (2 * b), base = k - q, other = static_cast<int>(kLanes);  // lanes of b start here
+  if (!hi) return q < b ? base + q : other + base + q - b;
+  return q < b ? base + b + q : other + base + q;
+}
+template <int B, bool Hi, int... K> Vec mix(const Vec& a, const Vec& b, std::integer_sequence<int, K...>) {
+  return __builtin_shufflevector(a, b, lane(B, Hi, K)...);
+}
+template <int B> void transpose_stage(Vec r[16]) {
+  for (int i = 0; i < 16; ++i)
+    if ((i & B) == 0) {
+      const Vec lo = mix<B, false>(r[i], r[i + B], std::make_integer_sequence<int, kLanes>{});
+      const Vec hi = mix<B, true>(r[i], r[i + B], std::make_integer_sequence<int, kLanes>{});
+      r[i] = lo;
+      r[i + B] = hi;
+    }
+}
+void transpose16(Vec r[16]) {
+  transpose_stage<8>(r);
+  transpose_stage<4>(r);
+  transpose_stage<2>(r);
+  transpose_stage<1>(r);
+}
+
+// Planes (C, H, W) -> channels innermost: dst[(r * ld_row + j) * ld_ch + c] = src[(c * H + r) * W + j],
+// and zeros in dst's channels C .. (C rounded up to 16) - 1 (ld_ch: a multiple of 16, at least that).
+// Blocks of 16 channels x 16 positions (r, j) in row-major order, transposed in registers.
 void to_channels_last(const float* src, int64_t C, int64_t H, int64_t W, float* dst, int64_t ld_row, int64_t ld_ch) {
+  const int64_t HW = H * W;
   for (int64_t c0 = 0; c0 < C; c0 += kLanes) {
-    const int64_t c1 = std::min(C, c0 + kLanes);
-    for (int64_t r = 0; r < H; ++r)
-      for (int64_t j0 = 0; j0 < W; j0 += kLanes) {
-        const int64_t j1 = std::min(W, j0 + kLanes);
-        for (int64_t c = c0; c < c1; ++c)
-          for (int64_t j = j0; j < j1; ++j) dst[(r * ld_row + j) * ld_ch + c] = src[(c * H + r) * W + j];
+    const int64_t nc = std::min(kLanes, C - c0);
+    int64_t p0 = 0, r0 = 0, j0 = 0;  // p0 = r0 * W + j0
+    for (; p0 + kLanes <= HW; p0 += kLanes) {
+      Vec v[16];
+      for (int i = 0; i < 16; ++i) {
+        v[i] = Vec{};
+        if (i < nc) load(v[i], src + (c0 + i) * HW + p0);
       }
+      transpose16(v);
+      for (int k = 0; k < 16; ++k) {
+        store(dst + (r0 * ld_row + j0) * ld_ch + c0, v[k]);
+        if (++j0 == W) j0 = 0, ++r0;
+      }
+    }
+    for (; p0 < HW; ++p0) {
+      for (int64_t c = 0; c < kLanes; ++c) dst[(r0 * ld_row + j0) * ld_ch + c0 + c] = c < nc ? src[(c0 + c) * HW + p0] : 0.0f;
+      if (++j0 == W) j0 = 0, ++r0;
+    }
   }
 }
 
-// The inverse: dst[(c * H + r) * W + j] = src[(r * ld_row + j) * ld_ch + c], 16 channels at a time.
+// The inverse: dst[(c * H + r) * W + j] = src[(r * ld_row + j) * ld_ch + c] (ld_ch: a multiple of
+// 16, at least C rounded up to 16).
 void from_channels_last(const float* src, int64_t ld_row, int64_t ld_ch, int64_t C, int64_t H, int64_t W, float* dst) {
+  const int64_t HW = H * W;
   for (int64_t c0 = 0; c0 < C; c0 += kLanes) {
-    const int64_t c1 = std::min(C, c0 + kLanes);
-    for (int64_t r = 0; r < H; ++r)
-      for (int64_t j0 = 0; j0 < W; j0 += kLanes) {
-        const int64_t j1 = std::min(W, j0 + kLanes);
-        for (int64_t c = c0; c < c1; ++c)
-          for (int64_t j = j0; j < j1; ++j) dst[(c * H + r) * W + j] = src[(r * ld_row + j) * ld_ch + c];
+    const int64_t nc = std::min(kLanes, C - c0);
+    int64_t p0 = 0, r0 = 0, j0 = 0;  // p0 = r0 * W + j0
+    for (; p0 + kLanes <= HW; p0 += kLanes) {
+      Vec v[16];
+      for (int k = 0; k < 16; ++k) {
+        load(v[k], src + (r0 * ld_row + j0) * ld_ch + c0);
+        if (++j0 == W) j0 = 0, ++r0;
       }
+      transpose16(v);
+      for (int i = 0; i < nc; ++i) store(dst + (c0 + i) * HW + p0, v[i]);
+    }
+    for (; p0 < HW; ++p0) {
+      for (int64_t c = 0; c < nc; ++c) dst[(c0 + c) * HW + p0] = src[(r0 * ld_row + j0) * ld_ch + c0 + c];
+      if (++j0 == W) j0 = 0, ++r0;
+    }
   }
 }
 
