@@ -22,7 +22,6 @@ constexpr int64_t kMaxBlocks = 16;  // weight gradient: at most this many partia
 // 16 floats as one GCC/Clang vector (one AVX-512 register; split into narrower ones elsewhere).
 // Passed by reference only: by value, its calling convention would depend on -march.
 typedef float Vec __attribute__((vector_size(kLanes * sizeof(float))));
-typedef double DVec __attribute__((vector_size(kLanes * sizeof(double))));
 typedef int32_t IVec __attribute__((vector_size(kLanes * sizeof(int32_t))));
 inline void load(Vec& v, const float* p) { std::memcpy(&v, p, sizeof v); }
 inline void store(float* p, const Vec& v) { std::memcpy(p, &v, sizeof v); }
@@ -82,9 +81,7 @@ void conv3x3_direct_weight_grad(const float* x, const float* dy, int64_t N, int6
             Vec a[9];
             for (int i = 0; i < 9; ++i) load(a[i], lanes + i * kLanes);
             const bool with_db = db && c == 0;  // the bias gradient from the same loads of dy
-            double* db_lanes = with_db ? partial_db.data() + (k * O + o) * kLanes : nullptr;
-            DVec b_acc = {};
-            if (with_db) std::memcpy(&b_acc, db_lanes, sizeof b_acc);
+            Vec b_acc = {};  // this image's plane, per lane in float; added to the block's lanes in double
             for (int64_t oh = 0; oh < p.Ho; ++oh) {
               const float* dy_row = dy + ((n * O + o) * p.Ho + oh) * p.Wo;
               for (int64_t v0 = 0; v0 < p.Wo; v0 += kLanes) {
@@ -96,7 +93,7 @@ void conv3x3_direct_weight_grad(const float* x, const float* dy, int64_t N, int6
                 } else {
                   for (int64_t l = 0; l < p.Wo; ++l) d[l] = dy_row[l];
                 }
-                if (with_db) b_acc += __builtin_convertvector(d, DVec);
+                if (with_db) b_acc += d;
                 for (int kh = 0; kh < 3; ++kh)
                   for (int kw = 0; kw < 3; ++kw) {
                     Vec in;
@@ -106,7 +103,8 @@ void conv3x3_direct_weight_grad(const float* x, const float* dy, int64_t N, int6
               }
             }
             for (int i = 0; i < 9; ++i) store(lanes + i * kLanes, a[i]);
-            if (with_db) std::memcpy(db_lanes, &b_acc, sizeof b_acc);
+            if (with_db)
+              for (int64_t l = 0; l < kLanes; ++l) partial_db[static_cast<size_t>((k * O + o) * kLanes + l)] += b_acc[l];
           }
       }
   });

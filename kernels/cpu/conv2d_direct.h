@@ -2,10 +2,11 @@
 // input channels (the reference CNN's first layer: 1 input channel), where im2col + GEMM has
 // N = 9 * C columns, far too few for the GEMM to pay for its packing:
 //   dw[o, c, kh, kw] = sum over n, oh, ow of dy[n, o, oh, ow] * xp[n, c, oh + kh, ow + kw]
-//   db[o]            = sum over n, oh, ow of dy[n, o, oh, ow]     (in double, from the same loads)
+//   db[o]            = sum over n, oh, ow of dy[n, o, oh, ow]     (from the same loads of dy)
 // (xp: x zero-padded by pad_h, pad_w). Each image is zero-padded once into a plane whose rows are
 // whole 16-float vectors; each weight sums 16 lanes over fixed blocks of images (at most 16, fixed
 // by N), then the lanes in order, then the blocks in order: the same bits whatever the thread count.
+// The bias sums each image's plane in 16 float lanes, added into per-block lanes in double.
 // (The forward pass stays im2col + GEMM: with one input channel it is bound by writing y.) Tested
 // against im2col + GEMM by tests/kernels/test_cpu_conv.cpp.
 #pragma once
