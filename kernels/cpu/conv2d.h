@@ -155,16 +155,15 @@ void conv2d_backward_im2col(const T* x, const T* w, const T* dy, const Conv2dSha
   if (db) conv2d_bias_grad(dy, s, db);
 }
 
-// The same gradients, by Winograd where conv2d_uses_winograd (float): the weight gradient by
-// conv3x3_winograd_weight_grad, the input gradient as the 3x3 convolution of dy with the flipped,
+// The same gradients, by Winograd where conv2d_uses_winograd (float): the weight and bias gradients
+// by conv3x3_winograd_weight_grad, the input gradient as the 3x3 convolution of dy with the flipped,
 // transposed weights and padding 2 - pad; the weight and bias gradients by the direct kernel where
 // conv2d_uses_direct (the input gradient, when wanted, by im2col + GEMM).
 template <class T> void conv2d_backward(const T* x, const T* w, const T* dy, const Conv2dShape& s, T* dx, T* dw, T* db) {
   if constexpr (std::is_same_v<T, float>) {
     if (conv2d_uses_winograd(s)) {
-      conv3x3_winograd_weight_grad(x, dy, s.N, s.C, s.H, s.W, s.O, s.pad_h, dw);
+      conv3x3_winograd_weight_grad(x, dy, s.N, s.C, s.H, s.W, s.O, s.pad_h, dw, db);
       if (dx) conv3x3_winograd(dy, w, nullptr, s.N, s.O, s.H_out, s.W_out, s.C, 2 - s.pad_h, true, dx);
-      if (db) conv2d_bias_grad(dy, s, db);
       return;
     }
     if (conv2d_uses_direct(s)) {

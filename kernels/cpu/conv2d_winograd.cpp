@@ -174,12 +174,16 @@ void transform_input(const float* x, int64_t images, int64_t Ci, int64_t H, int6
 }
 
 // E (16, images * th * tw, Cop) = A e A^T for every 2x2 tile e of the output gradients dy
-// (images, Co, Ho, Wo), zero past the edges (the gradient of M[ξ] when y = A^T M A). plane is scratch.
+// (images, Co, Ho, Wo), zero past the edges (the gradient of M[ξ] when y = A^T M A); and, when db
+// is not null, db[co] += each image's sum of dy[., co] (the tiles' sums in float, then in double).
+// plane and sums are scratch.
 void transform_output_grad(const float* dy, int64_t images, int64_t Co, int64_t Ho, int64_t Wo, int64_t th,
-                           int64_t tw, int64_t Cop, std::vector<float>& plane, std::vector<float>& E) {
+                           int64_t tw, int64_t Cop, std::vector<float>& plane, std::vector<float>& sums,
+                           std::vector<float>& E, double* db) {
   const int64_t Wq = 2 * tw, tiles = th * tw, e_stride = images * tiles * Cop;
   plane.assign(static_cast<size_t>(2 * th * Wq * Cop), 0.0f);  // (2 th, 2 tw, Cop); the edges stay zero
   for (int64_t img = 0; img < images; ++img) {
+    sums.assign(static_cast<size_t>(Cop), 0.0f);
     // (Co, Ho, Wo) -> (Ho, Wo, Cop) at the top left of the plane
     to_channels_last(dy + img * Co * Ho * Wo, Co, Ho, Wo, plane.data(), Wq, Cop);
     for (int64_t ty = 0; ty < th; ++ty)
@@ -201,8 +205,15 @@ void transform_output_grad(const float* dy, int64_t images, int64_t Co, int64_t 
             store(o + (4 * i + 2) * e_stride, s[i][0] - s[i][1]);
             store(o + (4 * i + 3) * e_stride, -s[i][1]);
           }
+          if (db) {
+            Vec sum;
+            load(sum, sums.data() + cv);
+            store(sums.data() + cv, sum + ((e00 + e01) + (e10 + e11)));
+          }
         }
       }
+    if (db)
+      for (int64_t co = 0; co < Co; ++co) db[co] += static_cast<double>(sums[static_cast<size_t>(co)]);
   }
 }
 
@@ -275,11 +286,12 @@ void conv3x3_winograd(const float* x, const float* k, const float* b, int64_t N,
 }
 
 void conv3x3_winograd_weight_grad(const float* x, const float* dy, int64_t N, int64_t Ci, int64_t H, int64_t W,
-                                  int64_t Co, int64_t pad, float* dw) {
+                                  int64_t Co, int64_t pad, float* dw, float* db) {
   const int64_t Ho = H + 2 * pad - 2, Wo = W + 2 * pad - 2;
   if (Co <= 0 || Ci <= 0) return;
   if (N <= 0 || Ho <= 0 || Wo <= 0) {
     std::fill(dw, dw + Co * Ci * 9, 0.0f);
+    if (db) std::fill(db, db + Co, 0.0f);
     return;
   }
   const int64_t th = (Ho + 1) / 2, tw = (Wo + 1) / 2, tiles = th * tw;
@@ -289,16 +301,18 @@ void conv3x3_winograd_weight_grad(const float* x, const float* dy, int64_t N, in
   const int64_t chunks = (N + kChunk - 1) / kChunk, per_block = (chunks + kMaxBlocks - 1) / kMaxBlocks;
   const int64_t blocks = (chunks + per_block - 1) / per_block;
   std::vector<float> partial(static_cast<size_t>(blocks * u_numel));
+  std::vector<double> partial_db(static_cast<size_t>(db ? blocks * Co : 0), 0.0);  // (blocks, Co)
   parallel_for(blocks, 1, [&](int64_t k0, int64_t k1) {
-    thread_local std::vector<float> plane, V, E;
+    thread_local std::vector<float> plane, sums, V, E;
     for (int64_t k = k0; k < k1; ++k) {
       float* dU = partial.data() + k * u_numel;  // (16, Cip, Cop)
+      double* db_k = db ? partial_db.data() + k * Co : nullptr;
       for (int64_t chunk = k * per_block; chunk < std::min(chunks, (k + 1) * per_block); ++chunk) {
         const int64_t n0 = chunk * kChunk, images = std::min(kChunk, N - n0), T = images * tiles;
         V.resize(static_cast<size_t>(16 * T * Cip));
         E.resize(static_cast<size_t>(16 * T * Cop));
         transform_input(x + n0 * Ci * H * W, images, Ci, H, W, pad, th, tw, Cip, plane, V);
-        transform_output_grad(dy + n0 * Co * Ho * Wo, images, Co, Ho, Wo, th, tw, Cop, plane, E);
+        transform_output_grad(dy + n0 * Co * Ho * Wo, images, Co, Ho, Wo, th, tw, Cop, plane, sums, E, db_k);
         // dU[ξ] (Cip, Cop) (+)= V[ξ]^T (Cip, T) · E[ξ] (T, Cop)
         const float beta = chunk == k * per_block ? 0.0f : 1.0f;
         for (int64_t xi = 0; xi < 16; ++xi) {
@@ -311,6 +325,12 @@ void conv3x3_winograd_weight_grad(const float* x, const float* dy, int64_t N, in
       }
     }
   });
+  if (db)
+    for (int64_t co = 0; co < Co; ++co) {
+      double acc = 0;
+      for (int64_t k = 0; k < blocks; ++k) acc += partial_db[static_cast<size_t>(k * Co + co)];
+      db[co] = static_cast<float>(acc);
+    }
   // partial[0] = the blocks' dU summed in block order
   float* dU = partial.data();
   parallel_for(u_numel, 4096, [&](int64_t i0, int64_t i1) {

@@ -30,7 +30,9 @@ void conv3x3_winograd(const float* x, const float* k, const float* b, int64_t N,
 // (e: the 2x2 tile of dy, zero past the edges), i.e. 16 GEMMs over the tiles
 //   dU[ξ] (Ci, Co) = sum over t of V[ξ][t][ci] E[ξ][t][co]
 // summed per fixed block of images (at most 16 blocks, fixed by N), the blocks added in order.
+// db (Co), when not null: the bias gradient from the same pass over dy (each image's sum in float,
+// added in double in the same fixed blocks).
 void conv3x3_winograd_weight_grad(const float* x, const float* dy, int64_t N, int64_t Ci, int64_t H, int64_t W,
-                                  int64_t Co, int64_t pad, float* dw);
+                                  int64_t Co, int64_t pad, float* dw, float* db);
 
 }  // namespace minidl::kernels::cpu
