@@ -52,8 +52,7 @@ Variable linear(const Variable& x, const Variable& w, const Variable& b) {
   Shape out_shape = x.shape();
   out_shape.back() = w.size(0);
   const Tensor x2 = x.dim() == 2 ? x.data() : x.data().reshape({-1, x.size(-1)});  // (rows, in)
-  Tensor y = mm(x2, w.data().t());  // (rows, out)
-  if (b.defined()) add_(y, b.data());
+  const Tensor y = b.defined() ? addmm(b.data(), x2, w.data().t()) : mm(x2, w.data().t());  // (rows, out)
   const bool gx = x.requires_grad(), gw = w.requires_grad(), gb = b.requires_grad();
   return Variable::make_result(
       x.dim() == 2 ? y : y.view(out_shape), {x, w, b},

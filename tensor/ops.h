@@ -105,6 +105,9 @@ Tensor topk_indices(const Tensor& x, int64_t k);
 // torch.matmul semantics: 1-d·1-d, 2-d·2-d, batched (..., n, k)·(..., k, m) with broadcast batch dims.
 Tensor matmul(const Tensor& a, const Tensor& b);
 Tensor mm(const Tensor& a, const Tensor& b);  // 2-d only; a or b may be transposed views (no copy)
+// bias (m) + a (n, k) · b (k, m), the bias added to every row: torch.addmm(bias, a, b) for a 1-d
+// bias (a linear layer's forward; on the CPU the bias goes in as the product is written).
+Tensor addmm(const Tensor& bias, const Tensor& a, const Tensor& b);
 
 // ---- softmax family (numerically stable: subtract the max) ----
 Tensor softmax(const Tensor& x, int64_t dim);

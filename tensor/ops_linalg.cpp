@@ -1,5 +1,6 @@
-// tensor/ops_linalg.cpp — matrix products: mm (2-d) and matmul (torch.matmul semantics: 1-d
-// vectors, 2-d matrices, batched (..., n, k)·(..., k, m) with broadcast batch dims).
+// tensor/ops_linalg.cpp — matrix products: mm (2-d), addmm (a bias plus a 2-d product) and matmul
+// (torch.matmul semantics: 1-d vectors, 2-d matrices, batched (..., n, k)·(..., k, m) with
+// broadcast batch dims).
 // The work is kernels::cpu::gemm (Eigen), or one cuBLAS strided-batched GEMM for CUDA tensors
 // (kernels/cuda/blas.cu). A 2-d operand whose rows or columns are stride 1 —
 // a contiguous matrix, a row slice, or a transposed view — is passed as a pointer plus a
@@ -126,6 +127,36 @@ Tensor mm(const Tensor& a, const Tensor& b) {
   if (a.size(1) != b.size(0)) shape_error(a, b, "mm", a.size(1), b.size(0));
   Tensor out({a.size(0), b.size(1)}, a.dtype(), a.device());  // (n, m)
   batched_gemm(a, b, out);
+  return out;
+}
+
+Tensor addmm(const Tensor& bias, const Tensor& a, const Tensor& b) {
+  check_operands(a, b, "addmm");
+  cuda_dispatch::on_cuda({&bias, &a}, "addmm");
+  check_defined(bias, "addmm");
+  detail::check_same_dtype(bias, a, "addmm");
+  if (a.dim() != 2 || b.dim() != 2)
+    throw std::invalid_argument("addmm: expected 2-d matrices, got shapes " + shape_str(a.shape()) + " and " +
+                                shape_str(b.shape()));
+  if (a.size(1) != b.size(0)) shape_error(a, b, "addmm", a.size(1), b.size(0));
+  if (bias.dim() != 1 || bias.size(0) != b.size(1))
+    throw std::invalid_argument("addmm: bias " + shape_str(bias.shape()) + " does not match the product's " +
+                                std::to_string(b.size(1)) + " columns (expected (" + std::to_string(b.size(1)) + "))");
+  if (a.device().is_cuda()) {  // cuBLAS's product, then the broadcast add
+    Tensor out = mm(a, b);
+    add_(out, bias);
+    return out;
+  }
+  Tensor ta = a, tb = b;
+  const GemmOperand ga = matrix_layout(ta), gb = matrix_layout(tb);
+  const Tensor bias_c = bias.contiguous();
+  const int64_t n = a.size(0), k = a.size(1), m = b.size(1);
+  Tensor out({n, m}, a.dtype(), a.device());  // (n, m)
+  dispatch_floating(a.dtype(), "addmm", [&](auto tag) {
+    using T = decltype(tag);
+    kernels::cpu::gemm_bias(n, m, k, ta.data<T>(), ga.ld, ga.trans, tb.data<T>(), gb.ld, gb.trans, bias_c.data<T>(),
+                            out.data<T>(), m);
+  });
   return out;
 }
 

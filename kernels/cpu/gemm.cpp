@@ -142,8 +142,8 @@ template <class T> bool use_small_gemm(int64_t M, int64_t N, int64_t K, T alpha)
 
 }  // namespace
 
-void gemm_eigen(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, bool trans_a, const float* B,
-                int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha, float beta) {
+void gemm_eigen(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, bool trans_a, const float* B, int64_t ldb,
+                bool trans_b, float* C, int64_t ldc, float alpha, float beta) {
   eigen_gemm<float>(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, alpha, beta);
 }
 
@@ -163,6 +163,28 @@ void gemm(int64_t M, int64_t N, int64_t K, const double* A, int64_t lda, bool tr
   } else {
     eigen_gemm<double>(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, alpha, beta);
   }
+}
+
+namespace {
+// C (M, N) = the bias in every row, then C += op(A) op(B) (beta = 1): gemm_bias's portable path.
+template <class T>
+void gemm_into_bias_rows(int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, bool trans_a, const T* B,
+                         int64_t ldb, bool trans_b, const T* bias, T* C, int64_t ldc) {
+  for (int64_t i = 0; i < M; ++i) std::copy(bias, bias + N, C + i * ldc);
+  gemm(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, T(1), T(1));
+}
+}  // namespace
+
+void gemm_bias(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, bool trans_a, const float* B, int64_t ldb,
+               bool trans_b, const float* bias, float* C, int64_t ldc) {
+  if (use_small_gemm(M, N, K, 1.0f) ||
+      !gemm_avx512(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, 1.0f, 0.0f, bias))
+    gemm_into_bias_rows(M, N, K, A, lda, trans_a, B, ldb, trans_b, bias, C, ldc);
+}
+
+void gemm_bias(int64_t M, int64_t N, int64_t K, const double* A, int64_t lda, bool trans_a, const double* B,
+               int64_t ldb, bool trans_b, const double* bias, double* C, int64_t ldc) {
+  gemm_into_bias_rows(M, N, K, A, lda, trans_a, B, ldb, trans_b, bias, C, ldc);
 }
 
 }  // namespace minidl::kernels::cpu

@@ -22,13 +22,23 @@ void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, bool tra
 void gemm(int64_t M, int64_t N, int64_t K, const double* A, int64_t lda, bool trans_a, const double* B, int64_t ldb,
           bool trans_b, double* C, int64_t ldc, double alpha = 1.0, double beta = 0.0);
 
+// C (M, N) = op(A) · op(B) + bias broadcast over the rows (bias: N values; a linear layer's
+// y = x W^T + b). The packed kernel adds the bias where it first writes C, so there is no extra
+// pass over C; the other paths fill C with the bias rows and accumulate the product into it.
+void gemm_bias(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, bool trans_a, const float* B, int64_t ldb,
+               bool trans_b, const float* bias, float* C, int64_t ldc);
+void gemm_bias(int64_t M, int64_t N, int64_t K, const double* A, int64_t lda, bool trans_a, const double* B,
+               int64_t ldb, bool trans_b, const double* bias, double* C, int64_t ldc);
+
 // The float paths gemm() chooses between, callable directly by tests and benchmarks (same
 // arguments and semantics as gemm):
 // Eigen's single-threaded kernel on fixed tiles of C (the reference; any CPU).
-void gemm_eigen(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, bool trans_a, const float* B,
-                int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha, float beta);
-// The packed AVX-512 kernel; returns false (C untouched) when the CPU lacks AVX-512F.
+void gemm_eigen(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, bool trans_a, const float* B, int64_t ldb,
+                bool trans_b, float* C, int64_t ldc, float alpha, float beta);
+// The packed AVX-512 kernel; returns false (C untouched) when the CPU lacks AVX-512F. bias: as
+// gemm_bias (N values added to every row of C), or null.
 bool gemm_avx512(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, bool trans_a, const float* B,
-                 int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha, float beta);
+                 int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha, float beta,
+                 const float* bias = nullptr);
 
 }  // namespace minidl::kernels::cpu

@@ -13,7 +13,8 @@
 // adds A(i, k) * B(k, j) with one FMA per 16 elements; panels past the edges of A and B are
 // zero-padded when packed, and the stores are masked (a panel with at most 16 columns left uses
 // the 8x16 variant). C = alpha * (the first K block) + beta * C, then C += alpha * (each further
-// K block). So every element of C is summed in the same order whatever the thread count, and
+// K block); a bias (one value per column of C, gemm_bias) is added where the first K block is
+// written. So every element of C is summed in the same order whatever the thread count, and
 // whatever the row blocking (mc is only the unit of work): bit-identical for any thread count.
 // Tested against Eigen's path and a naive loop by tests/tensor/test_cpu_fast_paths.cpp; GFLOP/s
 // against Eigen: examples/bench_gemm.cpp.
@@ -125,11 +126,12 @@ MINIDL_AVX512 void pack_b_panel(const float* B, int64_t ldb, bool trans_b, int64
   }
 }
 
-// C (mr <= 8, nr <= 16 * NV) = alpha * a (kc, 8)^T b (kc, 32) [+ beta * C on the first K block, or
-// + C on the others]. NV = 1 reads only the first 16 columns of each b row.
+// C (mr <= 8, nr <= 16 * NV) = alpha * a (kc, 8)^T b (kc, 32) [+ beta * C + bias on the first K
+// block, or + C on the others]; bias: this tile's nr column values, or null. NV = 1 reads only
+// the first 16 columns of each b row.
 template <int NV>
 MINIDL_AVX512 void micro_kernel(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, int64_t mr,
-                                int64_t nr, bool first, float alpha, float beta) {
+                                int64_t nr, bool first, float alpha, float beta, const float* bias) {
   __m512 acc[kMr][NV];
   for (int r = 0; r < kMr; ++r)
     for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
@@ -144,6 +146,9 @@ MINIDL_AVX512 void micro_kernel(int64_t kc, const float* a, const float* b, floa
   const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
   __mmask16 mask[NV];
   for (int v = 0; v < NV; ++v) mask[v] = first_n(nr - 16 * v);
+  __m512 bias_v[NV];
+  for (int v = 0; v < NV; ++v)
+    bias_v[v] = first && bias ? _mm512_maskz_loadu_ps(mask[v], bias + 16 * v) : _mm512_setzero_ps();
 #pragma GCC unroll 8
   for (int r = 0; r < kMr; ++r) {
     if (r >= mr) break;
@@ -152,10 +157,10 @@ MINIDL_AVX512 void micro_kernel(int64_t kc, const float* a, const float* b, floa
     for (int v = 0; v < NV; ++v) {
       __m512 out;
       if (first && beta == 0.0f) {  // C is write-only: its old contents (even NaN) are not read
-        out = _mm512_mul_ps(va, acc[r][v]);
+        out = _mm512_fmadd_ps(va, acc[r][v], bias_v[v]);
       } else {
         const __m512 old = _mm512_maskz_loadu_ps(mask[v], cr + 16 * v);
-        out = _mm512_fmadd_ps(va, acc[r][v], first ? _mm512_mul_ps(vb, old) : old);
+        out = _mm512_fmadd_ps(va, acc[r][v], first ? _mm512_fmadd_ps(vb, old, bias_v[v]) : old);
       }
       _mm512_mask_storeu_ps(cr + 16 * v, mask[v], out);
     }
@@ -164,7 +169,7 @@ MINIDL_AVX512 void micro_kernel(int64_t kc, const float* a, const float* b, floa
 
 MINIDL_AVX512 void packed_gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, bool trans_a,
                                const float* B, int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha,
-                               float beta) {
+                               float beta, const float* bias) {
   // K blocks of equal size (the last may be shorter), chosen from K alone.
   const int64_t k_blocks = (K + kKcMax - 1) / kKcMax;
   const int64_t kc_step = ((K + k_blocks - 1) / k_blocks + 7) / 8 * 8;
@@ -195,10 +200,11 @@ MINIDL_AVX512 void packed_gemm(int64_t M, int64_t N, int64_t K, const float* A, 
             for (int64_t q = 0; q < m_panels; ++q) {
               const int64_t i = i0 + q * kMr, mr = std::min(kMr, m - q * kMr);
               float* c = C + i * ldc + j;
+              const float* bj = bias ? bias + j : nullptr;
               if (nr > 16)
-                micro_kernel<2>(kc, ap + q * kMr * kc, bpanel, c, ldc, mr, nr, first, alpha, beta);
+                micro_kernel<2>(kc, ap + q * kMr * kc, bpanel, c, ldc, mr, nr, first, alpha, beta, bj);
               else
-                micro_kernel<1>(kc, ap + q * kMr * kc, bpanel, c, ldc, mr, nr, first, alpha, beta);
+                micro_kernel<1>(kc, ap + q * kMr * kc, bpanel, c, ldc, mr, nr, first, alpha, beta, bj);
             }
           }
         }
@@ -210,21 +216,22 @@ MINIDL_AVX512 void packed_gemm(int64_t M, int64_t N, int64_t K, const float* A, 
 }  // namespace
 
 bool gemm_avx512(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, bool trans_a, const float* B,
-                 int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha, float beta) {
+                 int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha, float beta, const float* bias) {
   static const bool have = __builtin_cpu_supports("avx512f");
   if (!have) return false;
   if (M <= 0 || N <= 0) return true;
-  if (K <= 0 || alpha == 0.0f) {  // C = beta * C (beta == 0: overwrite, ignoring NaNs already there)
+  if (K <= 0 || alpha == 0.0f) {  // C = beta * C + bias (beta == 0: overwrite, ignoring NaNs already there)
     for (int64_t i = 0; i < M; ++i)
-      for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
+      for (int64_t j = 0; j < N; ++j)
+        C[i * ldc + j] = (beta == 0.0f ? 0.0f : beta * C[i * ldc + j]) + (bias ? bias[j] : 0.0f);
     return true;
   }
-  packed_gemm(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, alpha, beta);
+  packed_gemm(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, alpha, beta, bias);
   return true;
 }
 #else
 bool gemm_avx512(int64_t, int64_t, int64_t, const float*, int64_t, bool, const float*, int64_t, bool, float*, int64_t,
-                 float, float) {
+                 float, float, const float*) {
   return false;
 }
 #endif

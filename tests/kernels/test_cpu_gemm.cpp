@@ -4,7 +4,7 @@
 // block and N past one column block, alpha and beta (0: C is write-only, a NaN there is ignored;
 // 1; other), leading dimensions wider than the matrices (the gaps stay untouched), and the same
 // bits with 1 and 2 threads. Skipped, saying so, on a CPU without AVX-512F (gemm() then never
-// uses the kernel).
+// uses the kernel). gemm_bias (a bias added to every row of C) on every path.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -35,7 +35,8 @@ void check(const Case& c, bool ta, bool tb, float alpha, float beta, int64_t pad
   // A stored (M, K) or (K, M); B stored (K, N) or (N, K); each row `pad` elements wider.
   const int64_t a_rows = ta ? K : M, a_cols = ta ? M : K, b_rows = tb ? N : K, b_cols = tb ? K : N;
   const int64_t lda = a_cols + pad, ldb = b_cols + pad, ldc = N + pad;
-  const std::vector<float> A = values(static_cast<size_t>(a_rows * lda), 1), B = values(static_cast<size_t>(b_rows * ldb), 2);
+  const std::vector<float> A = values(static_cast<size_t>(a_rows * lda), 1),
+                           B = values(static_cast<size_t>(b_rows * ldb), 2);
   std::vector<float> C0 = values(static_cast<size_t>(M * ldc), 3);
   for (int64_t i = 0; i < M; ++i)
     for (int64_t j = N; j < ldc; ++j) C0[i * ldc + j] = kSentinel;
@@ -76,8 +77,8 @@ bool have_avx512() {
 TEST(CpuGemm, PackedMatchesNaiveLoopsAndEigen) {
   if (!have_avx512()) GTEST_SKIP() << "this CPU has no AVX-512F: gemm() uses Eigen, the packed kernel is unused";
   // tile multiples, ragged edges in M, N and K, single rows and columns, and the CNN's shapes
-  const Case cases[] = {{8, 32, 8}, {1, 1, 1}, {7, 5, 3}, {9, 33, 17}, {17, 16, 9}, {5, 47, 1}, {64, 196, 288},
-                        {288, 49, 64}, {130, 20, 70}};
+  const Case cases[] = {{8, 32, 8}, {1, 1, 1},      {7, 5, 3},     {9, 33, 17},  {17, 16, 9},
+                        {5, 47, 1}, {64, 196, 288}, {288, 49, 64}, {130, 20, 70}};
   for (const Case& c : cases)
     for (bool ta : {false, true})
       for (bool tb : {false, true})
@@ -106,7 +107,8 @@ TEST(CpuGemm, PackedWithEmptyKOrZeroAlphaScalesC) {
     for (size_t i = 0; i < C.size(); ++i) EXPECT_EQ(C[i], beta * C0[i]) << "K = 0, beta " << beta << ", element " << i;
     C = C0;
     ASSERT_TRUE(gemm_avx512(3, 4, 3, A.data(), 3, false, B.data(), 4, false, C.data(), 4, 0.0f, beta));
-    for (size_t i = 0; i < C.size(); ++i) EXPECT_EQ(C[i], beta * C0[i]) << "alpha 0, beta " << beta << ", element " << i;
+    for (size_t i = 0; i < C.size(); ++i)
+      EXPECT_EQ(C[i], beta * C0[i]) << "alpha 0, beta " << beta << ", element " << i;
   }
 }
 
@@ -125,4 +127,51 @@ TEST(CpuGemm, PackedSameBitsFor1And2Threads) {
     for (size_t i = 0; i < one.size(); ++i) ASSERT_EQ(one[i], two[i]) << "element " << i << ", trans_a " << ta;
   }
   minidl::kernels::cpu::set_num_threads(saved);
+}
+
+// gemm_bias: C = op(A) op(B) + bias in every row, on the small-product loop, the packed kernel
+// (several K blocks, ragged tiles, two column blocks) and, for double, Eigen's path, against the
+// float64 loop; C's old contents (a NaN included) are ignored. The packed kernel's bias with
+// beta != 0 (C = product + beta C + bias) is checked too.
+template <class T> void check_bias(const Case& c, bool ta, bool tb) {
+  const int64_t M = c.M, N = c.N, K = c.K;
+  const int64_t lda = ta ? M : K, ldb = tb ? K : N;
+  const std::vector<float> Af = values(static_cast<size_t>(M * K), 4), Bf = values(static_cast<size_t>(K * N), 5);
+  const std::vector<float> biasf = values(static_cast<size_t>(N), 6);
+  const std::vector<T> A(Af.begin(), Af.end()), B(Bf.begin(), Bf.end()), bias(biasf.begin(), biasf.end());
+  std::vector<T> C(static_cast<size_t>(M * N), T(7));
+  C[0] = std::numeric_limits<T>::quiet_NaN();
+  minidl::kernels::cpu::gemm_bias(M, N, K, A.data(), lda, ta, B.data(), ldb, tb, bias.data(), C.data(), N);
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      double ref = bias[j], mag = std::fabs(double(bias[j]));
+      for (int64_t k = 0; k < K; ++k) {
+        const double p = double(ta ? A[k * lda + i] : A[i * lda + k]) * double(tb ? B[j * ldb + k] : B[k * ldb + j]);
+        ref += p;
+        mag += std::fabs(p);
+      }
+      ASSERT_NEAR(C[i * N + j], ref, 1e-5 * mag + 1e-7)
+          << M << "x" << N << "x" << K << " ta " << ta << " tb " << tb << " at (" << i << ", " << j << ")";
+    }
+}
+
+TEST(CpuGemm, BiasIsAddedToEveryRowOnEveryPath) {
+  const Case cases[] = {{7, 5, 3}, {130, 20, 70}, {19, 40, 1100}, {3, 4200, 5}, {200, 192, 64}, {33, 17, 64}};
+  for (const Case& c : cases)
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        check_bias<float>(c, ta, tb);
+        check_bias<double>(c, ta, tb);
+      }
+}
+
+TEST(CpuGemm, PackedBiasWithBetaAddsBothToC) {
+  if (!have_avx512()) GTEST_SKIP() << "this CPU has no AVX-512F: gemm() uses Eigen, the packed kernel is unused";
+  const int64_t M = 21, N = 45, K = 600;  // two K blocks: the bias goes in with the first only
+  const std::vector<float> A = values(M * K, 8), B = values(K * N, 9), bias = values(N, 10), C0 = values(M * N, 11);
+  std::vector<float> C = C0, ref = C0;
+  ASSERT_TRUE(gemm_avx512(M, N, K, A.data(), K, false, B.data(), N, false, C.data(), N, 2.0f, 0.5f, bias.data()));
+  gemm_eigen(M, N, K, A.data(), K, false, B.data(), N, false, ref.data(), N, 2.0f, 0.5f);
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) ASSERT_NEAR(C[i * N + j], ref[i * N + j] + bias[j], 2e-4) << i << ", " << j;
 }

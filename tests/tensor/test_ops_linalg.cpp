@@ -1,4 +1,4 @@
-// tests/tensor/test_ops_linalg.cpp — mm and matmul: hand-computed products, transposed and
+// tests/tensor/test_ops_linalg.cpp — mm, addmm and matmul: hand-computed products, transposed and
 // sliced views (no copies needed), 1-d and batched broadcasting, dtypes, errors.
 #include "tests/common/testing.h"
 
@@ -110,4 +110,33 @@ TEST(Matmul, Errors) {
   EXPECT_THROW_MSG(mm(zeros({2, 3, 1}), zeros({1, 2})), std::invalid_argument, "mm: expected 2-d tensors");
   EXPECT_THROW_MSG(matmul(zeros({2, 2, 3}), zeros({3, 3, 2})), std::invalid_argument,
                    "matmul: shapes [2] and [3] cannot be broadcast");
+}
+
+TEST(Addmm, HandComputedBiasInEveryRow) {
+  Tensor a = f32({1, 2, 3, 4, 5, 6}, {2, 3});
+  Tensor b = f32({7, 8, 9, 10, 11, 12}, {3, 2});
+  expect_equal(addmm(f32({0.5f, -1}, {2}), a, b), f32({58.5f, 63, 139.5f, 153}, {2, 2}));
+}
+
+TEST(Addmm, TransposedWeightLikeLinearMatchesTheNaiveProduct) {
+  for (DType dt : {DType::Float32, DType::Float64}) {
+    Tensor x = randn({300, 64}, dt), w = randn({192, 64}, dt), bias = randn({192}, dt);
+    const Tensor ref = naive_mm(x, w.t().contiguous()).to(DType::Float64) + bias.to(DType::Float64);
+    const double tol = dt == DType::Float32 ? 1e-4 : 1e-12;
+    expect_close(addmm(bias, x, w.t()).to(DType::Float64), ref, tol, tol);
+    expect_close(addmm(bias, x.t().contiguous().t(), w.t()).to(DType::Float64), ref, tol, tol);  // column-major x
+  }
+}
+
+TEST(Addmm, Errors) {
+  EXPECT_THROW_MSG(addmm(zeros({3}), zeros({2, 3}), zeros({4, 3})), std::invalid_argument,
+                   "addmm: shapes [2, 3] and [4, 3] cannot be multiplied (3 != 4)");
+  EXPECT_THROW_MSG(addmm(zeros({2}), zeros({2, 3}), zeros({3, 3})), std::invalid_argument,
+                   "addmm: bias [2] does not match the product's 3 columns (expected (3))");
+  EXPECT_THROW_MSG(addmm(zeros({1, 3}), zeros({2, 3}), zeros({3, 3})), std::invalid_argument,
+                   "addmm: bias [1, 3] does not match");
+  EXPECT_THROW_MSG(addmm(zeros({3}, DType::Float64), zeros({2, 3}), zeros({3, 3})), std::invalid_argument,
+                   "addmm: dtype mismatch float64 vs float32");
+  EXPECT_THROW_MSG(addmm(zeros({3}), zeros({2, 3, 1}), zeros({1, 3})), std::invalid_argument,
+                   "addmm: expected 2-d matrices");
 }
