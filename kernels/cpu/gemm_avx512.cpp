@@ -6,7 +6,8 @@
 //     for each block of K (pc, sizes fixed by K alone):
 //       pack op(B) (kc, nc) into panels of kNr = 32 columns, each stored k-major (kc, 32)
 //       in parallel over blocks of rows of C (mc rows each):
-//         pack op(A) (mc, kc) into panels of kMr = 8 rows, each stored k-major (kc, 8)
+//         pack op(A) (mc, kc) into panels of kMr = 8 rows, each stored k-major (kc, 8) — except
+//           full 8-row panels of an untransposed A, which the micro-kernel reads in place
 //         for each B panel, for each A panel: the 8x32 micro-kernel
 //
 // The micro-kernel keeps an 8x32 block of C in 16 vector registers and, for k = 0..kc-1 in order,
@@ -126,12 +127,14 @@ MINIDL_AVX512 void pack_b_panel(const float* B, int64_t ldb, bool trans_b, int64
   }
 }
 
-// C (mr <= 8, nr <= 16 * NV) = alpha * a (kc, 8)^T b (kc, 32) [+ beta * C + bias on the first K
-// block, or + C on the others]; bias: this tile's nr column values, or null. NV = 1 reads only
-// the first 16 columns of each b row.
-template <int NV>
-MINIDL_AVX512 void micro_kernel(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, int64_t mr,
-                                int64_t nr, bool first, float alpha, float beta, const float* bias) {
+// C (mr <= 8, nr <= 16 * NV) = alpha * a (8 rows, kc)  b (kc, 32) [+ beta * C + bias on the first
+// K block, or + C on the others]; bias: this tile's nr column values, or null. NV = 1 reads only
+// the first 16 columns of each b row. kDirectA: a is A itself, row r at a + r * lda (8 full rows
+// of a row-major A: packing them would only transpose what the broadcasts read as well in place);
+// else a packed panel (kc, 8).
+template <int NV, bool kDirectA>
+MINIDL_AVX512 void micro_kernel(int64_t kc, const float* a, int64_t lda, const float* b, float* c, int64_t ldc,
+                                int64_t mr, int64_t nr, bool first, float alpha, float beta, const float* bias) {
   __m512 acc[kMr][NV];
   for (int r = 0; r < kMr; ++r)
     for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
@@ -139,7 +142,7 @@ MINIDL_AVX512 void micro_kernel(int64_t kc, const float* a, const float* b, floa
     __m512 bv[NV];
     for (int v = 0; v < NV; ++v) bv[v] = _mm512_load_ps(b + k * kNr + 16 * v);
     for (int r = 0; r < kMr; ++r) {
-      const __m512 ar = _mm512_set1_ps(a[k * kMr + r]);
+      const __m512 ar = _mm512_set1_ps(kDirectA ? a[r * lda + k] : a[k * kMr + r]);
       for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(ar, bv[v], acc[r][v]);
     }
   }
@@ -192,8 +195,11 @@ MINIDL_AVX512 void packed_gemm(int64_t M, int64_t N, int64_t K, const float* A, 
         float* ap = a_buffer.get(static_cast<size_t>(mc * kc));
         for (int64_t blk = b0; blk < b1; ++blk) {
           const int64_t i0 = blk * mc, m = std::min(mc, M - i0), m_panels = (m + kMr - 1) / kMr;
+          // A read in place: full 8-row panels of a row-major A; the others packed (zero-padded)
+          auto direct = [&](int64_t q) { return !trans_a && q * kMr + kMr <= m; };
           for (int64_t q = 0; q < m_panels; ++q)
-            pack_a_panel(A, lda, trans_a, i0 + q * kMr, std::min(kMr, m - q * kMr), pc, kc, ap + q * kMr * kc);
+            if (!direct(q))
+              pack_a_panel(A, lda, trans_a, i0 + q * kMr, std::min(kMr, m - q * kMr), pc, kc, ap + q * kMr * kc);
           for (int64_t p = 0; p < n_panels; ++p) {
             const int64_t j = jc + p * kNr, nr = std::min(kNr, nc - p * kNr);
             const float* bpanel = bp + p * kNr * kc;
@@ -201,10 +207,16 @@ MINIDL_AVX512 void packed_gemm(int64_t M, int64_t N, int64_t K, const float* A, 
               const int64_t i = i0 + q * kMr, mr = std::min(kMr, m - q * kMr);
               float* c = C + i * ldc + j;
               const float* bj = bias ? bias + j : nullptr;
-              if (nr > 16)
-                micro_kernel<2>(kc, ap + q * kMr * kc, bpanel, c, ldc, mr, nr, first, alpha, beta, bj);
+              const float* a_direct = A + i * lda + pc;
+              const float* a_packed = ap + q * kMr * kc;
+              if (direct(q) && nr > 16)
+                micro_kernel<2, true>(kc, a_direct, lda, bpanel, c, ldc, mr, nr, first, alpha, beta, bj);
+              else if (direct(q))
+                micro_kernel<1, true>(kc, a_direct, lda, bpanel, c, ldc, mr, nr, first, alpha, beta, bj);
+              else if (nr > 16)
+                micro_kernel<2, false>(kc, a_packed, 0, bpanel, c, ldc, mr, nr, first, alpha, beta, bj);
               else
-                micro_kernel<1>(kc, ap + q * kMr * kc, bpanel, c, ldc, mr, nr, first, alpha, beta, bj);
+                micro_kernel<1, false>(kc, a_packed, 0, bpanel, c, ldc, mr, nr, first, alpha, beta, bj);
             }
           }
         }
