@@ -49,11 +49,11 @@ Tensor packed_attention_backward(const Tensor& qkv_in, const Tensor& weights_in,
     throw std::invalid_argument(std::string(op) + ": weights " + weights_in.desc() + " or dout " + dout_in.desc() +
                                 " do not match qkv " + qkv_in.desc());
   const Tensor qkv = qkv_in.contiguous(), weights = weights_in.contiguous(), dout = dout_in.contiguous();
-  Tensor dqkv(qkv.shape(), qkv.dtype()), work(weights.shape(), qkv.dtype());
+  Tensor dqkv(qkv.shape(), qkv.dtype());
   dispatch_floating(qkv.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     kernels::cpu::packed_attention_backward(qkv.data<T>(), weights.data<T>(), dout.data<T>(), B, L, H, D,
-                                            static_cast<T>(scale), work.data<T>(), dqkv.data<T>());
+                                            static_cast<T>(scale), dqkv.data<T>());
   });
   return dqkv;
 }

@@ -2,13 +2,18 @@
 //
 // qkv (B, L, 3E) row-major holds q, k and v side by side, E = H * D. Head h of q in batch b is
 // the (L, D) matrix at qkv + b*L*3E + h*D with leading dimension 3E (k at + E, v at + 2E), so
-// the GEMMs read each head in place and write the context straight into (B, L, E) at column
+// the kernels read each head in place and write the context straight into (B, L, E) at column
 // h*D: the head split and merge (reshape, permute, slice and their backward) copy nothing.
 //   forward:  P (B, H, L, L) = softmax(scale * q k^T)   ctx (B, L, E) = P v
 //   backward: dP = dctx v^T   dv = P^T dctx   dS = P * (dP - rowsum(dP * P))
 //             dq = scale * dS k   dk = scale * dS^T q     (into dqkv (B, L, 3E), q's/k's/v's columns)
 // One (b, h) pair is one task on one thread; tasks write disjoint memory, so every result is
-// the same whatever the thread count. `work` is (B, H, L, L) scratch for dP / dS.
+// the same whatever the thread count.
+//
+// packed_attention_forward / _backward (attention.cpp) do each (b, h) pair's small products in
+// L1-resident scratch with vector registers, without the general gemm(); the *_reference
+// templates below compose gemm() and the softmax rows, and are what
+// tests/kernels/test_cpu_attention.cpp checks the fast kernels against.
 #pragma once
 #include <cstdint>
 #include <type_traits>
@@ -19,8 +24,22 @@
 
 namespace minidl::kernels::cpu {
 
+// qkv (B, L, 3E) -> P (B, H, L, L), ctx (B, L, E)
+void packed_attention_forward(const float* qkv, int64_t B, int64_t L, int64_t H, int64_t D, float scale, float* P,
+                              float* ctx);
+void packed_attention_forward(const double* qkv, int64_t B, int64_t L, int64_t H, int64_t D, double scale, double* P,
+                              double* ctx);
+// qkv (B, L, 3E), P (B, H, L, L), dctx (B, L, E) -> dqkv (B, L, 3E)
+void packed_attention_backward(const float* qkv, const float* P, const float* dctx, int64_t B, int64_t L, int64_t H,
+                               int64_t D, float scale, float* dqkv);
+void packed_attention_backward(const double* qkv, const double* P, const double* dctx, int64_t B, int64_t L,
+                               int64_t H, int64_t D, double scale, double* dqkv);
+
+// The reference: gemm() on each head's strided views and softmax_row; `work` is (B, H, L, L)
+// scratch for dP / dS.
 template <class T>
-void packed_attention_forward(const T* qkv, int64_t B, int64_t L, int64_t H, int64_t D, T scale, T* P, T* ctx) {
+void packed_attention_forward_reference(const T* qkv, int64_t B, int64_t L, int64_t H, int64_t D, T scale, T* P,
+                                        T* ctx) {
   const int64_t E = H * D, ld = 3 * E;
   parallel_for(B * H, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
@@ -35,8 +54,8 @@ void packed_attention_forward(const T* qkv, int64_t B, int64_t L, int64_t H, int
 }
 
 template <class T>
-void packed_attention_backward(const T* qkv, const T* P, const T* dctx, int64_t B, int64_t L, int64_t H, int64_t D,
-                               T scale, T* work, T* dqkv) {
+void packed_attention_backward_reference(const T* qkv, const T* P, const T* dctx, int64_t B, int64_t L, int64_t H,
+                                         int64_t D, T scale, T* work, T* dqkv) {
   const int64_t E = H * D, ld = 3 * E;
   parallel_for(B * H, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {

@@ -103,6 +103,27 @@ inline double lanes_sum(DoubleLanes lo, DoubleLanes hi) {
   return s;
 }
 
+// exp_nonpositive above on 16 lanes at once: the same operations in the same order, written in
+// vector types so that a caller holding a row in registers (the attention kernel's softmax)
+// needs no store and reload around a vectorised loop.
+inline FloatLanes exp_nonpositive(FloatLanes x) {
+  using IntLanes = int32_t __attribute__((vector_size(64)));
+  constexpr float kLo = -87.33654475f;  // ln(FLT_MIN)
+  const FloatLanes xc = x < kLo ? FloatLanes{} + kLo : x;
+  const FloatLanes n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  FloatLanes r = xc - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  FloatLanes p = FloatLanes{} + 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  const IntLanes bits = (__builtin_convertvector(n, IntLanes) + 127) << 23;
+  return x < kLo ? FloatLanes{} : p * __builtin_bit_cast(FloatLanes, bits);
+}
+
 inline float max_span(const float* p, int64_t n) {  // n >= 1
   float m = p[0];
   int64_t i = 0;

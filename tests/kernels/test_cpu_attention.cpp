@@ -1,0 +1,157 @@
+// tests/kernels/test_cpu_attention.cpp — the packed self-attention kernels (kernels/cpu/attention.cpp)
+// against the reference that composes gemm() and the softmax rows (attention.h's *_reference):
+// weights, context and all three gradients, float and double, head sizes that are and are not a
+// multiple of the vector width (16 floats, 8 doubles), sequences shorter and longer than one
+// vector, one token; the same bits with 1 and 2 threads; rows whose scores overflow to inf; and
+// the 16-lane exp against the scalar one it restates.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "minidl/kernels/cpu/attention.h"
+#include "minidl/kernels/cpu/parallel.h"
+#include "minidl/kernels/cpu/vec_math.h"
+#include "tests/common/testing.h"
+
+namespace {
+
+namespace cpu = minidl::kernels::cpu;
+using minidl::testing::values;
+
+struct Shape {
+  int64_t B, L, H, D;
+};
+
+std::string name(const Shape& s) {
+  return "B=" + std::to_string(s.B) + " L=" + std::to_string(s.L) + " H=" + std::to_string(s.H) +
+         " D=" + std::to_string(s.D);
+}
+
+template <class T> std::vector<T> inputs(size_t n, uint32_t seed, double scale) {
+  const std::vector<float> v = values(n, seed);
+  std::vector<T> out(n);
+  for (size_t i = 0; i < n; ++i) out[i] = static_cast<T>(scale * v[i]);
+  return out;
+}
+
+// |a - b| <= atol + rtol * |b| everywhere (NaN only where the reference is NaN), worst reported
+template <class T>
+void expect_close(const std::vector<T>& a, const std::vector<T>& b, double rtol, double atol, const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  size_t worst = 0, bad = 0;
+  double worst_excess = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::isnan(b[i]) && std::isnan(a[i])) continue;
+    const double err = std::abs(double(a[i]) - double(b[i])), excess = err - (atol + rtol * std::abs(double(b[i])));
+    if (!(excess <= 0)) {
+      ++bad;
+      if (!(excess <= worst_excess)) worst_excess = excess, worst = i;
+    }
+  }
+  EXPECT_EQ(bad, 0u) << what << ": worst at " << worst << ": " << a[worst] << " vs reference " << b[worst];
+}
+
+template <class T> struct Result {
+  std::vector<T> P, ctx, dqkv;
+};
+
+// the fast kernels on (qkv, dctx); the backward reads the reference's weights so that the two
+// backward passes see the same P
+template <class T>
+Result<T> fast(const Shape& s, const std::vector<T>& qkv, const std::vector<T>& dctx, const std::vector<T>& P_ref,
+            T scale) {
+  const int64_t E = s.H * s.D;
+  Result<T> r{std::vector<T>(size_t(s.B * s.H * s.L * s.L)), std::vector<T>(size_t(s.B * s.L * E)),
+           std::vector<T>(size_t(s.B * s.L * 3 * E))};
+  cpu::packed_attention_forward(qkv.data(), s.B, s.L, s.H, s.D, scale, r.P.data(), r.ctx.data());
+  cpu::packed_attention_backward(qkv.data(), P_ref.data(), dctx.data(), s.B, s.L, s.H, s.D, scale, r.dqkv.data());
+  return r;
+}
+
+template <class T>
+Result<T> reference(const Shape& s, const std::vector<T>& qkv, const std::vector<T>& dctx, T scale) {
+  const int64_t E = s.H * s.D;
+  Result<T> r{std::vector<T>(size_t(s.B * s.H * s.L * s.L)), std::vector<T>(size_t(s.B * s.L * E)),
+           std::vector<T>(size_t(s.B * s.L * 3 * E))};
+  std::vector<T> work(r.P.size());
+  cpu::packed_attention_forward_reference(qkv.data(), s.B, s.L, s.H, s.D, scale, r.P.data(), r.ctx.data());
+  cpu::packed_attention_backward_reference(qkv.data(), r.P.data(), dctx.data(), s.B, s.L, s.H, s.D, scale,
+                                           work.data(), r.dqkv.data());
+  return r;
+}
+
+template <class T> void check_against_reference(double rtol, double atol) {
+  const Shape shapes[] = {{2, 50, 4, 16}, {1, 1, 1, 16}, {3, 7, 2, 5}, {1, 17, 2, 32},
+                          {2, 33, 1, 24}, {1, 65, 3, 8}, {1, 16, 2, 1}, {1, 9, 1, 48}};
+  for (const Shape& s : shapes) {
+    const int64_t E = s.H * s.D;
+    const T scale = static_cast<T>(1.0 / std::sqrt(double(s.D)));
+    const std::vector<T> qkv = inputs<T>(size_t(s.B * s.L * 3 * E), 11, 3.0), dctx = inputs<T>(size_t(s.B * s.L * E), 12, 1.0);
+    const Result<T> ref = reference(s, qkv, dctx, scale);
+    const Result<T> got = fast(s, qkv, dctx, ref.P, scale);
+    expect_close(got.P, ref.P, rtol, atol, "weights " + name(s));
+    expect_close(got.ctx, ref.ctx, rtol, atol, "context " + name(s));
+    expect_close(got.dqkv, ref.dqkv, rtol, atol, "dqkv " + name(s));
+  }
+}
+
+}  // namespace
+
+TEST(CpuAttention, FloatMatchesReference) { check_against_reference<float>(1e-5, 2e-6); }
+
+TEST(CpuAttention, DoubleMatchesReference) { check_against_reference<double>(1e-12, 1e-13); }
+
+TEST(CpuAttention, SameBitsForOneAndTwoThreads) {
+  const Shape s{4, 50, 4, 16};
+  const int64_t E = s.H * s.D;
+  const std::vector<float> qkv = inputs<float>(size_t(s.B * s.L * 3 * E), 21, 2.0),
+                           dctx = inputs<float>(size_t(s.B * s.L * E), 22, 1.0);
+  const std::vector<float> P = reference(s, qkv, dctx, 0.25f).P;
+  const int saved = cpu::get_num_threads();
+  cpu::set_num_threads(1);
+  const Result<float> one = fast(s, qkv, dctx, P, 0.25f);
+  cpu::set_num_threads(2);
+  const Result<float> two = fast(s, qkv, dctx, P, 0.25f);
+  cpu::set_num_threads(saved);
+  EXPECT_EQ(std::memcmp(one.P.data(), two.P.data(), one.P.size() * sizeof(float)), 0) << "weights";
+  EXPECT_EQ(std::memcmp(one.ctx.data(), two.ctx.data(), one.ctx.size() * sizeof(float)), 0) << "context";
+  EXPECT_EQ(std::memcmp(one.dqkv.data(), two.dqkv.data(), one.dqkv.size() * sizeof(float)), 0) << "dqkv";
+}
+
+// Scores of +inf (a huge query against a huge key) make those rows NaN, and only those, in both.
+TEST(CpuAttention, OverflowingScoresGiveTheSameNaNRowsAsTheReference) {
+  const Shape s{1, 20, 1, 16};
+  const int64_t E = s.D;
+  std::vector<float> qkv = inputs<float>(size_t(s.L * 3 * E), 31, 1.0);
+  const std::vector<float> dctx = inputs<float>(size_t(s.L * E), 32, 1.0);
+  for (int64_t d = 0; d < s.D; ++d) qkv[size_t(3 * 3 * E + d)] = 1e30f;      // query of token 3
+  for (int64_t d = 0; d < s.D; ++d) qkv[size_t(5 * 3 * E + E + d)] = 1e30f;  // key of token 5
+  const Result<float> ref = reference(s, qkv, dctx, 1.0f);
+  const Result<float> got = fast(s, qkv, dctx, ref.P, 1.0f);
+  EXPECT_TRUE(std::isnan(ref.P[3 * 20 + 5]));
+  EXPECT_FALSE(std::isnan(ref.P[2 * 20 + 5]));
+  expect_close(got.P, ref.P, 1e-5, 2e-6, "weights");
+  expect_close(got.ctx, ref.ctx, 1e-5, 2e-6, "context");
+}
+
+// exp_nonpositive on 16 lanes is the scalar polynomial restated: the same bits on a dense grid.
+TEST(CpuAttention, ExpLanesMatchesScalarExp) {
+  for (float x0 = -100.0f; x0 <= 0.0f; x0 += 0.37f) {
+    cpu::FloatLanes x;
+    for (int l = 0; l < 16; ++l) x[l] = std::min(0.0f, x0 + 0.0231f * l);
+    const cpu::FloatLanes e = cpu::exp_nonpositive(x);
+    for (int l = 0; l < 16; ++l) ASSERT_EQ(e[l], cpu::exp_nonpositive(x[l])) << "x = " << x[l];
+  }
+  cpu::FloatLanes special = {};
+  special[1] = -std::numeric_limits<float>::infinity();
+  special[2] = std::nanf("");
+  const cpu::FloatLanes e = cpu::exp_nonpositive(special);
+  EXPECT_EQ(e[0], 1.0f);
+  EXPECT_EQ(e[1], 0.0f);
+  EXPECT_TRUE(std::isnan(e[2]));
+}
