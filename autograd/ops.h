@@ -158,6 +158,12 @@ Variable adaptive_avg_pool2d(const Variable& x, int64_t out_h, int64_t out_w);
 // its mask into the backward's passes; the same values as the two ops).
 Variable batch_norm(const Variable& x, Tensor running_mean, Tensor running_var, const Variable& weight,
                     const Variable& bias, bool training, double momentum, double eps, bool relu = false);
+// max_pool2d(batch_norm(..., relu = true), p) as one node when training on the CPU with a 2x2
+// window, stride 2 and no padding (the same values and, up to the order of the per-channel sums,
+// the same gradients, without the full-resolution intermediates); otherwise the composed ops.
+Variable batch_norm_relu_max_pool2d(const Variable& x, Tensor running_mean, Tensor running_var, const Variable& weight,
+                                    const Variable& bias, bool training, double momentum, double eps,
+                                    const Pool2dParams& p);
 Variable layer_norm(const Variable& x, const Shape& normalized_shape, const Variable& weight, const Variable& bias,
                     double eps);
 // Inverted dropout; the mask is keyed by `key` (identity when !training or p == 0).

@@ -1,6 +1,7 @@
 // autograd/ops_nn.cpp — differentiable neural-network ops: softmax family, convolution,
-// pooling, batch norm, layer norm, dropout, embedding. Each forward calls the tensor/ops_nn.h
-// kernel and its backward (right below it) calls the matching backward kernel.
+// pooling, batch norm (alone, with a ReLU, with a ReLU and a 2x2 max-pool), layer norm, dropout,
+// embedding. Each forward calls the tensor/ops_nn.h kernel and its backward (right below it)
+// calls the matching backward kernel.
 #include "minidl/autograd/ops.h"
 #include "minidl/tensor/creation.h"
 #include "minidl/tensor/ops.h"
@@ -62,6 +63,28 @@ Variable adaptive_avg_pool2d(const Variable& x, int64_t out_h, int64_t out_w) {
       "AdaptiveAvgPool2dBackward");
 }
 
+namespace {
+// The batch's mean and invstd over (N, *) of x (N, C, *); running_mean / running_var, when
+// defined, move towards the batch's mean and unbiased variance by `momentum`.
+BatchNormStats batch_stats_updating_running(const Variable& x, Tensor& running_mean, Tensor& running_var,
+                                            double momentum, double eps) {
+  const int64_t count = x.numel() / std::max<int64_t>(x.size(1), 1);
+  if (count <= 1)
+    throw std::invalid_argument("batch_norm: expected more than 1 value per channel when training, got input " +
+                                x.data().desc());
+  BatchNormStats s = batch_norm_stats(x.data(), eps);
+  if (running_mean.defined()) {
+    NoGradGuard no_grad;
+    // biased var = 1/invstd^2 - eps; running stats use the unbiased one
+    Tensor var_b = sub(div(ones_like(s.invstd), mul(s.invstd, s.invstd)), full_like(s.invstd, eps));
+    Tensor var_u = mul(var_b, static_cast<double>(count) / static_cast<double>(count - 1));
+    lerp_(running_mean, s.mean.to(running_mean.dtype()), momentum);
+    lerp_(running_var, var_u.to(running_var.dtype()), momentum);
+  }
+  return s;
+}
+}  // namespace
+
 // batch_norm, training: normalise with the batch's mean and biased variance; backward through
 // the statistics (PyTorch's formula). Eval: normalise with running stats, which are constants.
 Variable batch_norm(const Variable& x, Tensor running_mean, Tensor running_var, const Variable& weight,
@@ -73,20 +96,9 @@ Variable batch_norm(const Variable& x, Tensor running_mean, Tensor running_var, 
   const Tensor b = bias.defined() ? bias.data() : Tensor();
   Tensor mean_t, invstd_t;
   if (training) {
-    if (count <= 1)
-      throw std::invalid_argument("batch_norm: expected more than 1 value per channel when training, got input " +
-                                  x.data().desc());
-    BatchNormStats s = batch_norm_stats(x.data(), eps);
+    BatchNormStats s = batch_stats_updating_running(x, running_mean, running_var, momentum, eps);
     mean_t = s.mean;
     invstd_t = s.invstd;
-    if (running_mean.defined()) {
-      NoGradGuard no_grad;
-      // biased var = 1/invstd^2 - eps; running stats use the unbiased one
-      Tensor var_b = sub(div(ones_like(invstd_t), mul(invstd_t, invstd_t)), full_like(invstd_t, eps));
-      Tensor var_u = mul(var_b, static_cast<double>(count) / static_cast<double>(count - 1));
-      lerp_(running_mean, mean_t.to(running_mean.dtype()), momentum);
-      lerp_(running_var, var_u.to(running_var.dtype()), momentum);
-    }
   } else {
     if (!running_mean.defined() || !running_var.defined())
       throw std::invalid_argument("batch_norm: eval mode needs running_mean and running_var");
@@ -111,6 +123,29 @@ Variable batch_norm(const Variable& x, Tensor running_mean, Tensor running_var, 
         return {dx, r.grad_weight, r.grad_bias};
       },
       relu ? "BatchNormReluBackward" : "BatchNormBackward");
+}
+
+// max_pool2d(relu(batch_norm(x)), 2) in training: one node, one pass each way at full resolution
+// (tensor/ops_nn.h); other pools, eval mode and CUDA run the composed ops.
+Variable batch_norm_relu_max_pool2d(const Variable& x, Tensor running_mean, Tensor running_var, const Variable& weight,
+                                    const Variable& bias, bool training, double momentum, double eps,
+                                    const Pool2dParams& p) {
+  const bool fusable = training && x.defined() && x.dim() == 4 && x.device().is_cpu() && x.size(2) >= 2 &&
+                       x.size(3) >= 2 && p.kernel_h == 2 && p.kernel_w == 2 && p.stride_h == 2 && p.stride_w == 2 &&
+                       p.pad_h == 0 && p.pad_w == 0 && !p.ceil_mode;
+  if (!fusable)
+    return max_pool2d(batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps, true), p);
+  const Tensor w = weight.defined() ? weight.data() : Tensor();
+  const Tensor b = bias.defined() ? bias.data() : Tensor();
+  const BatchNormStats s = batch_stats_updating_running(x, running_mean, running_var, momentum, eps);
+  const BatchNormReluPoolResult r = batch_norm_relu_max_pool2d_forward(x.data(), s.mean, s.invstd, w, b);
+  return Variable::make_result(
+      r.out, {x, weight, bias},
+      [tx = x.data(), r, s, w](const Tensor& dy) -> std::vector<Tensor> {
+        BatchNormReluPoolGrads g = batch_norm_relu_max_pool2d_backward(dy, tx, r, s.mean, s.invstd, w);
+        return {g.dx, g.grad_weight, g.grad_bias};
+      },
+      "BatchNormReluMaxPool2dBackward");
 }
 
 // layer_norm over the trailing normalized_shape dims

@@ -71,11 +71,23 @@ Variable BatchNormBase::forward_relu(const Variable& x) {
   return override_ ? relu(override_(*this, x)) : local_forward(x, true);
 }
 
-Variable BatchNormBase::local_forward(const Variable& x, bool relu) {
+Variable BatchNormBase::forward_relu_max_pool2d(const Variable& x, const Pool2dParams& p) {
+  if (override_ || !uses_batch_stats()) return max_pool2d(forward_relu(x), p);
+  check_input(x);
+  const double momentum = next_momentum();
+  return batch_norm_relu_max_pool2d(x, training_ ? running_mean : Tensor(), training_ ? running_var : Tensor(), weight,
+                                    bias, /*training=*/true, momentum, options.eps, p);
+}
+
+void BatchNormBase::check_input(const Variable& x) const {
   check_input_dim(x);
   if (x.size(1) != options.num_features)
     throw std::invalid_argument(type_name() + ": expected " + std::to_string(options.num_features) +
                                 " channels in dim 1, got input " + x.data().desc());
+}
+
+Variable BatchNormBase::local_forward(const Variable& x, bool relu) {
+  check_input(x);
   const bool batch_stats = uses_batch_stats();
   const double momentum = next_momentum();
   if (batch_stats)  // training (running stats updated when tracked), or eval without running stats

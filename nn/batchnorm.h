@@ -33,6 +33,10 @@ class BatchNormBase : public Module {
   // relu(forward(x)): fused when no override is installed (Sequential calls it for a BatchNorm
   // followed by a ReLU), else the two ops.
   Variable forward_relu(const Variable& x);
+  // max_pool2d(relu(forward(x)), p): one fused node when no override is installed and the
+  // statistics are the batch's (autograd's batch_norm_relu_max_pool2d decides which pools and
+  // devices it fuses), else forward_relu then the pool.
+  Variable forward_relu_max_pool2d(const Variable& x, const Pool2dParams& p);
   void reset_running_stats();
 
   using ForwardOverride = std::function<Variable(BatchNormBase&, const Variable&)>;
@@ -54,6 +58,7 @@ class BatchNormBase : public Module {
 
  protected:
   virtual void check_input_dim(const Variable& x) const = 0;
+  void check_input(const Variable& x) const;  // the dims and the channel count
   // the name to print: the override's when installed, else `own`
   std::string name_or_override(const char* own) const { return override_ ? override_name_ : own; }
 

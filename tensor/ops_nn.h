@@ -79,6 +79,25 @@ Tensor batch_norm_backward_elemt(const Tensor& dy, const Tensor& x, const Tensor
                                  const Tensor& relu_out = Tensor());
 // eval mode: dx = dy * weight * invstd (statistics are constants)
 
+// ---- batch norm + ReLU + 2x2 max-pool, stride 2, no padding, as one op (CPU) ----
+// x (N, C, H, W) -> max_pool2d(relu(batch_norm_elemt(x, ...)), 2), the same bits, without writing
+// the full-resolution normalised values. H, W >= 2 (a last odd row / column is dropped).
+struct BatchNormReluPoolResult {
+  Tensor out;  // (N, C, H/2, W/2)
+  Tensor window_argmax;  // uint8 (N, C, H/2, W/2): the winner's place in its window, 2 * dh + dw
+  Tensor x_at_max;  // (N, C, H/2, W/2): x at the winner
+};
+BatchNormReluPoolResult batch_norm_relu_max_pool2d_forward(const Tensor& x, const Tensor& mean, const Tensor& invstd,
+                                                           const Tensor& weight, const Tensor& bias);
+struct BatchNormReluPoolGrads {
+  Tensor dx, grad_weight, grad_bias;  // grad_weight / grad_bias undefined when weight is undefined
+};
+// Training-mode backward (mean / invstd are the batch's): the gradients of the composed
+// batch_norm (batch statistics) -> relu -> max_pool2d, summing only the windows' winners.
+BatchNormReluPoolGrads batch_norm_relu_max_pool2d_backward(const Tensor& dout, const Tensor& x,
+                                                           const BatchNormReluPoolResult& fwd, const Tensor& mean,
+                                                           const Tensor& invstd, const Tensor& weight);
+
 // ---- layer norm over the last `normalized` dims ----
 struct LayerNormResult {
   Tensor out;

@@ -1,7 +1,8 @@
 // tensor/ops_norm.cpp — batch norm pieces (batch_norm_stats / _elemt / _backward_reduce /
-// _backward_elemt, as PyTorch splits them) and layer norm forward/backward on Tensors
-// (declared in tensor/ops_nn.h). Shapes are checked here, once; then the loops run on the CPU
-// (kernels/cpu/norm.h) or on CUDA (kernels/cuda/norm.cu, the same math in double).
+// _backward_elemt, as PyTorch splits them), batch norm + ReLU + 2x2 max-pool as one op (CPU) and
+// layer norm forward/backward on Tensors (declared in tensor/ops_nn.h). Shapes are checked here,
+// once; then the loops run on the CPU (kernels/cpu/norm.h) or on CUDA (kernels/cuda/norm.cu, the
+// same math in double).
 // The batch norm pieces are pure per-rank computations: dist's SyncBatchNorm all-reduces their
 // per-channel outputs between calls. Per-channel outputs have x's dtype; sums run in double.
 #include <stdexcept>
@@ -204,6 +205,86 @@ Tensor batch_norm_backward_elemt(const Tensor& dy_in, const Tensor& x_in, const 
                                             relu_out.defined() ? relu_out.data<T>() : nullptr);
   });
   return dx;
+}
+
+// ---- batch norm + ReLU + 2x2 max-pool ----
+
+namespace {
+// x (N, C, H, W), H and W >= 2, on the CPU.
+void require_pool_input(const Tensor& x, const char* op) {
+  require_float(x, op, "input");
+  if (x.device().is_cuda()) throw std::invalid_argument(std::string(op) + ": CPU only, got input " + x.desc());
+  if (x.dim() != 4 || x.size(2) < 2 || x.size(3) < 2)
+    throw std::invalid_argument(std::string(op) + ": expected input (N, C, H, W) with H, W >= 2, got " + x.desc());
+}
+}  // namespace
+
+BatchNormReluPoolResult batch_norm_relu_max_pool2d_forward(const Tensor& x_in, const Tensor& mean, const Tensor& invstd,
+                                                           const Tensor& weight, const Tensor& bias) {
+  constexpr const char* op = "batch_norm_relu_max_pool2d_forward";
+  require_pool_input(x_in, op);
+  const int64_t N = x_in.size(0), C = x_in.size(1), H = x_in.size(2), W = x_in.size(3);
+  require_channel_vector(mean, C, op, "mean", false);
+  require_channel_vector(invstd, C, op, "invstd", false);
+  require_channel_vector(weight, C, op, "weight", true);
+  require_channel_vector(bias, C, op, "bias", true);
+  const Tensor x = x_in.contiguous();
+  const auto m = detail::cpu_values(mean), is = detail::cpu_values(invstd);
+  const auto w = values_or_empty(weight), b = values_or_empty(bias);
+  const Shape pooled{N, C, H / 2, W / 2};
+  BatchNormReluPoolResult r{Tensor(pooled, x.dtype()), Tensor(pooled, DType::UInt8), Tensor(pooled, x.dtype())};
+  dispatch_floating(x.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    kernels::cpu::batch_norm_relu_max_pool2d_forward(x.data<T>(), N, C, H, W, m.data(), is.data(), ptr_or_null(w),
+                                                     ptr_or_null(b), r.out.data<T>(), r.window_argmax.data<uint8_t>(),
+                                                     r.x_at_max.data<T>());
+  });
+  return r;
+}
+
+BatchNormReluPoolGrads batch_norm_relu_max_pool2d_backward(const Tensor& dout_in, const Tensor& x_in,
+                                                           const BatchNormReluPoolResult& fwd, const Tensor& mean,
+                                                           const Tensor& invstd, const Tensor& weight) {
+  constexpr const char* op = "batch_norm_relu_max_pool2d_backward";
+  require_pool_input(x_in, op);
+  const int64_t N = x_in.size(0), C = x_in.size(1), H = x_in.size(2), W = x_in.size(3);
+  const Shape pooled{N, C, H / 2, W / 2};
+  require_like_input(fwd.out, fwd.x_at_max, op);
+  if (fwd.out.shape() != pooled || fwd.out.dtype() != x_in.dtype() || !fwd.window_argmax.defined() ||
+      fwd.window_argmax.shape() != pooled || fwd.window_argmax.dtype() != DType::UInt8)
+    throw std::invalid_argument(std::string(op) + ": the saved forward results do not belong to input " + x_in.desc());
+  require_like_input(dout_in, fwd.out, op);
+  require_channel_vector(mean, C, op, "mean", false);
+  require_channel_vector(invstd, C, op, "invstd", false);
+  require_channel_vector(weight, C, op, "weight", true);
+  const Tensor x = x_in.contiguous(), dout = dout_in.contiguous(), out = fwd.out.contiguous();
+  const Tensor arg = fwd.window_argmax.contiguous(), x_at = fwd.x_at_max.contiguous();
+  const auto m = detail::cpu_values(mean), is = detail::cpu_values(invstd), w = values_or_empty(weight);
+  std::vector<double> sum_dy(static_cast<size_t>(C)), sum_dy_xmu(static_cast<size_t>(C));
+  BatchNormReluPoolGrads g{Tensor(x.shape(), x.dtype()), Tensor(), Tensor()};
+  dispatch_floating(x.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    kernels::cpu::batch_norm_relu_max_pool2d_backward_reduce(dout.data<T>(), out.data<T>(), x_at.data<T>(), N, C,
+                                                             (H / 2) * (W / 2), m.data(), sum_dy.data(),
+                                                             sum_dy_xmu.data());
+    // the sums in x's dtype, as the separate pieces pass them (BatchNormReduce holds tensors)
+    std::vector<double> sd(sum_dy.size()), sdx(sum_dy.size());
+    for (int64_t c = 0; c < C; ++c) {
+      sd[c] = static_cast<T>(sum_dy[c]);
+      sdx[c] = static_cast<T>(sum_dy_xmu[c]);
+    }
+    kernels::cpu::batch_norm_relu_max_pool2d_backward_elemt(dout.data<T>(), out.data<T>(), arg.data<uint8_t>(),
+                                                            x.data<T>(), N, C, H, W, m.data(), is.data(),
+                                                            ptr_or_null(w), sd.data(), sdx.data(), N * H * W,
+                                                            g.dx.data<T>());
+  });
+  if (weight.defined()) {
+    std::vector<double> gw(static_cast<size_t>(C));
+    for (int64_t c = 0; c < C; ++c) gw[c] = sum_dy_xmu[c] * is[c];
+    g.grad_weight = from_doubles(gw, x.dtype());
+    g.grad_bias = from_doubles(sum_dy, x.dtype());
+  }
+  return g;
 }
 
 // ---- layer norm ----

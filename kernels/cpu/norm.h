@@ -12,7 +12,8 @@
 // gradient sums fixed 32-row chunks, then the chunks in order.
 // Per-channel vectors (mean, invstd, weight, bias, sums) come in as double arrays; a null weight
 // means 1 and a null bias means 0. A ReLU after the batch norm can be fused: elemt applies it,
-// the backward pieces mask dy with its output (relu_out).
+// the backward pieces mask dy with its output (relu_out). A ReLU and a 2x2 max-pool after it can
+// be fused too (batch_norm_relu_max_pool2d_*).
 // Tested through tensor/ops_norm.cpp by tests/tensor/test_ops_norm.cpp (hand-computed values, a
 // full batch-norm backward assembled from the pieces, float64 finite differences).
 #pragma once
@@ -95,6 +96,12 @@ template <class T> inline T relu_grad_bits(T r, T g) {
   return out;
 }
 
+// y[i] = relu((x[i] - m) * scale + b), i < n: batch_norm_elemt's ReLU loop, shared with the fused
+// batch norm + ReLU + max-pool below so that both compute the same bits.
+template <class T> inline void batch_norm_relu_row(const T* x, int64_t n, double m, double scale, double b, T* y) {
+  for (int64_t i = 0; i < n; ++i) y[i] = relu_bits(static_cast<T>((x[i] - m) * scale + b));
+}
+
 // y (N, C, S) = (x - mean[c]) * invstd[c] * weight[c] + bias[c]; parallel over the N*C planes.
 // relu: y = relu(that) in the same pass (kernels/functors.h's ReluOp: x < 0 ? 0 : x).
 template <class T>
@@ -107,7 +114,7 @@ void batch_norm_elemt(const T* x, int64_t N, int64_t C, int64_t S, const double*
       const T* xp = x + pl * S;
       T* yp = y + pl * S;
       if (relu) {
-        for (int64_t i = 0; i < S; ++i) yp[i] = relu_bits(static_cast<T>((xp[i] - m) * scale + b));
+        batch_norm_relu_row(xp, S, m, scale, b, yp);
       } else {
         for (int64_t i = 0; i < S; ++i) yp[i] = static_cast<T>((xp[i] - m) * scale + b);
       }
@@ -156,6 +163,14 @@ void batch_norm_backward_reduce(const T* dy, const T* x, int64_t N, int64_t C, i
   });
 }
 
+// dx[i] = (g[i] - mean_dy - (x[i] - m) * k) * scale, i < n: batch_norm_backward_elemt's loop
+// without a ReLU, shared with the fused batch norm + ReLU + max-pool's backward (the same bits).
+template <class T>
+inline void batch_norm_backward_row(const T* g, const T* x, int64_t n, double m, double mean_dy, double k, double scale,
+                                    T* dx) {
+  for (int64_t i = 0; i < n; ++i) dx[i] = static_cast<T>((g[i] - mean_dy - (x[i] - m) * k) * scale);
+}
+
 // dx = (dy - sum_dy / count - (x - mean) * invstd^2 * sum_dy_xmu / count) * weight * invstd
 // (dy masked by relu_out as in batch_norm_backward_reduce)
 template <class T>
@@ -180,7 +195,127 @@ void batch_norm_backward_elemt(const T* dy, const T* x, int64_t N, int64_t C, in
           o[i] = static_cast<T>((gi - mean_dy - (xp[i] - m) * k) * scale);
         }
       } else {
-        for (int64_t i = 0; i < S; ++i) o[i] = static_cast<T>((g[i] - mean_dy - (xp[i] - m) * k) * scale);
+        batch_norm_backward_row(g, xp, S, m, mean_dy, k, scale, o);
+      }
+    }
+  });
+}
+
+// ---- batch norm + ReLU + 2x2 max-pool (stride 2, no padding) as one op ----
+// x (N, C, H, W) -> out (N, C, H/2, W/2) = max_pool2d(relu(batch_norm(x)), 2): the normalised
+// values are never written at full resolution. Each window's four values are computed exactly as
+// batch_norm_elemt(relu) computes them (batch_norm_relu_row) and compared as
+// max_pool2d_plane_forward_2x2 compares them (kernels/cpu/pool.h: row-major order, a later
+// candidate wins if greater, or a NaN while the best is not), so out is the composed ops' output
+// bit for bit. arg (N, C, H/2, W/2) records the winner's place in its window, 2 * dh + dw, and
+// x_at the input there (what the backward's sums need, at a quarter of the input's size).
+// A last odd row / column is outside every window (as max_pool2d drops it).
+template <class T>
+void batch_norm_relu_max_pool2d_forward(const T* x, int64_t N, int64_t C, int64_t H, int64_t W, const double* mean,
+                                        const double* invstd, const double* weight, const double* bias, T* out,
+                                        uint8_t* arg, T* x_at) {
+  const int64_t Ho = H / 2, Wo = W / 2;
+  parallel_for(N * C, norm_grain(H * W), [&](int64_t p0, int64_t p1) {
+    std::vector<T> z(static_cast<size_t>(2 * W));  // relu(batch_norm(x)) of one pair of input rows
+    for (int64_t pl = p0; pl < p1; ++pl) {
+      const int64_t c = pl % C;
+      const double m = mean[c], scale = invstd[c] * (weight ? weight[c] : 1.0), b = bias ? bias[c] : 0.0;
+      for (int64_t oh = 0; oh < Ho; ++oh) {
+        const T* x0 = x + pl * H * W + 2 * oh * W;
+        const T* x1 = x0 + W;
+        batch_norm_relu_row(x0, 2 * W, m, scale, b, z.data());
+        const T* z0 = z.data();
+        const T* z1 = z0 + W;
+        const int64_t o = (pl * Ho + oh) * Wo;
+        for (int64_t ow = 0; ow < Wo; ++ow) {
+          T best = z0[2 * ow], bx = x0[2 * ow];
+          uint8_t bi = 0;
+          auto consider = [&](T v, T xv, uint8_t pos) {
+            const bool take = (best == best) & ((v > best) | (v != v));
+            best = take ? v : best;
+            bx = take ? xv : bx;
+            bi = take ? pos : bi;
+          };
+          consider(z0[2 * ow + 1], x0[2 * ow + 1], 1);
+          consider(z1[2 * ow], x1[2 * ow], 2);
+          consider(z1[2 * ow + 1], x1[2 * ow + 1], 3);
+          out[o + ow] = best;
+          arg[o + ow] = bi;
+          x_at[o + ow] = bx;
+        }
+      }
+    }
+  });
+}
+
+// The backward's sums (C): sum_dy and sum_dy_xmu of batch_norm_backward_reduce over the input's
+// gradient, which is the pooled gradient dout at each window's winner (masked by the ReLU: 0
+// where out <= 0) and 0 elsewhere; so only the winners are summed, from out, dout and x_at
+// (N, C, Ho*Wo). Per channel: each plane one vectorised reduction, planes added in n order.
+template <class T>
+void batch_norm_relu_max_pool2d_backward_reduce(const T* dout, const T* out, const T* x_at, int64_t N, int64_t C,
+                                                int64_t P, const double* mean, double* sum_dy, double* sum_dy_xmu) {
+  parallel_for(C, norm_grain(N * P), [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) {
+      const double m = mean[c];
+      double sa = 0, sb = 0;
+      for (int64_t n = 0; n < N; ++n) {
+        const T* g = dout + (n * C + c) * P;
+        const T* r = out + (n * C + c) * P;
+        const T* xa = x_at + (n * C + c) * P;
+        double a = 0, b = 0;
+#pragma omp simd reduction(+ : a, b)
+        for (int64_t i = 0; i < P; ++i) {
+          const double gi = static_cast<double>(relu_grad_bits(r[i], g[i]));
+          a += gi;
+          b += gi * (static_cast<double>(xa[i]) - m);
+        }
+        sa += a;
+        sb += b;
+      }
+      sum_dy[c] = sa;
+      sum_dy_xmu[c] = sb;
+    }
+  });
+}
+
+// dx (N, C, H, W) as batch_norm_backward_elemt computes it from the input's gradient (rebuilt row
+// by row: dout, ReLU-masked, at the winner arg names, 0 elsewhere), x and the sums; one pass.
+template <class T>
+void batch_norm_relu_max_pool2d_backward_elemt(const T* dout, const T* out, const uint8_t* arg, const T* x, int64_t N,
+                                               int64_t C, int64_t H, int64_t W, const double* mean,
+                                               const double* invstd, const double* weight, const double* sum_dy,
+                                               const double* sum_dy_xmu, int64_t count, T* dx) {
+  const int64_t Ho = H / 2, Wo = W / 2;
+  const double inv_count = 1.0 / static_cast<double>(count);
+  parallel_for(N * C, norm_grain(H * W), [&](int64_t p0, int64_t p1) {
+    std::vector<T> g(static_cast<size_t>(2 * W), T(0));  // the input's gradient for a pair of rows
+    for (int64_t pl = p0; pl < p1; ++pl) {
+      const int64_t c = pl % C;
+      const double m = mean[c], is = invstd[c];
+      const double mean_dy = sum_dy[c] * inv_count;
+      const double k = is * is * sum_dy_xmu[c] * inv_count;
+      const double scale = (weight ? weight[c] : 1.0) * is;
+      const T* xp = x + pl * H * W;
+      T* o = dx + pl * H * W;
+      for (int64_t oh = 0; oh < Ho; ++oh) {
+        const int64_t q = (pl * Ho + oh) * Wo;
+        T* g0 = g.data();
+        T* g1 = g0 + W;
+        for (int64_t ow = 0; ow < Wo; ++ow) {
+          // as max_pool2d_plane_backward (0 + dout) then relu_backward
+          const T v = relu_grad_bits(out[q + ow], static_cast<T>(T(0) + dout[q + ow]));
+          const uint8_t a = arg[q + ow];
+          g0[2 * ow] = a == 0 ? v : T(0);
+          g0[2 * ow + 1] = a == 1 ? v : T(0);
+          g1[2 * ow] = a == 2 ? v : T(0);
+          g1[2 * ow + 1] = a == 3 ? v : T(0);
+        }
+        batch_norm_backward_row(g0, xp + 2 * oh * W, 2 * W, m, mean_dy, k, scale, o + 2 * oh * W);
+      }
+      if (H % 2) {  // the last row is in no window: its gradient is 0
+        std::fill(g.begin(), g.begin() + W, T(0));
+        batch_norm_backward_row(g.data(), xp + (H - 1) * W, W, m, mean_dy, k, scale, o + (H - 1) * W);
       }
     }
   });

@@ -3,7 +3,8 @@
 // keeps alive: packed self-attention against slice + reshape + permute + attention_with_weights
 // (values, the gradient, float64 finite differences, the same bits for 1 and 2 threads), and
 // MultiheadAttention's fast path against its composed path; linear against matmul + add; batch
-// norm + ReLU (and Sequential's use of it) against the two ops; the graph holding no
+// norm + ReLU (and Sequential's use of it) against the two ops; batch norm + ReLU + 2x2 max-pool
+// (and Sequential's use of it, and where it falls back) against the three ops; the graph holding no
 // intermediate results, and a leaf's first gradient kept without a copy only when nothing else
 // holds it.
 #include <cmath>
@@ -203,4 +204,135 @@ TEST(FusedOps, BatchNormReluMatchesBatchNormThenRelu) {
   };
   const auto fast = run_net(true), ref = run_net(false);
   for (size_t i = 0; i < fast.size(); ++i) expect_close(fast[i], ref[i], 1e-5, 1e-6, "Sequential, tensor " + std::to_string(i));
+}
+
+namespace {
+
+// Values on a coarse grid (k / 2, |k| <= 4): many exact ties inside the 2x2 windows, and after
+// the ReLU many windows with several zeros.
+Tensor tied_values(const Shape& shape, DType dt) {
+  const std::vector<double> k = randint(-8, 9, shape).to_vector<double>();
+  std::vector<double> v(k.size());
+  for (size_t i = 0; i < k.size(); ++i) v[i] = k[i] / 2;
+  return from_vector(v, shape, dt);
+}
+
+const Pool2dParams kPool2{.kernel_h = 2, .kernel_w = 2, .stride_h = 2, .stride_w = 2};
+
+// pooled output, dx, dweight, dbias, running mean, running var of batch norm (training, batch
+// statistics) + ReLU + max_pool2d, fused or composed, for the loss sum(out * r).
+std::vector<Tensor> bn_relu_pool(bool fused, const Tensor& x0, const Tensor& w0, const Tensor& b0, const Tensor& r,
+                                 const Pool2dParams& p = kPool2) {
+  Variable x(x0.clone(), true), w, b;
+  if (w0.defined()) {
+    w = Variable(w0.clone(), true);
+    b = Variable(b0.clone(), true);
+  }
+  Tensor m = zeros({x0.size(1)}, x0.dtype()), v = ones({x0.size(1)}, x0.dtype());
+  Variable y = fused ? batch_norm_relu_max_pool2d(x, m, v, w, b, true, 0.1, 1e-5, p)
+                     : max_pool2d(batch_norm(x, m, v, w, b, true, 0.1, 1e-5, true), p);
+  EXPECT_EQ(y.grad_fn()->name, fused && p.kernel_h == 2 ? "BatchNormReluMaxPool2dBackward" : "MaxPool2dBackward");
+  sum(mul(y, Variable(r))).backward();
+  return {y.data(), x.grad(), w0.defined() ? w.grad() : Tensor(), w0.defined() ? b.grad() : Tensor(), m, v};
+}
+
+}  // namespace
+
+// The fused node against batch_norm(relu) -> max_pool2d on tied, negative-heavy input, odd sizes
+// (a dropped last row / column), with and without affine. The output, which window element
+// wins, the running statistics and therefore everything per element are the same bits; the
+// per-channel sums of the backward add the same terms in double in another order (only the
+// windows' winners instead of every element, the others being exact zeros), so dx, dweight and
+// dbias agree to the rounding of those sums: 1e-12 in float64, and in float32 (where the sums
+// are rounded to float before dx, as the composed pieces pass them) to a few float ulps.
+TEST(FusedOps, BatchNormReluMaxPoolMatchesTheComposedOps) {
+  manual_seed(11);
+  for (DType dt : {DType::Float64, DType::Float32}) {
+    for (const Shape& shape : {Shape{4, 3, 6, 8}, Shape{3, 2, 7, 5}}) {
+      for (bool affine : {true, false}) {
+        const Shape pooled{shape[0], shape[1], shape[2] / 2, shape[3] / 2};
+        const Tensor x0 = tied_values(shape, dt), r = randn(pooled, dt);
+        const Tensor w0 = affine ? randn({shape[1]}, dt) : Tensor(), b0 = affine ? randn({shape[1]}, dt) : Tensor();
+        const auto fast = bn_relu_pool(true, x0, w0, b0, r), ref = bn_relu_pool(false, x0, w0, b0, r);
+        const std::string what = std::string(dt == DType::Float64 ? "float64 " : "float32 ") + shape_str(shape) +
+                                 (affine ? " affine" : "");
+        expect_equal(fast[0], ref[0], what + " output");
+        expect_equal(fast[4], ref[4], what + " running_mean");
+        expect_equal(fast[5], ref[5], what + " running_var");
+        const double tol = dt == DType::Float64 ? 1e-12 : 1e-6;
+        for (size_t i = 1; i < (affine ? 4u : 2u); ++i)
+          expect_close(fast[i], ref[i], tol, tol, what + " gradient " + std::to_string(i));
+      }
+    }
+  }
+  EXPECT_TRUE(minidl::testing::gradcheck(
+      [](const std::vector<Variable>& in) {
+        return batch_norm_relu_max_pool2d(in[0], Tensor(), Tensor(), in[1], in[2], true, 0.1, 1e-5, kPool2);
+      },
+      {randn({2, 2, 4, 6}, DType::Float64), randn({2}, DType::Float64), randn({2}, DType::Float64)},
+      "batch_norm relu max_pool2d"));
+}
+
+// Big enough that every pass splits over 2 threads: the same bits with 1 and 2 threads.
+TEST(FusedOps, BatchNormReluMaxPoolSameBitsForOneAndTwoThreads) {
+  manual_seed(12);
+  const Tensor x0 = tied_values({8, 64, 16, 16}, DType::Float32), r = randn({8, 64, 8, 8});
+  const Tensor w0 = randn({64}), b0 = randn({64});
+  const int saved = kernels::cpu::get_num_threads();
+  kernels::cpu::set_num_threads(1);
+  const auto one = bn_relu_pool(true, x0, w0, b0, r);
+  kernels::cpu::set_num_threads(2);
+  const auto two = bn_relu_pool(true, x0, w0, b0, r);
+  kernels::cpu::set_num_threads(saved);
+  for (size_t i = 0; i < one.size(); ++i) expect_equal(one[i], two[i], "tensor " + std::to_string(i));
+}
+
+// Other windows run the composed ops (the same result as calling them).
+TEST(FusedOps, BatchNormReluMaxPoolFallsBackForOtherPools) {
+  manual_seed(13);
+  const Pool2dParams p3{.kernel_h = 3, .kernel_w = 3, .stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1};
+  const Tensor x0 = randn({2, 3, 6, 6}), r = randn({2, 3, 3, 3}), w0 = randn({3}), b0 = randn({3});
+  const auto fast = bn_relu_pool(true, x0, w0, b0, r, p3), ref = bn_relu_pool(false, x0, w0, b0, r, p3);
+  for (size_t i = 0; i < fast.size(); ++i) expect_equal(fast[i], ref[i], "tensor " + std::to_string(i));
+}
+
+// Sequential runs BatchNorm2d + ReLU + MaxPool2d(2) as the fused node in training, and as the
+// modules one by one in eval and under a forward override (what dist::convert_sync_batchnorm
+// installs); the values match running the modules one by one.
+TEST(FusedOps, SequentialFusesBatchNormReluMaxPool) {
+  manual_seed(14);
+  nn::Sequential net;
+  net.push_back<nn::BatchNorm2d>(nn::BatchNormOptions{.num_features = 3});
+  net.push_back<nn::ReLU>();
+  net.push_back<nn::MaxPool2d>(nn::Pool2dOptions{.kernel = 2});
+  for (auto& [name, p] : net.named_parameters()) p.data().copy_(randn(p.shape()));
+  const Tensor x0 = tied_values({4, 3, 6, 6}, DType::Float32), r = randn({4, 3, 3, 3});
+  auto run_net = [&](bool whole, const char* node) {
+    net.zero_grad();
+    Variable x(x0.clone(), true);
+    Variable y = whole ? net.forward(x) : net[2].forward(net[1].forward(net[0].forward(x)));
+    EXPECT_EQ(y.grad_fn()->name, node);
+    sum(mul(y, Variable(r))).backward();
+    auto& bn = static_cast<nn::BatchNorm2d&>(net[0]);
+    return std::vector<Tensor>{y.data(), x.grad(), bn.weight.grad().clone(), bn.running_mean.clone()};
+  };
+  {
+    const auto fast = run_net(true, "BatchNormReluMaxPool2dBackward");
+    const auto ref = run_net(false, "MaxPool2dBackward");
+    expect_equal(fast[0], ref[0], "training output");
+    for (size_t i = 1; i < 3; ++i) expect_close(fast[i], ref[i], 1e-6, 1e-6, "training, tensor " + std::to_string(i));
+    // the running mean moved twice, by the same batch statistics each time
+    expect_close(fast[3], mul(ref[3], 1.0 / 1.9), 1e-6, 1e-6, "running_mean after the first step");
+  }
+  net.eval();
+  {
+    const auto fast = run_net(true, "MaxPool2dBackward"), ref = run_net(false, "MaxPool2dBackward");
+    for (size_t i = 0; i < fast.size(); ++i) expect_equal(fast[i], ref[i], "eval, tensor " + std::to_string(i));
+  }
+  net.train();
+  auto& bn = static_cast<nn::BatchNorm2d&>(net[0]);
+  bn.set_forward_override([](nn::BatchNormBase& m, const Variable& x) { return m.local_forward(x); }, "Overridden",
+                          false);
+  run_net(true, "MaxPool2dBackward");
+  EXPECT_EQ(net[0].type_name(), "Overridden");
 }

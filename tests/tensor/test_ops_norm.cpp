@@ -150,6 +150,25 @@ TEST(BatchNorm, RejectsBadShapes) {
                    std::invalid_argument, "count must be positive, got 0");
 }
 
+TEST(BatchNorm, ReluMaxPoolRejectsBadShapes) {
+  EXPECT_THROW_MSG(batch_norm_relu_max_pool2d_forward(zeros({2, 3, 4}), zeros({3}), ones({3}), Tensor(), Tensor()),
+                   std::invalid_argument,
+                   "batch_norm_relu_max_pool2d_forward: expected input (N, C, H, W) with H, W >= 2, got float32[2, 3, 4]");
+  EXPECT_THROW_MSG(batch_norm_relu_max_pool2d_forward(zeros({2, 3, 1, 4}), zeros({3}), ones({3}), Tensor(), Tensor()),
+                   std::invalid_argument, "with H, W >= 2, got float32[2, 3, 1, 4]");
+  EXPECT_THROW_MSG(batch_norm_relu_max_pool2d_forward(zeros({2, 3, 4, 4}), zeros({3}), ones({3}), ones({2}), Tensor()),
+                   std::invalid_argument, "expected weight of shape [3], got float32[2]");
+  const BatchNormReluPoolResult r =
+      batch_norm_relu_max_pool2d_forward(zeros({2, 3, 4, 5}), zeros({3}), ones({3}), Tensor(), Tensor());
+  EXPECT_EQ(r.out.shape(), (Shape{2, 3, 2, 2}));
+  EXPECT_THROW_MSG(batch_norm_relu_max_pool2d_backward(zeros({2, 3, 4, 4}), zeros({2, 3, 4, 5}), r, zeros({3}),
+                                                       ones({3}), Tensor()),
+                   std::invalid_argument, "expected grad_output shaped and typed like input float32[2, 3, 2, 2]");
+  EXPECT_THROW_MSG(batch_norm_relu_max_pool2d_backward(zeros({2, 3, 2, 2}), zeros({2, 3, 6, 6}), r, zeros({3}),
+                                                       ones({3}), Tensor()),
+                   std::invalid_argument, "the saved forward results do not belong to input float32[2, 3, 6, 6]");
+}
+
 // ---- layer norm ----
 
 TEST(LayerNorm, NormalisesEachRowWithBiasedVariance) {
