@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "minidl/kernels/cpu/parallel.h"
+#include "minidl/kernels/cpu/pool.h"
 #include "minidl/kernels/cpu/vec_math.h"
 
 namespace minidl::kernels::cpu {
@@ -209,24 +210,31 @@ void batch_norm_backward_elemt(const T* dy, const T* x, int64_t N, int64_t C, in
 // candidate wins if greater, or a NaN while the best is not), so out is the composed ops' output
 // bit for bit. arg (N, C, H/2, W/2) records the winner's place in its window, 2 * dh + dw, and
 // x_at the input there (what the backward's sums need, at a quarter of the input's size).
-// A last odd row / column is outside every window (as max_pool2d drops it).
+// A last odd row / column is outside every window (as max_pool2d drops it). Float rows use
+// AVX-512 when the CPU has it (kernels/cpu/pool_avx512.cpp, the same rule 16 outputs at a time).
 template <class T>
 void batch_norm_relu_max_pool2d_forward(const T* x, int64_t N, int64_t C, int64_t H, int64_t W, const double* mean,
                                         const double* invstd, const double* weight, const double* bias, T* out,
                                         uint8_t* arg, T* x_at) {
   const int64_t Ho = H / 2, Wo = W / 2;
   parallel_for(N * C, norm_grain(H * W), [&](int64_t p0, int64_t p1) {
-    std::vector<T> z(static_cast<size_t>(2 * W));  // relu(batch_norm(x)) of one pair of input rows
+    std::vector<T> z(static_cast<size_t>(H * W));  // relu(batch_norm(x)) of one plane
     for (int64_t pl = p0; pl < p1; ++pl) {
       const int64_t c = pl % C;
       const double m = mean[c], scale = invstd[c] * (weight ? weight[c] : 1.0), b = bias ? bias[c] : 0.0;
+      const T* const xp = x + pl * H * W;
+      batch_norm_relu_row(xp, H * W, m, scale, b, z.data());
+      T* const yo = out + pl * Ho * Wo;
+      uint8_t* const ao = arg + pl * Ho * Wo;
+      T* const xo = x_at + pl * Ho * Wo;
+      if constexpr (std::is_same_v<T, float>) {
+        if (pool_detail::max_pool2d_plane_2x2_arg_avx512(z.data(), xp, W, Ho, Wo, yo, ao, xo)) continue;
+      }
       for (int64_t oh = 0; oh < Ho; ++oh) {
-        const T* x0 = x + pl * H * W + 2 * oh * W;
-        const T* x1 = x0 + W;
-        batch_norm_relu_row(x0, 2 * W, m, scale, b, z.data());
-        const T* z0 = z.data();
+        const T* z0 = z.data() + 2 * oh * W;
         const T* z1 = z0 + W;
-        const int64_t o = (pl * Ho + oh) * Wo;
+        const T* x0 = xp + 2 * oh * W;
+        const T* x1 = x0 + W;
         for (int64_t ow = 0; ow < Wo; ++ow) {
           T best = z0[2 * ow], bx = x0[2 * ow];
           uint8_t bi = 0;
@@ -239,9 +247,9 @@ void batch_norm_relu_max_pool2d_forward(const T* x, int64_t N, int64_t C, int64_
           consider(z0[2 * ow + 1], x0[2 * ow + 1], 1);
           consider(z1[2 * ow], x1[2 * ow], 2);
           consider(z1[2 * ow + 1], x1[2 * ow + 1], 3);
-          out[o + ow] = best;
-          arg[o + ow] = bi;
-          x_at[o + ow] = bx;
+          yo[oh * Wo + ow] = best;
+          ao[oh * Wo + ow] = bi;
+          xo[oh * Wo + ow] = bx;
         }
       }
     }
@@ -289,34 +297,34 @@ void batch_norm_relu_max_pool2d_backward_elemt(const T* dout, const T* out, cons
   const int64_t Ho = H / 2, Wo = W / 2;
   const double inv_count = 1.0 / static_cast<double>(count);
   parallel_for(N * C, norm_grain(H * W), [&](int64_t p0, int64_t p1) {
-    std::vector<T> g(static_cast<size_t>(2 * W), T(0));  // the input's gradient for a pair of rows
+    // the input's gradient of one plane; a last odd row / column, in no window, stays 0
+    std::vector<T> g(static_cast<size_t>(H * W), T(0));
     for (int64_t pl = p0; pl < p1; ++pl) {
       const int64_t c = pl % C;
       const double m = mean[c], is = invstd[c];
       const double mean_dy = sum_dy[c] * inv_count;
       const double k = is * is * sum_dy_xmu[c] * inv_count;
       const double scale = (weight ? weight[c] : 1.0) * is;
-      const T* xp = x + pl * H * W;
-      T* o = dx + pl * H * W;
-      for (int64_t oh = 0; oh < Ho; ++oh) {
-        const int64_t q = (pl * Ho + oh) * Wo;
-        T* g0 = g.data();
-        T* g1 = g0 + W;
+      const T* const ro = out + pl * Ho * Wo;
+      const T* const dr = dout + pl * Ho * Wo;
+      const uint8_t* const ar = arg + pl * Ho * Wo;
+      bool done = false;
+      if constexpr (std::is_same_v<T, float>)
+        done = pool_detail::relu_max_pool2d_grad_plane_2x2_avx512(ro, dr, ar, W, Ho, Wo, g.data());
+      for (int64_t oh = 0; oh < Ho && !done; ++oh) {
+        T* const g0 = g.data() + 2 * oh * W;
+        T* const g1 = g0 + W;
         for (int64_t ow = 0; ow < Wo; ++ow) {
           // as max_pool2d_plane_backward (0 + dout) then relu_backward
-          const T v = relu_grad_bits(out[q + ow], static_cast<T>(T(0) + dout[q + ow]));
-          const uint8_t a = arg[q + ow];
-          g0[2 * ow] = a == 0 ? v : T(0);
-          g0[2 * ow + 1] = a == 1 ? v : T(0);
-          g1[2 * ow] = a == 2 ? v : T(0);
-          g1[2 * ow + 1] = a == 3 ? v : T(0);
+          const int64_t j = oh * Wo + ow;
+          const T v = relu_grad_bits(ro[j], static_cast<T>(T(0) + dr[j]));
+          g0[2 * ow] = ar[j] == 0 ? v : T(0);
+          g0[2 * ow + 1] = ar[j] == 1 ? v : T(0);
+          g1[2 * ow] = ar[j] == 2 ? v : T(0);
+          g1[2 * ow + 1] = ar[j] == 3 ? v : T(0);
         }
-        batch_norm_backward_row(g0, xp + 2 * oh * W, 2 * W, m, mean_dy, k, scale, o + 2 * oh * W);
       }
-      if (H % 2) {  // the last row is in no window: its gradient is 0
-        std::fill(g.begin(), g.begin() + W, T(0));
-        batch_norm_backward_row(g.data(), xp + (H - 1) * W, W, m, mean_dy, k, scale, o + (H - 1) * W);
-      }
+      batch_norm_backward_row(g.data(), x + pl * H * W, H * W, m, mean_dy, k, scale, dx + pl * H * W);
     }
   });
 }

@@ -2,7 +2,9 @@
 // compiled for AVX-512 whatever the build's -march and used only when the CPU has it (checked once
 // at run time). 16 outputs per step: the two input rows are loaded (masked at the row's end), split
 // into even and odd columns, and the four candidates compared in row-major order with the scalar
-// loop's rule (a later candidate wins if greater, or a NaN while the best is not).
+// loop's rule (a later candidate wins if greater, or a NaN while the best is not). The same for the
+// fused batch norm + ReLU + max-pool (kernels/cpu/norm.h): its forward (recording the winner's
+// place and a second array's value there) and its backward's input gradient, a plane per call.
 // GCC 12 reports false "maybe-uninitialized" warnings inside its own AVX-512 headers.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include "minidl/kernels/cpu/pool.h"
@@ -51,7 +53,108 @@ __attribute__((target("avx512f"))) void row_avx512(const float* r0, const float*
     _mm512_mask_storeu_epi64(idx + ow + 8, static_cast<__mmask8>(out >> 8), i1);
   }
 }
+
+// take_if_better, also moving bx to xv where v wins.
+__attribute__((target("avx512f"))) inline void take_if_better(__m512& best, __m512i& bi, __m512& bx, const __m512& v,
+                                                              const __m512& xv, int32_t off) {
+  const __mmask16 take = _mm512_cmp_ps_mask(best, best, _CMP_ORD_Q) &
+                         (_mm512_cmp_ps_mask(v, best, _CMP_GT_OQ) | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q));
+  best = _mm512_mask_mov_ps(best, take, v);
+  bx = _mm512_mask_mov_ps(bx, take, xv);
+  bi = _mm512_mask_mov_epi32(bi, take, _mm512_set1_epi32(off));
+}
+
+// 32 floats from p in even / odd column order (n = 16 outputs' worth, fewer at a row's end: the
+// loads are masked to 2 * n floats).
+struct EvenOdd {
+  __m512 even, odd;
+};
+__attribute__((target("avx512f"))) inline EvenOdd load_even_odd(const float* p, __mmask16 lo, __mmask16 hi) {
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+  const __m512 a = _mm512_maskz_loadu_ps(lo, p), b = _mm512_maskz_loadu_ps(hi, p + 16);
+  return {_mm512_permutex2var_ps(a, even, b), _mm512_permutex2var_ps(a, odd, b)};
+}
+
+// The masks of a step of n (1..16) outputs: the first / second 16 inputs, the outputs.
+struct StepMasks {
+  __mmask16 lo, hi, out;
+};
+inline StepMasks step_masks(int64_t n) {
+  return {static_cast<__mmask16>(n >= 8 ? 0xFFFF : (1u << (2 * n)) - 1),
+          static_cast<__mmask16>(n <= 8 ? 0 : (1u << (2 * (n - 8))) - 1), static_cast<__mmask16>((1u << n) - 1)};
+}
+
+// One (H_out, W_out) plane of outputs from z and x (rows of W values).
+__attribute__((target("avx512f"))) void arg_plane_avx512(const float* z, const float* x, int64_t W, int64_t H_out,
+                                                         int64_t W_out, float* y, uint8_t* arg, float* x_at) {
+  for (int64_t oh = 0; oh < H_out; ++oh) {
+    const float* z0 = z + 2 * oh * W;
+    const float* x0 = x + 2 * oh * W;
+    const int64_t o = oh * W_out;
+    for (int64_t ow = 0; ow < W_out; ow += 16) {
+      const StepMasks k = step_masks(std::min<int64_t>(16, W_out - ow));
+      const EvenOdd a = load_even_odd(z0 + 2 * ow, k.lo, k.hi), b = load_even_odd(z0 + W + 2 * ow, k.lo, k.hi);
+      const EvenOdd xa = load_even_odd(x0 + 2 * ow, k.lo, k.hi), xb = load_even_odd(x0 + W + 2 * ow, k.lo, k.hi);
+      __m512 best = a.even, bx = xa.even;
+      __m512i bi = _mm512_setzero_si512();
+      take_if_better(best, bi, bx, a.odd, xa.odd, 1);
+      take_if_better(best, bi, bx, b.even, xb.even, 2);
+      take_if_better(best, bi, bx, b.odd, xb.odd, 3);
+      _mm512_mask_storeu_ps(y + o + ow, k.out, best);
+      _mm512_mask_storeu_ps(x_at + o + ow, k.out, bx);
+      _mm512_mask_cvtepi32_storeu_epi8(arg + o + ow, k.out, bi);
+    }
+  }
+}
+
+// One plane of the input gradient g (rows of W values; what no window covers is left alone).
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void relu_grad_plane_avx512(const float* out, const float* dout,
+                                                               const uint8_t* arg, int64_t W, int64_t H_out,
+                                                               int64_t W_out, float* g) {
+  const __m512i lo_idx = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+  const __m512i hi_idx = _mm512_add_epi32(lo_idx, _mm512_set1_epi32(8));
+  const __m512 zero = _mm512_setzero_ps();
+  for (int64_t oh = 0; oh < H_out; ++oh) {
+    float* g0 = g + 2 * oh * W;
+    float* g1 = g0 + W;
+    const int64_t o = oh * W_out;
+    for (int64_t ow = 0; ow < W_out; ow += 16) {
+      const StepMasks k = step_masks(std::min<int64_t>(16, W_out - ow));
+      const __m512i a = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(k.out, arg + o + ow));
+      const __m512 r = _mm512_maskz_loadu_ps(k.out, out + o + ow);
+      const __m512 d = _mm512_add_ps(zero, _mm512_maskz_loadu_ps(k.out, dout + o + ow));  // 0 + dout, as scattered
+      // relu_grad_bits: 0 where out <= 0 (-0 and -inf included), kept where out > 0 or NaN
+      const __m512 v = _mm512_mask_mov_ps(zero, _mm512_cmp_ps_mask(r, zero, _CMP_NLE_UQ), d);
+      const __m512 e0 = _mm512_maskz_mov_ps(_mm512_cmpeq_epi32_mask(a, _mm512_set1_epi32(0)), v);
+      const __m512 o0 = _mm512_maskz_mov_ps(_mm512_cmpeq_epi32_mask(a, _mm512_set1_epi32(1)), v);
+      const __m512 e1 = _mm512_maskz_mov_ps(_mm512_cmpeq_epi32_mask(a, _mm512_set1_epi32(2)), v);
+      const __m512 o1 = _mm512_maskz_mov_ps(_mm512_cmpeq_epi32_mask(a, _mm512_set1_epi32(3)), v);
+      _mm512_mask_storeu_ps(g0 + 2 * ow, k.lo, _mm512_permutex2var_ps(e0, lo_idx, o0));
+      _mm512_mask_storeu_ps(g0 + 2 * ow + 16, k.hi, _mm512_permutex2var_ps(e0, hi_idx, o0));
+      _mm512_mask_storeu_ps(g1 + 2 * ow, k.lo, _mm512_permutex2var_ps(e1, lo_idx, o1));
+      _mm512_mask_storeu_ps(g1 + 2 * ow + 16, k.hi, _mm512_permutex2var_ps(e1, hi_idx, o1));
+    }
+  }
+}
 }  // namespace
+
+bool max_pool2d_plane_2x2_arg_avx512(const float* z, const float* x, int64_t W, int64_t H_out, int64_t W_out,
+                                     float* y, uint8_t* arg, float* x_at) {
+  static const bool have = __builtin_cpu_supports("avx512f");
+  if (!have) return false;
+  arg_plane_avx512(z, x, W, H_out, W_out, y, arg, x_at);
+  return true;
+}
+
+bool relu_max_pool2d_grad_plane_2x2_avx512(const float* out, const float* dout, const uint8_t* arg, int64_t W,
+                                           int64_t H_out, int64_t W_out, float* g) {
+  static const bool have = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                           __builtin_cpu_supports("avx512vl");
+  if (!have) return false;
+  relu_grad_plane_avx512(out, dout, arg, W, H_out, W_out, g);
+  return true;
+}
 
 bool max_pool2d_row_2x2_avx512(const float* r0, const float* r1, float* y, int64_t* idx, int64_t W_out, int64_t W,
                                int64_t base) {
@@ -62,6 +165,13 @@ bool max_pool2d_row_2x2_avx512(const float* r0, const float* r1, float* y, int64
 }
 #else
 bool max_pool2d_row_2x2_avx512(const float*, const float*, float*, int64_t*, int64_t, int64_t, int64_t) {
+  return false;
+}
+bool max_pool2d_plane_2x2_arg_avx512(const float*, const float*, int64_t, int64_t, int64_t, float*, uint8_t*, float*) {
+  return false;
+}
+bool relu_max_pool2d_grad_plane_2x2_avx512(const float*, const float*, const uint8_t*, int64_t, int64_t, int64_t,
+                                           float*) {
   return false;
 }
 #endif

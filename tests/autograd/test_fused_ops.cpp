@@ -248,7 +248,7 @@ std::vector<Tensor> bn_relu_pool(bool fused, const Tensor& x0, const Tensor& w0,
 TEST(FusedOps, BatchNormReluMaxPoolMatchesTheComposedOps) {
   manual_seed(11);
   for (DType dt : {DType::Float64, DType::Float32}) {
-    for (const Shape& shape : {Shape{4, 3, 6, 8}, Shape{3, 2, 7, 5}}) {
+    for (const Shape& shape : {Shape{4, 3, 6, 8}, Shape{3, 2, 7, 5}, Shape{2, 2, 6, 39}}) {
       for (bool affine : {true, false}) {
         const Shape pooled{shape[0], shape[1], shape[2] / 2, shape[3] / 2};
         const Tensor x0 = tied_values(shape, dt), r = randn(pooled, dt);
