@@ -359,12 +359,6 @@ void layer_norm_forward_plain(const T* x, int64_t rows, int64_t M, const T* weig
   });
 }
 
-// The 16 floats of v as two times 8 doubles.
-inline void as_doubles(FloatLanes v, DoubleLanes& lo, DoubleLanes& hi) {
-  lo = __builtin_convertvector(__builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7), DoubleLanes);
-  hi = __builtin_convertvector(__builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15), DoubleLanes);
-}
-
 // One float row of layer norm, 16 floats at a time as two 8-double halves (the ViT's rows are
 // 64 long: an omp simd reduction's set-up costs more than such a row). The same double math as
 // the plain loop; only the order of the row sums differs (lanes, then the tail).

@@ -91,10 +91,17 @@ inline FloatLanes load_lanes(const float* p) {
   std::memcpy(&v, p, sizeof v);
   return v;
 }
-// The 16 floats of v as two times 8 doubles, added into lo and hi.
+// The 16 floats of v as two times 8 doubles.
+inline void as_doubles(FloatLanes v, DoubleLanes& lo, DoubleLanes& hi) {
+  lo = __builtin_convertvector(__builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7), DoubleLanes);
+  hi = __builtin_convertvector(__builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15), DoubleLanes);
+}
+// ... added into lo and hi.
 inline void add_as_doubles(FloatLanes v, DoubleLanes& lo, DoubleLanes& hi) {
-  lo += __builtin_convertvector(__builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7), DoubleLanes);
-  hi += __builtin_convertvector(__builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15), DoubleLanes);
+  DoubleLanes vlo, vhi;
+  as_doubles(v, vlo, vhi);
+  lo += vlo;
+  hi += vhi;
 }
 inline double lanes_sum(DoubleLanes lo, DoubleLanes hi) {
   const DoubleLanes t = lo + hi;
