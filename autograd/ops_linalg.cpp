@@ -1,5 +1,8 @@
 // autograd/ops_linalg.cpp — matmul (torch.matmul semantics) and linear (one node), with their backward.
 #include "minidl/autograd/ops.h"
+
+#include <tuple>
+
 #include "minidl/tensor/ops.h"
 
 namespace minidl {
@@ -42,7 +45,7 @@ Variable matmul(const Variable& a, const Variable& b) {
 
 // y = x W^T + b, one node: leading dims of x are flattened into rows so the layer is one GEMM,
 // the bias is added into the GEMM's output in place; backward: dx = dy W, dW = dy^T x (one GEMM
-// over all rows), db = column sums of dy. The same as matmul(x, transpose(w)) + b (tested).
+// over all rows) and db = column sums of dy (summed by that GEMM as it reads dy). The same as matmul(x, transpose(w)) + b (tested).
 Variable linear(const Variable& x, const Variable& w, const Variable& b) {
   if (w.dim() != 2 || x.dim() < 1 || x.size(-1) != w.size(1))
     throw std::invalid_argument("linear: input " + x.data().desc() + " does not match weight " + w.data().desc() +
@@ -60,8 +63,12 @@ Variable linear(const Variable& x, const Variable& w, const Variable& b) {
         const Tensor g = dy.reshape({-1, dy.size(-1)});  // (rows, out)
         std::vector<Tensor> grads(3);
         if (tw.defined()) grads[0] = mm(g, tw).view(x_shape);
-        if (tx.defined()) grads[1] = mm(g.t(), tx);
-        if (gb) grads[2] = sum(g, {0});
+        if (tx.defined() && gb) {
+          std::tie(grads[1], grads[2]) = mm_and_row_sums(g.t(), tx);  // dW and db from one pass over dy
+        } else {
+          if (tx.defined()) grads[1] = mm(g.t(), tx);
+          if (gb) grads[2] = sum(g, {0});
+        }
         return grads;
       },
       "LinearBackward");

@@ -4,6 +4,7 @@
 // kernels/cpu; results are new contiguous tensors unless the name ends in '_' (in place).
 // Reductions are deterministic: the same bits whatever the thread count.
 #pragma once
+#include <utility>
 #include <vector>
 
 #include "minidl/tensor/tensor.h"
@@ -108,6 +109,9 @@ Tensor mm(const Tensor& a, const Tensor& b);  // 2-d only; a or b may be transpo
 // bias (m) + a (n, k) · b (k, m), the bias added to every row: torch.addmm(bias, a, b) for a 1-d
 // bias (a linear layer's forward; on the CPU the bias goes in as the product is written).
 Tensor addmm(const Tensor& bias, const Tensor& a, const Tensor& b);
+// {a (n, k) · b (k, m), a's row sums (n)} = {mm(a, b), sum(a, {1})} from one pass over a (a linear
+// layer's dW = dy^T x and db, with a = dy^T; on the CPU the sums come from the GEMM's own reads).
+std::pair<Tensor, Tensor> mm_and_row_sums(const Tensor& a, const Tensor& b);
 
 // ---- softmax family (numerically stable: subtract the max) ----
 Tensor softmax(const Tensor& x, int64_t dim);

@@ -1,4 +1,5 @@
-// tensor/ops_linalg.cpp — matrix products: mm (2-d), addmm (a bias plus a 2-d product) and matmul
+// tensor/ops_linalg.cpp — matrix products: mm (2-d), addmm (a bias plus a 2-d product),
+// mm_and_row_sums (a product and its left operand's row sums) and matmul
 // (torch.matmul semantics: 1-d vectors, 2-d matrices, batched (..., n, k)·(..., k, m) with
 // broadcast batch dims).
 // The work is kernels::cpu::gemm (Eigen), or one cuBLAS strided-batched GEMM for CUDA tensors
@@ -158,6 +159,25 @@ Tensor addmm(const Tensor& bias, const Tensor& a, const Tensor& b) {
                             out.data<T>(), m);
   });
   return out;
+}
+
+std::pair<Tensor, Tensor> mm_and_row_sums(const Tensor& a, const Tensor& b) {
+  check_operands(a, b, "mm_and_row_sums");
+  if (a.dim() != 2 || b.dim() != 2)
+    throw std::invalid_argument("mm_and_row_sums: expected 2-d matrices, got shapes " + shape_str(a.shape()) +
+                                " and " + shape_str(b.shape()));
+  if (a.size(1) != b.size(0)) shape_error(a, b, "mm_and_row_sums", a.size(1), b.size(0));
+  if (a.device().is_cuda()) return {mm(a, b), sum(a, {1})};  // cuBLAS's product, then the reduction
+  Tensor ta = a, tb = b;
+  const GemmOperand ga = matrix_layout(ta), gb = matrix_layout(tb);
+  const int64_t n = a.size(0), k = a.size(1), m = b.size(1);
+  Tensor out({n, m}, a.dtype(), a.device()), sums({n}, a.dtype(), a.device());  // (n, m), (n)
+  dispatch_floating(a.dtype(), "mm_and_row_sums", [&](auto tag) {
+    using T = decltype(tag);
+    kernels::cpu::gemm_row_sums(n, m, k, ta.data<T>(), ga.ld, ga.trans, tb.data<T>(), gb.ld, gb.trans, out.data<T>(),
+                                m, sums.data<T>());
+  });
+  return {out, sums};
 }
 
 Tensor matmul(const Tensor& a, const Tensor& b) {

@@ -187,4 +187,34 @@ void gemm_bias(int64_t M, int64_t N, int64_t K, const double* A, int64_t lda, bo
   gemm_into_bias_rows(M, N, K, A, lda, trans_a, B, ldb, trans_b, bias, C, ldc);
 }
 
+namespace {
+template <class T>
+void gemm_then_row_sums(int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, bool trans_a, const T* B,
+                        int64_t ldb, bool trans_b, T* C, int64_t ldc, T* row_sums) {
+  gemm(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, T(1), T(0));
+  for (int64_t i = 0; i < M; ++i) {
+    double s = 0;  // op(A)(i, k) = A[i * lda + k], or A[k * lda + i] when trans_a
+    for (int64_t k = 0; k < K; ++k) s += double(trans_a ? A[k * lda + i] : A[i * lda + k]);
+    row_sums[i] = static_cast<T>(s);
+  }
+}
+}  // namespace
+
+void gemm_row_sums_reference(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, bool trans_a,
+                             const float* B, int64_t ldb, bool trans_b, float* C, int64_t ldc, float* row_sums) {
+  gemm_then_row_sums(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, row_sums);
+}
+
+void gemm_row_sums(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, bool trans_a, const float* B,
+                   int64_t ldb, bool trans_b, float* C, int64_t ldc, float* row_sums) {
+  if (use_small_gemm(M, N, K, 1.0f) ||
+      !gemm_avx512(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, 1.0f, 0.0f, nullptr, row_sums))
+    gemm_then_row_sums(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, row_sums);
+}
+
+void gemm_row_sums(int64_t M, int64_t N, int64_t K, const double* A, int64_t lda, bool trans_a, const double* B,
+                   int64_t ldb, bool trans_b, double* C, int64_t ldc, double* row_sums) {
+  gemm_then_row_sums(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, row_sums);
+}
+
 }  // namespace minidl::kernels::cpu

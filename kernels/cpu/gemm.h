@@ -30,15 +30,29 @@ void gemm_bias(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, boo
 void gemm_bias(int64_t M, int64_t N, int64_t K, const double* A, int64_t lda, bool trans_a, const double* B,
                int64_t ldb, bool trans_b, const double* bias, double* C, int64_t ldc);
 
+// C (M, N) = op(A) · op(B), and row_sums (M) = the sums of op(A)'s rows, each added up in double
+// in k order, then rounded: with A = dy (rows, out) transposed and B = x (rows, in), a linear
+// layer's weight and bias gradients (dW = dy^T x, db = dy's column sums) from one pass over dy.
+// The packed kernel sums the values it multiplies when A is transposed; the other paths run
+// gemm() and then a plain loop over op(A) (gemm_row_sums_reference).
+void gemm_row_sums(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, bool trans_a, const float* B,
+                   int64_t ldb, bool trans_b, float* C, int64_t ldc, float* row_sums);
+void gemm_row_sums(int64_t M, int64_t N, int64_t K, const double* A, int64_t lda, bool trans_a, const double* B,
+                   int64_t ldb, bool trans_b, double* C, int64_t ldc, double* row_sums);
+// gemm() and then the row sums in a plain loop (each in double, k in order): the reference.
+void gemm_row_sums_reference(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, bool trans_a,
+                             const float* B, int64_t ldb, bool trans_b, float* C, int64_t ldc, float* row_sums);
+
 // The float paths gemm() chooses between, callable directly by tests and benchmarks (same
 // arguments and semantics as gemm):
 // Eigen's single-threaded kernel on fixed tiles of C (the reference; any CPU).
 void gemm_eigen(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, bool trans_a, const float* B, int64_t ldb,
                 bool trans_b, float* C, int64_t ldc, float alpha, float beta);
 // The packed AVX-512 kernel; returns false (C untouched) when the CPU lacks AVX-512F. bias: as
-// gemm_bias (N values added to every row of C), or null.
+// gemm_bias (N values added to every row of C), or null. row_sums: as gemm_row_sums (M values),
+// or null; asked of an untransposed A, or of an empty or alpha = 0 product, it returns false.
 bool gemm_avx512(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, bool trans_a, const float* B,
                  int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha, float beta,
-                 const float* bias = nullptr);
+                 const float* bias = nullptr, float* row_sums = nullptr);
 
 }  // namespace minidl::kernels::cpu

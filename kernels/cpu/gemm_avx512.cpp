@@ -7,7 +7,8 @@
 //       pack op(B) (kc, nc) into panels of kNr = 32 columns, each stored k-major (kc, 32)
 //       in parallel over blocks of rows of C (mc rows each):
 //         pack op(A) (mc, kc) into panels of kMr = 8 rows, each stored k-major (kc, 8) — except
-//           full 8-row panels of an untransposed A, which the micro-kernel reads in place
+//           full 8-row panels of an untransposed A, and of a transposed A with short rows, which
+//           the micro-kernel reads in place
 //         for each B panel, for each A panel: the 8x32 micro-kernel
 //
 // The micro-kernel keeps an 8x32 block of C in 16 vector registers and, for k = 0..kc-1 in order,
@@ -15,7 +16,9 @@
 // zero-padded when packed, and the stores are masked (a panel with at most 16 columns left uses
 // the 8x16 variant). C = alpha * (the first K block) + beta * C, then C += alpha * (each further
 // K block); a bias (one value per column of C, gemm_bias) is added where the first K block is
-// written. So every element of C is summed in the same order whatever the thread count, and
+// written. The row sums of a transposed A (gemm_row_sums) are added up by the micro-kernel of
+// C's first columns from the values it broadcasts, in double and in k order across the K blocks.
+// So every element of C is summed in the same order whatever the thread count, and
 // whatever the row blocking (mc is only the unit of work): bit-identical for any thread count.
 // Tested against Eigen's path and a naive loop by tests/tensor/test_cpu_fast_paths.cpp; GFLOP/s
 // against Eigen: examples/bench_gemm.cpp.
@@ -25,6 +28,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <vector>
 
 #include "minidl/kernels/cpu/gemm.h"
 #include "minidl/kernels/cpu/parallel.h"
@@ -41,9 +45,14 @@ namespace {
 #define MINIDL_AVX512 __attribute__((target("avx512f,avx2,fma")))
 
 constexpr int64_t kMr = 8, kNr = 32;  // micro-kernel tile of C
-constexpr int64_t kKcMax = 512;  // K blocks: the A block (mc, kc) stays in L2, a B panel (kc, 32) near L1
+constexpr int64_t kKcMax = 256;  // K blocks: the A block (mc, kc) stays in L2, a B panel (kc, 32) in L1
 constexpr int64_t kNc = 4096;  // columns of C per packed B block (bounds the B buffer to 8 MB)
 constexpr int64_t kMcMax = 128;  // rows of C per unit of parallel work (bounds the A buffer to 256 KB)
+// A transposed A is read in place rather than packed when its rows are at most this many floats
+// apart (1 KB): a panel's kc rows then touch few pages, and packing would copy all of A once for
+// products that use each of its values only N times (the weight gradients dW = dy^T x, whose K
+// is the batch's 6400 rows and N a layer's 64-128 inputs).
+constexpr int64_t kInPlaceStrideMax = 256;
 
 // A 64-byte aligned float buffer that only grows (one per thread, reused by every call).
 struct PackBuffer {
@@ -127,25 +136,37 @@ MINIDL_AVX512 void pack_b_panel(const float* B, int64_t ldb, bool trans_b, int64
   }
 }
 
-// C (mr <= 8, nr <= 16 * NV) = alpha * a (8 rows, kc)  b (kc, 32) [+ beta * C + bias on the first
-// K block, or + C on the others]; bias: this tile's nr column values, or null. NV = 1 reads only
-// the first 16 columns of each b row. kDirectA: a is A itself, row r at a + r * lda (8 full rows
-// of a row-major A: packing them would only transpose what the broadcasts read as well in place);
-// else a packed panel (kc, 8).
-template <int NV, bool kDirectA>
-MINIDL_AVX512 void micro_kernel(int64_t kc, const float* a, int64_t lda, const float* b, float* c, int64_t ldc,
-                                int64_t mr, int64_t nr, bool first, float alpha, float beta, const float* bias) {
+// C (mr <= 8, nr <= 16 * NV) = alpha * op(A) (8 rows, kc) · op(B) (kc, 32) [+ beta * C + bias on
+// the first K block, or + C on the others]; bias: this tile's nr column values, or null. NV = 1
+// reads only the first 16 columns of each B row. op(A)(r, k) is read at
+//   a[r * a_step + k]   when kRowsA: 8 full rows of a row-major A read in place (a_step = lda;
+//                       packing them would only transpose what the broadcasts read as well there)
+//   a[k * a_step + r]   otherwise: a packed panel (a_step = 8), or 8 full columns of a transposed A
+//                       read in place (a_step = lda: its 8 values for one k are contiguous already)
+// and op(B)(k, 0..31) at b + k * 32 (a packed panel).
+// kRowSums (k-major A only): also sums[r] += op(A)(r, k) over the block's k in order, in double,
+// from the values the broadcasts read; sums holds 8 doubles, zeroed here on the first K block.
+template <int NV, bool kRowsA, bool kRowSums = false>
+MINIDL_AVX512 void micro_kernel(int64_t kc, const float* a, int64_t a_step, const float* b, float* c,
+                                int64_t ldc, int64_t mr, int64_t nr, bool first, float alpha, float beta,
+                                const float* bias, double* sums = nullptr) {
+  static_assert(!(kRowSums && kRowsA), "row sums are read from a k-major A");
   __m512 acc[kMr][NV];
   for (int r = 0; r < kMr; ++r)
     for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
+  __m512d row_sums = _mm512_setzero_pd();
+  if constexpr (kRowSums)
+    if (!first) row_sums = _mm512_loadu_pd(sums);
   for (int64_t k = 0; k < kc; ++k) {
     __m512 bv[NV];
     for (int v = 0; v < NV; ++v) bv[v] = _mm512_load_ps(b + k * kNr + 16 * v);
+    if constexpr (kRowSums) row_sums = _mm512_add_pd(row_sums, _mm512_cvtps_pd(_mm256_loadu_ps(a + k * a_step)));
     for (int r = 0; r < kMr; ++r) {
-      const __m512 ar = _mm512_set1_ps(kDirectA ? a[r * lda + k] : a[k * kMr + r]);
+      const __m512 ar = _mm512_set1_ps(kRowsA ? a[r * a_step + k] : a[k * a_step + r]);
       for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(ar, bv[v], acc[r][v]);
     }
   }
+  if constexpr (kRowSums) _mm512_storeu_pd(sums, row_sums);
   const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
   __mmask16 mask[NV];
   for (int v = 0; v < NV; ++v) mask[v] = first_n(nr - 16 * v);
@@ -170,9 +191,10 @@ MINIDL_AVX512 void micro_kernel(int64_t kc, const float* a, int64_t lda, const f
   }
 }
 
+// row_sums: null, or (M rounded up to 8) doubles that get the row sums of op(A) (trans_a only).
 MINIDL_AVX512 void packed_gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, bool trans_a,
                                const float* B, int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha,
-                               float beta, const float* bias) {
+                               float beta, const float* bias, double* row_sums) {
   // K blocks of equal size (the last may be shorter), chosen from K alone.
   const int64_t k_blocks = (K + kKcMax - 1) / kKcMax;
   const int64_t kc_step = ((K + k_blocks - 1) / k_blocks + 7) / 8 * 8;
@@ -195,10 +217,13 @@ MINIDL_AVX512 void packed_gemm(int64_t M, int64_t N, int64_t K, const float* A, 
         float* ap = a_buffer.get(static_cast<size_t>(mc * kc));
         for (int64_t blk = b0; blk < b1; ++blk) {
           const int64_t i0 = blk * mc, m = std::min(mc, M - i0), m_panels = (m + kMr - 1) / kMr;
-          // A read in place: full 8-row panels of a row-major A; the others packed (zero-padded)
-          auto direct = [&](int64_t q) { return !trans_a && q * kMr + kMr <= m; };
+          // A read in place: full 8-row panels of a row-major A, and of a transposed A whose
+          // rows (op(A)'s columns) lie close together; the others packed (zero-padded)
+          auto direct_a = [&](int64_t q) {
+            return q * kMr + kMr <= m && (!trans_a || lda <= kInPlaceStrideMax);
+          };
           for (int64_t q = 0; q < m_panels; ++q)
-            if (!direct(q))
+            if (!direct_a(q))
               pack_a_panel(A, lda, trans_a, i0 + q * kMr, std::min(kMr, m - q * kMr), pc, kc, ap + q * kMr * kc);
           for (int64_t p = 0; p < n_panels; ++p) {
             const int64_t j = jc + p * kNr, nr = std::min(kNr, nc - p * kNr);
@@ -207,16 +232,27 @@ MINIDL_AVX512 void packed_gemm(int64_t M, int64_t N, int64_t K, const float* A, 
               const int64_t i = i0 + q * kMr, mr = std::min(kMr, m - q * kMr);
               float* c = C + i * ldc + j;
               const float* bj = bias ? bias + j : nullptr;
-              const float* a_direct = A + i * lda + pc;
-              const float* a_packed = ap + q * kMr * kc;
-              if (direct(q) && nr > 16)
-                micro_kernel<2, true>(kc, a_direct, lda, bpanel, c, ldc, mr, nr, first, alpha, beta, bj);
-              else if (direct(q))
-                micro_kernel<1, true>(kc, a_direct, lda, bpanel, c, ldc, mr, nr, first, alpha, beta, bj);
-              else if (nr > 16)
-                micro_kernel<2, false>(kc, a_packed, 0, bpanel, c, ldc, mr, nr, first, alpha, beta, bj);
-              else
-                micro_kernel<1, false>(kc, a_packed, 0, bpanel, c, ldc, mr, nr, first, alpha, beta, bj);
+              if (direct_a(q) && !trans_a) {
+                const float* a = A + i * lda + pc;
+                if (nr > 16)
+                  micro_kernel<2, true>(kc, a, lda, bpanel, c, ldc, mr, nr, first, alpha, beta, bj);
+                else
+                  micro_kernel<1, true>(kc, a, lda, bpanel, c, ldc, mr, nr, first, alpha, beta, bj);
+              } else {
+                const bool in_place = direct_a(q);  // transposed A: column i of row pc onwards
+                const float* a = in_place ? A + pc * lda + i : ap + q * kMr * kc;
+                const int64_t a_step = in_place ? lda : kMr;
+                if (row_sums && j == 0 && nr > 16)  // the row sums ride along with C's first columns
+                  micro_kernel<2, false, true>(kc, a, a_step, bpanel, c, ldc, mr, nr, first, alpha, beta, bj,
+                                               row_sums + i);
+                else if (row_sums && j == 0)
+                  micro_kernel<1, false, true>(kc, a, a_step, bpanel, c, ldc, mr, nr, first, alpha, beta, bj,
+                                               row_sums + i);
+                else if (nr > 16)
+                  micro_kernel<2, false>(kc, a, a_step, bpanel, c, ldc, mr, nr, first, alpha, beta, bj);
+                else
+                  micro_kernel<1, false>(kc, a, a_step, bpanel, c, ldc, mr, nr, first, alpha, beta, bj);
+              }
             }
           }
         }
@@ -228,9 +264,11 @@ MINIDL_AVX512 void packed_gemm(int64_t M, int64_t N, int64_t K, const float* A, 
 }  // namespace
 
 bool gemm_avx512(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, bool trans_a, const float* B,
-                 int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha, float beta, const float* bias) {
+                 int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha, float beta, const float* bias,
+                 float* row_sums) {
   static const bool have = __builtin_cpu_supports("avx512f");
   if (!have) return false;
+  if (row_sums && (!trans_a || M <= 0 || N <= 0 || K <= 0 || alpha == 0.0f)) return false;
   if (M <= 0 || N <= 0) return true;
   if (K <= 0 || alpha == 0.0f) {  // C = beta * C + bias (beta == 0: overwrite, ignoring NaNs already there)
     for (int64_t i = 0; i < M; ++i)
@@ -238,12 +276,18 @@ bool gemm_avx512(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, b
         C[i * ldc + j] = (beta == 0.0f ? 0.0f : beta * C[i * ldc + j]) + (bias ? bias[j] : 0.0f);
     return true;
   }
-  packed_gemm(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, alpha, beta, bias);
+  if (!row_sums) {
+    packed_gemm(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, alpha, beta, bias, nullptr);
+    return true;
+  }
+  std::vector<double> sums(static_cast<size_t>((M + kMr - 1) / kMr * kMr));  // whole 8-row panels
+  packed_gemm(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, alpha, beta, bias, sums.data());
+  for (int64_t i = 0; i < M; ++i) row_sums[i] = static_cast<float>(sums[static_cast<size_t>(i)]);
   return true;
 }
 #else
 bool gemm_avx512(int64_t, int64_t, int64_t, const float*, int64_t, bool, const float*, int64_t, bool, float*, int64_t,
-                 float, float, const float*) {
+                 float, float, const float*, float*) {
   return false;
 }
 #endif

@@ -4,12 +4,14 @@
 // block and N past one column block, alpha and beta (0: C is write-only, a NaN there is ignored;
 // 1; other), leading dimensions wider than the matrices (the gaps stay untouched), and the same
 // bits with 1 and 2 threads. Skipped, saying so, on a CPU without AVX-512F (gemm() then never
-// uses the kernel). gemm_bias (a bias added to every row of C) on every path.
+// uses the kernel). gemm_bias (a bias added to every row of C) on every path; gemm_row_sums (the
+// row sums of op(A) alongside the product) against gemm() and a plain loop, on every path.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "minidl/kernels/cpu/gemm.h"
@@ -95,6 +97,12 @@ TEST(CpuGemm, PackedHandlesWideLeadingDimensionsAndBlockEdges) {
   for (float beta : {0.0f, 2.0f}) check({19, 40, 1100}, true, false, 1.0f, beta, 1);
   // N = 4200: two column blocks of the packed B
   check({3, 4200, 5}, false, true, 1.0f, 0.25f, 0);
+  // rows of a transposed A short enough to be read in place (pad 3), and too far apart (pad 300:
+  // packed), with the weight gradients' shape (K much larger than M and N) over several K blocks
+  for (int64_t pad : {3, 300}) {
+    check({40, 70, 30}, true, false, 1.0f, 0.5f, pad);
+    check({24, 64, 700}, true, false, 1.0f, 0.0f, pad);
+  }
 }
 
 TEST(CpuGemm, PackedWithEmptyKOrZeroAlphaScalesC) {
@@ -174,4 +182,63 @@ TEST(CpuGemm, PackedBiasWithBetaAddsBothToC) {
   gemm_eigen(M, N, K, A.data(), K, false, B.data(), N, false, ref.data(), N, 2.0f, 0.5f);
   for (int64_t i = 0; i < M; ++i)
     for (int64_t j = 0; j < N; ++j) ASSERT_NEAR(C[i * N + j], ref[i * N + j] + bias[j], 2e-4) << i << ", " << j;
+}
+
+// gemm_row_sums against its reference (gemm(), then each row of op(A) summed in double, k in order):
+// the same bits for C (the same products in the same order) and for the sums (the fused kernel
+// carries its double sum across K blocks in the same order), on the small-product loop, the packed
+// kernel (A transposed, read in place or packed; rows past a whole 8-row panel; one and three K
+// blocks; 16-column and wider panels) and the fallback for an untransposed A; the same bits for 1
+// and 2 threads; and the sums checked against float64 sums of the operand itself.
+TEST(CpuGemm, RowSumsMatchThePlainLoopOnEveryPath) {
+  const Case cases[] = {{7, 5, 3}, {64, 64, 6400}, {192, 64, 1100}, {21, 10, 700}, {130, 45, 70}, {9, 33, 17}};
+  const int saved = minidl::kernels::cpu::get_num_threads();
+  for (const Case& c : cases)
+    for (bool ta : {false, true})
+      for (int64_t pad : {0, 300}) {
+        const int64_t M = c.M, N = c.N, K = c.K, lda = (ta ? M : K) + pad;
+        const std::vector<float> A = values(static_cast<size_t>((ta ? K : M) * lda), 12),
+                                 B = values(static_cast<size_t>(K * N), 13);
+        std::vector<float> C(static_cast<size_t>(M * N)), sums(static_cast<size_t>(M));
+        std::vector<float> C_ref = C, sums_ref = sums, C_two = C, sums_two = sums;
+        minidl::kernels::cpu::set_num_threads(1);
+        minidl::kernels::cpu::gemm_row_sums(M, N, K, A.data(), lda, ta, B.data(), N, false, C.data(), N, sums.data());
+        minidl::kernels::cpu::gemm_row_sums_reference(M, N, K, A.data(), lda, ta, B.data(), N, false, C_ref.data(), N,
+                                                      sums_ref.data());
+        minidl::kernels::cpu::set_num_threads(2);
+        minidl::kernels::cpu::gemm_row_sums(M, N, K, A.data(), lda, ta, B.data(), N, false, C_two.data(), N,
+                                            sums_two.data());
+        const std::string what = std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K) + " ta " +
+                                 std::to_string(ta) + " lda " + std::to_string(lda);
+        for (size_t i = 0; i < C.size(); ++i) {
+          ASSERT_EQ(C[i], C_ref[i]) << what << ", C element " << i;
+          ASSERT_EQ(C_two[i], C[i]) << what << ", C element " << i << " with 2 threads";
+        }
+        for (int64_t i = 0; i < M; ++i) {
+          double s = 0, mag = 0;
+          for (int64_t k = 0; k < K; ++k) {
+            const double v = ta ? A[k * lda + i] : A[i * lda + k];
+            s += v, mag += std::fabs(v);
+          }
+          ASSERT_EQ(sums[i], sums_ref[i]) << what << ", row " << i;
+          ASSERT_EQ(sums_two[i], sums[i]) << what << ", row " << i << " with 2 threads";
+          ASSERT_NEAR(sums[i], s, 1e-6 * mag) << what << ", row " << i;
+        }
+      }
+  minidl::kernels::cpu::set_num_threads(saved);
+  // double: gemm() and the loop
+  const std::vector<float> Af = values(40 * 30, 14), Bf = values(40 * 20, 15);
+  const std::vector<double> A(Af.begin(), Af.end()), B(Bf.begin(), Bf.end());
+  std::vector<double> C(30 * 20), sums(30);
+  minidl::kernels::cpu::gemm_row_sums(30, 20, 40, A.data(), 30, true, B.data(), 20, false, C.data(), 20, sums.data());
+  for (int64_t i = 0; i < 30; ++i) {
+    double s = 0;
+    for (int64_t k = 0; k < 40; ++k) s += A[k * 30 + i];
+    ASSERT_EQ(sums[i], s) << "double, row " << i;
+    for (int64_t j = 0; j < 20; ++j) {
+      double ref = 0;
+      for (int64_t k = 0; k < 40; ++k) ref += A[k * 30 + i] * B[k * 20 + j];
+      ASSERT_NEAR(C[i * 20 + j], ref, 1e-12) << "double, (" << i << ", " << j << ")";
+    }
+  }
 }

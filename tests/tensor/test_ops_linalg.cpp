@@ -140,3 +140,31 @@ TEST(Addmm, Errors) {
   EXPECT_THROW_MSG(addmm(zeros({3}), zeros({2, 3, 1}), zeros({1, 3})), std::invalid_argument,
                    "addmm: expected 2-d matrices");
 }
+
+TEST(MmAndRowSums, MatchMmAndSumForTheWeightGradientLayout) {
+  for (DType dt : {DType::Float32, DType::Float64}) {
+    // dy (rows, out) transposed times x (rows, in): a linear layer's dW and db
+    Tensor dy = randn({700, 40}, dt), x = randn({700, 24}, dt);
+    auto [dw, db] = mm_and_row_sums(dy.t(), x);
+    const double tol = dt == DType::Float32 ? 1e-4 : 1e-12;
+    expect_close(dw.to(DType::Float64), naive_mm(dy.t().contiguous(), x).to(DType::Float64), tol, tol);
+    expect_close(db.to(DType::Float64), sum(dy.to(DType::Float64), {0}), tol, tol);
+    EXPECT_EQ(db.shape(), (Shape{40}));
+    // an untransposed left operand takes the other path
+    auto [p, s] = mm_and_row_sums(x.t().contiguous(), dy);
+    expect_close(p.to(DType::Float64), naive_mm(x.t().contiguous(), dy).to(DType::Float64), tol, tol);
+    expect_close(s.to(DType::Float64), sum(x.to(DType::Float64), {0}), tol, tol);
+  }
+  auto [p, s] = mm_and_row_sums(f32({1, 2, 3, 4, 5, 6}, {2, 3}), f32({7, 8, 9, 10, 11, 12}, {3, 2}));
+  expect_equal(p, f32({58, 64, 139, 154}, {2, 2}));
+  expect_equal(s, f32({6, 15}, {2}));
+}
+
+TEST(MmAndRowSums, Errors) {
+  EXPECT_THROW_MSG(mm_and_row_sums(zeros({2, 3}), zeros({4, 3})), std::invalid_argument,
+                   "mm_and_row_sums: shapes [2, 3] and [4, 3] cannot be multiplied (3 != 4)");
+  EXPECT_THROW_MSG(mm_and_row_sums(zeros({2, 3}), zeros({3, 3}, DType::Float64)), std::invalid_argument,
+                   "mm_and_row_sums: dtype mismatch float32 vs float64");
+  EXPECT_THROW_MSG(mm_and_row_sums(zeros({2, 3, 1}), zeros({1, 3})), std::invalid_argument,
+                   "mm_and_row_sums: expected 2-d matrices");
+}
