@@ -136,7 +136,7 @@ template <class T, int R, int NV>
 inline void accumulate(const T* A, int64_t ars, int64_t aks, const T* B, int64_t ldb, int64_t K,
                        Vec<T> (&acc)[R][NV]) {
   constexpr int64_t W = kW<T>;
-#pragma GCC unroll 8
+#pragma GCC unroll 16
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) acc[r][v] = Vec<T>{};
@@ -148,7 +148,7 @@ inline void accumulate(const T* A, int64_t ars, int64_t aks, const T* B, int64_t
       b[v] = load(B + k * ldb + v * W);
       keep_in_register(b[v]);
     }
-#pragma GCC unroll 8
+#pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
       const T ar = a[r * ars];
 #pragma GCC unroll 4
@@ -163,19 +163,33 @@ void tile(const T* A, int64_t ars, int64_t aks, const T* B, int64_t ldb, int64_t
   constexpr int64_t W = kW<T>;
   Vec<T> acc[R][NV];
   accumulate<T, R, NV>(A, ars, aks, B, ldb, K, acc);
-#pragma GCC unroll 8
+#pragma GCC unroll 16
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) store(C + r * ldc + v * W, acc[r][v] * alpha);
 }
 
-// All M rows of C for NV vector columns: tiles of R rows (R * NV accumulators), then 4, 2, 1.
+// All M rows of C for NV vector columns: tiles of R rows (R * NV accumulators), then 8, 4, 2, 1.
+// One vector column takes R = 10 (10 independent sums keep both FMA ports busy), and when M >= R
+// is not a multiple of R the last tile is the R rows ending at M: it recomputes rows of the
+// previous tile (the same sums in the same order, so the same bits) instead of running a short
+// tile whose few sums wait on each other's FMA latency.
 template <class T, int NV>
 void panel(int64_t M, const T* A, int64_t ars, int64_t aks, const T* B, int64_t ldb, int64_t K, T alpha, T* C,
            int64_t ldc) {
-  constexpr int R = NV == 1 ? 8 : 4;
+  constexpr int R = NV == 1 ? 10 : 4;
   int64_t i = 0;
   for (; i + R <= M; i += R) tile<T, R, NV>(A + i * ars, ars, aks, B, ldb, K, alpha, C + i * ldc, ldc);
+  if constexpr (NV == 1) {
+    if (i > 0 && i < M) {
+      tile<T, R, NV>(A + (M - R) * ars, ars, aks, B, ldb, K, alpha, C + (M - R) * ldc, ldc);
+      return;
+    }
+    if (i + 8 <= M) {
+      tile<T, 8, NV>(A + i * ars, ars, aks, B, ldb, K, alpha, C + i * ldc, ldc);
+      i += 8;
+    }
+  }
   if constexpr (R > 4) {
     if (i + 4 <= M) {
       tile<T, 4, NV>(A + i * ars, ars, aks, B, ldb, K, alpha, C + i * ldc, ldc);
@@ -233,10 +247,11 @@ template <int S> void exchange_all(FloatLanes (&m)[16]) {
     if (!(i & S)) exchange<S>(m[i], m[i + S]);
 }
 
-// dst (D, Lp) = src (L, D; rows ld apart) transposed, columns L.. zero. Float: 16 x 16 blocks
-// loaded as rows (masked past D, zero past L), transposed in registers and stored as rows;
-// double: element by element.
-template <class T> void transpose_padded(const T* src, int64_t ld, int64_t L, int64_t D, T* dst, int64_t Lp) {
+// dst (D, Lp) = alpha * src (L, D; rows ld apart) transposed, columns L.. zero. Float: 16 x 16
+// blocks loaded as rows (masked past D, zero past L), transposed in registers and stored as
+// rows; double: element by element.
+template <class T>
+void transpose_padded(const T* src, int64_t ld, int64_t L, int64_t D, T alpha, T* dst, int64_t Lp) {
   if constexpr (std::is_same_v<T, float>) {
     for (int64_t d0 = 0; d0 < D; d0 += 16) {
       const int64_t nd = D - d0 < 16 ? D - d0 : 16;
@@ -250,13 +265,13 @@ template <class T> void transpose_padded(const T* src, int64_t ld, int64_t L, in
         exchange_all<4>(m);
         exchange_all<2>(m);
         exchange_all<1>(m);
-        for (int64_t dd = 0; dd < nd; ++dd) store(dst + (d0 + dd) * Lp + j0, m[dd]);
+        for (int64_t dd = 0; dd < nd; ++dd) store(dst + (d0 + dd) * Lp + j0, m[dd] * alpha);
       }
     }
   } else {
     for (int64_t d = 0; d < D; ++d) {
       T* row = dst + d * Lp;
-      for (int64_t j = 0; j < L; ++j) row[j] = src[j * ld + d];
+      for (int64_t j = 0; j < L; ++j) row[j] = alpha * src[j * ld + d];
       for (int64_t j = L; j < Lp; ++j) row[j] = T(0);
     }
   }
@@ -301,30 +316,27 @@ template <class T, int NV>
   store_first(p + (nv - 1) * W, x[nv - 1] * inv, tail);
 }
 
-// Rows i0..i0+R of P (rows L apart) = softmax of rows i0.. of S = scale * q kt, the R x NV block
-// of S summed in registers as in `tile` and each row's softmax done there (NV vectors span L).
+// Rows i0..i0+R of P (rows L apart) = softmax of rows i0.. of S = q kt (kt already scaled), the
+// R x NV block of S summed in registers as in `tile` and each row's softmax done there (NV
+// vectors span L).
 template <class T, int R, int NV>
-void softmax_tile(const T* q, int64_t ld, const T* kt, int64_t Lp, int64_t D, int64_t L, T scale, T* p) {
+void softmax_tile(const T* q, int64_t ld, const T* kt, int64_t Lp, int64_t D, int64_t L, T* p) {
   Vec<T> acc[R][NV];
   accumulate<T, R, NV>(q, ld, 1, kt, Lp, D, acc);
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) {
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) acc[r][v] *= scale;
-    softmax_lanes<T, NV>(acc[r], NV, L, p + r * L);
-  }
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) softmax_lanes<T, NV>(acc[r], NV, L, p + r * L);
 }
 
-// P (L, L) = softmax(scale * q kt) for rows of NV vectors: tiles of 4 rows, then 2, then 1.
+// P (L, L) = softmax(q kt) for rows of NV vectors: tiles of 4 rows, then 2, then 1.
 template <class T, int NV>
-void softmax_panel(const T* q, int64_t ld, const T* kt, int64_t Lp, int64_t D, int64_t L, T scale, T* p) {
+void softmax_panel(const T* q, int64_t ld, const T* kt, int64_t Lp, int64_t D, int64_t L, T* p) {
   int64_t i = 0;
-  for (; i + 4 <= L; i += 4) softmax_tile<T, 4, NV>(q + i * ld, ld, kt, Lp, D, L, scale, p + i * L);
+  for (; i + 4 <= L; i += 4) softmax_tile<T, 4, NV>(q + i * ld, ld, kt, Lp, D, L, p + i * L);
   if (i + 2 <= L) {
-    softmax_tile<T, 2, NV>(q + i * ld, ld, kt, Lp, D, L, scale, p + i * L);
+    softmax_tile<T, 2, NV>(q + i * ld, ld, kt, Lp, D, L, p + i * L);
     i += 2;
   }
-  if (i < L) softmax_tile<T, 1, NV>(q + i * ld, ld, kt, Lp, D, L, scale, p + i * L);
+  if (i < L) softmax_tile<T, 1, NV>(q + i * ld, ld, kt, Lp, D, L, p + i * L);
 }
 
 // sum of d * p over nv vectors, the last one's lanes tail.. left out; in T's lanes, in a fixed
@@ -353,7 +365,7 @@ void softmax_backward_tile(const T* g, int64_t ldg, const T* vt, int64_t Lp, int
   const int64_t tail = L - (NV - 1) * W;
   Vec<T> acc[R][NV];
   accumulate<T, R, NV>(g, ldg, 1, vt, Lp, D, acc);
-#pragma GCC unroll 8
+#pragma GCC unroll 16
   for (int r = 0; r < R; ++r) {
     Vec<T> pr[NV];
 #pragma GCC unroll 4
@@ -414,14 +426,17 @@ void forward_head(const T* q, const T* k, const T* v, int64_t ld, int64_t L, int
   T* s = kt + D * Lp;      // (L, Lp) off the register path
   T* vp = s + L * Lp;      // (L, Dp), when D % W != 0
   T* op = vp + L * Dp;     // (L, Dp), when D % W != 0
-  transpose_padded(k, ld, L, D, kt, Lp);
+  // float: the scale applied to k as it is transposed (D * L multiplies, not L * L); float64: to
+  // S as it always has been
+  const T kt_scale = std::is_same_v<T, float> ? scale : T(1);
+  transpose_padded(k, ld, L, D, kt_scale, kt, Lp);
   switch (kRegisterRows<T> ? nl : 0) {  // P = softmax(scale * q k^T)
-    case 1: softmax_panel<T, 1>(q, ld, kt, Lp, D, L, scale, p); break;
-    case 2: softmax_panel<T, 2>(q, ld, kt, Lp, D, L, scale, p); break;
-    case 3: softmax_panel<T, 3>(q, ld, kt, Lp, D, L, scale, p); break;
-    case 4: softmax_panel<T, 4>(q, ld, kt, Lp, D, L, scale, p); break;
+    case 1: softmax_panel<T, 1>(q, ld, kt, Lp, D, L, p); break;
+    case 2: softmax_panel<T, 2>(q, ld, kt, Lp, D, L, p); break;
+    case 3: softmax_panel<T, 3>(q, ld, kt, Lp, D, L, p); break;
+    case 4: softmax_panel<T, 4>(q, ld, kt, Lp, D, L, p); break;
     default:  // rows too long for registers, or float64: S in scratch first
-      products(L, nl, q, ld, 1, kt, Lp, D, scale, s, Lp);
+      products(L, nl, q, ld, 1, kt, Lp, D, scale / kt_scale, s, Lp);
       for (int64_t i = 0; i < L; ++i) softmax_lanes<T, 0>(reinterpret_cast<Vec<T>*>(s + i * Lp), nl, L, p + i * L);
   }
   if (D == Dp) {
@@ -448,7 +463,7 @@ void backward_head(const T* q, const T* k, const T* v, int64_t ld, const T* g, i
   T* ds = vt + D * Lp;     // (L, Lp) dP (off the register path), then dS
   T* pp = ds + L * Lp;     // (Lp) one row of P, off the register path
   T* pad = pp + Lp;        // 4 x (L, Dp) when D % W != 0: q, k, dctx, a result
-  transpose_padded(v, ld, L, D, vt, Lp);
+  transpose_padded(v, ld, L, D, T(1), vt, Lp);
   switch (kRegisterRows<T> ? nl : 0) {  // dS = P * (dP - rowsum(dP * P)), dP = dctx v^T
     case 1: softmax_backward_panel<T, 1>(g, ldg, vt, Lp, D, p, L, ds); break;
     case 2: softmax_backward_panel<T, 2>(g, ldg, vt, Lp, D, p, L, ds); break;
