@@ -4,19 +4,22 @@
 // Every product of one head is C = alpha * A · B where C's rows and B's rows are W lanes wide
 // (W = 16 floats or 8 doubles) and A is read one element at a time and broadcast:
 //   S   (L, L) = scale * q · kt     kt (D, L): k transposed once per head, keys in lanes
+//                                   (float: the scale folded into kt as it is transposed)
 //   ctx (L, D) = P · v              v's rows as they lie in qkv, D in lanes
 //   dP  (L, L) = dctx · vt
 //   dq = scale * dS · k    dk = scale * dS^T · q    dv = P^T · dctx    (dS^T, P^T: A read by columns)
 // `tile` keeps an R x NV block of C in R * NV vector registers for the whole sum over k, which
-// runs in order k = 0..K-1 for every element. When a row of S fits in 4 vectors (L <= 4 W: the
-// ViT's 50 tokens), the softmax works on the rows of S while they are still in those registers
+// runs in order k = 0..K-1 for every element. When a row of S fits in 4 vectors (float, L <= 64:
+// the ViT's 50 tokens), the softmax works on the rows of S while they are still in those registers
 // and writes P straight out; the backward likewise turns its block of dP into dS in registers
 // (`softmax_tile`, `softmax_backward_tile`). Longer rows go through scratch rows padded to a
 // multiple of W. The softmax's sum and the backward's row sum are in T's lanes (float sums for
-// float), added in a fixed order that depends only on L. k and v are transposed 16 x 16 floats
+// float: against a float64 reference their results err as much as the double-sum reference's),
+// added in a fixed order that depends only on L. k and v are transposed 16 x 16 floats
 // at a time in registers. When D is not a multiple of W, the operands read as vector rows are
 // copied into zero-padded scratch first and the results copied out. The scratch is one buffer
-// per thread, grown when a call needs more and kept for the next call.
+// per thread, grown when a call needs more and kept for the next call. Each head prefetches the
+// next head's operands.
 #include "minidl/kernels/cpu/attention.h"
 
 #include <cmath>
