@@ -346,9 +346,9 @@ void softmax_panel(const T* q, int64_t ld, const T* kt, int64_t Lp, int64_t D, i
 }
 
 // sum of d * p over nv vectors, the last one's lanes tail.. left out; in T's lanes, in a fixed
-// order (the reference softmax backward's double sum differs from this float one by a few ulps
-// of the terms, and dS = P * (dP - sum) is computed the same way from it). NV as in
-// softmax_lanes.
+// order. For float it is a few ulps of the terms from the reference's double sum, which shows
+// where dS = P * (dP - sum) cancels (peaked rows); test_cpu_attention.cpp bounds the effect on
+// the gradients. NV as in softmax_lanes.
 template <class T, int NV>
 [[gnu::always_inline]] inline T row_dot(const Vec<T>* d, const Vec<T>* p, int64_t nv_, int64_t tail) {
   const int64_t nv = NV ? NV : nv_;
