@@ -4,15 +4,22 @@
 // Every product of one head is C = alpha * A · B where C's rows and B's rows are W lanes wide
 // (W = 16 floats or 8 doubles) and A is read one element at a time and broadcast:
 //   S   (L, L) = scale * q · kt     kt (D, L): k transposed once per head, keys in lanes
+//                                   (float: the scale folded into kt as it is transposed)
 //   ctx (L, D) = P · v              v's rows as they lie in qkv, D in lanes
 //   dP  (L, L) = dctx · vt
 //   dq = scale * dS · k    dk = scale * dS^T · q    dv = P^T · dctx    (dS^T, P^T: A read by columns)
 // `tile` keeps an R x NV block of C in R * NV vector registers for the whole sum over k, which
-// runs in order k = 0..K-1 for every element. Rows of S, P and dS live in scratch rows padded
-// to a multiple of W; the softmax (and its backward) works on those rows in registers, tail
-// lanes masked. When D is not a multiple of W, the operands read as vector rows are copied into
-// zero-padded scratch first and the results copied out. The scratch is one buffer per thread,
-// grown when a call needs more and kept for the next call.
+// runs in order k = 0..K-1 for every element. When a row of S fits in 4 vectors (float, L <= 64:
+// the ViT's 50 tokens), the softmax works on the rows of S while they are still in those registers
+// and writes P straight out; the backward likewise turns its block of dP into dS in registers
+// (`softmax_tile`, `softmax_backward_tile`). Longer rows go through scratch rows padded to a
+// multiple of W. The softmax's sum and the backward's row sum are in T's lanes (float sums for
+// float: against a float64 reference their results err as much as the double-sum reference's),
+// added in a fixed order that depends only on L. k and v are transposed 16 x 16 floats
+// at a time in registers. When D is not a multiple of W, the operands read as vector rows are
+// copied into zero-padded scratch first and the results copied out. The scratch is one buffer
+// per thread, grown when a call needs more and kept for the next call. Each head prefetches the
+// next head's operands.
 #include "minidl/kernels/cpu/attention.h"
 
 #include <cmath>
@@ -24,6 +31,10 @@
 #include <type_traits>
 
 #include "minidl/kernels/cpu/vec_math.h"
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 namespace minidl::kernels::cpu {
 namespace {
@@ -49,6 +60,34 @@ template <class T> Vec<T> load(const T* p) {
 }
 template <class T> void store(T* p, Vec<T> v) { std::memcpy(p, &v, sizeof v); }
 template <class T> Vec<T> splat(T x) { return Vec<T>{} + x; }
+
+// The first n lanes (0 <= n <= W) of the vector at p, the others zero / only those stored. With
+// AVX-512 one masked load or store, which touches nothing past p + n (a row's end may be the
+// buffer's end); otherwise a lane loop.
+template <class T> Vec<T> load_first(const T* p, int64_t n) {
+#if defined(__AVX512F__)
+  if constexpr (std::is_same_v<T, float>) {
+    return Vec<T>(_mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << n) - 1), p));
+  } else {
+    return Vec<T>(_mm512_maskz_loadu_pd(static_cast<__mmask8>((1u << n) - 1), p));
+  }
+#else
+  Vec<T> v = {};
+  for (int64_t l = 0; l < n; ++l) v[l] = p[l];
+  return v;
+#endif
+}
+template <class T> void store_first(T* p, Vec<T> v, int64_t n) {
+#if defined(__AVX512F__)
+  if constexpr (std::is_same_v<T, float>) {
+    _mm512_mask_storeu_ps(p, static_cast<__mmask16>((1u << n) - 1), v);
+  } else {
+    _mm512_mask_storeu_pd(p, static_cast<__mmask8>((1u << n) - 1), v);
+  }
+#else
+  for (int64_t l = 0; l < n; ++l) p[l] = v[l];
+#endif
+}
 
 // v with lanes n.. replaced by `fill` (0 < n <= W)
 template <class T> Vec<T> keep_first(Vec<T> v, int64_t n, T fill) {
@@ -94,13 +133,13 @@ template <class V> void keep_in_register([[maybe_unused]] V& v) {
 #endif
 }
 
-// C (R, NV * W) = alpha * A (R, K) · B (K, NV * W), A(r, k) at A[r * ars + k * aks], rows of B
-// ldb apart, rows of C ldc apart.
+// acc (R, NV * W) = A (R, K) · B (K, NV * W), A(r, k) at A[r * ars + k * aks], rows of B ldb
+// apart: the block of C that `tile` stores, left in registers (callers inline it).
 template <class T, int R, int NV>
-void tile(const T* A, int64_t ars, int64_t aks, const T* B, int64_t ldb, int64_t K, T alpha, T* C, int64_t ldc) {
+inline void accumulate(const T* A, int64_t ars, int64_t aks, const T* B, int64_t ldb, int64_t K,
+                       Vec<T> (&acc)[R][NV]) {
   constexpr int64_t W = kW<T>;
-  Vec<T> acc[R][NV];
-#pragma GCC unroll 8
+#pragma GCC unroll 16
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) acc[r][v] = Vec<T>{};
@@ -112,26 +151,48 @@ void tile(const T* A, int64_t ars, int64_t aks, const T* B, int64_t ldb, int64_t
       b[v] = load(B + k * ldb + v * W);
       keep_in_register(b[v]);
     }
-#pragma GCC unroll 8
+#pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
       const T ar = a[r * ars];
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) acc[r][v] += ar * b[v];
     }
   }
-#pragma GCC unroll 8
+}
+
+// C (R, NV * W) = alpha * A (R, K) · B (K, NV * W), rows of C ldc apart.
+template <class T, int R, int NV>
+void tile(const T* A, int64_t ars, int64_t aks, const T* B, int64_t ldb, int64_t K, T alpha, T* C, int64_t ldc) {
+  constexpr int64_t W = kW<T>;
+  Vec<T> acc[R][NV];
+  accumulate<T, R, NV>(A, ars, aks, B, ldb, K, acc);
+#pragma GCC unroll 16
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) store(C + r * ldc + v * W, acc[r][v] * alpha);
 }
 
-// All M rows of C for NV vector columns: tiles of R rows (R * NV accumulators), then 4, 2, 1.
+// All M rows of C for NV vector columns: tiles of R rows (R * NV accumulators), then 8, 4, 2, 1.
+// One vector column takes R = 10 (10 independent sums keep both FMA ports busy), and when M >= R
+// is not a multiple of R the last tile is the R rows ending at M: it recomputes rows of the
+// previous tile (the same sums in the same order, so the same bits) instead of running a short
+// tile whose few sums wait on each other's FMA latency.
 template <class T, int NV>
 void panel(int64_t M, const T* A, int64_t ars, int64_t aks, const T* B, int64_t ldb, int64_t K, T alpha, T* C,
            int64_t ldc) {
-  constexpr int R = NV == 1 ? 8 : 4;
+  constexpr int R = NV == 1 ? 10 : 4;
   int64_t i = 0;
   for (; i + R <= M; i += R) tile<T, R, NV>(A + i * ars, ars, aks, B, ldb, K, alpha, C + i * ldc, ldc);
+  if constexpr (NV == 1) {
+    if (i > 0 && i < M) {
+      tile<T, R, NV>(A + (M - R) * ars, ars, aks, B, ldb, K, alpha, C + (M - R) * ldc, ldc);
+      return;
+    }
+    if (i + 8 <= M) {
+      tile<T, 8, NV>(A + i * ars, ars, aks, B, ldb, K, alpha, C + i * ldc, ldc);
+      i += 8;
+    }
+  }
   if constexpr (R > 4) {
     if (i + 4 <= M) {
       tile<T, 4, NV>(A + i * ars, ars, aks, B, ldb, K, alpha, C + i * ldc, ldc);
@@ -162,25 +223,63 @@ void products(int64_t M, int64_t nv, const T* A, int64_t ars, int64_t aks, const
   }
 }
 
-// dst (D, Lp) = src (L, D; rows ld apart) transposed, columns L.. zero
-template <class T> void transpose_padded(const T* src, int64_t ld, int64_t L, int64_t D, T* dst, int64_t Lp) {
-  for (int64_t d = 0; d < D; ++d) {
-    T* row = dst + d * Lp;
-    for (int64_t j = 0; j < L; ++j) row[j] = src[j * ld + d];
-    for (int64_t j = L; j < Lp; ++j) row[j] = T(0);
+// Rows a and b of a 16 x 16 block whose row indices differ in bit S (a's bit clear) swap the
+// lanes that differ from them in that bit: a's lanes with bit S set take b's lanes with it
+// clear, and back. Done for S = 8, 4, 2, 1 over all row pairs, row and lane indices have traded
+// every bit: the block is transposed (16 two-vector shuffles a step, no memory round trip).
+template <int S> void exchange(FloatLanes& a, FloatLanes& b) {
+  FloatLanes x, y;
+  if constexpr (S == 8) {
+    x = __builtin_shufflevector(a, b, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
+    y = __builtin_shufflevector(a, b, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+  } else if constexpr (S == 4) {
+    x = __builtin_shufflevector(a, b, 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27);
+    y = __builtin_shufflevector(a, b, 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31);
+  } else if constexpr (S == 2) {
+    x = __builtin_shufflevector(a, b, 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29);
+    y = __builtin_shufflevector(a, b, 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31);
+  } else {
+    x = __builtin_shufflevector(a, b, 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30);
+    y = __builtin_shufflevector(a, b, 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31);
   }
+  a = x, b = y;
+}
+template <int S> void exchange_all(FloatLanes (&m)[16]) {
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; ++i)
+    if (!(i & S)) exchange<S>(m[i], m[i + S]);
 }
 
-// dst (padded to a multiple of W) = src (n), the lanes past n zero; vector copies (a call to
-// memcpy per 50-element row costs more than the copy)
-template <class T> void copy_padded_row(const T* src, int64_t n, T* dst) {
-  constexpr int64_t W = kW<T>;
-  int64_t i = 0;
-  for (; i + W <= n; i += W) store(dst + i, load(src + i));
-  if (i < n) {
-    Vec<T> last = {};
-    for (int64_t l = 0; i + l < n; ++l) last[l] = src[i + l];
-    store(dst + i, last);
+// dst (D, Lp) = alpha * src (L, D; rows ld apart) transposed, columns L.. zero. Float: 16 x 16
+// blocks loaded as rows (masked past D, zero past L), transposed in registers and stored as
+// rows; double: element by element.
+template <class T>
+void transpose_padded(const T* src, int64_t ld, int64_t L, int64_t D, T alpha, T* dst, int64_t Lp) {
+  if constexpr (std::is_same_v<T, float>) {
+    for (int64_t d0 = 0; d0 < D; d0 += 16) {
+      const int64_t nd = D - d0 < 16 ? D - d0 : 16;
+      for (int64_t j0 = 0; j0 < Lp; j0 += 16) {
+        FloatLanes m[16];
+#pragma GCC unroll 16
+        for (int64_t jj = 0; jj < 16; ++jj) {  // rows past L: no lanes loaded
+          const bool real = j0 + jj < L;
+          m[jj] = load_first(src + (real ? j0 + jj : 0) * ld + d0, real ? nd : 0);
+        }
+        exchange_all<8>(m);
+        exchange_all<4>(m);
+        exchange_all<2>(m);
+        exchange_all<1>(m);
+#pragma GCC unroll 16
+        for (int64_t dd = 0; dd < 16; ++dd)
+          if (dd < nd) store(dst + (d0 + dd) * Lp + j0, m[dd] * alpha);
+      }
+    }
+  } else {
+    for (int64_t d = 0; d < D; ++d) {
+      T* row = dst + d * Lp;
+      for (int64_t j = 0; j < L; ++j) row[j] = alpha * src[j * ld + d];
+      for (int64_t j = L; j < Lp; ++j) row[j] = T(0);
+    }
   }
 }
 
@@ -197,59 +296,104 @@ template <class T> void unpad_rows(const T* src, int64_t Dp, int64_t L, int64_t 
   for (int64_t j = 0; j < L; ++j) std::memcpy(dst + j * ld, src + j * Dp, sizeof(T) * D);
 }
 
-// v's lanes added to a double sum kept in two vectors (the softmax sums are in double)
-inline void add_to_sum(FloatLanes v, DoubleLanes& lo, DoubleLanes& hi) { add_as_doubles(v, lo, hi); }
-inline void add_to_sum(DoubleLanes v, DoubleLanes& lo, DoubleLanes&) { lo += v; }
-
-// p (L) = softmax(x (L)); x is a scratch row padded to a multiple of W (its lanes L.. ignored,
-// overwritten). Numerically stable (the row max subtracted); all -inf gives NaN as in PyTorch.
-template <class T> void softmax_padded_row(T* x, int64_t L, T* p) {
+// p (L) = softmax(x (nv vectors)), (nv - 1) * W < L <= nv * W; x's lanes L.. ignored, x
+// overwritten. Numerically stable (the row max subtracted); all -inf gives NaN as in PyTorch.
+// The sum is in T's lanes: the vectors added in order, then the lanes as a fixed tree.
+// NV: nv when known at compile time (x in registers: always inlined, so that x stays there),
+// 0 for scratch rows.
+template <class T, int NV>
+[[gnu::always_inline]] inline void softmax_lanes(Vec<T>* x, int64_t nv_, int64_t L, T* p) {
   constexpr int64_t W = kW<T>;
-  const int64_t nl = (L + W - 1) / W, tail = L - (nl - 1) * W;
+  const int64_t nv = NV ? NV : nv_;
+  const int64_t tail = L - (nv - 1) * W;
   const T inf = std::numeric_limits<T>::infinity();
-  Vec<T> mv = splat(-inf);
-  for (int64_t v = 0; v < nl; ++v) {
-    Vec<T> xv = load(x + v * W);
-    if (v == nl - 1) xv = keep_first(xv, tail, -inf);
-    mv = xv > mv ? xv : mv;
-  }
+  x[nv - 1] = keep_first(x[nv - 1], tail, -inf);
+  Vec<T> mv = x[0];
+  for (int64_t v = 1; v < nv; ++v) mv = x[v] > mv ? x[v] : mv;
   T m = lanes_max<T>(mv);
   if (std::isinf(m) && m < 0) m = T(0);  // all -inf: avoid (-inf) - (-inf) = NaN
-  DoubleLanes lo = {}, hi = {};
-  for (int64_t v = 0; v < nl; ++v) {
-    Vec<T> e = exp_lanes(load(x + v * W) - m);
-    if (v == nl - 1) e = keep_first(e, tail, T(0));
-    store(x + v * W, e);
-    add_to_sum(e, lo, hi);
+  Vec<T> sum = {};
+  for (int64_t v = 0; v < nv; ++v) {
+    x[v] = exp_lanes(x[v] - m);  // lanes L..: exp(-inf) = 0
+    sum += x[v];
   }
-  const T inv = static_cast<T>(1.0 / lanes_sum<double>(lo + hi));
-  for (int64_t v = 0; v + 1 < nl; ++v) store(p + v * W, load(x + v * W) * inv);
-  const Vec<T> last = load(x + (nl - 1) * W) * inv;
-  for (int64_t l = 0; l < tail; ++l) p[(nl - 1) * W + l] = last[l];
+  const T inv = T(1) / lanes_sum<T>(sum);
+  for (int64_t v = 0; v + 1 < nv; ++v) store(p + v * W, x[v] * inv);
+  store_first(p + (nv - 1) * W, x[nv - 1] * inv, tail);
 }
 
-// sum of d[i] * p[i] over the first (nl - 1) * W + tail elements of two padded rows, in double
-// as the reference softmax backward does (the difference dP - sum cancels)
-inline double row_dot(const float* d, const float* p, int64_t nl, int64_t tail) {
-  DoubleLanes lo = {}, hi = {};
-  for (int64_t c = 0; c < nl; ++c) {
-    FloatLanes dv = load(d + c * 16), pv = load(p + c * 16);
-    if (c == nl - 1) dv = keep_first(dv, tail, 0.0f), pv = keep_first(pv, tail, 0.0f);
-    lo += __builtin_convertvector(__builtin_shufflevector(dv, dv, 0, 1, 2, 3, 4, 5, 6, 7), DoubleLanes) *
-          __builtin_convertvector(__builtin_shufflevector(pv, pv, 0, 1, 2, 3, 4, 5, 6, 7), DoubleLanes);
-    hi += __builtin_convertvector(__builtin_shufflevector(dv, dv, 8, 9, 10, 11, 12, 13, 14, 15), DoubleLanes) *
-          __builtin_convertvector(__builtin_shufflevector(pv, pv, 8, 9, 10, 11, 12, 13, 14, 15), DoubleLanes);
-  }
-  return lanes_sum<double>(lo + hi);
+// Rows i0..i0+R of P (rows L apart) = softmax of rows i0.. of S = q kt (kt already scaled), the
+// R x NV block of S summed in registers as in `tile` and each row's softmax done there (NV
+// vectors span L).
+template <class T, int R, int NV>
+void softmax_tile(const T* q, int64_t ld, const T* kt, int64_t Lp, int64_t D, int64_t L, T* p) {
+  Vec<T> acc[R][NV];
+  accumulate<T, R, NV>(q, ld, 1, kt, Lp, D, acc);
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) softmax_lanes<T, NV>(acc[r], NV, L, p + r * L);
 }
-inline double row_dot(const double* d, const double* p, int64_t nl, int64_t tail) {
-  DoubleLanes s = {};
-  for (int64_t c = 0; c < nl; ++c) {
-    DoubleLanes prod = load(d + c * 8) * load(p + c * 8);
-    if (c == nl - 1) prod = keep_first(prod, tail, 0.0);
+
+// P (L, L) = softmax(q kt) for rows of NV vectors: tiles of 4 rows, then 2, then 1.
+template <class T, int NV>
+void softmax_panel(const T* q, int64_t ld, const T* kt, int64_t Lp, int64_t D, int64_t L, T* p) {
+  int64_t i = 0;
+  for (; i + 4 <= L; i += 4) softmax_tile<T, 4, NV>(q + i * ld, ld, kt, Lp, D, L, p + i * L);
+  if (i + 2 <= L) {
+    softmax_tile<T, 2, NV>(q + i * ld, ld, kt, Lp, D, L, p + i * L);
+    i += 2;
+  }
+  if (i < L) softmax_tile<T, 1, NV>(q + i * ld, ld, kt, Lp, D, L, p + i * L);
+}
+
+// sum of d * p over nv vectors, the last one's lanes tail.. left out; in T's lanes, in a fixed
+// order. For float it is a few ulps of the terms from the reference's double sum, which shows
+// where dS = P * (dP - sum) cancels (peaked rows); test_cpu_attention.cpp bounds the effect on
+// the gradients. NV as in softmax_lanes.
+template <class T, int NV>
+[[gnu::always_inline]] inline T row_dot(const Vec<T>* d, const Vec<T>* p, int64_t nv_, int64_t tail) {
+  const int64_t nv = NV ? NV : nv_;
+  Vec<T> s = {};
+  for (int64_t c = 0; c < nv; ++c) {
+    Vec<T> prod = d[c] * p[c];
+    if (c == nv - 1) prod = keep_first(prod, tail, T(0));
     s += prod;
   }
-  return lanes_sum<double>(s);
+  return lanes_sum<T>(s);
+}
+
+// Rows i0..i0+R of dS (rows Lp apart, all NV vectors stored) = P * (dP - rowsum(dP * P)), the
+// R x NV block of dP = dctx vt summed in registers as in `tile`; P's rows read from p (rows L
+// apart, nothing past L read).
+template <class T, int R, int NV>
+void softmax_backward_tile(const T* g, int64_t ldg, const T* vt, int64_t Lp, int64_t D, const T* p, int64_t L,
+                           T* ds) {
+  constexpr int64_t W = kW<T>;
+  const int64_t tail = L - (NV - 1) * W;
+  Vec<T> acc[R][NV];
+  accumulate<T, R, NV>(g, ldg, 1, vt, Lp, D, acc);
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) {
+    Vec<T> pr[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v + 1 < NV; ++v) pr[v] = load(p + r * L + v * W);
+    pr[NV - 1] = load_first(p + r * L + (NV - 1) * W, tail);
+    const T sd = row_dot<T, NV>(acc[r], pr, NV, tail);
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) store(ds + r * Lp + v * W, pr[v] * (acc[r][v] - sd));
+  }
+}
+
+// dS (L, Lp) from dctx, vt and P for rows of NV vectors: tiles of 4 rows, then 2, then 1.
+template <class T, int NV>
+void softmax_backward_panel(const T* g, int64_t ldg, const T* vt, int64_t Lp, int64_t D, const T* p, int64_t L,
+                            T* ds) {
+  int64_t i = 0;
+  for (; i + 4 <= L; i += 4) softmax_backward_tile<T, 4, NV>(g + i * ldg, ldg, vt, Lp, D, p + i * L, L, ds + i * Lp);
+  if (i + 2 <= L) {
+    softmax_backward_tile<T, 2, NV>(g + i * ldg, ldg, vt, Lp, D, p + i * L, L, ds + i * Lp);
+    i += 2;
+  }
+  if (i < L) softmax_backward_tile<T, 1, NV>(g + i * ldg, ldg, vt, Lp, D, p + i * L, L, ds + i * Lp);
 }
 
 // One buffer per thread, 64-byte aligned, grown on demand and kept.
@@ -273,19 +417,34 @@ template <class T> T* thread_scratch(int64_t elements) {
 
 int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 
+// Whether rows of up to 4 vectors take the register paths (softmax_panel,
+// softmax_backward_panel): float only; float64 keeps the scratch rows, whose sums round as they
+// always have (the register path's unrolled row_dot would contract into FMAs).
+template <class T> constexpr bool kRegisterRows = std::is_same_v<T, float>;
+
 // One head: q, k, v (L, D) rows ld apart -> p (L, L), ctx (L, D) rows ldc apart.
 template <class T>
 void forward_head(const T* q, const T* k, const T* v, int64_t ld, int64_t L, int64_t D, T scale, T* p, T* ctx,
                   int64_t ldc, T* scratch) {
   constexpr int64_t W = kW<T>;
-  const int64_t Lp = round_up(L, W), Dp = round_up(D, W);
+  const int64_t Lp = round_up(L, W), Dp = round_up(D, W), nl = Lp / W;
   T* kt = scratch;         // (D, Lp)
-  T* s = kt + D * Lp;      // (L, Lp)
+  T* s = kt + D * Lp;      // (L, Lp) off the register path
   T* vp = s + L * Lp;      // (L, Dp), when D % W != 0
   T* op = vp + L * Dp;     // (L, Dp), when D % W != 0
-  transpose_padded(k, ld, L, D, kt, Lp);
-  products(L, Lp / W, q, ld, 1, kt, Lp, D, scale, s, Lp);  // S = scale * q k^T
-  for (int64_t i = 0; i < L; ++i) softmax_padded_row(s + i * Lp, L, p + i * L);
+  // float: the scale applied to k as it is transposed (D * L multiplies, not L * L); float64: to
+  // S as it always has been
+  const T kt_scale = std::is_same_v<T, float> ? scale : T(1);
+  transpose_padded(k, ld, L, D, kt_scale, kt, Lp);
+  switch (kRegisterRows<T> ? nl : 0) {  // P = softmax(scale * q k^T)
+    case 1: softmax_panel<T, 1>(q, ld, kt, Lp, D, L, p); break;
+    case 2: softmax_panel<T, 2>(q, ld, kt, Lp, D, L, p); break;
+    case 3: softmax_panel<T, 3>(q, ld, kt, Lp, D, L, p); break;
+    case 4: softmax_panel<T, 4>(q, ld, kt, Lp, D, L, p); break;
+    default:  // rows too long for registers, or float64: S in scratch first
+      products(L, nl, q, ld, 1, kt, Lp, D, scale / kt_scale, s, Lp);
+      for (int64_t i = 0; i < L; ++i) softmax_lanes<T, 0>(reinterpret_cast<Vec<T>*>(s + i * Lp), nl, L, p + i * L);
+  }
   if (D == Dp) {
     products(L, Dp / W, p, L, 1, v, ld, L, T(1), ctx, ldc);  // ctx = P v
   } else {
@@ -307,17 +466,25 @@ void backward_head(const T* q, const T* k, const T* v, int64_t ld, const T* g, i
   constexpr int64_t W = kW<T>;
   const int64_t Lp = round_up(L, W), Dp = round_up(D, W), nl = Lp / W, tail = L - (nl - 1) * W;
   T* vt = scratch;         // (D, Lp)
-  T* pp = vt + D * Lp;     // (L, Lp) P, zero-padded
-  T* ds = pp + L * Lp;     // (L, Lp) dP, then dS
-  T* pad = ds + L * Lp;    // 4 x (L, Dp) when D % W != 0: q, k, dctx, a result
-  transpose_padded(v, ld, L, D, vt, Lp);
-  products(L, nl, g, ldg, 1, vt, Lp, D, T(1), ds, Lp);  // dP = dctx v^T
-  for (int64_t i = 0; i < L; ++i) {  // dS = P * (dP - rowsum(dP * P))
-    T* pr = pp + i * Lp;
-    T* dr = ds + i * Lp;
-    copy_padded_row(p + i * L, L, pr);
-    const T sd = static_cast<T>(row_dot(dr, pr, nl, tail));
-    for (int64_t c = 0; c < nl; ++c) store(dr + c * W, load(pr + c * W) * (load(dr + c * W) - sd));
+  T* ds = vt + D * Lp;     // (L, Lp) dP (off the register path), then dS
+  T* pp = ds + L * Lp;     // (Lp) one row of P, off the register path
+  T* pad = pp + Lp;        // 4 x (L, Dp) when D % W != 0: q, k, dctx, a result
+  transpose_padded(v, ld, L, D, T(1), vt, Lp);
+  switch (kRegisterRows<T> ? nl : 0) {  // dS = P * (dP - rowsum(dP * P)), dP = dctx v^T
+    case 1: softmax_backward_panel<T, 1>(g, ldg, vt, Lp, D, p, L, ds); break;
+    case 2: softmax_backward_panel<T, 2>(g, ldg, vt, Lp, D, p, L, ds); break;
+    case 3: softmax_backward_panel<T, 3>(g, ldg, vt, Lp, D, p, L, ds); break;
+    case 4: softmax_backward_panel<T, 4>(g, ldg, vt, Lp, D, p, L, ds); break;
+    default:  // rows too long for registers, or float64: dP in scratch first, P's row copied into pp
+      products(L, nl, g, ldg, 1, vt, Lp, D, T(1), ds, Lp);
+      for (int64_t i = 0; i < L; ++i) {
+        Vec<T>* pr = reinterpret_cast<Vec<T>*>(pp);
+        Vec<T>* dr = reinterpret_cast<Vec<T>*>(ds + i * Lp);
+        for (int64_t c = 0; c + 1 < nl; ++c) pr[c] = load(p + i * L + c * W);
+        pr[nl - 1] = load_first(p + i * L + (nl - 1) * W, tail);
+        const T sd = row_dot<T, 0>(dr, pr, nl, tail);
+        for (int64_t c = 0; c < nl; ++c) dr[c] = pr[c] * (dr[c] - sd);
+      }
   }
   const T *qb = q, *kb = k, *gb = g;
   int64_t ldq = ld, ldgb = ldg;
@@ -339,11 +506,22 @@ void backward_head(const T* q, const T* k, const T* v, int64_t ld, const T* g, i
   };
   result(ds, Lp, 1, kb, ldq, scale, dq);  // dq = scale * dS k
   result(ds, 1, Lp, qb, ldq, scale, dk);  // dk = scale * dS^T q
-  result(pp, 1, Lp, gb, ldgb, T(1), dv);  // dv = P^T dctx
+  result(p, 1, L, gb, ldgb, T(1), dv);    // dv = P^T dctx
 }
 int64_t backward_scratch(int64_t L, int64_t D, int64_t W) {
   const int64_t Lp = round_up(L, W), Dp = round_up(D, W);
-  return D * Lp + 2 * L * Lp + 4 * L * Dp;
+  return D * Lp + L * Lp + Lp + 4 * L * Dp;
+}
+
+// Asks for the cache lines of L rows of n elements, ld apart: the next head's operands, fetched
+// while this head computes (parallel_for's chunks are single heads, so "next" is t + 1 whichever
+// thread runs it). In a training step the operands come from memory, not cache, and their rows
+// (3E or E elements apart) were each head's first loads to wait: 1-thread ViT attention ~10%
+// faster. (Prefetching dqkv's lines for writing made it slower.)
+template <class T> void prefetch_rows(const T* p, int64_t ld, int64_t L, int64_t n) {
+  constexpr int64_t kLine = 64 / sizeof(T);
+  for (int64_t j = 0; j < L; ++j)
+    for (int64_t c = 0; c < n; c += kLine) __builtin_prefetch(p + j * ld + c);
 }
 
 template <class T>
@@ -355,6 +533,10 @@ void forward_impl(const T* qkv, int64_t B, int64_t L, int64_t H, int64_t D, T sc
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t b = t / H, h = t % H;
       const T* q = qkv + b * L * ld + h * D;
+      if (t + 1 < B * H) {  // the next head's q, k and v
+        const T* next = qkv + (t + 1) / H * L * ld + (t + 1) % H * D;
+        for (int64_t part = 0; part < 3; ++part) prefetch_rows(next + part * E, ld, L, D);
+      }
       forward_head(q, q + E, q + 2 * E, ld, L, D, scale, P + t * L * L, ctx + b * L * E + h * D, E, scratch);
     }
   });
@@ -371,6 +553,11 @@ void backward_impl(const T* qkv, const T* P, const T* dctx, int64_t B, int64_t L
       const int64_t b = t / H, h = t % H;
       const T* q = qkv + b * L * ld + h * D;
       T* dq = dqkv + b * L * ld + h * D;
+      if (t + 1 < B * H) {  // the next head's q, k, v and dctx
+        const int64_t nb = (t + 1) / H, nh = (t + 1) % H;
+        for (int64_t part = 0; part < 3; ++part) prefetch_rows(qkv + nb * L * ld + nh * D + part * E, ld, L, D);
+        prefetch_rows(dctx + nb * L * E + nh * D, E, L, D);
+      }
       backward_head(q, q + E, q + 2 * E, ld, dctx + b * L * E + h * D, E, P + t * L * L, L, D, scale, dq, dq + E,
                     dq + 2 * E, scratch);
     }

@@ -9,6 +9,10 @@
 #include <cstdint>
 #include <cstring>
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
 namespace minidl::kernels::cpu {
 
 // exp(x) for x <= 0: 2^n * p(r), n = round(x / ln 2), r = x - n ln 2 (in two parts, Cody-Waite),
@@ -112,11 +116,16 @@ inline double lanes_sum(DoubleLanes lo, DoubleLanes hi) {
 
 // exp_nonpositive above on 16 lanes at once: the same operations in the same order, written in
 // vector types so that a caller holding a row in registers (the attention kernel's softmax)
-// needs no store and reload around a vectorised loop.
+// needs no store and reload around a vectorised loop. With AVX-512 the last step, p * 2^n, is
+// one vscalefps: the same correctly rounded product without building 2^n's bits, and so no
+// clamp of x either (its zero-masking makes the lanes below kLo 0 whatever their n).
 inline FloatLanes exp_nonpositive(FloatLanes x) {
-  using IntLanes = int32_t __attribute__((vector_size(64)));
   constexpr float kLo = -87.33654475f;  // ln(FLT_MIN)
+#if defined(__AVX512F__)
+  const FloatLanes xc = x;
+#else
   const FloatLanes xc = x < kLo ? FloatLanes{} + kLo : x;
+#endif
   const FloatLanes n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
   FloatLanes r = xc - n * 0.693359375f;
   r = r - n * -2.12194440e-4f;
@@ -127,8 +136,14 @@ inline FloatLanes exp_nonpositive(FloatLanes x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
+#if defined(__AVX512F__)
+  const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(kLo), _CMP_NLT_UQ);  // not x < kLo
+  return FloatLanes(_mm512_maskz_scalef_ps(keep, p, n));
+#else
+  using IntLanes = int32_t __attribute__((vector_size(64)));
   const IntLanes bits = (__builtin_convertvector(n, IntLanes) + 127) << 23;
   return x < kLo ? FloatLanes{} : p * __builtin_bit_cast(FloatLanes, bits);
+#endif
 }
 
 inline float max_span(const float* p, int64_t n) {  // n >= 1

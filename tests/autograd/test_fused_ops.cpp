@@ -102,7 +102,11 @@ TEST(FusedOps, MultiheadAttentionFastPathMatchesComposedPath) {
   };
   const std::vector<Tensor> fast = grads(false), ref = grads(true);
   ASSERT_EQ(fast.size(), ref.size());
-  for (size_t i = 0; i < fast.size(); ++i) expect_close(fast[i], ref[i], 1e-4, 1e-5, "tensor " + std::to_string(i));
+  // atol: 1e-6 of each tensor's largest entry (here 12 to 223), a few float ulps of the terms its
+  // entries sum; those sums cancel (the key bias's gradient is zero in exact arithmetic), and the
+  // two paths' softmax sums round differently (float lanes against double)
+  for (size_t i = 0; i < fast.size(); ++i)
+    expect_close(fast[i], ref[i], 1e-4, 1e-6 * max(abs(ref[i])).item<double>(), "tensor " + std::to_string(i));
 }
 
 // The graph keeps only what each backward saved: an intermediate nobody saved is freed as soon
