@@ -9,27 +9,16 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <ctime>
 #include <vector>
 
 #include "minidl/kernels/cpu/attention.h"
 #include "minidl/kernels/cpu/parallel.h"
+#include "kernel_timing.h"
 
 namespace {
 
-bool g_cpu_clock = true;  // thread CPU time (one thread) or wall time
-
-double now_s() {
-  timespec ts{};
-  clock_gettime(g_cpu_clock ? CLOCK_THREAD_CPUTIME_ID : CLOCK_MONOTONIC, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+using minidl::examples::median;
+using minidl::examples::now_s;
 
 struct Shape {
   const char* what;
@@ -47,8 +36,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   k::set_num_threads(threads);
-  g_cpu_clock = threads == 1;
-  std::printf("threads %d, repetitions %d, %s\n", threads, reps, g_cpu_clock ? "thread CPU time" : "wall time");
+  minidl::examples::g_thread_cpu_clock = threads == 1;
+  std::printf("threads %d, repetitions %d, %s\n", threads, reps, minidl::examples::g_thread_cpu_clock ? "thread CPU time" : "wall time");
   const Shape shapes[] = {
       {"vit (B 128, L 50, H 4, D 16)", 128, 50, 4, 16},
       {"L 197, H 3, D 64", 8, 197, 3, 64},

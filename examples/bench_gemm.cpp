@@ -11,7 +11,6 @@
 // with more, wall time.
 //   ./build/examples/bench_gemm [threads = 1] [repetitions = 31]
 #include <algorithm>
-#include <ctime>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -20,6 +19,7 @@
 #include "minidl/kernels/cpu/conv2d.h"
 #include "minidl/kernels/cpu/gemm.h"
 #include "minidl/kernels/cpu/parallel.h"
+#include "kernel_timing.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -27,19 +27,8 @@
 
 namespace {
 
-bool g_cpu_clock = true;  // thread CPU time (one thread) or wall time
-
-double now_s() {
-  timespec ts{};
-  clock_gettime(g_cpu_clock ? CLOCK_THREAD_CPUTIME_ID : CLOCK_MONOTONIC, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+using minidl::examples::median;
+using minidl::examples::now_s;
 
 #if defined(__x86_64__) && defined(__GNUC__)
 // 16 independent chains of AVX-512 FMAs (16 floats each): 2 * 16 * 16 flops per iteration.
@@ -86,12 +75,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   minidl::kernels::cpu::set_num_threads(threads);
-  g_cpu_clock = threads == 1;
+  minidl::examples::g_thread_cpu_clock = threads == 1;
   std::vector<double> peaks;
   for (int r = 0; r < 15; ++r) peaks.push_back(fma_peak());
   const double peak = median(peaks);
   std::printf("threads %d, repetitions %d, %s; one core's FMA peak (AVX-512 FP32 loop): %.1f GFLOP/s\n", threads,
-              reps, g_cpu_clock ? "thread CPU time" : "wall time", peak);
+              reps, minidl::examples::g_thread_cpu_clock ? "thread CPU time" : "wall time", peak);
   if (peak == 0.0) {
     std::printf("no AVX-512F on this CPU: gemm_avx512 is not used, nothing to compare\n");
     return 0;
