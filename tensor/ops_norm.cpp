@@ -264,9 +264,11 @@ BatchNormReluPoolGrads batch_norm_relu_max_pool2d_backward(const Tensor& dout_in
   BatchNormReluPoolGrads g{Tensor(x.shape(), x.dtype()), Tensor(), Tensor()};
   dispatch_floating(x.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
-    kernels::cpu::batch_norm_relu_max_pool2d_backward_reduce(dout.data<T>(), out.data<T>(), x_at.data<T>(), N, C,
-                                                             (H / 2) * (W / 2), m.data(), sum_dy.data(),
-                                                             sum_dy_xmu.data());
+    // the sums over the input's gradient: dout at each window's winner (0 where the ReLU's out is
+    // <= 0) and 0 elsewhere, so only the winners count: the plain reduce over the pooled planes,
+    // with x_at (x at each winner) as x and out as the ReLU's output
+    kernels::cpu::batch_norm_backward_reduce(dout.data<T>(), x_at.data<T>(), N, C, (H / 2) * (W / 2), m.data(),
+                                             sum_dy.data(), sum_dy_xmu.data(), out.data<T>());
     // the sums in x's dtype, as the separate pieces pass them (BatchNormReduce holds tensors)
     std::vector<double> sd(sum_dy.size()), sdx(sum_dy.size());
     for (int64_t c = 0; c < C; ++c) {

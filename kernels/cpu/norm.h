@@ -256,37 +256,6 @@ void batch_norm_relu_max_pool2d_forward(const T* x, int64_t N, int64_t C, int64_
   });
 }
 
-// The backward's sums (C): sum_dy and sum_dy_xmu of batch_norm_backward_reduce over the input's
-// gradient, which is the pooled gradient dout at each window's winner (masked by the ReLU: 0
-// where out <= 0) and 0 elsewhere; so only the winners are summed, from out, dout and x_at
-// (N, C, Ho*Wo). Per channel: each plane one vectorised reduction, planes added in n order.
-template <class T>
-void batch_norm_relu_max_pool2d_backward_reduce(const T* dout, const T* out, const T* x_at, int64_t N, int64_t C,
-                                                int64_t P, const double* mean, double* sum_dy, double* sum_dy_xmu) {
-  parallel_for(C, norm_grain(N * P), [&](int64_t c0, int64_t c1) {
-    for (int64_t c = c0; c < c1; ++c) {
-      const double m = mean[c];
-      double sa = 0, sb = 0;
-      for (int64_t n = 0; n < N; ++n) {
-        const T* g = dout + (n * C + c) * P;
-        const T* r = out + (n * C + c) * P;
-        const T* xa = x_at + (n * C + c) * P;
-        double a = 0, b = 0;
-#pragma omp simd reduction(+ : a, b)
-        for (int64_t i = 0; i < P; ++i) {
-          const double gi = static_cast<double>(relu_grad_bits(r[i], g[i]));
-          a += gi;
-          b += gi * (static_cast<double>(xa[i]) - m);
-        }
-        sa += a;
-        sb += b;
-      }
-      sum_dy[c] = sa;
-      sum_dy_xmu[c] = sb;
-    }
-  });
-}
-
 // dx (N, C, H, W) as batch_norm_backward_elemt computes it from the input's gradient (rebuilt row
 // by row: dout, ReLU-masked, at the winner arg names, 0 elsewhere), x and the sums; one pass.
 template <class T>
