@@ -164,8 +164,8 @@ Tensor addmm(const Tensor& bias, const Tensor& a, const Tensor& b) {
 std::pair<Tensor, Tensor> mm_and_row_sums(const Tensor& a, const Tensor& b) {
   check_operands(a, b, "mm_and_row_sums");
   if (a.dim() != 2 || b.dim() != 2)
-    throw std::invalid_argument("mm_and_row_sums: expected 2-d matrices, got shapes " + shape_str(a.shape()) +
-                                " and " + shape_str(b.shape()));
+    throw std::invalid_argument("mm_and_row_sums: expected 2-d matrices, got shapes " + shape_str(a.shape()) + " and " +
+                                shape_str(b.shape()));
   if (a.size(1) != b.size(0)) shape_error(a, b, "mm_and_row_sums", a.size(1), b.size(0));
   if (a.device().is_cuda()) return {mm(a, b), sum(a, {1})};  // cuBLAS's product, then the reduction
   Tensor ta = a, tb = b;
@@ -174,8 +174,8 @@ std::pair<Tensor, Tensor> mm_and_row_sums(const Tensor& a, const Tensor& b) {
   Tensor out({n, m}, a.dtype(), a.device()), sums({n}, a.dtype(), a.device());  // (n, m), (n)
   dispatch_floating(a.dtype(), "mm_and_row_sums", [&](auto tag) {
     using T = decltype(tag);
-    kernels::cpu::gemm_row_sums(n, m, k, ta.data<T>(), ga.ld, ga.trans, tb.data<T>(), gb.ld, gb.trans, out.data<T>(),
-                                m, sums.data<T>());
+    kernels::cpu::gemm_row_sums(n, m, k, ta.data<T>(), ga.ld, ga.trans, tb.data<T>(), gb.ld, gb.trans, out.data<T>(), m,
+                                sums.data<T>());
   });
   return {out, sums};
 }

@@ -189,8 +189,8 @@ void gemm_bias(int64_t M, int64_t N, int64_t K, const double* A, int64_t lda, bo
 
 namespace {
 template <class T>
-void gemm_then_row_sums(int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, bool trans_a, const T* B,
-                        int64_t ldb, bool trans_b, T* C, int64_t ldc, T* row_sums) {
+void gemm_then_row_sums(int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, bool trans_a, const T* B, int64_t ldb,
+                        bool trans_b, T* C, int64_t ldc, T* row_sums) {
   gemm(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, T(1), T(0));
   for (int64_t i = 0; i < M; ++i) {
     double s = 0;  // op(A)(i, k) = A[i * lda + k], or A[k * lda + i] when trans_a
@@ -200,8 +200,8 @@ void gemm_then_row_sums(int64_t M, int64_t N, int64_t K, const T* A, int64_t lda
 }
 }  // namespace
 
-void gemm_row_sums_reference(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, bool trans_a,
-                             const float* B, int64_t ldb, bool trans_b, float* C, int64_t ldc, float* row_sums) {
+void gemm_row_sums_reference(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, bool trans_a, const float* B,
+                             int64_t ldb, bool trans_b, float* C, int64_t ldc, float* row_sums) {
   gemm_then_row_sums(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, row_sums);
 }
 

@@ -40,8 +40,8 @@ void gemm_row_sums(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
 void gemm_row_sums(int64_t M, int64_t N, int64_t K, const double* A, int64_t lda, bool trans_a, const double* B,
                    int64_t ldb, bool trans_b, double* C, int64_t ldc, double* row_sums);
 // gemm() and then the row sums in a plain loop (each in double, k in order): the reference.
-void gemm_row_sums_reference(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, bool trans_a,
-                             const float* B, int64_t ldb, bool trans_b, float* C, int64_t ldc, float* row_sums);
+void gemm_row_sums_reference(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, bool trans_a, const float* B,
+                             int64_t ldb, bool trans_b, float* C, int64_t ldc, float* row_sums);
 
 // The float paths gemm() chooses between, callable directly by tests and benchmarks (same
 // arguments and semantics as gemm):
@@ -52,7 +52,7 @@ void gemm_eigen(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, bo
 // gemm_bias (N values added to every row of C), or null. row_sums: as gemm_row_sums (M values),
 // or null; asked of an untransposed A, or of an empty or alpha = 0 product, it returns false.
 bool gemm_avx512(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, bool trans_a, const float* B,
-                 int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha, float beta,
-                 const float* bias = nullptr, float* row_sums = nullptr);
+                 int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha, float beta, const float* bias = nullptr,
+                 float* row_sums = nullptr);
 
 }  // namespace minidl::kernels::cpu

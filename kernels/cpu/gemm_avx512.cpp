@@ -11,6 +11,10 @@
 //           the micro-kernel reads in place
 //         for each B panel, for each A panel: the 8x32 micro-kernel
 //
+// Products with several K blocks and at most kColumnSplitMaxM rows (the weight gradients) split
+// C's column panels between the threads instead: each packs its own B panels and runs all K
+// blocks of its columns alone.
+//
 // The micro-kernel keeps an 8x32 block of C in 16 vector registers and, for k = 0..kc-1 in order,
 // adds A(i, k) * B(k, j) with one FMA per 16 elements; panels past the edges of A and B are
 // zero-padded when packed, and the stores are masked (a panel with at most 16 columns left uses
@@ -18,9 +22,9 @@
 // K block); a bias (one value per column of C, gemm_bias) is added where the first K block is
 // written. The row sums of a transposed A (gemm_row_sums) are added up by the micro-kernel of
 // C's first columns from the values it broadcasts, in double and in k order across the K blocks.
-// So every element of C is summed in the same order whatever the thread count, and
-// whatever the row blocking (mc is only the unit of work): bit-identical for any thread count.
-// Tested against Eigen's path and a naive loop by tests/tensor/test_cpu_fast_paths.cpp; GFLOP/s
+// So every element of C is summed in the same order whatever the thread count, and whatever the
+// split (rows or columns are only units of work): bit-identical for any thread count.
+// Tested against Eigen's path and a naive loop by tests/kernels/test_cpu_gemm.cpp; GFLOP/s
 // against Eigen: examples/bench_gemm.cpp.
 // GCC 12 reports false "maybe-uninitialized" warnings inside its own AVX-512 headers.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -48,6 +52,7 @@ constexpr int64_t kMr = 8, kNr = 32;  // micro-kernel tile of C
 constexpr int64_t kKcMax = 256;  // K blocks: the A block (mc, kc) stays in L2, a B panel (kc, 32) in L1
 constexpr int64_t kNc = 4096;  // columns of C per packed B block (bounds the B buffer to 8 MB)
 constexpr int64_t kMcMax = 128;  // rows of C per unit of parallel work (bounds the A buffer to 256 KB)
+constexpr int64_t kColumnSplitMaxM = 256;  // at most this many rows of C: threads split columns (K blocks > 1)
 // A transposed A is read in place rather than packed when its rows are at most this many floats
 // apart (1 KB): a panel's kc rows then touch few pages, and packing would copy all of A once for
 // products that use each of its values only N times (the weight gradients dW = dy^T x, whose K
@@ -147,9 +152,9 @@ MINIDL_AVX512 void pack_b_panel(const float* B, int64_t ldb, bool trans_b, int64
 // kRowSums (k-major A only): also sums[r] += op(A)(r, k) over the block's k in order, in double,
 // from the values the broadcasts read; sums holds 8 doubles, zeroed here on the first K block.
 template <int NV, bool kRowsA, bool kRowSums = false>
-MINIDL_AVX512 void micro_kernel(int64_t kc, const float* a, int64_t a_step, const float* b, float* c,
-                                int64_t ldc, int64_t mr, int64_t nr, bool first, float alpha, float beta,
-                                const float* bias, double* sums = nullptr) {
+MINIDL_AVX512 void micro_kernel(int64_t kc, const float* a, int64_t a_step, const float* b, float* c, int64_t ldc,
+                                int64_t mr, int64_t nr, bool first, float alpha, float beta, const float* bias,
+                                double* sums = nullptr) {
   static_assert(!(kRowSums && kRowsA), "row sums are read from a k-major A");
   __m512 acc[kMr][NV];
   for (int r = 0; r < kMr; ++r)
@@ -201,12 +206,75 @@ MINIDL_AVX512 void packed_gemm(int64_t M, int64_t N, int64_t K, const float* A, 
   // Rows of C per unit of work: a multiple of 8, at most kMcMax, about 4 units when M is small.
   const int64_t mc = std::clamp<int64_t>(((M + 3) / 4 + kMr - 1) / kMr * kMr, kMr, kMcMax);
   const int64_t m_blocks = (M + mc - 1) / mc;
+  // One unit of work: rows i0.. of C (one block of mc) times the K block pc.. (kc long) of op(B),
+  // packed at bp (panels of kNr columns, kc rows each); ap: this thread's A packing buffer.
+  auto block = [&](int64_t blk, int64_t jc, int64_t nc, int64_t pc, int64_t kc, const float* bp, float* ap) {
+    const int64_t n_panels = (nc + kNr - 1) / kNr;
+    const bool first = pc == 0;
+    const int64_t i0 = blk * mc, m = std::min(mc, M - i0), m_panels = (m + kMr - 1) / kMr;
+    // A read in place: full 8-row panels of a row-major A, and of a transposed A whose
+    // rows (op(A)'s columns) lie close together; the others packed (zero-padded)
+    auto direct_a = [&](int64_t q) { return q * kMr + kMr <= m && (!trans_a || lda <= kInPlaceStrideMax); };
+    for (int64_t q = 0; q < m_panels; ++q)
+      if (!direct_a(q))
+        pack_a_panel(A, lda, trans_a, i0 + q * kMr, std::min(kMr, m - q * kMr), pc, kc, ap + q * kMr * kc);
+    for (int64_t p = 0; p < n_panels; ++p) {
+      const int64_t j = jc + p * kNr, nr = std::min(kNr, nc - p * kNr);
+      const float* bpanel = bp + p * kNr * kc;
+      for (int64_t q = 0; q < m_panels; ++q) {
+        const int64_t i = i0 + q * kMr, mr = std::min(kMr, m - q * kMr);
+        float* c = C + i * ldc + j;
+        const float* bj = bias ? bias + j : nullptr;
+        if (direct_a(q) && !trans_a) {
+          const float* a = A + i * lda + pc;
+          if (nr > 16)
+            micro_kernel<2, true>(kc, a, lda, bpanel, c, ldc, mr, nr, first, alpha, beta, bj);
+          else
+            micro_kernel<1, true>(kc, a, lda, bpanel, c, ldc, mr, nr, first, alpha, beta, bj);
+        } else {
+          const bool in_place = direct_a(q);  // transposed A: column i of row pc onwards
+          const float* a = in_place ? A + pc * lda + i : ap + q * kMr * kc;
+          const int64_t a_step = in_place ? lda : kMr;
+          if (row_sums && j == 0 && nr > 16)  // the row sums ride along with C's first columns
+            micro_kernel<2, false, true>(kc, a, a_step, bpanel, c, ldc, mr, nr, first, alpha, beta, bj, row_sums + i);
+          else if (row_sums && j == 0)
+            micro_kernel<1, false, true>(kc, a, a_step, bpanel, c, ldc, mr, nr, first, alpha, beta, bj, row_sums + i);
+          else if (nr > 16)
+            micro_kernel<2, false>(kc, a, a_step, bpanel, c, ldc, mr, nr, first, alpha, beta, bj);
+          else
+            micro_kernel<1, false>(kc, a, a_step, bpanel, c, ldc, mr, nr, first, alpha, beta, bj);
+        }
+      }
+    }
+  };
+  if (k_blocks > 1 && M <= kColumnSplitMaxM && N <= kNc) {
+    // Several K blocks and few rows of C (the weight gradients dW = dy^T x: M, N = 64-192, K =
+    // 6400): the threads split C's column panels instead of its rows, each packing the B panels
+    // only it reads and running all K blocks without meeting the others. Split by rows, every
+    // thread would read every B panel, half of them just written by the other core (a transfer
+    // between the cores' caches for each line), and meet it twice per K block.
+    const int64_t n_panels = (N + kNr - 1) / kNr;
+    const int64_t parts = std::min<int64_t>(get_num_threads(), n_panels);  // one run of panels a thread
+    parallel_for(parts, 1, [&](int64_t t, int64_t) {
+      const int64_t p0 = t * n_panels / parts, p1 = (t + 1) * n_panels / parts;
+      thread_local PackBuffer own_b, own_a;
+      float* bp = own_b.get(static_cast<size_t>((p1 - p0) * kNr * kc_step));
+      float* ap = own_a.get(static_cast<size_t>(mc * kc_step));
+      const int64_t j0 = p0 * kNr, nc = std::min(N, p1 * kNr) - j0;
+      for (int64_t pc = 0; pc < K; pc += kc_step) {  // K blocks in order for every element of C
+        const int64_t kc = std::min(kc_step, K - pc);
+        for (int64_t p = p0; p < p1; ++p)
+          pack_b_panel(B, ldb, trans_b, p * kNr, std::min(kNr, N - p * kNr), pc, kc, bp + (p - p0) * kNr * kc);
+        for (int64_t blk = 0; blk < m_blocks; ++blk) block(blk, j0, nc, pc, kc, bp, ap);
+      }
+    });
+    return;
+  }
   thread_local PackBuffer b_buffer;
   for (int64_t jc = 0; jc < N; jc += kNc) {
     const int64_t nc = std::min(kNc, N - jc), n_panels = (nc + kNr - 1) / kNr;
     for (int64_t pc = 0; pc < K; pc += kc_step) {
       const int64_t kc = std::min(kc_step, K - pc);
-      const bool first = pc == 0;
       float* bp = b_buffer.get(static_cast<size_t>(n_panels * kNr * kc));
       parallel_for(n_panels, std::max<int64_t>(1, 8192 / (kNr * kc)), [&](int64_t p0, int64_t p1) {
         for (int64_t p = p0; p < p1; ++p)
@@ -215,47 +283,7 @@ MINIDL_AVX512 void packed_gemm(int64_t M, int64_t N, int64_t K, const float* A, 
       parallel_for(m_blocks, 1, [&](int64_t b0, int64_t b1) {
         thread_local PackBuffer a_buffer;
         float* ap = a_buffer.get(static_cast<size_t>(mc * kc));
-        for (int64_t blk = b0; blk < b1; ++blk) {
-          const int64_t i0 = blk * mc, m = std::min(mc, M - i0), m_panels = (m + kMr - 1) / kMr;
-          // A read in place: full 8-row panels of a row-major A, and of a transposed A whose
-          // rows (op(A)'s columns) lie close together; the others packed (zero-padded)
-          auto direct_a = [&](int64_t q) {
-            return q * kMr + kMr <= m && (!trans_a || lda <= kInPlaceStrideMax);
-          };
-          for (int64_t q = 0; q < m_panels; ++q)
-            if (!direct_a(q))
-              pack_a_panel(A, lda, trans_a, i0 + q * kMr, std::min(kMr, m - q * kMr), pc, kc, ap + q * kMr * kc);
-          for (int64_t p = 0; p < n_panels; ++p) {
-            const int64_t j = jc + p * kNr, nr = std::min(kNr, nc - p * kNr);
-            const float* bpanel = bp + p * kNr * kc;
-            for (int64_t q = 0; q < m_panels; ++q) {
-              const int64_t i = i0 + q * kMr, mr = std::min(kMr, m - q * kMr);
-              float* c = C + i * ldc + j;
-              const float* bj = bias ? bias + j : nullptr;
-              if (direct_a(q) && !trans_a) {
-                const float* a = A + i * lda + pc;
-                if (nr > 16)
-                  micro_kernel<2, true>(kc, a, lda, bpanel, c, ldc, mr, nr, first, alpha, beta, bj);
-                else
-                  micro_kernel<1, true>(kc, a, lda, bpanel, c, ldc, mr, nr, first, alpha, beta, bj);
-              } else {
-                const bool in_place = direct_a(q);  // transposed A: column i of row pc onwards
-                const float* a = in_place ? A + pc * lda + i : ap + q * kMr * kc;
-                const int64_t a_step = in_place ? lda : kMr;
-                if (row_sums && j == 0 && nr > 16)  // the row sums ride along with C's first columns
-                  micro_kernel<2, false, true>(kc, a, a_step, bpanel, c, ldc, mr, nr, first, alpha, beta, bj,
-                                               row_sums + i);
-                else if (row_sums && j == 0)
-                  micro_kernel<1, false, true>(kc, a, a_step, bpanel, c, ldc, mr, nr, first, alpha, beta, bj,
-                                               row_sums + i);
-                else if (nr > 16)
-                  micro_kernel<2, false>(kc, a, a_step, bpanel, c, ldc, mr, nr, first, alpha, beta, bj);
-                else
-                  micro_kernel<1, false>(kc, a, a_step, bpanel, c, ldc, mr, nr, first, alpha, beta, bj);
-              }
-            }
-          }
-        }
+        for (int64_t blk = b0; blk < b1; ++blk) block(blk, jc, nc, pc, kc, bp, ap);
       });
     }
   }

@@ -123,17 +123,19 @@ TEST(CpuGemm, PackedWithEmptyKOrZeroAlphaScalesC) {
 TEST(CpuGemm, PackedSameBitsFor1And2Threads) {
   if (!have_avx512()) GTEST_SKIP() << "this CPU has no AVX-512F: gemm() uses Eigen, the packed kernel is unused";
   const int saved = minidl::kernels::cpu::get_num_threads();
-  // several row blocks (parallel work units) and two K blocks
-  const int64_t M = 300, N = 70, K = 600;
-  for (bool ta : {false, true}) {
-    const std::vector<float> A = values(static_cast<size_t>(M * K), 7), B = values(static_cast<size_t>(K * N), 8);
-    std::vector<float> one = values(static_cast<size_t>(M * N), 9), two = one;
-    minidl::kernels::cpu::set_num_threads(1);
-    gemm_avx512(M, N, K, A.data(), ta ? M : K, ta, B.data(), N, false, one.data(), N, 1.0f, 0.5f);
-    minidl::kernels::cpu::set_num_threads(2);
-    gemm_avx512(M, N, K, A.data(), ta ? M : K, ta, B.data(), N, false, two.data(), N, 1.0f, 0.5f);
-    for (size_t i = 0; i < one.size(); ++i) ASSERT_EQ(one[i], two[i]) << "element " << i << ", trans_a " << ta;
-  }
+  // several row blocks (the threads split C's rows) and K blocks; then few rows (the threads split
+  // C's column panels, 7 of them, unevenly)
+  for (const Case& c : {Case{300, 70, 600}, Case{100, 200, 600}})
+    for (bool ta : {false, true}) {
+      const int64_t M = c.M, N = c.N, K = c.K;
+      const std::vector<float> A = values(static_cast<size_t>(M * K), 7), B = values(static_cast<size_t>(K * N), 8);
+      std::vector<float> one = values(static_cast<size_t>(M * N), 9), two = one;
+      minidl::kernels::cpu::set_num_threads(1);
+      gemm_avx512(M, N, K, A.data(), ta ? M : K, ta, B.data(), N, false, one.data(), N, 1.0f, 0.5f);
+      minidl::kernels::cpu::set_num_threads(2);
+      gemm_avx512(M, N, K, A.data(), ta ? M : K, ta, B.data(), N, false, two.data(), N, 1.0f, 0.5f);
+      for (size_t i = 0; i < one.size(); ++i) ASSERT_EQ(one[i], two[i]) << "element " << i << ", trans_a " << ta;
+    }
   minidl::kernels::cpu::set_num_threads(saved);
 }
 
