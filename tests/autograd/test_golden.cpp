@@ -1,22 +1,19 @@
 // tests/autograd/test_golden.cpp — every op against PyTorch's values (tests/golden/ops.safetensors,
 // written by tests/golden/make_golden.py): forward output and the gradients of sum(out * dy),
 // in float32, with a tolerance per op.
-#include <functional>
 #include <map>
 
-#include "minidl/tensor/serialize.h"
-#include "tests/common/testing.h"
 #include "minidl/autograd/autograd_all.h"
+#include "minidl/tensor/serialize.h"
+#include "tests/common/golden.h"
+#include "tests/common/testing.h"
 
 using namespace minidl;
 using V = std::vector<Variable>;
 
 namespace {
 
-struct Runner {
-  std::function<Variable(const V&)> fn;
-  double tol = 1e-5;  // rtol and atol
-};
+using Runner = minidl::testing::GoldenCase;
 
 Pool2dParams pool(int64_t k, int64_t s, int64_t p) {
   return {.kernel_h = k, .kernel_w = k, .stride_h = s, .stride_w = s, .pad_h = p, .pad_w = p};
@@ -90,7 +87,6 @@ const SafetensorsFile& golden() {
   return f;
 }
 
-bool has(const std::string& key) { return golden().tensors.count(key) > 0; }
 const Tensor& get(const std::string& key) { return golden().tensors.at(key); }
 
 }  // namespace
@@ -99,32 +95,10 @@ class Golden : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Golden, ForwardAndBackwardMatchPyTorch) {
   const std::string name = GetParam();
-  const Runner& run = runners().at(name);
-  V inputs;
-  for (int i = 0; has(name + "/in" + std::to_string(i)); ++i) {
-    const Tensor& t = get(name + "/in" + std::to_string(i));
-    inputs.emplace_back(t.clone(), has(name + "/grad" + std::to_string(i)));
-  }
-  Variable out = run.fn(inputs);
-  minidl::testing::expect_close(out.data(), get(name + "/out"), run.tol, run.tol, name + " forward");
-  if (!out.requires_grad()) return;
-  out.backward(get(name + "/dy"));
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    const std::string key = name + "/grad" + std::to_string(i);
-    if (!has(key)) continue;
-    ASSERT_TRUE(inputs[i].grad().defined()) << name << ": no gradient for input " << i;
-    minidl::testing::expect_close(inputs[i].grad(), get(key), run.tol, run.tol,
-                                  name + " grad of input " + std::to_string(i));
-  }
+  minidl::testing::expect_golden_case(golden(), name, runners().at(name));
 }
 
-std::vector<std::string> golden_case_names() {
-  std::vector<std::string> names;
-  for (const auto& [name, runner] : runners()) names.push_back(name);
-  return names;
-}
-
-INSTANTIATE_TEST_SUITE_P(AllOps, Golden, ::testing::ValuesIn(golden_case_names()),
+INSTANTIATE_TEST_SUITE_P(AllOps, Golden, ::testing::ValuesIn(minidl::testing::golden_case_names(runners())),
                          [](const auto& info) { return info.param; });
 
 TEST(GoldenFile, EveryRecordedCaseHasARunner) {

@@ -26,6 +26,12 @@ using ::testing::HasSubstr;
 
 namespace {
 
+// A shell worker that records its pid as DIR/pid.$RANK and waits until n workers have done so.
+std::string record_pid_and_wait(const std::string& dir, int n) {
+  return "echo $$ > " + dir + "/pid.$RANK; while [ $(ls " + dir + " | grep -c '^pid') -lt " + std::to_string(n) +
+         " ]; do sleep 0.02; done; ";
+}
+
 class Launcher : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -45,13 +51,27 @@ class Launcher : public ::testing::Test {
   static void expect_all_gone(const std::vector<pid_t>& pids) {
     for (pid_t pid : pids) EXPECT_FALSE(process_alive(pid)) << "worker pid " << pid << " is still alive";
   }
-};
 
-// A shell worker that records its pid as DIR/pid.$RANK and waits until n workers have done so.
-std::string record_pid_and_wait(const std::string& dir, int n) {
-  return "echo $$ > " + dir + "/pid.$RANK; while [ $(ls " + dir + " | grep -c '^pid') -lt " + std::to_string(n) +
-         " ]; do sleep 0.02; done; ";
-}
+  // minidl-run with 2 shell workers that run `prologue`, record their pids in dir and wait for
+  // each other, then run `rest`; returns (p: the launcher, pids: the workers') once both pids are
+  // recorded (at most 5 s).
+  static void start_two_workers(const std::string& dir, const std::string& prologue, const std::string& rest,
+                                Subprocess& p, std::vector<pid_t>& pids) {
+    p = start_process(
+        {launcher_path(), "--nproc-per-node", "2", "/bin/sh", "-c", prologue + record_pid_and_wait(dir, 2) + rest});
+    for (int i = 0; i < 250 && read_pid_files(dir).size() < 2; ++i) std::this_thread::sleep_for(20ms);
+    pids = read_pid_files(dir);
+    ASSERT_EQ(pids.size(), 2u);
+  }
+
+  // Two workers as above that then sleep 30 s; sends the launcher `sig` and waits (at most 10 s)
+  // for it to end.
+  static void signal_two_sleeping_workers(const std::string& dir, int sig, Subprocess& p, std::vector<pid_t>& pids) {
+    ASSERT_NO_FATAL_FAILURE(start_two_workers(dir, "", "exec sleep 30", p, pids));
+    ::kill(p.pid, sig);
+    ASSERT_TRUE(wait_process(p, 10s));
+  }
+};
 
 // Waits (at most 5 s) until none of pids is running.
 bool all_gone_within_5s(const std::vector<pid_t>& pids) {
@@ -118,14 +138,9 @@ TEST_F(Launcher, AWorkerKilledByASignalIsNamed) {
 
 TEST_F(Launcher, SigtermEndsAllWorkers) {
   minidl::testing::TempDir tmp;
-  const std::string& dir = tmp.path();
-  Subprocess p = start_process(
-      {launcher_path(), "--nproc-per-node", "2", "/bin/sh", "-c", record_pid_and_wait(dir, 2) + "exec sleep 30"});
-  for (int i = 0; i < 250 && read_pid_files(dir).size() < 2; ++i) std::this_thread::sleep_for(20ms);
-  auto pids = read_pid_files(dir);
-  ASSERT_EQ(pids.size(), 2u);
-  ::kill(p.pid, SIGTERM);
-  ASSERT_TRUE(wait_process(p, 10s));
+  Subprocess p;
+  std::vector<pid_t> pids;
+  ASSERT_NO_FATAL_FAILURE(signal_two_sleeping_workers(tmp.path(), SIGTERM, p, pids));
   EXPECT_EQ(exit_code(p), 128 + SIGTERM);
   EXPECT_THAT(p.err, HasSubstr("received SIGTERM, forwarding it to the workers"));
   expect_all_gone(pids);
@@ -133,40 +148,28 @@ TEST_F(Launcher, SigtermEndsAllWorkers) {
 
 TEST_F(Launcher, SigintIsForwardedToo) {
   minidl::testing::TempDir tmp;
-  const std::string& dir = tmp.path();
-  Subprocess p = start_process(
-      {launcher_path(), "--nproc-per-node", "2", "/bin/sh", "-c", record_pid_and_wait(dir, 2) + "exec sleep 30"});
-  for (int i = 0; i < 250 && read_pid_files(dir).size() < 2; ++i) std::this_thread::sleep_for(20ms);
-  auto pids = read_pid_files(dir);
-  ASSERT_EQ(pids.size(), 2u);
-  ::kill(p.pid, SIGINT);
-  ASSERT_TRUE(wait_process(p, 10s));
+  Subprocess p;
+  std::vector<pid_t> pids;
+  ASSERT_NO_FATAL_FAILURE(signal_two_sleeping_workers(tmp.path(), SIGINT, p, pids));
   EXPECT_EQ(exit_code(p), 128 + SIGINT);
   expect_all_gone(pids);
 }
 
 TEST_F(Launcher, WorkersDieWithAKilledLauncher) {
   minidl::testing::TempDir tmp;
-  const std::string& dir = tmp.path();
-  Subprocess p = start_process(
-      {launcher_path(), "--nproc-per-node", "2", "/bin/sh", "-c", record_pid_and_wait(dir, 2) + "exec sleep 30"});
-  for (int i = 0; i < 250 && read_pid_files(dir).size() < 2; ++i) std::this_thread::sleep_for(20ms);
-  auto pids = read_pid_files(dir);
-  ASSERT_EQ(pids.size(), 2u);
-  ::kill(p.pid, SIGKILL);  // no chance to clean up: PR_SET_PDEATHSIG sends the workers SIGTERM
-  ASSERT_TRUE(wait_process(p, 10s));
+  Subprocess p;
+  std::vector<pid_t> pids;
+  // no chance to clean up: PR_SET_PDEATHSIG sends the workers SIGTERM
+  ASSERT_NO_FATAL_FAILURE(signal_two_sleeping_workers(tmp.path(), SIGKILL, p, pids));
   EXPECT_TRUE(all_gone_within_5s(pids));
 }
 
 TEST_F(Launcher, AWorkerIgnoringSigtermIsKilledAfterTheGracePeriod) {
   minidl::testing::TempDir tmp;
-  const std::string& dir = tmp.path();
+  Subprocess p;
+  std::vector<pid_t> pids;
   // sh ignores TERM and so does the sleep it starts; only SIGKILL ends them.
-  Subprocess p = start_process({launcher_path(), "--nproc-per-node", "2", "/bin/sh", "-c",
-                                "trap '' TERM; " + record_pid_and_wait(dir, 2) + "sleep 30"});
-  for (int i = 0; i < 250 && read_pid_files(dir).size() < 2; ++i) std::this_thread::sleep_for(20ms);
-  auto pids = read_pid_files(dir);
-  ASSERT_EQ(pids.size(), 2u);
+  ASSERT_NO_FATAL_FAILURE(start_two_workers(tmp.path(), "trap '' TERM; ", "sleep 30", p, pids));
   auto start = std::chrono::steady_clock::now();
   ::kill(p.pid, SIGTERM);
   ASSERT_TRUE(wait_process(p, 10s));

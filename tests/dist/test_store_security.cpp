@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <functional>
 #include <regex>
 #include <thread>
 
@@ -55,6 +56,31 @@ int64_t rss_mib() {
   int64_t size = 0, resident = 0;
   statm >> size >> resident;
   return resident * ::sysconf(_SC_PAGESIZE) / (1 << 20);
+}
+
+// Spawns ranks 0 and 1 of a world of 3 whose rank 2 never starts. Each rank sends its stderr to
+// log_dir/err.<rank> and calls dist::init(options(rank)); if init throws, the rank writes
+// "init failed: <message>" there, rank 0 then waits rank0_linger, and the rank rethrows (so spawn
+// throws, naming whichever rank failed first).
+void init_two_of_three(const std::string& log_dir, const std::function<minidl::dist::InitOptions(int rank)>& options,
+                       std::chrono::milliseconds rank0_linger = 0ms) {
+  minidl::dist::spawn(2, [&](int rank) {
+    ::setenv("WORLD_SIZE", "3", 1);
+    if (std::freopen((log_dir + "/err." + std::to_string(rank)).c_str(), "w", stderr) == nullptr) std::abort();
+    try {
+      minidl::dist::init(options(rank));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "init failed: %s\n", e.what());
+      if (rank == 0 && rank0_linger > 0ms) std::this_thread::sleep_for(rank0_linger);
+      throw;
+    }
+  });
+}
+
+// What a rank of init_two_of_three wrote on its stderr.
+std::string rank_log(const std::string& log_dir, int rank) {
+  std::ifstream in(log_dir + "/err." + std::to_string(rank));
+  return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
 }  // namespace
@@ -186,25 +212,11 @@ TEST(StoreSecurity, InitNamesTheRanksItWaitsFor) {
   const std::string log_dir = dir.path();
   // Whichever rank fails first is what spawn reports (rank 1 may see rank 0's store go away), so
   // each rank writes its own error next to its progress lines.
-  EXPECT_THROW(minidl::dist::spawn(2,
-                                   [&](int rank) {
-                                     ::setenv("WORLD_SIZE", "3", 1);
-                                     if (std::freopen((log_dir + "/err." + std::to_string(rank)).c_str(), "w",
-                                                      stderr) == nullptr)
-                                       std::abort();
-                                     try {
-                                       minidl::dist::init({.timeout = 1200ms, .progress_interval = 300ms});
-                                     } catch (const std::exception& e) {
-                                       std::fprintf(stderr, "init failed: %s\n", e.what());
-                                       throw;
-                                     }
-                                   }),
-               std::runtime_error);
-  std::string log[2];
-  for (int r = 0; r < 2; ++r) {
-    std::ifstream in(log_dir + "/err." + std::to_string(r));
-    log[r].assign(std::istreambuf_iterator<char>(in), {});
-  }
+  EXPECT_THROW(
+      init_two_of_three(log_dir,
+                        [](int) { return minidl::dist::InitOptions{.timeout = 1200ms, .progress_interval = 300ms}; }),
+      std::runtime_error);
+  const std::string log[2] = {rank_log(log_dir, 0), rank_log(log_dir, 1)};
   EXPECT_THAT(log[0], HasSubstr("dist::init: rank 0 is waiting for rank(s) 2 of 3 to join ("));
   // The rank whose timeout ends first names rank 2; spawn then stops the other one, which may
   // not have printed its own error yet (under load or a sanitizer that is often rank 0). Rank 1
@@ -230,24 +242,15 @@ TEST(StoreSecurity, ARankThatLosesTheStoreNamesWhomItWaitedFor) {
   // exits, so rank 1's error is the first that spawn sees.
   minidl::testing::TempDir dir;
   const std::string log_dir = dir.path();
-  EXPECT_THROW(minidl::dist::spawn(2,
-                                   [&](int rank) {
-                                     ::setenv("WORLD_SIZE", "3", 1);
-                                     if (std::freopen((log_dir + "/err." + std::to_string(rank)).c_str(), "w",
-                                                      stderr) == nullptr)
-                                       std::abort();
-                                     try {
-                                       minidl::dist::init({.timeout = rank == 0 ? 500ms : 20000ms,
-                                                           .progress_interval = 200ms});
-                                     } catch (const std::exception& e) {
-                                       std::fprintf(stderr, "init failed: %s\n", e.what());
-                                       if (rank == 0) std::this_thread::sleep_for(3s);
-                                       throw;
-                                     }
-                                   }),
+  EXPECT_THROW(init_two_of_three(
+                   log_dir,
+                   [](int rank) {
+                     return minidl::dist::InitOptions{.timeout = rank == 0 ? 500ms : 20000ms,
+                                                      .progress_interval = 200ms};
+                   },
+                   /*rank0_linger=*/3s),
                std::runtime_error);
-  std::ifstream in(log_dir + "/err.1");
-  const std::string log(std::istreambuf_iterator<char>(in), {});
+  const std::string log = rank_log(log_dir, 1);
   EXPECT_THAT(log, HasSubstr("init failed: dist::init: rank 1: lost the store at "));
   EXPECT_THAT(log, HasSubstr(" while waiting for rank(s) 2 of 3 to join (rank 0 serves it: did it give up or die?): "));
 }

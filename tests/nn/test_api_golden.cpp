@@ -6,6 +6,7 @@
 #include <map>
 
 #include "minidl/nn/nn_all.h"
+#include "tests/common/golden.h"
 #include "tests/common/testing.h"
 
 using namespace minidl;
@@ -13,10 +14,7 @@ using V = std::vector<Variable>;
 
 namespace {
 
-struct Runner {
-  std::function<Variable(const V&)> fn;
-  double tol = 1e-5;  // rtol and atol
-};
+using Runner = minidl::testing::GoldenCase;
 
 const std::map<std::string, Runner>& runners() {
   using R = Reduction;
@@ -111,33 +109,12 @@ class ApiGolden : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ApiGolden, ForwardAndBackwardMatchPyTorch) {
   const std::string name = GetParam();
-  const Runner& run = runners().at(name);
-  V inputs;
-  for (int i = 0; has(name + "/in" + std::to_string(i)); ++i)
-    inputs.emplace_back(get(name + "/in" + std::to_string(i)).clone(), has(name + "/grad" + std::to_string(i)));
-  ASSERT_FALSE(inputs.empty()) << "no golden inputs for " << name;
-  Variable out = run.fn(inputs);
-  minidl::testing::expect_close(out.data(), get(name + "/out"), run.tol, run.tol, name + " forward");
-  out.backward(get(name + "/dy"));
-  int compared = 0;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    const std::string key = name + "/grad" + std::to_string(i);
-    if (!has(key)) continue;
-    ASSERT_TRUE(inputs[i].grad().defined()) << name << ": no gradient for input " << i;
-    minidl::testing::expect_close(inputs[i].grad(), get(key), run.tol, run.tol,
-                                  name + " grad of input " + std::to_string(i));
-    ++compared;
-  }
-  EXPECT_GT(compared, 0) << name << ": no gradient compared";
+  // every functional case's output requires grad, and at least one input's gradient is recorded
+  EXPECT_GT(minidl::testing::expect_golden_case(golden(), name, runners().at(name)), 0)
+      << name << ": no gradient compared";
 }
 
-std::vector<std::string> api_case_names() {
-  std::vector<std::string> names;
-  for (const auto& [name, runner] : runners()) names.push_back(name);
-  return names;
-}
-
-INSTANTIATE_TEST_SUITE_P(Functional, ApiGolden, ::testing::ValuesIn(api_case_names()),
+INSTANTIATE_TEST_SUITE_P(Functional, ApiGolden, ::testing::ValuesIn(minidl::testing::golden_case_names(runners())),
                          [](const auto& info) { return info.param; });
 
 TEST(ApiGoldenFile, EveryRecordedFunctionalCaseHasARunner) {
@@ -160,9 +137,7 @@ void check_module_case(const std::string& name, nn::Module& m, const std::functi
     if (k.rfind(prefix, 0) == 0) state[k.substr(prefix.size())] = t;
   ASSERT_FALSE(state.empty()) << "no golden state for " << name;
   m.load_state_dict(state);
-  V inputs;
-  for (int i = 0; has(name + "/in" + std::to_string(i)); ++i)
-    inputs.emplace_back(get(name + "/in" + std::to_string(i)).clone(), has(name + "/grad" + std::to_string(i)));
+  V inputs = minidl::testing::golden_inputs(golden(), name);
   const V outs = fn(m, inputs);
   std::vector<Variable> roots;
   std::vector<Tensor> grads;

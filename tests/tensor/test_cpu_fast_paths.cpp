@@ -28,21 +28,11 @@
 #include "minidl/optim/sgd.h"
 #include "minidl/tensor/cpu_allocator.h"
 #include "tests/common/testing.h"
+#include "tests/common/threads.h"
 
 using namespace minidl;
 using minidl::testing::expect_equal;
-
-namespace {
-template <class F> std::pair<Tensor, Tensor> with_1_and_2_threads(F f) {
-  const int saved = kernels::cpu::get_num_threads();
-  kernels::cpu::set_num_threads(1);
-  Tensor a = f();
-  kernels::cpu::set_num_threads(2);
-  Tensor b = f();
-  kernels::cpu::set_num_threads(saved);
-  return {a, b};
-}
-}  // namespace
+using minidl::testing::with_1_and_2_threads;
 
 // float takes the AVX-512 row loop where the CPU has it, double the scalar loop.
 template <class T> void check_max_pool_2x2() {

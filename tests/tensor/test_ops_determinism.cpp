@@ -1,23 +1,11 @@
 // tests/tensor/test_ops_determinism.cpp — reductions and matmul give the same bits with 1 and 2
 // threads (fixed chunking, partials combined in a fixed order).
-#include "minidl/kernels/cpu/parallel.h"
 #include "tests/common/testing.h"
+#include "tests/common/threads.h"
 
 using namespace minidl;
 using minidl::testing::expect_equal;
-
-namespace {
-// Runs f with 1 thread and with 2 threads, restoring the default afterwards.
-template <class F> std::pair<Tensor, Tensor> with_1_and_2_threads(F f) {
-  const int saved = kernels::cpu::get_num_threads();
-  kernels::cpu::set_num_threads(1);
-  Tensor a = f();
-  kernels::cpu::set_num_threads(2);
-  Tensor b = f();
-  kernels::cpu::set_num_threads(saved);
-  return {a, b};
-}
-}  // namespace
+using minidl::testing::with_1_and_2_threads;
 
 TEST(Determinism, SumOfMillionElementsSameBitsFor1And2Threads) {
   Tensor x = randn({1000000});
