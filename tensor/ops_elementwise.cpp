@@ -114,14 +114,19 @@ template <class Op> Tensor unary_op(const Tensor& x, const char* op, Op f, Kinds
   return out;
 }
 
-// out (broadcast shape) = f(a, b, c)
-template <class Op> Tensor ternary_op(const Tensor& a, const Tensor& b, const Tensor& c, const char* op, Op f) {
-  const bool cuda = cuda_dispatch::on_cuda({&a, &b, &c}, op);
+// The checks both ternary forms make: a, b and c defined, with one dtype.
+void check_ternary_operands(const Tensor& a, const Tensor& b, const Tensor& c, const char* op) {
   check_defined(a, op);
   check_defined(b, op);
   check_defined(c, op);
   check_same_dtype(a, b, op);
   check_same_dtype(a, c, op);
+}
+
+// out (broadcast shape) = f(a, b, c)
+template <class Op> Tensor ternary_op(const Tensor& a, const Tensor& b, const Tensor& c, const char* op, Op f) {
+  const bool cuda = cuda_dispatch::on_cuda({&a, &b, &c}, op);
+  check_ternary_operands(a, b, c, op);
   const Shape shape = broadcast_shapes(broadcast_shapes(a.shape(), b.shape(), op), c.shape(), op);
   Tensor out(shape, a.dtype(), a.device());
   const Tensor ea = a.expand(shape), eb = b.expand(shape), ec = c.expand(shape);
@@ -168,11 +173,7 @@ template <class Op> Tensor& binary_inplace(Tensor& a, const Tensor& b, const cha
 // a = f(a, b, c), b and c broadcast to a's shape
 template <class Op> Tensor& ternary_inplace(Tensor& a, const Tensor& b, const Tensor& c, const char* op, Op f) {
   const bool cuda = cuda_dispatch::on_cuda({&a, &b, &c}, op);
-  check_defined(a, op);
-  check_defined(b, op);
-  check_defined(c, op);
-  check_same_dtype(a, b, op);
-  check_same_dtype(a, c, op);
+  check_ternary_operands(a, b, c, op);
   check_writable(a, op);
   const Tensor eb = expand_to(b, a, op);
   const Tensor ec = expand_to(c, a, op);
