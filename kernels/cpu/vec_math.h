@@ -18,20 +18,26 @@ namespace minidl::kernels::cpu {
 // exp(x) for x <= 0: 2^n * p(r), n = round(x / ln 2), r = x - n ln 2 (in two parts, Cody-Waite),
 // p Cephes' degree-6 polynomial for expf. Below ln(FLT_MIN) the result flushes to 0 (exp(-inf)
 // is 0); NaN stays NaN.
-inline float exp_nonpositive(float x) {
-  constexpr float kLo = -87.33654475f;  // ln(FLT_MIN)
-  const float xc = x < kLo ? kLo : x;
-  // n = round(xc / ln 2) by the 1.5 * 2^23 trick (std::floor keeps GCC 12 from vectorising)
-  const float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  float r = xc - n * 0.693359375f;
+// The steps both forms below share, on one float or on 16 lanes (V = float or FloatLanes: the
+// same operations in the same order): n = round(xc / ln 2), by the 1.5 * 2^23 trick (std::floor
+// keeps GCC 12 from vectorising), and returns p(r).
+template <class V> V exp_reduced(V xc, V& n) {
+  n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  V r = xc - n * 0.693359375f;
   r = r - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
+  V p = V{} + 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;
   p = p * r + 8.3334519073e-3f;
   p = p * r + 4.1665795894e-2f;
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
+  return p * r * r + r + 1.0f;
+}
+
+inline float exp_nonpositive(float x) {
+  constexpr float kLo = -87.33654475f;  // ln(FLT_MIN)
+  float n;
+  const float p = exp_reduced(x < kLo ? kLo : x, n);
   const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;  // 2^n as a float's bits, n in [-126, 0]
   float scale;
   std::memcpy(&scale, &bits, sizeof scale);  // (std::bit_cast keeps GCC 12 from vectorising the loop)
@@ -126,16 +132,8 @@ inline FloatLanes exp_nonpositive(FloatLanes x) {
 #else
   const FloatLanes xc = x < kLo ? FloatLanes{} + kLo : x;
 #endif
-  const FloatLanes n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  FloatLanes r = xc - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  FloatLanes p = FloatLanes{} + 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
+  FloatLanes n;
+  const FloatLanes p = exp_reduced(xc, n);
 #if defined(__AVX512F__)
   const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(kLo), _CMP_NLT_UQ);  // not x < kLo
   return FloatLanes(_mm512_maskz_scalef_ps(keep, p, n));
