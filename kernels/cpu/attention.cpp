@@ -523,6 +523,15 @@ template <class T> void prefetch_rows(const T* p, int64_t ld, int64_t L, int64_t
   for (int64_t j = 0; j < L; ++j)
     for (int64_t c = 0; c < n; c += kLine) __builtin_prefetch(p + j * ld + c);
 }
+// q, k and v of one head (E apart in its rows), as prefetch_rows asks for them
+template <class T> void prefetch_qkv(const T* q, int64_t ld, int64_t E, int64_t L, int64_t D) {
+  for (int64_t part = 0; part < 3; ++part) prefetch_rows(q + part * E, ld, L, D);
+}
+
+// Where head t = b * H + h starts in a (B, L, ...) tensor whose rows, ld apart, hold H heads of D.
+inline int64_t head_offset(int64_t t, int64_t H, int64_t L, int64_t D, int64_t ld) {
+  return t / H * L * ld + t % H * D;
+}
 
 template <class T>
 void forward_impl(const T* qkv, int64_t B, int64_t L, int64_t H, int64_t D, T scale, T* P, T* ctx) {
@@ -531,13 +540,9 @@ void forward_impl(const T* qkv, int64_t B, int64_t L, int64_t H, int64_t D, T sc
   parallel_for(B * H, 1, [&](int64_t t0, int64_t t1) {
     T* scratch = thread_scratch<T>(need);
     for (int64_t t = t0; t < t1; ++t) {
-      const int64_t b = t / H, h = t % H;
-      const T* q = qkv + b * L * ld + h * D;
-      if (t + 1 < B * H) {  // the next head's q, k and v
-        const T* next = qkv + (t + 1) / H * L * ld + (t + 1) % H * D;
-        for (int64_t part = 0; part < 3; ++part) prefetch_rows(next + part * E, ld, L, D);
-      }
-      forward_head(q, q + E, q + 2 * E, ld, L, D, scale, P + t * L * L, ctx + b * L * E + h * D, E, scratch);
+      const T* q = qkv + head_offset(t, H, L, D, ld);
+      if (t + 1 < B * H) prefetch_qkv(qkv + head_offset(t + 1, H, L, D, ld), ld, E, L, D);  // the next head's
+      forward_head(q, q + E, q + 2 * E, ld, L, D, scale, P + t * L * L, ctx + head_offset(t, H, L, D, E), E, scratch);
     }
   });
 }
@@ -550,16 +555,14 @@ void backward_impl(const T* qkv, const T* P, const T* dctx, int64_t B, int64_t L
   parallel_for(B * H, 1, [&](int64_t t0, int64_t t1) {
     T* scratch = thread_scratch<T>(need);
     for (int64_t t = t0; t < t1; ++t) {
-      const int64_t b = t / H, h = t % H;
-      const T* q = qkv + b * L * ld + h * D;
-      T* dq = dqkv + b * L * ld + h * D;
+      const T* q = qkv + head_offset(t, H, L, D, ld);
+      T* dq = dqkv + head_offset(t, H, L, D, ld);
       if (t + 1 < B * H) {  // the next head's q, k, v and dctx
-        const int64_t nb = (t + 1) / H, nh = (t + 1) % H;
-        for (int64_t part = 0; part < 3; ++part) prefetch_rows(qkv + nb * L * ld + nh * D + part * E, ld, L, D);
-        prefetch_rows(dctx + nb * L * E + nh * D, E, L, D);
+        prefetch_qkv(qkv + head_offset(t + 1, H, L, D, ld), ld, E, L, D);
+        prefetch_rows(dctx + head_offset(t + 1, H, L, D, E), E, L, D);
       }
-      backward_head(q, q + E, q + 2 * E, ld, dctx + b * L * E + h * D, E, P + t * L * L, L, D, scale, dq, dq + E,
-                    dq + 2 * E, scratch);
+      backward_head(q, q + E, q + 2 * E, ld, dctx + head_offset(t, H, L, D, E), E, P + t * L * L, L, D, scale, dq,
+                    dq + E, dq + 2 * E, scratch);
     }
   });
 }
