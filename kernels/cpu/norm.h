@@ -164,6 +164,19 @@ void batch_norm_backward_reduce(const T* dy, const T* x, int64_t N, int64_t C, i
   });
 }
 
+// The per-channel constants of the backward's dx = (g - mean_dy - (x - m) * k) * scale for channel
+// c: m = mean, mean_dy = sum_dy / count, k = invstd^2 * sum_dy_xmu / count, scale = weight * invstd.
+struct BatchNormBackwardCoefficients {
+  double m, mean_dy, k, scale;
+};
+inline BatchNormBackwardCoefficients batch_norm_backward_coefficients(int64_t c, const double* mean,
+                                                                      const double* invstd, const double* weight,
+                                                                      const double* sum_dy, const double* sum_dy_xmu,
+                                                                      double inv_count) {
+  const double is = invstd[c];
+  return {mean[c], sum_dy[c] * inv_count, is * is * sum_dy_xmu[c] * inv_count, (weight ? weight[c] : 1.0) * is};
+}
+
 // dx[i] = (g[i] - mean_dy - (x[i] - m) * k) * scale, i < n: batch_norm_backward_elemt's loop
 // without a ReLU, shared with the fused batch norm + ReLU + max-pool's backward (the same bits).
 template <class T>
@@ -181,11 +194,8 @@ void batch_norm_backward_elemt(const T* dy, const T* x, int64_t N, int64_t C, in
   const double inv_count = 1.0 / static_cast<double>(count);
   parallel_for(N * C, norm_grain(S), [&](int64_t p0, int64_t p1) {
     for (int64_t pl = p0; pl < p1; ++pl) {
-      const int64_t c = pl % C;
-      const double m = mean[c], is = invstd[c];
-      const double mean_dy = sum_dy[c] * inv_count;
-      const double k = is * is * sum_dy_xmu[c] * inv_count;
-      const double scale = (weight ? weight[c] : 1.0) * is;
+      const auto [m, mean_dy, k, scale] =
+          batch_norm_backward_coefficients(pl % C, mean, invstd, weight, sum_dy, sum_dy_xmu, inv_count);
       const T* g = dy + pl * S;
       const T* xp = x + pl * S;
       T* o = dx + pl * S;
@@ -269,11 +279,8 @@ void batch_norm_relu_max_pool2d_backward_elemt(const T* dout, const T* out, cons
     // the input's gradient of one plane; a last odd row / column, in no window, stays 0
     std::vector<T> g(static_cast<size_t>(H * W), T(0));
     for (int64_t pl = p0; pl < p1; ++pl) {
-      const int64_t c = pl % C;
-      const double m = mean[c], is = invstd[c];
-      const double mean_dy = sum_dy[c] * inv_count;
-      const double k = is * is * sum_dy_xmu[c] * inv_count;
-      const double scale = (weight ? weight[c] : 1.0) * is;
+      const auto [m, mean_dy, k, scale] =
+          batch_norm_backward_coefficients(pl % C, mean, invstd, weight, sum_dy, sum_dy_xmu, inv_count);
       const T* const ro = out + pl * Ho * Wo;
       const T* const dr = dout + pl * Ho * Wo;
       const uint8_t* const ar = arg + pl * Ho * Wo;
