@@ -43,6 +43,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -178,6 +179,15 @@ std::string format(const char* spec, double v) {
   return buf;
 }
 
+// What a run that stops without saving leaves behind: "the last good checkpoint in DIR is kept",
+// or "no checkpoint was saved in DIR yet" when there is none to keep.
+std::string kept_checkpoint_note(const std::string& out_dir) {
+  std::error_code ec;
+  if (std::filesystem::exists(out_dir + "/checkpoint_last.safetensors", ec))
+    return "the last good checkpoint in " + out_dir + " is kept";
+  return "no checkpoint was saved in " + out_dir + " yet";
+}
+
 // A non-finite loss at step bad.step, found by the check at step `now` (the watch recorded the
 // step, the loss and the non-finite counts of that step's input batch and logits on the device;
 // the check reads them): names the first non-finite tensor of that step (the input, else the
@@ -196,8 +206,8 @@ std::string format(const char* spec, double v) {
     first += "; the model now holds non-finite values (model." + m + ")";
   throw std::runtime_error("non-finite loss (" + format("%g", bad.loss) + ") at step " + std::to_string(bad.step) +
                            "; first non-finite tensor: " + first +
-                           ". Stopped without saving: the last good checkpoint in " + out_dir +
-                           " is kept (a learning rate too high? try a lower --lr)");
+                           ". Stopped without saving: " + kept_checkpoint_note(out_dir) +
+                           " (a learning rate too high? try a lower --lr)");
 }
 std::string percent(double v) { return format("%.2f", v) + "%"; }
 
@@ -381,11 +391,8 @@ void train_worker(const Run& run) {
   StepFile step_file(rank);
   // --deterministic: whole global batches only (the last, smaller one would not cut into whole
   // micro-shards on every process count).
+  // (main() refused a training set smaller than one global batch: at least one step per epoch.)
   const int64_t full_steps = cfg.deterministic ? run.train_set->size() / cfg.global_batch_size : train_loader.size();
-  if (full_steps == 0)
-    throw std::runtime_error("--deterministic: the training set (" + std::to_string(run.train_set->size()) +
-                             " images) is smaller than one global batch (" + std::to_string(cfg.global_batch_size) +
-                             ")");
   const int64_t steps_per_epoch = run.cli.smoke_test ? std::min(full_steps, kSmokeTrainBatches) : full_steps;
 
   // [tutorial:model]
@@ -546,10 +553,8 @@ void train_worker(const Run& run) {
     if (rank != 0) return;
     if (const std::string bad = trainer::first_non_finite(model->state_dict()); !bad.empty())
       throw std::runtime_error("after step " + std::to_string(step) + " of epoch " + std::to_string(epoch + 1) +
-                               " the model holds non-finite values (model." + bad +
-                               "): not saving it; the last good "
-                               "checkpoint in " +
-                               run.out_dir + " is kept");
+                               " the model holds non-finite values (model." + bad + "): not saving it; " +
+                               kept_checkpoint_note(run.out_dir));
     char name[64];
     std::snprintf(name, sizeof name, "/checkpoint_step_%07lld.safetensors",
                   static_cast<long long>(epoch * steps_per_epoch + step));
@@ -652,7 +657,7 @@ void train_worker(const Run& run) {
         // The step's check covers the loss; the saved state itself is checked in full here.
         if (const std::string bad = trainer::first_non_finite(model->state_dict()); !bad.empty())
           throw std::runtime_error("after epoch " + std::to_string(epoch + 1) + " the model holds non-finite values (model." +
-                                   bad + "): not saving it; the last good checkpoint in " + run.out_dir + " is kept");
+                                   bad + "): not saving it; " + kept_checkpoint_note(run.out_dir));
         char name[64];
         std::snprintf(name, sizeof name, "/checkpoint_epoch_%03lld.safetensors", static_cast<long long>(epoch + 1));
         const minidl::Metadata meta = checkpoint_metadata(epoch + 1, 0, val, nullptr, 0.0);
@@ -665,7 +670,12 @@ void train_worker(const Run& run) {
     if ((epoch + 1) % cfg.save_every == 0 || epoch + 1 == cfg.epochs)
       last_checkpoint = std::chrono::steady_clock::now();
   }
-  if (start_epoch >= cfg.epochs) val = validate(*model, device);  // resumed a finished run
+  if (start_epoch >= cfg.epochs) {  // resumed at the end of the last epoch (main() refused any later point)
+    log.line("nothing left to train: the checkpoint ends epoch " + std::to_string(start_epoch) + ", the last of " +
+             std::to_string(cfg.epochs) + " (give --epochs above " + std::to_string(start_epoch) +
+             " to train further); evaluating it");
+    val = validate(*model, device);
+  }
   log.line("test accuracy: top-1 " + percent(val.acc1()) + "  top-5 " + percent(val.acc5()) + "  (" +
            std::to_string(static_cast<int64_t>(val.count)) + " images)");
   if (cfg.deterministic) log.line("final weights hash (fnv1a64): " + weights_hash(*model));
@@ -686,28 +696,38 @@ std::shared_ptr<const data::Dataset> load_split(const std::string& dir, bool tra
   return std::make_shared<const data::Subset>(full, std::move(first));
 }
 
-// --out before training: leftovers of a killed save (*.safetensors.tmp.PID of a dead PID) go; a
-// directory holding an earlier run (metrics.jsonl or checkpoints) is refused unless --resume
-// continues it, --overwrite replaces it, or this is a restart of the same run.
+// Removes the leftovers of killed saves from `dir`: *.safetensors.tmp.PID files whose PID is no
+// longer running (a live PID may be a save in progress). Before training and before each restart.
+void remove_interrupted_saves(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    const auto tmp = name.find(".safetensors.tmp.");
+    if (tmp == std::string::npos) continue;
+    const std::string pid = name.substr(tmp + 17);
+    const bool numeric = !pid.empty() && pid.size() < 10 && pid.find_first_not_of("0123456789") == std::string::npos;
+    if (numeric && ::kill(std::stoi(pid), 0) != 0 && errno == ESRCH) {
+      std::error_code rm;
+      fs::remove(entry.path(), rm);
+      if (!rm) std::cerr << "train: removed " << entry.path().string() << ", left by an interrupted save\n";
+    }
+  }
+}
+
+// --out before training: leftovers of a killed save go; a directory holding an earlier run
+// (metrics.jsonl or checkpoints) is refused unless --resume continues it, --overwrite replaces
+// it, or this is a restart of the same run.
 void prepare_out_dir(const Run& run) {
   namespace fs = std::filesystem;
   std::error_code ec;
   fs::create_directories(run.out_dir, ec);
   if (ec) throw UsageError("cannot create the output directory " + run.out_dir + ": " + ec.message());
+  remove_interrupted_saves(run.out_dir);
   std::vector<fs::path> checkpoints;
   for (const auto& entry : fs::directory_iterator(run.out_dir, ec)) {
     const std::string name = entry.path().filename().string();
-    if (const auto tmp = name.find(".safetensors.tmp."); tmp != std::string::npos) {
-      const std::string pid = name.substr(tmp + 17);
-      const bool numeric = !pid.empty() && pid.size() < 10 && pid.find_first_not_of("0123456789") == std::string::npos;
-      if (numeric && ::kill(std::stoi(pid), 0) != 0 && errno == ESRCH) {
-        std::error_code rm;
-        fs::remove(entry.path(), rm);
-        if (!rm) std::cerr << "train: removed " << entry.path().string() << ", left by an interrupted save\n";
-      }
-    } else if (name.starts_with("checkpoint_") && name.ends_with(".safetensors")) {
-      checkpoints.push_back(entry.path());
-    }
+    if (name.starts_with("checkpoint_") && name.ends_with(".safetensors")) checkpoints.push_back(entry.path());
   }
   if (ec) throw UsageError("cannot list the output directory " + run.out_dir + ": " + ec.message());
   if (run.restart_count > 0) return;  // the same run, continued
@@ -768,41 +788,58 @@ std::optional<std::string> newest_checkpoint(const std::string& out_dir) {
   return std::nullopt;
 }
 
+// The ranks' step files for train --max-restarts: $MINIDL_STEP_DIR when set (a test watching the
+// steps), else a private temporary directory, exported to the ranks as MINIDL_STEP_DIR and
+// removed when the run ends. One object, never copied: a copy's destructor would remove the
+// directory the ranks still write to.
+class StepDir {
+ public:
+  StepDir() {
+    if (const char* d = std::getenv("MINIDL_STEP_DIR"); d != nullptr && *d != '\0') {
+      path_ = d;
+      return;
+    }
+    const std::filesystem::path tmp = std::filesystem::temp_directory_path();
+    std::string tmpl = (tmp / "minidl-train.XXXXXX").string();
+    if (::mkdtemp(tmpl.data()) == nullptr)
+      throw std::runtime_error("cannot create a directory for the ranks' step files in " + tmp.string() + ": " +
+                               std::strerror(errno));
+    path_ = tmpl;
+    own_ = true;
+    ::setenv("MINIDL_STEP_DIR", path_.c_str(), 1);
+  }
+  ~StepDir() {
+    std::error_code ec;
+    if (own_) std::filesystem::remove_all(path_, ec);
+  }
+  StepDir(const StepDir&) = delete;
+  StepDir& operator=(const StepDir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  bool own_ = false;
+};
+
 // train --max-restarts N: spawn; when a rank fails, start all of them again (a fresh port, a
 // fresh process group) from the newest checkpoint in --out, up to N times. A second failure at
 // the same step, or one beyond N, ends the run with the cause.
 int spawn_with_restarts(Run& run, const Launch& launch, const std::function<void(int)>& worker) {
   const int max_restarts = *run.cli.max_restarts;
-  // The ranks' step files: in $MINIDL_STEP_DIR when set (a test watching the steps), else in a
-  // private temporary directory.
-  struct StepDir {
-    std::string path;
-    bool own = false;
-    ~StepDir() {
-      std::error_code ec;
-      if (own) std::filesystem::remove_all(path, ec);
-    }
-  } dir;
-  if (const char* d = std::getenv("MINIDL_STEP_DIR"); d != nullptr && *d != '\0') {
-    dir.path = d;
-  } else {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "minidl-train.XXXXXX").string();
-    if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("cannot create a temporary directory");
-    dir = {tmpl, true};
-    ::setenv("MINIDL_STEP_DIR", tmpl.c_str(), 1);
-  }
+  const StepDir dir;
   int64_t last_failure_step = -1;
   for (int attempt = 0;; ++attempt) {
     run.restart_count = attempt;
     if (attempt > 0) {
+      remove_interrupted_saves(run.out_dir);  // a rank killed while saving left its temporary file
       if (auto newest = newest_checkpoint(run.out_dir)) run.resume_from = newest;
     }
-    for (int r = 0; r < launch.nproc; ++r) ::unlink((dir.path + "/step." + std::to_string(r)).c_str());
+    for (int r = 0; r < launch.nproc; ++r) ::unlink((dir.path() + "/step." + std::to_string(r)).c_str());
     try {
       dist::spawn(launch.nproc, worker, dist::SpawnOptions{.omp_threads = run.threads});
       return 0;
     } catch (const dist::SpawnError& e) {
-      const int64_t step = read_step(dir.path, e.rank);
+      const int64_t step = read_step(dir.path(), e.rank);
       const std::string cause = std::string(e.what()) + (step >= 0 ? " (at step " + std::to_string(step) + ")" : "");
       if (attempt >= max_restarts)
         throw std::runtime_error(cause + "; no restarts left (--max-restarts " + std::to_string(max_restarts) +
@@ -815,6 +852,19 @@ int spawn_with_restarts(Run& run, const Launch& launch, const std::function<void
                 << launch.nproc << " process(es) again from the newest checkpoint in " << run.out_dir << "\n";
     }
   }
+}
+
+// --resume FILE must leave something to train, or be the end of the run's last epoch (which is
+// only evaluated): a checkpoint past that point is refused, saying why (exit 2).
+void check_resume_position(const std::string& path, int64_t epochs) {
+  const trainer::CheckpointPosition at = trainer::read_checkpoint_position(path);
+  if (at.epoch < epochs || (at.epoch == epochs && at.step == 0)) return;
+  const std::string saved = at.step > 0 ? "after step " + std::to_string(at.step) + " of epoch " +
+                                              std::to_string(at.epoch + 1)
+                                        : "after epoch " + std::to_string(at.epoch);
+  throw UsageError("nothing left to train: " + path + " was saved " + saved + ", past the last epoch of this run (" +
+                   std::to_string(epochs) + " epochs); give --epochs above " + std::to_string(at.epoch) +
+                   " to train further, or evaluate it with --eval --pretrained " + path);
 }
 
 int run_main(int argc, char** argv) {
@@ -849,6 +899,12 @@ int run_main(int argc, char** argv) {
   }
   if (!cli->eval && run.train_set->size() == 0)
     throw UsageError("the training set in " + run.config.data_dir + " is empty (0 images): nothing to train on");
+  if (!cli->eval && run.config.deterministic && run.train_set->size() < run.config.global_batch_size)
+    throw UsageError("--deterministic trains on whole global batches only, and the training set (" +
+                     std::to_string(run.train_set->size()) + " images) is smaller than one (" +
+                     std::to_string(run.config.global_batch_size) +
+                     "): use a larger --train-subset or a smaller batch size");
+  if (!cli->eval && cli->resume) check_resume_position(*cli->resume, run.config.epochs);
   if (!cli->eval && launch.leader) prepare_out_dir(run);
   run.resume_from = cli->resume;
   if (run.restart_count > 0) {  // restarted by minidl-run: continue from what the failed group saved

@@ -11,6 +11,10 @@
 //                  val_count). A mid-epoch checkpoint (--save-every-steps/-minutes) also holds the data
 //                  position (samples consumed in the epoch: step x global batch), the RNG key of
 //                  the next step, and the partial train sums of the epoch (train_*, exact doubles).
+//   tensor_crc32   (metadata) CRC-32 of the data section: every tensor's bytes in name order, as
+//                  8 hex digits, the same as Python's zlib.crc32 of the bytes after the header.
+//                  load_checkpoint refuses a file whose bytes do not match it (a corrupt file);
+//                  files without it (older versions) load unchecked.
 // Part of the `train` example (examples/train.cpp); not a library module.
 #pragma once
 #include <compare>
@@ -34,8 +38,9 @@ struct Checkpoint {
 void save_checkpoint(const std::string& path, const minidl::nn::Module& model,
                      const minidl::optim::Optimizer& optimizer, const minidl::optim::LRScheduler& scheduler,
                      const minidl::Metadata& metadata);
-// Reads and splits a checkpoint; a file that is not one (no "model." tensors, no epoch, an epoch
-// that is not a number >= 0) is a std::runtime_error naming it.
+// Reads, verifies and splits a checkpoint; a file that is not one (no "model." tensors, no epoch,
+// an epoch that is not a number >= 0) or whose tensor bytes do not match its tensor_crc32 is a
+// std::runtime_error naming it.
 Checkpoint load_checkpoint(const std::string& path);
 // The first tensor (in name order) holding a NaN or an infinity, as
 // "fc1.weight (3 of 1024 values are not finite)", or "" when every value is finite.

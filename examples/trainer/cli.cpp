@@ -168,7 +168,12 @@ TrainConfig resolve_config(const CliOptions& cli, int world_size) {
   if (cli.data_dir) c.data_dir = *cli.data_dir;
   if (cli.sync_bn) c.sync_bn = true;
   if (cli.deterministic) c.deterministic = true;
-  if (cli.micro_batch) c.micro_batch = *cli.micro_batch;
+  if (cli.micro_batch) {
+    if (!c.deterministic)
+      throw ConfigError("--micro-batch sets the micro-shards of --deterministic, and this run is not deterministic: "
+                        "add --deterministic (or TRAIN.DETERMINISTIC: true), or drop --micro-batch");
+    c.micro_batch = *cli.micro_batch;
+  }
   if (cli.save_every) c.save_every = *cli.save_every;
   if (cli.save_every_steps) c.save_every_steps = *cli.save_every_steps;
   if (cli.save_every_minutes) c.save_every_minutes = *cli.save_every_minutes;
