@@ -6,7 +6,8 @@
 // starts N copies of PROGRAM on this node with RANK = K*N + local, WORLD_SIZE = M*N, LOCAL_RANK,
 // LOCAL_WORLD_SIZE = N, GROUP_RANK = K, MASTER_ADDR, MASTER_PORT in their environment, prefixes
 // their output lines with "[rank R] ", forwards SIGINT/SIGTERM/SIGHUP, and when a worker fails
-// stops the others and exits 1 naming the rank and how it ended — or, with --max-restarts R,
+// stops the others and exits 1 naming the rank and how it ended (2 when the worker exited 2: a
+// bad flag or input, passed on) — or, with --max-restarts R,
 // starts a fresh group up to R times (worker_group.h: causes logged, a crash that repeats at the
 // same step ends the run, several nodes restart together). Bad flags: usage, exit 2.
 // torchrun's spellings work too: --nproc_per_node, --standalone, --rdzv-endpoint HOST:PORT,
@@ -49,7 +50,7 @@ constexpr const char* kUsage =
     "  --standalone           one node on 127.0.0.1 and a free port (torchrun's --standalone)\n"
     "  --max-restarts R       restart the whole group up to R times when a worker fails (default 0);\n"
     "                         a failure at the same step as the previous one, or an exit status 2\n"
-    "                         (a bad flag or input), is not restarted\n"
+    "                         (a bad flag or input; minidl-run then exits 2 too), is not restarted\n"
     "Each worker gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR,\n"
     "MASTER_PORT, MINIDL_RESTART_COUNT (0, then 1, 2, ... after restarts), MINIDL_MAX_RESTARTS and\n"
     "MINIDL_STEP_DIR in its environment, and MINIDL_STORE_TOKEN, the secret their rendezvous store\n"

@@ -203,7 +203,7 @@ struct NodeEnd {
 
 // What happens after a round: done, a restart, or the end of the run.
 struct Verdict {
-  char kind = 'd';  // 'd' done, 'r' restart, 'g' give up
+  char kind = 'd';  // 'd' done, 'r' restart, 'g' give up, 'u' give up on a bad flag or input (exit 2)
   std::string message;
   int64_t step = -1;
   std::string encode() const { return std::string(1, kind) + "\n" + std::to_string(step) + "\n" + message; }
@@ -230,16 +230,18 @@ Verdict decide(const std::vector<NodeEnd>& ends, int restarts_done, int max_rest
   }
   if (primary == nullptr) return {'d', "", -1};
   const std::string cause = primary->cause;
+  if (primary->usage)  // passed on as the launcher's own exit status 2
+    return {'u',
+            "failed: " + cause +
+                (restarts_done < max_restarts
+                     ? "; exit status 2 means a bad flag or input, which a restart would repeat: not restarting"
+                     : ""),
+            primary->step};
   if (restarts_done >= max_restarts) {
     std::string msg = "failed: " + cause;
     if (max_restarts > 0) msg += "; no restarts left (--max-restarts " + std::to_string(max_restarts) + " used up)";
     return {'g', msg, primary->step};
   }
-  if (primary->usage)
-    return {
-        'g',
-        "failed: " + cause + "; exit status 2 means a bad flag or input, which a restart would repeat: not restarting",
-        primary->step};
   if (primary->step >= 0 && primary->step == last_failure_step)
     return {'g',
             "failed: " + cause + "; the previous failure was at the same step " + std::to_string(primary->step) +
@@ -588,7 +590,7 @@ int run_workers(const LaunchConfig& c) {
     if (peers) peers->finish();
     if (v.kind == 'd') return 0;
     say(v.message);
-    return end.kind == 'a' ? end.exit_code : 1;
+    return end.kind == 'a' ? end.exit_code : v.kind == 'u' ? 2 : 1;
   }
 }
 

@@ -7,9 +7,10 @@
 // rendezvous round: a fresh store and process group). Each restart is logged with its cause:
 // the rank, its exit status or signal, the training step it was in, and any worker found stopped
 // (SIGSTOP: it hung the others' collectives). The run gives up — exit 1, a clear message — when
-// max_restarts restarts are used up, when a failure happens at the same step as the previous
-// one (a deterministic crash that restarting would only repeat), or when a worker exits with
-// status 2 (a bad flag or input, as `train` reports them). Workers see:
+// max_restarts restarts are used up or when a failure happens at the same step as the previous
+// one (a deterministic crash that restarting would only repeat); a worker that exits with
+// status 2 (a bad flag or input, as `train` reports them) is never restarted, and the launcher
+// exits 2 as well. Workers see:
 //   MINIDL_RESTART_COUNT  0 for the first group, then 1, 2, ... (torchrun: TORCHELASTIC_RESTART_COUNT)
 //   MINIDL_MAX_RESTARTS   max_restarts
 //   MINIDL_STEP_DIR       a directory where a worker may keep its current step in step.<RANK>
@@ -46,7 +47,7 @@ struct LaunchConfig {
 
 // Runs the workers of this node until they all end (restarting them as configured); returns the
 // launcher's exit status: 0 when every worker exited 0, 1 when the run failed (named on stderr),
-// 128 + signal when the launcher itself was asked to stop (SIGINT, SIGTERM, SIGHUP).
+// 2 when it failed because a worker exited 2 (a bad flag or input), 128 + signal when the launcher itself was asked to stop (SIGINT, SIGTERM, SIGHUP).
 int run_workers(const LaunchConfig& config);
 
 }  // namespace minidl::launcher

@@ -91,7 +91,7 @@ TEST(LauncherRestart, ABadUsageExitIsNotRestarted) {
   // repeat it (or, worse, skip the check that refused it).
   Subprocess p = run(
       {"--nproc-per-node", "2", "--max-restarts", "3", "/bin/sh", "-c", "if [ $RANK = 0 ]; then exit 2; fi; sleep 30"});
-  EXPECT_EQ(exit_code(p), 1);
+  EXPECT_EQ(exit_code(p), 2);  // passed on: the launcher's own bad-input status
   EXPECT_THAT(p.err, HasSubstr("failed: rank 0 exited with status 2; exit status 2 means a bad flag or input"));
   EXPECT_THAT(p.err, ::testing::Not(HasSubstr("restart 1/3")));
 }
