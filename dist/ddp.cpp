@@ -1,9 +1,10 @@
-// dist/ddp.cpp — DistributedDataParallel: parameter checks, broadcast, buckets, hooks, join.
+// dist/ddp.cpp — DistributedDataParallel: parameter checks, coalesced broadcasts, buckets, hooks, join.
 #include "minidl/dist/ddp.h"
 
 #include <algorithm>
 #include <sstream>
 #include <stdexcept>
+#include <thread>
 #include <unordered_set>
 
 #include "minidl/dist/deterministic.h"
@@ -18,6 +19,52 @@ namespace minidl::dist {
 namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// A uint8 view of a contiguous tensor's bytes (the same storage).
+Tensor bytes_of(const Tensor& t) {
+  const int64_t size = static_cast<int64_t>(element_size(t.dtype()));
+  return Tensor(t.storage(), {t.numel() * size}, {1}, t.offset() * size, DType::UInt8);
+}
+
+// Broadcasts `tensors` from root with one collective per device: their bytes packed into one
+// flat uint8 tensor, sent, and copied back in place. A non-contiguous tensor goes on its own.
+void broadcast_coalesced(ProcessGroup& group, const std::vector<Tensor>& tensors, int root) {
+  std::vector<std::pair<Device, std::vector<Tensor>>> by_device;
+  for (const Tensor& t : tensors) {
+    if (!t.is_contiguous()) {
+      Tensor copy = t;
+      group.broadcast(copy, root);
+      continue;
+    }
+    auto it = std::find_if(by_device.begin(), by_device.end(), [&](const auto& d) { return d.first == t.device(); });
+    if (it == by_device.end()) it = by_device.insert(by_device.end(), {t.device(), {}});
+    it->second.push_back(t);
+  }
+  for (auto& [device, list] : by_device) {
+    int64_t total = 0;
+    for (const Tensor& t : list) total += t.numel() * static_cast<int64_t>(element_size(t.dtype()));
+    Tensor flat({total}, DType::UInt8, device);
+    int64_t at = 0;
+    for (const Tensor& t : list) {
+      const Tensor b = bytes_of(t);
+      flat.narrow(0, at, b.numel()).copy_(b);
+      at += b.numel();
+    }
+    group.broadcast(flat, root);
+    at = 0;
+    for (const Tensor& t : list) {
+      Tensor b = bytes_of(t);
+      b.copy_(flat.narrow(0, at, b.numel()));
+      at += b.numel();
+    }
+  }
+}
+
+std::vector<Tensor> buffers_of(const nn::Module& module) {
+  std::vector<Tensor> out;
+  for (auto& [name, b] : module.named_buffers()) out.push_back(*b);
+  return out;
+}
 }  // namespace
 
 DistributedDataParallel::DistributedDataParallel(nn::Module& module, const DDPOptions& options)
@@ -29,10 +76,26 @@ DistributedDataParallel::DistributedDataParallel(nn::Module& module, const DDPOp
   }
   if (params_.empty())
     throw std::invalid_argument("DistributedDataParallel: the module has no parameter that requires grad");
-  for (auto& [name, m] : module_.named_modules())
-    if (m->communicates_in_forward()) has_collective_modules_ = true;
+  // Buffers of layers that communicate in forward (SyncBatchNorm) move identically on every rank;
+  // the others (a plain BatchNorm's running statistics) are rank 0's at every training forward.
+  std::unordered_set<const Storage*> synced_by_layer;
+  for (auto& [name, m] : module_.named_modules()) {
+    if (!m->communicates_in_forward()) continue;
+    has_collective_modules_ = true;
+    for (auto& [bname, b] : m->named_buffers()) synced_by_layer.insert(b->storage().get());
+  }
+  for (auto& [name, b] : module_.named_buffers())
+    if (!synced_by_layer.count(b->storage().get())) synced_buffers_.push_back(*b);
+  on_default_group_ = options.group == nullptr;
   check_parameters_match();
-  sync_module_state(/*params=*/true);
+  // rank 0's parameters and buffers, once (a coalesced broadcast each)
+  if (group_->size() > 1) {
+    NoGradGuard no_grad;
+    std::vector<Tensor> params;
+    for (auto& p : params_) params.push_back(p.var.data());
+    broadcast_coalesced(*group_, params, 0);
+    broadcast_coalesced(*group_, buffers_of(module_), 0);
+  }
   if (options_.deterministic) {
     setup_deterministic();  // no hooks: a shard is captured at the next forward or at finish()
     return;
@@ -72,15 +135,11 @@ void DistributedDataParallel::check_parameters_match() {
   }
 }
 
-// Rank 0's parameters (params = true) or buffers to every rank, in place.
-void DistributedDataParallel::sync_module_state(bool params) {
-  if (group_->size() == 1) return;
+// The root's synced buffers to every rank, in place: one collective (per device).
+void DistributedDataParallel::broadcast_buffers(int root) {
+  if (group_->size() == 1 || synced_buffers_.empty()) return;
   NoGradGuard no_grad;
-  if (params) {
-    for (auto& p : params_) group_->broadcast(p.var.data(), 0);
-  } else {
-    for (auto& [name, b] : module_.named_buffers()) group_->broadcast(*b, 0);
-  }
+  broadcast_coalesced(*group_, synced_buffers_, root);
 }
 
 // Reverse registration order; a new bucket when the cap is reached or the dtype changes.
@@ -144,8 +203,7 @@ void DistributedDataParallel::setup_deterministic() {
     ghost_offsets_.push_back(shard_numel_);
     if (bn->running_mean.defined()) shard_numel_ += 2 * bn->options.num_features;
   }
-  sync_module_state(/*params=*/false);  // rank 0's buffers, once: from here on they move identically
-  ready_.assign(params_.size(), false);
+  ready_.assign(params_.size(), false);  // (the buffers are rank 0's since the constructor and move identically)
 }
 
 std::vector<std::vector<std::string>> DistributedDataParallel::bucket_parameter_names() const {
@@ -184,9 +242,9 @@ Variable DistributedDataParallel::forward(const Variable& x) {
   const bool sync = module_.is_training() && is_grad_enabled() && require_sync_;
   if (sync) {
     if (expect_backward_ && !finalized_) finish();  // names the parameters that got no gradient
-    if (group_->size() > 1 && !has_collective_modules_) join_handshake(1);
+    if (join_enabled_ && group_->size() > 1) join_handshake(1);  // only inside a dist::Join scope
     ++synced_steps_;
-    if (options_.broadcast_buffers) sync_module_state(/*params=*/false);
+    if (options_.broadcast_buffers) broadcast_buffers(0);
   }
   Variable out = module_.forward(x);
   if (sync) prepare_for_backward(out);
@@ -257,7 +315,11 @@ void DistributedDataParallel::finalize() {
   const auto t0 = Clock::now();
   const double inv_world = 1.0 / static_cast<double>(group_->size());
   for (auto& b : buckets_) {
-    b.work->wait();
+    try {
+      b.work->wait();
+    } catch (const std::exception& e) {
+      throw_step_failure(e);
+    }
     mul_(b.buffer, inv_world);
     for (size_t i : b.params) {
       Param& p = params_[i];
@@ -282,6 +344,45 @@ void DistributedDataParallel::throw_missing_gradients(const std::vector<size_t>&
       "DistributedDataParallel: parameters that did not receive a gradient in this backward: " + names +
       ". If they are unused on purpose, construct DDP with find_unused_parameters = true; "
       "otherwise make sure backward() ran on the output of forward()");
+}
+
+void DistributedDataParallel::throw_step_failure(const std::exception& e) {
+  for (auto& b : buckets_) b.work.reset();
+  expect_backward_ = false;
+  finalized_ = true;
+  const std::string step = std::to_string(synced_steps_);
+  std::string message =
+      "DistributedDataParallel: the gradient all-reduce of training step " + step + " failed: " + e.what();
+  // Which ranks are not in this step? Every rank whose step fails says so in the store; a rank
+  // that is missing after a short wait stopped training earlier (or died).
+  if (!join_enabled_ && on_default_group_) {
+    try {
+      TCPStore& store = default_store();
+      const std::string prefix = "minidl/ddp/failed-step/" + step + "/";
+      store.set(prefix + std::to_string(group_->rank()), "1");
+      std::vector<int> absent;
+      const auto deadline = Clock::now() + std::chrono::seconds(3);
+      do {
+        absent.clear();
+        for (int r = 0; r < group_->size(); ++r)
+          if (!store.check({prefix + std::to_string(r)})) absent.push_back(r);
+        if (absent.empty()) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      } while (Clock::now() < deadline);
+      if (!absent.empty()) {
+        std::string names;
+        for (int r : absent) names += (names.empty() ? "" : ", ") + std::to_string(r);
+        message += "; rank" + std::string(absent.size() > 1 ? "s " : " ") + names + " did not reach training step " +
+                   step +
+                   ": it stopped training earlier than this rank (fewer batches?) or died. Every rank must run the "
+                   "same number of steps (DistributedSampler gives each the same number of batches); for uneven "
+                   "inputs wrap the training loop in a dist::Join";
+      }
+    } catch (const std::exception&) {
+      // the store is gone too (its host, rank 0, ended): the collective's own error stands
+    }
+  }
+  throw std::runtime_error(message);
 }
 
 void DistributedDataParallel::finish() {
@@ -360,7 +461,7 @@ void DistributedDataParallel::step(optim::Optimizer& optimizer) {
   times_.optimizer = seconds_since(t0);
 }
 
-void DistributedDataParallel::join() {
+void DistributedDataParallel::check_joinable() const {
   if (options_.deterministic)
     throw std::logic_error(
         "DistributedDataParallel::join: not in deterministic mode, where every rank runs its share "
@@ -369,11 +470,19 @@ void DistributedDataParallel::join() {
     throw std::logic_error(
         "DistributedDataParallel::join: the model communicates in forward (SyncBatchNorm), which a "
         "joined rank cannot shadow; give every rank the same number of batches instead");
+}
+
+void DistributedDataParallel::join() {
+  check_joinable();
+  if (!join_enabled_)
+    throw std::logic_error(
+        "DistributedDataParallel::join: the ranks still training answer the join handshake only inside "
+        "a dist::Join scope; put one around the training loop (its end calls join())");
   if (group_->size() == 1) return;
   NoGradGuard no_grad;
   while (join_handshake(0) > 0) {
     // shadow one training step of the ranks still active: buffers, then every bucket in order
-    if (options_.broadcast_buffers) sync_module_state(/*params=*/false);
+    if (options_.broadcast_buffers) broadcast_buffers(0);
     for (auto& b : buckets_) {
       b.buffer.fill_(0.0);
       group_->all_reduce(b.buffer, ReduceOp::SUM);
@@ -385,8 +494,10 @@ void DistributedDataParallel::join() {
   Tensor who = full({1}, static_cast<double>(synced_steps_ * world + group_->rank()), DType::Int64);
   group_->all_reduce(who, ReduceOp::MAX);
   const int authoritative = static_cast<int>(static_cast<int64_t>(who.item()) % world);
-  for (auto& p : params_) group_->broadcast(p.var.data(), authoritative);
-  for (auto& [name, b] : module_.named_buffers()) group_->broadcast(*b, authoritative);
+  std::vector<Tensor> params;
+  for (auto& p : params_) params.push_back(p.var.data());
+  broadcast_coalesced(*group_, params, authoritative);
+  broadcast_coalesced(*group_, buffers_of(module_), authoritative);
 }
 
 }  // namespace minidl::dist

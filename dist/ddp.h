@@ -38,8 +38,8 @@
 // (and its SyncBatchNorm statistics: ghost batch norm, see sync_batchnorm.h) is copied out and
 // .grad cleared before the next shard. Buffers are not broadcast per forward (they are identical
 // by construction); a BatchNorm other than SyncBatchNorm is an error (its running statistics
-// would move once per shard, in an order that depends on the process count); join() and
-// no_sync() are refused; all parameters must share one dtype and device.
+// would move once per shard, in an order that depends on the process count); join() (and
+// dist::Join) and no_sync() are refused; all parameters must share one dtype and device.
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -58,7 +58,9 @@ struct DDPOptions {
   double bucket_cap_mb = 25.0;
   double first_bucket_cap_mb = 1.0;
   bool find_unused_parameters = false;  // mark parameters unused in this forward as ready (zero grad)
-  bool broadcast_buffers = true;  // rank 0's buffers (BN running stats) at every training forward
+  // Rank 0's buffers (BN running stats) at every training forward, in one coalesced broadcast;
+  // buffers of layers that synchronise themselves (SyncBatchNorm) are equal already and left out.
+  bool broadcast_buffers = true;
   bool deterministic = false;  // micro-shards summed in a fixed tree (see above)
   ProcessGroup* group = nullptr;  // nullptr: the default group of dist::init()
 };
@@ -102,12 +104,17 @@ class DistributedDataParallel {
   };
   [[nodiscard]] NoSyncGuard no_sync() { return NoSyncGuard(*this); }
 
-  // Uneven inputs: a rank that has run out of batches calls join(); it shadows the collectives of
-  // the ranks still training (a zero gradient per bucket) until every rank has joined. Every
-  // training forward takes part in the join handshake, so join() works at any batch count. Models
-  // whose forward itself communicates (SyncBatchNorm) cannot be shadowed: join() refuses them.
-  // When all have joined, every rank takes the parameters and buffers of the rank that trained
-  // longest (optimizer state is not synchronised, as in PyTorch).
+  // Uneven inputs (PyTorch's Join): inside a dist::Join scope (dist/join.h) every training
+  // forward takes part in a join handshake (one small all-reduce); a rank that has run out of
+  // batches calls join() — the scope's end does it — and shadows the collectives of the ranks
+  // still training (a zero gradient per bucket) until every rank has joined. When all have
+  // joined, every rank takes the parameters and buffers of the rank that trained longest
+  // (optimizer state is not synchronised, as in PyTorch). Outside a Join scope there is no
+  // handshake (no blocking collective in a step): every rank must run the same number of steps
+  // (DistributedSampler sees to it), and a rank that stops early makes the others' next gradient
+  // all-reduce fail within the collective timeout, naming the ranks that did not reach that step.
+  // Models whose forward itself communicates (SyncBatchNorm) cannot be shadowed: join() refuses
+  // them.
   void join();
 
   nn::Module& module() { return module_; }
@@ -146,8 +153,13 @@ class DistributedDataParallel {
     std::shared_ptr<Work> work;
   };
 
+  friend class Join;  // switches the join handshake on and off
+
   void check_parameters_match();
-  void sync_module_state(bool params);
+  void check_joinable() const;  // join() and dist::Join: a logic_error when they cannot apply
+  void broadcast_buffers(int root);  // the synced buffers, coalesced
+  // A gradient all-reduce failed: names the step and the ranks that did not reach it.
+  [[noreturn]] void throw_step_failure(const std::exception& e);
   void build_buckets();
   void prepare_for_backward(const Variable& out);
   void mark_ready(size_t param_index);
@@ -171,6 +183,9 @@ class DistributedDataParallel {
   bool finalized_ = true;
   bool require_sync_ = true;
   bool has_collective_modules_ = false;
+  bool join_enabled_ = false;  // inside a dist::Join scope: every training forward handshakes
+  bool on_default_group_ = false;  // the default group: its store can name the ranks of a failed step
+  std::vector<Tensor> synced_buffers_;  // what broadcast_buffers sends: buffers no layer keeps equal
   int launched_early_ = 0;
   int64_t synced_steps_ = 0;  // training forwards that synchronised (for join's final model)
   StepTimes times_;

@@ -3,6 +3,7 @@
 // DistributedDataParallel, SyncBatchNorm and all-reduced metrics. All in namespace minidl::dist.
 #pragma once
 #include "minidl/dist/ddp.h"
+#include "minidl/dist/join.h"
 #include "minidl/dist/distributed.h"
 #include "minidl/dist/distributed_sampler.h"
 #include "minidl/dist/env.h"

@@ -3,9 +3,12 @@
 // no DDP) and compares: a failed expectation in a child becomes an exception, which makes
 // spawn() throw with that rank's message.
 #include <cmath>
+#include <optional>
 #include <sstream>
+#include <thread>
 
 #include "minidl/dist/ddp.h"
+#include "minidl/dist/join.h"
 #include "minidl/dist/distributed.h"
 #include "minidl/dist/spawn.h"
 #include "minidl/dist/sync_batchnorm.h"
@@ -268,13 +271,15 @@ TEST(DDP, JoinLetsRanksWithThreeAndFiveBatchesFinish) {
     nn::MLP model;
     dist::DistributedDataParallel ddp(model);
     optim::SGD opt(model.parameters(), {.lr = 0.1});
-    for (int b = 0; b < batches[rank]; ++b) {
-      GlobalBatch g = batch_of(rank, b);
-      opt.zero_grad();
-      cross_entropy(ddp(Variable(g.x)), g.y).backward();
-      ddp.step(opt);
+    {
+      dist::Join join(ddp);  // the end of the scope joins
+      for (int b = 0; b < batches[rank]; ++b) {
+        GlobalBatch g = batch_of(rank, b);
+        opt.zero_grad();
+        cross_entropy(ddp(Variable(g.x)), g.y).backward();
+        ddp.step(opt);
+      }
     }
-    ddp.join();
     // both ranks end with the model trained on all 5 steps
     const TensorMap want = ref.state_dict(), got = model.state_dict();
     for (const auto& [name, t] : want)
@@ -354,4 +359,160 @@ TEST(DDP, ARankThatSkipsBackwardMakesTheOthersFailWithinTheTimeout) {
                                }),
                    std::runtime_error, "rank 0 failed");
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(12));
+}
+
+namespace {
+
+// A process group that forwards to another and counts DDP's calls by kind.
+class CountingGroup : public dist::ProcessGroup {
+ public:
+  explicit CountingGroup(dist::ProcessGroup& inner) : ProcessGroup(inner.rank(), inner.size()), inner_(inner) {}
+  std::string backend_name() const override { return inner_.backend_name(); }
+  std::shared_ptr<dist::Work> all_reduce_async(Tensor& t, dist::ReduceOp op) override {
+    ++all_reduces;
+    return inner_.all_reduce_async(t, op);
+  }
+  std::shared_ptr<dist::Work> broadcast_async(Tensor& t, int root) override {
+    ++broadcasts;
+    return inner_.broadcast_async(t, root);
+  }
+  std::shared_ptr<dist::Work> all_gather_async(const Tensor& t, std::vector<Tensor>& out) override {
+    ++others;
+    return inner_.all_gather_async(t, out);
+  }
+  std::shared_ptr<dist::Work> reduce_scatter_async(const Tensor& input, Tensor& out, dist::ReduceOp op) override {
+    ++others;
+    return inner_.reduce_scatter_async(input, out, op);
+  }
+  std::shared_ptr<dist::Work> barrier_async() override {
+    ++others;
+    return inner_.barrier_async();
+  }
+  int all_reduces = 0, broadcasts = 0, others = 0;
+
+ private:
+  dist::ProcessGroup& inner_;
+};
+
+// The collectives DDP issues in one training step of `model` on `group` (after a first step).
+std::string collectives_per_step(nn::Module& model, CountingGroup& group, bool join) {
+  dist::DistributedDataParallel ddp(model, {.group = &group});
+  optim::SGD opt(model.parameters(), {.lr = 0.01});
+  std::optional<dist::Join> scope;
+  if (join) scope.emplace(ddp);
+  auto step = [&](uint64_t s) {
+    GlobalBatch g = make_batch(4, s);
+    opt.zero_grad();
+    cross_entropy(ddp(Variable(g.x)), g.y).backward();
+    ddp.step(opt);
+  };
+  step(0);
+  const int a0 = group.all_reduces, b0 = group.broadcasts, o0 = group.others;
+  step(1);
+  std::string out = std::to_string(group.all_reduces - a0 - static_cast<int>(ddp.num_buckets())) +
+                    " all-reduce(s) besides the " + std::to_string(ddp.num_buckets()) + " bucket(s), " +
+                    std::to_string(group.broadcasts - b0) + " broadcast(s), " + std::to_string(group.others - o0) +
+                    " other(s)";
+  return out;
+}
+
+}  // namespace
+
+TEST(DDP, AStepIssuesOnlyItsBucketsAndOneCoalescedBufferBroadcast) {
+  // PyTorch's DDP: no join handshake outside Join, the buffers in one coalesced broadcast, none
+  // when every buffer belongs to a layer that synchronises itself (SyncBatchNorm).
+  const auto lines = dist::spawn_with_results(2, [](int) {
+    init_world(std::chrono::seconds(20));
+    CountingGroup group(dist::default_group());
+    std::string out;
+    manual_seed(0);
+    nn::MLP mlp;  // no buffers
+    out += "mlp: " + collectives_per_step(mlp, group, false) + "\n";
+    manual_seed(0);
+    nn::CNN cnn;  // two BatchNorms: 6 buffers
+    out += "cnn: " + collectives_per_step(cnn, group, false) + "\n";
+    manual_seed(0);
+    nn::CNN sync_cnn;
+    dist::convert_sync_batchnorm(sync_cnn);
+    out += "cnn sync-bn: " + collectives_per_step(sync_cnn, group, false) + "\n";
+    manual_seed(0);
+    nn::MLP joined;
+    out += "mlp in Join: " + collectives_per_step(joined, group, true) + "\n";
+    dist::shutdown();
+    return out;
+  });
+  for (const std::string& l : lines)
+    EXPECT_EQ(l,
+              "mlp: 0 all-reduce(s) besides the 1 bucket(s), 0 broadcast(s), 0 other(s)\n"
+              "cnn: 0 all-reduce(s) besides the 2 bucket(s), 1 broadcast(s), 0 other(s)\n"
+              "cnn sync-bn: 0 all-reduce(s) besides the 2 bucket(s), 0 broadcast(s), 0 other(s)\n"
+              "mlp in Join: 1 all-reduce(s) besides the 1 bucket(s), 0 broadcast(s), 0 other(s)\n");
+}
+
+TEST(DDP, CoalescedBufferBroadcastGivesEveryRankRankZerosBuffers) {
+  dist::spawn(2, [](int rank) {
+    init_world(std::chrono::seconds(20));
+    manual_seed(0);
+    nn::CNN model;
+    dist::DistributedDataParallel ddp(model);
+    // each rank moves its running statistics differently; the next training forward restores rank 0's
+    for (auto& [name, b] : model.named_buffers()) b->fill_(static_cast<double>(rank + 1) * 3);
+    GlobalBatch g = make_batch(4, 0);
+    ddp.train();
+    Variable out = ddp(Variable(g.x));
+    cross_entropy(out, g.y).backward();
+    ddp.finish();
+    for (auto& [name, b] : model.named_buffers()) {
+      const std::string what = "rank " + std::to_string(rank) + " " + name;
+      // forward used rank 0's buffers (3), then the BatchNorm moved them from there
+      const Tensor all = dist::all_gather(*b)[0];  // rank 0's
+      require_close(*b, all, 0, 0, what);
+    }
+    dist::shutdown();
+  });
+}
+
+TEST(DDP, ARankThatStopsEarlyWithoutJoinIsNamed) {
+  // Rank 1 has 3 batches, rank 0 has 5, and no Join: rank 0's step 4 fails, naming rank 1.
+  const auto start = std::chrono::steady_clock::now();
+  std::string err;
+  try {
+    dist::spawn(2, [](int rank) {
+      init_world(std::chrono::seconds(2));
+      manual_seed(0);
+      nn::MLP model;
+      dist::DistributedDataParallel ddp(model);
+      optim::SGD opt(model.parameters(), {.lr = 0.1});
+      for (int b = 0; b < (rank == 0 ? 5 : 3); ++b) {
+        GlobalBatch g = make_batch(4, static_cast<uint64_t>(b));
+        opt.zero_grad();
+        cross_entropy(ddp(Variable(g.x)), g.y).backward();
+        ddp.step(opt);
+      }
+      if (rank == 1) std::this_thread::sleep_for(std::chrono::seconds(4));  // still connected, elsewhere
+    });
+  } catch (const std::runtime_error& e) {
+    err = e.what();
+  }
+  EXPECT_THAT(err, ::testing::HasSubstr("rank 0 failed: DistributedDataParallel: the gradient all-reduce of "
+                                        "training step 4 failed: "));
+  EXPECT_THAT(err, ::testing::HasSubstr("; rank 1 did not reach training step 4: it stopped training earlier than "
+                                        "this rank (fewer batches?) or died"));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+}
+
+TEST(DDP, JoinOutsideAJoinScopeSaysHowToUseIt) {
+  dist::spawn(2, [](int) {
+    init_world(std::chrono::seconds(20));
+    nn::MLP model;
+    dist::DistributedDataParallel ddp(model);
+    std::string err;
+    try {
+      ddp.join();
+    } catch (const std::logic_error& e) {
+      err = e.what();
+    }
+    require(err.find("only inside a dist::Join scope") != std::string::npos, "join() outside a scope: got '" + err + "'");
+    dist::shutdown();
+  });
 }

@@ -1,0 +1,41 @@
+// dist/join.h — dist::Join: training with uneven inputs across ranks (PyTorch's
+// torch.distributed.algorithms.Join, for DistributedDataParallel).
+//
+//   dist::DistributedDataParallel ddp(model);
+//   {
+//     dist::Join join(ddp);                         // every training forward now handshakes
+//     for (auto& batch : uneven_loader) {           // ranks may have different batch counts
+//       opt.zero_grad();
+//       cross_entropy(ddp(Variable(batch.input)), batch.target).backward();
+//       ddp.step(opt);
+//     }
+//   }                                               // out of batches: shadow the others, then sync
+//
+// Inside the scope every training forward takes part in a join handshake: one all-reduce of one
+// number, how many ranks are still training. When the scope ends normally this rank has run out
+// of inputs, and the destructor calls ddp.join(): it answers the handshakes and shadows the
+// collectives of the ranks still training (zero gradients) until every rank has joined, then every
+// rank takes the model of the rank that trained longest. Leaving the scope by an exception only
+// switches the handshake off (the run is failing; no collective is started). Without a Join there
+// is no handshake, and every rank must run the same number of steps (see ddp.h). Refused
+// (std::logic_error) for deterministic DDP and for models whose forward communicates
+// (SyncBatchNorm), which a joined rank cannot shadow.
+#pragma once
+#include "minidl/dist/ddp.h"
+
+namespace minidl::dist {
+
+class Join {
+ public:
+  explicit Join(DistributedDataParallel& ddp);
+  // Joins (collectives with the ranks still training); may throw their errors.
+  ~Join() noexcept(false);
+  Join(const Join&) = delete;
+  Join& operator=(const Join&) = delete;
+
+ private:
+  DistributedDataParallel& ddp_;
+  int exceptions_at_entry_;
+};
+
+}  // namespace minidl::dist
