@@ -12,5 +12,6 @@
 #include "minidl/dist/process_group.h"
 #include "minidl/dist/process_group_gloo.h"
 #include "minidl/dist/spawn.h"
+#include "minidl/dist/step_record.h"
 #include "minidl/dist/store.h"
 #include "minidl/dist/sync_batchnorm.h"

@@ -32,7 +32,6 @@
 // last good checkpoint stays); with --max-restarts N (or minidl-run --max-restarts N) a failed
 // group of processes is started again and resumes from the newest complete checkpoint in --out.
 // A second run into an --out that holds a run is refused unless --resume or --overwrite.
-#include <fcntl.h>
 #include <omp.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -61,6 +60,7 @@
 #include "minidl/dist/distributed_sampler.h"
 #include "minidl/dist/env.h"
 #include "minidl/dist/spawn.h"
+#include "minidl/dist/step_record.h"
 #include "minidl/dist/sync_batchnorm.h"
 #include "examples/trainer/checkpoint.h"
 #include "examples/trainer/cli.h"
@@ -101,43 +101,6 @@ struct Run {
   int restart_count = 0;  // restarts so far (MINIDL_RESTART_COUNT, or train --max-restarts)
   std::chrono::milliseconds dist_timeout = std::chrono::seconds(300);
 };
-
-// The step this rank is in (1-based, counted over the whole run), kept in
-// $MINIDL_STEP_DIR/step.<rank> as "<step> <pid>" when minidl-run or train --max-restarts set that
-// variable: the restart log names the step that failed, and a second failure at the same step
-// ends the run (a deterministic crash). One pwrite per step, no fsync.
-class StepFile {
- public:
-  explicit StepFile(int rank) {
-    const char* dir = std::getenv("MINIDL_STEP_DIR");
-    if (dir == nullptr || *dir == '\0') return;
-    const std::string path = std::string(dir) + "/step." + std::to_string(rank);
-    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  }
-  ~StepFile() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  StepFile(const StepFile&) = delete;
-  StepFile& operator=(const StepFile&) = delete;
-  void set(int64_t step) {
-    if (fd_ < 0) return;
-    char buf[48];
-    const int n =
-        std::snprintf(buf, sizeof buf, "%20lld %10d\n", static_cast<long long>(step), static_cast<int>(::getpid()));
-    if (::pwrite(fd_, buf, static_cast<size_t>(n), 0) < 0) return;  // best effort: only for the restart log
-  }
-
- private:
-  int fd_ = -1;
-};
-
-// The step a rank last wrote to DIR/step.<rank>, or -1.
-int64_t read_step(const std::string& dir, int rank) {
-  std::ifstream in(dir + "/step." + std::to_string(rank));
-  long long step = -1;
-  if (!(in >> step)) return -1;
-  return step;
-}
 
 // A double as text that reads back to the same bits (metadata of mid-epoch checkpoints).
 std::string exact_text(double v) {
@@ -388,7 +351,7 @@ void train_worker(const Run& run) {
                                 train_sampler);
   // [/tutorial:sampler]
   const Validator validate = make_validator(run, world);
-  StepFile step_file(rank);
+  dist::StepFile step_file(rank);  // the step, for a launcher's restart log (minidl-run, --max-restarts)
   // --deterministic: whole global batches only (the last, smaller one would not cut into whole
   // micro-shards on every process count).
   // (main() refused a training set smaller than one global batch: at least one step per epoch.)
@@ -788,45 +751,13 @@ std::optional<std::string> newest_checkpoint(const std::string& out_dir) {
   return std::nullopt;
 }
 
-// The ranks' step files for train --max-restarts: $MINIDL_STEP_DIR when set (a test watching the
-// steps), else a private temporary directory, exported to the ranks as MINIDL_STEP_DIR and
-// removed when the run ends. One object, never copied: a copy's destructor would remove the
-// directory the ranks still write to.
-class StepDir {
- public:
-  StepDir() {
-    if (const char* d = std::getenv("MINIDL_STEP_DIR"); d != nullptr && *d != '\0') {
-      path_ = d;
-      return;
-    }
-    const std::filesystem::path tmp = std::filesystem::temp_directory_path();
-    std::string tmpl = (tmp / "minidl-train.XXXXXX").string();
-    if (::mkdtemp(tmpl.data()) == nullptr)
-      throw std::runtime_error("cannot create a directory for the ranks' step files in " + tmp.string() + ": " +
-                               std::strerror(errno));
-    path_ = tmpl;
-    own_ = true;
-    ::setenv("MINIDL_STEP_DIR", path_.c_str(), 1);
-  }
-  ~StepDir() {
-    std::error_code ec;
-    if (own_) std::filesystem::remove_all(path_, ec);
-  }
-  StepDir(const StepDir&) = delete;
-  StepDir& operator=(const StepDir&) = delete;
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-  bool own_ = false;
-};
-
 // train --max-restarts N: spawn; when a rank fails, start all of them again (a fresh port, a
 // fresh process group) from the newest checkpoint in --out, up to N times. A second failure at
 // the same step, or one beyond N, ends the run with the cause.
 int spawn_with_restarts(Run& run, const Launch& launch, const std::function<void(int)>& worker) {
   const int max_restarts = *run.cli.max_restarts;
-  const StepDir dir;
+  const dist::StepDir dir;  // the ranks' step files
+  ::setenv("MINIDL_STEP_DIR", dir.path().c_str(), 1);  // for the spawned ranks' StepFile
   int64_t last_failure_step = -1;
   for (int attempt = 0;; ++attempt) {
     run.restart_count = attempt;
@@ -839,7 +770,7 @@ int spawn_with_restarts(Run& run, const Launch& launch, const std::function<void
       dist::spawn(launch.nproc, worker, dist::SpawnOptions{.omp_threads = run.threads});
       return 0;
     } catch (const dist::SpawnError& e) {
-      const int64_t step = read_step(dir.path(), e.rank);
+      const int64_t step = dist::read_step(dir.path(), e.rank);
       const std::string cause = std::string(e.what()) + (step >= 0 ? " (at step " + std::to_string(step) + ")" : "");
       if (attempt >= max_restarts)
         throw std::runtime_error(cause + "; no restarts left (--max-restarts " + std::to_string(max_restarts) +

@@ -15,8 +15,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <filesystem>
-#include <fstream>
 #include <memory>
 #include <optional>
 #include <sstream>
@@ -30,6 +28,7 @@
 
 #include "minidl/dist/process.h"
 #include "minidl/dist/socket.h"
+#include "minidl/dist/step_record.h"
 #include "minidl/dist/store.h"
 
 namespace minidl::launcher {
@@ -161,14 +160,6 @@ void signal_groups(const std::vector<Worker>& workers, int sig, bool include_exi
   for (const auto& w : workers) {
     if (!w.exited || include_exited) ::kill(-w.pid, sig);  // the worker's whole process group
   }
-}
-
-// The step a worker last wrote to STEP_DIR/step.<rank>, or -1.
-int64_t read_step(const std::string& step_dir, int rank) {
-  std::ifstream in(step_dir + "/step." + std::to_string(rank));
-  long long step = -1;
-  if (!(in >> step)) return -1;
-  return step;
 }
 
 // How this node's part of one round ended.
@@ -461,7 +452,7 @@ NodeEnd run_round(const LaunchConfig& c, int round, uint16_t port, const std::st
       const bool primary = !stopping || (end.kind == 'f' && !end.by_signal && by_signal &&
                                          Clock::now() - stop_at < std::chrono::milliseconds(500));
       if (!primary) continue;
-      const int64_t step = read_step(step_dir, w.rank);
+      const int64_t step = dist::read_step(step_dir, w.rank);
       std::string cause = "rank " + std::to_string(w.rank) +
                           (c.nnodes > 1 ? " (node " + std::to_string(c.node_rank) + ")" : "") + " " +
                           minidl::dist::describe_exit(w.status) + (step >= 0 ? " at step " + std::to_string(step) : "");
@@ -539,36 +530,11 @@ NodeEnd run_round(const LaunchConfig& c, int round, uint16_t port, const std::st
   return end;
 }
 
-// The directory of the workers' step files: $MINIDL_STEP_DIR when set (a test watching the
-// steps), else a private one, removed with its files at the end.
-class StepDir {
- public:
-  StepDir() {
-    if (const char* d = std::getenv("MINIDL_STEP_DIR"); d != nullptr && *d != '\0') {
-      path_ = d;
-      own_ = false;
-      return;
-    }
-    std::string tmpl = (std::filesystem::temp_directory_path() / "minidl-run.XXXXXX").string();
-    if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("cannot create a temporary directory");
-    path_ = tmpl;
-  }
-  ~StepDir() {
-    std::error_code ec;
-    if (own_) std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-  bool own_ = true;
-};
-
 }  // namespace
 
 int run_workers(const LaunchConfig& c) {
   install_signal_handlers();
-  StepDir step_dir;
+  const dist::StepDir step_dir;  // the workers' step files
   std::unique_ptr<Peers> peers;
   if (c.nnodes > 1 && c.max_restarts > 0) peers = std::make_unique<Peers>(c);
   int64_t last_failure_step = -1;
