@@ -18,41 +18,17 @@
 // communication thread, strictly in bucket order on every rank. When the last bucket has been
 // launched, DDP waits for all of them, divides by the world size and writes the averages into
 // each parameter's .grad — so when backward() returns the gradients are synchronised.
-// DDP is not a Module: state_dict() and load_state_dict() are the wrapped module's, with its
-// names (no "module." prefix), so checkpoints move freely between DDP and plain models.
-//
-// Deterministic mode (DDPOptions::deterministic): the same bits on 1, 2 or 4 processes and any
-// thread count (dist/deterministic.h explains the fixed summation tree). A step's global batch is
-// cut into K micro-shards of m samples; rank r runs its consecutive K / R of them, one training
-// forward + backward each, and then step():
-//
-//   opt.zero_grad();
-//   for (int64_t j = 0; j < n; ++j) {                   // n = K / R shards, in global order
-//     manual_seed(key of the shard's first sample);      // randomness by sample, not by rank
-//     Variable loss = cross_entropy(ddp.forward(Variable(x_shard[j])), y_shard[j]);  // mean over m
-//     loss.backward();                                   // no communication: DDP keeps the shard's gradient
-//   }
-//   ddp.step(opt);   // tree-sum of all K shard gradients (one all_gather), / K, into .grad; opt.step()
-//
-// DDP owns .grad between a step's first training forward and finish(): each shard's gradient
-// (and its SyncBatchNorm statistics: ghost batch norm, see sync_batchnorm.h) is copied out and
-// .grad cleared before the next shard. Buffers are not broadcast per forward (they are identical
-// by construction); a BatchNorm other than SyncBatchNorm is an error (its running statistics
-// would move once per shard, in an order that depends on the process count); join() (and
-// dist::Join) and no_sync() are refused; all parameters must share one dtype and device.
+// The algorithm is PyTorch's alone; DeterministicDDP (deterministic_ddp.h) is the other
+// DataParallel (data_parallel.h), whose sums do not depend on the number of processes.
 #pragma once
-#include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
-#include "minidl/dist/process_group.h"
-#include "minidl/nn/module.h"
-#include "minidl/optim/optimizer.h"
+#include "minidl/dist/data_parallel.h"
 
 namespace minidl::dist {
-
-class SyncBatchNorm;
 
 struct DDPOptions {
   double bucket_cap_mb = 25.0;
@@ -61,34 +37,18 @@ struct DDPOptions {
   // Rank 0's buffers (BN running stats) at every training forward, in one coalesced broadcast;
   // buffers of layers that synchronise themselves (SyncBatchNorm) are equal already and left out.
   bool broadcast_buffers = true;
-  bool deterministic = false;  // micro-shards summed in a fixed tree (see above)
   ProcessGroup* group = nullptr;  // nullptr: the default group of dist::init()
 };
 
-// Seconds spent in the phases of the last training step.
-struct StepTimes {
-  double forward = 0;  // ddp.forward
-  double backward = 0;  // end of forward until the last gradient was ready
-  double comm_wait = 0;  // waiting for all-reduces after the last gradient was ready
-  double optimizer = 0;  // ddp.step's optimizer.step()
-};
-
-class DistributedDataParallel {
+class DistributedDataParallel : public DataParallel {
  public:
   explicit DistributedDataParallel(nn::Module& module, const DDPOptions& options = {});
-  ~DistributedDataParallel();
-  DistributedDataParallel(const DistributedDataParallel&) = delete;
-  DistributedDataParallel& operator=(const DistributedDataParallel&) = delete;
+  ~DistributedDataParallel() override;
 
-  Variable forward(const Variable& x);
-  Variable operator()(const Variable& x) { return forward(x); }
-
+  Variable forward(const Variable& x) override;
   // Waits for every bucket and writes the averaged gradients (a no-op when backward already did).
   // Without find_unused_parameters, a parameter that got no gradient is an error naming it.
-  // Deterministic mode: combines the step's micro-shards (collective) and writes their mean.
-  void finish();
-  // finish(), then optimizer.step(), both timed.
-  void step(optim::Optimizer& optimizer);
+  void finish() override;
 
   // Gradient accumulation: inside the guard's scope backward does not synchronise.
   class NoSyncGuard {
@@ -117,34 +77,19 @@ class DistributedDataParallel {
   // them.
   void join();
 
-  nn::Module& module() { return module_; }
-  TensorMap state_dict() const { return module_.state_dict(); }
-  nn::Module::LoadResult load_state_dict(const TensorMap& s, bool strict = true) {
-    return module_.load_state_dict(s, strict);
-  }
-  void train(bool on = true) { module_.train(on); }
-  void eval() { module_.train(false); }
-
   // ---- introspection (tests, profiling) ----
-  const StepTimes& last_step_times() const { return times_; }
   size_t num_buckets() const { return buckets_.size(); }
   // Parameter names of each bucket, in bucket order.
   std::vector<std::vector<std::string>> bucket_parameter_names() const;
   // How many buckets of the last backward started their all-reduce before the last gradient
   // was ready (overlap of communication with backward).
   int buckets_launched_before_backward_end() const { return launched_early_; }
-  bool deterministic() const { return options_.deterministic; }
-  // Deterministic mode: micro-shards captured in the current step so far.
-  int64_t pending_shards() const { return static_cast<int64_t>(shard_values_.size()); }
 
  private:
-  struct Param {
-    std::string name;
-    Variable var;
+  struct Slot {  // where a parameter's gradient goes, by index of params_
     size_t bucket = 0;
     int64_t offset = 0;  // element offset in the bucket's buffer
     uint64_t hook = 0;
-    int64_t shard_offset = 0;  // deterministic mode: element offset in a shard's value vector
   };
   struct Bucket {
     std::vector<size_t> params;  // indices into params_
@@ -155,7 +100,6 @@ class DistributedDataParallel {
 
   friend class Join;  // switches the join handshake on and off
 
-  void check_parameters_match();
   void check_joinable() const;  // join() and dist::Join: a logic_error when they cannot apply
   void broadcast_buffers(int root);  // the synced buffers, coalesced
   // A gradient all-reduce failed: names the step and the ranks that did not reach it.
@@ -166,15 +110,9 @@ class DistributedDataParallel {
   void launch_ready_buckets();
   void finalize();
   int join_handshake(int active);  // sum over ranks of `active`
-  void setup_deterministic();
-  void capture_shard();  // deterministic: the finished shard's gradient and statistics
-  void finish_deterministic();
-  [[noreturn]] void throw_missing_gradients(const std::vector<size_t>& missing);
 
-  nn::Module& module_;
   DDPOptions options_;
-  ProcessGroup* group_;
-  std::vector<Param> params_;
+  std::vector<Slot> slots_;  // per parameter
   std::vector<Bucket> buckets_;
   std::vector<bool> ready_;
   size_t next_bucket_ = 0;  // next bucket to launch, in order
@@ -188,13 +126,6 @@ class DistributedDataParallel {
   std::vector<Tensor> synced_buffers_;  // what broadcast_buffers sends: buffers no layer keeps equal
   int launched_early_ = 0;
   int64_t synced_steps_ = 0;  // training forwards that synchronised (for join's final model)
-  StepTimes times_;
-  std::chrono::steady_clock::time_point forward_end_;
-  // deterministic mode
-  std::vector<SyncBatchNorm*> ghost_bns_;  // in module order; their statistics follow the gradients
-  std::vector<int64_t> ghost_offsets_;
-  int64_t shard_numel_ = 0;  // values per shard: gradients, statistics
-  std::vector<Tensor> shard_values_;  // this step's shards so far, in order
 };
 
 }  // namespace minidl::dist

@@ -2,7 +2,9 @@
 // (Gloo, and NCCL registered by CUDA builds), the TCP store, spawn, DistributedSampler,
 // DistributedDataParallel, SyncBatchNorm and all-reduced metrics. All in namespace minidl::dist.
 #pragma once
+#include "minidl/dist/data_parallel.h"
 #include "minidl/dist/ddp.h"
+#include "minidl/dist/deterministic_ddp.h"
 #include "minidl/dist/join.h"
 #include "minidl/dist/distributed.h"
 #include "minidl/dist/distributed_sampler.h"

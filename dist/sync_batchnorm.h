@@ -10,8 +10,8 @@
 //             weight / bias gradients stay local; DDP averages them like any other gradient.
 // Eval mode, or world size 1: exactly BatchNorm.
 //
-// Deterministic mode (set_deterministic(true); DistributedDataParallel with deterministic = true
-// turns it on for every SyncBatchNorm of its model): ghost batch norm. Each training forward is
+// Deterministic mode (set_deterministic(true); DeterministicDDP turns it on for every
+// SyncBatchNorm of its model): ghost batch norm. Each training forward is
 // one micro-shard of the global batch (dist/deterministic.h) and normalises with the statistics
 // of that shard alone, communicating nothing — so a shard's output and gradients are the same
 // whichever rank computes it and however many ranks there are. Instead of moving the running

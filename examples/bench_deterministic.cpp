@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "minidl/dist/ddp.h"
+#include "minidl/dist/deterministic_ddp.h"
 #include "minidl/dist/distributed.h"
 #include "minidl/dist/spawn.h"
 #include "minidl/dist/sync_batchnorm.h"
@@ -41,7 +42,7 @@ double median(std::vector<double> v) {
 struct Variant {
   std::unique_ptr<nn::Module> model;
   std::unique_ptr<optim::Optimizer> opt;
-  std::unique_ptr<dist::DistributedDataParallel> ddp;
+  std::unique_ptr<dist::DataParallel> ddp;  // DistributedDataParallel or DeterministicDDP
   bool deterministic;
 
   Variant(const std::string& name, bool det) : deterministic(det) {
@@ -55,7 +56,10 @@ struct Variant {
       opt = std::make_unique<optim::Adam>(model->parameters(), optim::AdamOptions{.lr = 1e-3});
     else
       opt = std::make_unique<optim::AdamW>(model->parameters(), optim::AdamWOptions{.lr = 1e-3, .weight_decay = 0.05});
-    ddp = std::make_unique<dist::DistributedDataParallel>(*model, dist::DDPOptions{.deterministic = det});
+    if (det)
+      ddp = std::make_unique<dist::DeterministicDDP>(*model);
+    else
+      ddp = std::make_unique<dist::DistributedDataParallel>(*model);
   }
 
   // One step on this rank's share x (local, 1, 28, 28), y (local).

@@ -56,6 +56,7 @@
 
 #include "minidl/data/data_all.h"
 #include "minidl/dist/ddp.h"
+#include "minidl/dist/deterministic_ddp.h"
 #include "minidl/dist/distributed.h"
 #include "minidl/dist/distributed_sampler.h"
 #include "minidl/dist/env.h"
@@ -438,7 +439,12 @@ void train_worker(const Run& run) {
   // [tutorial:ddp]
   // 4. Wrap the model: DDP broadcasts rank 0's parameters and buffers, then averages gradients
   //    across ranks during backward (bucketed all-reduces overlapping the backward pass).
-  dist::DistributedDataParallel ddp(*model, {.deterministic = cfg.deterministic});
+  //    --deterministic: DeterministicDDP, whose sums do not depend on the number of processes.
+  std::unique_ptr<dist::DataParallel> ddp;
+  if (cfg.deterministic)
+    ddp = std::make_unique<dist::DeterministicDDP>(*model);
+  else
+    ddp = std::make_unique<dist::DistributedDataParallel>(*model);
   // [/tutorial:ddp]
   log.line(std::to_string(model->num_parameters()) + " parameters; optimizer " + optimizer->name() + ", lr " +
            format("%g", cfg.base_lr) + ", schedule " + cfg.lr_scheduler + " per iteration" +
@@ -546,7 +552,7 @@ void train_worker(const Run& run) {
     //    gradients during backward, and ddp.step waits for the last ones and steps the optimizer.
     //    It reads nothing back: the loss, the hits and the non-finite watch stay on the device
     //    until a check reads them.
-    ddp.train();
+    ddp->train();
     trainer::DeviceTotals train_sums(device, first_step > 0 && !cfg.deterministic ? resumed_train : trainer::Totals{});
     trainer::OrderedTotals ordered;  // --deterministic: the sums, folded in shard order
     if (first_step > 0 && cfg.deterministic) ordered.folded = resumed_train;
@@ -561,10 +567,10 @@ void train_worker(const Run& run) {
       step_file.set(global_step);
       const Tensor input = batch.input.to(device), target = batch.target.to(device);  // host -> GPU
       if (cfg.deterministic) {
-        trainer::deterministic_step(ddp, *optimizer, cfg, epoch, step, global_step, input, target, ordered, watch);
+        trainer::deterministic_step(*ddp, *optimizer, cfg, epoch, step, global_step, input, target, ordered, watch);
       } else {
         minidl::manual_seed(trainer::step_seed(cfg.seed, epoch, step, rank));
-        trainer::train_step(ddp, *optimizer, input, target, global_step, train_sums, watch);
+        trainer::train_step(*ddp, *optimizer, input, target, global_step, train_sums, watch);
       }
       scheduler->step();  // per iteration
       images += static_cast<double>(input.size(0));

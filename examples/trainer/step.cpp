@@ -67,7 +67,7 @@ std::optional<NonFiniteWatch::Found> NonFiniteWatch::first() const {
   return Found{.step = n(0), .loss = s[1], .input_bad = n(2), .input_numel = n(3), .logits_bad = n(4), .logits_numel = n(5)};
 }
 
-void train_step(minidl::dist::DistributedDataParallel& ddp, minidl::optim::Optimizer& optimizer,
+void train_step(minidl::dist::DataParallel& ddp, minidl::optim::Optimizer& optimizer,
                 const minidl::Tensor& input, const minidl::Tensor& target, int64_t global_step, DeviceTotals& totals,
                 NonFiniteWatch& watch) {
   optimizer.zero_grad();
@@ -80,7 +80,7 @@ void train_step(minidl::dist::DistributedDataParallel& ddp, minidl::optim::Optim
 }
 
 // [tutorial:deterministic-step]
-void deterministic_step(minidl::dist::DistributedDataParallel& ddp, minidl::optim::Optimizer& optimizer,
+void deterministic_step(minidl::dist::DataParallel& ddp, minidl::optim::Optimizer& optimizer,
                         const TrainConfig& cfg, int64_t epoch, int64_t step, int64_t global_step,
                         const minidl::Tensor& input, const minidl::Tensor& target, OrderedTotals& totals,
                         NonFiniteWatch& watch) {

@@ -11,7 +11,7 @@
 
 #include "examples/trainer/config.h"
 #include "examples/trainer/metrics.h"
-#include "minidl/dist/ddp.h"
+#include "minidl/dist/data_parallel.h"
 #include "minidl/optim/optimizer.h"
 
 namespace trainer {
@@ -47,7 +47,7 @@ class NonFiniteWatch {
 // One ordinary step: zero_grad, forward through DDP, cross-entropy (mean over this rank's batch),
 // backward (DDP all-reduces the gradients), ddp.step. The loss and the hits go to `totals`, the
 // loss (with the step's input and logits) to `watch` under `global_step`.
-void train_step(minidl::dist::DistributedDataParallel& ddp, minidl::optim::Optimizer& optimizer,
+void train_step(minidl::dist::DataParallel& ddp, minidl::optim::Optimizer& optimizer,
                 const minidl::Tensor& input, const minidl::Tensor& target, int64_t global_step, DeviceTotals& totals,
                 NonFiniteWatch& watch);
 
@@ -56,7 +56,7 @@ void train_step(minidl::dist::DistributedDataParallel& ddp, minidl::optim::Optim
 // [rank n, (rank + 1) n); each shard gets its own forward/backward, dropout masks keyed by its
 // first sample's position in the epoch, and its sums recorded under its global ordinal. ddp.step
 // adds the K shard gradients in the fixed tree (one all_gather), divides by K and steps.
-void deterministic_step(minidl::dist::DistributedDataParallel& ddp, minidl::optim::Optimizer& optimizer,
+void deterministic_step(minidl::dist::DataParallel& ddp, minidl::optim::Optimizer& optimizer,
                         const TrainConfig& cfg, int64_t epoch, int64_t step, int64_t global_step,
                         const minidl::Tensor& input, const minidl::Tensor& target, OrderedTotals& totals,
                         NonFiniteWatch& watch);

@@ -8,9 +8,11 @@
 #include <cstdio>
 #include <gtest/gtest.h>
 #include <limits>
+#include <memory>
 
 #include "examples/trainer/step.h"
 #include "minidl/dist/ddp.h"
+#include "minidl/dist/deterministic_ddp.h"
 #include "minidl/dist/distributed.h"
 #include "minidl/dist/spawn.h"
 #include "minidl/dist/sync_batchnorm.h"
@@ -41,7 +43,11 @@ std::string count_reads(const std::string& name, bool deterministic, bool adamw)
   dist::init({.backend = "gloo", .timeout = std::chrono::seconds(30)});
   std::unique_ptr<minidl::nn::Module> model = minidl::nn::make_model(name);
   if (deterministic) dist::convert_sync_batchnorm(*model);
-  dist::DistributedDataParallel ddp(*model, {.deterministic = deterministic});
+  std::unique_ptr<dist::DataParallel> ddp;
+  if (deterministic)
+    ddp = std::make_unique<dist::DeterministicDDP>(*model);
+  else
+    ddp = std::make_unique<dist::DistributedDataParallel>(*model);
   std::unique_ptr<minidl::optim::Optimizer> opt;
   if (adamw)
     opt = std::make_unique<minidl::optim::AdamW>(model->parameters(), minidl::optim::AdamWOptions{.lr = 1e-3});
@@ -50,7 +56,7 @@ std::string count_reads(const std::string& name, bool deterministic, bool adamw)
   trainer::TrainConfig cfg;
   cfg.global_batch_size = 16;
   cfg.micro_batch = 4;
-  ddp.train();
+  ddp->train();
   trainer::DeviceTotals totals(minidl::Device::cpu());
   trainer::OrderedTotals ordered;
   trainer::NonFiniteWatch watch(minidl::Device::cpu());
@@ -60,10 +66,10 @@ std::string count_reads(const std::string& name, bool deterministic, bool adamw)
   const uint64_t before = minidl::host_read_count();
   for (int64_t i = 0; i < K; ++i) {
     if (deterministic) {
-      trainer::deterministic_step(ddp, *opt, cfg, 0, i, i + 1, batches[i].x, batches[i].y, ordered, watch);
+      trainer::deterministic_step(*ddp, *opt, cfg, 0, i, i + 1, batches[i].x, batches[i].y, ordered, watch);
     } else {
       minidl::manual_seed(trainer::step_seed(0, 0, i, 0));
-      trainer::train_step(ddp, *opt, batches[i].x, batches[i].y, i + 1, totals, watch);
+      trainer::train_step(*ddp, *opt, batches[i].x, batches[i].y, i + 1, totals, watch);
     }
   }
   const uint64_t in_steps = minidl::host_read_count() - before;
