@@ -33,25 +33,19 @@
 // group of processes is started again and resumes from the newest complete checkpoint in --out.
 // A second run into an --out that holds a run is refused unless --resume or --overwrite.
 #include <omp.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cmath>
-#include <csignal>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <iostream>
 #include <memory>
 #include <optional>
 #include <string>
 #include <thread>
-#include <tuple>
 #include <vector>
 
 #include "minidl/data/data_all.h"
@@ -64,6 +58,7 @@
 #include "minidl/dist/step_record.h"
 #include "minidl/dist/sync_batchnorm.h"
 #include "examples/trainer/checkpoint.h"
+#include "examples/trainer/checkpoint_policy.h"
 #include "examples/trainer/cli.h"
 #include "examples/trainer/config.h"
 #include "examples/trainer/launch.h"
@@ -143,15 +138,6 @@ std::string format(const char* spec, double v) {
   return buf;
 }
 
-// What a run that stops without saving leaves behind: "the last good checkpoint in DIR is kept",
-// or "no checkpoint was saved in DIR yet" when there is none to keep.
-std::string kept_checkpoint_note(const std::string& out_dir) {
-  std::error_code ec;
-  if (std::filesystem::exists(out_dir + "/checkpoint_last.safetensors", ec))
-    return "the last good checkpoint in " + out_dir + " is kept";
-  return "no checkpoint was saved in " + out_dir + " yet";
-}
-
 // A non-finite loss at step bad.step, found by the check at step `now` (the watch recorded the
 // step, the loss and the non-finite counts of that step's input batch and logits on the device;
 // the check reads them): names the first non-finite tensor of that step (the input, else the
@@ -170,7 +156,7 @@ std::string kept_checkpoint_note(const std::string& out_dir) {
     first += "; the model now holds non-finite values (model." + m + ")";
   throw std::runtime_error("non-finite loss (" + format("%g", bad.loss) + ") at step " + std::to_string(bad.step) +
                            "; first non-finite tensor: " + first +
-                           ". Stopped without saving: " + kept_checkpoint_note(out_dir) +
+                           ". Stopped without saving: " + trainer::kept_checkpoint_note(out_dir) +
                            " (a learning rate too high? try a lower --lr)");
 }
 std::string percent(double v) { return format("%.2f", v) + "%"; }
@@ -284,35 +270,6 @@ void eval_worker(const Run& run) {
     log.line("DIFFERS from the accuracy recorded at save time: " + then_hits + " correct then, " + now_hits + " now");
   dist::barrier();
   dist::shutdown();
-}
-
-// The number N of a checkpoint file named PREFIX<digits>.safetensors, e.g. ("checkpoint_step_0000042
-// .safetensors", "checkpoint_step_") -> 42; nullopt for any other name.
-std::optional<int64_t> checkpoint_number(const std::string& name, const std::string& prefix) {
-  const std::string suffix = ".safetensors";
-  if (!name.starts_with(prefix) || !name.ends_with(suffix)) return std::nullopt;
-  const std::string number = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
-  if (number.empty() || number.size() > 15 || number.find_first_not_of("0123456789") != std::string::npos)
-    return std::nullopt;
-  return std::stoll(number);
-}
-
-// Mid-epoch checkpoints kept in --out: the newest few (a restart needs only the newest that
-// loads); the epoch checkpoints and checkpoint_last are never removed here.
-constexpr size_t kKeepStepCheckpoints = 3;
-
-// Removes all but the newest kKeepStepCheckpoints checkpoint_step_* files of `dir` (rank 0, after
-// each mid-epoch save), so that saving every few steps does not fill the disk.
-void prune_step_checkpoints(const std::string& dir) {
-  namespace fs = std::filesystem;
-  std::vector<std::pair<int64_t, fs::path>> steps;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir, ec))
-    if (auto n = checkpoint_number(entry.path().filename().string(), "checkpoint_step_"))
-      steps.emplace_back(*n, entry.path());
-  if (steps.size() <= kKeepStepCheckpoints) return;
-  std::sort(steps.begin(), steps.end());
-  for (size_t i = 0; i + kKeepStepCheckpoints < steps.size(); ++i) fs::remove(steps[i].second, ec);
 }
 
 // One rank's training run.
@@ -523,7 +480,7 @@ void train_worker(const Run& run) {
     if (const std::string bad = trainer::first_non_finite(model->state_dict()); !bad.empty())
       throw std::runtime_error("after step " + std::to_string(step) + " of epoch " + std::to_string(epoch + 1) +
                                " the model holds non-finite values (model." + bad + "): not saving it; " +
-                               kept_checkpoint_note(run.out_dir));
+                               trainer::kept_checkpoint_note(run.out_dir));
     char name[64];
     std::snprintf(name, sizeof name, "/checkpoint_step_%07lld.safetensors",
                   static_cast<long long>(epoch * steps_per_epoch + step));
@@ -532,7 +489,7 @@ void train_worker(const Run& run) {
     trainer::save_checkpoint(run.out_dir + "/checkpoint_last.safetensors", *model, *optimizer, *scheduler, meta);
     log.line("saved " + run.out_dir + name + " (epoch " + std::to_string(epoch + 1) + ", step " + std::to_string(step) +
              ")");
-    prune_step_checkpoints(run.out_dir);
+    trainer::prune_step_checkpoints(run.out_dir);
     last_checkpoint = std::chrono::steady_clock::now();  // (only rank 0's clock counts)
   };
   for (int64_t epoch = start_epoch; epoch < cfg.epochs; ++epoch) {
@@ -626,7 +583,7 @@ void train_worker(const Run& run) {
         // The step's check covers the loss; the saved state itself is checked in full here.
         if (const std::string bad = trainer::first_non_finite(model->state_dict()); !bad.empty())
           throw std::runtime_error("after epoch " + std::to_string(epoch + 1) + " the model holds non-finite values (model." +
-                                   bad + "): not saving it; " + kept_checkpoint_note(run.out_dir));
+                                   bad + "): not saving it; " + trainer::kept_checkpoint_note(run.out_dir));
         char name[64];
         std::snprintf(name, sizeof name, "/checkpoint_epoch_%03lld.safetensors", static_cast<long long>(epoch + 1));
         const minidl::Metadata meta = checkpoint_metadata(epoch + 1, 0, val, nullptr, 0.0);
@@ -665,98 +622,6 @@ std::shared_ptr<const data::Dataset> load_split(const std::string& dir, bool tra
   return std::make_shared<const data::Subset>(full, std::move(first));
 }
 
-// Removes the leftovers of killed saves from `dir`: *.safetensors.tmp.PID files whose PID is no
-// longer running (a live PID may be a save in progress). Before training and before each restart.
-void remove_interrupted_saves(const std::string& dir) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    const auto tmp = name.find(".safetensors.tmp.");
-    if (tmp == std::string::npos) continue;
-    const std::string pid = name.substr(tmp + 17);
-    const bool numeric = !pid.empty() && pid.size() < 10 && pid.find_first_not_of("0123456789") == std::string::npos;
-    if (numeric && ::kill(std::stoi(pid), 0) != 0 && errno == ESRCH) {
-      std::error_code rm;
-      fs::remove(entry.path(), rm);
-      if (!rm) std::cerr << "train: removed " << entry.path().string() << ", left by an interrupted save\n";
-    }
-  }
-}
-
-// --out before training: leftovers of a killed save go; a directory holding an earlier run
-// (metrics.jsonl or checkpoints) is refused unless --resume continues it, --overwrite replaces
-// it, or this is a restart of the same run.
-void prepare_out_dir(const Run& run) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  fs::create_directories(run.out_dir, ec);
-  if (ec) throw UsageError("cannot create the output directory " + run.out_dir + ": " + ec.message());
-  remove_interrupted_saves(run.out_dir);
-  std::vector<fs::path> checkpoints;
-  for (const auto& entry : fs::directory_iterator(run.out_dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.starts_with("checkpoint_") && name.ends_with(".safetensors")) checkpoints.push_back(entry.path());
-  }
-  if (ec) throw UsageError("cannot list the output directory " + run.out_dir + ": " + ec.message());
-  if (run.restart_count > 0) return;  // the same run, continued
-  const std::string metrics = run.out_dir + "/metrics.jsonl";
-  const bool has_run = fs::exists(metrics, ec) || !checkpoints.empty();
-  if (!has_run || run.cli.resume) return;
-  if (!run.cli.overwrite)
-    throw UsageError("--out " + run.out_dir + " already holds a run (" +
-                     (checkpoints.empty() ? std::string("metrics.jsonl") : checkpoints.front().filename().string()) +
-                     "): continue it with --resume " + run.out_dir +
-                     "/checkpoint_last.safetensors, replace it with "
-                     "--overwrite, or choose another --out");
-  for (const auto& c : checkpoints) fs::remove(c, ec);
-  for (const std::string& f : {metrics, run.out_dir + "/train.log"}) {
-    if (fs::exists(f, ec)) std::ofstream(f, std::ios::trunc);  // emptied in place
-  }
-}
-
-// The newest complete checkpoint in `out_dir` by training progress (epoch, then step, as each
-// file's header records it): checkpoint_last, the epoch checkpoints and the mid-epoch
-// checkpoint_step_* files all compete — a kill between a step checkpoint's save and
-// checkpoint_last's leaves the step file ahead; on a tie checkpoint_last wins. Candidates are
-// loaded newest first; one that cannot be read (or holds NaN) is skipped, with a note. Every save
-// is atomic, so a file under one of these names is normally complete.
-std::optional<std::string> newest_checkpoint(const std::string& out_dir) {
-  namespace fs = std::filesystem;
-  struct Candidate {
-    trainer::CheckpointPosition position;
-    bool last = false;  // checkpoint_last
-    std::string path;
-  };
-  std::vector<Candidate> candidates;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(out_dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    const bool last = name == "checkpoint_last.safetensors";
-    if (!last && !checkpoint_number(name, "checkpoint_epoch_") && !checkpoint_number(name, "checkpoint_step_"))
-      continue;
-    try {
-      candidates.push_back({trainer::read_checkpoint_position(entry.path().string()), last, entry.path().string()});
-    } catch (const std::exception& e) {
-      std::cerr << "train: not resuming from " << entry.path().string() << ": " << e.what() << "\n";
-    }
-  }
-  std::sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
-    return std::tie(a.position, a.last, a.path) > std::tie(b.position, b.last, b.path);
-  });
-  for (const auto& c : candidates) {
-    try {
-      const trainer::Checkpoint ck = trainer::load_checkpoint(c.path);
-      if (const std::string bad = trainer::first_non_finite(ck.model); !bad.empty())
-        throw std::runtime_error("it holds non-finite values (model." + bad + ")");
-      return c.path;
-    } catch (const std::exception& e) {
-      std::cerr << "train: not resuming from " << c.path << ": " << e.what() << "\n";
-    }
-  }
-  return std::nullopt;
-}
-
 // train --max-restarts N: spawn; when a rank fails, start all of them again (a fresh port, a
 // fresh process group) from the newest checkpoint in --out, up to N times. A second failure at
 // the same step, or one beyond N, ends the run with the cause.
@@ -768,8 +633,8 @@ int spawn_with_restarts(Run& run, const Launch& launch, const std::function<void
   for (int attempt = 0;; ++attempt) {
     run.restart_count = attempt;
     if (attempt > 0) {
-      remove_interrupted_saves(run.out_dir);  // a rank killed while saving left its temporary file
-      if (auto newest = newest_checkpoint(run.out_dir)) run.resume_from = newest;
+      trainer::remove_interrupted_saves(run.out_dir);  // a rank killed while saving left its temporary file
+      if (auto newest = trainer::newest_checkpoint(run.out_dir)) run.resume_from = newest;
     }
     for (int r = 0; r < launch.nproc; ++r) ::unlink((dir.path() + "/step." + std::to_string(r)).c_str());
     try {
@@ -789,19 +654,6 @@ int spawn_with_restarts(Run& run, const Launch& launch, const std::function<void
                 << launch.nproc << " process(es) again from the newest checkpoint in " << run.out_dir << "\n";
     }
   }
-}
-
-// --resume FILE must leave something to train, or be the end of the run's last epoch (which is
-// only evaluated): a checkpoint past that point is refused, saying why (exit 2).
-void check_resume_position(const std::string& path, int64_t epochs) {
-  const trainer::CheckpointPosition at = trainer::read_checkpoint_position(path);
-  if (at.epoch < epochs || (at.epoch == epochs && at.step == 0)) return;
-  const std::string saved = at.step > 0 ? "after step " + std::to_string(at.step) + " of epoch " +
-                                              std::to_string(at.epoch + 1)
-                                        : "after epoch " + std::to_string(at.epoch);
-  throw UsageError("nothing left to train: " + path + " was saved " + saved + ", past the last epoch of this run (" +
-                   std::to_string(epochs) + " epochs); give --epochs above " + std::to_string(at.epoch) +
-                   " to train further, or evaluate it with --eval --pretrained " + path);
 }
 
 int run_main(int argc, char** argv) {
@@ -841,11 +693,12 @@ int run_main(int argc, char** argv) {
                      std::to_string(run.train_set->size()) + " images) is smaller than one (" +
                      std::to_string(run.config.global_batch_size) +
                      "): use a larger --train-subset or a smaller batch size");
-  if (!cli->eval && cli->resume) check_resume_position(*cli->resume, run.config.epochs);
-  if (!cli->eval && launch.leader) prepare_out_dir(run);
+  if (!cli->eval && cli->resume) trainer::check_resume_position(*cli->resume, run.config.epochs);
+  if (!cli->eval && launch.leader)
+    trainer::prepare_out_dir(run.out_dir, run.restart_count > 0, cli->resume.has_value(), cli->overwrite);
   run.resume_from = cli->resume;
   if (run.restart_count > 0) {  // restarted by minidl-run: continue from what the failed group saved
-    if (auto newest = newest_checkpoint(run.out_dir)) run.resume_from = newest;
+    if (auto newest = trainer::newest_checkpoint(run.out_dir)) run.resume_from = newest;
   }
 
   const auto worker = [&run](int) { run.cli.eval ? eval_worker(run) : train_worker(run); };
