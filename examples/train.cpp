@@ -50,7 +50,6 @@
 
 #include "minidl/data/data_all.h"
 #include "minidl/dist/ddp.h"
-#include "minidl/dist/deterministic_ddp.h"
 #include "minidl/dist/distributed.h"
 #include "minidl/dist/distributed_sampler.h"
 #include "minidl/dist/env.h"
@@ -63,6 +62,7 @@
 #include "examples/trainer/config.h"
 #include "examples/trainer/launch.h"
 #include "examples/trainer/metrics.h"
+#include "examples/trainer/mode.h"
 #include "examples/trainer/progress.h"
 #include "examples/trainer/recipe.h"
 #include "examples/trainer/step.h"
@@ -81,9 +81,8 @@ using trainer::UsageError;
 
 namespace {
 
-// --smoke-test: batches per rank in each phase.
+// --smoke-test: training batches per rank (validation: trainer::kSmokeValBatches).
 constexpr int64_t kSmokeTrainBatches = 4;
-constexpr int64_t kSmokeValBatches = 2;
 
 // Everything main() decided, handed to every rank.
 struct Run {
@@ -103,32 +102,6 @@ std::string exact_text(double v) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.17g", v);
   return buf;
-}
-
-// FNV-1a over every tensor of the state dict (names and bytes, in name order).
-std::string weights_hash(const nn::Module& model) {
-  uint64_t h = 0xcbf29ce484222325ULL;
-  auto mix = [&h](const unsigned char* p, size_t n) {
-    for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ULL;
-  };
-  for (const auto& [name, tensor] : model.state_dict()) {
-    const Tensor c = tensor.cpu().contiguous();  // hashed on the host (a no-op for CPU tensors)
-    mix(reinterpret_cast<const unsigned char*>(name.data()), name.size());
-    mix(static_cast<const unsigned char*>(c.raw_data()),
-        static_cast<size_t>(c.numel()) * minidl::element_size(c.dtype()));
-  }
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
-  return buf;
-}
-
-// --deterministic: every replica must hold the same bits after each epoch.
-void check_replicas_identical(const nn::Module& model, int64_t epoch) {
-  const std::vector<std::string> hashes = dist::all_gather_object(weights_hash(model));
-  for (size_t r = 1; r < hashes.size(); ++r)
-    if (hashes[r] != hashes[0])
-      throw std::runtime_error("--deterministic: after epoch " + std::to_string(epoch) + " rank " + std::to_string(r) +
-                               "'s weights (hash " + hashes[r] + ") differ from rank 0's (" + hashes[0] + ")");
 }
 
 // printf-style formatting of one value: format("%.2f", 91.234) == "91.23".
@@ -167,74 +140,12 @@ minidl::Device select_device(const Run& run) {
   return minidl::Device::cuda(minidl::kernels::cuda::select_device_from_env());
 }
 
-// A loader over this rank's share of the test set: the exact sampler (no padded duplicates), so
-// the all-reduced sums are those of one process evaluating every image once.
-// [tutorial:val-sampler]
-std::unique_ptr<data::DataLoader> make_val_loader(const Run& run, int64_t batch_per_rank, int64_t chunk = 1) {
-  auto sampler = std::make_shared<dist::DistributedSampler>(
-      run.val_set->size(), dist::DistributedSamplerOptions{.shuffle = false, .exact = true, .chunk = chunk});
-  return std::make_unique<data::DataLoader>(
-      run.val_set,
-      data::DataLoaderOptions{.batch_size = batch_per_rank, .num_workers = run.config.num_workers, .pin_memory = run.cuda},
-      sampler);
-}
-// [/tutorial:val-sampler]
-
-// Validation on the test set: every rank evaluates its shard, then the sums are all-reduced.
-// [tutorial:evaluate]
-trainer::Totals evaluate(nn::Module& model, data::DataLoader& loader, int64_t max_batches, minidl::Device device) {
-  model.eval();
-  minidl::NoGradGuard no_grad;
-  trainer::DeviceTotals local(device);  // the sums, kept on the device
-  int64_t batches = 0;
-  for (auto& batch : loader) {
-    if (batches++ == max_batches) break;
-    const Tensor input = batch.input.to(device), target = batch.target.to(device);  // no-op on the CPU
-    Variable logits = model(Variable(input));  // (B, 10)
-    local.add(logits.data(), target, minidl::cross_entropy(logits, target).data());  // no host read
-  }
-  loader.reset();
-  return local.read().all_reduced();  // one host read; loss, top-1 and top-5 hits and counts summed over ranks
-}
-// [/tutorial:evaluate]
-
-// --deterministic: validation in micro-shards of m test images dealt to the ranks in turn (shard
-// s on rank s % R: the loader's batch = its sampler's chunk = m), each shard's sums recorded under
-// its index and folded in index order — the same figures, to the bit, on any number of processes.
-// max_shards: the first shards only (-1: all).
-trainer::Totals evaluate_deterministic(nn::Module& model, data::DataLoader& loader, int64_t max_shards,
-                                       minidl::Device device) {
-  model.eval();
-  minidl::NoGradGuard no_grad;
-  trainer::OrderedTotals totals;
-  int64_t j = 0;
-  for (auto& batch : loader) {
-    const int64_t shard = dist::rank() + j++ * dist::world_size();
-    if (max_shards >= 0 && shard >= max_shards) break;
-    const Tensor input = batch.input.to(device), target = batch.target.to(device);
-    Variable logits = model(Variable(input));  // (m, 10)
-    totals.add(shard, logits.data(), target, minidl::cross_entropy(logits, target).data());
-  }
-  loader.reset();
-  return totals.fold();
-}
-
-// What validation runs: the ordinary exact evaluation, or the deterministic one.
-struct Validator {
-  std::unique_ptr<data::DataLoader> loader;
-  int64_t limit;  // batches per rank (ordinary) or shards in all (deterministic); -1: all
-  bool deterministic;
-  trainer::Totals operator()(nn::Module& model, minidl::Device device) const {
-    return deterministic ? evaluate_deterministic(model, *loader, limit, device)
-                         : evaluate(model, *loader, limit, device);
-  }
-};
-Validator make_validator(const Run& run, int world) {
-  const TrainConfig& c = run.config;
-  const int64_t m = c.micro_batch;
-  if (c.deterministic)
-    return {make_val_loader(run, m, m), run.cli.smoke_test ? kSmokeValBatches * c.global_batch_size / m : -1, true};
-  return {make_val_loader(run, c.global_batch_size / world), run.cli.smoke_test ? kSmokeValBatches : -1, false};
+// The test set as validation reads it.
+trainer::ValSet val_set(const Run& run) {
+  return {.images = run.val_set,
+          .num_workers = run.config.num_workers,
+          .pin_memory = run.cuda,
+          .smoke_test = run.cli.smoke_test};
 }
 
 // --eval --pretrained FILE: evaluates a checkpoint and compares with the accuracy it recorded.
@@ -251,7 +162,7 @@ void eval_worker(const Run& run) {
   std::unique_ptr<nn::Module> model = nn::make_model(run.config.model);
   model->load_state_dict(ck.model);
   model->to(device);
-  const trainer::Totals val = make_validator(run, world)(*model, device);
+  const trainer::Totals val = trainer::make_mode(run.config, device, val_set(run))->validate(*model);
   log.line("evaluated " + *run.cli.pretrained + " on " + std::to_string(static_cast<int64_t>(val.count)) +
            " test images with " + std::to_string(world) + " process(es)");
   log.line("test accuracy: top-1 " + percent(val.acc1()) + "  top-5 " + percent(val.acc5()) + "  loss " +
@@ -287,6 +198,8 @@ void train_worker(const Run& run) {
   // [/tutorial:init]
   omp_set_num_threads(run.threads);
   trainer::Log log(rank == 0, run.out_dir + "/train.log");
+  // Ordinary or --deterministic: everything that differs, chosen once (examples/trainer/mode.h).
+  const std::unique_ptr<trainer::Mode> mode = trainer::make_mode(cfg, device, val_set(run));
   const int64_t batch_per_rank = cfg.global_batch_size / world;
   log.line("train: model " + cfg.model + " on " + (run.cuda ? "cuda (one GPU per process)" : "cpu") + ", " +
            std::to_string(world) + " process(es) x " + std::to_string(run.threads) + " thread(s), batch " +
@@ -296,11 +209,11 @@ void train_worker(const Run& run) {
   // [tutorial:sampler]
   // 2. Each rank takes its own share of a permutation keyed by (seed, epoch): the same
   //    permutation on every rank, different slices (--deterministic: one contiguous run of each
-  //    global batch per rank). The DataLoader's worker threads prefetch this rank's batches
+  //    global batch per rank: the mode's chunk). The DataLoader's worker threads prefetch this rank's batches
   //    (into pinned memory on GPUs, for fast host -> device copies).
   auto train_sampler = std::make_shared<dist::DistributedSampler>(
-      run.train_set->size(), dist::DistributedSamplerOptions{.shuffle = true, .seed = cfg.seed,
-                                                             .chunk = cfg.deterministic ? batch_per_rank : 1});
+      run.train_set->size(),
+      dist::DistributedSamplerOptions{.shuffle = true, .seed = cfg.seed, .chunk = mode->sampler_chunk()});
   data::DataLoader train_loader(run.train_set,
                                 data::DataLoaderOptions{.batch_size = batch_per_rank,
                                                         .num_workers = cfg.num_workers,
@@ -308,12 +221,9 @@ void train_worker(const Run& run) {
                                                         .pin_memory = run.cuda},
                                 train_sampler);
   // [/tutorial:sampler]
-  const Validator validate = make_validator(run, world);
   dist::StepFile step_file(rank);  // the step, for a launcher's restart log (minidl-run, --max-restarts)
-  // --deterministic: whole global batches only (the last, smaller one would not cut into whole
-  // micro-shards on every process count).
   // (main() refused a training set smaller than one global batch: at least one step per epoch.)
-  const int64_t full_steps = cfg.deterministic ? run.train_set->size() / cfg.global_batch_size : train_loader.size();
+  const int64_t full_steps = mode->full_steps(run.train_set->size(), train_loader.size());
   const int64_t steps_per_epoch = run.cli.smoke_test ? std::min(full_steps, kSmokeTrainBatches) : full_steps;
 
   // [tutorial:model]
@@ -325,18 +235,14 @@ void train_worker(const Run& run) {
     const int converted = dist::convert_sync_batchnorm(*model);
     log.line("sync-bn: " + std::to_string(converted) + " BatchNorm layer(s) now synchronise their statistics");
   }
-  if (cfg.deterministic) {
-    const int converted = dist::convert_sync_batchnorm(*model);  // the ones --sync-bn left, if any
-    log.line("deterministic: batch norm over each micro-shard of " + std::to_string(cfg.micro_batch) +
-             " images (ghost batch norm)" + (converted > 0 ? ", " + std::to_string(converted) + " layer(s) converted" : ""));
-  }
+  mode->prepare(*model, log);  // --deterministic: ghost batch norm
   model->to(device);  // parameters and buffers onto this rank's GPU (no-op on the CPU)
   // [/tutorial:model]
   std::unique_ptr<optim::Optimizer> optimizer = trainer::make_optimizer(cfg, *model);
   std::unique_ptr<optim::LRScheduler> scheduler = trainer::make_scheduler(cfg, *optimizer, steps_per_epoch);
 
   int64_t start_epoch = 0, start_step = 0;
-  trainer::Totals resumed_train;  // the train sums of the resumed epoch's first steps (ordinary: rank 0's only)
+  trainer::Totals resumed_train;  // the train sums of the resumed epoch's first steps
   double resumed_epoch_lr = 0;
   const std::string metrics_path = run.out_dir + "/metrics.jsonl";
   if (run.resume_from) {
@@ -368,11 +274,10 @@ void train_worker(const Run& run) {
           throw std::runtime_error(*run.resume_from + ": a mid-epoch checkpoint without its '" + key + "' metadata");
         return std::stod(ck.metadata.at(key));
       };
-      if (rank == 0 || cfg.deterministic)  // deterministic: the folded totals, the same on every rank
-        resumed_train = {.loss_sum = value("train_loss_sum"),
-                         .correct1 = value("train_correct1"),
-                         .correct5 = value("train_correct5"),
-                         .count = value("train_count")};
+      resumed_train = {.loss_sum = value("train_loss_sum"),
+                       .correct1 = value("train_correct1"),
+                       .correct5 = value("train_correct5"),
+                       .count = value("train_count")};
       resumed_epoch_lr = value("epoch_lr");
       log.line(resumed + " after step " + std::to_string(start_step) + " of epoch " + std::to_string(start_epoch + 1) +
                " (" + ck.metadata["samples_seen_in_epoch"] + " samples of it done)" + loaded);
@@ -384,7 +289,7 @@ void train_worker(const Run& run) {
     if (rank == 0 &&
         std::filesystem::equivalent(std::filesystem::path(*run.resume_from).parent_path(), run.out_dir, ec))
       trainer::keep_metrics_up_to(metrics_path, start_epoch);
-    if (ck.metadata["world_size"] != std::to_string(world) && !cfg.deterministic)
+    if (ck.metadata["world_size"] != std::to_string(world) && !mode->bit_identical_on_any_world_size())
       log.line("note: the checkpoint was trained with " + ck.metadata["world_size"] + " process(es); with " +
                std::to_string(world) + " the result will not be bit-identical to an uninterrupted run");
   } else if (run.restart_count > 0) {
@@ -397,11 +302,7 @@ void train_worker(const Run& run) {
   // 4. Wrap the model: DDP broadcasts rank 0's parameters and buffers, then averages gradients
   //    across ranks during backward (bucketed all-reduces overlapping the backward pass).
   //    --deterministic: DeterministicDDP, whose sums do not depend on the number of processes.
-  std::unique_ptr<dist::DataParallel> ddp;
-  if (cfg.deterministic)
-    ddp = std::make_unique<dist::DeterministicDDP>(*model);
-  else
-    ddp = std::make_unique<dist::DistributedDataParallel>(*model);
+  const std::unique_ptr<dist::DataParallel> ddp = mode->wrap(*model);
   // [/tutorial:ddp]
   log.line(std::to_string(model->num_parameters()) + " parameters; optimizer " + optimizer->name() + ", lr " +
            format("%g", cfg.base_lr) + ", schedule " + cfg.lr_scheduler + " per iteration" +
@@ -419,15 +320,8 @@ void train_worker(const Run& run) {
         {"samples_seen_in_epoch", std::to_string(step * cfg.global_batch_size)},
         {"config", trainer::to_yaml(cfg)},
         {"seed", std::to_string(cfg.seed)},
-        {"rng",
-         std::string("init: manual_seed(seed); data order: DistributedSampler(seed).set_epoch(epoch), resumed "
-                     "mid-epoch at this rank's index step x batch per process; ") +
-             (cfg.deterministic ? "the micro-shard starting at sample i of epoch e's order: "
-                                  "manual_seed(shard_seed(seed, e, i))"
-                                : "while training step s of epoch e on rank r: manual_seed(step_seed(seed, e, s, r))")},
-        {"next_step_rng_seed",
-         std::to_string(cfg.deterministic ? trainer::shard_seed(cfg.seed, epochs_done, step * cfg.global_batch_size)
-                                          : trainer::step_seed(cfg.seed, epochs_done, step, 0))},
+        {"rng", mode->rng_description()},
+        {"next_step_rng_seed", std::to_string(mode->next_step_seed(epochs_done, step))},
         {"world_size", std::to_string(world)},
         {"val_loss", format("%.6f", val_done.loss())},
         {"val_acc1", format("%.2f", val_done.acc1())},
@@ -472,10 +366,8 @@ void train_worker(const Run& run) {
     const bool by_time = step % check_every == 0 && minutes_passed();
     return by_steps || by_time;
   };
-  const auto save_mid_epoch = [&](int64_t epoch, int64_t step, const trainer::Totals& train,
-                                  trainer::OrderedTotals& ordered, double epoch_lr) {
-    // a collective: every rank takes part
-    const trainer::Totals partial = cfg.deterministic ? ordered.fold() : train.all_reduced();
+  const auto save_mid_epoch = [&](int64_t epoch, int64_t step, double epoch_lr) {
+    const trainer::Totals partial = mode->epoch_totals();  // a collective: every rank takes part
     if (rank != 0) return;
     if (const std::string bad = trainer::first_non_finite(model->state_dict()); !bad.empty())
       throw std::runtime_error("after step " + std::to_string(step) + " of epoch " + std::to_string(epoch + 1) +
@@ -510,9 +402,7 @@ void train_worker(const Run& run) {
     //    It reads nothing back: the loss, the hits and the non-finite watch stay on the device
     //    until a check reads them.
     ddp->train();
-    trainer::DeviceTotals train_sums(device, first_step > 0 && !cfg.deterministic ? resumed_train : trainer::Totals{});
-    trainer::OrderedTotals ordered;  // --deterministic: the sums, folded in shard order
-    if (first_step > 0 && cfg.deterministic) ordered.folded = resumed_train;
+    mode->start_epoch(first_step > 0 ? resumed_train : trainer::Totals{});  // the epoch's sums, kept on the device
     trainer::NonFiniteWatch watch(device);  // the first step with a non-finite loss
     trainer::Progress progress(log, "epoch " + std::to_string(epoch + 1) + "/" + std::to_string(cfg.epochs),
                                steps_per_epoch, cfg.global_batch_size);
@@ -523,12 +413,7 @@ void train_worker(const Run& run) {
       const int64_t global_step = epoch * steps_per_epoch + step + 1;  // 1-based, over the whole run
       step_file.set(global_step);
       const Tensor input = batch.input.to(device), target = batch.target.to(device);  // host -> GPU
-      if (cfg.deterministic) {
-        trainer::deterministic_step(*ddp, *optimizer, cfg, epoch, step, global_step, input, target, ordered, watch);
-      } else {
-        minidl::manual_seed(trainer::step_seed(cfg.seed, epoch, step, rank));
-        trainer::train_step(*ddp, *optimizer, input, target, global_step, train_sums, watch);
-      }
+      mode->step(*ddp, *optimizer, epoch, step, global_step, input, target, watch);  // examples/trainer/step.h
       scheduler->step();  // per iteration
       images += static_cast<double>(input.size(0));
       ++step;
@@ -536,15 +421,15 @@ void train_worker(const Run& run) {
       if (save || step % check_every == 0 || step == steps_per_epoch) {  // a check: one host read
         if (const auto bad = watch.first()) fail_non_finite(*bad, global_step, *model, run.out_dir);
       }
-      progress.update(step, [&] { return cfg.deterministic ? ordered.local().loss() : train_sums.read().loss(); });
-      if (save) save_mid_epoch(epoch, step, train_sums.read(), ordered, epoch_lr);
+      progress.update(step, [&] { return mode->running_loss(); });
+      if (save) save_mid_epoch(epoch, step, epoch_lr);
     }
     // [/tutorial:train-step]
     train_loader.reset();
     progress.finish();
     const double train_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_start).count();
     const double images_per_s = dist::world_size() * images / train_seconds;
-    const trainer::Totals train = cfg.deterministic ? ordered.fold() : train_sums.read().all_reduced();
+    const trainer::Totals train = mode->epoch_totals();
 
     // [tutorial:validate]
     // 7. Validation. BatchNorm's running statistics are updated by each rank from its own
@@ -553,9 +438,9 @@ void train_worker(const Run& run) {
     //    top-1 and top-5 hits and counts are all-reduced, so every rank holds the figures of the
     //    whole test set.
     for (auto& [name, buffer] : model->named_buffers()) dist::broadcast(*buffer, 0);
-    val = validate(*model, device);
+    val = mode->validate(*model);
     // [/tutorial:validate]
-    if (cfg.deterministic) check_replicas_identical(*model, epoch + 1);
+    mode->after_epoch(*model, epoch + 1);  // --deterministic: every replica holds the same bits
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_start).count();
 
     trainer::EpochRecord record{.epoch = epoch + 1,
@@ -600,11 +485,11 @@ void train_worker(const Run& run) {
     log.line("nothing left to train: the checkpoint ends epoch " + std::to_string(start_epoch) + ", the last of " +
              std::to_string(cfg.epochs) + " (give --epochs above " + std::to_string(start_epoch) +
              " to train further); evaluating it");
-    val = validate(*model, device);
+    val = mode->validate(*model);
   }
   log.line("test accuracy: top-1 " + percent(val.acc1()) + "  top-5 " + percent(val.acc5()) + "  (" +
            std::to_string(static_cast<int64_t>(val.count)) + " images)");
-  if (cfg.deterministic) log.line("final weights hash (fnv1a64): " + weights_hash(*model));
+  if (const std::string note = mode->final_note(*model); !note.empty()) log.line(note);
 
   // [tutorial:shutdown]
   // 9. Wait until every rank is done (rank 0 may still be writing), then leave the group.
