@@ -7,6 +7,7 @@
 #include <thread>
 #include <unordered_set>
 
+#include "minidl/autograd/trace.h"
 #include "minidl/dist/deterministic.h"
 #include "minidl/dist/distributed.h"
 #include "minidl/dist/sync_batchnorm.h"
@@ -244,6 +245,7 @@ Variable DistributedDataParallel::forward(const Variable& x) {
     if (expect_backward_ && !finalized_) finish();  // names the parameters that got no gradient
     if (join_enabled_ && group_->size() > 1) join_handshake(1);  // only inside a dist::Join scope
     ++synced_steps_;
+    const autograd::trace::Span span("DDP broadcast buffers", autograd::trace::kWait);  // tracing
     if (options_.broadcast_buffers) broadcast_buffers(0);
   }
   Variable out = module_.forward(x);
@@ -304,6 +306,7 @@ void DistributedDataParallel::launch_ready_buckets() {
         slot.fill_(0.0);  // unused in this forward (find_unused_parameters)
       }
     }
+    const autograd::trace::CollectiveLabel label("DDP bucket", static_cast<int64_t>(next_bucket_ - 1));  // tracing
     b.work = group_->all_reduce_async(b.buffer, ReduceOp::SUM);
     if (num_ready_ < params_.size()) ++launched_early_;
   }
@@ -316,6 +319,7 @@ void DistributedDataParallel::finalize() {
   const double inv_world = 1.0 / static_cast<double>(group_->size());
   for (auto& b : buckets_) {
     try {
+      const autograd::trace::Span wait("DDP wait", autograd::trace::kWait);  // tracing
       b.work->wait();
     } catch (const std::exception& e) {
       throw_step_failure(e);
@@ -456,6 +460,7 @@ void DistributedDataParallel::finish_deterministic() {
 
 void DistributedDataParallel::step(optim::Optimizer& optimizer) {
   finish();
+  const autograd::trace::Span span("optimizer step", autograd::trace::kOptimizer);  // tracing
   const auto t0 = Clock::now();
   optimizer.step();
   times_.optimizer = seconds_since(t0);
