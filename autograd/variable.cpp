@@ -2,13 +2,13 @@
 #include "minidl/autograd/variable.h"
 
 #include <atomic>
-#include <chrono>
 #include <queue>
 #include <stdexcept>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "minidl/autograd/profiler.h"
+#include "minidl/autograd/trace.h"
 #include "minidl/tensor/creation.h"
 #include "minidl/tensor/ops.h"
 
@@ -65,7 +65,7 @@ void Variable::remove_post_accumulate_grad_hook(uint64_t handle) const {
 }
 
 Variable Variable::make_result(Tensor data, std::vector<Variable> inputs, BackwardFn backward, const char* name) {
-  if (autograd::profiler::enabled()) autograd::profiler::record_forward(name);
+  if (autograd::profiler::active()) autograd::profiler::record_forward(name);
   bool needs = false;
   if (grad_enabled)
     for (const auto& in : inputs) needs = needs || in.requires_grad();
@@ -105,8 +105,7 @@ void Variable::backward(const Tensor& grad, bool retain_graph) const {
 // ---------------------------------------------------------------- the engine
 
 namespace {
-using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+using autograd::trace::now_ns;
 
 // True when nothing but `g` holds its buffer and the buffer is exactly g's elements in order:
 // such a gradient can be kept (as .grad, or added into in place) instead of copied.
@@ -123,13 +122,13 @@ void accumulate(std::unordered_map<VariableImpl*, Tensor>& grads, VariableImpl* 
   if (it == grads.end()) {
     grads.emplace(v, std::move(g));
   } else {
-    const Clock::time_point t0 = Clock::now();
+    const int64_t t0 = now_ns();
     if (owns_buffer(it->second)) {
       add_(it->second, g);
     } else {
       it->second = add(it->second, g);
     }
-    if (autograd::profiler::enabled()) autograd::profiler::add("AccumulateGrad", since(t0), true);
+    if (autograd::profiler::active()) autograd::profiler::record_backward("AccumulateGrad", t0);
   }
 }
 
@@ -164,11 +163,12 @@ void accumulate_into_leaf(VariableImpl* v, Tensor g) {
   for (auto& [handle, hook] : v->post_accumulate_grad_hooks) hook(v->grad);
 }
 
-// accumulate_into_leaf, its time recorded as "AccumulateGrad" when profiling (autograd/profiler.h).
+// accumulate_into_leaf, its time recorded as "AccumulateGrad" when profiling or tracing
+// (autograd/profiler.h).
 void finish_leaf(VariableImpl* v, Tensor g) {
-  const Clock::time_point t0 = Clock::now();
+  const int64_t t0 = now_ns();
   accumulate_into_leaf(v, std::move(g));
-  if (autograd::profiler::enabled()) autograd::profiler::add("AccumulateGrad", since(t0), true);
+  if (autograd::profiler::active()) autograd::profiler::record_backward("AccumulateGrad", t0);
 }
 }  // namespace
 
@@ -224,9 +224,9 @@ void backward(const std::vector<Variable>& roots, const std::vector<Tensor>& gra
       if (node.released)
         throw std::logic_error("backward: trying to backward through the graph a second time (through " + node.name +
                                "): its saved tensors were freed; pass retain_graph=true to the first backward");
-      const Clock::time_point t0 = Clock::now();
+      const int64_t t0 = now_ns();
       in_grads = node.backward(g);
-      if (autograd::profiler::enabled()) autograd::profiler::add(node.name, since(t0), true);
+      if (autograd::profiler::active()) autograd::profiler::record_backward(node.name, t0);
       if (in_grads.size() != node.inputs.size())
         throw std::logic_error(node.name + ": backward returned " + std::to_string(in_grads.size()) +
                                " gradients for " + std::to_string(node.inputs.size()) + " inputs");

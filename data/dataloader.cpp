@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "minidl/autograd/trace.h"
 #include "minidl/kernels/cuda_api.h"
 #include "minidl/tensor/pinned.h"
 
@@ -138,6 +139,8 @@ void DataLoader::worker_loop() {
       if (stop_ || next_to_load_ >= n) return;
       k = next_to_load_++;
     }
+    if (autograd::trace::enabled()) autograd::trace::name_thread_once("data worker");
+    const autograd::trace::Span load("load batch", autograd::trace::kData);
     Loaded result;
     try {
       result.batch = load_batch(k);
@@ -153,6 +156,7 @@ void DataLoader::worker_loop() {
 }
 
 std::optional<Batch> DataLoader::next() {
+  const autograd::trace::Span wait("next batch", autograd::trace::kData);  // what the training loop waits
   if (!active_) start_pass();
   if (next_to_yield_ >= static_cast<int64_t>(batches_.size())) {  // pass over
     reset();

@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <unordered_set>
 
+#include "minidl/autograd/trace.h"
 #include "minidl/dist/distributed.h"
 
 namespace minidl::dist {
@@ -109,6 +110,7 @@ void DataParallel::throw_missing_gradients(const std::vector<size_t>& missing) c
 
 void DataParallel::step(optim::Optimizer& optimizer) {
   finish();
+  const autograd::trace::Span span("optimizer step", autograd::trace::kOptimizer);  // tracing
   const auto t0 = Clock::now();
   optimizer.step();
   times_.optimizer = std::chrono::duration<double>(Clock::now() - t0).count();

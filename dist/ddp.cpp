@@ -6,6 +6,7 @@
 #include <thread>
 #include <unordered_set>
 
+#include "minidl/autograd/trace.h"
 #include "minidl/dist/distributed.h"
 #include "minidl/tensor/creation.h"
 #include "minidl/tensor/ops.h"
@@ -49,6 +50,7 @@ DistributedDataParallel::~DistributedDataParallel() {
 // The root's synced buffers to every rank, in place: one collective (per device).
 void DistributedDataParallel::broadcast_buffers(int root) {
   if (group_->size() == 1 || synced_buffers_.empty()) return;
+  const autograd::trace::Span span("DDP broadcast buffers", autograd::trace::kWait);  // tracing
   NoGradGuard no_grad;
   broadcast_coalesced(*group_, synced_buffers_, root);
 }
@@ -161,6 +163,7 @@ void DistributedDataParallel::launch_ready_buckets() {
         slot.fill_(0.0);  // unused in this forward (find_unused_parameters)
       }
     }
+    const autograd::trace::CollectiveLabel label("DDP bucket", static_cast<int64_t>(next_bucket_ - 1));  // tracing
     b.work = group_->all_reduce_async(b.buffer, ReduceOp::SUM);
     if (num_ready_ < params_.size()) ++launched_early_;
   }
@@ -173,6 +176,7 @@ void DistributedDataParallel::finalize() {
   const double inv_world = 1.0 / static_cast<double>(group_->size());
   for (auto& b : buckets_) {
     try {
+      const autograd::trace::Span wait("DDP wait", autograd::trace::kWait);  // tracing
       b.work->wait();
     } catch (const std::exception& e) {
       throw_step_failure(e);

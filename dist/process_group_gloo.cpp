@@ -32,6 +32,7 @@
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
 
+#include "minidl/autograd/trace.h"
 #include "minidl/tensor/creation.h"
 #endif
 
@@ -153,6 +154,7 @@ struct ProcessGroupGloo::Impl {
     std::string what;  // "all_reduce #3 (float32[4])"
     std::function<void()> run;
     std::promise<void> done;
+    autograd::trace::Collective trace;  // tracing: launched here, run on the communication thread
   };
 
   int rank = 0;
@@ -200,7 +202,7 @@ struct ProcessGroupGloo::Impl {
         continue;
       }
       try {
-        task.run();
+        task.trace.run(task.run);
         task.done.set_value();
       } catch (const gloo::IoException& e) {
         const std::string msg = gloo_message(task.what, e.what());
@@ -266,6 +268,7 @@ struct ProcessGroupGloo::Impl {
     }
     Task task;
     task.what = what;
+    task.trace = autograd::trace::Collective::launch(what);
     // Tags: 4 per collective (all_gather makes two Gloo calls); the same on every rank.
     const auto tag = static_cast<uint32_t>(n * 4);
     task.run = [body = std::move(body), tag] { body(tag); };

@@ -3,10 +3,15 @@
 // optimizer step) on fixed random Fashion-MNIST-shaped input; prints one JSON line.
 //
 //   bench --model mlp|cnn|vit --batch-size B --threads T [--steps S] [--warmup W] [--nproc N] [--profile]
+//         [--trace FILE]
 //
 // --nproc N splits the global batch B over N DDP processes (Gloo, T threads each); images_per_s
 // counts the global batch. --profile adds a table of time per op kind, forward and backward
 // separately, averaged over the timed steps (autograd/profiler.h), after the JSON line.
+// --trace FILE writes a Chrome trace of the timed steps (autograd/trace.h; open it in
+// https://ui.perfetto.dev or draw it with tools/draw_trace.py): every rank's op spans, bucket
+// all-reduces, DDP waits and optimizer steps, one process per rank in one file (dist/trace_file.h).
+// It holds every timed step: keep --steps small (2 or 3) for a readable picture.
 //
 // FLOPs are counted once per model by hand (model_macs below): multiply-adds of every
 // convolution, linear layer and attention matmul in the forward pass, 2 FLOPs each; a training
@@ -30,9 +35,11 @@
 #include <vector>
 
 #include "minidl/autograd/profiler.h"
+#include "minidl/autograd/trace.h"
 #include "minidl/dist/ddp.h"
 #include "minidl/dist/distributed.h"
 #include "minidl/dist/spawn.h"
+#include "minidl/dist/trace_file.h"
 #include "minidl/kernels/cpu/parallel.h"
 #include "minidl/nn/models.h"
 #include "minidl/optim/sgd.h"
@@ -48,12 +55,13 @@ struct Args {
   int64_t batch = 128;
   int threads = 1, steps = 20, warmup = 3, nproc = 1;
   bool profile = false;
+  std::string trace;  // --trace FILE; empty: no trace
 };
 
 [[noreturn]] void usage_error(const std::string& msg) {
   std::cerr << "bench: " << msg
             << "\nusage: bench --model mlp|cnn|vit --batch-size B --threads T [--steps S] "
-               "[--warmup W] [--nproc N] [--profile]\n";
+               "[--warmup W] [--nproc N] [--profile] [--trace FILE]\n";
   std::exit(2);
 }
 
@@ -94,6 +102,10 @@ Args parse(int argc, char** argv) {
       ++i;
     } else if (f == "--profile") {
       a.profile = true;
+    } else if (f == "--trace") {
+      if (!v || *v == '\0') usage_error("--trace needs a file name");
+      a.trace = v;
+      ++i;
     } else {
       usage_error("unknown flag '" + f + "'");
     }
@@ -185,25 +197,24 @@ Result run(const Args& a, int64_t local, bool use_ddp) {
   for (int s = -a.warmup; s < a.steps; ++s) {
     if (s == 0) {
       if (a.profile) autograd::profiler::enable(true);
+      if (!a.trace.empty()) autograd::trace::enable(true);
       t0 = Clock::now();
       r.faults = minor_faults();
     }
-    const Clock::time_point z0 = Clock::now();
-    opt.zero_grad();
-    autograd::profiler::add("zero_grad", std::chrono::duration<double>(Clock::now() - z0).count(), false);
-    autograd::profiler::mark();
+    const autograd::trace::Span step("step", autograd::trace::kStep);
+    {
+      const autograd::profiler::Scope scope("zero_grad", autograd::trace::kOptimizer);
+      opt.zero_grad();
+    }
     Variable out = use_ddp ? ddp->forward(Variable(x)) : model->forward(Variable(x));
     Variable loss = cross_entropy(out, y);
-    loss.backward();
-    const Clock::time_point o0 = Clock::now();
-    if (use_ddp) {
-      ddp->step(opt);
-    } else {
-      opt.step();
-    }
-    autograd::profiler::add("optimizer step", std::chrono::duration<double>(Clock::now() - o0).count(), false);
+    loss.backward();  // with DDP: the buckets' all-reduces overlap it, and it ends waiting for them
+    if (use_ddp) ddp->finish();  // (a no-op: backward finished already; ddp->step would time it)
+    const autograd::profiler::Scope scope("optimizer step", autograd::trace::kOptimizer);
+    opt.step();
   }
   r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (!a.trace.empty()) dist::write_trace(a.trace);  // every rank's events into one file on rank 0
   r.faults = minor_faults() - r.faults;
   if (a.profile) {
     r.profile = format_profile(a.steps, r.seconds);

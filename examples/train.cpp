@@ -66,6 +66,7 @@
 #include "examples/trainer/progress.h"
 #include "examples/trainer/recipe.h"
 #include "examples/trainer/step.h"
+#include "examples/trainer/trace_window.h"
 #include "minidl/kernels/cuda_api.h"
 #include "minidl/nn/nn_all.h"
 
@@ -384,6 +385,7 @@ void train_worker(const Run& run) {
     trainer::prune_step_checkpoints(run.out_dir);
     last_checkpoint = std::chrono::steady_clock::now();  // (only rank 0's clock counts)
   };
+  trainer::TraceWindow trace_window(run.cli.trace, run.cli.trace_steps);  // --trace
   for (int64_t epoch = start_epoch; epoch < cfg.epochs; ++epoch) {
     const auto epoch_start = std::chrono::steady_clock::now();
     const int64_t first_step = epoch == start_epoch ? start_step : 0;
@@ -423,6 +425,7 @@ void train_worker(const Run& run) {
       }
       progress.update(step, [&] { return mode->running_loss(); });
       if (save) save_mid_epoch(epoch, step, epoch_lr);
+      trace_window.step_done(global_step);  // --trace
     }
     // [/tutorial:train-step]
     train_loader.reset();
@@ -481,6 +484,7 @@ void train_worker(const Run& run) {
     if ((epoch + 1) % cfg.save_every == 0 || epoch + 1 == cfg.epochs)
       last_checkpoint = std::chrono::steady_clock::now();
   }
+  trace_window.finish();  // --trace
   if (start_epoch >= cfg.epochs) {  // resumed at the end of the last epoch (main() refused any later point)
     log.line("nothing left to train: the checkpoint ends epoch " + std::to_string(start_epoch) + ", the last of " +
              std::to_string(cfg.epochs) + " (give --epochs above " + std::to_string(start_epoch) +

@@ -8,6 +8,7 @@
 #include <iostream>
 
 #include "examples/trainer/checkpoint.h"
+#include "examples/trainer/trace_window.h"
 
 #ifndef MINIDL_CONFIG_DIR
 #define MINIDL_CONFIG_DIR "configs"
@@ -110,6 +111,11 @@ std::optional<CliOptions> parse_cli(int argc, char** argv) {
       ->check(kPositiveInteger);
   app.add_option("--val-subset", o.val_subset, "evaluate on the first N test images only (DATA.VAL_SUBSET)")
       ->check(kPositiveInteger);
+  app.add_option("--trace", o.trace,
+                 "write a Chrome trace of the --trace-steps steps, every rank in one file (open it in "
+                 "ui.perfetto.dev, or draw it with tools/draw_trace.py)");
+  app.add_option("--trace-steps", o.trace_steps, "A:B, the global steps --trace records (default 3:4)")
+      ->check(CLI::Validator([](std::string& t) { return step_window_error(t); }, "A:B"));
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {

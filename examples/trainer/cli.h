@@ -40,6 +40,8 @@ struct CliOptions {
   std::optional<int> workers;
   std::optional<int64_t> train_subset;
   std::optional<int64_t> val_subset;
+  std::optional<std::string> trace;  // --trace FILE: a Chrome trace of the --trace-steps window
+  std::string trace_steps = "3:4";  // A:B, global steps (trace_window.h)
 };
 
 // Parses argv. Returns nullopt after printing --help (exit 0); a bad flag or value prints the
