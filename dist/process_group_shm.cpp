@@ -116,8 +116,8 @@ inline void cpu_relax() {
 // ---- the reduction of one part: out = src[0] op src[1] op ... in rank order ----
 // Block by block through a small buffer on the stack, so the sources may alias the outputs
 // (rank r's own source is its tensor, which is also one of the outputs).
-template <class T> void reduce_part(ReduceOp op, int world, const std::vector<const T*>& src, T* out_shared,
-                                    T* out_own, size_t n) {
+template <class T>
+void reduce_part(ReduceOp op, int world, const std::vector<const T*>& src, T* out_shared, T* out_own, size_t n) {
   constexpr size_t kBlock = 4096 / sizeof(T);
   T acc[kBlock];
   for (size_t base = 0; base < n; base += kBlock) {
@@ -251,7 +251,8 @@ struct ProcessGroupShm::Impl {
     for (int r : missing(target)) {
       const pid_t pid = ranks[r].pid.load(std::memory_order_relaxed);
       if (process_exited(pid))
-        fail(what + ": rank " + std::to_string(r) + " (pid " + std::to_string(pid) + ") exited while the others waited");
+        fail(what + ": rank " + std::to_string(r) + " (pid " + std::to_string(pid) +
+             ") exited while the others waited");
     }
   }
 
@@ -292,8 +293,8 @@ struct ProcessGroupShm::Impl {
         fail(what + ": rank " + std::to_string(failed - 1) + " failed this collective (see its error); " +
              "the others stopped waiting");
       if (Clock::now() >= deadline)
-        fail(what + " timed out after " + std::to_string(options.timeout.count()) + " ms: " +
-             rank_list(missing(target)) + " did not arrive");
+        fail(what + " timed out after " + std::to_string(options.timeout.count()) +
+             " ms: " + rank_list(missing(target)) + " did not arrive");
     }
   }
 
@@ -435,7 +436,8 @@ struct ProcessGroupShm::Impl {
   // Numbers the collective, runs the debug check, runs body on this thread.
   std::shared_ptr<Work> issue(const CollectiveDesc& desc, const std::function<void()>& body) {
     std::lock_guard<std::mutex> lock(mutex);
-    if (broken) throw std::runtime_error(desc.op + ": the process group is broken by an earlier failure: " + broken_reason);
+    if (broken)
+      throw std::runtime_error(desc.op + ": the process group is broken by an earlier failure: " + broken_reason);
     const int64_t n = ++seq;
     what = desc.op + " #" + std::to_string(n);
     if (!desc.sig().empty()) what += " (" + desc.sig() + ")";
