@@ -302,27 +302,33 @@ struct ProcessGroupShm::Impl {
   // Note [barrier discipline]: all_reduce writes, before its first barrier, only the parts of
   // its own slots that other ranks read before a barrier; every other collective starts with a
   // barrier before it writes to the segment and ends with one after its last read of it.
+  // Note [part regions]: slot (set, r) is cut into `size` regions of region_bytes(), one per
+  // part; part j of every piece lives at the start of region j, whatever the piece's length and
+  // dtype. Rank r writes only regions j != r of its slot before a barrier, and the others read
+  // only region r of it after one, so a short last piece, or the next all_reduce's first copy,
+  // can never overwrite a result that another rank is still copying out.
+  size_t region_bytes() const { return slot_bytes / static_cast<size_t>(size) / 64 * 64; }
+
   void all_reduce(char* buf, DType dtype, size_t n, ReduceOp op) {
     const size_t es = element_size(dtype);
-    const size_t piece = slot_bytes / es;  // elements per piece
+    const size_t region = region_bytes();
+    const size_t piece = static_cast<size_t>(size) * (region / es);  // elements per piece
     const size_t pieces = (n + piece - 1) / piece;
     const size_t align = std::max<size_t>(1, 64 / es);
-    // Part j of piece k: elements [begin + lo(j), begin + lo(j + 1)) of the tensor.
+    // Part j of piece k: elements [begin(k) + lo(k, j), begin(k) + lo(k, j + 1)) of the tensor,
+    // balanced over the ranks (at most region / es elements each).
     auto begin = [&](size_t k) { return k * piece; };
-    auto length = [&](size_t k) { return std::min(piece, n - k * piece); };
     auto lo = [&](size_t k, int j) {
-      const size_t m = length(k);
+      const size_t m = std::min(piece, n - k * piece);
       const size_t per = round_up((m + size - 1) / size, align);
       return std::min(m, per * static_cast<size_t>(j));
     };
+    auto part = [&](size_t k, int owner, int j) { return slot(static_cast<int>(k % 2), owner) + j * region; };
     auto copy_in = [&](size_t k) {
-      char* mine = slot(static_cast<int>(k % 2), rank);
       for (int j = 0; j < size; ++j)
-        if (j != rank)
-          std::memcpy(mine + lo(k, j) * es, buf + (begin(k) + lo(k, j)) * es, (lo(k, j + 1) - lo(k, j)) * es);
+        if (j != rank) std::memcpy(part(k, rank, j), buf + (begin(k) + lo(k, j)) * es, (lo(k, j + 1) - lo(k, j)) * es);
     };
     auto reduce = [&](size_t k) {
-      const int set = static_cast<int>(k % 2);
       const size_t a = lo(k, rank), b = lo(k, rank + 1);
       if (a == b) return;
       dispatch(dtype, "all_reduce", [&](auto zero) {
@@ -330,15 +336,13 @@ struct ProcessGroupShm::Impl {
         T* own = reinterpret_cast<T*>(buf) + begin(k) + a;
         std::vector<const T*> src(static_cast<size_t>(size));
         for (int r = 0; r < size; ++r)
-          src[static_cast<size_t>(r)] = r == rank ? own : reinterpret_cast<const T*>(slot(set, r)) + a;
-        reduce_part<T>(op, size, src, reinterpret_cast<T*>(slot(set, rank)) + a, own, b - a);
+          src[static_cast<size_t>(r)] = r == rank ? own : reinterpret_cast<const T*>(part(k, r, rank));
+        reduce_part<T>(op, size, src, reinterpret_cast<T*>(part(k, rank, rank)), own, b - a);
       });
     };
     auto copy_out = [&](size_t k) {
-      const int set = static_cast<int>(k % 2);
       for (int j = 0; j < size; ++j)
-        if (j != rank)
-          std::memcpy(buf + (begin(k) + lo(k, j)) * es, slot(set, j) + lo(k, j) * es, (lo(k, j + 1) - lo(k, j)) * es);
+        if (j != rank) std::memcpy(buf + (begin(k) + lo(k, j)) * es, part(k, j, j), (lo(k, j + 1) - lo(k, j)) * es);
     };
     copy_in(0);
     for (size_t k = 0; k < pieces; ++k) {
@@ -470,8 +474,8 @@ ProcessGroupShm::ProcessGroupShm(TCPStore& store, int rank, int size, ProcessGro
     throw std::invalid_argument("ProcessGroupShm: rank " + std::to_string(rank) + " of world size " +
                                 std::to_string(size) + " is out of range");
   if (options.timeout.count() <= 0) throw std::invalid_argument("ProcessGroupShm: timeout must be positive");
-  if (shm.slot_bytes < 4096 || shm.slot_bytes % 64 != 0)
-    throw std::invalid_argument("ProcessGroupShm: slot_bytes must be a multiple of 64, at least 4096; got " +
+  if (shm.slot_bytes < std::max<size_t>(4096, 64 * static_cast<size_t>(size)))
+    throw std::invalid_argument("ProcessGroupShm: slot_bytes must be at least 4096 and 64 per rank; got " +
                                 std::to_string(shm.slot_bytes));
   Impl& im = *impl_;
   im.rank = rank;
