@@ -289,9 +289,13 @@ struct ProcessGroupShm::Impl {
       header->sleepers.fetch_sub(1, std::memory_order_seq_cst);
       if (header->generation.load(std::memory_order_acquire) == target) return;
       check_alive(target);
-      if (const int32_t failed = header->failed_rank.load(); failed != 0)
-        fail(what + ": rank " + std::to_string(failed - 1) + " failed this collective (see its error); " +
-             "the others stopped waiting");
+      if (const int32_t failed = header->failed_rank.load(); failed != 0) {
+        std::vector<int> absent;  // whom we waited for, other than the rank that gave up
+        for (int r : missing(target))
+          if (r != failed - 1) absent.push_back(r);
+        fail(what + ": rank " + std::to_string(failed - 1) + " gave up on it (see its error)" +
+             (absent.empty() ? std::string() : "; " + rank_list(absent) + " did not arrive"));
+      }
       if (Clock::now() >= deadline)
         fail(what + " timed out after " + std::to_string(options.timeout.count()) +
              " ms: " + rank_list(missing(target)) + " did not arrive");

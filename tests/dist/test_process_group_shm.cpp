@@ -460,8 +460,9 @@ TEST(ProcessGroupShm, NoSegmentIsLeftBehindWhenRankZeroIsKilled) {
   for (const std::string& left : segments_in_dev_shm()) EXPECT_NE("/" + left, name);
 }
 
-TEST(ProcessGroupShm, ASegmentNameIsGoneOnceTheGroupIsBuilt) {
+TEST(ProcessGroupShm, ASegmentNameIsGoneOnceTheGroupHasRunACollective) {
   auto names = run_shm_world(2, [](ProcessGroupShm& pg) {
+    pg.barrier();  // rank 0 has finished its constructor (which unlinks the name) before this
     struct stat st {};
     require(::stat(("/dev/shm" + pg.segment_name()).c_str(), &st) != 0, pg.segment_name() + " is still linked");
     return pg.segment_name();
