@@ -15,11 +15,16 @@
 #include <atomic>
 #include <cerrno>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <fstream>
 #include <functional>
+#include <condition_variable>
+#include <deque>
+#include <future>
 #include <mutex>
+#include <thread>
 #include <sstream>
 #include <stdexcept>
 #include <vector>
@@ -40,6 +45,9 @@ constexpr size_t kFingerprintBytes = 448;
 constexpr auto kSpin = std::chrono::microseconds(20);
 // While asleep, wake this often to check the deadline and whether the awaited ranks still live.
 constexpr auto kCheckEvery = milliseconds(5);
+// all_reduce of at most this many bytes takes one barrier (each rank reduces the whole tensor)
+// instead of reduce-scatter + all-gather's two.
+constexpr size_t kOneShotBytes = 32 << 10;
 
 // Note [segment layout]: Header, then one RankState per rank, then the data area (page
 // aligned): 2 sets x size slots x slot_bytes. all_reduce uses slot (set, rank); broadcast and
@@ -115,7 +123,7 @@ inline void cpu_relax() {
 
 // ---- the reduction of one part: out = src[0] op src[1] op ... in rank order ----
 // Block by block through a small buffer on the stack, so the sources may alias the outputs
-// (rank r's own source is its tensor, which is also one of the outputs).
+// (rank r's own source is its tensor, which is also one of the outputs); out_shared may be null.
 template <class T>
 void reduce_part(ReduceOp op, int world, const std::vector<const T*>& src, T* out_shared, T* out_own, size_t n) {
   constexpr size_t kBlock = 4096 / sizeof(T);
@@ -140,10 +148,20 @@ void reduce_part(ReduceOp op, int world, const std::vector<const T*>& src, T* ou
     }
     if (op == ReduceOp::AVG)  // the same division as ProcessGroupGloo's
       for (size_t i = 0; i < m; ++i) acc[i] = static_cast<T>(acc[i] / static_cast<T>(world));
-    std::memcpy(out_shared + base, acc, m * sizeof(T));
+    if (out_shared != nullptr) std::memcpy(out_shared + base, acc, m * sizeof(T));
     std::memcpy(out_own + base, acc, m * sizeof(T));
   }
 }
+
+class FutureWork : public Work {
+ public:
+  explicit FutureWork(std::shared_future<void> done) : done_(std::move(done)) {}
+  void wait() override { done_.get(); }
+  bool is_completed() override { return done_.wait_for(std::chrono::seconds(0)) == std::future_status::ready; }
+
+ private:
+  std::shared_future<void> done_;
+};
 
 class DoneWork : public Work {
  public:
@@ -221,6 +239,7 @@ struct ProcessGroupShm::Impl {
   std::mutex mutex;  // one collective at a time
   int64_t seq = 0;
   uint64_t barriers = 0;  // barriers this rank has passed
+  int next_set = 0;  // the slot set the next all_reduce writes before its first barrier
   std::string what;  // the running collective, for messages: "all_reduce #3 (float32[4])"
   std::atomic<bool> broken{false};
   std::string broken_reason;  // set once, before broken
@@ -313,8 +332,26 @@ struct ProcessGroupShm::Impl {
   // can never overwrite a result that another rank is still copying out.
   size_t region_bytes() const { return slot_bytes / static_cast<size_t>(size) / 64 * 64; }
 
+  // Small tensors in one step: every rank copies its whole tensor into its slot, one barrier,
+  // and every rank reduces all of it from every slot in rank order (the same bits everywhere).
+  // The next all_reduce writes the other set, whose last readers passed this one's barrier.
+  void all_reduce_one_shot(char* buf, DType dtype, size_t n, ReduceOp op) {
+    const int set = next_set;
+    next_set ^= 1;
+    std::memcpy(slot(set, rank), buf, n * element_size(dtype));
+    barrier();
+    dispatch(dtype, "all_reduce", [&](auto zero) {
+      using T = decltype(zero);
+      std::vector<const T*> src(static_cast<size_t>(size));
+      for (int r = 0; r < size; ++r)
+        src[static_cast<size_t>(r)] = r == rank ? reinterpret_cast<T*>(buf) : reinterpret_cast<const T*>(slot(set, r));
+      reduce_part<T>(op, size, src, nullptr, reinterpret_cast<T*>(buf), n);
+    });
+  }
+
   void all_reduce(char* buf, DType dtype, size_t n, ReduceOp op) {
     const size_t es = element_size(dtype);
+    if (n * es <= std::min(kOneShotBytes, slot_bytes)) return all_reduce_one_shot(buf, dtype, n, op);
     const size_t region = region_bytes();
     const size_t piece = static_cast<size_t>(size) * (region / es);  // elements per piece
     const size_t pieces = (n + piece - 1) / piece;
@@ -327,7 +364,11 @@ struct ProcessGroupShm::Impl {
       const size_t per = round_up((m + size - 1) / size, align);
       return std::min(m, per * static_cast<size_t>(j));
     };
-    auto part = [&](size_t k, int owner, int j) { return slot(static_cast<int>(k % 2), owner) + j * region; };
+    const int first_set = next_set;
+    next_set = static_cast<int>((static_cast<size_t>(next_set) + pieces) % 2);
+    auto part = [&](size_t k, int owner, int j) {
+      return slot(static_cast<int>((static_cast<size_t>(first_set) + k) % 2), owner) + j * region;
+    };
     auto copy_in = [&](size_t k) {
       for (int j = 0; j < size; ++j)
         if (j != rank) std::memcpy(part(k, rank, j), buf + (begin(k) + lo(k, j)) * es, (lo(k, j + 1) - lo(k, j)) * es);
@@ -441,8 +482,52 @@ struct ProcessGroupShm::Impl {
     if (!mismatch.empty()) throw std::runtime_error(mismatch);
   }
 
+  // ---- experiment: a communication thread (MINIDL_SHM_COMM_THREAD=1) ----
+  struct Task {
+    std::function<void()> run;
+    std::promise<void> done;
+  };
+  bool threaded = false;
+  std::thread worker;
+  std::mutex queue_mutex;
+  std::condition_variable queue_cv;
+  std::deque<Task> queue;
+  bool stopping = false;
+
+  void loop() {
+    for (;;) {
+      Task task;
+      {
+        std::unique_lock<std::mutex> lock(queue_mutex);
+        queue_cv.wait(lock, [&] { return stopping || !queue.empty(); });
+        if (queue.empty()) return;
+        task = std::move(queue.front());
+        queue.pop_front();
+      }
+      try {
+        task.run();
+        task.done.set_value();
+      } catch (...) {
+        task.done.set_exception(std::current_exception());
+      }
+    }
+  }
+
+  std::shared_ptr<Work> issue(const CollectiveDesc& desc, std::function<void()> body) {
+    if (!threaded) return issue_inline(desc, body);
+    Task task;
+    task.run = [this, desc, body = std::move(body)] { issue_inline(desc, body)->wait(); };
+    auto done = task.done.get_future().share();
+    {
+      std::lock_guard<std::mutex> lock(queue_mutex);
+      queue.push_back(std::move(task));
+    }
+    queue_cv.notify_one();
+    return std::make_shared<FutureWork>(std::move(done));
+  }
+
   // Numbers the collective, runs the debug check, runs body on this thread.
-  std::shared_ptr<Work> issue(const CollectiveDesc& desc, const std::function<void()>& body) {
+  std::shared_ptr<Work> issue_inline(const CollectiveDesc& desc, const std::function<void()>& body) {
     std::lock_guard<std::mutex> lock(mutex);
     if (broken)
       throw std::runtime_error(desc.op + ": the process group is broken by an earlier failure: " + broken_reason);
@@ -555,9 +640,22 @@ ProcessGroupShm::ProcessGroupShm(TCPStore& store, int rank, int size, ProcessGro
     throw std::runtime_error(who + " could not set up shared memory with the other ranks within " +
                              std::to_string(options.timeout.count()) + " ms: " + e.what());
   }
+  const char* threaded = std::getenv("MINIDL_SHM_COMM_THREAD");
+  im.threaded = threaded != nullptr && std::string(threaded) == "1";
+  if (im.threaded) im.worker = std::thread([&im] { im.loop(); });
 }
 
-ProcessGroupShm::~ProcessGroupShm() { impl_->unmap(); }
+ProcessGroupShm::~ProcessGroupShm() {
+  if (impl_->threaded) {
+    {
+      std::lock_guard<std::mutex> lock(impl_->queue_mutex);
+      impl_->stopping = true;
+    }
+    impl_->queue_cv.notify_all();
+    impl_->worker.join();
+  }
+  impl_->unmap();
+}
 
 int64_t ProcessGroupShm::sequence_number() const {
   std::lock_guard<std::mutex> lock(impl_->mutex);
@@ -575,7 +673,7 @@ std::shared_ptr<Work> ProcessGroupShm::all_reduce_async(Tensor& t, ReduceOp op) 
                                 " (use SUM and divide)");
   CollectiveDesc desc{"all_reduce", dtype_name(t.dtype()), shape_str(t.shape()),
                       std::string("op=") + reduce_op_name(op)};
-  return impl_->issue(desc, [&] {
+  return impl_->issue(desc, [this, t, op]() mutable {
     if (t.numel() == 0) return;
     Tensor buf = t.is_contiguous() ? t : t.contiguous();
     impl_->all_reduce(static_cast<char*>(buf.raw_data()), buf.dtype(), static_cast<size_t>(buf.numel()), op);
@@ -589,7 +687,7 @@ std::shared_ptr<Work> ProcessGroupShm::broadcast_async(Tensor& t, int root) {
     throw std::invalid_argument("ProcessGroupShm::broadcast: root " + std::to_string(root) +
                                 " is not a rank of a world of " + std::to_string(size_));
   CollectiveDesc desc{"broadcast", dtype_name(t.dtype()), shape_str(t.shape()), "root=" + std::to_string(root)};
-  return impl_->issue(desc, [&] {
+  return impl_->issue(desc, [this, t, root]() mutable {
     if (t.numel() == 0) return;
     Tensor buf = t.is_contiguous() ? t : t.contiguous();
     impl_->broadcast(static_cast<char*>(buf.raw_data()), static_cast<size_t>(buf.numel()) * element_size(buf.dtype()),
@@ -604,7 +702,7 @@ std::shared_ptr<Work> ProcessGroupShm::all_gather_async(const Tensor& t, std::ve
   for (int64_t d = 1; d < t.dim(); ++d) shape += ", " + std::to_string(t.size(d));
   shape = t.dim() == 0 ? "[]" : shape + "]";
   CollectiveDesc desc{"all_gather", dtype_name(t.dtype()), shape, ""};
-  return impl_->issue(desc, [&] { impl_->all_gather(t.contiguous(), out); });
+  return impl_->issue(desc, [this, t, result = &out] { impl_->all_gather(t.contiguous(), *result); });
 }
 
 std::shared_ptr<Work> ProcessGroupShm::reduce_scatter_async(const Tensor& input, Tensor& out, ReduceOp op) {
@@ -620,7 +718,7 @@ std::shared_ptr<Work> ProcessGroupShm::reduce_scatter_async(const Tensor& input,
                                 out.desc());
   CollectiveDesc desc{"reduce_scatter", dtype_name(input.dtype()), shape_str(input.shape()),
                       std::string("op=") + reduce_op_name(op)};
-  return impl_->issue(desc, [&] {
+  return impl_->issue(desc, [this, input, out, op]() mutable {
     // all_reduce a copy of the whole input, keep this rank's slab.
     Tensor reduced = input.contiguous().clone();
     if (reduced.numel() > 0)
@@ -632,7 +730,7 @@ std::shared_ptr<Work> ProcessGroupShm::reduce_scatter_async(const Tensor& input,
 }
 
 std::shared_ptr<Work> ProcessGroupShm::barrier_async() {
-  return impl_->issue(CollectiveDesc{"barrier", "", "[]", ""}, [&] { impl_->barrier(); });
+  return impl_->issue(CollectiveDesc{"barrier", "", "[]", ""}, [this] { impl_->barrier(); });
 }
 
 }  // namespace minidl::dist

@@ -2,10 +2,12 @@
 // warm-up steps, then timed SGD-momentum training steps (forward, cross-entropy, backward,
 // optimizer step) on fixed random Fashion-MNIST-shaped input; prints one JSON line.
 //
-//   bench --model mlp|cnn|vit --batch-size B --threads T [--steps S] [--warmup W] [--nproc N] [--profile]
+//   bench --model mlp|cnn|vit --batch-size B --threads T [--steps S] [--warmup W] [--nproc N]
+//         [--backend auto|shm|gloo] [--profile]
 //
-// --nproc N splits the global batch B over N DDP processes (Gloo, T threads each); images_per_s
-// counts the global batch. --profile adds a table of time per op kind, forward and backward
+// --nproc N splits the global batch B over N DDP processes (T threads each) that all-reduce
+// through --backend (auto: shared memory, as on any one host; gloo: TCP); images_per_s counts
+// the global batch. --profile adds a table of time per op kind, forward and backward
 // separately, averaged over the timed steps (autograd/profiler.h), after the JSON line.
 //
 // FLOPs are counted once per model by hand (model_macs below): multiply-adds of every
@@ -47,13 +49,14 @@ struct Args {
   std::string model = "cnn";
   int64_t batch = 128;
   int threads = 1, steps = 20, warmup = 3, nproc = 1;
+  std::string backend = "auto";
   bool profile = false;
 };
 
 [[noreturn]] void usage_error(const std::string& msg) {
   std::cerr << "bench: " << msg
             << "\nusage: bench --model mlp|cnn|vit --batch-size B --threads T [--steps S] "
-               "[--warmup W] [--nproc N] [--profile]\n";
+               "[--warmup W] [--nproc N] [--backend auto|shm|gloo] [--profile]\n";
   std::exit(2);
 }
 
@@ -91,6 +94,12 @@ Args parse(int argc, char** argv) {
       ++i;
     } else if (f == "--nproc") {
       a.nproc = static_cast<int>(parse_int(f, v, 1));
+      ++i;
+    } else if (f == "--backend") {
+      if (!v) usage_error("--backend needs a value");
+      a.backend = v;
+      if (a.backend != "auto" && a.backend != "shm" && a.backend != "gloo")
+        usage_error("--backend '" + a.backend + "' is not one of auto, shm, gloo");
       ++i;
     } else if (f == "--profile") {
       a.profile = true;
@@ -240,7 +249,7 @@ int main(int argc, char** argv) {
     } else {
       const auto out = dist::spawn_with_results(a.nproc,
                                                 [&](int) {
-                                                  dist::init({.backend = "gloo"});
+                                                  dist::init({.backend = a.backend});
                                                   const std::string s = to_message(run(a, a.batch / a.nproc, true));
                                                   dist::shutdown();
                                                   return s;
