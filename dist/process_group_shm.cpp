@@ -9,6 +9,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -22,7 +23,6 @@
 #include <functional>
 #include <condition_variable>
 #include <deque>
-#include <future>
 #include <mutex>
 #include <thread>
 #include <sstream>
@@ -40,8 +40,11 @@ using std::chrono::milliseconds;
 
 constexpr uint64_t kMagic = 0x31764d48534c444dULL;  // "MDLSHMv1"
 constexpr size_t kFingerprintBytes = 448;
-// A waiter spins this long before sleeping in the kernel: about what a peer needs to finish a
-// small copy; longer would burn the core a peer (or another job) could use.
+// A waiter spins this long (yielding the core between rounds of a microsecond or two) before
+// sleeping in the kernel: about what a peer needs to finish copying a piece. Measured on two
+// cores (docs/benchmarks.md): without the yields, a longer spin took the core from a peer that
+// had been preempted and made a 4 KB all-reduce 3x slower when other processes ran; with them,
+// the wait costs nothing when the machine is quiet.
 constexpr auto kSpin = std::chrono::microseconds(20);
 // While asleep, wake this often to check the deadline and whether the awaited ranks still live.
 constexpr auto kCheckEvery = milliseconds(5);
@@ -153,28 +156,6 @@ void reduce_part(ReduceOp op, int world, const std::vector<const T*>& src, T* ou
   }
 }
 
-class FutureWork : public Work {
- public:
-  explicit FutureWork(std::shared_future<void> done) : done_(std::move(done)) {}
-  void wait() override { done_.get(); }
-  bool is_completed() override { return done_.wait_for(std::chrono::seconds(0)) == std::future_status::ready; }
-
- private:
-  std::shared_future<void> done_;
-};
-
-class DoneWork : public Work {
- public:
-  explicit DoneWork(std::exception_ptr error) : error_(std::move(error)) {}
-  void wait() override {
-    if (error_) std::rethrow_exception(error_);
-  }
-  bool is_completed() override { return true; }
-
- private:
-  std::exception_ptr error_;
-};
-
 void check_cpu(const Tensor& t, const char* op) {
   if (!t.defined()) throw std::invalid_argument(std::string("ProcessGroupShm::") + op + ": undefined tensor");
   if (!t.device().is_cpu())
@@ -236,8 +217,7 @@ struct ProcessGroupShm::Impl {
   RankState* ranks = nullptr;
   char* data = nullptr;
 
-  std::mutex mutex;  // one collective at a time
-  int64_t seq = 0;
+  std::atomic<int64_t> seq{0};  // collectives run so far
   uint64_t barriers = 0;  // barriers this rank has passed
   int next_set = 0;  // the slot set the next all_reduce writes before its first barrier
   std::string what;  // the running collective, for messages: "all_reduce #3 (float32[4])"
@@ -288,11 +268,13 @@ struct ProcessGroupShm::Impl {
       return;
     }
     const auto start = Clock::now();
-    while (Clock::now() - start < kSpin)
-      for (int i = 0; i < 64; ++i) {
+    while (Clock::now() - start < kSpin) {
+      for (int i = 0; i < 64; ++i) {  // a microsecond or two
         if (header->generation.load(std::memory_order_acquire) == target) return;
         cpu_relax();
       }
+      ::sched_yield();  // a peer waiting for this core gets it now, not at the end of our slice
+    }
     const auto deadline = start + options.timeout;
     for (;;) {
       // sleepers before generation, and generation before sleepers on the releasing side (both
@@ -482,73 +464,104 @@ struct ProcessGroupShm::Impl {
     if (!mismatch.empty()) throw std::runtime_error(mismatch);
   }
 
-  // ---- experiment: a communication thread (MINIDL_SHM_COMM_THREAD=1) ----
+  // ---- the communication thread, and callers that help it ----
+  // Note [helping]: *_async queue the collective and wake the communication thread, so DDP's
+  // backward goes on while its buckets are reduced; a caller that waits on a collective nobody
+  // has started runs it (and any queued before it) itself instead of waiting for the thread to
+  // wake up, so a blocking call costs what an inline one does. exec_mutex makes "take the
+  // oldest task and run it" one step for whichever thread does it: tasks run in queue order.
+  struct TaskState {
+    std::atomic<bool> done{false};
+    std::exception_ptr error;  // written before done
+  };
   struct Task {
     std::function<void()> run;
-    std::promise<void> done;
+    std::shared_ptr<TaskState> state;
   };
-  bool threaded = false;
   std::thread worker;
+  std::mutex exec_mutex;  // held while a task runs
   std::mutex queue_mutex;
   std::condition_variable queue_cv;
   std::deque<Task> queue;
   bool stopping = false;
 
+  // With exec_mutex held: runs the oldest queued task; false if there is none.
+  bool run_oldest() {
+    Task task;
+    {
+      std::lock_guard<std::mutex> lock(queue_mutex);
+      if (queue.empty()) return false;
+      task = std::move(queue.front());
+      queue.pop_front();
+    }
+    try {
+      task.run();
+    } catch (...) {
+      task.state->error = std::current_exception();
+    }
+    task.state->done.store(true, std::memory_order_release);
+    return true;
+  }
+
   void loop() {
     for (;;) {
-      Task task;
       {
         std::unique_lock<std::mutex> lock(queue_mutex);
         queue_cv.wait(lock, [&] { return stopping || !queue.empty(); });
-        if (queue.empty()) return;
-        task = std::move(queue.front());
-        queue.pop_front();
+        if (stopping && queue.empty()) return;
       }
-      try {
-        task.run();
-        task.done.set_value();
-      } catch (...) {
-        task.done.set_exception(std::current_exception());
-      }
+      std::lock_guard<std::mutex> exec(exec_mutex);
+      run_oldest();  // none if a waiting caller took it first
     }
   }
 
+  class TaskWork : public Work {
+   public:
+    TaskWork(Impl& impl, std::shared_ptr<TaskState> state) : impl_(impl), state_(std::move(state)) {}
+    void wait() override {
+      if (!state_->done.load(std::memory_order_acquire)) {
+        std::lock_guard<std::mutex> exec(impl_.exec_mutex);
+        while (!state_->done.load(std::memory_order_acquire) && impl_.run_oldest()) {}
+      }
+      if (state_->error) std::rethrow_exception(state_->error);
+    }
+    bool is_completed() override { return state_->done.load(std::memory_order_acquire); }
+
+   private:
+    Impl& impl_;
+    std::shared_ptr<TaskState> state_;
+  };
+
   std::shared_ptr<Work> issue(const CollectiveDesc& desc, std::function<void()> body) {
-    if (!threaded) return issue_inline(desc, body);
+    if (broken)
+      throw std::runtime_error(desc.op + ": the process group is broken by an earlier failure: " + broken_reason);
     Task task;
-    task.run = [this, desc, body = std::move(body)] { issue_inline(desc, body)->wait(); };
-    auto done = task.done.get_future().share();
+    task.run = [this, desc, body = std::move(body)] { run_collective(desc, body); };
+    task.state = std::make_shared<TaskState>();
+    auto work = std::make_shared<TaskWork>(*this, task.state);
     {
       std::lock_guard<std::mutex> lock(queue_mutex);
       queue.push_back(std::move(task));
     }
     queue_cv.notify_one();
-    return std::make_shared<FutureWork>(std::move(done));
+    return work;
   }
 
-  // Numbers the collective, runs the debug check, runs body on this thread.
-  std::shared_ptr<Work> issue_inline(const CollectiveDesc& desc, const std::function<void()>& body) {
-    std::lock_guard<std::mutex> lock(mutex);
+  // Numbers the collective, runs the debug check, runs body (on the thread that runs the task).
+  void run_collective(const CollectiveDesc& desc, const std::function<void()>& body) {
     if (broken)
       throw std::runtime_error(desc.op + ": the process group is broken by an earlier failure: " + broken_reason);
-    const int64_t n = ++seq;
+    const int64_t n = seq.fetch_add(1) + 1;
     what = desc.op + " #" + std::to_string(n);
     if (!desc.sig().empty()) what += " (" + desc.sig() + ")";
     try {
       if (debug) check_fingerprint(n, desc);
+      body();
     } catch (const std::exception& e) {
       broken_reason = e.what();
       broken = true;
       throw;
     }
-    try {
-      body();
-    } catch (const std::exception& e) {
-      broken_reason = e.what();
-      broken = true;
-      return std::make_shared<DoneWork>(std::current_exception());
-    }
-    return std::make_shared<DoneWork>(nullptr);
   }
 
   void unmap() {
@@ -640,27 +653,20 @@ ProcessGroupShm::ProcessGroupShm(TCPStore& store, int rank, int size, ProcessGro
     throw std::runtime_error(who + " could not set up shared memory with the other ranks within " +
                              std::to_string(options.timeout.count()) + " ms: " + e.what());
   }
-  const char* threaded = std::getenv("MINIDL_SHM_COMM_THREAD");
-  im.threaded = threaded != nullptr && std::string(threaded) == "1";
-  if (im.threaded) im.worker = std::thread([&im] { im.loop(); });
+  im.worker = std::thread([&im] { im.loop(); });
 }
 
 ProcessGroupShm::~ProcessGroupShm() {
-  if (impl_->threaded) {
-    {
-      std::lock_guard<std::mutex> lock(impl_->queue_mutex);
-      impl_->stopping = true;
-    }
-    impl_->queue_cv.notify_all();
-    impl_->worker.join();
+  {
+    std::lock_guard<std::mutex> lock(impl_->queue_mutex);
+    impl_->stopping = true;
   }
+  impl_->queue_cv.notify_all();
+  if (impl_->worker.joinable()) impl_->worker.join();  // runs what is still queued
   impl_->unmap();
 }
 
-int64_t ProcessGroupShm::sequence_number() const {
-  std::lock_guard<std::mutex> lock(impl_->mutex);
-  return impl_->seq;
-}
+int64_t ProcessGroupShm::sequence_number() const { return impl_->seq; }
 
 bool ProcessGroupShm::is_broken() const { return impl_->broken; }
 
