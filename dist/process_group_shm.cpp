@@ -5,28 +5,26 @@
 
 #include <fcntl.h>
 #include <linux/futex.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
-#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <climits>
-#include <cstdlib>
+#include <condition_variable>
 #include <cstring>
 #include <ctime>
+#include <deque>
 #include <fstream>
 #include <functional>
-#include <condition_variable>
-#include <deque>
 #include <mutex>
-#include <thread>
-#include <sstream>
 #include <stdexcept>
+#include <thread>
 #include <vector>
 
 #include "minidl/tensor/creation.h"
