@@ -83,11 +83,13 @@ TEST(Distributed, NcclIsRegisteredExactlyWhenBuiltWithCuda) {
 #if defined(MINIDL_WITH_CUDA)
   // the CUDA build registers "nccl" (dist/cuda/process_group_nccl.cpp)
   EXPECT_TRUE(dist::is_backend_available("nccl"));
-  EXPECT_THROW_MSG(dist::init({.backend = "mpi"}), std::runtime_error, "unknown backend 'mpi' (available: auto, gloo, nccl, shm)");
+  EXPECT_THROW_MSG(dist::init({.backend = "mpi"}), std::runtime_error,
+                   "unknown backend 'mpi' (available: auto, gloo, nccl, shm)");
 #else
   ASSERT_FALSE(dist::is_backend_available("nccl"));
   EXPECT_THROW_MSG(dist::init({.backend = "nccl"}), std::runtime_error, "NCCL backend is not available in this build");
-  EXPECT_THROW_MSG(dist::init({.backend = "mpi"}), std::runtime_error, "unknown backend 'mpi' (available: auto, gloo, shm)");
+  EXPECT_THROW_MSG(dist::init({.backend = "mpi"}), std::runtime_error,
+                   "unknown backend 'mpi' (available: auto, gloo, shm)");
 #endif
   EXPECT_FALSE(dist::is_initialized());
 }
