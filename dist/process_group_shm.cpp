@@ -184,9 +184,9 @@ std::string shm_host_id() {
 
 namespace {
 // Every rank's host id, by rank.
-std::vector<std::string> host_ids(TCPStore& store, int rank, int size, const std::string& prefix,
-                                  milliseconds timeout) {
-  store.set(prefix + "host/" + std::to_string(rank), shm_host_id());
+std::vector<std::string> host_ids(TCPStore& store, int rank, int size, const std::string& prefix, milliseconds timeout,
+                                  const std::string& mine = shm_host_id()) {
+  store.set(prefix + "host/" + std::to_string(rank), mine);
   std::vector<std::string> keys;
   for (int r = 0; r < size; ++r) keys.push_back(prefix + "host/" + std::to_string(r));
   store.wait(keys, timeout);
@@ -588,7 +588,8 @@ ProcessGroupShm::ProcessGroupShm(TCPStore& store, int rank, int size, ProcessGro
   const std::string who = "ProcessGroupShm: rank " + std::to_string(rank) + " of " + std::to_string(size);
 
   // 1. One host: the same id on every rank.
-  const std::vector<std::string> ids = host_ids(store, rank, size, prefix, options.timeout);
+  const std::vector<std::string> ids =
+      host_ids(store, rank, size, prefix, options.timeout, shm.host_id.empty() ? shm_host_id() : shm.host_id);
   for (int r = 1; r < size; ++r)
     if (ids[static_cast<size_t>(r)] != ids[0])
       throw std::runtime_error(who + ": rank " + std::to_string(r) + " runs on another host than rank 0 (" +

@@ -68,6 +68,9 @@ struct ShmOptions {
   // Bytes per rank in each of the two slot sets: the all_reduce piece size. The segment holds
   // 2 * size * slot_bytes of data (1 MB for 2 ranks by default).
   size_t slot_bytes = 256 << 10;
+  // This rank's host id for the one-host check; empty: shm_host_id(). (Tests set it to play
+  // ranks on other hosts.)
+  std::string host_id = "";
 };
 
 // The prefix of every segment name this backend creates ("/minidl-shm-", seen as

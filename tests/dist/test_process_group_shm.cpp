@@ -34,7 +34,7 @@ namespace {
 
 // A small segment (4 KB per slot: 1024 float32 per all_reduce piece) so that modest tensors
 // already go through many pieces and beyond the whole segment (2 x ranks x 4 KB).
-constexpr ShmOptions kSmall{.slot_bytes = 4096};
+const ShmOptions kSmall{.slot_bytes = 4096};
 
 struct WorldOptions {
   dist::ProcessGroupOptions pg = quick_options();
@@ -529,6 +529,24 @@ TEST(ProcessGroupShm, DebugModeNamesTheFirstRankThatCallsADifferentCollective) {
     EXPECT_EQ(err,
               "MINIDL_DIST_DEBUG: collective #2 mismatch: rank 0 called all_reduce float32[4] op=sum, "
               "rank 2 called broadcast float32[4] root=0");
+}
+
+TEST(ProcessGroupShm, RanksOnDifferentHostsAreRefusedNamingThem) {
+  minidl::testing::EnvGuard env;
+  auto errors = dist::spawn_with_results(3, [](int) {
+    dist::WorldInfo w = dist::world_info_from_env();
+    dist::TCPStore store(w.master_addr, {.port = w.master_port, .is_server = w.rank == 0, .timeout = 10s});
+    // ranks 0 and 1 on "node-a", rank 2 on "node-b"
+    const ShmOptions shm{.host_id = w.rank < 2 ? "node-a" : "node-b"};
+    std::string err = error_of([&] { ProcessGroupShm pg(store, w.rank, w.world_size, quick_options(), shm); });
+    minidl::testing::count_rendezvous(store, w.rank, w.world_size);
+    return err;
+  });
+  for (int r = 0; r < 3; ++r)
+    EXPECT_THAT(errors[static_cast<size_t>(r)],
+                HasSubstr("ProcessGroupShm: rank " + std::to_string(r) +
+                          " of 3: rank 2 runs on another host than rank 0 (node-b vs node-a); shared memory needs "
+                          "every rank on one host (use the gloo backend)"));
 }
 
 TEST(ProcessGroupShm, InitPicksShmForAutoOnOneHostAndByName) {
