@@ -295,9 +295,10 @@ struct ProcessGroupShm::Impl {
         fail(what + ": rank " + std::to_string(failed - 1) + " gave up on it (see its error)" +
              (absent.empty() ? std::string() : "; " + rank_list(absent) + " did not arrive"));
       }
-      if (Clock::now() >= deadline)
-        fail(what + " timed out after " + std::to_string(options.timeout.count()) +
-             " ms: " + rank_list(missing(target)) + " did not arrive");
+      // (Every rank may have arrived with the last one not yet past its release: wait on.)
+      if (const std::vector<int> absent = missing(target); Clock::now() >= deadline && !absent.empty())
+        fail(what + " timed out after " + std::to_string(options.timeout.count()) + " ms: " + rank_list(absent) +
+             " did not arrive");
     }
   }
 
