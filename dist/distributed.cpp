@@ -11,6 +11,7 @@
 
 #include "minidl/dist/host_staging.h"
 #include "minidl/dist/process_group_gloo.h"
+#include "minidl/dist/process_group_shm.h"
 
 namespace minidl::dist {
 
@@ -36,12 +37,26 @@ std::mutex& state_mutex() {
 std::map<std::string, BackendFactory>& registry() {
   static std::map<std::string, BackendFactory> backends = [] {
     std::map<std::string, BackendFactory> b;
+    // CUDA tensors reach the CPU backends through host copies (dist/host_staging.h); CPU tensors directly
 #ifdef MINIDL_WITH_GLOO
     b["gloo"] = [](TCPStore& store, int rank, int size, ProcessGroupOptions options) -> std::unique_ptr<ProcessGroup> {
-      // CUDA tensors reach Gloo through host copies (dist/host_staging.h); CPU tensors directly
       return std::make_unique<HostStagedProcessGroup>(std::make_unique<ProcessGroupGloo>(store, rank, size, options));
     };
 #endif
+    b["shm"] = [](TCPStore& store, int rank, int size, ProcessGroupOptions options) -> std::unique_ptr<ProcessGroup> {
+      return std::make_unique<HostStagedProcessGroup>(std::make_unique<ProcessGroupShm>(store, rank, size, options));
+    };
+    // auto: shared memory when every rank is on this host, else Gloo (every rank reads the same
+    // host ids, so every rank makes the same choice).
+    b["auto"] = [shm = b["shm"], gloo = b.count("gloo") ? b["gloo"] : BackendFactory()](
+                    TCPStore& store, int rank, int size, ProcessGroupOptions options) -> std::unique_ptr<ProcessGroup> {
+      static int checks = 0;  // names the keys of each check; same order on every rank
+      if (all_ranks_on_one_host(store, rank, size, "minidl/auto/" + std::to_string(checks++) + "/", options.timeout))
+        return shm(store, rank, size, options);
+      if (!gloo)
+        throw std::runtime_error("dist::init: the ranks run on several hosts, which needs Gloo, and this build has none");
+      return gloo(store, rank, size, options);
+    };
     return b;
   }();
   return backends;
@@ -126,14 +141,14 @@ void register_backend(std::string name, BackendFactory factory) {
 
 bool is_backend_available(const std::string& name) {
   std::lock_guard<std::mutex> lock(state_mutex());
-  return registry().count(name == "auto" ? "gloo" : name) > 0;
+  return registry().count(name) > 0;
 }
 
 void init(const InitOptions& options) {
   std::lock_guard<std::mutex> lock(state_mutex());
   State& s = state();
   if (s.initialized) throw std::runtime_error("dist::init: already initialised (call dist::shutdown() first)");
-  const std::string backend = options.backend == "auto" ? "gloo" : options.backend;
+  const std::string& backend = options.backend;
   auto it = registry().find(backend);
   if (it == registry().end()) {
     if (backend == "nccl") throw std::runtime_error("dist::init: NCCL backend is not available in this build");

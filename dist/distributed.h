@@ -10,9 +10,11 @@
 //
 // init(): rank 0 hosts the TCPStore at MASTER_ADDR:MASTER_PORT (the others connect, retrying
 // until the timeout), every rank checks in and waits for all the others (naming the missing
-// ranks on stderr every progress_interval), then every rank builds the default ProcessGroup: Gloo for backend "auto" or
-// "gloo"; other backends ("nccl") come from factories registered with register_backend (the
-// CUDA code registers "nccl"). Calling init() twice is an error; so is calling a collective or
+// ranks on stderr every progress_interval), then every rank builds the default ProcessGroup:
+// "shm" (shared memory, dist/process_group_shm.h) or "gloo" (TCP); "auto" is shm when every rank
+// runs on this host and Gloo otherwise (both carry CUDA tensors through host copies); other
+// backends ("nccl") come from factories registered with register_backend (the CUDA code
+// registers "nccl"). Calling init() twice is an error; so is calling a collective or
 // default_group() before init() (the message names the function). shutdown() tears down the
 // group and the store without a barrier (call barrier() first if ranks must wait for each other)
 // and is safe to call twice or without init(). To init() again after shutdown(), use a new
@@ -33,7 +35,7 @@
 namespace minidl::dist {
 
 struct InitOptions {
-  std::string backend = "auto";  // "auto" (= gloo for now), "gloo", or a registered name ("nccl")
+  std::string backend = "auto";  // "auto" (shm on one host, else gloo), "shm", "gloo", or a registered name ("nccl")
   std::chrono::milliseconds timeout = std::chrono::seconds(300);  // rendezvous and every collective
   // While ranks are missing at the rendezvous, every rank says on stderr which ones it awaits
   // this often ("dist::init: rank 0 is waiting for rank(s) 3 of 4 ..."); 0: never.

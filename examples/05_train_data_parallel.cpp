@@ -28,7 +28,7 @@ using namespace minidl;
 void worker(std::shared_ptr<const data::Dataset> train_set, std::shared_ptr<const data::Dataset> test_set,
             int64_t batches) {
   // [tutorial:05-init]
-  dist::init();  // rendezvous at MASTER_ADDR:MASTER_PORT (set by spawn), then a Gloo group
+  dist::init();  // rendezvous at MASTER_ADDR:MASTER_PORT (set by spawn), then a shm or Gloo group
   const int rank = dist::rank(), world = dist::world_size();
   // [/tutorial:05-init]
 

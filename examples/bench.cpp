@@ -2,11 +2,12 @@
 // warm-up steps, then timed SGD-momentum training steps (forward, cross-entropy, backward,
 // optimizer step) on fixed random Fashion-MNIST-shaped input; prints one JSON line.
 //
-//   bench --model mlp|cnn|vit --batch-size B --threads T [--steps S] [--warmup W] [--nproc N] [--profile]
-//         [--trace FILE]
+//   bench --model mlp|cnn|vit --batch-size B --threads T [--steps S] [--warmup W] [--nproc N]
+//         [--backend auto|shm|gloo] [--profile] [--trace FILE]
 //
-// --nproc N splits the global batch B over N DDP processes (Gloo, T threads each); images_per_s
-// counts the global batch. --profile adds a table of time per op kind, forward and backward
+// --nproc N splits the global batch B over N DDP processes (T threads each) that all-reduce
+// through --backend (auto: shared memory, as on any one host; gloo: TCP); images_per_s counts
+// the global batch. --profile adds a table of time per op kind, forward and backward
 // separately, averaged over the timed steps (autograd/profiler.h), after the JSON line.
 // --trace FILE writes a Chrome trace of the timed steps (autograd/trace.h; open it in
 // https://ui.perfetto.dev or draw it with tools/draw_trace.py): every rank's op spans, bucket
@@ -54,6 +55,7 @@ struct Args {
   std::string model = "cnn";
   int64_t batch = 128;
   int threads = 1, steps = 20, warmup = 3, nproc = 1;
+  std::string backend = "auto";
   bool profile = false;
   std::string trace;  // --trace FILE; empty: no trace
 };
@@ -61,7 +63,7 @@ struct Args {
 [[noreturn]] void usage_error(const std::string& msg) {
   std::cerr << "bench: " << msg
             << "\nusage: bench --model mlp|cnn|vit --batch-size B --threads T [--steps S] "
-               "[--warmup W] [--nproc N] [--profile] [--trace FILE]\n";
+               "[--warmup W] [--nproc N] [--backend auto|shm|gloo] [--profile] [--trace FILE]\n";
   std::exit(2);
 }
 
@@ -99,6 +101,12 @@ Args parse(int argc, char** argv) {
       ++i;
     } else if (f == "--nproc") {
       a.nproc = static_cast<int>(parse_int(f, v, 1));
+      ++i;
+    } else if (f == "--backend") {
+      if (!v) usage_error("--backend needs a value");
+      a.backend = v;
+      if (a.backend != "auto" && a.backend != "shm" && a.backend != "gloo")
+        usage_error("--backend '" + a.backend + "' is not one of auto, shm, gloo");
       ++i;
     } else if (f == "--profile") {
       a.profile = true;
@@ -251,7 +259,7 @@ int main(int argc, char** argv) {
     } else {
       const auto out = dist::spawn_with_results(a.nproc,
                                                 [&](int) {
-                                                  dist::init({.backend = "gloo"});
+                                                  dist::init({.backend = a.backend});
                                                   const std::string s = to_message(run(a, a.batch / a.nproc, true));
                                                   dist::shutdown();
                                                   return s;

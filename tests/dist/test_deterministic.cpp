@@ -74,7 +74,8 @@ std::string state_hash(const nn::Module& model, const optim::Optimizer& opt) {
 
 // DDP, deterministic or not, on this rank's contiguous slice of each global batch.
 std::string train_ddp(const std::string& name, int64_t steps, bool deterministic) {
-  dist::init({.backend = "gloo", .timeout = std::chrono::seconds(120)});
+  // auto: shared memory on this host, the transport train uses on one machine's CPUs
+  dist::init({.backend = "auto", .timeout = std::chrono::seconds(120)});
   const int R = dist::world_size(), r = dist::rank();
   manual_seed(0);
   auto model = make(name);

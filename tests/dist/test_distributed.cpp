@@ -1,6 +1,7 @@
 // tests/dist/test_distributed.cpp — the global API (dist::init from the environment that spawn
 // sets, the default group's free functions, init/shutdown rules, backend registry) and the
-// metrics built on it (reduce_dict, exact weighted means), with real Gloo ranks.
+// metrics built on it (reduce_dict, exact weighted means), with real ranks (shm, the default on
+// one host).
 #include <cmath>
 #include <thread>
 
@@ -39,7 +40,7 @@ std::vector<std::string> run_initialized_world(int n, const std::function<std::s
 TEST(Distributed, InitReadsTheWorldAndTheFreeFunctionsUseTheDefaultGroup) {
   auto results = run_initialized_world(3, [] {
     require(dist::is_initialized(), "initialised");
-    require(dist::default_group().backend_name() == "gloo", "auto means gloo");
+    require(dist::default_group().backend_name() == "shm", "auto means shm on one host");
     Tensor t = minidl::from_vector<double>({1.0 * dist::rank(), 2.0}, {2});
     dist::all_reduce(t);
     require_equal(t, minidl::from_vector<double>({3.0, 6.0}, {2}), "all_reduce");
@@ -82,18 +83,20 @@ TEST(Distributed, NcclIsRegisteredExactlyWhenBuiltWithCuda) {
 #if defined(MINIDL_WITH_CUDA)
   // the CUDA build registers "nccl" (dist/cuda/process_group_nccl.cpp)
   EXPECT_TRUE(dist::is_backend_available("nccl"));
-  EXPECT_THROW_MSG(dist::init({.backend = "mpi"}), std::runtime_error, "unknown backend 'mpi' (available: gloo, nccl)");
+  EXPECT_THROW_MSG(dist::init({.backend = "mpi"}), std::runtime_error,
+                   "unknown backend 'mpi' (available: auto, gloo, nccl, shm)");
 #else
   ASSERT_FALSE(dist::is_backend_available("nccl"));
   EXPECT_THROW_MSG(dist::init({.backend = "nccl"}), std::runtime_error, "NCCL backend is not available in this build");
-  EXPECT_THROW_MSG(dist::init({.backend = "mpi"}), std::runtime_error, "unknown backend 'mpi' (available: gloo)");
+  EXPECT_THROW_MSG(dist::init({.backend = "mpi"}), std::runtime_error,
+                   "unknown backend 'mpi' (available: auto, gloo, shm)");
 #endif
   EXPECT_FALSE(dist::is_initialized());
 }
 
 TEST(Distributed, ARegisteredBackendIsWhatInitCreates) {
   auto results = run_initialized_world(1, [] { return dist::default_group().backend_name(); });
-  EXPECT_EQ(results[0], "gloo");
+  EXPECT_EQ(results[0], "shm");  // auto, on one host
   minidl::testing::EnvGuard env;
   auto named = dist::spawn_with_results(2, [](int) {
     // A stand-in for the CUDA code's registration of "nccl": a Gloo group under another name.

@@ -1,0 +1,570 @@
+// tests/dist/test_process_group_shm.cpp — ProcessGroupShm with real ranks (forked processes on
+// this host): every collective with 2 and 3 ranks, float32/float64/int64/uint8, sizes around
+// and far beyond the segment, checked bit for bit against values computed here and against
+// Gloo; the fixed summation order; a rank that exits or never arrives; no segment left behind;
+// two jobs at once; debug mode.
+#include <dirent.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "minidl/dist/distributed.h"
+#include "minidl/dist/process_group_shm.h"
+#include "tests/common/testing.h"
+#include "tests/dist/pg_test_util.h"
+
+using namespace std::chrono_literals;
+using minidl::DType;
+using minidl::Tensor;
+using minidl::dist::ProcessGroupShm;
+using minidl::dist::ReduceOp;
+using minidl::dist::ShmOptions;
+using minidl::testing::error_of;
+using minidl::testing::quick_options;
+using minidl::testing::require;
+using minidl::testing::require_equal;
+using ::testing::HasSubstr;
+namespace dist = minidl::dist;
+
+namespace {
+
+// A small segment (4 KB per slot: 1024 float32 per all_reduce piece) so that modest tensors
+// already go through many pieces and beyond the whole segment (2 x ranks x 4 KB).
+const ShmOptions kSmall{.slot_bytes = 4096};
+
+struct WorldOptions {
+  dist::ProcessGroupOptions pg = quick_options();
+  ShmOptions shm = kSmall;
+  bool final_rendezvous = true;  // false when a rank leaves early (it would never arrive)
+};
+
+// Runs fn(pg) on every rank of a world of n forked processes; returns each rank's result.
+std::vector<std::string> run_shm_world(int n, const std::function<std::string(ProcessGroupShm&)>& fn,
+                                       WorldOptions options = {}) {
+  minidl::testing::EnvGuard env;
+  return dist::spawn_with_results(n, [&](int) {
+    dist::WorldInfo w = dist::world_info_from_env();
+    dist::TCPStore store(w.master_addr, {.port = w.master_port, .is_server = w.rank == 0, .timeout = 10s});
+    std::string result;
+    {
+      ProcessGroupShm pg(store, w.rank, w.world_size, options.pg, options.shm);
+      result = fn(pg);
+    }
+    if (options.final_rendezvous) minidl::testing::count_rendezvous(store, w.rank, w.world_size);
+    return result;
+  });
+}
+
+const std::vector<DType> kDtypes{DType::Float32, DType::Float64, DType::Int64, DType::UInt8};
+// 0, 1, 7: smaller than one piece; 1000, 3001: around it; 100003: 12 segments' worth of float32.
+const std::vector<int64_t> kSizes{0, 1, 7, 1000, 3001, 100003};
+
+// Rank r's element i: small integers, exact in every dtype (non-negative for uint8).
+double value(int r, int64_t i, DType dtype) {
+  const double v = static_cast<double>((i * 7 + r * 13) % 23 - 11);
+  return dtype == DType::UInt8 ? v + 11 : v;
+}
+
+Tensor rank_tensor(int r, int64_t n, DType dtype, int64_t salt = 0) {
+  std::vector<double> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = value(r, i + salt, dtype);
+  return minidl::from_vector(v, {n}, dtype);
+}
+
+// What every rank should hold after all_reduce(op) over ranks 0..world-1.
+Tensor expected_reduce(int world, int64_t n, DType dtype, ReduceOp op) {
+  std::vector<double> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    double acc = value(0, i, dtype);
+    for (int r = 1; r < world; ++r) {
+      double x = value(r, i, dtype);
+      acc = op == ReduceOp::MAX ? std::max(acc, x) : op == ReduceOp::MIN ? std::min(acc, x) : acc + x;
+    }
+    if (op == ReduceOp::AVG)  // sum, then divide in the dtype's own arithmetic
+      acc = dtype == DType::Float32 ? static_cast<double>(static_cast<float>(acc) / static_cast<float>(world))
+                                    : acc / world;
+    v[static_cast<size_t>(i)] = acc;
+  }
+  return minidl::from_vector(v, {n}, dtype);
+}
+
+// Random float32 values of every magnitude, the same on every call for (r, n).
+Tensor random_floats(int r, int64_t n) {
+  std::mt19937 gen(static_cast<unsigned>(1234 + r));
+  std::uniform_real_distribution<float> mantissa(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> exponent(-20, 20);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (auto& x : v) x = std::ldexp(mantissa(gen), exponent(gen));
+  return minidl::from_vector(v, {n});
+}
+
+std::string label(const char* op, DType dtype, int64_t n) {
+  return std::string(op) + " " + minidl::dtype_name(dtype) + "[" + std::to_string(n) + "]";
+}
+
+// The segments of this backend now in /dev/shm.
+std::vector<std::string> segments_in_dev_shm() {
+  std::vector<std::string> names;
+  if (DIR* d = ::opendir("/dev/shm")) {
+    while (dirent* e = ::readdir(d)) {
+      const std::string name = e->d_name;
+      if (name.rfind(std::string(dist::kShmNamePrefix).substr(1), 0) == 0) names.push_back(name);
+    }
+    ::closedir(d);
+  }
+  return names;
+}
+
+}  // namespace
+
+class ProcessGroupShmWorld : public ::testing::TestWithParam<int> {};
+INSTANTIATE_TEST_SUITE_P(Ranks, ProcessGroupShmWorld, ::testing::Values(2, 3),
+                         [](const auto& info) { return std::to_string(info.param) + "ranks"; });
+
+TEST_P(ProcessGroupShmWorld, AllReduceSumAvgMaxMinAreExact) {
+  const int world = GetParam();
+  EXPECT_NO_THROW(run_shm_world(world, [world](ProcessGroupShm& pg) {
+    for (DType dtype : kDtypes)
+      for (int64_t n : kSizes)
+        for (ReduceOp op : {ReduceOp::SUM, ReduceOp::AVG, ReduceOp::MAX, ReduceOp::MIN}) {
+          if (op == ReduceOp::AVG && !minidl::is_floating(dtype)) continue;
+          Tensor t = rank_tensor(pg.rank(), n, dtype);
+          pg.all_reduce(t, op);
+          require_equal(t, expected_reduce(world, n, dtype, op),
+                        label(minidl::dist::reduce_op_name(op), dtype, n) + " on rank " + std::to_string(pg.rank()));
+        }
+    return std::string();
+  }));
+}
+
+TEST_P(ProcessGroupShmWorld, AllReduceWithTheDefaultSegmentTakesTensorsLargerThanIt) {
+  const int world = GetParam();
+  WorldOptions options;
+  options.shm = ShmOptions{};  // 256 KB slots: 2 * world * 256 KB of data
+  const int64_t n = 3 * world * (256 << 10) / 4 + 5;  // 1.5 segments of float32, not a multiple of a piece
+  EXPECT_NO_THROW(run_shm_world(
+      world,
+      [world, n](ProcessGroupShm& pg) {
+        Tensor t = rank_tensor(pg.rank(), n, DType::Float32);
+        pg.all_reduce(t);
+        require_equal(t, expected_reduce(world, n, DType::Float32, ReduceOp::SUM), "float32 sum");
+        return std::string();
+      },
+      options));
+}
+
+TEST_P(ProcessGroupShmWorld, AllReduceAddsInRankOrderAndEveryRankGetsTheSameBits) {
+  // Random float32 values of magnitudes 2^-20..2^20: the sum's last bits depend on the order of
+  // the additions. Every rank must get exactly (x0 + x1) + x2 ..., computed here in float32.
+  const int world = GetParam();
+  const int64_t n = 5000;  // 5 pieces of the small segment
+  EXPECT_NO_THROW(run_shm_world(world, [world, n](ProcessGroupShm& pg) {
+    Tensor t = random_floats(pg.rank(), n);
+    pg.all_reduce(t);
+    std::vector<float> expected = random_floats(0, n).to_vector<float>();
+    for (int r = 1; r < world; ++r) {
+      std::vector<float> x = random_floats(r, n).to_vector<float>();
+      for (size_t i = 0; i < expected.size(); ++i) expected[i] = expected[i] + x[i];
+    }
+    require_equal(t, minidl::from_vector(expected, {n}), "rank-order sum on rank " + std::to_string(pg.rank()));
+    // 1 + 1e8 - 1e8 is 0 in float32 in rank order, 1 in any order that adds the large ones first.
+    if (world == 3) {
+      Tensor c = minidl::full({3}, pg.rank() == 0 ? 1.0 : pg.rank() == 1 ? 1e8 : -1e8);
+      pg.all_reduce(c);
+      require_equal(c, minidl::zeros({3}), "1 + 1e8 + -1e8");
+    }
+    // Every rank's bits, compared byte for byte.
+    std::string mine(static_cast<const char*>(t.raw_data()), static_cast<size_t>(n) * 4);
+    std::vector<std::string> all = pg.all_gather_object(mine);
+    for (int r = 0; r < world; ++r)
+      require(all[static_cast<size_t>(r)] == mine, "rank " + std::to_string(r) + " holds other bits");
+    return std::string();
+  }));
+}
+
+TEST_P(ProcessGroupShmWorld, BroadcastFromRootOneReachesEveryRank) {
+  const int world = GetParam();
+  EXPECT_NO_THROW(run_shm_world(world, [](ProcessGroupShm& pg) {
+    for (DType dtype : kDtypes)
+      for (int64_t n : kSizes) {
+        Tensor t = rank_tensor(pg.rank(), n, dtype);
+        pg.broadcast(t, 1);
+        require_equal(t, rank_tensor(1, n, dtype), label("broadcast", dtype, n));
+      }
+    Tensor m = rank_tensor(pg.rank(), 12, DType::Float32).view({3, 4});  // shape kept
+    pg.broadcast(m, 1);
+    require_equal(m, rank_tensor(1, 12, DType::Float32).view({3, 4}), "broadcast float32[3, 4]");
+    return std::string();
+  }));
+}
+
+TEST_P(ProcessGroupShmWorld, AllGatherOfEqualSizesConcatenatesInRankOrder) {
+  const int world = GetParam();
+  EXPECT_NO_THROW(run_shm_world(world, [world](ProcessGroupShm& pg) {
+    for (DType dtype : kDtypes)
+      for (int64_t n : kSizes) {
+        std::vector<Tensor> out = pg.all_gather(rank_tensor(pg.rank(), n, dtype));
+        require(static_cast<int>(out.size()) == world, "all_gather returns one tensor per rank");
+        for (int r = 0; r < world; ++r)
+          require_equal(out[static_cast<size_t>(r)], rank_tensor(r, n, dtype),
+                        label("all_gather", dtype, n) + " from rank " + std::to_string(r));
+      }
+    return std::string();
+  }));
+}
+
+TEST_P(ProcessGroupShmWorld, AllGatherTakesADifferentNumberOfRowsFromEachRank) {
+  const int world = GetParam();
+  EXPECT_NO_THROW(run_shm_world(world, [world](ProcessGroupShm& pg) {
+    // Rank r sends (2r, 3) rows (rank 0 sends none); then 0 rows on rank 0 and thousands of
+    // rows, more than the segment, on the others.
+    for (int64_t scale : {int64_t{2}, int64_t{2000}}) {
+      auto rows = [scale](int r) { return scale * static_cast<int64_t>(r); };
+      for (DType dtype : kDtypes) {
+        Tensor mine = rank_tensor(pg.rank(), rows(pg.rank()) * 3, dtype, 100).view({rows(pg.rank()), 3});
+        std::vector<Tensor> out = pg.all_gather(mine);
+        for (int r = 0; r < world; ++r)
+          require_equal(out[static_cast<size_t>(r)], rank_tensor(r, rows(r) * 3, dtype, 100).view({rows(r), 3}),
+                        label("all_gather (uneven)", dtype, rows(r)));
+      }
+    }
+    // A 0-d tensor gathers to 0-d tensors.
+    std::vector<Tensor> scalars = pg.all_gather(minidl::scalar_tensor(pg.rank() * 10.0, DType::Float32));
+    for (int r = 0; r < world; ++r)
+      require_equal(scalars[static_cast<size_t>(r)], minidl::scalar_tensor(r * 10.0, DType::Float32), "0-d");
+    // Rows of different lengths are an error on every rank, naming both.
+    std::string err = error_of([&] { pg.all_gather(minidl::zeros({2, pg.rank() + 1})); });
+    require(err.find("ranks disagree") != std::string::npos, "rows of different lengths: " + err);
+    return std::string();
+  }));
+}
+
+TEST_P(ProcessGroupShmWorld, ReduceScatterGivesEachRankItsReducedSlab) {
+  const int world = GetParam();
+  EXPECT_NO_THROW(run_shm_world(world, [world](ProcessGroupShm& pg) {
+    for (DType dtype : kDtypes)
+      for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{3334}}) {
+        const int64_t total = n * world;
+        Tensor input = rank_tensor(pg.rank(), total * 2, dtype).view({total, 2});
+        for (ReduceOp op : {ReduceOp::SUM, ReduceOp::MAX}) {
+          Tensor out = pg.reduce_scatter(input, op);
+          Tensor all = expected_reduce(world, total * 2, dtype, op).view({total, 2});
+          require_equal(out, all.narrow(0, pg.rank() * n, n).contiguous(), label("reduce_scatter", dtype, total));
+        }
+        require_equal(input, rank_tensor(pg.rank(), total * 2, dtype).view({total, 2}), "input left untouched");
+      }
+    return std::string();
+  }));
+}
+
+TEST_P(ProcessGroupShmWorld, BarrierWaitsForTheLastRank) {
+  const int world = GetParam();
+  auto results = run_shm_world(world, [](ProcessGroupShm& pg) {
+    pg.barrier();  // line everybody up first
+    if (pg.rank() == 1) std::this_thread::sleep_for(400ms);
+    auto start = std::chrono::steady_clock::now();
+    pg.barrier();
+    auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+    return std::to_string(waited.count());
+  });
+  for (int r = 0; r < world; ++r)
+    if (r != 1) {
+      EXPECT_GE(std::stoll(results[static_cast<size_t>(r)]), 300) << "rank " << r << " left the barrier early";
+    }
+}
+
+TEST_P(ProcessGroupShmWorld, ObjectsOfDifferentLengthsAreGatheredAndBroadcast) {
+  const int world = GetParam();
+  EXPECT_NO_THROW(run_shm_world(world, [world](ProcessGroupShm& pg) {
+    auto payload = [](int r) {
+      return r == 0 ? std::string()
+                    : std::string(static_cast<size_t>(r * 10000 + 3), static_cast<char>('a' + r)) + '\0' + "end";
+    };
+    std::vector<std::string> all = pg.all_gather_object(payload(pg.rank()));
+    require(static_cast<int>(all.size()) == world, "one string per rank");
+    for (int r = 0; r < world; ++r)
+      require(all[static_cast<size_t>(r)] == payload(r), "string of rank " + std::to_string(r));
+    std::string s = pg.rank() == 1 ? std::string("from rank one\n\x01\xff") : std::string(50, 'x');
+    pg.broadcast_object(s, 1);
+    require(s == std::string("from rank one\n\x01\xff"), "broadcast_object from rank 1: " + s);
+    return std::string();
+  }));
+}
+
+TEST(ProcessGroupShm, GivesTheSameBitsAsGlooOnTwoRanks) {
+  // With two ranks every order of the sum is x0 + x1, so the two backends must agree exactly.
+  EXPECT_NO_THROW(run_shm_world(2, [](ProcessGroupShm& shm) {
+    dist::WorldInfo w = dist::world_info_from_env();
+    dist::TCPStore store(w.master_addr, {.port = w.master_port, .is_server = false, .timeout = 10s});
+    dist::ProcessGroupGloo gloo(store, w.rank, w.world_size, quick_options());
+    for (ReduceOp op : {ReduceOp::SUM, ReduceOp::AVG, ReduceOp::MAX, ReduceOp::MIN}) {
+      Tensor a = random_floats(shm.rank(), 4099), b = a.clone();
+      shm.all_reduce(a, op);
+      gloo.all_reduce(b, op);
+      require_equal(a, b, std::string("shm vs gloo, ") + minidl::dist::reduce_op_name(op));
+    }
+    Tensor in = random_floats(shm.rank(), 4100).view({2050, 2});
+    require_equal(shm.reduce_scatter(in), gloo.reduce_scatter(in), "reduce_scatter");
+    std::vector<Tensor> x = shm.all_gather(in), y = gloo.all_gather(in);
+    for (size_t r = 0; r < 2; ++r) require_equal(x[r], y[r], "all_gather");
+    return std::string();
+  }));
+}
+
+TEST(ProcessGroupShm, NonContiguousTensorsAreReducedInPlace) {
+  EXPECT_NO_THROW(run_shm_world(2, [](ProcessGroupShm& pg) {
+    Tensor base = rank_tensor(pg.rank(), 12, DType::Float64).view({3, 4});
+    Tensor t = base.t();  // (4, 3) view, not contiguous
+    pg.all_reduce(t);
+    require_equal(base, expected_reduce(2, 12, DType::Float64, ReduceOp::SUM).view({3, 4}), "through the view");
+    Tensor b = rank_tensor(pg.rank(), 12, DType::Float64).view({3, 4});
+    Tensor bt = b.t();
+    pg.broadcast(bt, 0);
+    require_equal(b, rank_tensor(0, 12, DType::Float64).view({3, 4}), "broadcast through the view");
+    return std::string();
+  }));
+}
+
+TEST(ProcessGroupShm, AWorldOfOneIsTheIdentity) {
+  EXPECT_NO_THROW(run_shm_world(1, [](ProcessGroupShm& pg) {
+    Tensor t = rank_tensor(0, 7, DType::Float32);
+    pg.all_reduce(t, ReduceOp::AVG);
+    require_equal(t, rank_tensor(0, 7, DType::Float32), "all_reduce");
+    require(pg.all_gather_object("solo") == std::vector<std::string>{"solo"}, "all_gather_object");
+    pg.barrier();
+    return std::string();
+  }));
+}
+
+TEST(ProcessGroupShm, BadArgumentsFailBeforeAnyCommunication) {
+  EXPECT_NO_THROW(run_shm_world(2, [](ProcessGroupShm& pg) {
+    Tensor i = minidl::zeros({3}, DType::Int64);
+    std::string err = error_of([&] { pg.all_reduce(i, ReduceOp::AVG); });
+    require(err.find("AVG needs a floating dtype") != std::string::npos, err);
+    Tensor f = minidl::zeros({3});
+    err = error_of([&] { pg.broadcast(f, 2); });
+    require(err.find("root 2 is not a rank of a world of 2") != std::string::npos, err);
+    err = error_of([&] { pg.reduce_scatter(minidl::zeros({7})); });
+    require(err.find("divisible by the world size") != std::string::npos, "indivisible input: " + err);
+    require(pg.sequence_number() == 0 && !pg.is_broken(), "nothing was issued");
+    pg.all_reduce(f);  // the group still works
+    return std::string();
+  }));
+}
+
+TEST(ProcessGroupShm, ARankThatExitsMidCollectiveMakesTheOthersFailNamingIt) {
+  // Rank 1 leaves with _exit while it and the others run a long stream of all-reduces. With a
+  // 20 s timeout, ranks 0 and 2 must fail within a second or two, naming rank 1 and its pid,
+  // and the group must then refuse every call.
+  WorldOptions options;
+  options.pg = quick_options(20s);
+  options.final_rendezvous = false;
+  const auto start = std::chrono::steady_clock::now();
+  auto results = run_shm_world(
+      3,
+      [](ProcessGroupShm& pg) -> std::string {
+        if (pg.rank() == 1)
+          std::thread([] {
+            std::this_thread::sleep_for(200ms);
+            ::_exit(0);
+          }).detach();
+        Tensor t = minidl::ones({1 << 18});
+        const auto t0 = std::chrono::steady_clock::now();
+        std::string err;
+        while (err.empty() && std::chrono::steady_clock::now() - t0 < 10s) err = error_of([&] { pg.all_reduce(t); });
+        std::string again = error_of([&] { pg.barrier(); });
+        return err + "|" + std::to_string(::getpid()) + "|" + again;
+      },
+      options);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s) << "the others must notice the exit, not time out";
+  EXPECT_EQ(results[1], "");  // it never returned
+  for (int r : {0, 2}) {
+    const std::string& res = results[static_cast<size_t>(r)];
+    EXPECT_THAT(res, HasSubstr("all_reduce #")) << r;
+    EXPECT_THAT(res, HasSubstr("(float32[262144]): rank 1 (pid ")) << r;
+    EXPECT_THAT(res, HasSubstr(") exited while the others waited")) << r;
+    EXPECT_THAT(res.substr(res.rfind('|')), HasSubstr("barrier: the process group is broken by an earlier failure"));
+  }
+}
+
+TEST(ProcessGroupShm, ARankThatSkipsACollectiveMakesTheOthersTimeOutNamingIt) {
+  // Rank 1 skips collective #2 and stays alive past the timeout; ranks 0 and 2 must fail within
+  // it, naming the collective, its number and rank 1, and then fail fast.
+  WorldOptions options;
+  options.pg = quick_options(1000ms);
+  const auto start = std::chrono::steady_clock::now();
+  auto results = run_shm_world(
+      3,
+      [](ProcessGroupShm& pg) -> std::string {
+        Tensor t = minidl::ones({4});
+        pg.all_reduce(t);  // #1, everybody
+        if (pg.rank() == 1) {
+          std::this_thread::sleep_for(2500ms);
+          return "skipped";
+        }
+        auto t0 = std::chrono::steady_clock::now();
+        std::string err = error_of([&] { pg.all_reduce(t); });  // #2
+        auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
+        std::string again = error_of([&] { pg.barrier(); });
+        return err + "|" + std::to_string(waited.count()) + "|" + again;
+      },
+      options);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 8s);
+  EXPECT_EQ(results[1], "skipped");
+  bool one_timed_out = false;
+  for (int r : {0, 2}) {
+    const std::string& res = results[static_cast<size_t>(r)];
+    EXPECT_THAT(res, HasSubstr("all_reduce #2 (float32[4])")) << r;
+    EXPECT_THAT(res, HasSubstr("rank 1 did not arrive")) << r;
+    one_timed_out = one_timed_out || res.find("timed out after 1000 ms: rank 1 did not arrive") != std::string::npos;
+    long long waited = std::stoll(res.substr(res.find('|') + 1));
+    EXPECT_GE(waited, 900) << "rank " << r;
+    EXPECT_LT(waited, 2400) << "rank " << r << " waited longer than the timeout allows";
+    EXPECT_THAT(res.substr(res.rfind('|')), HasSubstr("barrier: the process group is broken by an earlier failure"));
+  }
+  EXPECT_TRUE(one_timed_out) << results[0] << "\n" << results[2];
+}
+
+TEST(ProcessGroupShm, NoSegmentIsLeftBehindWhenRankZeroIsKilled) {
+  // Rank 0 writes down its segment's name and kills itself with SIGKILL after a collective, as
+  // a crash or an OOM kill would; the name must already be gone from /dev/shm.
+  minidl::testing::TempDir dir;
+  const std::string file = dir.path() + "/segment";
+  const std::string err = error_of([&] {
+    WorldOptions options;
+    options.final_rendezvous = false;
+    run_shm_world(
+        2,
+        [&](ProcessGroupShm& pg) -> std::string {
+          Tensor t = minidl::ones({10});
+          pg.all_reduce(t);
+          if (pg.rank() == 0) {
+            std::ofstream(file) << pg.segment_name();
+            ::raise(SIGKILL);
+          }
+          std::string e = error_of([&] { pg.barrier(); });
+          return e;
+        },
+        options);
+  });
+  EXPECT_THAT(err, HasSubstr("rank 0 failed"));
+  std::string name;
+  std::ifstream(file) >> name;
+  ASSERT_EQ(name.rfind(dist::kShmNamePrefix, 0), 0u) << name;
+  struct stat st {};
+  EXPECT_NE(::stat(("/dev/shm" + name).c_str(), &st), 0) << name << " is still in /dev/shm";
+  for (const std::string& left : segments_in_dev_shm()) EXPECT_NE("/" + left, name);
+}
+
+TEST(ProcessGroupShm, ASegmentNameIsGoneOnceTheGroupHasRunACollective) {
+  auto names = run_shm_world(2, [](ProcessGroupShm& pg) {
+    pg.barrier();  // rank 0 has finished its constructor (which unlinks the name) before this
+    struct stat st {};
+    require(::stat(("/dev/shm" + pg.segment_name()).c_str(), &st) != 0, pg.segment_name() + " is still linked");
+    return pg.segment_name();
+  });
+  EXPECT_EQ(names[0], names[1]);
+  EXPECT_EQ(names[0].rfind(dist::kShmNamePrefix, 0), 0u);
+  EXPECT_EQ(names[0].size(), std::string(dist::kShmNamePrefix).size() + 16) << names[0];
+}
+
+TEST(ProcessGroupShm, TwoJobsOnOneHostRunAtOnce) {
+  // Two worlds of 2 ranks started together, each all-reducing its own values for a while: each
+  // gets its own segment and only its own sums.
+  minidl::testing::EnvGuard env;
+  auto job = [](double offset) {
+    return dist::spawn_with_results(2, [offset](int) {
+      dist::WorldInfo w = dist::world_info_from_env();
+      dist::TCPStore store(w.master_addr, {.port = w.master_port, .is_server = w.rank == 0, .timeout = 10s});
+      std::string name;
+      {
+        ProcessGroupShm pg(store, w.rank, w.world_size, quick_options(), kSmall);
+        name = pg.segment_name();
+        for (int i = 0; i < 300; ++i) {
+          Tensor t = minidl::full({3000}, offset + w.rank + i);
+          pg.all_reduce(t);
+          require_equal(t, minidl::full({3000}, 2 * (offset + i) + 1), "job " + std::to_string(offset));
+        }
+      }
+      minidl::testing::count_rendezvous(store, w.rank, w.world_size);
+      return name;
+    });
+  };
+  std::vector<std::string> a, b;
+  std::string error_a, error_b;
+  std::thread ta([&] { error_a = error_of([&] { a = job(0); }); });
+  std::thread tb([&] { error_b = error_of([&] { b = job(1000); }); });
+  ta.join();
+  tb.join();
+  EXPECT_EQ(error_a, "");
+  EXPECT_EQ(error_b, "");
+  ASSERT_EQ(a.size(), 2u);
+  ASSERT_EQ(b.size(), 2u);
+  EXPECT_NE(a[0], b[0]) << "two jobs must not share a segment";
+}
+
+TEST(ProcessGroupShm, DebugModeNamesTheFirstRankThatCallsADifferentCollective) {
+  WorldOptions options;
+  options.pg = quick_options(5000ms, true);
+  auto start = std::chrono::steady_clock::now();
+  auto results = run_shm_world(
+      3,
+      [](ProcessGroupShm& pg) {
+        Tensor t = minidl::ones({4});
+        pg.all_reduce(t);  // #1 agrees
+        return error_of([&] {
+          if (pg.rank() == 2)
+            pg.broadcast(t, 0);  // #2 differs on rank 2
+          else
+            pg.all_reduce(t);
+        });
+      },
+      options);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 4s) << "debug mode must fail fast, not time out";
+  for (const std::string& err : results)
+    EXPECT_EQ(err,
+              "MINIDL_DIST_DEBUG: collective #2 mismatch: rank 0 called all_reduce float32[4] op=sum, "
+              "rank 2 called broadcast float32[4] root=0");
+}
+
+TEST(ProcessGroupShm, RanksOnDifferentHostsAreRefusedNamingThem) {
+  minidl::testing::EnvGuard env;
+  auto errors = dist::spawn_with_results(3, [](int) {
+    dist::WorldInfo w = dist::world_info_from_env();
+    dist::TCPStore store(w.master_addr, {.port = w.master_port, .is_server = w.rank == 0, .timeout = 10s});
+    // ranks 0 and 1 on "node-a", rank 2 on "node-b"
+    const ShmOptions shm{.host_id = w.rank < 2 ? "node-a" : "node-b"};
+    std::string err = error_of([&] { ProcessGroupShm pg(store, w.rank, w.world_size, quick_options(), shm); });
+    minidl::testing::count_rendezvous(store, w.rank, w.world_size);
+    return err;
+  });
+  for (int r = 0; r < 3; ++r)
+    EXPECT_THAT(errors[static_cast<size_t>(r)],
+                HasSubstr("ProcessGroupShm: rank " + std::to_string(r) +
+                          " of 3: rank 2 runs on another host than rank 0 (node-b vs node-a); shared memory needs "
+                          "every rank on one host (use the gloo backend)"));
+}
+
+TEST(ProcessGroupShm, InitPicksShmForAutoOnOneHostAndByName) {
+  for (const std::string backend : {"auto", "shm"}) {
+    minidl::testing::EnvGuard env;
+    auto results = dist::spawn_with_results(2, [&](int) {
+      dist::init({.backend = backend, .timeout = 10s});
+      std::string name = dist::default_group().backend_name();
+      Tensor t = minidl::full({5}, dist::rank() + 1.0);
+      dist::all_reduce(t);
+      require_equal(t, minidl::full({5}, 3.0), "all_reduce through dist::");
+      dist::barrier();
+      dist::shutdown();
+      return name;
+    });
+    EXPECT_EQ(results[0], "shm") << backend;
+    EXPECT_EQ(results[1], "shm") << backend;
+  }
+  EXPECT_TRUE(dist::is_backend_available("shm"));
+  EXPECT_TRUE(dist::is_backend_available("auto"));
+}
