@@ -117,7 +117,10 @@ TCPStoreServer::TCPStoreServer(const std::string& host, uint16_t port, bool bind
   // Non-blocking: a connection reset between poll() and accept() must not hang the loop.
   ::fcntl(listener_.fd(), F_SETFL, ::fcntl(listener_.fd(), F_GETFL) | O_NONBLOCK);
   int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error(std::string("TCPStore: pipe: ") + std::strerror(errno));
+  if (::pipe2(fds, O_CLOEXEC) != 0) {
+    if (is_out_of_descriptors(errno)) throw OutOfDescriptors("pipe: " + out_of_descriptors_message(errno));
+    throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
+  }
   wake_read_ = Socket(fds[0]);
   wake_write_ = Socket(fds[1]);
   accept_thread_ = std::thread([this] { accept_loop(); });
