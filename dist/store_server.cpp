@@ -92,9 +92,7 @@ int TCPStoreServer::max_pending_connections() {
   return static_cast<int>(std::clamp<int64_t>(descriptor_limit() / 16, 4, 64));
 }
 
-int TCPStoreServer::reserved_descriptors() {
-  return static_cast<int>(std::min<int64_t>(descriptor_limit() / 4, 64));
-}
+int TCPStoreServer::reserved_descriptors() { return static_cast<int>(std::min<int64_t>(descriptor_limit() / 8, 64)); }
 
 void TCPStoreServer::ThrottledLog::report(const std::string& message) {
   const auto now = Clock::now();
@@ -205,8 +203,7 @@ void TCPStoreServer::accept_one() {
       accept_paused_until_ = Clock::now() + accept_backoff_;
       accept_log_.report(std::string("accept failed: ") + std::strerror(err) + " (the limit is " +
                          std::to_string(descriptor_limit()) + " open files); accepting again in " +
-                         format_seconds(accept_backoff_) + ", backing off up to " +
-                         format_seconds(kMaxAcceptBackoff));
+                         format_seconds(accept_backoff_) + ", backing off up to " + format_seconds(kMaxAcceptBackoff));
     } else if (err != EINTR && err != EAGAIN && err != EWOULDBLOCK && err != ECONNABORTED) {
       accept_log_.report(std::string("accept failed: ") + std::strerror(err));
     }
@@ -221,16 +218,16 @@ void TCPStoreServer::accept_one() {
 
 void TCPStoreServer::drop_oldest_pending(const std::string& why) {
   if (pending_.empty()) return;
-  idle_log_.report("closing connection from " + peer_name(pending_.front().socket.fd()) + ", " + why);
+  evicted_log_.report("closing connection from " + peer_name(pending_.front().socket.fd()) + ", " + why);
   pending_.pop_front();  // closes it
 }
 
 void TCPStoreServer::drop_expired_pending() {
   const auto now = Clock::now();
   while (!pending_.empty() && pending_.front().deadline <= now) {
-    idle_log_.report("closing connection from " + peer_name(pending_.front().socket.fd()) +
-                     ": no hello with the store token within " +
-                     format_seconds(std::chrono::milliseconds(kHelloDeadline)));
+    expired_log_.report("closing connection from " + peer_name(pending_.front().socket.fd()) +
+                        ": no hello with the store token within " +
+                        format_seconds(std::chrono::milliseconds(kHelloDeadline)));
     pending_.pop_front();
   }
 }
@@ -279,8 +276,8 @@ void TCPStoreServer::admit(Pending& pending) {
   try {
     raw->thread = std::thread([this, raw] { serve(raw); });
   } catch (const std::system_error& e) {
-    thread_log_.report("closing connection from " + peer_name(fd) + ": cannot start a thread to serve it: " +
-                       e.what() + " (see `ulimit -u` and free memory)");
+    thread_log_.report("closing connection from " + peer_name(fd) + ": cannot start a thread to serve it: " + e.what() +
+                       " (see `ulimit -u` and free memory)");
     connections_.pop_back();  // closes it
   }
 }

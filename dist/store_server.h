@@ -17,11 +17,12 @@
 //
 // The server never starves the process that hosts it (rank 0's own Gloo connections, logs and
 // metrics files): it accepts only while more than a reserve of descriptors below RLIMIT_NOFILE
-// is free (else it closes the oldest waiting connection to make room, or leaves new connections
-// in the kernel's backlog until descriptors are freed). A failing accept() (EMFILE, ENFILE,
-// ENOBUFS, ENOMEM) backs off from 10 ms doubling to 1 s, still watching for shutdown. Messages
-// about refused, idle or evicted connections and failed accepts are rate-limited: at most one
-// line of each kind per 5 s, with a count of those held back.
+// is free (an eighth of the limit, at most 64); short of that, it closes the oldest waiting
+// connection to make room, or leaves new connections in the kernel's backlog until descriptors
+// are freed. A failing accept() (EMFILE, ENFILE, ENOBUFS, ENOMEM) backs off from 10 ms doubling
+// to 1 s, still watching for shutdown. Messages about refused, evicted or timed-out connections
+// and failed accepts are rate-limited: at most one line of each kind per 5 s, with a count of
+// those held back.
 #pragma once
 #include <atomic>
 #include <chrono>
@@ -62,7 +63,7 @@ class TCPStoreServer {
   // RLIMIT_NOFILE when that is smaller (at least 4).
   static int max_pending_connections();
   // The descriptors kept free for the hosting process: no connection is accepted while fewer
-  // than this many are free below RLIMIT_NOFILE (a quarter of the limit, at most 64).
+  // than this many are free below RLIMIT_NOFILE (an eighth of the limit, at most 64).
   static int reserved_descriptors();
 
  private:
@@ -117,7 +118,7 @@ class TCPStoreServer {
   std::deque<Pending> pending_;  // oldest first
   Clock::time_point accept_paused_until_;  // after a failed accept, or while descriptors are short
   std::chrono::milliseconds accept_backoff_{0};
-  ThrottledLog refused_log_, idle_log_, accept_log_, reserve_log_, thread_log_;
+  ThrottledLog refused_log_, evicted_log_, expired_log_, accept_log_, reserve_log_, thread_log_;
 
   std::mutex mutex_;  // guards data_ and stopping_
   std::condition_variable changed_;  // notified on every change of data_ and on stop
