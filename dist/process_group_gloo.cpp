@@ -14,6 +14,7 @@
 
 #include <atomic>
 #include <cctype>
+#include <cerrno>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -87,11 +88,20 @@ std::string local_address_towards(const std::string& host, uint16_t port) {
   hints.ai_socktype = SOCK_DGRAM;
   addrinfo* found = nullptr;
   const std::string service = std::to_string(port == 0 ? 1 : port);
-  if (::getaddrinfo(host.c_str(), service.c_str(), &hints, &found) != 0 || found == nullptr)
+  const int rc = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &found);
+  if (rc == EAI_SYSTEM && is_out_of_descriptors(errno))
+    throw OutOfDescriptors("cannot resolve the store host '" + host + "': " + out_of_descriptors_message(errno));
+  if (rc != 0 || found == nullptr)
     throw std::runtime_error("ProcessGroupGloo: cannot resolve the store host '" + host + "'");
   std::string result;
   for (addrinfo* a = found; a != nullptr && result.empty(); a = a->ai_next) {
     int fd = ::socket(a->ai_family, SOCK_DGRAM, 0);
+    if (fd < 0 && is_out_of_descriptors(errno)) {
+      const int err = errno;
+      ::freeaddrinfo(found);
+      throw OutOfDescriptors("cannot find the local address that routes to '" + host +
+                             "': " + out_of_descriptors_message(err));
+    }
     if (fd < 0) continue;
     sockaddr_storage local{};
     socklen_t len = sizeof(local);
@@ -396,9 +406,19 @@ ProcessGroupGloo::ProcessGroupGloo(TCPStore& store, int rank, int size, ProcessG
     StoreAdapter adapter(store, "minidl/gloo/" + std::to_string(im.group_id) + "/", options.timeout);
     im.context->connectFullMesh(adapter, device);
   } catch (const std::exception& e) {
-    throw std::runtime_error("ProcessGroupGloo: rank " + std::to_string(rank) + " of " + std::to_string(size) +
-                             " could not connect to the other ranks within " + std::to_string(options.timeout.count()) +
-                             " ms: " + e.what());
+    const std::string who = "ProcessGroupGloo: rank " + std::to_string(rank) + " of " + std::to_string(size);
+    // Out of descriptors it fails at once, whatever the timeout: say that, not "within N ms".
+    // Gloo's own socket errors carry strerror's text.
+    if (dynamic_cast<const OutOfDescriptors*>(&e) != nullptr)
+      throw OutOfDescriptors(who + " could not connect to the other ranks: " + e.what());
+    const std::string what = e.what();
+    for (int err : {ENFILE, EMFILE}) {
+      if (what.find(std::strerror(err)) != std::string::npos)
+        throw OutOfDescriptors(who + " could not connect to the other ranks: " + what + ": " +
+                               out_of_descriptors_message(err));
+    }
+    throw std::runtime_error(who + " could not connect to the other ranks within " +
+                             std::to_string(options.timeout.count()) + " ms: " + what);
   }
   if (im.debug)
     im.debug_store = std::make_unique<TCPStore>(

@@ -8,6 +8,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -34,6 +35,9 @@ std::unique_ptr<addrinfo, void (*)(addrinfo*)> resolve(const std::string& host, 
   addrinfo* result = nullptr;
   std::string port_str = std::to_string(port);
   int rc = getaddrinfo(passive && host.empty() ? nullptr : host.c_str(), port_str.c_str(), &hints, &result);
+  if (rc == EAI_SYSTEM && is_out_of_descriptors(errno)) {
+    throw OutOfDescriptors("cannot resolve address '" + host + "': " + out_of_descriptors_message(errno));
+  }
   if (rc != 0) {
     throw std::runtime_error("cannot resolve address '" + host + "': " + gai_strerror(rc));
   }
@@ -82,6 +86,20 @@ int try_connect(const addrinfo* ai, Clock::time_point deadline) {
 
 }  // namespace
 
+bool is_out_of_descriptors(int err) { return err == EMFILE || err == ENFILE; }
+
+std::string out_of_descriptors_message(int err) {
+  if (err == ENFILE) {
+    return "the system is out of file descriptors (" + errno_str(err) +
+           "; its limit is in /proc/sys/fs/file-max: close other programs' files or raise it)";
+  }
+  rlimit limit{};
+  std::string what = "its limit";
+  if (::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY)
+    what += " is " + std::to_string(limit.rlim_cur) + " open files";
+  return "this process is out of file descriptors (" + errno_str(err) + "; " + what + ": raise it with `ulimit -n`)";
+}
+
 Socket& Socket::operator=(Socket&& other) noexcept {
   if (this != &other) {
     close();
@@ -102,6 +120,7 @@ Socket listen_tcp(const std::string& host, uint16_t port, bool bind_all, int bac
     Socket s(::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol));
     if (!s.valid()) {
       last_err = errno;
+      if (is_out_of_descriptors(last_err)) break;
       continue;
     }
     int one = 1;
@@ -109,8 +128,9 @@ Socket listen_tcp(const std::string& host, uint16_t port, bool bind_all, int bac
     if (::bind(s.fd(), ai->ai_addr, ai->ai_addrlen) == 0 && ::listen(s.fd(), backlog) == 0) return s;
     last_err = errno;
   }
-  throw std::runtime_error("cannot listen on " + (bind_all ? std::string("*") : host) + ":" + std::to_string(port) +
-                           ": " + errno_str(last_err));
+  const std::string where = "cannot listen on " + (bind_all ? std::string("*") : host) + ":" + std::to_string(port);
+  if (is_out_of_descriptors(last_err)) throw OutOfDescriptors(where + ": " + out_of_descriptors_message(last_err));
+  throw std::runtime_error(where + ": " + errno_str(last_err));
 }
 
 uint16_t local_port(int fd) {
@@ -144,6 +164,10 @@ Socket connect_tcp(const std::string& host, uint16_t port, Clock::time_point dea
       int fd = try_connect(ai, deadline);
       if (fd >= 0) return Socket(fd);
       last_err = errno;
+      if (is_out_of_descriptors(last_err)) {
+        throw OutOfDescriptors("cannot connect to " + host + ":" + std::to_string(port) + ": " +
+                               out_of_descriptors_message(last_err));
+      }
     }
     // The server may not be up yet: retry until the deadline, backing off up to 250 ms.
     auto now = Clock::now();

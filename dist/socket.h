@@ -1,16 +1,30 @@
 // dist/socket.h — the few TCP helpers the store and the launcher need: listen on an address,
 // connect with retries until a deadline, send/receive whole buffers with a deadline, and a
 // Socket that closes its file descriptor. POSIX sockets only; errors are std::runtime_error
-// naming the peer and the system error.
+// naming the peer and the system error, and OutOfDescriptors when no descriptor can be had.
 #pragma once
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 
 namespace minidl::dist {
 
 using Clock = std::chrono::steady_clock;
+
+// Thrown at once (no retry or deadline helps) when a descriptor cannot be had: this process is
+// at its RLIMIT_NOFILE (EMFILE) or the system at its file table's size (ENFILE).
+class OutOfDescriptors : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+// Whether err is EMFILE or ENFILE.
+bool is_out_of_descriptors(int err);
+// What to tell the user for such an err: "this process is out of file descriptors (Too many
+// open files; its limit is 1024 open files: raise it with `ulimit -n`)", or the system's
+// version for ENFILE.
+std::string out_of_descriptors_message(int err);
 
 // Owns one file descriptor (closed on destruction); movable, not copyable.
 class Socket {
@@ -38,13 +52,15 @@ class Socket {
 
 // A listening TCP socket bound to host:port (port 0: the kernel picks one; see local_port).
 // host "" or bind_all: every interface. SO_REUSEADDR is set so a restarted job can reuse a port.
+// Throws OutOfDescriptors when no socket can be had, std::runtime_error on other failures.
 Socket listen_tcp(const std::string& host, uint16_t port, bool bind_all, int backlog = 128);
 // The port a bound socket listens on.
 uint16_t local_port(int fd);
 // "127.0.0.1:5555" for the peer of a connected socket ("?" if unknown).
 std::string peer_name(int fd);
 
-// Connects to host:port, retrying refused/unreachable attempts until `deadline`.
+// Connects to host:port, retrying refused/unreachable attempts until `deadline`. Out of
+// descriptors, throws OutOfDescriptors at once.
 Socket connect_tcp(const std::string& host, uint16_t port, Clock::time_point deadline);
 
 // Sends all bytes (MSG_NOSIGNAL: a closed peer is an error, not SIGPIPE). Throws on failure.

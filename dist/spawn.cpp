@@ -17,7 +17,9 @@
 #include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <new>
 #include <stdexcept>
+#include <system_error>
 
 #include "minidl/dist/process.h"
 #include "minidl/kernels/cpu/parallel.h"
@@ -49,6 +51,20 @@ void write_all_fd(int fd, const std::string& bytes) {
   }
 }
 
+// What a child reports for an exception that left fn. Two kinds say little by themselves:
+// std::thread throws std::system_error with EAGAIN ("Resource temporarily unavailable") when no
+// thread can be started, and a bare std::bad_alloc says "std::bad_alloc"; those get named.
+std::string describe_exception(const std::exception& e) {
+  const std::string what = e.what();
+  if (const auto* se = dynamic_cast<const std::system_error*>(&e);
+      se != nullptr && se->code() == std::errc::resource_unavailable_try_again) {
+    return "cannot start a thread: " + what + " (the limit on processes and threads, `ulimit -u`, or memory)";
+  }
+  if (dynamic_cast<const std::bad_alloc*>(&e) != nullptr && what == std::bad_alloc().what())
+    return "out of memory: an allocation failed (" + what + "; see free memory and `ulimit -v`)";
+  return what;
+}
+
 // The child side: set the environment, run fn, report through the pipe, _exit.
 [[noreturn]] void run_child(int rank, int nprocs, const std::function<std::string(int)>& fn,
                             const SpawnOptions& options, uint16_t port, const std::string& token, int write_fd,
@@ -71,7 +87,7 @@ void write_all_fd(int fd, const std::string& bytes) {
   try {
     report = "R" + fn(rank);
   } catch (const std::exception& e) {
-    report = std::string("E") + e.what();
+    report = "E" + describe_exception(e);
     code = 1;
   } catch (...) {
     report = "Eunknown exception (not derived from std::exception)";
@@ -209,7 +225,9 @@ std::vector<std::string> spawn_with_results(int nprocs, const std::function<std:
       children.resize(static_cast<size_t>(rank));
       signal_all(children, SIGKILL);
       supervise(children, std::chrono::milliseconds(0));
-      throw std::runtime_error("spawn: cannot start rank " + std::to_string(rank) + ": " + std::strerror(err));
+      const std::string hint =
+          err == EAGAIN || err == ENOMEM ? " (the limit on processes and threads, `ulimit -u`, or memory)" : "";
+      throw std::runtime_error("spawn: cannot start rank " + std::to_string(rank) + ": " + std::strerror(err) + hint);
     }
     if (pid == 0) {
       ::close(fds[0]);

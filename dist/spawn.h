@@ -13,7 +13,9 @@
 // If one fails (an exception, a non-zero exit, a signal), the others get SIGTERM (and SIGCONT,
 // for a stopped one), then SIGKILL after options.kill_grace, and spawn throws SpawnError (a
 // std::runtime_error) naming the failed rank: "spawn: rank 1 failed: <exception message>" or
-// "spawn: rank 1 failed: was killed by signal 11 (Segmentation fault)". The failed rank is the
+// "spawn: rank 1 failed: was killed by signal 11 (Segmentation fault)". A rank that could not
+// start a thread reports "cannot start a thread: Resource temporarily unavailable (...)", and a
+// bare std::bad_alloc reads "out of memory: an allocation failed (...)". The failed rank is the
 // first to fail, unless another is killed by a signal within 0.5 s of it (a rank killed with -9
 // makes the others fail too, and they may be noticed first); a child found stopped (SIGSTOP)
 // when the failure happens is named in the message as well: it hung the others' collectives.

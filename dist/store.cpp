@@ -65,6 +65,8 @@ TCPStore::TCPStore(std::string host, TCPStoreOptions options)
   if (options.is_server) {
     try {
       server_ = std::make_unique<TCPStoreServer>(host_, port_, options.bind_all_interfaces, token);
+    } catch (const OutOfDescriptors& e) {
+      throw OutOfDescriptors(std::string("TCPStore: ") + e.what());
     } catch (const std::exception& e) {
       throw std::runtime_error(std::string("TCPStore: ") + e.what());
     }
@@ -74,6 +76,8 @@ TCPStore::TCPStore(std::string host, TCPStoreOptions options)
   }
   try {
     socket_ = connect_tcp(host_, port_, Clock::now() + timeout_);
+  } catch (const OutOfDescriptors& e) {
+    throw OutOfDescriptors(std::string("TCPStore: ") + e.what());  // at once: no waiting helps
   } catch (const std::exception& e) {
     throw std::runtime_error(std::string("TCPStore: ") + e.what() + " (gave up after " + format_seconds(timeout_) +
                              ")");

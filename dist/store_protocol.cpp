@@ -1,7 +1,11 @@
 // dist/store_protocol.cpp — encoding and framing of TCPStore messages. See store_protocol.h.
 #include "minidl/dist/store_protocol.h"
 
+#include <sys/socket.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 
 namespace minidl::dist::protocol {
 
@@ -141,6 +145,36 @@ bool recv_frame(int fd, std::string& body, Clock::time_point deadline, uint32_t 
     }
   }
   return true;
+}
+
+FrameAssembler::State FrameAssembler::read_available(int fd) {
+  while (true) {
+    const bool in_header = header_.size() < 4;
+    const size_t want = in_header ? 4 - header_.size() : size_ - body_.size();
+    if (!in_header && want == 0) return State::kComplete;
+    char buf[512];
+    const ssize_t n = ::recv(fd, buf, std::min(want, sizeof(buf)), 0);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return State::kPartial;
+      throw std::runtime_error(std::string("receive failed: ") + std::strerror(errno));
+    }
+    if (n == 0) {
+      if (header_.empty()) return State::kClosed;
+      throw std::runtime_error("connection closed in the middle of a message");
+    }
+    if (!in_header) {
+      body_.append(buf, static_cast<size_t>(n));
+      continue;
+    }
+    header_.append(buf, static_cast<size_t>(n));
+    if (header_.size() < 4) continue;
+    size_ = Reader(header_).u32();
+    if (size_ > max_bytes_) {
+      throw ProtocolError("message of " + std::to_string(size_) + " bytes exceeds the limit of " +
+                          std::to_string(max_bytes_) + " bytes");
+    }
+  }
 }
 
 }  // namespace minidl::dist::protocol

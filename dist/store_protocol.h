@@ -93,4 +93,24 @@ void send_frame(int fd, const std::string& body);
 // std::runtime_error on a timeout or a socket error.
 bool recv_frame(int fd, std::string& body, Clock::time_point deadline, uint32_t max_bytes = kMaxMessageBytes);
 
+// Receives one frame from a non-blocking socket as its bytes trickle in, without ever waiting:
+// the store's server reads every new connection's hello this way on its one accept thread.
+class FrameAssembler {
+ public:
+  enum class State { kPartial, kComplete, kClosed };
+  explicit FrameAssembler(uint32_t max_bytes) : max_bytes_(max_bytes) {}
+  // Reads what the socket holds now. kComplete: the whole frame is in body(); kPartial: more is
+  // to come; kClosed: a clean end of stream before the frame's first byte. Throws ProtocolError
+  // if the announced length exceeds max_bytes, std::runtime_error on an end of stream in the
+  // middle of the frame or a socket error.
+  State read_available(int fd);
+  const std::string& body() const { return body_; }
+
+ private:
+  uint32_t max_bytes_;
+  std::string header_;  // the 4 length bytes, as they arrive
+  std::string body_;
+  uint32_t size_ = 0;  // the announced length, once header_ is complete
+};
+
 }  // namespace minidl::dist::protocol

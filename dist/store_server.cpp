@@ -1,9 +1,13 @@
-// dist/store_server.cpp — TCPStore's server: accept loop, one thread per connection, and the
-// request handlers. See store_server.h and the wire format in store_protocol.h.
+// dist/store_server.cpp — TCPStore's server: the accept loop (which also reads every new
+// connection's hello, with a cap, a deadline and a descriptor reserve), one thread per admitted
+// connection, and the request handlers. See store_server.h and the wire format in
+// store_protocol.h.
 #include "minidl/dist/store_server.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -11,7 +15,9 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <stdexcept>
+#include <system_error>
 #include <vector>
 
 namespace minidl::dist {
@@ -22,8 +28,13 @@ namespace {
 
 // Longest wait a client may ask for (a day): keeps deadline arithmetic far from overflow.
 constexpr int64_t kMaxWaitMs = 24LL * 3600 * 1000;
-// How long a new connection may take to present its token.
-constexpr auto kHelloTimeout = std::chrono::seconds(30);
+// At most one line of each kind of connection trouble per interval (see ThrottledLog).
+constexpr auto kLogInterval = std::chrono::seconds(5);
+// After a failed accept() the loop waits, doubling from the first to the last of these.
+constexpr auto kMinAcceptBackoff = std::chrono::milliseconds(10);
+constexpr auto kMaxAcceptBackoff = std::chrono::milliseconds(1000);
+// While descriptors are short and no waiting connection can be closed for room, look again this often.
+constexpr auto kReserveRecheck = std::chrono::milliseconds(100);
 
 void log_error(const std::string& message) {
   std::string line = "[minidl TCPStore] " + message + "\n";
@@ -45,14 +56,69 @@ bool same_token(const std::string& a, const std::string& b) {
 
 std::string shutting_down() { return Writer().u8(kError).str("the store's server is shutting down").body(); }
 
+// This process's RLIMIT_NOFILE (the soft limit, what open() and accept() obey); "unlimited" and
+// an unreadable limit read as the largest int64_t.
+int64_t descriptor_limit() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY)
+    return std::numeric_limits<int64_t>::max();
+  return static_cast<int64_t>(limit.rlim_cur);
+}
+
+// How many more descriptors this process may open: the limit less those open now (counted in
+// /proc/self/fd). 0 when not even that directory can be opened for lack of a descriptor; the
+// largest int64_t when it cannot be told (no /proc), and accept()'s own errors then speak.
+int64_t free_descriptors() {
+  const int64_t limit = descriptor_limit();
+  if (limit == std::numeric_limits<int64_t>::max()) return limit;
+  DIR* dir = ::opendir("/proc/self/fd");
+  if (dir == nullptr) return errno == EMFILE || errno == ENFILE ? 0 : std::numeric_limits<int64_t>::max();
+  int64_t open = -3;  // ".", ".." and the directory's own descriptor
+  while (::readdir(dir) != nullptr) ++open;
+  ::closedir(dir);
+  return limit - open;
+}
+
+// Milliseconds from now until `when` for poll(), rounded up: -1 for Clock::time_point::max().
+int poll_timeout_ms(Clock::time_point when) {
+  if (when == Clock::time_point::max()) return -1;
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(when - Clock::now()).count() + 1;
+  return static_cast<int>(std::clamp<int64_t>(left, 0, 1 << 30));
+}
+
 }  // namespace
+
+int TCPStoreServer::max_pending_connections() {
+  return static_cast<int>(std::clamp<int64_t>(descriptor_limit() / 16, 4, 64));
+}
+
+int TCPStoreServer::reserved_descriptors() { return static_cast<int>(std::min<int64_t>(descriptor_limit() / 8, 64)); }
+
+void TCPStoreServer::ThrottledLog::report(const std::string& message) {
+  const auto now = Clock::now();
+  if (printed_ && now - last_ < kLogInterval) {
+    ++held_back_;
+    return;
+  }
+  log_error(held_back_ == 0 ? message
+                            : message + " (" + std::to_string(held_back_) +
+                                  " more like it held back since the previous such line)");
+  printed_ = true;
+  last_ = now;
+  held_back_ = 0;
+}
 
 TCPStoreServer::TCPStoreServer(const std::string& host, uint16_t port, bool bind_all, std::string token)
     : token_(std::move(token)) {
   listener_ = listen_tcp(host, port, bind_all);
   port_ = local_port(listener_.fd());
+  // Non-blocking: a connection reset between poll() and accept() must not hang the loop.
+  ::fcntl(listener_.fd(), F_SETFL, ::fcntl(listener_.fd(), F_GETFL) | O_NONBLOCK);
   int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error(std::string("TCPStore: pipe: ") + std::strerror(errno));
+  if (::pipe2(fds, O_CLOEXEC) != 0) {
+    if (is_out_of_descriptors(errno)) throw OutOfDescriptors("pipe: " + out_of_descriptors_message(errno));
+    throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
+  }
   wake_read_ = Socket(fds[0]);
   wake_write_ = Socket(fds[1]);
   accept_thread_ = std::thread([this] { accept_loop(); });
@@ -67,6 +133,7 @@ TCPStoreServer::~TCPStoreServer() {
   char byte = 1;
   (void)!::write(wake_write_.fd(), &byte, 1);
   accept_thread_.join();
+  pending_.clear();
   // Unblock every connection thread that sits in recv() (SHUT_RD: it reads an end of stream),
   // then join them all. The write side stays open, so a thread that has already applied a
   // request still delivers its reply: a client whose set() made rank 0 decide to exit gets its
@@ -78,30 +145,140 @@ TCPStoreServer::~TCPStoreServer() {
 }
 
 void TCPStoreServer::accept_loop() {
+  std::vector<pollfd> fds;
   while (true) {
-    pollfd fds[2] = {{listener_.fd(), POLLIN, 0}, {wake_read_.fd(), POLLIN, 0}};
-    int rc = ::poll(fds, 2, -1);
+    drop_expired_pending();
+    const bool accepting = Clock::now() >= accept_paused_until_;
+    fds.clear();
+    fds.push_back({wake_read_.fd(), POLLIN, 0});
+    fds.push_back({accepting ? listener_.fd() : -1, POLLIN, 0});  // poll() skips a negative fd
+    for (const auto& p : pending_) fds.push_back({p.socket.fd(), POLLIN, 0});
+    // Wake for the oldest waiting connection's deadline (the earliest: deadlines are in arrival
+    // order) and for the end of a pause in accepting.
+    Clock::time_point wake = pending_.empty() ? Clock::time_point::max() : pending_.front().deadline;
+    if (!accepting) wake = std::min(wake, accept_paused_until_);
+    const int rc = ::poll(fds.data(), fds.size(), poll_timeout_ms(wake));
     if (rc < 0) {
       if (errno == EINTR) continue;
       log_error(std::string("poll failed, no longer accepting connections: ") + std::strerror(errno));
       return;
     }
-    if (fds[1].revents != 0) return;  // shutting down
-    if ((fds[0].revents & POLLIN) == 0) continue;
-    int fd = ::accept4(listener_.fd(), nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) {
-      if (errno != EINTR && errno != ECONNABORTED && errno != EAGAIN) {
-        log_error(std::string("accept failed: ") + std::strerror(errno));
-      }
-      continue;
+    if (fds[0].revents != 0) return;  // shutting down
+    // Hellos first: a client whose hello is in is admitted before a newcomer can evict it.
+    size_t i = 2;
+    for (auto it = pending_.begin(); it != pending_.end(); ++i) {
+      it = fds[i].revents != 0 && !read_hello(*it) ? pending_.erase(it) : it + 1;
     }
-    reap_finished_connections();
-    auto conn = std::make_unique<Connection>();
-    conn->socket = Socket(fd);
-    Connection* raw = conn.get();
-    std::lock_guard<std::mutex> lock(connections_mutex_);
-    connections_.push_back(std::move(conn));
+    if ((fds[1].revents & POLLIN) != 0) accept_one();
+  }
+}
+
+void TCPStoreServer::accept_one() {
+  const int max_pending = max_pending_connections();
+  if (static_cast<int>(pending_.size()) >= max_pending) {
+    drop_oldest_pending("the oldest of " + std::to_string(max_pending) +
+                        " connections waiting for their hello (the most allowed), to make room for a new one");
+  }
+  const int64_t free = free_descriptors();
+  const int reserve = reserved_descriptors();
+  if (free <= reserve) {
+    const std::string shortage = "only " + std::to_string(std::max<int64_t>(free, 0)) +
+                                 " file descriptors are free below this process's limit of " +
+                                 std::to_string(descriptor_limit()) + " and the store keeps " +
+                                 std::to_string(reserve) + " of them for the training process";
+    if (pending_.empty()) {
+      reserve_log_.report("not accepting connections for now: " + shortage +
+                          " (new connections wait in the backlog; raise the limit with `ulimit -n`)");
+      accept_paused_until_ = Clock::now() + kReserveRecheck;
+      return;
+    }
+    drop_oldest_pending("the oldest connection waiting for its hello, to make room for a new one: " + shortage);
+  }
+  const int fd = ::accept4(listener_.fd(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+  if (fd < 0) {
+    const int err = errno;
+    if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) {
+      accept_backoff_ = std::clamp(accept_backoff_ * 2, std::chrono::milliseconds(kMinAcceptBackoff),
+                                   std::chrono::milliseconds(kMaxAcceptBackoff));
+      accept_paused_until_ = Clock::now() + accept_backoff_;
+      accept_log_.report(std::string("accept failed: ") + std::strerror(err) + " (the limit is " +
+                         std::to_string(descriptor_limit()) + " open files); accepting again in " +
+                         format_seconds(accept_backoff_) + ", backing off up to " + format_seconds(kMaxAcceptBackoff));
+    } else if (err != EINTR && err != EAGAIN && err != EWOULDBLOCK && err != ECONNABORTED) {
+      accept_log_.report(std::string("accept failed: ") + std::strerror(err));
+    }
+    return;
+  }
+  accept_backoff_ = std::chrono::milliseconds(0);
+  reap_finished_connections();
+  pending_.push_back(Pending{Socket(fd), Clock::now() + kHelloDeadline});
+  // A real client's hello is usually in already: admit it before anything can evict it.
+  if (!read_hello(pending_.back())) pending_.pop_back();
+}
+
+void TCPStoreServer::drop_oldest_pending(const std::string& why) {
+  if (pending_.empty()) return;
+  evicted_log_.report("closing connection from " + peer_name(pending_.front().socket.fd()) + ", " + why);
+  pending_.pop_front();  // closes it
+}
+
+void TCPStoreServer::drop_expired_pending() {
+  const auto now = Clock::now();
+  while (!pending_.empty() && pending_.front().deadline <= now) {
+    expired_log_.report("closing connection from " + peer_name(pending_.front().socket.fd()) +
+                        ": no hello with the store token within " +
+                        format_seconds(std::chrono::milliseconds(kHelloDeadline)));
+    pending_.pop_front();
+  }
+}
+
+bool TCPStoreServer::read_hello(Pending& pending) {
+  const int fd = pending.socket.fd();
+  try {
+    switch (pending.hello.read_available(fd)) {
+      case FrameAssembler::State::kPartial:
+        return true;
+      case FrameAssembler::State::kClosed:  // connected and left without a word (a port probe)
+        return false;
+      case FrameAssembler::State::kComplete:
+        admit(pending);
+        return false;
+    }
+  } catch (const ProtocolError& e) {
+    refused_log_.report("closing connection from " + peer_name(fd) + ": " + e.what());
+  } catch (const std::exception& e) {
+    refused_log_.report("connection from " + peer_name(fd) + " failed: " + e.what());
+  }
+  return false;
+}
+
+void TCPStoreServer::admit(Pending& pending) {
+  const int fd = pending.socket.fd();
+  const Request r = parse_request(pending.hello.body());
+  if (r.command != kHello) throw ProtocolError("the first message is not a hello with the store token");
+  if (!token_.empty() && !same_token(r.key, token_)) {
+    refused_log_.report("dropping connection from " + peer_name(fd) + ": wrong store token (MINIDL_STORE_TOKEN)");
+    // One small frame into a fresh connection's empty send buffer: it does not block, and if
+    // it cannot be sent the close that follows tells the client enough.
+    const std::string body =
+        Writer().u8(kError).str("wrong store token: the client's MINIDL_STORE_TOKEN is not the server's").body();
+    const std::string frame = Writer().u32(static_cast<uint32_t>(body.size())).body() + body;
+    (void)!::send(fd, frame.data(), frame.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    return;
+  }
+  // Blocking again: the connection's thread reads and writes with poll() deadlines.
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  auto conn = std::make_unique<Connection>();
+  conn->socket = std::move(pending.socket);
+  Connection* raw = conn.get();
+  std::lock_guard<std::mutex> lock(connections_mutex_);
+  connections_.push_back(std::move(conn));
+  try {
     raw->thread = std::thread([this, raw] { serve(raw); });
+  } catch (const std::system_error& e) {
+    thread_log_.report("closing connection from " + peer_name(fd) + ": cannot start a thread to serve it: " + e.what() +
+                       " (see `ulimit -u` and free memory)");
+    connections_.pop_back();  // closes it
   }
 }
 
@@ -117,30 +294,14 @@ void TCPStoreServer::reap_finished_connections() {
   }
 }
 
-bool TCPStoreServer::authenticate(int fd, const std::string& peer) {
-  std::string hello;
-  if (!recv_frame(fd, hello, Clock::now() + kHelloTimeout, kMaxHelloBytes)) return false;
-  const Request r = parse_request(hello);
-  if (r.command != kHello) throw ProtocolError("the first message is not a hello with the store token");
-  if (!token_.empty() && !same_token(r.key, token_)) {
-    log_error("dropping connection from " + peer + ": wrong store token (MINIDL_STORE_TOKEN)");
-    send_frame(
-        fd, Writer().u8(kError).str("wrong store token: the client's MINIDL_STORE_TOKEN is not the server's").body());
-    return false;
-  }
-  send_frame(fd, ok());
-  return true;
-}
-
 void TCPStoreServer::serve(Connection* conn) {
   int fd = conn->socket.fd();
   std::string peer = peer_name(fd);
   std::string request;
   try {
-    if (authenticate(fd, peer)) {
-      while (recv_frame(fd, request, Clock::time_point::max())) {
-        send_frame(fd, handle(parse_request(request)));
-      }
+    send_frame(fd, ok());  // the hello was good
+    while (recv_frame(fd, request, Clock::time_point::max())) {
+      send_frame(fd, handle(parse_request(request)));
     }
   } catch (const ProtocolError& e) {
     log_error("closing connection from " + peer + ": " + e.what());

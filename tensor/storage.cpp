@@ -5,10 +5,12 @@
 // to the cache, so a steady-state training step — the same sizes every step — maps no new memory
 // and takes no page faults after the first step. Memory is not zeroed (as malloc): ops that need
 // zeros fill them. MINIDL_CPU_ALLOCATOR=malloc bypasses the cache (for memory checkers).
+// Either way a failure is a CpuOutOfMemoryError naming the size asked for.
 #include "minidl/tensor/storage.h"
 
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -40,7 +42,20 @@ kernels::CachingAllocator& cpu_cache() {
        .free = [](void* p) { std::free(p); }});
   return *a;
 }
+// "CPU tensors hold 1.00 GiB (1.25 GiB reserved by the caching allocator, cap 8.00 GiB)".
+std::string cache_usage() {
+  const kernels::CachingAllocatorStats stats = cpu_cache().stats();
+  return "CPU tensors hold " + kernels::format_bytes(stats.allocated) + " (" + kernels::format_bytes(stats.reserved) +
+         " reserved by the caching allocator" +
+         (stats.cap == SIZE_MAX ? std::string() : ", cap " + kernels::format_bytes(stats.cap)) + ")";
+}
 }  // namespace
+
+CpuOutOfMemoryError::CpuOutOfMemoryError(size_t nbytes, const std::string& detail)
+    : message_(std::make_shared<const std::string>("out of memory: cannot allocate " + kernels::format_bytes(nbytes) +
+                                                   " for a CPU tensor (" + std::to_string(nbytes) + " bytes); " +
+                                                   detail + " (see free memory and `ulimit -v`)")),
+      nbytes_(nbytes) {}
 
 kernels::CachingAllocatorStats cpu_allocator_stats() { return cpu_cache().stats(); }
 void cpu_empty_cache() { cpu_cache().empty_cache(); }
@@ -48,13 +63,19 @@ void cpu_empty_cache() { cpu_cache().empty_cache(); }
 Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), device_(device) {
   if (device.is_cpu()) {
     if (use_cache()) {
-      data_ = nbytes ? cpu_cache().allocate(nbytes, nullptr) : nullptr;
+      try {
+        data_ = nbytes ? cpu_cache().allocate(nbytes, nullptr) : nullptr;
+      } catch (const kernels::OutOfMemoryError&) {  // no segment (or over the cap)
+        throw CpuOutOfMemoryError(nbytes, cache_usage());
+      } catch (const std::bad_alloc&) {  // the allocator's own bookkeeping
+        throw CpuOutOfMemoryError(nbytes, cache_usage());
+      }
       deleter_ = [](void* p) { cpu_cache().free(p); };
       return;
     }
     const size_t rounded = ((nbytes + 63) / 64) * 64;
     data_ = rounded ? std::aligned_alloc(64, rounded) : nullptr;
-    if (rounded && !data_) throw std::bad_alloc();
+    if (rounded && !data_) throw CpuOutOfMemoryError(nbytes, "malloc failed (MINIDL_CPU_ALLOCATOR=malloc)");
     deleter_ = [](void* p) { std::free(p); };
   } else {
     data_ = kernels::cuda::device_malloc(nbytes, device.index);

@@ -49,8 +49,17 @@ void on_signal(int sig) {
   errno = saved;
 }
 
+// Throws for a failed pipe2() (errno set): what the pipe was for, and why it failed; out of
+// descriptors, with the limit and `ulimit -n`.
+[[noreturn]] void throw_pipe_failed(const std::string& what_for) {
+  const int err = errno;
+  throw std::runtime_error(
+      "cannot create " + what_for + ": " +
+      (dist::is_out_of_descriptors(err) ? dist::out_of_descriptors_message(err) : std::string(std::strerror(err))));
+}
+
 void install_signal_handlers() {
-  if (::pipe2(g_signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0) throw std::runtime_error("pipe failed");
+  if (::pipe2(g_signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0) throw_pipe_failed("the pipe for signals");
   struct sigaction sa {};
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
@@ -365,7 +374,8 @@ NodeEnd run_round(const LaunchConfig& c, int round, uint16_t port, const std::st
   }
   for (int local = 0; local < c.nproc_per_node; ++local) {
     int out[2], err[2];
-    if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
+    if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0)
+      throw_pipe_failed("the pipes for local rank " + std::to_string(local) + "'s output");
     Worker w;
     w.local_rank = local;
     w.rank = c.node_rank * c.nproc_per_node + local;
@@ -382,7 +392,12 @@ NodeEnd run_round(const LaunchConfig& c, int round, uint16_t port, const std::st
       exec_worker(c, local, port, round, step_dir, out[1], err[1], launcher);
     }
     sigprocmask(SIG_SETMASK, &old, nullptr);
-    if (w.pid < 0) throw std::runtime_error(std::string("fork failed: ") + std::strerror(errno));
+    if (w.pid < 0) {
+      const int e = errno;
+      throw std::runtime_error(
+          "cannot start local rank " + std::to_string(local) + ": fork failed: " + std::strerror(e) +
+          (e == EAGAIN || e == ENOMEM ? " (the limit on processes and threads, `ulimit -u`, or memory)" : ""));
+    }
     ::setpgid(w.pid, w.pid);  // also here, so it holds before we ever signal the group
     ::close(out[1]);
     ::close(err[1]);

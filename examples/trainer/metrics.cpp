@@ -15,6 +15,7 @@
 
 #include "minidl/dist/distributed.h"
 #include "minidl/dist/metrics.h"
+#include "minidl/dist/socket.h"
 #include "minidl/tensor/creation.h"
 #include "minidl/tensor/ops.h"
 
@@ -136,7 +137,14 @@ void append_metrics_line(const std::string& path, const EpochRecord& r) {
                                        {"images_per_s", r.images_per_s},
                                        {"seconds", r.seconds},
                                        {"world_size", r.world_size}};
+  errno = 0;
   std::ofstream out(path, std::ios::app);
+  if (!out) {
+    const int err = errno;
+    std::string why = err != 0 ? std::strerror(err) : "open failed";
+    if (minidl::dist::is_out_of_descriptors(err)) why = minidl::dist::out_of_descriptors_message(err);
+    throw std::runtime_error("cannot open " + path + " to append to it: " + why);
+  }
   errno = 0;
   out << line.dump() << "\n";
   out.flush();  // the write happens here: check it, not only the buffering

@@ -2,7 +2,11 @@
 // top-1 / top-5 hits on hand-made logits, the sums all-reduced over ranks with uneven shards (the
 // global accuracy is hits / samples over every rank, not a mean of the ranks' accuracies), the
 // device-side sums (DeviceTotals, OrderedTotals) against the host counts of Totals::add, and the
-// metrics.jsonl line. Built as `test_trainer_metrics`, run by ctest.
+// metrics.jsonl line (and its error when the file cannot be opened). Built as
+// `test_trainer_metrics`, run by ctest.
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -188,4 +192,28 @@ TEST(TrainerMetrics, AppendsOneJsonLinePerEpoch) {
   EXPECT_EQ(j.at("world_size"), 2);
   EXPECT_EQ(nlohmann::json::parse(second).at("epoch"), 4);
   std::filesystem::remove(path);
+}
+
+TEST(TrainerMetrics, AFileThatCannotBeOpenedSaysWhyAndAProcessOutOfDescriptorsSaysSo) {
+  const std::string path = ::testing::TempDir() + "trainer_metrics_no_fd.jsonl";
+  try {
+    // In a child (spawn) whose descriptor limit is the lowest free descriptor: no file opens.
+    minidl::dist::spawn(1, [&](int) {
+      const int lowest_free = ::dup(0);
+      ::close(lowest_free);
+      rlimit limit{};
+      ::getrlimit(RLIMIT_NOFILE, &limit);
+      limit.rlim_cur = static_cast<rlim_t>(lowest_free);
+      ::setrlimit(RLIMIT_NOFILE, &limit);
+      trainer::append_metrics_line(path, trainer::EpochRecord{});
+    });
+    FAIL() << "expected the append to fail";
+  } catch (const minidl::dist::SpawnError& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("cannot open " + path +
+                           " to append to it: this process is out of file descriptors (Too many open files; its "
+                           "limit is "),
+              std::string::npos)
+        << message;
+  }
 }

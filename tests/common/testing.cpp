@@ -1,8 +1,12 @@
 // tests/common/testing.cpp — tensor comparison helpers for the tests.
 #include "tests/common/testing.h"
 
+#include <sys/resource.h>
+
 #include <cmath>
+#include <fstream>
 #include <sstream>
+#include <stdexcept>
 
 namespace minidl::testing {
 
@@ -57,6 +61,18 @@ std::vector<float> values(size_t n, uint32_t seed) {
     x = static_cast<float>(s >> 8) / static_cast<float>(1 << 23) - 1.0f;
   }
   return v;
+}
+
+void limit_address_space(size_t slack_bytes) {
+  std::ifstream status("/proc/self/status");
+  size_t mapped_kib = 0;
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("VmSize:", 0) == 0) mapped_kib = std::stoull(line.substr(7));
+  }
+  if (mapped_kib == 0) throw std::runtime_error("limit_address_space: no VmSize in /proc/self/status");
+  const rlim_t bytes = static_cast<rlim_t>(mapped_kib * 1024 + slack_bytes);
+  const rlimit limit{bytes, bytes};
+  if (::setrlimit(RLIMIT_AS, &limit) != 0) throw std::runtime_error("limit_address_space: setrlimit failed");
 }
 
 }  // namespace minidl::testing

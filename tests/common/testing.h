@@ -1,5 +1,6 @@
 // tests/common/testing.h — helpers shared by the test executables: tensor comparison, seeded
-// input values for the kernel tests, and the error-message matcher used by the bad-input tests.
+// input values for the kernel tests, the error-message matcher used by the bad-input tests, and
+// an address-space limit for the out-of-memory tests.
 #pragma once
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -21,6 +22,9 @@ void expect_equal(const Tensor& actual, const Tensor& expected, const std::strin
 // n deterministic floats in [-1, 1) from a linear congruential sequence started by seed: raw
 // inputs for the kernel tests, the same on every machine.
 std::vector<float> values(size_t n, uint32_t seed);
+// Limits this process's address space (RLIMIT_AS) to what it maps now plus slack_bytes, so that
+// a larger allocation fails. Call it only in a forked child: the limit cannot be raised again.
+void limit_address_space(size_t slack_bytes);
 
 }  // namespace minidl::testing
 

@@ -1,6 +1,7 @@
 // tests/dist/test_launcher.cpp — minidl-run: the environment it gives workers, prefixed output,
 // a failing worker stops the rest, SIGTERM reaches every worker, no process is left behind, bad
-// flags, and two launchers (--nnodes 2) forming one world of 4 on 127.0.0.1.
+// flags, running out of file descriptors, and two launchers (--nnodes 2) forming one world of 4
+// on 127.0.0.1.
 // Simple workers are /bin/sh scripts; the store worker is this test binary itself
 // (MINIDL_TEST_WORKER, see worker_entry.cpp).
 #include <sys/stat.h>
@@ -183,6 +184,16 @@ TEST_F(Launcher, AProgramThatCannotStartIsAFailure) {
   EXPECT_EQ(exit_code(p), 1);
   EXPECT_THAT(p.err, HasSubstr("cannot run '/nonexistent/program'"));
   EXPECT_THAT(p.err, HasSubstr("failed: rank 0 exited with status 127"));
+}
+
+TEST_F(Launcher, OutOfDescriptorsItSaysSoWithTheLimit) {
+  Subprocess p =
+      start_process({"/bin/sh", "-c", "ulimit -n 8 && exec " + launcher_path() + " --nproc-per-node 2 /bin/true"});
+  ASSERT_TRUE(wait_process(p, 10s));
+  EXPECT_NE(exit_code(p), 0);
+  EXPECT_THAT(p.err, HasSubstr("minidl-run: cannot create the pipe"));
+  EXPECT_THAT(p.err, HasSubstr(": this process is out of file descriptors (Too many open files; its limit is 8 open "
+                               "files: raise it with `ulimit -n`)"));
 }
 
 TEST_F(Launcher, BadFlagsPrintUsageAndExit2) {

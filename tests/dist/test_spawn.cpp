@@ -1,16 +1,20 @@
 // tests/dist/test_spawn.cpp — dist::spawn: children see the world in their environment, meet
 // through the TCPStore, hand results back; a failing rank stops the others and its error
-// reaches the parent; no child is left behind.
+// reaches the parent, saying what ran out when it was memory or threads; no child is left
+// behind.
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <csignal>
 #include <thread>
+#include <vector>
 
 #include "minidl/dist/env.h"
 #include "minidl/dist/spawn.h"
 #include "minidl/dist/store.h"
+#include "minidl/tensor/creation.h"
 #include "tests/common/testing.h"
 #include "tests/dist/dist_test_util.h"
 
@@ -98,4 +102,49 @@ TEST(Spawn, AChildIgnoringSigtermIsKilledAfterTheGracePeriod) {
 
 TEST(Spawn, NprocsMustBePositive) {
   EXPECT_THROW_MSG(spawn(0, [](int) {}), std::runtime_error, "spawn: nprocs must be at least 1, got 0");
+}
+
+TEST(Spawn, ARankOutOfMemoryForATensorSaysHowMuchItAskedFor) {
+  EXPECT_THROW_MSG(
+      spawn(1,
+            [](int) {
+              minidl::testing::limit_address_space(size_t(256) << 20);
+              minidl::Tensor t = minidl::empty({int64_t(3) << 27}, minidl::DType::Float32);  // 1.5 GiB
+            }),
+      minidl::dist::SpawnError,
+      "spawn: rank 0 failed: out of memory: cannot allocate 1.50 GiB for a CPU tensor (1610612736 bytes); ");
+}
+
+TEST(Spawn, ARankThatCannotStartAThreadSaysSo) {
+  EXPECT_THROW_MSG(spawn(1,
+                         [](int) {
+                           // Less room than one thread's stack. glibc may hand out a few cached
+                           // stacks first, so threads are started until one cannot be.
+                           minidl::testing::limit_address_space(size_t(4) << 20);
+                           std::atomic<bool> release{false};
+                           std::vector<std::thread> threads;
+                           auto join_all = [&] {
+                             release = true;
+                             for (auto& t : threads) t.join();
+                           };
+                           try {
+                             for (int i = 0; i < 64; ++i)
+                               threads.emplace_back([&] {
+                                 while (!release) std::this_thread::sleep_for(1ms);
+                               });
+                           } catch (...) {
+                             join_all();
+                             throw;
+                           }
+                           join_all();
+                         }),
+                   minidl::dist::SpawnError,
+                   "spawn: rank 0 failed: cannot start a thread: Resource temporarily unavailable (the limit on "
+                   "processes and threads, `ulimit -u`, or memory)");
+}
+
+TEST(Spawn, ABareBadAllocIsReportedAsOutOfMemory) {
+  EXPECT_THROW_MSG(spawn(1, [](int) { throw std::bad_alloc(); }), minidl::dist::SpawnError,
+                   "spawn: rank 0 failed: out of memory: an allocation failed (std::bad_alloc; see free memory and "
+                   "`ulimit -v`)");
 }
