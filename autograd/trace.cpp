@@ -164,14 +164,13 @@ Collective Collective::launch(std::string what) {
   return c;
 }
 
-Collective::Running::Running(Collective& collective) : c(collective) {
-  name_thread_once("communication");
-  begin = now_ns();
-}
+Collective::Running::Running(Collective& collective) : c(collective) { begin = now_ns(); }
 
+// On the "communication" track whichever thread ran it: a group's collectives run one at a time,
+// on its communication thread or (shared memory) on a caller that helped, so they never overlap.
 Collective::Running::~Running() {
   const int64_t end = now_ns();
-  span(c.label_.empty() ? c.what_ : c.label_ + ": " + c.what_, kComm, begin, end);
+  span_on(track("communication"), c.label_.empty() ? c.what_ : c.label_ + ": " + c.what_, kComm, begin, end);
   if (c.track_ >= 0) span_on(c.track_, c.label_ + " all-reduce", kAllReduce, c.launched_, end);
 }
 

@@ -101,8 +101,8 @@ class CollectiveLabel {
 };
 
 // One collective's trace: launch() where it is issued (records a "launch" instant when it has a
-// label), run() on the thread that executes it (records the run as a "comm" span on that thread,
-// named "communication" unless named, and the label's launch-to-completion "allreduce" span).
+// label), run() on the thread that executes it (records the run as a "comm" span on the track
+// "communication", whichever thread ran it, and the label's launch-to-completion "allreduce" span).
 class Collective {
  public:
   Collective() = default;

@@ -27,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include "minidl/autograd/trace.h"
 #include "minidl/tensor/creation.h"
 
 namespace minidl::dist {
@@ -476,6 +477,7 @@ struct ProcessGroupShm::Impl {
   struct Task {
     std::function<void()> run;
     std::shared_ptr<TaskState> state;
+    autograd::trace::Collective trace;  // tracing: launched at issue, run by whoever runs it
   };
   std::thread worker;
   std::mutex exec_mutex;  // held while a task runs
@@ -494,7 +496,7 @@ struct ProcessGroupShm::Impl {
       queue.pop_front();
     }
     try {
-      task.run();
+      task.trace.run(task.run);
     } catch (...) {
       task.state->error = std::current_exception();
     }
@@ -535,6 +537,7 @@ struct ProcessGroupShm::Impl {
     if (broken)
       throw std::runtime_error(desc.op + ": the process group is broken by an earlier failure: " + broken_reason);
     Task task;
+    task.trace = autograd::trace::Collective::launch(desc.human());
     task.run = [this, desc, body = std::move(body)] { run_collective(desc, body); };
     task.state = std::make_shared<TaskState>();
     auto work = std::make_shared<TaskWork>(*this, task.state);
