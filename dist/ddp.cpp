@@ -154,14 +154,18 @@ void DistributedDataParallel::mark_ready(size_t i) {
 void DistributedDataParallel::launch_ready_buckets() {
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) {
     Bucket& b = buckets_[next_bucket_++];
+    // Each gradient moves into its slot, and .grad becomes a view of the slot (PyTorch's
+    // gradient_as_bucket_view): the average is then made in place, with no copy back.
     for (size_t i : b.params) {
-      const Param& p = params_[i];
-      Tensor slot = b.buffer.narrow(0, slots_[i].offset, p.var.numel());
-      if (p.var.grad().defined()) {
-        slot.copy_(p.var.grad().reshape({-1}));
-      } else {
+      Param& p = params_[i];
+      Tensor slot = b.buffer.narrow(0, slots_[i].offset, p.var.numel()).view(p.var.shape());
+      const Tensor& grad = p.var.grad();
+      if (!grad.defined()) {
         slot.fill_(0.0);  // unused in this forward (find_unused_parameters)
+      } else if (!grad.is_same(slot)) {
+        slot.copy_(grad);
       }
+      p.var.set_grad(slot);
     }
     const autograd::trace::CollectiveLabel label("DDP bucket", static_cast<int64_t>(next_bucket_ - 1));  // tracing
     b.work = group_->all_reduce_async(b.buffer, ReduceOp::SUM);
@@ -181,16 +185,7 @@ void DistributedDataParallel::finalize() {
     } catch (const std::exception& e) {
       throw_step_failure(e);
     }
-    mul_(b.buffer, inv_world);
-    for (size_t i : b.params) {
-      Param& p = params_[i];
-      Tensor avg = b.buffer.narrow(0, slots_[i].offset, p.var.numel()).view(p.var.shape());
-      if (p.var.grad().defined()) {
-        p.var.grad().copy_(avg);
-      } else {
-        p.var.set_grad(avg.clone());
-      }
-    }
+    mul_(b.buffer, inv_world);  // the average, in every .grad of the bucket (views of it)
   }
   times_.comm_wait = seconds_since(t0);
   finalized_ = true;

@@ -516,3 +516,30 @@ TEST(DDP, JoinOutsideAJoinScopeSaysHowToUseIt) {
     dist::shutdown();
   });
 }
+
+TEST(DDP, GradientsAreViewsOfTheirBucketHoldingTheAverage) {
+  // gradient_as_bucket_view: after backward every .grad of a bucket shares the bucket's storage
+  // and holds the average over the ranks (no copy back); the next step's gradients land there too.
+  dist::spawn(2, [](int rank) {
+    init_world(std::chrono::seconds(20));
+    manual_seed(0);
+    nn::MLP model;
+    dist::DistributedDataParallel ddp(model);
+    require(ddp.num_buckets() == 1, "the MLP fits one bucket");
+    for (uint64_t s = 0; s < 2; ++s) {
+      for (auto& p : model.parameters()) p.set_grad(Tensor());
+      GlobalBatch g = make_batch(4, 10 * s + static_cast<uint64_t>(rank));  // a different batch per rank
+      cross_entropy(ddp(Variable(g.x)), g.y).backward();
+      const auto params = model.parameters();
+      for (const auto& p : params)
+        require(p.grad().storage() == params.front().grad().storage(),
+                "step " + std::to_string(s) + ": every .grad is a view of the one bucket");
+      for (const auto& p : params) {
+        const Tensor mine = p.grad().clone();
+        const std::vector<Tensor> all = dist::all_gather(mine);
+        require_close(mine, all[0], 0, 0, "rank " + std::to_string(rank) + ": the same average on every rank");
+      }
+    }
+    dist::shutdown();
+  });
+}
