@@ -168,7 +168,7 @@ void DistributedDataParallel::launch_ready_buckets() {
       p.var.set_grad(slot);
     }
     const autograd::trace::CollectiveLabel label("DDP bucket", static_cast<int64_t>(next_bucket_ - 1));  // tracing
-    b.work = group_->all_reduce_async(b.buffer, ReduceOp::SUM);
+    b.work = group_->all_reduce_async(b.buffer, ReduceOp::AVG);  // the average over the ranks, in place
     if (num_ready_ < params_.size()) ++launched_early_;
   }
 }
@@ -177,15 +177,13 @@ void DistributedDataParallel::launch_ready_buckets() {
 void DistributedDataParallel::finalize() {
   times_.backward = seconds_since(forward_end_);
   const auto t0 = Clock::now();
-  const double inv_world = 1.0 / static_cast<double>(group_->size());
-  for (auto& b : buckets_) {
+  for (auto& b : buckets_) {  // the averages are in every .grad of the bucket (views of it)
     try {
       const autograd::trace::Span wait("DDP wait", autograd::trace::kWait);  // tracing
       b.work->wait();
     } catch (const std::exception& e) {
       throw_step_failure(e);
     }
-    mul_(b.buffer, inv_world);  // the average, in every .grad of the bucket (views of it)
   }
   times_.comm_wait = seconds_since(t0);
   finalized_ = true;
@@ -263,7 +261,7 @@ void DistributedDataParallel::join() {
     if (options_.broadcast_buffers) broadcast_buffers(0);
     for (auto& b : buckets_) {
       b.buffer.fill_(0.0);
-      group_->all_reduce(b.buffer, ReduceOp::SUM);
+      group_->all_reduce(b.buffer, ReduceOp::AVG);  // the same collective as the active ranks' buckets
     }
   }
   // Joined ranks skipped the last optimizer steps: take the model of the rank that trained

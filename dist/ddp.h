@@ -16,8 +16,8 @@
 // post-accumulate hook marks a parameter ready; when a bucket is complete its gradients are
 // flattened into one buffer and its all-reduce starts asynchronously on the process group's
 // communication thread, strictly in bucket order on every rank. When the last bucket has been
-// launched, DDP waits for all of them and divides by the world size — so when backward() returns
-// the gradients are synchronised. Each parameter's .grad is then a view of its slot in the bucket
+// launched, DDP waits for all of them (each all-reduce is an average, ReduceOp::AVG) — so when
+// backward() returns the gradients are synchronised. Each parameter's .grad is then a view of its slot in the bucket
 // (PyTorch's gradient_as_bucket_view, always on here): the average is made in place, with no copy
 // back, and a .grad tensor kept past the next backward changes with it (clone() it to keep it).
 // The algorithm is PyTorch's alone; DeterministicDDP (deterministic_ddp.h) is the other
