@@ -14,8 +14,6 @@ namespace minidl::dist {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
 // A uint8 view of a contiguous tensor's bytes (the same storage).
 Tensor bytes_of(const Tensor& t) {
   const int64_t size = static_cast<int64_t>(element_size(t.dtype()));
@@ -28,8 +26,8 @@ void broadcast_coalesced(ProcessGroup& group, const std::vector<Tensor>& tensors
   std::vector<std::pair<Device, std::vector<Tensor>>> by_device;
   for (const Tensor& t : tensors) {
     if (!t.is_contiguous()) {
-      Tensor copy = t;
-      group.broadcast(copy, root);
+      Tensor same = t;  // the same storage: broadcast() takes a non-const handle
+      group.broadcast(same, root);
       continue;
     }
     auto it = std::find_if(by_device.begin(), by_device.end(), [&](const auto& d) { return d.first == t.device(); });
@@ -65,14 +63,17 @@ DataParallel::DataParallel(nn::Module& module, ProcessGroup* group, const std::s
   }
   if (params_.empty()) throw std::invalid_argument(who_ + ": the module has no parameter that requires grad");
   check_parameters_match();
-  if (group_->size() > 1) {
-    NoGradGuard no_grad;
-    std::vector<Tensor> params, buffers;
-    for (auto& p : params_) params.push_back(p.var.data());
-    for (auto& [name, b] : module_.named_buffers()) buffers.push_back(*b);
-    broadcast_coalesced(*group_, params, 0);
-    broadcast_coalesced(*group_, buffers, 0);
-  }
+  broadcast_state(0);
+}
+
+void DataParallel::broadcast_state(int root) {
+  if (group_->size() == 1) return;
+  NoGradGuard no_grad;
+  std::vector<Tensor> params, buffers;
+  for (auto& p : params_) params.push_back(p.var.data());
+  for (auto& [name, b] : module_.named_buffers()) buffers.push_back(*b);
+  broadcast_coalesced(*group_, params, root);
+  broadcast_coalesced(*group_, buffers, root);
 }
 
 // Every rank must hold the same parameters (names, shapes, dtypes): compare with rank 0's list.
@@ -113,7 +114,7 @@ void DataParallel::step(optim::Optimizer& optimizer) {
   const autograd::trace::Span span("optimizer step", autograd::trace::kOptimizer);  // tracing
   const auto t0 = Clock::now();
   optimizer.step();
-  times_.optimizer = std::chrono::duration<double>(Clock::now() - t0).count();
+  times_.optimizer = seconds_since(t0);
 }
 
 }  // namespace minidl::dist

@@ -67,6 +67,13 @@ class DataParallel {
   // first difference, prefixed with `who`) and gives every rank rank 0's parameters and buffers
   // (one coalesced broadcast each). group: nullptr for the default group of dist::init().
   DataParallel(nn::Module& module, ProcessGroup* group, const std::string& who);
+  // Gives every rank `root`'s parameters and buffers: one coalesced broadcast each.
+  void broadcast_state(int root);
+
+  using Clock = std::chrono::steady_clock;
+  static double seconds_since(Clock::time_point t) {
+    return std::chrono::duration<double>(Clock::now() - t).count();
+  }
 
   // A backward left these parameters (indices into params_) without a gradient: a logic_error
   // naming them, with the remedy.
@@ -77,7 +84,7 @@ class DataParallel {
   const std::string who_;  // "DistributedDataParallel", for messages
   std::vector<Param> params_;
   StepTimes times_;
-  std::chrono::steady_clock::time_point forward_end_;
+  Clock::time_point forward_end_;
 
  private:
   void check_parameters_match();

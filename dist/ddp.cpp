@@ -13,17 +13,6 @@
 
 namespace minidl::dist {
 
-namespace {
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-std::vector<Tensor> buffers_of(const nn::Module& module) {
-  std::vector<Tensor> out;
-  for (auto& [name, b] : module.named_buffers()) out.push_back(*b);
-  return out;
-}
-}  // namespace
-
 DistributedDataParallel::DistributedDataParallel(nn::Module& module, const DDPOptions& options)
     : DataParallel(module, options.group, "DistributedDataParallel"), options_(options) {
   // Buffers of layers that communicate in forward (SyncBatchNorm) move identically on every rank;
@@ -269,11 +258,7 @@ void DistributedDataParallel::join() {
   const int64_t world = group_->size();
   Tensor who = full({1}, static_cast<double>(synced_steps_ * world + group_->rank()), DType::Int64);
   group_->all_reduce(who, ReduceOp::MAX);
-  const int authoritative = static_cast<int>(static_cast<int64_t>(who.item()) % world);
-  std::vector<Tensor> params;
-  for (auto& p : params_) params.push_back(p.var.data());
-  broadcast_coalesced(*group_, params, authoritative);
-  broadcast_coalesced(*group_, buffers_of(module_), authoritative);
+  broadcast_state(static_cast<int>(static_cast<int64_t>(who.item()) % world));
 }
 
 }  // namespace minidl::dist

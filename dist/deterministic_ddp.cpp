@@ -11,11 +11,6 @@
 
 namespace minidl::dist {
 
-namespace {
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-}  // namespace
-
 // Ghost batch norm for every SyncBatchNorm; a shard's values are the gradients in parameter
 // order, then each SyncBatchNorm's (mean, var).
 DeterministicDDP::DeterministicDDP(nn::Module& module, const DeterministicDDPOptions& options)
