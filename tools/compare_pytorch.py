@@ -109,13 +109,18 @@ def peer(model_name, batch, threads, steps):
 
 
 def run_json(cmd, env=None):
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    """The first JSON line a command prints; a failure ends the calling script, naming it."""
+    me = os.path.basename(sys.argv[0]).removesuffix(".py")
+    try:
+        p = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    except OSError as e:
+        sys.exit(f"{me}: cannot run {cmd[0]}: {e.strerror} (build it first, or give its path)")
     if p.returncode != 0:
-        sys.exit(f"compare_pytorch: {' '.join(cmd)} failed (exit {p.returncode}):\n{p.stderr}")
+        sys.exit(f"{me}: {' '.join(cmd)} failed (exit {p.returncode}):\n{p.stderr}")
     for line in p.stdout.splitlines():
         if line.startswith("{"):
             return json.loads(line)
-    sys.exit(f"compare_pytorch: no JSON line from {' '.join(cmd)}:\n{p.stdout}")
+    sys.exit(f"{me}: no JSON line from {' '.join(cmd)}:\n{p.stdout}{p.stderr}")
 
 
 def peer_env(threads):

@@ -31,8 +31,9 @@ import subprocess
 import sys
 import time
 
-STEPS = {"mlp": 200, "cnn": 30, "vit": 20}
-WARMUP = 3
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from compare_pytorch import STEPS, WARMUP, make_model, peer_env, run_json  # noqa: E402
+
 LAYOUTS = [  # name, processes, threads, global batch
     ("A", 1, 2, 128),
     ("B", 2, 1, 128),
@@ -41,30 +42,11 @@ LAYOUTS = [  # name, processes, threads, global batch
 ]
 
 
-def run_json(cmd, env=None):
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    if p.returncode != 0:
-        sys.exit(f"scaling: {' '.join(cmd)} failed (exit {p.returncode}):\n{p.stderr}")
-    for line in p.stdout.splitlines():
-        if line.startswith("{"):
-            return json.loads(line)
-    sys.exit(f"scaling: no JSON line from {' '.join(cmd)}:\n{p.stdout}{p.stderr}")
-
-
-def peer_env():
-    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
-    env["OMP_NUM_THREADS"] = "1"
-    env["OPENBLAS_NUM_THREADS"] = "1"
-    return env
-
-
 def ddp_rank(model_name, rank, world, port, global_batch, steps):
     """One rank of PyTorch's DDP step (Gloo, one thread); rank 0 prints images/s of the global batch."""
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import torch
     import torch.distributed as dist
     import torch.nn.functional as F
-    from compare_pytorch import make_model
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
@@ -101,7 +83,7 @@ def run_peer(python, model, world, global_batch, steps):
     port = free_port()
     procs = [subprocess.Popen([python, os.path.abspath(__file__), "--ddp-rank", str(r), "--world", str(world),
                                "--port", str(port), "--peer-model", model, "--batch", str(global_batch),
-                               "--steps", str(steps)], env=peer_env(), stdout=subprocess.PIPE,
+                               "--steps", str(steps)], env=peer_env(1), stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for r in range(world)]
     outs = [p.communicate() for p in procs]
     for p, (out, err) in zip(procs, outs):
