@@ -34,6 +34,7 @@
 #include <gloo/transport/tcp/device.h>
 
 #include "minidl/autograd/trace.h"
+#include "minidl/dist/cpu_collective_checks.h"
 #include "minidl/tensor/creation.h"
 #endif
 
@@ -149,11 +150,7 @@ template <class T> gloo::AllreduceOptions::Func reduce_function(ReduceOp op) {
   throw std::logic_error("reduce_function: unknown op");
 }
 
-void check_cpu(const Tensor& t, const char* op) {
-  if (!t.defined()) throw std::invalid_argument(std::string("ProcessGroupGloo::") + op + ": undefined tensor");
-  if (!t.device().is_cpu())
-    throw std::invalid_argument(std::string("ProcessGroupGloo::") + op + ": Gloo takes CPU tensors, got " + t.desc());
-}
+const CpuCollectiveChecks kChecks("ProcessGroupGloo", "Gloo");
 
 std::atomic<int64_t> groups_created{0};  // names each group's keys; same order on every rank
 
@@ -443,12 +440,7 @@ int64_t ProcessGroupGloo::sequence_number() const {
 bool ProcessGroupGloo::is_broken() const { return impl_->broken; }
 
 std::shared_ptr<Work> ProcessGroupGloo::all_reduce_async(Tensor& t, ReduceOp op) {
-  check_cpu(t, "all_reduce");
-  if (op == ReduceOp::AVG && !t.is_floating_point())
-    throw std::invalid_argument("ProcessGroupGloo::all_reduce: AVG needs a floating dtype, got " + t.desc() +
-                                " (use SUM and divide)");
-  CollectiveDesc desc{"all_reduce", dtype_name(t.dtype()), shape_str(t.shape()),
-                      std::string("op=") + reduce_op_name(op)};
+  const CollectiveDesc desc = kChecks.all_reduce(t, op);
   Tensor target = t;
   return impl_->issue(desc, [this, target, op](uint32_t tag) mutable {
     Tensor buf = target.is_contiguous() ? target : target.contiguous();
@@ -458,11 +450,7 @@ std::shared_ptr<Work> ProcessGroupGloo::all_reduce_async(Tensor& t, ReduceOp op)
 }
 
 std::shared_ptr<Work> ProcessGroupGloo::broadcast_async(Tensor& t, int root) {
-  check_cpu(t, "broadcast");
-  if (root < 0 || root >= size_)
-    throw std::invalid_argument("ProcessGroupGloo::broadcast: root " + std::to_string(root) +
-                                " is not a rank of a world of " + std::to_string(size_));
-  CollectiveDesc desc{"broadcast", dtype_name(t.dtype()), shape_str(t.shape()), "root=" + std::to_string(root)};
+  const CollectiveDesc desc = kChecks.broadcast(t, root, size_);
   Tensor target = t;
   return impl_->issue(desc, [this, target, root](uint32_t tag) mutable {
     Tensor buf = target.is_contiguous() ? target : target.contiguous();
@@ -472,11 +460,7 @@ std::shared_ptr<Work> ProcessGroupGloo::broadcast_async(Tensor& t, int root) {
 }
 
 std::shared_ptr<Work> ProcessGroupGloo::all_gather_async(const Tensor& t, std::vector<Tensor>& out) {
-  check_cpu(t, "all_gather");
-  std::string shape = "[*";  // the first dim may differ between ranks
-  for (int64_t d = 1; d < t.dim(); ++d) shape += ", " + std::to_string(t.size(d));
-  shape = t.dim() == 0 ? "[]" : shape + "]";
-  CollectiveDesc desc{"all_gather", dtype_name(t.dtype()), shape, ""};
+  const CollectiveDesc desc = kChecks.all_gather(t);
   Tensor input = t;
   std::vector<Tensor>* result = &out;
   return impl_->issue(desc,
@@ -484,18 +468,7 @@ std::shared_ptr<Work> ProcessGroupGloo::all_gather_async(const Tensor& t, std::v
 }
 
 std::shared_ptr<Work> ProcessGroupGloo::reduce_scatter_async(const Tensor& input, Tensor& out, ReduceOp op) {
-  check_cpu(input, "reduce_scatter");
-  check_cpu(out, "reduce_scatter");
-  if (op == ReduceOp::AVG && !input.is_floating_point())
-    throw std::invalid_argument("ProcessGroupGloo::reduce_scatter: AVG needs a floating dtype, got " + input.desc());
-  Shape slab = input.shape();
-  if (input.dim() < 1 || input.size(0) % size_ != 0 || out.dtype() != input.dtype() ||
-      (slab[0] /= size_, out.shape() != slab))
-    throw std::invalid_argument("ProcessGroupGloo::reduce_scatter: input " + input.desc() + " must be (" +
-                                std::to_string(size_) + " * n, ...) and out (n, ...) of its dtype, got out " +
-                                out.desc());
-  CollectiveDesc desc{"reduce_scatter", dtype_name(input.dtype()), shape_str(input.shape()),
-                      std::string("op=") + reduce_op_name(op)};
+  const CollectiveDesc desc = kChecks.reduce_scatter(input, out, op, size_);
   Tensor in = input, target = out;
   return impl_->issue(desc, [this, in, target, op](uint32_t tag) mutable {
     // all_reduce a copy of the whole input, keep this rank's slab.

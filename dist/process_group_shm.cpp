@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "minidl/autograd/trace.h"
+#include "minidl/dist/cpu_collective_checks.h"
 #include "minidl/tensor/creation.h"
 
 namespace minidl::dist {
@@ -155,11 +156,7 @@ void reduce_part(ReduceOp op, int world, const std::vector<const T*>& src, T* ou
   }
 }
 
-void check_cpu(const Tensor& t, const char* op) {
-  if (!t.defined()) throw std::invalid_argument(std::string("ProcessGroupShm::") + op + ": undefined tensor");
-  if (!t.device().is_cpu())
-    throw std::invalid_argument(std::string("ProcessGroupShm::") + op + ": shm takes CPU tensors, got " + t.desc());
-}
+const CpuCollectiveChecks kChecks("ProcessGroupShm", "shm");
 
 std::string rank_list(const std::vector<int>& ranks) {
   std::string s = ranks.size() == 1 ? "rank " : "ranks ";
@@ -676,12 +673,7 @@ bool ProcessGroupShm::is_broken() const { return impl_->broken; }
 const std::string& ProcessGroupShm::segment_name() const { return impl_->name; }
 
 std::shared_ptr<Work> ProcessGroupShm::all_reduce_async(Tensor& t, ReduceOp op) {
-  check_cpu(t, "all_reduce");
-  if (op == ReduceOp::AVG && !t.is_floating_point())
-    throw std::invalid_argument("ProcessGroupShm::all_reduce: AVG needs a floating dtype, got " + t.desc() +
-                                " (use SUM and divide)");
-  CollectiveDesc desc{"all_reduce", dtype_name(t.dtype()), shape_str(t.shape()),
-                      std::string("op=") + reduce_op_name(op)};
+  const CollectiveDesc desc = kChecks.all_reduce(t, op);
   return impl_->issue(desc, [this, t, op]() mutable {
     if (t.numel() == 0) return;
     Tensor buf = t.is_contiguous() ? t : t.contiguous();
@@ -691,11 +683,7 @@ std::shared_ptr<Work> ProcessGroupShm::all_reduce_async(Tensor& t, ReduceOp op) 
 }
 
 std::shared_ptr<Work> ProcessGroupShm::broadcast_async(Tensor& t, int root) {
-  check_cpu(t, "broadcast");
-  if (root < 0 || root >= size_)
-    throw std::invalid_argument("ProcessGroupShm::broadcast: root " + std::to_string(root) +
-                                " is not a rank of a world of " + std::to_string(size_));
-  CollectiveDesc desc{"broadcast", dtype_name(t.dtype()), shape_str(t.shape()), "root=" + std::to_string(root)};
+  const CollectiveDesc desc = kChecks.broadcast(t, root, size_);
   return impl_->issue(desc, [this, t, root]() mutable {
     if (t.numel() == 0) return;
     Tensor buf = t.is_contiguous() ? t : t.contiguous();
@@ -706,27 +694,12 @@ std::shared_ptr<Work> ProcessGroupShm::broadcast_async(Tensor& t, int root) {
 }
 
 std::shared_ptr<Work> ProcessGroupShm::all_gather_async(const Tensor& t, std::vector<Tensor>& out) {
-  check_cpu(t, "all_gather");
-  std::string shape = "[*";  // the first dim may differ between ranks
-  for (int64_t d = 1; d < t.dim(); ++d) shape += ", " + std::to_string(t.size(d));
-  shape = t.dim() == 0 ? "[]" : shape + "]";
-  CollectiveDesc desc{"all_gather", dtype_name(t.dtype()), shape, ""};
+  const CollectiveDesc desc = kChecks.all_gather(t);
   return impl_->issue(desc, [this, t, result = &out] { impl_->all_gather(t.contiguous(), *result); });
 }
 
 std::shared_ptr<Work> ProcessGroupShm::reduce_scatter_async(const Tensor& input, Tensor& out, ReduceOp op) {
-  check_cpu(input, "reduce_scatter");
-  check_cpu(out, "reduce_scatter");
-  if (op == ReduceOp::AVG && !input.is_floating_point())
-    throw std::invalid_argument("ProcessGroupShm::reduce_scatter: AVG needs a floating dtype, got " + input.desc());
-  Shape slab = input.shape();
-  if (input.dim() < 1 || input.size(0) % size_ != 0 || out.dtype() != input.dtype() ||
-      (slab[0] /= size_, out.shape() != slab))
-    throw std::invalid_argument("ProcessGroupShm::reduce_scatter: input " + input.desc() + " must be (" +
-                                std::to_string(size_) + " * n, ...) and out (n, ...) of its dtype, got out " +
-                                out.desc());
-  CollectiveDesc desc{"reduce_scatter", dtype_name(input.dtype()), shape_str(input.shape()),
-                      std::string("op=") + reduce_op_name(op)};
+  const CollectiveDesc desc = kChecks.reduce_scatter(input, out, op, size_);
   return impl_->issue(desc, [this, input, out, op]() mutable {
     // all_reduce a copy of the whole input, keep this rank's slab.
     Tensor reduced = input.contiguous().clone();
