@@ -2,6 +2,8 @@
 #include "tests/common/testing.h"
 
 #include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <fstream>
@@ -73,6 +75,31 @@ void limit_address_space(size_t slack_bytes) {
   const rlim_t bytes = static_cast<rlim_t>(mapped_kib * 1024 + slack_bytes);
   const rlimit limit{bytes, bytes};
   if (::setrlimit(RLIMIT_AS, &limit) != 0) throw std::runtime_error("limit_address_space: setrlimit failed");
+}
+
+std::string run_in_child(const std::function<std::string()>& fn) {
+  int fds[2];
+  if (::pipe(fds) != 0) throw std::runtime_error("run_in_child: pipe failed");
+  const pid_t pid = ::fork();
+  if (pid < 0) throw std::runtime_error("run_in_child: fork failed");
+  if (pid == 0) {
+    ::close(fds[0]);
+    std::string out;
+    try {
+      out = fn();
+    } catch (const std::exception& e) {
+      out = std::string("threw: ") + e.what();
+    }
+    (void)!::write(fds[1], out.data(), out.size());
+    _exit(0);
+  }
+  ::close(fds[1]);
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fds[0], buf, sizeof(buf))) > 0;) out.append(buf, static_cast<size_t>(n));
+  ::close(fds[0]);
+  ::waitpid(pid, nullptr, 0);
+  return out;
 }
 
 }  // namespace minidl::testing

@@ -4,7 +4,6 @@
 // in a forked child whose RLIMIT_NOFILE is lowered to the descriptors it already has open.
 #include <signal.h>
 #include <sys/resource.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <functional>
@@ -47,13 +46,9 @@ rlim_t use_up_descriptors() {
 // Forks; the child runs setup(), then uses up its descriptors and runs fn, and reports what fn
 // threw (fn is expected to throw) through a pipe.
 ChildError run_out_of_descriptors(const std::function<void()>& setup, const std::function<void()>& fn) {
-  int fds[2];
-  if (::pipe(fds) != 0) throw std::runtime_error("pipe failed");
   const pid_t parent = ::getpid();
-  const pid_t pid = ::fork();
-  if (pid == 0) {
+  const std::string report = minidl::testing::run_in_child([&] {
     minidl::dist::die_with_parent(SIGKILL, parent);
-    ::close(fds[0]);
     std::string report = "-no exception";
     try {
       setup();
@@ -69,15 +64,8 @@ ChildError run_out_of_descriptors(const std::function<void()>& setup, const std:
     } catch (const std::exception& e) {
       report = std::string("-setup failed: ") + e.what();
     }
-    (void)!::write(fds[1], report.data(), report.size());
-    _exit(0);
-  }
-  ::close(fds[1]);
-  std::string report;
-  char buf[4096];
-  for (ssize_t n; (n = ::read(fds[0], buf, sizeof(buf))) > 0;) report.append(buf, static_cast<size_t>(n));
-  ::close(fds[0]);
-  ::waitpid(pid, nullptr, 0);
+    return report;
+  });
   ChildError out;
   if (report.empty() || report[0] == '-') {
     out.message = report.empty() ? "the child reported nothing" : report.substr(1);
