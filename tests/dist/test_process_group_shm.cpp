@@ -484,7 +484,12 @@ TEST(ProcessGroupShm, TwoJobsOnOneHostRunAtOnce) {
   // Two worlds of 2 ranks started together, each all-reducing its own values for a while: each
   // gets its own segment and only its own sums.
   minidl::testing::EnvGuard env;
-  auto job = [](double offset) {
+  // Two ports picked one after the other, not by the two spawns at once: a port that bind(0)
+  // has just handed out and that was closed again may be handed out again at once.
+  const uint16_t port_a = dist::find_free_port("127.0.0.1");
+  uint16_t port_b = dist::find_free_port("127.0.0.1");
+  while (port_b == port_a) port_b = dist::find_free_port("127.0.0.1");
+  auto job = [](double offset, uint16_t port) {
     return dist::spawn_with_results(2, [offset](int) {
       dist::WorldInfo w = dist::world_info_from_env();
       dist::TCPStore store(w.master_addr, {.port = w.master_port, .is_server = w.rank == 0, .timeout = 10s});
@@ -500,12 +505,12 @@ TEST(ProcessGroupShm, TwoJobsOnOneHostRunAtOnce) {
       }
       minidl::testing::count_rendezvous(store, w.rank, w.world_size);
       return name;
-    });
+    }, dist::SpawnOptions{.master_port = port});
   };
   std::vector<std::string> a, b;
   std::string error_a, error_b;
-  std::thread ta([&] { error_a = error_of([&] { a = job(0); }); });
-  std::thread tb([&] { error_b = error_of([&] { b = job(1000); }); });
+  std::thread ta([&] { error_a = error_of([&] { a = job(0, port_a); }); });
+  std::thread tb([&] { error_b = error_of([&] { b = job(1000, port_b); }); });
   ta.join();
   tb.join();
   EXPECT_EQ(error_a, "");
