@@ -11,6 +11,7 @@
 
 #include "minidl/dist/host_staging.h"
 #include "minidl/dist/process_group_gloo.h"
+#include "minidl/dist/process_group_hierarchical.h"
 #include "minidl/dist/process_group_shm.h"
 
 namespace minidl::dist {
@@ -34,6 +35,19 @@ std::mutex& state_mutex() {
   return m;
 }
 
+}  // namespace
+
+std::string auto_backend(const std::vector<std::string>& host_ids) {
+  std::map<std::string, int> ranks_per_host;
+  for (const std::string& id : host_ids) ++ranks_per_host[id];
+  if (ranks_per_host.size() <= 1) return "shm";
+  for (const auto& [id, n] : ranks_per_host)
+    if (n > 1) return "hierarchical";
+  return "gloo";
+}
+
+namespace {
+
 std::map<std::string, BackendFactory>& registry() {
   static std::map<std::string, BackendFactory> backends = [] {
     std::map<std::string, BackendFactory> b;
@@ -42,20 +56,28 @@ std::map<std::string, BackendFactory>& registry() {
     b["gloo"] = [](TCPStore& store, int rank, int size, ProcessGroupOptions options) -> std::unique_ptr<ProcessGroup> {
       return std::make_unique<HostStagedProcessGroup>(std::make_unique<ProcessGroupGloo>(store, rank, size, options));
     };
+    // hierarchical: shared memory inside each host, Gloo between the hosts.
+    b["hierarchical"] = [](TCPStore& store, int rank, int size,
+                           ProcessGroupOptions options) -> std::unique_ptr<ProcessGroup> {
+      return std::make_unique<HostStagedProcessGroup>(std::make_unique<ProcessGroupHierarchical>(store, rank, size, options));
+    };
 #endif
     b["shm"] = [](TCPStore& store, int rank, int size, ProcessGroupOptions options) -> std::unique_ptr<ProcessGroup> {
       return std::make_unique<HostStagedProcessGroup>(std::make_unique<ProcessGroupShm>(store, rank, size, options));
     };
-    // auto: shared memory when every rank is on this host, else Gloo (every rank reads the same
-    // host ids, so every rank makes the same choice).
-    b["auto"] = [shm = b["shm"], gloo = b.count("gloo") ? b["gloo"] : BackendFactory()](
+    // auto: shared memory when every rank is on this host; Gloo when every host runs one rank;
+    // else hierarchical (every rank reads the same host ids, so every rank makes the same choice).
+    b["auto"] = [shm = b["shm"], gloo = b.count("gloo") ? b["gloo"] : BackendFactory(),
+                 hierarchical = b.count("hierarchical") ? b["hierarchical"] : BackendFactory()](
                     TCPStore& store, int rank, int size, ProcessGroupOptions options) -> std::unique_ptr<ProcessGroup> {
       static int checks = 0;  // names the keys of each check; same order on every rank
-      if (all_ranks_on_one_host(store, rank, size, "minidl/auto/" + std::to_string(checks++) + "/", options.timeout))
-        return shm(store, rank, size, options);
+      const std::vector<std::string> ids =
+          rank_host_ids(store, rank, size, "minidl/auto/" + std::to_string(checks++) + "/", options.timeout);
+      const std::string pick = auto_backend(ids);
+      if (pick == "shm") return shm(store, rank, size, options);
       if (!gloo)
         throw std::runtime_error("dist::init: the ranks run on several hosts, which needs Gloo, and this build has none");
-      return gloo(store, rank, size, options);
+      return pick == "gloo" ? gloo(store, rank, size, options) : hierarchical(store, rank, size, options);
     };
     return b;
   }();

@@ -11,8 +11,10 @@
 // init(): rank 0 hosts the TCPStore at MASTER_ADDR:MASTER_PORT (the others connect, retrying
 // until the timeout), every rank checks in and waits for all the others (naming the missing
 // ranks on stderr every progress_interval), then every rank builds the default ProcessGroup:
-// "shm" (shared memory, dist/process_group_shm.h) or "gloo" (TCP); "auto" is shm when every rank
-// runs on this host and Gloo otherwise (both carry CUDA tensors through host copies); other
+// "shm" (shared memory, dist/process_group_shm.h), "gloo" (TCP) or "hierarchical" (shm inside each
+// host, Gloo between hosts: dist/process_group_hierarchical.h); "auto" is shm when every rank runs
+// on this host, Gloo when every host runs one rank, else hierarchical (all carry CUDA tensors
+// through host copies); other
 // backends ("nccl") come from factories registered with register_backend (the CUDA code
 // registers "nccl"). Calling init() twice is an error; so is calling a collective or
 // default_group() before init() (the message names the function). shutdown() tears down the
@@ -35,7 +37,7 @@
 namespace minidl::dist {
 
 struct InitOptions {
-  std::string backend = "auto";  // "auto" (shm on one host, else gloo), "shm", "gloo", or a registered name ("nccl")
+  std::string backend = "auto";  // "auto" (see above), "shm", "gloo", "hierarchical", or a registered name ("nccl")
   std::chrono::milliseconds timeout = std::chrono::seconds(300);  // rendezvous and every collective
   // While ranks are missing at the rendezvous, every rank says on stderr which ones it awaits
   // this often ("dist::init: rank 0 is waiting for rank(s) 3 of 4 ..."); 0: never.
@@ -48,6 +50,9 @@ using BackendFactory = std::function<std::unique_ptr<ProcessGroup>(TCPStore&, in
 void register_backend(std::string name, BackendFactory factory);
 // Whether init() can create this backend in this build.
 bool is_backend_available(const std::string& name);
+// The backend "auto" picks for ranks with these host ids (host_ids[r]: rank r's): "shm" on one
+// host, "gloo" when every host runs one rank, else "hierarchical".
+std::string auto_backend(const std::vector<std::string>& host_ids);
 
 void init(const InitOptions& options = {});
 bool is_initialized();

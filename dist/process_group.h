@@ -34,6 +34,11 @@ struct ProcessGroupOptions {
   // Debug mode (compare every collective's fingerprint across ranks first). Unset: on when the
   // environment has MINIDL_DIST_DEBUG=1.
   std::optional<bool> debug;
+  // The group's name in the store's keys (as torch.distributed's group_name). Empty: numbered in
+  // creation order, which names a group alike on every rank only when every rank creates the same
+  // groups in the same order; groups that only some ranks create (one per host, one of the host
+  // leaders: dist/process_group_hierarchical.h) need a name.
+  std::string group_name = "";
 };
 
 // Whether options.debug, or else MINIDL_DIST_DEBUG=1, asks for debug mode.

@@ -35,6 +35,7 @@
 
 #include "minidl/autograd/trace.h"
 #include "minidl/dist/cpu_collective_checks.h"
+#include "minidl/dist/future_work.h"
 #include "minidl/tensor/creation.h"
 #endif
 
@@ -43,17 +44,6 @@ namespace minidl::dist {
 #ifdef MINIDL_WITH_GLOO
 
 namespace {
-
-// ---- Work: a future completed by the communication thread ----
-class FutureWork : public Work {
- public:
-  explicit FutureWork(std::shared_future<void> done) : done_(std::move(done)) {}
-  void wait() override { done_.get(); }
-  bool is_completed() override { return done_.wait_for(std::chrono::seconds(0)) == std::future_status::ready; }
-
- private:
-  std::shared_future<void> done_;
-};
 
 // ---- gloo::rendezvous::Store over our TCPStore (keys under a per-group prefix) ----
 class StoreAdapter : public gloo::rendezvous::Store {
@@ -167,7 +157,7 @@ struct ProcessGroupGloo::Impl {
   int rank = 0;
   int size = 1;
   ProcessGroupOptions options;
-  int64_t group_id = 0;
+  std::string group_key;  // "minidl/gloo/<name or number>/": this group's keys in the store
   bool debug = false;
   std::shared_ptr<gloo::rendezvous::Context> context;
   std::unique_ptr<TCPStore> debug_store;  // debug mode: the group's own store connection
@@ -234,7 +224,7 @@ struct ProcessGroupGloo::Impl {
 
   // Debug mode: publish this rank's fingerprint for collective #n, read every rank's, compare.
   void check_fingerprint(int64_t n, const CollectiveDesc& desc) {
-    const std::string prefix = "minidl/debug/" + std::to_string(group_id) + "/";
+    const std::string prefix = group_key + "debug/";
     auto key = [&](int64_t s, int r) { return prefix + std::to_string(s) + "/" + std::to_string(r); };
     const std::string fingerprint = desc.fingerprint(n);  // dist/process_group.h
     debug_store->set(key(n, rank), fingerprint);
@@ -387,7 +377,7 @@ ProcessGroupGloo::ProcessGroupGloo(TCPStore& store, int rank, int size, ProcessG
   im.rank = rank;
   im.size = size;
   im.options = options;
-  im.group_id = groups_created++;
+  im.group_key = "minidl/gloo/" + (options.group_name.empty() ? std::to_string(groups_created++) : options.group_name) + "/";
   im.debug = debug_mode(options);
 
   try {
@@ -400,7 +390,7 @@ ProcessGroupGloo::ProcessGroupGloo(TCPStore& store, int rank, int size, ProcessG
     auto device = gloo::transport::tcp::CreateDevice(attr);
     im.context = std::make_shared<gloo::rendezvous::Context>(rank, size);
     im.context->setTimeout(options.timeout);
-    StoreAdapter adapter(store, "minidl/gloo/" + std::to_string(im.group_id) + "/", options.timeout);
+    StoreAdapter adapter(store, im.group_key, options.timeout);
     im.context->connectFullMesh(adapter, device);
   } catch (const std::exception& e) {
     const std::string who = "ProcessGroupGloo: rank " + std::to_string(rank) + " of " + std::to_string(size);

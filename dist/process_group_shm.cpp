@@ -180,24 +180,15 @@ std::string shm_host_id() {
          ":" + std::to_string(shm.st_ino);
 }
 
-namespace {
-// Every rank's host id, by rank.
-std::vector<std::string> host_ids(TCPStore& store, int rank, int size, const std::string& prefix, milliseconds timeout,
-                                  const std::string& mine = shm_host_id()) {
-  store.set(prefix + "host/" + std::to_string(rank), mine);
+std::vector<std::string> rank_host_ids(TCPStore& store, int rank, int size, const std::string& key_prefix,
+                                       std::chrono::milliseconds timeout, const std::string& mine) {
+  store.set(key_prefix + "host/" + std::to_string(rank), mine.empty() ? shm_host_id() : mine);
   std::vector<std::string> keys;
-  for (int r = 0; r < size; ++r) keys.push_back(prefix + "host/" + std::to_string(r));
+  for (int r = 0; r < size; ++r) keys.push_back(key_prefix + "host/" + std::to_string(r));
   store.wait(keys, timeout);
   std::vector<std::string> ids;
   for (const auto& k : keys) ids.push_back(store.get(k));
   return ids;
-}
-}  // namespace
-
-bool all_ranks_on_one_host(TCPStore& store, int rank, int size, const std::string& key_prefix,
-                           std::chrono::milliseconds timeout) {
-  const std::vector<std::string> ids = host_ids(store, rank, size, key_prefix, timeout);
-  return std::all_of(ids.begin(), ids.end(), [&](const std::string& id) { return id == ids[0]; });
 }
 
 struct ProcessGroupShm::Impl {
@@ -585,17 +576,18 @@ ProcessGroupShm::ProcessGroupShm(TCPStore& store, int rank, int size, ProcessGro
   im.debug = debug_mode(options);
   im.slot_bytes = shm.slot_bytes;
   im.bytes = segment_bytes(size, shm.slot_bytes);
-  const std::string prefix = "minidl/shm/" + std::to_string(groups_created++) + "/";
+  const std::string prefix =
+      "minidl/shm/" + (options.group_name.empty() ? std::to_string(groups_created++) : options.group_name) + "/";
   const std::string who = "ProcessGroupShm: rank " + std::to_string(rank) + " of " + std::to_string(size);
 
   // 1. One host: the same id on every rank.
   const std::vector<std::string> ids =
-      host_ids(store, rank, size, prefix, options.timeout, shm.host_id.empty() ? shm_host_id() : shm.host_id);
+      rank_host_ids(store, rank, size, prefix, options.timeout, shm.host_id);
   for (int r = 1; r < size; ++r)
     if (ids[static_cast<size_t>(r)] != ids[0])
       throw std::runtime_error(who + ": rank " + std::to_string(r) + " runs on another host than rank 0 (" +
                                ids[static_cast<size_t>(r)] + " vs " + ids[0] +
-                               "); shared memory needs every rank on one host (use the gloo backend)");
+                               "); shared memory needs every rank on one host (use the hierarchical or gloo backend)");
 
   // 2. Rank 0 creates the segment and publishes its name; the others open it.
   int fd = -1;

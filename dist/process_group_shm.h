@@ -7,8 +7,8 @@
 //   pg.all_reduce(grad);                        // sum over ranks, in place
 //
 // dist::init() builds it for backend "shm", and for "auto" when every rank is on this host (see
-// distributed.h). Ranks on several hosts need Gloo: there is no hierarchical (shm within a host,
-// Gloo across hosts) group yet.
+// distributed.h). Ranks on several hosts use it inside each host, under Gloo between the hosts
+// (dist/process_group_hierarchical.h).
 //
 // How it works:
 //  - Rendezvous through the TCPStore: every rank publishes a host id (hostname, boot id, pid
@@ -58,6 +58,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "minidl/dist/process_group.h"
 #include "minidl/dist/store.h"
@@ -81,10 +82,10 @@ inline constexpr const char* kShmNamePrefix = "/minidl-shm-";
 // and see each other's pids (hostname, boot id, pid namespace, /dev/shm mount).
 std::string shm_host_id();
 
-// Whether every rank of the world runs on one host: each rank publishes shm_host_id() under
-// `key_prefix` in the store and reads every other's (every rank gets the same answer).
-bool all_ranks_on_one_host(TCPStore& store, int rank, int size, const std::string& key_prefix,
-                           std::chrono::milliseconds timeout);
+// Every rank's host id, by rank: each rank publishes `mine` (empty: shm_host_id()) under
+// `key_prefix` in the store and reads every other's.
+std::vector<std::string> rank_host_ids(TCPStore& store, int rank, int size, const std::string& key_prefix,
+                                       std::chrono::milliseconds timeout, const std::string& mine = "");
 
 class ProcessGroupShm : public ProcessGroup {
  public:

@@ -3,7 +3,7 @@
 // optimizer step) on fixed random Fashion-MNIST-shaped input; prints one JSON line.
 //
 //   bench --model mlp|cnn|vit --batch-size B --threads T [--steps S] [--warmup W] [--nproc N]
-//         [--backend auto|shm|gloo] [--profile] [--trace FILE]
+//         [--backend auto|shm|gloo|hierarchical] [--profile] [--trace FILE]
 //
 // --nproc N splits the global batch B over N DDP processes (T threads each) that all-reduce
 // through --backend (auto: shared memory, as on any one host; gloo: TCP); images_per_s counts
@@ -63,7 +63,7 @@ struct Args {
 [[noreturn]] void usage_error(const std::string& msg) {
   std::cerr << "bench: " << msg
             << "\nusage: bench --model mlp|cnn|vit --batch-size B --threads T [--steps S] "
-               "[--warmup W] [--nproc N] [--backend auto|shm|gloo] [--profile] [--trace FILE]\n";
+               "[--warmup W] [--nproc N] [--backend auto|shm|gloo|hierarchical] [--profile] [--trace FILE]\n";
   std::exit(2);
 }
 
@@ -105,8 +105,8 @@ Args parse(int argc, char** argv) {
     } else if (f == "--backend") {
       if (!v) usage_error("--backend needs a value");
       a.backend = v;
-      if (a.backend != "auto" && a.backend != "shm" && a.backend != "gloo")
-        usage_error("--backend '" + a.backend + "' is not one of auto, shm, gloo");
+      if (a.backend != "auto" && a.backend != "shm" && a.backend != "gloo" && a.backend != "hierarchical")
+        usage_error("--backend '" + a.backend + "' is not one of auto, shm, gloo, hierarchical");
       ++i;
     } else if (f == "--profile") {
       a.profile = true;

@@ -84,12 +84,12 @@ TEST(Distributed, NcclIsRegisteredExactlyWhenBuiltWithCuda) {
   // the CUDA build registers "nccl" (dist/cuda/process_group_nccl.cpp)
   EXPECT_TRUE(dist::is_backend_available("nccl"));
   EXPECT_THROW_MSG(dist::init({.backend = "mpi"}), std::runtime_error,
-                   "unknown backend 'mpi' (available: auto, gloo, nccl, shm)");
+                   "unknown backend 'mpi' (available: auto, gloo, hierarchical, nccl, shm)");
 #else
   ASSERT_FALSE(dist::is_backend_available("nccl"));
   EXPECT_THROW_MSG(dist::init({.backend = "nccl"}), std::runtime_error, "NCCL backend is not available in this build");
   EXPECT_THROW_MSG(dist::init({.backend = "mpi"}), std::runtime_error,
-                   "unknown backend 'mpi' (available: auto, gloo, shm)");
+                   "unknown backend 'mpi' (available: auto, gloo, hierarchical, shm)");
 #endif
   EXPECT_FALSE(dist::is_initialized());
 }

@@ -559,7 +559,7 @@ TEST(ProcessGroupShm, RanksOnDifferentHostsAreRefusedNamingThem) {
     EXPECT_THAT(errors[static_cast<size_t>(r)],
                 HasSubstr("ProcessGroupShm: rank " + std::to_string(r) +
                           " of 3: rank 2 runs on another host than rank 0 (node-b vs node-a); shared memory needs "
-                          "every rank on one host (use the gloo backend)"));
+                          "every rank on one host (use the hierarchical or gloo backend)"));
 }
 
 TEST(ProcessGroupShm, InitPicksShmForAutoOnOneHostAndByName) {
