@@ -271,6 +271,9 @@ ProcessGroupHierarchical::ProcessGroupHierarchical(TCPStore& store, int rank, in
     inner.group_name = name + "-leaders";
     im.leaders = std::make_unique<ProcessGroupGloo>(store, im.host, static_cast<int>(im.hosts.size()), inner);
   }
+  // 3. Every rank is connected before any returns: a leader whose group is torn down at once
+  // must not close a connection another leader is still completing.
+  im.barrier();
   im.thread = std::thread([&im] { im.loop(); });
 }
 
@@ -333,6 +336,15 @@ std::shared_ptr<Work> ProcessGroupHierarchical::reduce_scatter_async(const Tenso
     const int64_t n = target.dim() == 0 ? 0 : target.size(0);
     target.copy_(reduced.narrow(0, rank_ * n, n));
   });
+}
+
+Tensor ProcessGroupHierarchical::empty_symmetric(const Shape& shape, DType dtype, Device device) {
+  if (!device.is_cpu()) return ProcessGroup::empty_symmetric(shape, dtype, device);
+  Tensor out;  // made on the communication thread, in order with the collectives queued before it
+  impl_->issue(CollectiveDesc{"empty_symmetric", dtype_name(dtype), shape_str(shape), ""},
+               [this, &out, shape, dtype] { out = impl_->local->empty_symmetric(shape, dtype); })
+      ->wait();
+  return out;
 }
 
 std::shared_ptr<Work> ProcessGroupHierarchical::barrier_async() {

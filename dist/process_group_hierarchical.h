@@ -13,7 +13,8 @@
 //    hosts are numbered by their lowest rank, a host's ranks keep their order, and the first
 //    rank of each host is its leader. Each host gets a ProcessGroupShm of its ranks, and the
 //    leaders a ProcessGroupGloo among themselves (both named after this group, so other groups'
-//    keys never collide with theirs, although only some ranks create each).
+//    keys never collide with theirs, although only some ranks create each), then a barrier of
+//    every rank, so none tears its groups down while another still connects.
 //  - all_reduce: reduce inside each host (shm), all-reduce the host sums between the leaders
 //    (Gloo), broadcast the result inside each host (shm). AVG sums, then divides by the world
 //    size. Sums are formed host by host, in rank order within a host, then in host order: the
@@ -65,6 +66,9 @@ class ProcessGroupHierarchical : public ProcessGroup {
   std::shared_ptr<Work> all_gather_async(const Tensor& t, std::vector<Tensor>& out) override;
   std::shared_ptr<Work> reduce_scatter_async(const Tensor& input, Tensor& out, ReduceOp op = ReduceOp::SUM) override;
   std::shared_ptr<Work> barrier_async() override;
+  // This host's shared-memory group's symmetric memory (its all-reduce inside the host then
+  // reduces in place). Blocking.
+  Tensor empty_symmetric(const Shape& shape, DType dtype, Device device = Device::cpu()) override;
 
   int num_hosts() const;
   int host() const;  // this rank's host (0 .. num_hosts() - 1)
