@@ -67,6 +67,9 @@ void DistributedDataParallel::build_buckets() {
     b.params.push_back(k);
     bytes += nbytes;
   }
+  // Each bucket in memory the group reaches directly (shared memory: reduced in place between
+  // the ranks' buckets, no copies through the group's segment).
+  for (Bucket& b : buckets_) b.buffer = group_->empty_symmetric(b.buffer.shape(), b.buffer.dtype(), b.buffer.device());
   ready_.assign(params_.size(), false);
 }
 

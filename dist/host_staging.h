@@ -30,6 +30,12 @@ class HostStagedProcessGroup : public ProcessGroup {
   std::shared_ptr<Work> all_gather_async(const Tensor& t, std::vector<Tensor>& out) override;
   std::shared_ptr<Work> reduce_scatter_async(const Tensor& input, Tensor& out, ReduceOp op = ReduceOp::SUM) override;
   std::shared_ptr<Work> barrier_async() override { return inner_->barrier_async(); }
+  // CPU tensors come from the inner group (its symmetric memory); CUDA ones are ordinary, since
+  // every collective copies them through the host anyway.
+  Tensor empty_symmetric(const Shape& shape, DType dtype, Device device = Device::cpu()) override {
+    return device.is_cpu() ? inner_->empty_symmetric(shape, dtype, device)
+                           : ProcessGroup::empty_symmetric(shape, dtype, device);
+  }
 
  private:
   std::unique_ptr<ProcessGroup> inner_;

@@ -79,6 +79,10 @@ Tensor ProcessGroup::reduce_scatter(const Tensor& input, ReduceOp op) {
   return out;
 }
 
+Tensor ProcessGroup::empty_symmetric(const Shape& shape, DType dtype, Device device) {
+  return zeros(shape, dtype, device);
+}
+
 std::vector<std::string> ProcessGroup::all_gather_object(const std::string& bytes) {
   // 1. Every rank's length: int64[1] each.
   Tensor length = from_vector<int64_t>({static_cast<int64_t>(bytes.size())}, {1});

@@ -91,6 +91,14 @@ class ProcessGroup {
   Tensor reduce_scatter(const Tensor& input, ReduceOp op = ReduceOp::SUM);
   void barrier() { barrier_async()->wait(); }
 
+  // ---- memory the group reaches directly ----
+  // A zero-filled tensor that every rank's collectives can reach in place (PyTorch's symmetric
+  // memory): a collective call, made by every rank in the same order with the same shape and
+  // dtype. The shared-memory group all-reduces such tensors straight between the ranks' copies
+  // (DDP keeps its buckets there); other groups, and the shared-memory group when /dev/shm has no
+  // room, return an ordinary tensor, which every collective takes as well.
+  virtual Tensor empty_symmetric(const Shape& shape, DType dtype, Device device = Device::cpu());
+
   // ---- byte strings (any serialised object) ----
   std::vector<std::string> all_gather_object(const std::string& bytes);
   void broadcast_object(std::string& bytes, int root);

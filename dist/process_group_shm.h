@@ -29,6 +29,12 @@
 //    straight into its own tensor and into its slot, and the next barrier lets every rank copy
 //    the other parts out. Two sets of slots alternate, so a piece's copy-out, the next piece's
 //    reduction and the one after's copy-in share one barrier: pieces + 1 barriers in all.
+//  - Symmetric buffers (empty_symmetric(), as PyTorch's symmetric memory): a tensor in a
+//    segment of its own that every rank maps. all_reduce of one (DDP keeps its buckets there)
+//    skips the slots: after one barrier rank r reduces part r over every rank's tensor, in rank
+//    order, straight into every rank's tensor, and a second barrier ends it — the same bits as
+//    the slot path, half its memory traffic. Every rank passes its symmetric tensor or none
+//    does (debug mode compares it). No room in /dev/shm: an ordinary tensor, said once.
 //  - broadcast, all_gather (ranks may contribute different first dims; a header exchange
 //    first) and barrier go through the same segment between barriers; reduce_scatter is an
 //    all_reduce of a copy of the input, keeping this rank's slab (as ProcessGroupGloo).
@@ -101,6 +107,10 @@ class ProcessGroupShm : public ProcessGroup {
   std::shared_ptr<Work> all_gather_async(const Tensor& t, std::vector<Tensor>& out) override;
   std::shared_ptr<Work> reduce_scatter_async(const Tensor& input, Tensor& out, ReduceOp op = ReduceOp::SUM) override;
   std::shared_ptr<Work> barrier_async() override;
+  // A tensor in a segment of its own that every rank maps (Note [symmetric buffers] in the
+  // .cpp): all_reduce of it, or of a contiguous part of it, reduces straight between the ranks'
+  // copies. Blocking; CPU only.
+  Tensor empty_symmetric(const Shape& shape, DType dtype, Device device = Device::cpu()) override;
 
   // Collectives issued so far on this group (the last one's number).
   int64_t sequence_number() const;

@@ -1,0 +1,139 @@
+// tests/dist/test_process_group_shm_symmetric.cpp — ProcessGroupShm::empty_symmetric: tensors
+// that every rank maps, all-reduced in place between the ranks' copies. Checked bit for bit
+// against the rank-order sum and against the copying path, a part of a buffer, no name left in
+// /dev/shm, a tensor that outlives its group, and debug mode naming a rank that passes an
+// ordinary tensor where the others pass symmetric ones.
+#include <dirent.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "minidl/dist/process_group_shm.h"
+#include "tests/common/testing.h"
+#include "tests/dist/pg_test_util.h"
+
+using namespace std::chrono_literals;
+using minidl::DType;
+using minidl::Tensor;
+using minidl::dist::ProcessGroupShm;
+using minidl::dist::ReduceOp;
+using minidl::testing::error_of;
+using minidl::testing::quick_options;
+using minidl::testing::require;
+using minidl::testing::require_equal;
+using ::testing::HasSubstr;
+namespace dist = minidl::dist;
+
+namespace {
+
+std::vector<std::string> run_world(int n, const std::function<std::string(ProcessGroupShm&)>& fn,
+                                   dist::ProcessGroupOptions options = quick_options()) {
+  minidl::testing::EnvGuard env;
+  return dist::spawn_with_results(n, [&](int) {
+    dist::WorldInfo w = dist::world_info_from_env();
+    dist::TCPStore store(w.master_addr, {.port = w.master_port, .is_server = w.rank == 0, .timeout = 10s});
+    std::string result;
+    {
+      ProcessGroupShm pg(store, w.rank, w.world_size, options);
+      result = fn(pg);
+    }
+    minidl::testing::count_rendezvous(store, w.rank, w.world_size);
+    return result;
+  });
+}
+
+// Random float32 values of every magnitude: the sum's last bits depend on the order of additions.
+std::vector<float> random_floats(int r, int64_t n) {
+  std::mt19937 gen(static_cast<unsigned>(99 + r));
+  std::uniform_real_distribution<float> mantissa(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> exponent(-20, 20);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (auto& x : v) x = std::ldexp(mantissa(gen), exponent(gen));
+  return v;
+}
+
+std::vector<std::string> segments_in_dev_shm() {
+  std::vector<std::string> names;
+  if (DIR* d = ::opendir("/dev/shm")) {
+    while (dirent* e = ::readdir(d)) {
+      const std::string name = e->d_name;
+      if (name.rfind(std::string(dist::kShmNamePrefix).substr(1), 0) == 0) names.push_back(name);
+    }
+    ::closedir(d);
+  }
+  return names;
+}
+
+}  // namespace
+
+TEST(ProcessGroupShmSymmetric, AllReduceInPlaceGivesTheRankOrderSumAndTheCopyingPathsBits) {
+  const int64_t n = 300007;  // not a multiple of the parts' alignment
+  EXPECT_NO_THROW(run_world(3, [n](ProcessGroupShm& pg) {
+    Tensor sym = pg.empty_symmetric({n}, DType::Float32);
+    require_equal(sym, minidl::zeros({n}), "a new symmetric tensor is zero-filled");
+    const std::vector<float> mine = random_floats(pg.rank(), n);
+    std::memcpy(sym.data<float>(), mine.data(), mine.size() * sizeof(float));
+    Tensor plain = sym.clone();  // an ordinary tensor: the copying path
+    pg.all_reduce(sym);
+    pg.all_reduce(plain);
+    std::vector<float> expected = random_floats(0, n);
+    for (int r = 1; r < 3; ++r) {
+      const std::vector<float> x = random_floats(r, n);
+      for (size_t i = 0; i < expected.size(); ++i) expected[i] = expected[i] + x[i];
+    }
+    require_equal(sym, minidl::from_vector(expected, {n}), "symmetric all_reduce on rank " + std::to_string(pg.rank()));
+    require_equal(plain, sym, "the copying path's bits");
+    // AVG and MAX on a part of the buffer, the rest untouched.
+    Tensor part = sym.narrow(0, 1000, 5000);
+    part.fill_(static_cast<double>(pg.rank() + 1));
+    pg.all_reduce(part, ReduceOp::AVG);
+    require_equal(part, minidl::full({5000}, 2.0), "AVG of a part");
+    require(sym.data<float>()[999] == expected[999] && sym.data<float>()[6000] == expected[6000],
+            "all_reduce of a part leaves the rest alone");
+    Tensor ints = pg.empty_symmetric({7}, DType::Int64);
+    ints.fill_(static_cast<double>(10 * pg.rank()));
+    pg.all_reduce(ints, ReduceOp::MAX);
+    require_equal(ints, minidl::full({7}, 20.0, DType::Int64), "MAX of int64");
+    return std::string();
+  }));
+}
+
+TEST(ProcessGroupShmSymmetric, LeavesNoNameInDevShmAndATensorMayOutliveItsGroup) {
+  const auto before = segments_in_dev_shm();
+  minidl::testing::EnvGuard env;
+  auto results = dist::spawn_with_results(2, [](int) {
+    dist::WorldInfo w = dist::world_info_from_env();
+    dist::TCPStore store(w.master_addr, {.port = w.master_port, .is_server = w.rank == 0, .timeout = 10s});
+    Tensor kept;
+    {
+      ProcessGroupShm pg(store, w.rank, w.world_size, quick_options());
+      kept = pg.empty_symmetric({1024}, DType::Float32);
+      kept.fill_(static_cast<double>(w.rank + 1));
+      pg.all_reduce(kept);
+    }
+    minidl::add_(kept, minidl::ones({1024}));  // the mapping lives as long as the tensor
+    require_equal(kept, minidl::full({1024}, 4.0), "the tensor after its group is gone");
+    minidl::testing::count_rendezvous(store, w.rank, w.world_size);
+    return std::string();
+  });
+  EXPECT_EQ(results, std::vector<std::string>(2, ""));
+  EXPECT_EQ(segments_in_dev_shm(), before);
+}
+
+TEST(ProcessGroupShmSymmetric, DebugModeNamesARankThatPassesAnOrdinaryTensor) {
+  auto results = run_world(
+      2,
+      [](ProcessGroupShm& pg) {
+        Tensor sym = pg.empty_symmetric({4}, DType::Float32);
+        return error_of([&] {
+          Tensor t = pg.rank() == 1 ? sym.clone() : sym;
+          pg.all_reduce(t);
+        });
+      },
+      quick_options(5000ms, true));
+  for (const std::string& err : results)
+    EXPECT_EQ(err,
+              "MINIDL_DIST_DEBUG: collective #2 mismatch: rank 0 called all_reduce float32[4] op=sum symmetric, "
+              "rank 1 called all_reduce float32[4] op=sum");
+}
