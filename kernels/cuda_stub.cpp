@@ -98,6 +98,13 @@ void batch_norm_backward_elemt(ElemType, const void*, const void*, int64_t, int6
                                const void*, const void*, const void*, int64_t, void*) {
   no_cuda("batch_norm_backward_elemt");
 }
+void batch_norm_backward_elemt(ElemType, const void*, const void*, int64_t, int64_t, int64_t, const void*, const void*,
+                               const void*, const void*, const void*, const double*, void*) {
+  no_cuda("batch_norm_backward_elemt");
+}
+void batch_norm_gather_stats(const double*, int64_t, int64_t, double, double*, double*, double*, double*) {
+  no_cuda("batch_norm_gather_stats");
+}
 void index_select(ElemType, const void*, const int64_t*, void*, int64_t, int64_t, int64_t, int64_t) {
   no_cuda("index_select");
 }
