@@ -28,6 +28,10 @@ int select_device_from_env();
 // ---- memory: every device allocation goes through the caching allocator ----
 void* device_malloc(size_t nbytes, int device);  // on the device's compute stream
 void device_free(void* p, int device);
+// The live block p (device_malloc's pointer, i.e. a Storage's data()) is also used by `stream`:
+// when freed it is not reused until the work queued on `stream` by then has run (PyTorch's
+// Tensor.record_stream). A Work dropped before wait() uses it for the tensors NCCL still reads.
+void record_stream(void* p, int device, void* stream);
 struct MemoryStats {
   size_t allocated = 0;  // bytes in live blocks (rounded to 512)
   size_t reserved = 0;  // bytes held from cudaMalloc (segments)

@@ -29,6 +29,7 @@ int current_device() { no_cuda("current_device"); }
 int select_device_from_env() { no_cuda("select_device_from_env"); }
 void* device_malloc(size_t, int) { no_cuda("device_malloc"); }
 void device_free(void*, int) {}
+void record_stream(void*, int, void*) { no_cuda("record_stream"); }
 MemoryStats memory_stats(int) { no_cuda("memory_stats"); }
 void reset_peak_memory_stats(int) { no_cuda("reset_peak_memory_stats"); }
 void empty_cache(int) { no_cuda("empty_cache"); }

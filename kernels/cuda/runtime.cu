@@ -66,7 +66,25 @@ DeviceState& state(int device) {
           check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize (before returning a segment)");
           check_cuda(cudaFree(p), "cudaFree");
         }};
-    s.allocator = std::make_unique<CachingAllocator>("cuda:" + std::to_string(device), total_b, std::move(src));
+    // record_stream's events: recorded on the stream that still uses a freed block, queried (never
+    // waited for) by the allocator before it hands the block out again
+    EventSource events{
+        [device](void* stream) -> void* {
+          DeviceGuard guard(device);
+          cudaEvent_t e;
+          check_cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate (record_stream)");
+          check_cuda(cudaEventRecord(e, static_cast<cudaStream_t>(stream)), "cudaEventRecord (record_stream)");
+          return e;
+        },
+        [](void* e) {
+          const cudaError_t q = cudaEventQuery(static_cast<cudaEvent_t>(e));
+          if (q == cudaErrorNotReady) return false;
+          check_cuda(q, "cudaEventQuery (record_stream)");
+          return true;
+        },
+        [](void* e) { cudaEventDestroy(static_cast<cudaEvent_t>(e)); }};
+    s.allocator = std::make_unique<CachingAllocator>("cuda:" + std::to_string(device), total_b, std::move(src),
+                                                     std::move(events));
     if (const char* f = std::getenv("MINIDL_CUDA_MEMORY_FRACTION")) s.allocator->set_memory_fraction(std::atof(f));
   });
   return s;
@@ -185,6 +203,11 @@ void device_free(void* p, int device) {
   if (p == nullptr || device < 0 || device >= kMaxDevices) return;
   DeviceState& s = states()[device];
   if (s.allocator) s.allocator->free(p);
+}
+
+void record_stream(void* p, int device, void* stream) {
+  if (p == nullptr) return;
+  state(device).allocator->record_stream(p, stream);
 }
 
 MemoryStats memory_stats(int device) {
