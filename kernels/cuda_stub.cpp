@@ -39,9 +39,9 @@ void synchronize(int) { no_cuda("synchronize"); }
 void* compute_stream(int) { no_cuda("compute_stream"); }
 void* communication_stream(int) { no_cuda("communication_stream"); }
 void stream_wait_stream(void*, void*) { no_cuda("stream_wait_stream"); }
-void* pinned_malloc(size_t) { no_cuda("pinned_malloc"); }
-void pinned_free(void*) {}
-MemoryStats pinned_memory_stats() { no_cuda("pinned_memory_stats"); }
+void* pinned_malloc(size_t, int) { no_cuda("pinned_malloc"); }
+void pinned_free(void*, int) {}
+MemoryStats pinned_memory_stats(int) { no_cuda("pinned_memory_stats"); }
 void axpy(float, const float*, float*, long, int) { no_cuda("cuda axpy"); }
 
 // ---- kernels ----

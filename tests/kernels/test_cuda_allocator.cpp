@@ -1,6 +1,6 @@
 // tests/kernels/test_cuda_allocator.cpp — the caching allocator on a real device: steady-state
 // reuse makes no cudaMalloc, statistics, empty_cache, the memory-fraction cap's error message,
-// record_stream on the communication stream, pinned host tensors. (Its logic is also
+// record_stream on the communication stream, pinned host tensors per device. (Its logic is also
 // tested without a GPU in test_caching_allocator.cpp.)
 // Skipped, saying why, without a device.
 #include "minidl/kernels/caching_allocator.h"
@@ -96,4 +96,16 @@ TEST(CudaAllocator, BlockRecordedOnTheCommunicationStreamIsNotReusedUntilThatStr
   kc::synchronize(0);
   Tensor later({n}, DType::Float32, Device::cuda(0));
   EXPECT_EQ(later.storage()->data(), first) << "not reused once the communication stream got past the free";
+}
+
+TEST(CudaAllocator, PinnedBlocksComeFromTheirDevicesCache) {
+  MINIDL_SKIP_WITHOUT_GPU();
+  const int last = kc::device_count() - 1;
+  const size_t before = kc::pinned_memory_stats(last).allocated;
+  {
+    const Tensor p = pin_memory(randn({1000}, RandomKey{1, 2}), last);
+    EXPECT_EQ(kc::pinned_memory_stats(last).allocated, before + 4096) << "4000 bytes rounded to 512";
+  }
+  EXPECT_EQ(kc::pinned_memory_stats(last).allocated, before);
+  EXPECT_THROW((void)empty_pinned({4}, DType::Float32, kc::device_count()), std::runtime_error);
 }
