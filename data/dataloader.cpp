@@ -26,12 +26,14 @@ std::shared_ptr<Sampler> default_sampler(const Dataset& dataset, const DataLoade
   return std::make_shared<SequentialSampler>(dataset.size());
 }
 
-// Allocates (B, ...) for `first` (page-locked when `pinned`) and copies example tensors into rows of it.
-Tensor stack_rows(const std::vector<Example>& examples, Tensor Example::*field, const char* name, bool pinned) {
+// Allocates (B, ...) for `first` (page-locked for `pinned_device` when `pinned`) and copies example
+// tensors into rows of it.
+Tensor stack_rows(const std::vector<Example>& examples, Tensor Example::*field, const char* name, bool pinned,
+                  int pinned_device) {
   const Tensor& first = examples[0].*field;
   Shape shape{static_cast<int64_t>(examples.size())};
   shape.insert(shape.end(), first.shape().begin(), first.shape().end());
-  Tensor out = pinned ? empty_pinned(shape, first.dtype()) : Tensor(shape, first.dtype());  // (B, ...)
+  Tensor out = pinned ? empty_pinned(shape, first.dtype(), pinned_device) : Tensor(shape, first.dtype());  // (B, ...)
   const size_t row_bytes = static_cast<size_t>(first.numel()) * element_size(first.dtype());
   auto* dst = static_cast<char*>(out.raw_data());
   for (size_t j = 0; j < examples.size(); ++j) {
@@ -48,13 +50,13 @@ Tensor stack_rows(const std::vector<Example>& examples, Tensor Example::*field, 
 
 }  // namespace
 
-Batch collate(const std::vector<Example>& examples, bool pin_memory) {
+Batch collate(const std::vector<Example>& examples, bool pin_memory, int pin_memory_device) {
   if (examples.empty()) throw std::invalid_argument("collate: no examples");
   if (!examples[0].input.defined() || !examples[0].target.defined())
     throw std::invalid_argument("collate: example 0 has an undefined input or target");
   Batch b;
-  b.input = stack_rows(examples, &Example::input, "input", pin_memory);
-  b.target = stack_rows(examples, &Example::target, "target", pin_memory);
+  b.input = stack_rows(examples, &Example::input, "input", pin_memory, pin_memory_device);
+  b.target = stack_rows(examples, &Example::target, "target", pin_memory, pin_memory_device);
   return b;
 }
 
@@ -73,6 +75,13 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions
     throw std::invalid_argument(
         std::string("DataLoader: pin_memory needs a CUDA device, and ") +
         (kernels::cuda::compiled_with_cuda() ? "none is present" : "minidl was built without CUDA"));
+  if (options_.pin_memory) {
+    if (options_.pin_memory_device < 0) options_.pin_memory_device = kernels::cuda::current_device();
+    if (options_.pin_memory_device >= kernels::cuda::device_count())
+      throw std::invalid_argument("DataLoader: pin_memory_device " + std::to_string(options_.pin_memory_device) +
+                                  " does not exist (" + std::to_string(kernels::cuda::device_count()) +
+                                  " visible device(s))");
+  }
 }
 
 DataLoader::~DataLoader() { stop_workers(); }
@@ -98,7 +107,8 @@ Batch DataLoader::load_batch(int64_t k) const {
           options_.transform->apply(ex.input, SampleKey{.seed = options_.seed, .epoch = pass_epoch_, .index = i});
     examples.push_back(std::move(ex));
   }
-  Batch b = collate(examples, options_.pin_memory);  // pinned: straight into page-locked memory
+  // pinned: straight into page-locked memory
+  Batch b = collate(examples, options_.pin_memory, options_.pin_memory_device);
   b.indices = indices;
   b.index = k;
   return b;
@@ -129,6 +139,8 @@ void DataLoader::stop_workers() {
 }
 
 void DataLoader::worker_loop() {
+  // the rank's device, before any CUDA call of this thread (else the runtime would pick device 0)
+  if (options_.pin_memory) kernels::cuda::set_device(options_.pin_memory_device);
   const int64_t n = static_cast<int64_t>(batches_.size());
   const int64_t window = static_cast<int64_t>(options_.num_workers) * options_.prefetch_factor;
   while (true) {

@@ -47,6 +47,10 @@ struct DataLoaderOptions {
   // (kernels/cuda_api.h), so once the first batches are freed their buffers are reused and no
   // cudaMallocHost happens per batch.
   bool pin_memory = false;
+  // The GPU the pinned batches are for (PyTorch's pin_memory_device): its context allocates them,
+  // and every worker thread makes it current before loading, so a rank never opens a context on
+  // another rank's GPU. -1: the constructing thread's current device (options() then holds it).
+  int pin_memory_device = -1;
 };
 
 struct Batch {
@@ -57,9 +61,9 @@ struct Batch {
 };
 
 // Stacks examples whose inputs (and targets) share one shape and dtype, into page-locked memory
-// when pin_memory (tensor/pinned.h: needs a CUDA device). Throws naming the first example that
-// differs.
-Batch collate(const std::vector<Example>& examples, bool pin_memory = false);
+// when pin_memory (tensor/pinned.h: needs a CUDA device; pinned for pin_memory_device, -1: the
+// current one). Throws naming the first example that differs.
+Batch collate(const std::vector<Example>& examples, bool pin_memory = false, int pin_memory_device = -1);
 
 class DataLoader {
  public:

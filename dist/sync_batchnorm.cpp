@@ -1,7 +1,8 @@
-// dist/sync_batchnorm.cpp — SyncBatchNorm's forward/backward as a custom autograd Function.
+// dist/sync_batchnorm.cpp — SyncBatchNorm's forward/backward as a custom autograd Function. The
+// statistics stay on x's device: gathered there, merged there (batch_norm_gather_stats_with_counts)
+// and the backward reads the total count there too.
 #include "minidl/dist/sync_batchnorm.h"
 
-#include <cmath>
 #include <utility>
 
 #include "minidl/autograd/function.h"
@@ -43,48 +44,22 @@ class SyncBatchNormFunction : public autograd::Function {
       local.narrow(0, C, C).copy_(s.invstd);
     }
     local.narrow(0, 2 * C, 1).fill_(static_cast<double>(count));
-    std::vector<Tensor> rows = group_.all_gather(local);  // one (2C + 1) tensor per rank
-    for (Tensor& r : rows) r = r.cpu().contiguous();  // merged on the host (no-op on the CPU)
-
-    // Chan's merge: N = sum n_r; mean = sum n_r m_r / N; var = sum n_r (v_r + (m_r - mean)^2) / N
-    std::vector<double> sum_n_m(C, 0.0), sum_n_var(C, 0.0), mean(C, 0.0);
-    double total = 0;
-    for (const Tensor& r : rows) total += r.data<double>()[2 * C];
-    if (total <= 1)
-      throw std::invalid_argument(
-          "SyncBatchNorm: expected more than 1 value per channel over all ranks when "
-          "training, got " +
-          std::to_string(static_cast<int64_t>(total)));
-    for (const Tensor& r : rows) {
-      const double* p = r.data<double>();
-      if (p[2 * C] == 0) continue;  // masked: this rank had no samples
-      for (int64_t c = 0; c < C; ++c) sum_n_m[c] += p[2 * C] * p[c];
+    // every rank's row, merged where they are: on the device for CUDA tensors (no host round trip)
+    const BatchNormGatheredStats g = batch_norm_gather_stats_with_counts(stack(group_.all_gather(local), 0), eps_);
+    if (count <= 1) {  // only then can the total be 1 or less; this reads it on the host
+      const double total = g.count.to_vector<double>()[0];
+      if (total <= 1)
+        throw std::invalid_argument(
+            "SyncBatchNorm: expected more than 1 value per channel over all ranks when "
+            "training, got " +
+            std::to_string(static_cast<int64_t>(total)));
     }
-    for (int64_t c = 0; c < C; ++c) mean[c] = sum_n_m[c] / total;
-    for (const Tensor& r : rows) {
-      const double* p = r.data<double>();
-      const double n = p[2 * C];
-      if (n == 0) continue;
-      for (int64_t c = 0; c < C; ++c) {
-        const double var_r = 1.0 / (p[C + c] * p[C + c]) - eps_;
-        const double d = p[c] - mean[c];
-        sum_n_var[c] += n * (var_r + d * d);
-      }
-    }
-    std::vector<double> var(C), invstd(C);
-    for (int64_t c = 0; c < C; ++c) {
-      var[c] = sum_n_var[c] / total;
-      invstd[c] = 1.0 / std::sqrt(var[c] + eps_);
-    }
-    mean_ = from_vector(mean, {C}).to(x_.dtype()).to(x_.device());
-    invstd_ = from_vector(invstd, {C}).to(x_.dtype()).to(x_.device());
-    total_ = static_cast<int64_t>(total);
-
+    mean_ = g.mean.to(x_.dtype());
+    invstd_ = g.invstd.to(x_.dtype());
+    total_ = g.count;
     if (running_mean_.defined()) {
-      std::vector<double> unbiased(C);
-      for (int64_t c = 0; c < C; ++c) unbiased[c] = var[c] * total / (total - 1);
-      lerp_(running_mean_, from_vector(mean, {C}).to(running_mean_.dtype()).to(running_mean_.device()), momentum_);
-      lerp_(running_var_, from_vector(unbiased, {C}).to(running_var_.dtype()).to(running_var_.device()), momentum_);
+      lerp_(running_mean_, g.mean.to(running_mean_.dtype()), momentum_);
+      lerp_(running_var_, g.unbiased_var.to(running_var_.dtype()), momentum_);
     }
     if (count == 0) return empty_like(x_);
     return batch_norm_elemt(x_, mean_, invstd_, weight_, bias);
@@ -118,7 +93,7 @@ class SyncBatchNormFunction : public autograd::Function {
   Tensor running_mean_, running_var_;
   double momentum_, eps_;
   Tensor x_, weight_, mean_, invstd_;
-  int64_t total_ = 0;
+  Tensor total_;  // (1) float64 on x's device: the count over every rank
 };
 
 }  // namespace

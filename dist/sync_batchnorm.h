@@ -4,9 +4,12 @@
 // Training with world size > 1 (PyTorch's algorithm, on CPU through Gloo as well as on CUDA):
 //   forward   each rank: local mean, invstd and count (numel / C); all-gather (mean, invstd,
 //             count); merge count-weighted (Chan's parallel formula; ranks with count 0 take
-//             part and are masked out); normalise with the global mean and invstd.
+//             part and are masked out); normalise with the global mean and invstd. All on x's
+//             device (batch_norm_gather_stats_with_counts, tensor/ops_nn.h): no host round trip
+//             on CUDA, except reading the total when this rank has at most one value per channel.
 //   backward  each rank: sum_dy and sum_dy_xmu per channel, all-reduced (SUM);
-//             dx = (dy - sum_dy/N - (x - mean) invstd^2 sum_dy_xmu/N) * weight * invstd.
+//             dx = (dy - sum_dy/N - (x - mean) invstd^2 sum_dy_xmu/N) * weight * invstd,
+//             with N read from a device tensor.
 //             weight / bias gradients stay local; DDP averages them like any other gradient.
 // Eval mode, or world size 1: exactly BatchNorm.
 //

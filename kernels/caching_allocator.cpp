@@ -24,10 +24,15 @@ namespace {
 size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 }  // namespace
 
-CachingAllocator::CachingAllocator(std::string device_name, size_t total_bytes, SegmentSource source)
-    : device_name_(std::move(device_name)), total_(total_bytes), source_(std::move(source)) {}
+CachingAllocator::CachingAllocator(std::string device_name, size_t total_bytes, SegmentSource source,
+                                   EventSource events)
+    : device_name_(std::move(device_name)),
+      total_(total_bytes),
+      source_(std::move(source)),
+      events_(std::move(events)) {}
 
 CachingAllocator::~CachingAllocator() {
+  for (auto& [event, block] : pending_) events_.destroy(event);
   for (Block* b : all_) {
     if (b->prev == nullptr) source_.free(b->ptr);  // the first block of a segment owns its pointer
   }
@@ -111,9 +116,17 @@ void CachingAllocator::split(Block* b, size_t size, Pool& pool) {
   pool.insert(r);
 }
 
+size_t CachingAllocator::pending_event_blocks() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::set<Block*> blocks;
+  for (const auto& [event, block] : pending_) blocks.insert(block);
+  return blocks.size();
+}
+
 void* CachingAllocator::allocate(size_t nbytes, void* stream) {
   if (nbytes == 0) return nullptr;
   std::lock_guard<std::mutex> lock(mu_);
+  process_events();
   const size_t size = round_up(nbytes, kRound);
   const bool small = size <= kSmallLimit;
   Pool& pool = small ? small_pool_ : large_pool_;
@@ -130,6 +143,20 @@ void* CachingAllocator::allocate(size_t nbytes, void* stream) {
   return b->ptr;
 }
 
+void CachingAllocator::record_stream(void* p, void* stream) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = live_.find(p);
+  if (it == live_.end())
+    throw std::invalid_argument("CachingAllocator::record_stream: pointer not live here (" + device_name_ + ")");
+  if (!events_.record)
+    throw std::logic_error("CachingAllocator::record_stream: " + device_name_ + " has no stream events");
+  Block* b = it->second;
+  if (stream == b->stream) return;
+  for (void* s : b->stream_uses)
+    if (s == stream) return;
+  b->stream_uses.push_back(stream);
+}
+
 void CachingAllocator::free(void* p) {
   if (p == nullptr) return;
   std::lock_guard<std::mutex> lock(mu_);
@@ -138,8 +165,36 @@ void CachingAllocator::free(void* p) {
     throw std::invalid_argument("CachingAllocator::free: pointer not allocated here (" + device_name_ + ")");
   Block* b = it->second;
   live_.erase(it);
-  b->in_use = false;
   stats_.allocated -= b->size;
+  if (b->stream_uses.empty())
+    free_block(b);
+  else
+    insert_events(b);
+}
+
+void CachingAllocator::insert_events(Block* b) {
+  for (void* stream : b->stream_uses) {
+    pending_.emplace_back(events_.record(stream), b);
+    ++b->event_count;
+  }
+  b->stream_uses.clear();
+}
+
+void CachingAllocator::process_events() {
+  std::vector<std::pair<void*, Block*>> still;
+  for (auto& [event, b] : pending_) {
+    if (!events_.query(event)) {
+      still.emplace_back(event, b);
+      continue;
+    }
+    events_.destroy(event);
+    if (--b->event_count == 0) free_block(b);
+  }
+  pending_.swap(still);
+}
+
+void CachingAllocator::free_block(Block* b) {
+  b->in_use = false;
   Pool& pool = b->small ? small_pool_ : large_pool_;
   // merge with free neighbours (same segment, hence the same stream and pool)
   if (b->next && !b->next->in_use) {
@@ -184,6 +239,7 @@ void CachingAllocator::release_free_segments() {
 
 void CachingAllocator::empty_cache() {
   std::lock_guard<std::mutex> lock(mu_);
+  process_events();
   release_free_segments();
 }
 

@@ -11,6 +11,11 @@
 //   a block larger than needed is split (small: remainder >= 512 B; large: remainder > 1 MiB);
 //   freed blocks merge with free neighbours of the same segment; nothing goes back to the
 //   driver until empty_cache(), or when a new segment is needed and would pass the cap or fail.
+//   record_stream(p, S): another stream S still uses the block (NCCL reading a bucket on the
+//   communication stream). When such a block is freed, an event is recorded on each such stream
+//   and the block goes back to its pool only once every one of those events has completed
+//   (looked at on each allocate and empty_cache) — PyTorch's record_stream / insert_events /
+//   process_events.
 // Steady state (the same sizes every training step) therefore makes no segment allocations.
 #pragma once
 #include <cstddef>
@@ -22,6 +27,8 @@
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace minidl::kernels {
 
@@ -37,6 +44,13 @@ struct SegmentSource {
   std::function<void(void*)> free;
 };
 
+// Events on streams, for record_stream (tests pass fakes; without them record_stream throws).
+struct EventSource {
+  std::function<void*(void* stream)> record;  // a new event, recorded now on `stream`
+  std::function<bool(void* event)> query;  // true once everything before the event has run
+  std::function<void(void* event)> destroy;
+};
+
 struct CachingAllocatorStats {
   size_t allocated = 0, reserved = 0, peak_allocated = 0, peak_reserved = 0, cap = SIZE_MAX;
   int64_t segment_allocs = 0, segment_frees = 0, cache_hits = 0;
@@ -49,19 +63,24 @@ class CachingAllocator {
   static constexpr size_t kSegmentRound = size_t(2) << 20;  // 2 MiB
 
   // device_name: for messages ("cuda:0"); total_bytes: the device's memory (the cap's base).
-  CachingAllocator(std::string device_name, size_t total_bytes, SegmentSource source);
+  CachingAllocator(std::string device_name, size_t total_bytes, SegmentSource source, EventSource events = {});
   ~CachingAllocator();  // frees every segment (live blocks included: the process is ending)
   CachingAllocator(const CachingAllocator&) = delete;
   CachingAllocator& operator=(const CachingAllocator&) = delete;
 
   void* allocate(size_t nbytes, void* stream);  // nbytes == 0 -> nullptr
   void free(void* p);  // p from allocate(); nullptr is ignored
+  // The live block p (from allocate()) is also used by `stream`: once freed, it is not handed out
+  // again until the work queued on `stream` up to the free has run. The allocating stream itself
+  // is a no-op. Throws std::invalid_argument for a pointer not live here.
+  void record_stream(void* p, void* stream);
   void empty_cache();
   // cap = fraction * total_bytes; fraction in (0, 1]. Throws std::invalid_argument otherwise.
   void set_memory_fraction(double fraction);
   CachingAllocatorStats stats() const;
   void reset_peak();
   size_t block_size(void* p) const;  // the rounded size behind p (tests)
+  size_t pending_event_blocks() const;  // freed blocks still waiting for another stream's events
 
  private:
   struct Block {
@@ -69,7 +88,9 @@ class CachingAllocator {
     size_t size;
     void* stream;
     bool small;
-    bool in_use = false;
+    bool in_use = false;  // also while freed but waiting for events
+    std::vector<void*> stream_uses{};  // record_stream's streams, other than `stream`
+    int event_count = 0;  // events still to complete before the block is free
     Block* prev = nullptr;  // neighbours within the same segment
     Block* next = nullptr;
   };
@@ -85,16 +106,21 @@ class CachingAllocator {
   Block* take_free_block(Pool& pool, size_t size, void* stream);
   Block* new_segment(size_t size, void* stream, bool small, size_t request);
   void split(Block* b, size_t size, Pool& pool);
+  void free_block(Block* b);  // back into its pool, merged with free neighbours
+  void insert_events(Block* b);
+  void process_events();  // frees the blocks whose events have all completed
   void release_free_segments();
   [[noreturn]] void out_of_memory(size_t request, const std::string& why) const;
 
   std::string device_name_;
   size_t total_;
   SegmentSource source_;
+  EventSource events_;
   mutable std::mutex mu_;
   Pool small_pool_, large_pool_;
   std::map<void*, Block*> live_;
   std::set<Block*> all_;  // every block (for the destructor)
+  std::vector<std::pair<void*, Block*>> pending_;  // (event, freed block waiting for it), in record order
   CachingAllocatorStats stats_;
   double fraction_ = 1.0;
 };

@@ -28,6 +28,10 @@ int select_device_from_env();
 // ---- memory: every device allocation goes through the caching allocator ----
 void* device_malloc(size_t nbytes, int device);  // on the device's compute stream
 void device_free(void* p, int device);
+// The live block p (device_malloc's pointer, i.e. a Storage's data()) is also used by `stream`:
+// when freed it is not reused until the work queued on `stream` by then has run (PyTorch's
+// Tensor.record_stream). A Work dropped before wait() uses it for the tensors NCCL still reads.
+void record_stream(void* p, int device, void* stream);
 struct MemoryStats {
   size_t allocated = 0;  // bytes in live blocks (rounded to 512)
   size_t reserved = 0;  // bytes held from cudaMalloc (segments)
@@ -56,10 +60,13 @@ void* communication_stream(int device);  // one per device; NCCL collectives run
 void stream_wait_stream(void* waiter, void* signaller);
 
 // ---- pinned (page-locked) host memory, for fast asynchronous host->device batch copies ----
-// Cached: a freed block is reused by the next request that fits (no cudaMallocHost per batch).
-void* pinned_malloc(size_t nbytes);
-void pinned_free(void* p);
-MemoryStats pinned_memory_stats();  // the pinned cache's counters (segment_allocs = cudaMallocHost calls)
+// Cached per device: a freed block is reused by the next request for the same device that fits
+// (no cudaMallocHost per batch). `device` is the one whose context allocates it (-1: the current
+// device); pinned_free takes the device pinned_malloc was given (resolved).
+void* pinned_malloc(size_t nbytes, int device = -1);
+void pinned_free(void* p, int device);
+// the device's pinned cache's counters (segment_allocs = cudaMallocHost calls); -1: the current device
+MemoryStats pinned_memory_stats(int device = -1);
 
 // ---- debugging: with MINIDL_CUDA_SYNC=1 every kernel launch and cuBLAS / cuDNN call is followed
 // by a stream synchronisation, so an asynchronous fault (a bad address in a kernel) is reported

@@ -127,6 +127,14 @@ void batch_norm_backward_reduce(ElemType t, const void* dy, const void* x, int64
 void batch_norm_backward_elemt(ElemType t, const void* dy, const void* x, int64_t N, int64_t C, int64_t S,
                                const void* mean, const void* invstd, const void* weight, const void* sum_dy,
                                const void* sum_dy_xmu, int64_t count, void* dx);
+// The same with the count read on the device: count points to one double (SyncBatchNorm's total).
+void batch_norm_backward_elemt(ElemType t, const void* dy, const void* x, int64_t N, int64_t C, int64_t S,
+                               const void* mean, const void* invstd, const void* weight, const void* sum_dy,
+                               const void* sum_dy_xmu, const double* count, void* dx);
+// SyncBatchNorm's merge of every rank's (mean, invstd, count) rows (R, 2C + 1), all in double:
+// kernels/cpu/norm.h's batch_norm_gather_stats; total: one double.
+void batch_norm_gather_stats(const double* rows, int64_t R, int64_t C, double eps, double* mean, double* invstd,
+                             double* unbiased_var, double* total);
 
 // ---- indexing (index.cu); x (outer, n, inner), index (k) ----
 void index_select(ElemType t, const void* x, const int64_t* index, void* out, int64_t outer, int64_t n, int64_t k,

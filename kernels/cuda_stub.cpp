@@ -29,6 +29,7 @@ int current_device() { no_cuda("current_device"); }
 int select_device_from_env() { no_cuda("select_device_from_env"); }
 void* device_malloc(size_t, int) { no_cuda("device_malloc"); }
 void device_free(void*, int) {}
+void record_stream(void*, int, void*) { no_cuda("record_stream"); }
 MemoryStats memory_stats(int) { no_cuda("memory_stats"); }
 void reset_peak_memory_stats(int) { no_cuda("reset_peak_memory_stats"); }
 void empty_cache(int) { no_cuda("empty_cache"); }
@@ -38,9 +39,9 @@ void synchronize(int) { no_cuda("synchronize"); }
 void* compute_stream(int) { no_cuda("compute_stream"); }
 void* communication_stream(int) { no_cuda("communication_stream"); }
 void stream_wait_stream(void*, void*) { no_cuda("stream_wait_stream"); }
-void* pinned_malloc(size_t) { no_cuda("pinned_malloc"); }
-void pinned_free(void*) {}
-MemoryStats pinned_memory_stats() { no_cuda("pinned_memory_stats"); }
+void* pinned_malloc(size_t, int) { no_cuda("pinned_malloc"); }
+void pinned_free(void*, int) {}
+MemoryStats pinned_memory_stats(int) { no_cuda("pinned_memory_stats"); }
 void axpy(float, const float*, float*, long, int) { no_cuda("cuda axpy"); }
 
 // ---- kernels ----
@@ -97,6 +98,13 @@ void batch_norm_backward_reduce(ElemType, const void*, const void*, int64_t, int
 void batch_norm_backward_elemt(ElemType, const void*, const void*, int64_t, int64_t, int64_t, const void*, const void*,
                                const void*, const void*, const void*, int64_t, void*) {
   no_cuda("batch_norm_backward_elemt");
+}
+void batch_norm_backward_elemt(ElemType, const void*, const void*, int64_t, int64_t, int64_t, const void*, const void*,
+                               const void*, const void*, const void*, const double*, void*) {
+  no_cuda("batch_norm_backward_elemt");
+}
+void batch_norm_gather_stats(const double*, int64_t, int64_t, double, double*, double*, double*, double*) {
+  no_cuda("batch_norm_gather_stats");
 }
 void index_select(ElemType, const void*, const int64_t*, void*, int64_t, int64_t, int64_t, int64_t) {
   no_cuda("index_select");

@@ -77,7 +77,25 @@ BatchNormReduce batch_norm_backward_reduce(const Tensor& dy, const Tensor& x, co
 Tensor batch_norm_backward_elemt(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& invstd,
                                  const Tensor& weight, const Tensor& sum_dy, const Tensor& sum_dy_xmu, int64_t count,
                                  const Tensor& relu_out = Tensor());
+// The same with count a one-element tensor on the inputs' device (SyncBatchNorm's total over the
+// ranks): on CUDA it is read by the kernel, so the backward needs no host round trip; it must be
+// positive (not checked on CUDA). On the CPU, exactly the int64 form.
+Tensor batch_norm_backward_elemt(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& invstd,
+                                 const Tensor& weight, const Tensor& sum_dy, const Tensor& sum_dy_xmu,
+                                 const Tensor& count, const Tensor& relu_out = Tensor());
 // eval mode: dx = dy * weight * invstd (statistics are constants)
+
+// SyncBatchNorm's merge of the all-gathered statistics, on their device (PyTorch's
+// batch_norm_gather_stats_with_counts). rows (R, 2C + 1) float64: rank r's (mean (C),
+// invstd (C), count); ranks with count 0 are left out. Chan's formula, ranks added in order:
+// N = sum n_r; mean = sum n_r m_r / N; var = sum n_r (1 / invstd_r^2 - eps + (m_r - mean)^2) / N.
+struct BatchNormGatheredStats {
+  Tensor mean;  // (C) float64
+  Tensor invstd;  // (C) float64: 1 / sqrt(var + eps)
+  Tensor unbiased_var;  // (C) float64: var N / (N - 1), for the running variance
+  Tensor count;  // (1) float64: N
+};
+BatchNormGatheredStats batch_norm_gather_stats_with_counts(const Tensor& rows, double eps);
 
 // ---- batch norm + ReLU + 2x2 max-pool, stride 2, no padding, as one op (CPU) ----
 // x (N, C, H, W) -> max_pool2d(relu(batch_norm_elemt(x, ...)), 2), the same bits, without writing

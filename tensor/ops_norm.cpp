@@ -165,20 +165,30 @@ BatchNormReduce batch_norm_backward_reduce(const Tensor& dy_in, const Tensor& x_
   return r;
 }
 
+namespace {
+// batch_norm_backward_elemt's checks (all but the count's); returns x's layout.
+NCS check_backward_elemt(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& invstd,
+                         const Tensor& weight, const Tensor& sum_dy, const Tensor& sum_dy_xmu, const Tensor& relu_out,
+                         const char* op) {
+  const NCS d = batch_norm_layout(x, op);
+  require_like_input(dy, x, op);
+  if (relu_out.defined()) require_like_input(relu_out, x, op);
+  require_channel_vector(mean, d.C, op, "mean", false);
+  require_channel_vector(invstd, d.C, op, "invstd", false);
+  require_channel_vector(weight, d.C, op, "weight", true);
+  require_channel_vector(sum_dy, d.C, op, "sum_dy", false);
+  require_channel_vector(sum_dy_xmu, d.C, op, "sum_dy_xmu", false);
+  return d;
+}
+}  // namespace
+
 Tensor batch_norm_backward_elemt(const Tensor& dy_in, const Tensor& x_in, const Tensor& mean, const Tensor& invstd,
                                  const Tensor& weight, const Tensor& sum_dy, const Tensor& sum_dy_xmu, int64_t count,
                                  const Tensor& relu_out_in) {
   constexpr const char* op = "batch_norm_backward_elemt";
   const bool cuda =
       cuda_dispatch::on_cuda({&dy_in, &x_in, &mean, &invstd, &weight, &sum_dy, &sum_dy_xmu, &relu_out_in}, op);
-  const NCS d = batch_norm_layout(x_in, op);
-  require_like_input(dy_in, x_in, op);
-  if (relu_out_in.defined()) require_like_input(relu_out_in, x_in, op);
-  require_channel_vector(mean, d.C, op, "mean", false);
-  require_channel_vector(invstd, d.C, op, "invstd", false);
-  require_channel_vector(weight, d.C, op, "weight", true);
-  require_channel_vector(sum_dy, d.C, op, "sum_dy", false);
-  require_channel_vector(sum_dy_xmu, d.C, op, "sum_dy_xmu", false);
+  const NCS d = check_backward_elemt(dy_in, x_in, mean, invstd, weight, sum_dy, sum_dy_xmu, relu_out_in, op);
   if (count <= 0)
     throw std::invalid_argument(std::string(op) + ": count must be positive, got " + std::to_string(count) +
                                 " for input " + x_in.desc());
@@ -205,6 +215,56 @@ Tensor batch_norm_backward_elemt(const Tensor& dy_in, const Tensor& x_in, const 
                                             relu_out.defined() ? relu_out.data<T>() : nullptr);
   });
   return dx;
+}
+
+Tensor batch_norm_backward_elemt(const Tensor& dy_in, const Tensor& x_in, const Tensor& mean, const Tensor& invstd,
+                                 const Tensor& weight, const Tensor& sum_dy, const Tensor& sum_dy_xmu,
+                                 const Tensor& count, const Tensor& relu_out_in) {
+  constexpr const char* op = "batch_norm_backward_elemt";
+  if (!count.defined() || count.numel() != 1)
+    throw std::invalid_argument(std::string(op) + ": expected a one-element count tensor, got " +
+                                (count.defined() ? count.desc() : std::string("an undefined tensor")));
+  const bool cuda =
+      cuda_dispatch::on_cuda({&dy_in, &x_in, &mean, &invstd, &weight, &sum_dy, &sum_dy_xmu, &relu_out_in, &count}, op);
+  if (!cuda)
+    return batch_norm_backward_elemt(dy_in, x_in, mean, invstd, weight, sum_dy, sum_dy_xmu,
+                                     static_cast<int64_t>(detail::cpu_values(count)[0]), relu_out_in);
+  const NCS d = check_backward_elemt(dy_in, x_in, mean, invstd, weight, sum_dy, sum_dy_xmu, relu_out_in, op);
+  const Tensor x = x_in.contiguous();
+  const Tensor dy = relu_out_in.defined() ? relu_backward(relu_out_in, dy_in) : dy_in.contiguous();
+  const Tensor m = for_kernel(mean, x), is = for_kernel(invstd, x), w = for_kernel(weight, x);
+  const Tensor sd = for_kernel(sum_dy, x), sdx = for_kernel(sum_dy_xmu, x);
+  const Tensor n = count.to(DType::Float64).contiguous();
+  Tensor dx(x.shape(), x.dtype(), x.device());
+  cuda_dispatch::use_device(x);
+  kc::batch_norm_backward_elemt(cuda_dispatch::elem(x.dtype()), dy.raw_data(), x.raw_data(), d.N, d.C, d.S,
+                                m.raw_data(), is.raw_data(), ptr_or_null(w), sd.raw_data(), sdx.raw_data(),
+                                static_cast<const double*>(n.raw_data()), dx.raw_data());
+  return dx;
+}
+
+BatchNormGatheredStats batch_norm_gather_stats_with_counts(const Tensor& rows_in, double eps) {
+  constexpr const char* op = "batch_norm_gather_stats_with_counts";
+  const bool cuda = cuda_dispatch::on_cuda({&rows_in}, op);
+  if (rows_in.dim() != 2 || rows_in.size(1) % 2 != 1 || rows_in.dtype() != DType::Float64)
+    throw std::invalid_argument(std::string(op) + ": expected float64 rows (R, 2C + 1), got " + rows_in.desc());
+  const int64_t R = rows_in.size(0), C = (rows_in.size(1) - 1) / 2;
+  const Tensor rows = rows_in.contiguous();
+  const Device dev = rows.device();
+  BatchNormGatheredStats g{Tensor({C}, DType::Float64, dev), Tensor({C}, DType::Float64, dev),
+                           Tensor({C}, DType::Float64, dev), Tensor({1}, DType::Float64, dev)};
+  const auto* in = static_cast<const double*>(rows.raw_data());
+  auto* mean = static_cast<double*>(g.mean.raw_data());
+  auto* invstd = static_cast<double*>(g.invstd.raw_data());
+  auto* unbiased = static_cast<double*>(g.unbiased_var.raw_data());
+  auto* total = static_cast<double*>(g.count.raw_data());
+  if (cuda) {
+    cuda_dispatch::use_device(rows);
+    kc::batch_norm_gather_stats(in, R, C, eps, mean, invstd, unbiased, total);
+  } else {
+    kernels::cpu::batch_norm_gather_stats(in, R, C, eps, mean, invstd, unbiased, total);
+  }
+  return g;
 }
 
 // ---- batch norm + ReLU + 2x2 max-pool ----

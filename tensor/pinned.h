@@ -8,7 +8,9 @@
 
 namespace minidl {
 
-Tensor pin_memory(const Tensor& t);  // a contiguous pinned copy of a CPU tensor
-Tensor empty_pinned(const Shape& shape, DType dtype = DType::Float32);
+// `device`: the GPU whose context allocates the memory and whose pinned cache it comes from
+// (PyTorch's pin_memory_device); -1: the calling thread's current device.
+Tensor pin_memory(const Tensor& t, int device = -1);  // a contiguous pinned copy of a CPU tensor
+Tensor empty_pinned(const Shape& shape, DType dtype = DType::Float32, int device = -1);
 
 }  // namespace minidl

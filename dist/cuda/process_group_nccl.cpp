@@ -17,6 +17,7 @@
 
 #include "minidl/dist/cuda/fingerprint.h"
 #include "minidl/dist/distributed.h"
+#include "minidl/dist/work_watchdog.h"
 #include "minidl/kernels/cuda_api.h"
 #include "minidl/tensor/creation.h"
 
@@ -96,6 +97,10 @@ struct ProcessGroupNCCL::Impl {
   bool debug = false;  // MINIDL_DIST_DEBUG: compare each collective's fingerprint across ranks first
   bool broken = false;
   std::string broken_reason;
+  // Watches every collective's completion event and the communicator's asynchronous error; on a
+  // timeout or an error it aborts the communicator and breaks the group. Last: stopped and joined
+  // first when the Impl goes, before the members its probes read.
+  std::unique_ptr<WorkWatchdog> watchdog;
 
   // Polls until the communicator's pending operation (init or enqueue) has finished.
   void wait_comm_ready(const std::string& what) {
@@ -111,14 +116,43 @@ struct ProcessGroupNCCL::Impl {
     }
   }
 
-  [[noreturn]] void fail(const std::string& msg) {
+  // With mu held: aborts the communicator and marks the group broken (the first reason stays).
+  void abort(const std::string& msg) {
     if (comm && !broken) {
       ncclCommAbort(comm);  // frees the communicator and unblocks any kernel still waiting for a peer
       comm = nullptr;
     }
+    if (!broken) broken_reason = msg;
     broken = true;
-    broken_reason = msg;
+  }
+
+  [[noreturn]] void fail(const std::string& msg) {
+    abort(msg);
     throw std::runtime_error(msg);
+  }
+
+  // The watchdog thread's look at the communicator: "" while it is healthy.
+  std::string async_error() {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!comm || broken) return "";
+    ncclResult_t async = ncclSuccess;
+    ncclCommGetAsyncError(comm, &async);
+    if (async == ncclSuccess || async == ncclInProgress) return "";
+    return std::string("NCCL error on rank ") + std::to_string(rank) + ": " + ncclGetErrorString(async);
+  }
+
+  void start_watchdog() {
+    watchdog = std::make_unique<WorkWatchdog>(WorkWatchdog::Options{
+        .interval = std::chrono::milliseconds(2),
+        // the thread's CUDA calls must use this group's device, not open a context on device 0
+        .on_start = [d = device] { check_cuda(cudaSetDevice(d), "ProcessGroupNCCL watchdog: cudaSetDevice"); },
+        .async_error = [this] { return async_error(); },
+        .on_failure =
+            [this](const std::string& reason) {
+              std::lock_guard<std::mutex> lock(mu);
+              abort(reason + " (timeout " + std::to_string(options.timeout.count()) +
+                    " ms; the watchdog aborted the communicator)");
+            }});
   }
 
   void check_usable(const std::string& what) {
@@ -138,78 +172,116 @@ struct ProcessGroupNCCL::Impl {
 
 namespace {
 
+// A CUDA event shared by a Work and the watchdog's look at it; destroyed when both are done.
+struct CudaEvent {
+  cudaEvent_t event = nullptr;
+  CudaEvent() { check_cuda(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreate"); }
+  ~CudaEvent() { cudaEventDestroy(event); }
+  CudaEvent(const CudaEvent&) = delete;
+  CudaEvent& operator=(const CudaEvent&) = delete;
+  // true once the collective has run; throws on a CUDA error
+  bool query(const std::string& what) const {
+    const cudaError_t q = cudaEventQuery(event);
+    if (q == cudaErrorNotReady) return false;
+    check_cuda(q, what + ": CUDA error");
+    return true;
+  }
+};
+
+// wait() makes the compute stream wait for the collective's completion event and returns at once
+// (PyTorch's WorkNCCL::wait -> synchronizeStream): no host round trip per gradient bucket. The
+// group's watchdog turns a timeout or an NCCL error into a broken group, which the next wait()
+// or collective reports. A result bound for a CPU tensor (staged) is waited for on the host.
 class WorkNCCL : public Work {
  public:
-  WorkNCCL(std::shared_ptr<ProcessGroupNCCL::Impl> pg, std::string what, cudaEvent_t done,
-           std::vector<Tensor> keep_alive, std::function<void()> finish)
+  WorkNCCL(std::shared_ptr<ProcessGroupNCCL::Impl> pg, std::string what, std::shared_ptr<const CudaEvent> done,
+           std::vector<Tensor> keep_alive, std::function<void()> finish, bool host_result)
       : pg_(std::move(pg)),
         what_(std::move(what)),
-        done_(done),
+        done_(std::move(done)),
         keep_(std::move(keep_alive)),
-        finish_(std::move(finish)) {}
+        finish_(std::move(finish)),
+        host_result_(host_result) {}
+
+  // Dropped unwaited: NCCL may still read or write the tensors on the communication stream, so
+  // their blocks are marked as in use by that stream (record_stream) before they can be freed;
+  // the caching allocator hands them out again only once the stream has got past this point.
   ~WorkNCCL() override {
-    if (done_) cudaEventDestroy(done_);
+    if (completed_ || keep_.empty()) return;
+    try {
+      if (done_->query(what_)) return;
+      for (const Tensor& t : keep_)
+        if (t.defined() && t.device().is_cuda() && t.storage())
+          kernels::cuda::record_stream(t.storage()->data(), pg_->device, pg_->comm_stream);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "minidl: ProcessGroupNCCL: %s dropped unwaited: %s\n", what_.c_str(), e.what());
+    }
   }
 
   bool is_completed() override {
     if (completed_) return true;
-    return cudaEventQuery(done_) == cudaSuccess;
+    if (!done_->query(what_)) return false;
+    throw_if_broken();  // an aborted collective completes too, without a result
+    return true;
   }
 
-  // Polls the completion event; the group's mutex is taken only for each short look at the
-  // communicator, never across the sleep, so other threads can issue or wait meanwhile.
   void wait() override {
     if (completed_) return;
-    const auto deadline = std::chrono::steady_clock::now() + pg_->options.timeout;
-    for (;;) {
-      const cudaError_t q = cudaEventQuery(done_);
-      if (q == cudaSuccess) break;
-      {
-        std::lock_guard<std::mutex> lock(pg_->mu);
-        if (q != cudaErrorNotReady) pg_->fail(what_ + ": CUDA error: " + cudaGetErrorString(q));
-        if (pg_->broken)
-          throw std::runtime_error(what_ + ": the NCCL process group broke while waiting (" + pg_->broken_reason + ")");
-        ncclResult_t async = ncclSuccess;
-        if (pg_->comm) ncclCommGetAsyncError(pg_->comm, &async);
-        if (async != ncclSuccess && async != ncclInProgress)
-          pg_->fail(what_ + ": NCCL error: " + ncclGetErrorString(async));
-        if (std::chrono::steady_clock::now() > deadline)
-          pg_->fail(what_ + " timed out after " + std::to_string(pg_->options.timeout.count()) +
-                    " ms: a rank did not arrive (communicator aborted)");
-      }
-      std::this_thread::sleep_for(std::chrono::microseconds(20));
-    }
-    check_cuda(cudaStreamWaitEvent(pg_->compute, done_, 0), what_ + ": cudaStreamWaitEvent");
+    throw_if_broken();
+    if (host_result_) synchronize();
+    check_cuda(cudaStreamWaitEvent(pg_->compute, done_->event, 0), what_ + ": cudaStreamWaitEvent");
     completed_ = true;
     if (finish_) finish_();
     keep_.clear();
   }
 
+  // Blocks the host until the collective has run (the watchdog bounds this by the timeout:
+  // it aborts the communicator, which completes the event), then throws if the group broke.
+  void synchronize() {
+    while (!done_->query(what_)) {
+      throw_if_broken();
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+    throw_if_broken();
+  }
+
  private:
+  void throw_if_broken() {
+    std::lock_guard<std::mutex> lock(pg_->mu);
+    if (pg_->broken)
+      throw std::runtime_error(what_ + " on rank " + std::to_string(pg_->rank) +
+                               ": the NCCL process group is broken (" + pg_->broken_reason + ")");
+  }
+
   std::shared_ptr<ProcessGroupNCCL::Impl> pg_;
   std::string what_;
-  cudaEvent_t done_ = nullptr;
+  std::shared_ptr<const CudaEvent> done_;
   std::vector<Tensor> keep_;
   std::function<void()> finish_;
+  bool host_result_ = false;
   bool completed_ = false;
 };
 
-// Runs `enqueue` on the communication stream after everything queued on the compute stream.
-std::shared_ptr<Work> launch(const std::shared_ptr<ProcessGroupNCCL::Impl>& pg, const std::string& what,
-                             std::vector<Tensor> keep, const std::function<void()>& enqueue,
-                             std::function<void()> finish = {}) {
+// Runs `enqueue` on the communication stream after everything queued on the compute stream, and
+// hands the completion event to the watchdog. host_result: the result lands in a CPU tensor.
+std::shared_ptr<WorkNCCL> launch(const std::shared_ptr<ProcessGroupNCCL::Impl>& pg, const std::string& what,
+                                 std::vector<Tensor> keep, const std::function<void()>& enqueue,
+                                 std::function<void()> finish = {}, bool host_result = false) {
   std::lock_guard<std::mutex> lock(pg->mu);
   pg->check_usable(what);
   const DeviceScope scope(pg->device, what);
-  cudaEvent_t ready, done;
+  cudaEvent_t ready;
   check_cuda(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), what + ": cudaEventCreate");
-  check_cuda(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), what + ": cudaEventCreate");
+  auto done = std::make_shared<const CudaEvent>();
   check_cuda(cudaEventRecord(ready, pg->compute), what + ": cudaEventRecord");
   check_cuda(cudaStreamWaitEvent(pg->comm_stream, ready, 0), what + ": cudaStreamWaitEvent");
   cudaEventDestroy(ready);
   enqueue();
-  check_cuda(cudaEventRecord(done, pg->comm_stream), what + ": cudaEventRecord");
-  return std::make_shared<WorkNCCL>(pg, what, done, std::move(keep), std::move(finish));
+  check_cuda(cudaEventRecord(done->event, pg->comm_stream), what + ": cudaEventRecord");
+  const std::string watched = what + " on rank " + std::to_string(pg->rank);
+  pg->watchdog->watch(watched, std::chrono::steady_clock::now() + pg->options.timeout,
+                      [done, watched] { return done->query(watched); });
+  return std::make_shared<WorkNCCL>(pg, what, std::move(done), std::move(keep), std::move(finish), host_result);
 }
 
 std::string describe(const char* op, int64_t seq, const Tensor& t) {
@@ -233,7 +305,7 @@ void check_fingerprint(const std::shared_ptr<ProcessGroupNCCL::Impl>& pg, int64_
     pg->check_nccl(ncclAllGather(send.raw_data(), all.raw_data(), static_cast<size_t>(kBytes), ncclUint8, pg->comm,
                                  pg->comm_stream),
                    what);
-  })->wait();
+  })->synchronize();  // read on the host below
   const Tensor got = all.cpu();
   std::vector<nccl_debug::Encoded> per_rank(static_cast<size_t>(pg->size));
   for (int r = 0; r < pg->size; ++r)
@@ -286,6 +358,7 @@ ProcessGroupNCCL::ProcessGroupNCCL(TCPStore& store, int rank, int size, ProcessG
     throw std::runtime_error(std::string("ProcessGroupNCCL: ncclCommInitRankConfig failed on rank ") +
                              std::to_string(rank) + ": " + ncclGetErrorString(r));
   impl_->wait_comm_ready("ProcessGroupNCCL init (rank " + std::to_string(rank) + " of " + std::to_string(size) + ")");
+  impl_->start_watchdog();
 }
 
 // Finalize (flushes the communicator's outstanding work; polled, as the communicator is
@@ -348,7 +421,7 @@ std::shared_ptr<Work> ProcessGroupNCCL::all_reduce_async(Tensor& t, ReduceOp op)
                                        nccl_type(d.dtype(), "all_reduce"), rop, impl->comm, impl->comm_stream),
                          what);
       },
-      finish);
+      finish, /*host_result=*/!t.device().is_cuda());
 }
 
 std::shared_ptr<Work> ProcessGroupNCCL::broadcast_async(Tensor& t, int root) {
@@ -367,7 +440,7 @@ std::shared_ptr<Work> ProcessGroupNCCL::broadcast_async(Tensor& t, int root) {
                                        nccl_type(d.dtype(), "broadcast"), root, impl->comm, impl->comm_stream),
                          what);
       },
-      finish);
+      finish, /*host_result=*/!t.device().is_cuda());
 }
 
 std::shared_ptr<Work> ProcessGroupNCCL::all_gather_async(const Tensor& t, std::vector<Tensor>& out) {
@@ -386,7 +459,7 @@ std::shared_ptr<Work> ProcessGroupNCCL::all_gather_async(const Tensor& t, std::v
   launch(impl, what + " (row counts)", {rows, all_rows}, [&] {
     impl->check_nccl(ncclAllGather(rows.raw_data(), all_rows.raw_data(), 1, ncclInt64, impl->comm, impl->comm_stream),
                      what);
-  })->wait();
+  })->synchronize();  // read on the host below
   const std::vector<int64_t> counts = all_rows.to_vector<int64_t>();
   int64_t longest = 0;
   for (int64_t c : counts) longest = std::max(longest, c);
@@ -415,7 +488,7 @@ std::shared_ptr<Work> ProcessGroupNCCL::all_gather_async(const Tensor& t, std::v
                                        nccl_type(d.dtype(), "all_gather"), impl->comm, impl->comm_stream),
                          what);
       },
-      finish);
+      finish, /*host_result=*/!result_device.is_cuda());
 }
 
 std::shared_ptr<Work> ProcessGroupNCCL::reduce_scatter_async(const Tensor& input, Tensor& out, ReduceOp op) {
@@ -441,7 +514,7 @@ std::shared_ptr<Work> ProcessGroupNCCL::reduce_scatter_async(const Tensor& input
                                            nccl_type(d.dtype(), "reduce_scatter"), rop, impl->comm, impl->comm_stream),
                          what);
       },
-      finish);
+      finish, /*host_result=*/!out.device().is_cuda());
 }
 
 std::shared_ptr<Work> ProcessGroupNCCL::barrier_async() {
@@ -449,10 +522,15 @@ std::shared_ptr<Work> ProcessGroupNCCL::barrier_async() {
   const std::string what = "barrier #" + std::to_string(++impl_->seq);
   check_fingerprint(impl_, impl_->seq, {"barrier", "", "", ""});
   auto impl = impl_;
-  return launch(impl, what, {one}, [&] {
-    impl->check_nccl(
-        ncclAllReduce(one.raw_data(), one.raw_data(), 1, ncclFloat32, ncclSum, impl->comm, impl->comm_stream), what);
-  });
+  // a barrier orders the hosts: its wait() blocks until every rank has arrived
+  return launch(
+      impl, what, {one},
+      [&] {
+        impl->check_nccl(
+            ncclAllReduce(one.raw_data(), one.raw_data(), 1, ncclFloat32, ncclSum, impl->comm, impl->comm_stream),
+            what);
+      },
+      {}, /*host_result=*/true);
 }
 
 namespace {

@@ -6,6 +6,7 @@
 //   auto work = pg.all_reduce_async(grad_bucket);             // queued on the communication stream
 //   ...                                                       // more backward kernels (compute stream)
 //   work->wait();                                             // compute stream now ordered after it
+//                                                             // (returns at once: no host wait)
 //
 // How it works:
 //  - Rendezvous: rank 0 makes an ncclUniqueId and publishes it in the TCPStore; every rank reads
@@ -13,11 +14,20 @@
 //    so a missing rank gives an error instead of a hang.
 //  - Ordering: each collective records an event on the device's compute stream, makes the
 //    communication stream wait for it (the tensor's producers are done), runs NCCL on the
-//    communication stream and records a completion event. Work::wait() polls that event (and
-//    ncclCommGetAsyncError) up to the timeout, then makes the compute stream wait for it.
-//  - Timeout or NCCL error: ncclCommAbort, then std::runtime_error naming the collective, its
-//    sequence number, the tensor and the timeout; the group is broken afterwards and every later
-//    call throws at once (ranks are out of step; there is no recovery).
+//    communication stream and records a completion event. Work::wait() makes the compute stream
+//    wait for that event (cudaStreamWaitEvent) and returns: kernels queued afterwards see the
+//    result, and the host never drains the GPU per gradient bucket (PyTorch's WorkNCCL::wait).
+//    The host does wait where it reads the result itself: staged CPU tensors, barrier(), and the
+//    row counts of all_gather and the debug-mode fingerprints.
+//  - A Work dropped before wait() marks its tensors' blocks as used by the communication stream
+//    (kernels::cuda::record_stream), so the caching allocator does not hand them to new tensors
+//    while NCCL may still read or write them.
+//  - Watchdog (dist/work_watchdog.h, one thread per group, on the group's device): every 2 ms
+//    it looks at the outstanding collectives' events and at ncclCommGetAsyncError. A collective
+//    past the timeout, or an NCCL error: ncclCommAbort (which also ends the kernels waiting for
+//    a peer) and the group is broken; the next wait(), is_completed() or collective throws
+//    std::runtime_error naming the collective, its sequence number, the tensor, the rank and the
+//    timeout. Broken is final (ranks are out of step; there is no recovery).
 //  - CPU tensors (all_gather_object / broadcast_object use them) are staged through the device.
 //  - all_gather allows different first dims (gathers the row counts first, pads to the longest);
 //    AVG needs a floating dtype. dtypes: float32, float64, int64, uint8.

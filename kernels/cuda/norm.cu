@@ -148,6 +148,53 @@ __global__ void batch_norm_backward_elemt_kernel(const T* dy, const T* x, int64_
   }
 }
 
+// SyncBatchNorm's merge, one thread per channel adding the ranks in order: kernels/cpu/norm.h's
+// batch_norm_gather_stats on the device (the same up to fused multiply-adds).
+__global__ void batch_norm_gather_stats_kernel(const double* rows, int64_t R, int64_t C, double eps, double* mean,
+                                               double* invstd, double* unbiased_var, double* total) {
+  const int64_t W = 2 * C + 1;
+  MINIDL_GRID_STRIDE(c, C) {
+    double n_all = 0;
+    for (int64_t r = 0; r < R; ++r) n_all += rows[r * W + 2 * C];
+    double sum_n_m = 0;
+    for (int64_t r = 0; r < R; ++r) {
+      const double* p = rows + r * W;
+      if (p[2 * C] != 0) sum_n_m += p[2 * C] * p[c];
+    }
+    const double m = sum_n_m / n_all;
+    double sum_n_var = 0;
+    for (int64_t r = 0; r < R; ++r) {
+      const double* p = rows + r * W;
+      const double n = p[2 * C];
+      if (n == 0) continue;
+      const double var_r = 1.0 / (p[C + c] * p[C + c]) - eps;
+      const double d = p[c] - m;
+      sum_n_var += n * (var_r + d * d);
+    }
+    const double var = sum_n_var / n_all;
+    mean[c] = m;
+    invstd[c] = 1.0 / sqrt(var + eps);
+    unbiased_var[c] = var * n_all / (n_all - 1);
+    if (c == 0) *total = n_all;
+  }
+}
+
+// batch_norm_backward_elemt_kernel with the count read on the device (SyncBatchNorm's total).
+template <class T>
+__global__ void batch_norm_backward_elemt_count_kernel(const T* dy, const T* x, int64_t n, int64_t C, int64_t S,
+                                                       const T* mean, const T* invstd, const T* weight, const T* sum_dy,
+                                                       const T* sum_dy_xmu, const double* count, T* dx) {
+  const double inv_count = 1.0 / *count;
+  MINIDL_GRID_STRIDE(i, n) {
+    const int64_t c = (i / S) % C;
+    const double is = double(invstd[c]);
+    const double mean_dy = double(sum_dy[c]) * inv_count;
+    const double k = is * is * double(sum_dy_xmu[c]) * inv_count;
+    const double scale = load_or(weight, c, 1.0) * is;
+    dx[i] = static_cast<T>((double(dy[i]) - mean_dy - (double(x[i]) - double(mean[c])) * k) * scale);
+  }
+}
+
 unsigned grid_of(int64_t rows, const char* op) {
   if (rows > 2147483647LL) throw std::invalid_argument(std::string(op) + ": too many rows for one CUDA launch");
   return static_cast<unsigned>(rows);
@@ -232,6 +279,28 @@ void batch_norm_backward_elemt(ElemType t, const void* dy, const void* x, int64_
     batch_norm_backward_elemt_kernel<T><<<blocks_for(n), kThreads, 0, current_compute_stream()>>>(
         cp<T>(dy), cp<T>(x), n, C, S, cp<T>(mean), cp<T>(invstd), cp<T>(weight), cp<T>(sum_dy), cp<T>(sum_dy_xmu),
         1.0 / double(count), mp<T>(dx));
+  });
+  check_launch("batch_norm_backward_elemt");
+}
+
+void batch_norm_gather_stats(const double* rows, int64_t R, int64_t C, double eps, double* mean, double* invstd,
+                             double* unbiased_var, double* total) {
+  if (C == 0) return;
+  batch_norm_gather_stats_kernel<<<blocks_for(C), kThreads, 0, current_compute_stream()>>>(rows, R, C, eps, mean,
+                                                                                           invstd, unbiased_var, total);
+  check_launch("batch_norm_gather_stats");
+}
+
+void batch_norm_backward_elemt(ElemType t, const void* dy, const void* x, int64_t N, int64_t C, int64_t S,
+                               const void* mean, const void* invstd, const void* weight, const void* sum_dy,
+                               const void* sum_dy_xmu, const double* count, void* dx) {
+  const int64_t n = N * C * S;
+  if (n == 0) return;
+  switch_type<true>(t, "batch_norm_backward_elemt", [&](auto tag) {
+    using T = decltype(tag);
+    batch_norm_backward_elemt_count_kernel<T><<<blocks_for(n), kThreads, 0, current_compute_stream()>>>(
+        cp<T>(dy), cp<T>(x), n, C, S, cp<T>(mean), cp<T>(invstd), cp<T>(weight), cp<T>(sum_dy), cp<T>(sum_dy_xmu),
+        count, mp<T>(dx));
   });
   check_launch("batch_norm_backward_elemt");
 }

@@ -66,7 +66,25 @@ DeviceState& state(int device) {
           check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize (before returning a segment)");
           check_cuda(cudaFree(p), "cudaFree");
         }};
-    s.allocator = std::make_unique<CachingAllocator>("cuda:" + std::to_string(device), total_b, std::move(src));
+    // record_stream's events: recorded on the stream that still uses a freed block, queried (never
+    // waited for) by the allocator before it hands the block out again
+    EventSource events{
+        [device](void* stream) -> void* {
+          DeviceGuard guard(device);
+          cudaEvent_t e;
+          check_cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate (record_stream)");
+          check_cuda(cudaEventRecord(e, static_cast<cudaStream_t>(stream)), "cudaEventRecord (record_stream)");
+          return e;
+        },
+        [](void* e) {
+          const cudaError_t q = cudaEventQuery(static_cast<cudaEvent_t>(e));
+          if (q == cudaErrorNotReady) return false;
+          check_cuda(q, "cudaEventQuery (record_stream)");
+          return true;
+        },
+        [](void* e) { cudaEventDestroy(static_cast<cudaEvent_t>(e)); }};
+    s.allocator = std::make_unique<CachingAllocator>("cuda:" + std::to_string(device), total_b, std::move(src),
+                                                     std::move(events));
     if (const char* f = std::getenv("MINIDL_CUDA_MEMORY_FRACTION")) s.allocator->set_memory_fraction(std::atof(f));
   });
   return s;
@@ -187,6 +205,11 @@ void device_free(void* p, int device) {
   if (s.allocator) s.allocator->free(p);
 }
 
+void record_stream(void* p, int device, void* stream) {
+  if (p == nullptr) return;
+  state(device).allocator->record_stream(p, stream);
+}
+
 MemoryStats memory_stats(int device) {
   const CachingAllocatorStats a = state(device).allocator->stats();
   return {a.allocated, a.reserved,       a.peak_allocated, a.peak_reserved,
@@ -232,38 +255,52 @@ void stream_wait_stream(void* waiter, void* signaller) {
   check_cuda(cudaEventDestroy(e), "cudaEventDestroy");  // released once the wait has been satisfied
 }
 
-// Pinned host memory is cached like device memory (the same CachingAllocator, one pool): the
-// DataLoader pins every batch, and cudaMallocHost per batch would cost more than the copy saves.
-// Reuse is safe because every host <-> device copy (memcpy above) completes before it returns.
+// Pinned host memory is cached like device memory (the same CachingAllocator, one pool per
+// device): the DataLoader pins every batch, and cudaMallocHost per batch would cost more than the
+// copy saves. Each block is tagged with the device whose context allocated it (cudaMallocHost runs
+// with that device current, so a rank never opens a context on another rank's GPU); with unified
+// addressing the memory is usable from every device. Reuse is safe because every host <-> device
+// copy (memcpy above) completes before it returns.
 namespace {
-CachingAllocator& pinned_allocator() {
-  static auto* a = new CachingAllocator(  // never destroyed, like the device allocators
-      "pinned host memory", SIZE_MAX,
-      SegmentSource{[](size_t n) -> void* {
-                      void* p = nullptr;
-                      const cudaError_t e = cudaMallocHost(&p, n);
-                      if (e == cudaErrorMemoryAllocation) {
-                        cudaGetLastError();
-                        return nullptr;
-                      }
-                      check_cuda(e, ("cudaMallocHost of " + std::to_string(n) + " bytes").c_str());
-                      return p;
-                    },
-                    [](void* p) { check_cuda(cudaFreeHost(p), "cudaFreeHost"); }});
-  return *a;
+CachingAllocator& pinned_allocator(int device) {
+  require_device(device, "pinned_malloc");
+  static auto* allocators = new std::array<std::unique_ptr<CachingAllocator>, kMaxDevices>();  // never destroyed
+  static auto* once = new std::array<std::once_flag, kMaxDevices>();
+  std::call_once((*once)[device], [device] {
+    (*allocators)[device] = std::make_unique<CachingAllocator>(
+        "pinned host memory (cuda:" + std::to_string(device) + ")", SIZE_MAX,
+        SegmentSource{[device](size_t n) -> void* {
+                        DeviceGuard guard(device);
+                        void* p = nullptr;
+                        const cudaError_t e = cudaMallocHost(&p, n);
+                        if (e == cudaErrorMemoryAllocation) {
+                          cudaGetLastError();
+                          return nullptr;
+                        }
+                        check_cuda(e, ("cudaMallocHost of " + std::to_string(n) + " bytes").c_str());
+                        return p;
+                      },
+                      [device](void* p) {
+                        DeviceGuard guard(device);
+                        check_cuda(cudaFreeHost(p), "cudaFreeHost");
+                      }});
+  });
+  return *(*allocators)[device];
 }
 }  // namespace
 
-void* pinned_malloc(size_t nbytes) {
-  require_device(0, "pinned_malloc");
-  return pinned_allocator().allocate(nbytes, nullptr);
+void* pinned_malloc(size_t nbytes, int device) {
+  require_device(device < 0 ? 0 : device, "pinned_malloc");
+  if (device < 0) device = current_device();
+  return pinned_allocator(device).allocate(nbytes, nullptr);
 }
-void pinned_free(void* p) {
-  if (p) pinned_allocator().free(p);
+void pinned_free(void* p, int device) {
+  if (p) pinned_allocator(device).free(p);
 }
-MemoryStats pinned_memory_stats() {
-  require_device(0, "pinned_memory_stats");
-  const CachingAllocatorStats a = pinned_allocator().stats();
+MemoryStats pinned_memory_stats(int device) {
+  require_device(device < 0 ? 0 : device, "pinned_memory_stats");
+  if (device < 0) device = current_device();
+  const CachingAllocatorStats a = pinned_allocator(device).stats();
   return {a.allocated, a.reserved,       a.peak_allocated, a.peak_reserved,
           a.cap,       a.segment_allocs, a.segment_frees,  a.cache_hits};
 }

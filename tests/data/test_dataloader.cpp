@@ -292,3 +292,44 @@ TEST(DataLoaderPinMemory, BatchesAreCollatedIntoReusedPinnedBuffers) {
   EXPECT_EQ(after.segment_allocs, warm.segment_allocs) << "a pinned segment allocated in the second epoch";
   EXPECT_EQ(after.cache_hits - warm.cache_hits, 2 * batches) << "one pinned input and one pinned target per batch";
 }
+
+namespace {
+// Rows of zeros whose first element is the CUDA device current on the thread that loaded them.
+class DeviceRecordingDataset : public data::Dataset {
+ public:
+  int64_t size() const override { return 8; }
+  data::Example get(int64_t) const override {
+    Tensor in = zeros({2});
+    in.data<float>()[0] = static_cast<float>(minidl::kernels::cuda::current_device());
+    return {in, zeros({1}, DType::Int64)};
+  }
+};
+}  // namespace
+
+// Each worker makes the loader's pin_memory_device current before loading, and the batches come
+// from that device's pinned cache (the last device: with several GPUs not the runtime's default 0).
+TEST(DataLoaderPinMemory, WorkersUseThePinMemoryDevice) {
+  if (minidl::kernels::cuda::device_count() == 0) GTEST_SKIP() << "pin_memory needs a CUDA device; none is present";
+  const int last = minidl::kernels::cuda::device_count() - 1;
+  data::DataLoader loader(std::make_shared<DeviceRecordingDataset>(),
+                          {.batch_size = 2, .num_workers = 2, .pin_memory = true, .pin_memory_device = last});
+  const size_t before = minidl::kernels::cuda::pinned_memory_stats(last).allocated;
+  int64_t batches = 0;
+  for (auto& batch : loader) {
+    ++batches;
+    EXPECT_EQ(batch.input.data<float>()[0], static_cast<float>(last));
+    EXPECT_GT(minidl::kernels::cuda::pinned_memory_stats(last).allocated, before);
+  }
+  EXPECT_EQ(batches, 4);
+}
+
+TEST(DataLoaderPinMemory, DeviceDefaultsToTheCurrentOneAndMustExist) {
+  if (minidl::kernels::cuda::device_count() == 0) GTEST_SKIP() << "pin_memory needs a CUDA device; none is present";
+  auto ds = std::make_shared<data::TensorDataset>(zeros({4, 2}), zeros({4}, DType::Int64));
+  data::DataLoader loader(ds, {.batch_size = 2, .pin_memory = true});
+  EXPECT_EQ(loader.options().pin_memory_device, minidl::kernels::cuda::current_device());
+  EXPECT_THROW_MSG(
+      data::DataLoader(
+          ds, {.batch_size = 2, .pin_memory = true, .pin_memory_device = minidl::kernels::cuda::device_count()}),
+      std::invalid_argument, "does not exist");
+}

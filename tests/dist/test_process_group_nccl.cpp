@@ -1,7 +1,9 @@
 // tests/dist/test_process_group_nccl.cpp — ProcessGroupNCCL with world size 1 (all that one GPU
 // allows: NCCL refuses two ranks on one device): rendezvous through a TCPStore, every collective
-// on CUDA tensors (and CPU tensors staged through the device), async Work handles, the "nccl"
-// backend registration. Compiled in CUDA builds only; skipped, saying why, without a device.
+// on CUDA tensors (and CPU tensors staged through the device), async Work handles — wait() returns
+// before the collective has run, a dropped Work keeps its tensors' memory from reuse — and the
+// "nccl" backend registration. Compiled in CUDA builds only; skipped, saying why, without a device.
+// (The watchdog's timeout and error handling: tests/dist/test_work_watchdog.cpp, on the CPU.)
 #include "minidl/kernels/cuda_api.h"
 #include "tests/common/testing.h"
 
@@ -55,6 +57,53 @@ TEST(ProcessGroupNccl, DebugModeFingerprintsWithWorldSizeOne) {
     pg.barrier();
   }
   EXPECT_EQ(kernels::cuda::current_device(), 0);
+}
+// ~1 TFLOP of matmuls queued on the compute stream: what follows on the device waits behind it.
+Tensor queue_matmuls() {
+  const Tensor a = ones({4096, 4096}, DType::Float32, Device::cuda(0));
+  Tensor busy = a;
+  for (int i = 0; i < 8; ++i) busy = matmul(busy, a);
+  return busy;
+}
+
+// wait() orders the compute stream after the collective and returns without waiting on the host:
+// the collective is still queued behind the matmuls when it returns; the result is right after.
+TEST(ProcessGroupNccl, WaitReturnsBeforeTheCollectiveHasRun) {
+  MINIDL_SKIP_WITHOUT_GPU();
+  dist::TCPStore store("127.0.0.1", {.port = 0, .is_server = true, .timeout = std::chrono::seconds(30)});
+  dist::ProcessGroupNCCL pg(store, 0, 1, {.timeout = std::chrono::seconds(30), .debug = false}, 0);
+  Tensor t = from_vector<float>({1, 2, 3}).to(Device::cuda(0));
+  pg.barrier();
+  const Tensor busy = queue_matmuls();
+  auto work = pg.all_reduce_async(t, dist::ReduceOp::SUM);
+  work->wait();
+  EXPECT_FALSE(work->is_completed()) << "wait() blocked the host until the collective had run";
+  mul_(t, 2.0);  // on the compute stream, after the all_reduce
+  minidl::testing::expect_equal(t.cpu(), from_vector<float>({2, 4, 6}), "all_reduce then mul_");
+  EXPECT_TRUE(work->is_completed());
+}
+
+// A Work dropped before wait(), with the only reference to its bucket: the bucket's block is not
+// handed to the next tensor of its size while NCCL may still use it, and is once the device is idle.
+TEST(ProcessGroupNccl, DroppedWorkKeepsItsBucketFromReuseUntilTheCollectiveHasRun) {
+  MINIDL_SKIP_WITHOUT_GPU();
+  dist::TCPStore store("127.0.0.1", {.port = 0, .is_server = true, .timeout = std::chrono::seconds(30)});
+  dist::ProcessGroupNCCL pg(store, 0, 1, {.timeout = std::chrono::seconds(30), .debug = false}, 0);
+  pg.barrier();
+  kernels::cuda::empty_cache(0);
+  const int64_t n = (int64_t(5) << 20) / 4 + 1;  // 5 MiB + 4 bytes: its own 6 MiB segment
+  void* first = nullptr;
+  {
+    Tensor bucket = zeros({n}, DType::Float32, Device::cuda(0));
+    first = bucket.storage()->data();
+    const Tensor busy = queue_matmuls();
+    (void)pg.all_reduce_async(bucket, dist::ReduceOp::SUM);  // queued behind the matmuls, dropped
+  }
+  Tensor again({n}, DType::Float32, Device::cuda(0));
+  EXPECT_NE(again.storage()->data(), first) << "the bucket's memory was reused while NCCL may still use it";
+  kernels::cuda::synchronize(0);
+  Tensor later({n}, DType::Float32, Device::cuda(0));
+  EXPECT_EQ(later.storage()->data(), first);
 }
 #else
 TEST(ProcessGroupNccl, SkippedInACpuOnlyBuild) { GTEST_SKIP() << "built without CUDA: no NCCL process group"; }

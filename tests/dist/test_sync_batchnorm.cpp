@@ -1,7 +1,9 @@
 // tests/dist/test_sync_batchnorm.cpp — SyncBatchNorm on R ranks against BatchNorm2d on the
 // concatenated batch: output, input gradient, weight/bias gradients (after DDP averaging) and
 // running statistics, with unequal per-rank batch sizes and a rank with no samples; world size 1
-// and eval mode against BatchNorm written out by hand.
+// and eval mode against BatchNorm written out by hand; the one-value-per-channel error; the
+// statistics merge (batch_norm_gather_stats_with_counts) and the backward's count tensor against
+// numbers written out. (The CUDA merge: tests/kernels/test_cuda_batch_norm_gather.cpp.)
 #include <cmath>
 #include <sstream>
 
@@ -231,4 +233,64 @@ TEST(SyncBatchNorm, ConvertingAMemberKeepsItsObjectStateAndPrintsSyncBatchNorm) 
   Tensor x = randn({4, 3, 2, 2}, RandomKey{5, 0});
   require_close(net(Variable(x)).data(), ref(Variable(x)).data(), 0, "no group: BatchNorm");
   require_close(net.bn.running_mean, ref.running_mean, 0, "running_mean");
+}
+
+// The error for a global batch of one value per channel: the total is read on the host only when
+// this rank has at most one value, and every rank reports it; two ranks with one value each train.
+TEST(SyncBatchNorm, OneValuePerChannelOverAllRanksIsAnErrorOnEveryRank) {
+  for (const std::vector<int64_t>& sizes : {std::vector<int64_t>{1, 0}, std::vector<int64_t>{1, 1}}) {
+    dist::spawn(2, [&](int rank) {
+      dist::init({.backend = "gloo", .timeout = std::chrono::seconds(30)});
+      dist::SyncBatchNorm bn({.num_features = 2});
+      Variable x(randn({sizes[rank], 2}, RandomKey{3, static_cast<uint64_t>(rank)}), true);
+      const bool expect_error = sizes[0] + sizes[1] <= 1;
+      try {
+        (void)bn(x);
+        require(!expect_error, "expected the one-value error");
+      } catch (const std::invalid_argument& e) {
+        require(expect_error && std::string(e.what()).find("expected more than 1 value per channel over all "
+                                                           "ranks when training, got 1") != std::string::npos,
+                std::string("unexpected error: ") + e.what());
+      }
+      dist::shutdown();
+    });
+  }
+}
+
+// The merge SyncBatchNorm runs on the gathered rows, written out: channel 0 of rank 0 holds
+// {1, 3} (mean 2, var 1), rank 1 nothing, rank 2 {4, 6, 8, 10} (mean 7, var 5); channel 1 is
+// channel 0 plus 10 on every rank. Together {1, 3, 4, 6, 8, 10}: mean 16/3, var 83/9 (eps 0).
+TEST(SyncBatchNorm, GatherStatsWithCountsMergesRanksAndSkipsEmptyOnes) {
+  const double s5 = 1.0 / std::sqrt(5.0);
+  const Tensor rows = from_vector<double>({2, 12, 1, 1, 2,  //
+                                           0, 0, 0, 0, 0,  //
+                                           7, 17, s5, s5, 4},
+                                          {3, 5});
+  const BatchNormGatheredStats g = batch_norm_gather_stats_with_counts(rows, 0.0);
+  const double mean = 16.0 / 3.0, var = 83.0 / 9.0;
+  require_close(g.mean, from_vector<double>({mean, mean + 10}), 1e-14, "mean");
+  require_close(g.invstd, from_vector<double>({1 / std::sqrt(var), 1 / std::sqrt(var)}), 1e-14, "invstd");
+  require_close(g.unbiased_var, from_vector<double>({var * 6 / 5, var * 6 / 5}), 1e-14, "unbiased_var");
+  require(g.count.to_vector<double>() == std::vector<double>{6.0}, "count");
+  EXPECT_THROW((void)batch_norm_gather_stats_with_counts(zeros({3, 4}, DType::Float64), 0.0), std::invalid_argument);
+}
+
+// The backward with the total as a tensor (how SyncBatchNorm passes it) gives the same bits as
+// with the count as an integer on the CPU.
+TEST(SyncBatchNorm, BackwardElemtWithACountTensorEqualsTheIntegerCount) {
+  const Tensor x = randn({4, 3, 2, 2}, RandomKey{5, 0}), dy = randn({4, 3, 2, 2}, RandomKey{5, 1});
+  const BatchNormStats s = batch_norm_stats(x, 1e-5);
+  const Tensor w = randn({3}, RandomKey{5, 2});
+  const BatchNormReduce r = batch_norm_backward_reduce(dy, x, s.mean, s.invstd, w);
+  const Tensor by_int = batch_norm_backward_elemt(dy, x, s.mean, s.invstd, w, r.sum_dy, r.sum_dy_xmu, int64_t{40});
+  const Tensor by_tensor =
+      batch_norm_backward_elemt(dy, x, s.mean, s.invstd, w, r.sum_dy, r.sum_dy_xmu, from_vector<double>({40.0}));
+  require(by_int.to_vector<float>() == by_tensor.to_vector<float>(), "bits differ");
+  require(
+      by_int.to_vector<float>() !=
+          batch_norm_backward_elemt(dy, x, s.mean, s.invstd, w, r.sum_dy, r.sum_dy_xmu, int64_t{16}).to_vector<float>(),
+      "the count must matter");
+  EXPECT_THROW((void)batch_norm_backward_elemt(dy, x, s.mean, s.invstd, w, r.sum_dy, r.sum_dy_xmu,
+                                               from_vector<double>({1.0, 2.0})),
+               std::invalid_argument);
 }

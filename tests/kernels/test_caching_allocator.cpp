@@ -1,9 +1,12 @@
 // tests/kernels/test_caching_allocator.cpp — the caching allocator's logic on the CPU, with a
 // malloc-backed segment source (kernels/caching_allocator.h): reuse without new segments, block
-// splitting and merging, per-stream pools, statistics, empty_cache, and the memory cap's
-// out-of-memory message. Runs everywhere; the CUDA glue is covered by test_cuda_allocator.cpp.
+// splitting and merging, per-stream pools, statistics, empty_cache, the memory cap's
+// out-of-memory message, and record_stream (a block freed while another stream still uses it,
+// with fake events). Runs everywhere; the CUDA glue is covered by test_cuda_allocator.cpp.
 #include <cstdlib>
+#include <memory>
 #include <set>
+#include <vector>
 
 #include "minidl/kernels/caching_allocator.h"
 #include "tests/common/testing.h"
@@ -29,6 +32,25 @@ struct FakeDevice {
 };
 void* stream_a = reinterpret_cast<void*>(0x1);
 void* stream_b = reinterpret_cast<void*>(0x2);
+void* stream_c = reinterpret_cast<void*>(0x3);
+
+// Events that complete when the test says so.
+struct FakeEvents {
+  struct Event {
+    void* stream;
+    bool done = false;
+    bool destroyed = false;
+  };
+  std::vector<std::unique_ptr<Event>> recorded;
+  EventSource source() {
+    return {[this](void* stream) -> void* {
+              recorded.push_back(std::make_unique<Event>(Event{stream}));
+              return recorded.back().get();
+            },
+            [](void* e) { return static_cast<Event*>(e)->done; },
+            [](void* e) { static_cast<Event*>(e)->destroyed = true; }};
+  }
+};
 }  // namespace
 
 TEST(CachingAllocator, FreedBlockIsReusedWithoutANewSegment) {
@@ -191,4 +213,97 @@ TEST(CachingAllocator, ZeroBytesIsNull) {
   EXPECT_EQ(a.allocate(0, stream_a), nullptr);
   a.free(nullptr);
   EXPECT_EQ(a.stats().segment_allocs, 0);
+}
+
+// What a Work dropped before wait() relies on: its bucket, allocated on the compute stream (a)
+// and read by NCCL on the communication stream (b), is freed at once, yet not handed out again
+// until the event recorded on b at the free has completed.
+TEST(CachingAllocator, BlockFreedWhileRecordedOnAnotherStreamWaitsForThatStreamsEvent) {
+  FakeDevice dev;
+  FakeEvents ev;
+  CachingAllocator a("cuda:0", 1024 * MiB, dev.source(), ev.source());
+  void* p = a.allocate(4 * MiB, stream_a);
+  a.record_stream(p, stream_b);
+  a.record_stream(p, stream_b);  // recorded once per stream
+  a.free(p);
+  ASSERT_EQ(ev.recorded.size(), 1u);
+  EXPECT_EQ(ev.recorded[0]->stream, stream_b);
+  EXPECT_EQ(a.stats().allocated, 0u);
+  EXPECT_EQ(a.pending_event_blocks(), 1u);
+  void* q = a.allocate(4 * MiB, stream_a);  // b may still read p: a new segment
+  EXPECT_NE(q, p);
+  EXPECT_EQ(a.stats().segment_allocs, 2);
+  EXPECT_FALSE(ev.recorded[0]->destroyed);
+  ev.recorded[0]->done = true;
+  void* r = a.allocate(4 * MiB, stream_a);  // b is past the free: p is reused
+  EXPECT_EQ(r, p);
+  EXPECT_EQ(a.stats().segment_allocs, 2);
+  EXPECT_EQ(a.stats().cache_hits, 1);
+  EXPECT_TRUE(ev.recorded[0]->destroyed);
+  EXPECT_EQ(a.pending_event_blocks(), 0u);
+  a.free(q);
+  a.free(r);
+  EXPECT_EQ(ev.recorded.size(), 1u) << "blocks without other streams are freed without events";
+}
+
+TEST(CachingAllocator, BlockRecordedOnTwoStreamsWaitsForBoth) {
+  FakeDevice dev;
+  FakeEvents ev;
+  CachingAllocator a("cuda:0", 1024 * MiB, dev.source(), ev.source());
+  void* p = a.allocate(4 * MiB, stream_a);
+  a.record_stream(p, stream_b);
+  a.record_stream(p, stream_c);
+  a.free(p);
+  ASSERT_EQ(ev.recorded.size(), 2u);
+  ev.recorded[1]->done = true;
+  a.empty_cache();  // looks at the events: one left, so the segment is not free to release
+  EXPECT_EQ(a.stats().reserved, 4 * MiB);
+  EXPECT_EQ(a.pending_event_blocks(), 1u);
+  ev.recorded[0]->done = true;
+  a.empty_cache();
+  EXPECT_EQ(a.stats().reserved, 0u);
+  EXPECT_EQ(a.stats().segment_frees, 1);
+  EXPECT_TRUE(dev.live.empty());
+}
+
+TEST(CachingAllocator, WaitingSmallBlockDoesNotMergeWithItsFreedNeighbour) {
+  FakeDevice dev;
+  FakeEvents ev;
+  CachingAllocator a("cuda:0", 1024 * MiB, dev.source(), ev.source());
+  void* p = a.allocate(512 * 1024, stream_a);
+  void* q = a.allocate(512 * 1024, stream_a);
+  a.record_stream(p, stream_b);
+  a.free(p);
+  a.free(q);
+  void* r = a.allocate(1 * MiB, stream_a);  // p's half is still waiting: the two halves cannot merge
+  EXPECT_NE(r, p);
+  ev.recorded[0]->done = true;
+  a.free(r);
+  void* s = a.allocate(1 * MiB, stream_a);  // now p merged with q again: the 1 MiB at p
+  EXPECT_EQ(s, p);
+  a.free(s);
+}
+
+TEST(CachingAllocator, RecordingTheAllocatingStreamNeedsNoEvent) {
+  FakeDevice dev;
+  FakeEvents ev;
+  CachingAllocator a("cuda:0", 1024 * MiB, dev.source(), ev.source());
+  void* p = a.allocate(4 * MiB, stream_a);
+  a.record_stream(p, stream_a);
+  a.free(p);
+  EXPECT_TRUE(ev.recorded.empty());
+  EXPECT_EQ(a.allocate(4 * MiB, stream_a), p);
+  a.free(p);
+}
+
+TEST(CachingAllocator, RecordStreamRejectsUnknownPointersAndAllocatorsWithoutEvents) {
+  FakeDevice dev;
+  FakeEvents ev;
+  CachingAllocator with("cuda:0", 1024 * MiB, dev.source(), ev.source());
+  int x = 0;
+  EXPECT_THROW(with.record_stream(&x, stream_b), std::invalid_argument);
+  CachingAllocator without("pinned host memory", 1024 * MiB, dev.source());
+  void* p = without.allocate(1000, nullptr);
+  EXPECT_THROW(without.record_stream(p, stream_b), std::logic_error);
+  without.free(p);
 }

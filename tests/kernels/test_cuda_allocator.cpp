@@ -1,6 +1,7 @@
 // tests/kernels/test_cuda_allocator.cpp — the caching allocator on a real device: steady-state
 // reuse makes no cudaMalloc, statistics, empty_cache, the memory-fraction cap's error message,
-// pinned host tensors. (Its logic is also tested without a GPU in test_caching_allocator.cpp.)
+// record_stream on the communication stream, pinned host tensors per device. (Its logic is also
+// tested without a GPU in test_caching_allocator.cpp.)
 // Skipped, saying why, without a device.
 #include "minidl/kernels/caching_allocator.h"
 #include "minidl/tensor/pinned.h"
@@ -71,4 +72,40 @@ TEST(CudaAllocator, DeviceSelectionFollowsLocalRank) {
   setenv("LOCAL_RANK", "0", 1);
   EXPECT_EQ(kc::select_device_from_env(), 0);
   unsetenv("LOCAL_RANK");
+}
+
+// A block recorded on the communication stream, freed while that stream is still held back behind
+// a queue of matmuls, is not handed to the next tensor of its size; once the device is idle it is.
+TEST(CudaAllocator, BlockRecordedOnTheCommunicationStreamIsNotReusedUntilThatStreamGetsThere) {
+  MINIDL_SKIP_WITHOUT_GPU();
+  const Tensor a = ones({4096, 4096}, DType::Float32, Device::cuda(0));
+  kc::synchronize(0);
+  kc::empty_cache(0);
+  const int64_t n = (int64_t(5) << 20) / 4 + 1;  // 5 MiB + 4 bytes: its own 6 MiB segment
+  void* first = nullptr;
+  {
+    Tensor bucket({n}, DType::Float32, Device::cuda(0));
+    first = bucket.storage()->data();
+    Tensor busy = a;
+    for (int i = 0; i < 8; ++i) busy = matmul(busy, a);  // ~1 TFLOP queued on the compute stream
+    kc::stream_wait_stream(kc::communication_stream(0), kc::compute_stream(0));
+    kc::record_stream(first, 0, kc::communication_stream(0));
+  }
+  Tensor again({n}, DType::Float32, Device::cuda(0));
+  EXPECT_NE(again.storage()->data(), first) << "reused while the communication stream may still use it";
+  kc::synchronize(0);
+  Tensor later({n}, DType::Float32, Device::cuda(0));
+  EXPECT_EQ(later.storage()->data(), first) << "not reused once the communication stream got past the free";
+}
+
+TEST(CudaAllocator, PinnedBlocksComeFromTheirDevicesCache) {
+  MINIDL_SKIP_WITHOUT_GPU();
+  const int last = kc::device_count() - 1;
+  const size_t before = kc::pinned_memory_stats(last).allocated;
+  {
+    const Tensor p = pin_memory(randn({1000}, RandomKey{1, 2}), last);
+    EXPECT_EQ(kc::pinned_memory_stats(last).allocated, before + 4096) << "4000 bytes rounded to 512";
+  }
+  EXPECT_EQ(kc::pinned_memory_stats(last).allocated, before);
+  EXPECT_THROW((void)empty_pinned({4}, DType::Float32, kc::device_count()), std::runtime_error);
 }
