@@ -42,8 +42,8 @@ Variable max_pool2d(const Variable& x, const Pool2dParams& p) {
   MaxPool2dResult r = max_pool2d_forward(x.data(), p);
   return Variable::make_result(
       r.out, {x},
-      [idx = r.indices, in = x.shape()](const Tensor& dy) -> std::vector<Tensor> {
-        return {max_pool2d_backward(dy, idx, in)};
+      [idx = r.indices, in = x.shape(), p](const Tensor& dy) -> std::vector<Tensor> {
+        return {max_pool2d_backward(dy, idx, in, p)};
       },
       "MaxPool2dBackward");
 }

@@ -47,10 +47,14 @@ void reset_peak_memory_stats(int device);
 void empty_cache(int device);  // returns unused segments to the driver
 void set_memory_fraction(double fraction, int device);  // cap = fraction * total device memory
 
-// Copies nbytes between host and device (kind: 0 host->device, 1 device->host, 2 device->device),
+// Copies nbytes between host and device (kind: 0 host->device, 1 device->host, 2 within one device),
 // ordered with the work already queued on `device`'s compute stream (-1: the current device);
 // returns when the copy is done.
 void memcpy(void* dst, const void* src, size_t nbytes, int kind, int device = -1);
+// Copies nbytes from src on src_device to dst on another device, ordered after the work already
+// queued on BOTH devices' compute streams (the source's producers, the destination's earlier
+// users); returns when the copy is done.
+void memcpy_between_devices(void* dst, int dst_device, const void* src, int src_device, size_t nbytes);
 void synchronize(int device);  // waits for the device's compute and communication streams
 
 // ---- streams (opaque cudaStream_t / cudaEvent_t handles for plain C++ code) ----

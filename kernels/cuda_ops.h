@@ -150,9 +150,11 @@ struct PoolWindow {
 };
 void max_pool2d_forward(ElemType t, const void* x, int64_t planes, int64_t H, int64_t W, void* y, int64_t* indices,
                         int64_t H_out, int64_t W_out, const PoolWindow& win);
-// dx (planes, H, W) is zeroed here; each plane adds its outputs' gradients in output order.
-void max_pool2d_backward(ElemType t, const void* dy, const int64_t* indices, int64_t planes, int64_t n_out, int64_t H,
-                         int64_t W, void* dx);
+// dx (planes, H, W) is written whole: each element gets the gradients of the outputs (dy and
+// indices (planes, H_out, W_out), from max_pool2d_forward with the same window) whose window covers
+// it and whose argmax it is, added in output order.
+void max_pool2d_backward(ElemType t, const void* dy, const int64_t* indices, int64_t planes, int64_t H_out,
+                         int64_t W_out, int64_t H, int64_t W, const PoolWindow& win, void* dx);
 void avg_pool2d_forward(ElemType t, const void* x, int64_t planes, int64_t H, int64_t W, void* y, int64_t H_out,
                         int64_t W_out, const PoolWindow& win, bool count_include_pad);
 void avg_pool2d_backward(ElemType t, const void* dy, int64_t planes, int64_t H_out, int64_t W_out, void* dx, int64_t H,
@@ -183,7 +185,7 @@ struct ConvGeometry {
   int64_t N, C, H, W, O, kH, kW, groups, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, H_out, W_out;
 };
 void conv2d_forward(ElemType t, const ConvGeometry& g, const void* x, const void* w, const void* b, void* y);
-// db may be nullptr (no bias).
+// dx may be nullptr (the input needs no gradient: no backward-data call); db may be nullptr (no bias).
 void conv2d_backward(ElemType t, const ConvGeometry& g, const void* x, const void* w, const void* dy, void* dx,
                      void* dw, void* db);
 

@@ -35,6 +35,7 @@ void reset_peak_memory_stats(int) { no_cuda("reset_peak_memory_stats"); }
 void empty_cache(int) { no_cuda("empty_cache"); }
 void set_memory_fraction(double, int) { no_cuda("set_memory_fraction"); }
 void memcpy(void*, const void*, size_t, int, int) { no_cuda("cuda memcpy"); }
+void memcpy_between_devices(void*, int, const void*, int, size_t) { no_cuda("cuda memcpy"); }
 void synchronize(int) { no_cuda("synchronize"); }
 void* compute_stream(int) { no_cuda("compute_stream"); }
 void* communication_stream(int) { no_cuda("communication_stream"); }
@@ -116,7 +117,8 @@ void max_pool2d_forward(ElemType, const void*, int64_t, int64_t, int64_t, void*,
                         const PoolWindow&) {
   no_cuda("max_pool2d");
 }
-void max_pool2d_backward(ElemType, const void*, const int64_t*, int64_t, int64_t, int64_t, int64_t, void*) {
+void max_pool2d_backward(ElemType, const void*, const int64_t*, int64_t, int64_t, int64_t, int64_t, int64_t,
+                         const PoolWindow&, void*) {
   no_cuda("max_pool2d_backward");
 }
 void avg_pool2d_forward(ElemType, const void*, int64_t, int64_t, int64_t, void*, int64_t, int64_t, const PoolWindow&,

@@ -109,13 +109,13 @@ Conv2dGrads conv2d_backward(const Tensor& x_in, const Tensor& w_in, const Tensor
                                 shape_str(w_in.shape()) + ", got " + dy_in.desc());
   const Tensor x = x_in.contiguous(), w = w_in.contiguous(), dy = dy_in.contiguous();
   Conv2dGrads g;
-  if (cuda) {  // cuDNN computes dx always
-    g.dx = Tensor(x.shape(), x.dtype(), x.device());
+  if (cuda) {
+    if (need_dx) g.dx = Tensor(x.shape(), x.dtype(), x.device());
     g.dw = Tensor(w.shape(), w.dtype(), w.device());
     if (has_bias) g.db = Tensor({s.O}, x.dtype(), x.device());
     cuda_dispatch::use_device(x);
     kernels::cuda::conv2d_backward(cuda_dispatch::elem(x.dtype()), cuda_geometry(s), x.raw_data(), w.raw_data(),
-                                   dy.raw_data(), g.dx.raw_data(), g.dw.raw_data(),
+                                   dy.raw_data(), need_dx ? g.dx.raw_data() : nullptr, g.dw.raw_data(),
                                    has_bias ? g.db.raw_data() : nullptr);
     return g;
   }

@@ -21,7 +21,7 @@ struct Conv2dParams {
 // x (N, C_in, H, W), w (C_out, C_in/groups, kH, kW), b (C_out) or undefined -> (N, C_out, H_out, W_out)
 Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dParams& p);
 struct Conv2dGrads {
-  Tensor dx, dw, db;  // db undefined when the bias was undefined; dx undefined when !need_dx on the CPU
+  Tensor dx, dw, db;  // db undefined when the bias was undefined; dx undefined when !need_dx
 };
 // need_dx = false skips the input gradient (a first layer's input needs none).
 Conv2dGrads conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, bool has_bias, const Conv2dParams& p,
@@ -47,7 +47,9 @@ struct MaxPool2dResult {
   Tensor indices;  // int64, flat index h*W + w of the max within each (n, c) plane
 };
 MaxPool2dResult max_pool2d_forward(const Tensor& x, const Pool2dParams& p);
-Tensor max_pool2d_backward(const Tensor& dy, const Tensor& indices, const Shape& x_shape);
+// indices and p as given to / returned by max_pool2d_forward (the CUDA kernel gathers, for each
+// input element, over the windows p places over it).
+Tensor max_pool2d_backward(const Tensor& dy, const Tensor& indices, const Shape& x_shape, const Pool2dParams& p);
 Tensor avg_pool2d_forward(const Tensor& x, const Pool2dParams& p);
 Tensor avg_pool2d_backward(const Tensor& dy, const Shape& x_shape, const Pool2dParams& p);
 // adaptive average pooling to (out_h, out_w), PyTorch's start/end index rule

@@ -122,7 +122,7 @@ MaxPool2dResult max_pool2d_forward(const Tensor& x_in, const Pool2dParams& p) {
   return {out, indices};
 }
 
-Tensor max_pool2d_backward(const Tensor& dy_in, const Tensor& indices_in, const Shape& x_shape) {
+Tensor max_pool2d_backward(const Tensor& dy_in, const Tensor& indices_in, const Shape& x_shape, const Pool2dParams& p) {
   constexpr const char* op = "max_pool2d_backward";
   const bool cuda = cuda_dispatch::on_cuda({&dy_in, &indices_in}, op);
   require_image_shape(x_shape, op);
@@ -131,19 +131,19 @@ Tensor max_pool2d_backward(const Tensor& dy_in, const Tensor& indices_in, const 
   if (indices_in.dtype() != DType::Int64 || indices_in.shape() != dy_in.shape())
     throw std::invalid_argument(std::string(op) + ": expected int64 indices on " + dy_in.device().str() +
                                 " shaped like grad_output " + dy_in.desc() + ", got " + indices_in.desc());
-  if (dy_in.dim() != static_cast<int64_t>(x_shape.size()) ||
-      !std::equal(x_shape.begin(), x_shape.end() - 2, dy_in.shape().begin()))
-    throw std::invalid_argument(std::string(op) + ": grad_output " + dy_in.desc() +
-                                " does not match the leading dims of input " + shape_str(x_shape));
-  const Tensor dy = dy_in.contiguous(), indices = indices_in.contiguous();
   const int64_t H = x_shape[x_shape.size() - 2], W = x_shape.back();
-  const int64_t n_out = dy.size(dy.dim() - 2) * dy.size(dy.dim() - 1);
+  const auto out_size = pool_out_size(H, W, p, op, shape_str(x_shape));
+  const int64_t H_out = out_size.first, W_out = out_size.second;
+  require_grad_shape(dy_in, with_spatial(x_shape, H_out, W_out), op, x_shape);
+  const Tensor dy = dy_in.contiguous(), indices = indices_in.contiguous();
+  const int64_t n_out = H_out * W_out;
   const int64_t planes = shape_numel(x_shape) / std::max<int64_t>(H * W, 1);
   const int64_t* ip = indices.data<int64_t>();
   Tensor dx(x_shape, dy.dtype(), dy.device());  // every plane is overwritten by the kernel
   if (cuda) {
     cuda_dispatch::use_device(dy);
-    kc::max_pool2d_backward(cuda_dispatch::elem(dy.dtype()), dy.raw_data(), ip, planes, n_out, H, W, dx.raw_data());
+    kc::max_pool2d_backward(cuda_dispatch::elem(dy.dtype()), dy.raw_data(), ip, planes, H_out, W_out, H, W,
+                            cuda_window_of(p), dx.raw_data());
     return dx;
   }
   std::atomic<bool> ok{true};

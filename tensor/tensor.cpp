@@ -335,8 +335,12 @@ Tensor Tensor::to(Device dev) const {
   Tensor src = contiguous();
   Tensor out(shape_, dtype_, dev);
   const size_t nbytes = static_cast<size_t>(numel_) * element_size(dtype_);
-  const int kind = dev.is_cuda() && src.device().is_cpu() ? 0 : dev.is_cpu() ? 1 : 2;
-  kernels::cuda::memcpy(out.raw_data(), src.raw_data(), nbytes, kind, kind == 1 ? src.device().index : dev.index);
+  if (dev.is_cuda() && src.device().is_cuda())  // another device: after the source device's queued work
+    kernels::cuda::memcpy_between_devices(out.raw_data(), dev.index, src.raw_data(), src.device().index, nbytes);
+  else if (dev.is_cuda())
+    kernels::cuda::memcpy(out.raw_data(), src.raw_data(), nbytes, 0, dev.index);
+  else
+    kernels::cuda::memcpy(out.raw_data(), src.raw_data(), nbytes, 1, src.device().index);
   return out;
 }
 
@@ -373,9 +377,11 @@ Tensor& Tensor::copy_(const Tensor& src) {
   if (device().is_cuda()) {  // from the host or another device
     if (shape_ != src.shape_ || dtype_ != src.dtype_ || !is_contiguous()) return copy_(src.to(device()));
     const Tensor c = src.contiguous();
-    const int kind = c.device().is_cpu() ? 0 : 2;
-    kernels::cuda::memcpy(raw_data(), c.raw_data(), static_cast<size_t>(numel_) * element_size(dtype_), kind,
-                          device().index);
+    const size_t nbytes = static_cast<size_t>(numel_) * element_size(dtype_);
+    if (c.device().is_cpu())
+      kernels::cuda::memcpy(raw_data(), c.raw_data(), nbytes, 0, device().index);
+    else
+      kernels::cuda::memcpy_between_devices(raw_data(), device().index, c.raw_data(), c.device().index, nbytes);
     return *this;
   }
   dispatch(dtype_, "copy_", [&](auto dtag) {

@@ -9,8 +9,10 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <cstdlib>
 #include <functional>
 #include <mutex>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -262,6 +264,14 @@ class WorkNCCL : public Work {
   bool completed_ = false;
 };
 
+// A collective with no elements on any rank: after the argument checks it is complete at once,
+// without a call into NCCL (as PyTorch's ProcessGroupNCCL does for numel 0).
+class CompletedWork : public Work {
+ public:
+  void wait() override {}
+  bool is_completed() override { return true; }
+};
+
 // Runs `enqueue` on the communication stream after everything queued on the compute stream, and
 // hands the completion event to the watchdog. host_result: the result lands in a CPU tensor.
 std::shared_ptr<WorkNCCL> launch(const std::shared_ptr<ProcessGroupNCCL::Impl>& pg, const std::string& what,
@@ -329,6 +339,44 @@ Tensor on_device(const Tensor& t, int device, const char* op) {
 
 }  // namespace
 
+namespace {
+
+// The groups alive in this process, for abort_groups_at_exit. Never destroyed on purpose: a group
+// held by a static (dist's default group) is destroyed after this file's statics would be.
+struct LiveGroups {
+  std::mutex mu;
+  std::set<ProcessGroupNCCL::Impl*> groups;
+};
+LiveGroups& live_groups() {
+  static auto* live = new LiveGroups;
+  return *live;
+}
+
+// Registered with std::atexit by the first group, after the CUDA runtime was initialised, so it
+// runs before the runtime's own teardown and before static destruction. A group still alive here
+// was not shut down (dist::shutdown(), or destroyed before exit): its destructor would run during
+// static destruction, possibly after the CUDA runtime is gone, and a finalize can wait the whole
+// timeout for peers that left. Instead, as PyTorch's ProcessGroupNCCL destructor does for a group
+// that was not destroyed, warn and abort the communicator; the destructor then has nothing left.
+void abort_groups_at_exit() {
+  LiveGroups& live = live_groups();
+  std::lock_guard<std::mutex> lock(live.mu);
+  for (ProcessGroupNCCL::Impl* im : live.groups) {
+    im->watchdog.reset();  // joined first (without im->mu, which its failure path takes): no
+                           // event queries once the CUDA runtime starts unloading
+    std::lock_guard<std::mutex> group_lock(im->mu);
+    if (!im->comm) continue;
+    std::fprintf(stderr,
+                 "minidl: warning: ProcessGroupNCCL (rank %d of %d) was not shut down before exit; aborting its NCCL "
+                 "communicator (call dist::shutdown() before exit to finish pending collectives)\n",
+                 im->rank, im->size);
+    ncclCommAbort(im->comm);
+    im->comm = nullptr;
+  }
+}
+
+}  // namespace
+
 ProcessGroupNCCL::ProcessGroupNCCL(TCPStore& store, int rank, int size, ProcessGroupOptions options, int device)
     : ProcessGroup(rank, size), impl_(std::make_shared<Impl>()) {
   static int instance = 0;  // groups are created in the same order on every rank
@@ -359,12 +407,21 @@ ProcessGroupNCCL::ProcessGroupNCCL(TCPStore& store, int rank, int size, ProcessG
                              std::to_string(rank) + ": " + ncclGetErrorString(r));
   impl_->wait_comm_ready("ProcessGroupNCCL init (rank " + std::to_string(rank) + " of " + std::to_string(size) + ")");
   impl_->start_watchdog();
+  static std::once_flag at_exit;
+  std::call_once(at_exit, [] { std::atexit(abort_groups_at_exit); });
+  std::lock_guard<std::mutex> lock(live_groups().mu);
+  live_groups().groups.insert(impl_.get());
 }
 
 // Finalize (flushes the communicator's outstanding work; polled, as the communicator is
 // non-blocking), then destroy, and clear the handle; an aborted (broken) group has none left.
-// A destructor cannot throw: failures are reported on stderr, and abort replaces destroy.
+// A destructor cannot throw: failures are reported on stderr, and abort replaces destroy. A group
+// still alive at exit() was aborted by abort_groups_at_exit first and returns at once here.
 ProcessGroupNCCL::~ProcessGroupNCCL() {
+  {
+    std::lock_guard<std::mutex> live_lock(live_groups().mu);
+    live_groups().groups.erase(impl_.get());
+  }
   Impl& im = *impl_;
   std::lock_guard<std::mutex> lock(im.mu);
   if (!im.comm) return;
@@ -411,6 +468,7 @@ std::shared_ptr<Work> ProcessGroupNCCL::all_reduce_async(Tensor& t, ReduceOp op)
       impl_, impl_->seq,
       {"all_reduce", dtype_name(t.dtype()), shape_str(t.shape()), std::string("op=") + reduce_op_name(op)});
   Tensor d = on_device(t, impl_->device, "all_reduce");
+  if (d.numel() == 0) return std::make_shared<CompletedWork>();
   auto impl = impl_;
   std::function<void()> finish;
   if (!d.is_same(t)) finish = [t, d]() mutable { t.copy_(d); };  // staged: write back
@@ -430,6 +488,7 @@ std::shared_ptr<Work> ProcessGroupNCCL::broadcast_async(Tensor& t, int root) {
   check_fingerprint(impl_, impl_->seq,
                     {"broadcast", dtype_name(t.dtype()), shape_str(t.shape()), "root=" + std::to_string(root)});
   Tensor d = on_device(t, impl_->device, "broadcast");
+  if (d.numel() == 0) return std::make_shared<CompletedWork>();
   auto impl = impl_;
   std::function<void()> finish;
   if (!d.is_same(t)) finish = [t, d]() mutable { t.copy_(d); };
@@ -463,9 +522,18 @@ std::shared_ptr<Work> ProcessGroupNCCL::all_gather_async(const Tensor& t, std::v
   const std::vector<int64_t> counts = all_rows.to_vector<int64_t>();
   int64_t longest = 0;
   for (int64_t c : counts) longest = std::max(longest, c);
-  // 2. the data, padded to the longest
+  // 2. the data, padded to the longest; none at all (every rank's is empty): empty results at once
   Shape padded_shape = d.shape();
   padded_shape[0] = longest;
+  if (shape_numel(padded_shape) == 0) {
+    out.assign(static_cast<size_t>(size_), Tensor());
+    for (int r = 0; r < size_; ++r) {
+      Shape rs = padded_shape;
+      rs[0] = counts[static_cast<size_t>(r)];
+      out[static_cast<size_t>(r)] = Tensor(rs, d.dtype(), t.device());
+    }
+    return std::make_shared<CompletedWork>();
+  }
   Tensor padded = d;
   if (d.size(0) != longest) {
     padded = zeros(padded_shape, d.dtype(), d.device());
@@ -503,6 +571,7 @@ std::shared_ptr<Work> ProcessGroupNCCL::reduce_scatter_async(const Tensor& input
   Shape os = d.shape();
   os[0] /= size_;
   if (!out.defined() || out.shape() != os || out.dtype() != d.dtype()) out = Tensor(os, d.dtype(), input.device());
+  if (d.numel() == 0) return std::make_shared<CompletedWork>();
   Tensor od = out.device().is_cuda() && out.is_contiguous() ? out : Tensor(os, d.dtype(), d.device());
   auto impl = impl_;
   std::function<void()> finish;

@@ -31,6 +31,11 @@
 //  - CPU tensors (all_gather_object / broadcast_object use them) are staged through the device.
 //  - all_gather allows different first dims (gathers the row counts first, pads to the longest);
 //    AVG needs a floating dtype. dtypes: float32, float64, int64, uint8.
+//  - Zero elements (an empty tensor; all_gather of empty rows on every rank): after the argument
+//    checks, a completed Work and no NCCL call.
+//  - Teardown: destruction (dist::shutdown()) finalizes, then destroys the communicator. A group
+//    still alive at exit() (no shutdown) is aborted with a warning by an exit handler that runs
+//    before the CUDA runtime's teardown, instead of being finalized during static destruction.
 // Debug mode (MINIDL_DIST_DEBUG): each collective's fingerprint (dist/process_group.h) is first
 // all-gathered and compared, as in the Gloo group (the encoding: dist/cuda/fingerprint.h).
 // Registered as backend "nccl" with dist::register_backend. Tested by

@@ -1,6 +1,7 @@
 // kernels/cuda/common.cuh — shared by the .cu files (not a public header): status checks that
-// name the failing call, the current device's compute stream, launch-size helpers, and the
-// ElemType -> C++ type switch. Tested through every kernel's parity test (tests/kernels/test_cuda_*.cpp).
+// name the failing call, the current device's compute stream, launch-size helpers, the
+// ElemType -> C++ type switch, block reductions and the two-pass row reduction (reduce_rows).
+// Tested through every kernel's parity test (tests/kernels/test_cuda_*.cpp).
 #pragma once
 #include <cuda_runtime.h>
 
@@ -106,7 +107,7 @@ template <bool FloatingOnly, class F> void switch_type(ElemType t, const char* o
 
 }  // namespace minidl::kernels::cuda
 
-// ---- block-wide reductions (one block per row); deterministic: fixed thread count and tree ----
+// ---- block-wide reductions; deterministic: fixed thread count and tree ----
 #include <cub/block/block_reduce.cuh>
 
 namespace minidl::kernels::cuda {
@@ -130,6 +131,68 @@ template <class A, class Op> __device__ __forceinline__ A block_all_reduce(A v, 
   const A out = result;
   __syncthreads();
   return out;
+}
+
+// ---- reductions of (rows, len) with few rows: each row split over several blocks ----
+// reduce_rows reduces load(r, i) for i in [0, len) with op, for each row r, and hands the result
+// to store(r, result). A row of more than kChunkElems elements is cut into up to `chunks` fixed
+// chunks, one block each (grid (rows, chunks)), whose partial results go to a workspace; a
+// second pass, one block per row, combines them in chunk order. Chunking depends only on the
+// shape, so the result is the same on every run.
+inline constexpr int64_t kChunkElems = 4096;  // at least 16 elements per thread of a chunk
+inline constexpr int64_t kTargetBlocks = 2048;  // enough blocks to fill a large GPU several times
+
+inline int64_t chunks_for(int64_t rows, int64_t len) {
+  if (rows >= kTargetBlocks || len <= kChunkElems) return 1;
+  const int64_t want = (kTargetBlocks + rows - 1) / rows, most = (len + kChunkElems - 1) / kChunkElems;
+  return want < most ? want : most;
+}
+
+template <class A, class Load, class Op, class Sink>
+__global__ void reduce_chunks_kernel(Load load, int64_t len, int64_t chunk_len, A identity, Op op, Sink sink) {
+  const int64_t r = blockIdx.x, begin = int64_t(blockIdx.y) * chunk_len;
+  const int64_t end = begin + chunk_len < len ? begin + chunk_len : len;
+  A a = identity;
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) a = op(a, load(r, i));
+  a = block_all_reduce(a, op);
+  if (threadIdx.x == 0) sink(r, int64_t(blockIdx.y), a);
+}
+
+// Sinks of the first pass: straight to the store (one chunk per row), or into the workspace.
+template <class Store> struct StoreSink {
+  Store store;
+  template <class A> __device__ void operator()(int64_t r, int64_t, const A& a) const { store(r, a); }
+};
+template <class A> struct PartSink {
+  A* part;
+  int64_t chunks;
+  __device__ void operator()(int64_t r, int64_t c, const A& a) const { part[r * chunks + c] = a; }
+};
+template <class A> struct PartLoad {
+  const A* part;
+  int64_t chunks;
+  __device__ A operator()(int64_t r, int64_t c) const { return part[r * chunks + c]; }
+};
+
+template <class A, class Load, class Op, class Store>
+void reduce_rows(int64_t rows, int64_t len, Load load, A identity, Op op, Store store, const char* what) {
+  if (rows > 2147483647LL) throw std::invalid_argument(std::string(what) + ": too many rows for one CUDA launch");
+  cudaStream_t s = current_compute_stream();
+  const int64_t chunks = chunks_for(rows, len);
+  const int64_t chunk_len = (len + chunks - 1) / chunks;
+  const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(chunks));
+  if (chunks == 1) {
+    reduce_chunks_kernel<A><<<grid, kThreads, 0, s>>>(load, len, chunk_len, identity, op, StoreSink<Store>{store});
+    check_launch(what);
+    return;
+  }
+  const int device = current_device();
+  A* part = static_cast<A*>(device_malloc(sizeof(A) * size_t(rows * chunks), device));
+  reduce_chunks_kernel<A><<<grid, kThreads, 0, s>>>(load, len, chunk_len, identity, op, PartSink<A>{part, chunks});
+  reduce_chunks_kernel<A><<<dim3(static_cast<unsigned>(rows), 1), kThreads, 0, s>>>(
+      PartLoad<A>{part, chunks}, chunks, chunks, identity, op, StoreSink<Store>{store});
+  device_free(part, device);  // stream-ordered: reused only by work queued after these kernels
+  check_launch(what);
 }
 
 #define MINIDL_GRID_STRIDE(i, n) \

@@ -1,12 +1,12 @@
 // kernels/cuda/conv.cu — conv2d forward, backward-data and backward-filter through cuDNN (NCHW,
 // stride / padding / dilation / groups), bias forward and backward with cudnnAddTensor /
 // cudnnConvolutionBackwardBias. For each shape the algorithms are chosen ONCE (cuDNN's v7
-// heuristics, first DETERMINISTIC algorithm whose workspace fits, kernels/cuda/algo_pick.h; a
-// slower deterministic one with a warning when none is offered) and cached, so results reproduce
-// run to run; each direction's workspace is what cuDNN reports for the algorithm chosen, and its
-// math type the one that algorithm was ranked with. float32 uses FMA math (no TF32) unless
-// set_allow_tf32(true). Workspaces come from the
-// caching allocator. Tested by tests/kernels/test_cuda_nn.cpp (forward and backward against the
+// heuristics, first DETERMINISTIC algorithm — by cuDNN's documented list, not the heuristics'
+// determinism field — whose workspace fits, kernels/cuda/algo_pick.h; a slower deterministic one
+// with a warning when none is offered) and cached, so results reproduce run to run; each
+// direction's workspace is what cuDNN reports for the algorithm chosen, and its math type the one
+// that algorithm was ranked with. float32 uses FMA math (no TF32) unless set_allow_tf32(true).
+// Workspaces come from the caching allocator. Tested by tests/kernels/test_cuda_nn.cpp (forward and backward against the
 // CPU's im2col + GEMM, with stride, padding, dilation and groups).
 #include <cudnn.h>
 
@@ -72,14 +72,19 @@ cudnnConvolutionDescriptor_t make_conv_desc(const ConvGeometry& g, cudnnDataType
   return c;
 }
 
+static_assert(CUDNN_CONVOLUTION_BWD_DATA_ALGO_0 == kBwdDataAlgo0 &&
+                  CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0 == kBwdFilterAlgo0 &&
+                  CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3 == kBwdFilterAlgo3,
+              "algo_pick.h's non-deterministic algorithm values differ from cuDNN's");
+
 // The index of the algorithm to use in cuDNN's ranking (algo_pick.h), or -1.
-template <class Perf> int pick(const Perf* perfs, int n, bool tf32) {
+template <class Perf> int pick(ConvDirection d, const Perf* perfs, int n, bool tf32) {
   AlgoCandidate c[16];
   n = n < 16 ? n : 16;
   for (int i = 0; i < n; ++i)
-    c[i] = {perfs[i].status == CUDNN_STATUS_SUCCESS, perfs[i].determinism == CUDNN_DETERMINISTIC,
+    c[i] = {static_cast<int>(perfs[i].algo), perfs[i].status == CUDNN_STATUS_SUCCESS,
             perfs[i].mathType == CUDNN_FMA_MATH || perfs[i].mathType == CUDNN_DEFAULT_MATH, perfs[i].memory};
-  return pick_algorithm(c, n, kMaxWorkspace, tf32);
+  return pick_algorithm(d, c, n, kMaxWorkspace, tf32);
 }
 
 void warn_fallback(const char* direction, const char* algo, const ConvGeometry& g) {
@@ -129,7 +134,7 @@ ConvPlan& plan_for(ElemType t, const ConvGeometry& g) {
     check_cudnn(cudnnGetConvolutionForwardAlgorithm_v7(hd, p.x, p.w, p.conv_fwd, p.y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
                                                        &found, perf),
                 "cudnnGetConvolutionForwardAlgorithm_v7");
-    const int i = pick(perf, found, tf32);
+    const int i = pick(ConvDirection::Forward, perf, found, tf32);
     p.fwd = i >= 0 ? perf[i].algo : CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
     if (i < 0) warn_fallback("forward", "CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM", g);
     check_cudnn(cudnnSetConvolutionMathType(p.conv_fwd, i >= 0 ? perf[i].mathType : CUDNN_FMA_MATH),
@@ -142,7 +147,7 @@ ConvPlan& plan_for(ElemType t, const ConvGeometry& g) {
     check_cudnn(cudnnGetConvolutionBackwardDataAlgorithm_v7(hd, p.w, p.y, p.conv_data, p.x,
                                                             CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &found, perf),
                 "cudnnGetConvolutionBackwardDataAlgorithm_v7");
-    const int i = pick(perf, found, tf32);
+    const int i = pick(ConvDirection::BackwardData, perf, found, tf32);
     p.bwd_data = i >= 0 ? perf[i].algo : CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
     if (i < 0) warn_fallback("backward-data", "CUDNN_CONVOLUTION_BWD_DATA_ALGO_1", g);
     check_cudnn(cudnnSetConvolutionMathType(p.conv_data, i >= 0 ? perf[i].mathType : CUDNN_FMA_MATH),
@@ -155,7 +160,7 @@ ConvPlan& plan_for(ElemType t, const ConvGeometry& g) {
     check_cudnn(cudnnGetConvolutionBackwardFilterAlgorithm_v7(hd, p.x, p.y, p.conv_filter, p.w,
                                                               CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &found, perf),
                 "cudnnGetConvolutionBackwardFilterAlgorithm_v7");
-    const int i = pick(perf, found, tf32);
+    const int i = pick(ConvDirection::BackwardFilter, perf, found, tf32);
     p.bwd_filter = i >= 0 ? perf[i].algo : CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1;
     if (i < 0) warn_fallback("backward-filter", "CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1", g);
     check_cudnn(cudnnSetConvolutionMathType(p.conv_filter, i >= 0 ? perf[i].mathType : CUDNN_FMA_MATH),
@@ -180,11 +185,27 @@ void check_type(ElemType t, const char* op) {
     throw std::invalid_argument(std::string(op) + ": expected a floating dtype (float32 or float64) on CUDA");
 }
 
+// cuDNN's tensor descriptors hold at most 2^31 - 1 elements each (its API reference,
+// cudnnSetTensorNdDescriptor: "limited to 2 Giga-elements").
+void check_cudnn_sizes(const ConvGeometry& g, const char* op) {
+  constexpr int64_t kMost = 2147483647;
+  auto check = [&](const char* what, int64_t n, int64_t c, int64_t h, int64_t w) {
+    if (n * c * h * w <= kMost) return;
+    throw std::invalid_argument(std::string(op) + ": " + what + " (" + std::to_string(n) + ", " + std::to_string(c) +
+                                ", " + std::to_string(h) + ", " + std::to_string(w) + ") has " +
+                                std::to_string(n * c * h * w) + " elements; cuDNN takes at most " +
+                                std::to_string(kMost) + " per tensor: split the batch");
+  };
+  check("input", g.N, g.C, g.H, g.W);
+  check("output", g.N, g.O, g.H_out, g.W_out);
+}
+
 }  // namespace
 
 void conv2d_forward(ElemType t, const ConvGeometry& g, const void* x, const void* w, const void* b, void* y) {
   check_type(t, "conv2d");
   if (g.N == 0 || g.O == 0) return;
+  check_cudnn_sizes(g, "conv2d");
   ConvPlan& p = plan_for(t, g);
   cudnnHandle_t h = cudnn_handle();
   const double one_d = 1.0, zero_d = 0.0;
@@ -198,16 +219,18 @@ void conv2d_forward(ElemType t, const ConvGeometry& g, const void* x, const void
   check_launch("conv2d (cuDNN)");
 }
 
+// dx == nullptr (the input needs no gradient, e.g. a first layer's) skips the backward-data call.
 void conv2d_backward(ElemType t, const ConvGeometry& g, const void* x, const void* w, const void* dy, void* dx,
                      void* dw, void* db) {
   check_type(t, "conv2d_backward");
+  check_cudnn_sizes(g, "conv2d_backward");
   ConvPlan& p = plan_for(t, g);
   cudnnHandle_t h = cudnn_handle();
   const double one_d = 1.0, zero_d = 0.0;
   const float one_f = 1.0f, zero_f = 0.0f;
   const void* one = t == ElemType::F32 ? static_cast<const void*>(&one_f) : &one_d;
   const void* zero = t == ElemType::F32 ? static_cast<const void*>(&zero_f) : &zero_d;
-  {
+  if (dx) {
     Workspace ws(p.ws_data);
     check_cudnn(cudnnConvolutionBackwardData(h, one, p.w, w, p.y, dy, p.conv_data, p.bwd_data, ws.ptr, p.ws_data, zero,
                                              p.x, dx),

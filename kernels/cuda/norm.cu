@@ -2,9 +2,14 @@
 // (batch_norm_stats / _elemt / _backward_reduce / _backward_elemt, as PyTorch's CUDA kernels split
 // them, so SyncBatchNorm can all-reduce between them). Same math and precision as
 // kernels/cpu/norm.h: sums in double, two-pass variance, biased variance in invstd.
-// Row and channel sums: one block per row/channel with a fixed CUB block reduction; the layer
-// norm affine gradients: one thread per column adding the rows in order. Deterministic.
+// Layer norm rows: one block per row with a fixed CUB block reduction. Batch norm channel sums:
+// reduce_rows (common.cuh), each channel cut into fixed chunks of one block each when there are
+// few channels, the chunks combined in order by a second pass. The layer norm affine gradients:
+// a 2-D grid of column tiles by row chunks, each writing per-chunk partial sums that a second
+// pass adds in chunk order. Deterministic: the split depends only on the shape.
 // Tested by tests/kernels/test_cuda_nn.cpp against the CPU ops (forward and backward).
+#include <algorithm>
+
 #include "minidl/kernels/cuda/common.cuh"
 
 namespace minidl::kernels::cuda {
@@ -64,15 +69,49 @@ __global__ void layer_norm_backward_input_kernel(const T* dy, const T* x, int64_
 }
 
 // dweight[j] = sum_r dy[r, j] * (x[r, j] - mean[r]) * invstd[r];  dbias[j] = sum_r dy[r, j]
+// Block (kTileCols, kRowLanes) of grid (column tiles, row chunks): lane y adds rows y, y + kRowLanes,
+// ... of its chunk for column j; the lanes are added in order; with one chunk the sums are the
+// result, else they go to part_w / part_b (chunks, M) for layer_norm_affine_finish_kernel.
+constexpr int kTileCols = 32, kRowLanes = 8;
 template <class T>
-__global__ void layer_norm_backward_affine_kernel(const T* dy, const T* x, int64_t rows, int64_t M, const T* mean,
-                                                  const T* invstd, T* dweight, T* dbias) {
-  MINIDL_GRID_STRIDE(j, M) {
-    double w = 0, b = 0;
-    for (int64_t r = 0; r < rows; ++r) {
+__global__ void layer_norm_affine_partial_kernel(const T* dy, const T* x, int64_t rows, int64_t M, const T* mean,
+                                                 const T* invstd, int64_t chunk_rows, double* part_w, double* part_b,
+                                                 T* dweight, T* dbias) {
+  __shared__ double sw[kRowLanes][kTileCols], sb[kRowLanes][kTileCols];
+  const int64_t j = int64_t(blockIdx.x) * kTileCols + threadIdx.x;
+  const int64_t r0 = int64_t(blockIdx.y) * chunk_rows, r1 = r0 + chunk_rows < rows ? r0 + chunk_rows : rows;
+  double w = 0, b = 0;
+  if (j < M)
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += kRowLanes) {
       const double g = double(dy[r * M + j]);
       w += g * (double(x[r * M + j]) - double(mean[r])) * double(invstd[r]);
       b += g;
+    }
+  sw[threadIdx.y][threadIdx.x] = w;
+  sb[threadIdx.y][threadIdx.x] = b;
+  __syncthreads();
+  if (threadIdx.y != 0 || j >= M) return;
+  for (int k = 1; k < kRowLanes; ++k) {
+    w += sw[k][threadIdx.x];
+    b += sb[k][threadIdx.x];
+  }
+  if (gridDim.y == 1) {
+    dweight[j] = static_cast<T>(w);
+    dbias[j] = static_cast<T>(b);
+  } else {
+    part_w[int64_t(blockIdx.y) * M + j] = w;
+    part_b[int64_t(blockIdx.y) * M + j] = b;
+  }
+}
+
+template <class T>
+__global__ void layer_norm_affine_finish_kernel(const double* part_w, const double* part_b, int64_t chunks, int64_t M,
+                                                T* dweight, T* dbias) {
+  MINIDL_GRID_STRIDE(j, M) {
+    double w = 0, b = 0;
+    for (int64_t c = 0; c < chunks; ++c) {
+      w += part_w[c * M + j];
+      b += part_b[c * M + j];
     }
     dweight[j] = static_cast<T>(w);
     dbias[j] = static_cast<T>(b);
@@ -84,23 +123,37 @@ template <class T> __device__ __forceinline__ int64_t channel_offset(int64_t k, 
   return ((k / S) * C + c) * S + k % S;
 }
 
-template <class T>
-__global__ void batch_norm_stats_kernel(const T* x, int64_t N, int64_t C, int64_t S, double eps, T* mean, T* invstd) {
-  const int64_t c = blockIdx.x, count = N * S;
-  double s = 0;
-  for (int64_t k = threadIdx.x; k < count; k += blockDim.x) s += double(x[channel_offset<T>(k, c, C, S)]);
-  const double m = block_all_reduce(s, SumOp{}) / double(count);
-  double ss = 0;
-  for (int64_t k = threadIdx.x; k < count; k += blockDim.x) {
-    const double d = double(x[channel_offset<T>(k, c, C, S)]) - m;
-    ss += d * d;
+// Channel c of x (N, C, S) as a row of count = N * S elements for reduce_rows.
+template <class T> struct ChannelValue {
+  const T* x;
+  int64_t C, S;
+  __device__ double operator()(int64_t c, int64_t k) const { return double(x[channel_offset<T>(k, c, C, S)]); }
+};
+template <class T> struct ChannelSquaredDeviation {
+  const T* x;
+  int64_t C, S;
+  const double* mean;  // (C)
+  __device__ double operator()(int64_t c, int64_t k) const {
+    const double d = double(x[channel_offset<T>(k, c, C, S)]) - mean[c];
+    return d * d;
   }
-  ss = block_all_reduce(ss, SumOp{});
-  if (threadIdx.x == 0) {
-    mean[c] = static_cast<T>(m);
+};
+struct StoreChannelMean {
+  double* mean;
+  int64_t count;
+  __device__ void operator()(int64_t c, double s) const { mean[c] = s / double(count); }
+};
+template <class T> struct StoreStats {
+  const double* mean_d;
+  int64_t count;
+  double eps;
+  T* mean;
+  T* invstd;
+  __device__ void operator()(int64_t c, double ss) const {
+    mean[c] = static_cast<T>(mean_d[c]);
     invstd[c] = static_cast<T>(1.0 / sqrt(ss / double(count) + eps));
   }
-}
+};
 
 template <class T>
 __global__ void batch_norm_elemt_kernel(const T* x, int64_t n, int64_t C, int64_t S, const T* mean, const T* invstd,
@@ -112,27 +165,38 @@ __global__ void batch_norm_elemt_kernel(const T* x, int64_t n, int64_t C, int64_
   }
 }
 
-template <class T>
-__global__ void batch_norm_backward_reduce_kernel(const T* dy, const T* x, int64_t N, int64_t C, int64_t S,
-                                                  const T* mean, const T* invstd, T* sum_dy, T* sum_dy_xmu,
-                                                  T* grad_weight, T* grad_bias) {
-  const int64_t c = blockIdx.x, count = N * S;
-  const double m = double(mean[c]);
-  double a = 0, b = 0;
-  for (int64_t k = threadIdx.x; k < count; k += blockDim.x) {
+// (sum dy, sum dy * (x - mean)) of one channel, added as a pair.
+struct Sums2 {
+  double dy, dy_xmu;
+};
+struct Sums2Op {
+  __device__ __forceinline__ Sums2 operator()(const Sums2& a, const Sums2& b) const {
+    return {a.dy + b.dy, a.dy_xmu + b.dy_xmu};
+  }
+};
+template <class T> struct ChannelGradTerms {
+  const T* dy;
+  const T* x;
+  int64_t C, S;
+  const T* mean;
+  __device__ Sums2 operator()(int64_t c, int64_t k) const {
     const int64_t off = channel_offset<T>(k, c, C, S);
-    a += double(dy[off]);
-    b += double(dy[off]) * (double(x[off]) - m);
+    return {double(dy[off]), double(dy[off]) * (double(x[off]) - double(mean[c]))};
   }
-  a = block_all_reduce(a, SumOp{});
-  b = block_all_reduce(b, SumOp{});
-  if (threadIdx.x == 0) {
-    sum_dy[c] = static_cast<T>(a);
-    sum_dy_xmu[c] = static_cast<T>(b);
-    if (grad_weight) grad_weight[c] = static_cast<T>(b * double(invstd[c]));
-    if (grad_bias) grad_bias[c] = static_cast<T>(a);
+};
+template <class T> struct StoreGradSums {
+  const T* invstd;
+  T* sum_dy;
+  T* sum_dy_xmu;
+  T* grad_weight;
+  T* grad_bias;
+  __device__ void operator()(int64_t c, const Sums2& a) const {
+    sum_dy[c] = static_cast<T>(a.dy);
+    sum_dy_xmu[c] = static_cast<T>(a.dy_xmu);
+    if (grad_weight) grad_weight[c] = static_cast<T>(a.dy_xmu * double(invstd[c]));
+    if (grad_bias) grad_bias[c] = static_cast<T>(a.dy);
   }
-}
+};
 
 template <class T>
 __global__ void batch_norm_backward_elemt_kernel(const T* dy, const T* x, int64_t n, int64_t C, int64_t S,
@@ -225,22 +289,48 @@ void layer_norm_backward(ElemType t, const void* dy, const void* x, int64_t rows
     if (rows > 0)
       layer_norm_backward_input_kernel<T><<<grid_of(rows, "layer_norm_backward"), kThreads, 0, s>>>(
           cp<T>(dy), cp<T>(x), M, cp<T>(mean), cp<T>(invstd), cp<T>(weight), mp<T>(dx));
-    if (dweight)
-      layer_norm_backward_affine_kernel<T><<<blocks_for(M), kThreads, 0, s>>>(
-          cp<T>(dy), cp<T>(x), rows, M, cp<T>(mean), cp<T>(invstd), mp<T>(dweight), mp<T>(dbias));
+    if (!dweight) return;
+    // Row chunks: enough for about kTargetBlocks blocks in all, each at least 8 rows per lane.
+    const int64_t tiles = (M + kTileCols - 1) / kTileCols;
+    const int64_t most = (rows + 8 * kRowLanes - 1) / (8 * kRowLanes), want = (kTargetBlocks + tiles - 1) / tiles;
+    const int64_t target = std::max<int64_t>(1, std::min(most, want));
+    const int64_t chunk_rows = std::max<int64_t>(1, (rows + target - 1) / target);
+    const int64_t chunks = std::max<int64_t>(1, (rows + chunk_rows - 1) / chunk_rows);
+    if (tiles > 2147483647LL) throw std::invalid_argument("layer_norm_backward: too many columns for one CUDA launch");
+    const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(chunks)), block(kTileCols, kRowLanes);
+    if (chunks == 1) {
+      layer_norm_affine_partial_kernel<T><<<grid, block, 0, s>>>(cp<T>(dy), cp<T>(x), rows, M, cp<T>(mean),
+                                                                 cp<T>(invstd), chunk_rows, nullptr, nullptr,
+                                                                 mp<T>(dweight), mp<T>(dbias));
+      return;
+    }
+    const int device = current_device();
+    double* part = static_cast<double*>(device_malloc(2 * sizeof(double) * size_t(chunks * M), device));
+    layer_norm_affine_partial_kernel<T><<<grid, block, 0, s>>>(cp<T>(dy), cp<T>(x), rows, M, cp<T>(mean), cp<T>(invstd),
+                                                               chunk_rows, part, part + chunks * M, mp<T>(dweight),
+                                                               mp<T>(dbias));
+    layer_norm_affine_finish_kernel<T>
+        <<<blocks_for(M), kThreads, 0, s>>>(part, part + chunks * M, chunks, M, mp<T>(dweight), mp<T>(dbias));
+    device_free(part, device);  // stream-ordered: reused only by work queued after these kernels
   });
   check_launch("layer_norm_backward");
 }
 
+// Two-pass like the CPU: the channel means (in double), then the squared deviations from them.
 void batch_norm_stats(ElemType t, const void* x, int64_t N, int64_t C, int64_t S, double eps, void* mean,
                       void* invstd) {
   if (C == 0) return;
   switch_type<true>(t, "batch_norm_stats", [&](auto tag) {
     using T = decltype(tag);
-    batch_norm_stats_kernel<T><<<grid_of(C, "batch_norm_stats"), kThreads, 0, current_compute_stream()>>>(
-        cp<T>(x), N, C, S, eps, mp<T>(mean), mp<T>(invstd));
+    const int64_t count = N * S;
+    const int device = current_device();
+    double* mean_d = static_cast<double*>(device_malloc(sizeof(double) * size_t(C), device));  // (C)
+    reduce_rows(C, count, ChannelValue<T>{cp<T>(x), C, S}, 0.0, SumOp{}, StoreChannelMean{mean_d, count},
+                "batch_norm_stats");
+    reduce_rows(C, count, ChannelSquaredDeviation<T>{cp<T>(x), C, S, mean_d}, 0.0, SumOp{},
+                StoreStats<T>{mean_d, count, eps, mp<T>(mean), mp<T>(invstd)}, "batch_norm_stats");
+    device_free(mean_d, device);
   });
-  check_launch("batch_norm_stats");
 }
 
 void batch_norm_elemt(ElemType t, const void* x, int64_t N, int64_t C, int64_t S, const void* mean, const void* invstd,
@@ -261,12 +351,10 @@ void batch_norm_backward_reduce(ElemType t, const void* dy, const void* x, int64
   if (C == 0) return;
   switch_type<true>(t, "batch_norm_backward_reduce", [&](auto tag) {
     using T = decltype(tag);
-    batch_norm_backward_reduce_kernel<T>
-        <<<grid_of(C, "batch_norm_backward_reduce"), kThreads, 0, current_compute_stream()>>>(
-            cp<T>(dy), cp<T>(x), N, C, S, cp<T>(mean), cp<T>(invstd), mp<T>(sum_dy), mp<T>(sum_dy_xmu),
-            mp<T>(grad_weight), mp<T>(grad_bias));
+    reduce_rows(C, N * S, ChannelGradTerms<T>{cp<T>(dy), cp<T>(x), C, S, cp<T>(mean)}, Sums2{0, 0}, Sums2Op{},
+                StoreGradSums<T>{cp<T>(invstd), mp<T>(sum_dy), mp<T>(sum_dy_xmu), mp<T>(grad_weight), mp<T>(grad_bias)},
+                "batch_norm_backward_reduce");
   });
-  check_launch("batch_norm_backward_reduce");
 }
 
 void batch_norm_backward_elemt(ElemType t, const void* dy, const void* x, int64_t N, int64_t C, int64_t S,

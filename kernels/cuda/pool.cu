@@ -2,9 +2,10 @@
 // on planes of (H, W). Same rules as kernels/cpu/pool.h: max keeps the first maximum in row-major
 // order and lets NaN win; avg's divisor follows PyTorch (count_include_pad); adaptive windows are
 // [floor(o*in/out), ceil((o+1)*in/out)). Backward passes are written without atomics:
-//   max: one thread per plane adds its outputs' gradients in output order (the CPU's order);
-//   avg / adaptive: one thread per input element gathers the windows that contain it, in
-//   output order (the order in which the CPU's scatter adds them) — so results match the CPU.
+//   max: one thread per input element adds the gradients of the outputs whose window covers it
+//   and whose argmax it is; avg / adaptive: one thread per input element gathers the windows
+//   that contain it. Both in output order (the order in which the CPU's scatter adds them) — so
+//   results match the CPU bit for bit.
 // Tested by tests/kernels/test_cuda_nn.cpp against the CPU ops.
 #include "minidl/kernels/cuda/common.cuh"
 
@@ -41,13 +42,34 @@ __global__ void max_pool_forward_kernel(const T* x, int64_t H, int64_t W, T* y, 
   }
 }
 
+// The outputs whose window (oh * stride - pad + [0, kernel)) can contain input row h: oh in
+// [first, last] (clipped to [0, n_out - 1]; empty when first > last).
+struct CoverRange {
+  int64_t first, last;
+};
+__device__ __forceinline__ CoverRange covering_outputs(int64_t h, int64_t kernel, int64_t stride, int64_t pad,
+                                                       int64_t n_out) {
+  const int64_t lo = h + pad - kernel + 1;  // oh * stride >= lo
+  return {imax(0, lo <= 0 ? 0 : (lo + stride - 1) / stride), imin(n_out - 1, (h + pad) / stride)};
+}
+
+// One thread per input element (pl, h, w) of dx (planes, H, W): the sum of dy over the outputs
+// of windows covering it whose argmax (idx) it is, in output order.
 template <class T>
-__global__ void max_pool_backward_kernel(const T* dy, const int64_t* idx, int64_t planes, int64_t n_out, int64_t HW,
-                                         T* dx) {
-  MINIDL_GRID_STRIDE(pl, planes) {
-    T* d = dx + pl * HW;
-    for (int64_t i = 0; i < HW; ++i) d[i] = T(0);
-    for (int64_t i = 0; i < n_out; ++i) d[idx[pl * n_out + i]] += dy[pl * n_out + i];
+__global__ void max_pool_backward_kernel(const T* dy, const int64_t* idx, int64_t H_out, int64_t W_out, T* dx,
+                                         int64_t H, int64_t W, PoolWindow p, int64_t total) {
+  MINIDL_GRID_STRIDE(e, total) {
+    const int64_t w = e % W, h = (e / W) % H, pl = e / (W * H);
+    const int64_t base = pl * H_out * W_out, self = h * W + w;
+    const CoverRange rh = covering_outputs(h, p.kernel_h, p.stride_h, p.pad_h, H_out);
+    const CoverRange rw = covering_outputs(w, p.kernel_w, p.stride_w, p.pad_w, W_out);
+    T acc = T(0);
+    for (int64_t oh = rh.first; oh <= rh.last; ++oh)
+      for (int64_t ow = rw.first; ow <= rw.last; ++ow) {
+        const int64_t o = base + oh * W_out + ow;
+        if (idx[o] == self) acc += dy[o];
+      }
+    dx[e] = acc;
   }
 }
 
@@ -160,13 +182,14 @@ void max_pool2d_forward(ElemType t, const void* x, int64_t planes, int64_t H, in
   check_launch("max_pool2d");
 }
 
-void max_pool2d_backward(ElemType t, const void* dy, const int64_t* indices, int64_t planes, int64_t n_out, int64_t H,
-                         int64_t W, void* dx) {
-  if (planes * H * W == 0) return;
+void max_pool2d_backward(ElemType t, const void* dy, const int64_t* indices, int64_t planes, int64_t H_out,
+                         int64_t W_out, int64_t H, int64_t W, const PoolWindow& win, void* dx) {
+  const int64_t total = planes * H * W;
+  if (total == 0) return;
   switch_type<true>(t, "max_pool2d_backward", [&](auto tag) {
     using T = decltype(tag);
-    max_pool_backward_kernel<T><<<blocks_for(planes, 128), 128, 0, current_compute_stream()>>>(
-        cp<T>(dy), indices, planes, n_out, H * W, mp<T>(dx));
+    max_pool_backward_kernel<T><<<blocks_for(total), kThreads, 0, current_compute_stream()>>>(
+        cp<T>(dy), indices, H_out, W_out, mp<T>(dx), H, W, win, total);
   });
   check_launch("max_pool2d_backward");
 }

@@ -237,6 +237,29 @@ void memcpy(void* dst, const void* src, size_t nbytes, int kind, int device) {
   raise_device_error();
 }
 
+// The copy runs on the destination's compute stream (ordered after its earlier users of dst),
+// which first waits for an event recorded on the source's compute stream (its producers of src);
+// cudaMemcpyPeerAsync works with or without peer access enabled.
+void memcpy_between_devices(void* dst, int dst_device, const void* src, int src_device, size_t nbytes) {
+  if (nbytes == 0) return;
+  DeviceState& from = state(src_device);
+  DeviceState& to = state(dst_device);
+  cudaEvent_t produced;
+  {
+    DeviceGuard guard(src_device);
+    check_cuda(cudaEventCreateWithFlags(&produced, cudaEventDisableTiming), "cross-device copy: cudaEventCreate");
+    check_cuda(cudaEventRecord(produced, from.compute), "cross-device copy: cudaEventRecord on the source stream");
+  }
+  DeviceGuard guard(dst_device);
+  const cudaError_t waited = cudaStreamWaitEvent(to.compute, produced, 0);
+  cudaEventDestroy(produced);  // released once the wait is satisfied
+  check_cuda(waited, "cross-device copy: cudaStreamWaitEvent");
+  check_cuda(cudaMemcpyPeerAsync(dst, dst_device, src, src_device, nbytes, to.compute), "cudaMemcpyPeerAsync");
+  check_cuda(cudaStreamSynchronize(to.compute),
+             "cross-device copy (stream synchronize; a previous kernel may have failed: MINIDL_CUDA_SYNC=1 names it)");
+  raise_device_error();
+}
+
 void synchronize(int device) {
   DeviceState& s = state(device);
   check_cuda(cudaStreamSynchronize(s.compute), "synchronize (compute stream)");

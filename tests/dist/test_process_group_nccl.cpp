@@ -1,8 +1,9 @@
 // tests/dist/test_process_group_nccl.cpp — ProcessGroupNCCL with world size 1 (all that one GPU
 // allows: NCCL refuses two ranks on one device): rendezvous through a TCPStore, every collective
 // on CUDA tensors (and CPU tensors staged through the device), async Work handles — wait() returns
-// before the collective has run, a dropped Work keeps its tensors' memory from reuse — and the
-// "nccl" backend registration. Compiled in CUDA builds only; skipped, saying why, without a device.
+// before the collective has run, a dropped Work keeps its tensors' memory from reuse — zero-element
+// collectives, exit without shutdown, and the "nccl" backend registration. Compiled in CUDA builds
+// only; skipped, saying why, without a device.
 // (The watchdog's timeout and error handling: tests/dist/test_work_watchdog.cpp, on the CPU.)
 #include "minidl/kernels/cuda_api.h"
 #include "tests/common/testing.h"
@@ -38,6 +39,57 @@ TEST(ProcessGroupNccl, CollectivesWithWorldSizeOne) {
   pg.all_reduce(host);  // a CPU tensor, staged through the device
   minidl::testing::expect_equal(host, from_vector<int64_t>({7, 8}), "staged CPU all_reduce");
   EXPECT_EQ(pg.all_gather_object("hello"), std::vector<std::string>{"hello"});
+}
+
+// Zero elements: every collective returns a completed Work at once (no NCCL call) with results of
+// the right shapes, after the same argument checks as a non-empty call; the group stays usable.
+TEST(ProcessGroupNccl, ZeroElementCollectivesAreCompleteAtOnce) {
+  MINIDL_SKIP_WITHOUT_GPU();
+  dist::TCPStore store("127.0.0.1", {.port = 0, .is_server = true, .timeout = std::chrono::seconds(30)});
+  dist::ProcessGroupNCCL pg(store, 0, 1, {.timeout = std::chrono::seconds(30), .debug = std::nullopt}, 0);
+  Tensor empty = zeros({0}, DType::Float32, Device::cuda(0));
+  auto work = pg.all_reduce_async(empty);
+  EXPECT_TRUE(work->is_completed());
+  work->wait();
+  EXPECT_EQ(empty.shape(), Shape{0});
+  pg.broadcast(empty, 0);
+  EXPECT_THROW(pg.broadcast(empty, 1), std::invalid_argument) << "root out of range, even with no elements";
+  Tensor ints = zeros({0, 3}, DType::Int64, Device::cuda(0));
+  EXPECT_THROW(pg.all_reduce(ints, dist::ReduceOp::AVG), std::invalid_argument) << "AVG of int64, even empty";
+  const std::vector<Tensor> g = pg.all_gather(zeros({0, 3}, DType::Float32, Device::cuda(0)));
+  ASSERT_EQ(g.size(), 1u);
+  EXPECT_EQ(g[0].shape(), (Shape{0, 3}));
+  EXPECT_TRUE(g[0].device().is_cuda());
+  EXPECT_EQ(pg.reduce_scatter(zeros({0}, DType::Float32, Device::cuda(0))).shape(), Shape{0});
+  EXPECT_EQ(pg.all_gather_object(""), std::vector<std::string>{""});
+  Tensor t = from_vector<float>({1, 2}).to(Device::cuda(0));
+  pg.all_reduce(t);
+  minidl::testing::expect_equal(t.cpu(), from_vector<float>({1, 2}), "a collective with elements afterwards");
+}
+
+// A program that exits without dist::shutdown(), its group held by a static (as dist's default
+// group is): at exit the communicator is aborted with a warning, before the CUDA runtime's
+// teardown, instead of being finalized during static destruction; the exit is prompt although
+// the group's timeout is long. Run in a re-executed child (the "threadsafe" death-test style),
+// so it starts with no CUDA context.
+namespace {
+// The child's body: a group in statics, one collective, exit() without shutdown.
+void exit_without_shutdown() {
+  static dist::TCPStore store("127.0.0.1", {.port = 0, .is_server = true, .timeout = std::chrono::seconds(300)});
+  static dist::ProcessGroupNCCL pg(store, 0, 1, {.timeout = std::chrono::seconds(300), .debug = false}, 0);
+  Tensor t = from_vector<float>({1, 2, 3}).to(Device::cuda(0));
+  pg.all_reduce(t);
+  std::exit(0);
+}
+}  // namespace
+
+TEST(ProcessGroupNcclDeathTest, ExitWithoutShutdownAbortsTheCommunicatorPromptly) {
+  MINIDL_SKIP_WITHOUT_GPU();
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EXIT(exit_without_shutdown(), ::testing::ExitedWithCode(0),
+              "ProcessGroupNCCL \\(rank 0 of 1\\) was not shut down before exit");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(120));
 }
 
 // MINIDL_DIST_DEBUG on: every collective first all-gathers its fingerprint (with one rank it

@@ -127,20 +127,36 @@ TEST(CudaBatchStride, UniformBatchesGiveOneStridePermutedViewsDoNot) {
 
 TEST(CudaAlgoPick, FirstDeterministicFittingAlgorithmWithExactMathUnlessTf32) {
   using kc::AlgoCandidate;
+  using kc::ConvDirection;
   const size_t limit = 1000;
-  // ranked as cuDNN returns them: fastest first
+  // a backward-filter ranking as cuDNN returns it: fastest first (algo = the enum's value)
   const AlgoCandidate ranked[] = {
-      {.ok = true, .deterministic = false, .fma_math = true, .memory = 0},  // fastest: not deterministic
-      {.ok = false, .deterministic = true, .fma_math = true, .memory = 0},  // failed status
-      {.ok = true, .deterministic = true, .fma_math = true, .memory = 5000},  // workspace too big
-      {.ok = true, .deterministic = true, .fma_math = false, .memory = 10},  // tensor-op (TF32) math
-      {.ok = true, .deterministic = true, .fma_math = true, .memory = 100},  // exact and deterministic
+      {.algo = 0, .ok = true, .fma_math = true, .memory = 0},  // fastest: BWD_FILTER_ALGO_0 uses atomics
+      {.algo = 3, .ok = true, .fma_math = true, .memory = 0},  // BWD_FILTER_ALGO_3 uses atomics
+      {.algo = 1, .ok = false, .fma_math = true, .memory = 0},  // failed status
+      {.algo = 5, .ok = true, .fma_math = true, .memory = 5000},  // workspace too big
+      {.algo = 6, .ok = true, .fma_math = false, .memory = 10},  // tensor-op (TF32) math
+      {.algo = 1, .ok = true, .fma_math = true, .memory = 100},  // exact and deterministic
   };
-  EXPECT_EQ(kc::pick_algorithm(ranked, 5, limit, /*allow_tensor_ops=*/false), 4);
-  EXPECT_EQ(kc::pick_algorithm(ranked, 5, limit, /*allow_tensor_ops=*/true), 3);
-  EXPECT_EQ(kc::pick_algorithm(ranked, 5, 10000, false), 2);
-  EXPECT_EQ(kc::pick_algorithm(ranked, 2, limit, true), -1) << "none qualifies: conv.cu falls back and warns";
-  EXPECT_EQ(kc::pick_algorithm(ranked, 0, limit, true), -1);
+  EXPECT_EQ(kc::pick_algorithm(ConvDirection::BackwardFilter, ranked, 6, limit, /*allow_tensor_ops=*/false), 5);
+  EXPECT_EQ(kc::pick_algorithm(ConvDirection::BackwardFilter, ranked, 6, limit, /*allow_tensor_ops=*/true), 4);
+  EXPECT_EQ(kc::pick_algorithm(ConvDirection::BackwardFilter, ranked, 6, 10000, false), 3);
+  EXPECT_EQ(kc::pick_algorithm(ConvDirection::BackwardFilter, ranked, 3, limit, true), -1)
+      << "none qualifies: conv.cu falls back and warns";
+  EXPECT_EQ(kc::pick_algorithm(ConvDirection::BackwardFilter, ranked, 0, limit, true), -1);
+  // the same ranking read as forward algorithms: every forward algorithm is deterministic, so the
+  // fastest is taken; as backward-data ones, only ALGO_0 is left out
+  EXPECT_EQ(kc::pick_algorithm(ConvDirection::Forward, ranked, 6, limit, false), 0);
+  EXPECT_EQ(kc::pick_algorithm(ConvDirection::BackwardData, ranked, 6, limit, false), 1);
+}
+
+TEST(CudaAlgoPick, DeterminismIsCudnnsDocumentedListPerDirection) {
+  using kc::ConvDirection;
+  for (int algo = 0; algo < 8; ++algo) {
+    EXPECT_TRUE(kc::is_deterministic(ConvDirection::Forward, algo)) << algo;
+    EXPECT_EQ(kc::is_deterministic(ConvDirection::BackwardData, algo), algo != 0) << algo;
+    EXPECT_EQ(kc::is_deterministic(ConvDirection::BackwardFilter, algo), algo != 0 && algo != 3) << algo;
+  }
 }
 
 TEST(CudaSyncMode, ParsesZeroOneAndUnsetRejectsAnythingElse) {

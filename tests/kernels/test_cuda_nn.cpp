@@ -78,12 +78,25 @@ TEST(CudaNn, PoolingForwardAndBackwardMatchCpu) {
     expect_equal(g.out.cpu(), c.out, "max_pool2d out");
     expect_equal(g.indices.cpu(), c.indices, "max_pool2d indices");
     const Tensor dy = rnd(c.out.shape(), 6);
-    expect_equal(max_pool2d_backward(on_gpu(dy), g.indices, x.shape()).cpu(),
-                 max_pool2d_backward(dy, c.indices, x.shape()), "max_pool2d backward (same order: bit-identical)");
+    expect_equal(max_pool2d_backward(on_gpu(dy), g.indices, x.shape(), p).cpu(),
+                 max_pool2d_backward(dy, c.indices, x.shape(), p), "max_pool2d backward (same order: bit-identical)");
     const Tensor a = avg_pool2d_forward(x, p);
     expect_cuda_matches_cpu(avg_pool2d_forward(on_gpu(x), p), a, 1e-6, 1e-6, "avg_pool2d");
     expect_cuda_matches_cpu(avg_pool2d_backward(on_gpu(dy), x.shape(), p), avg_pool2d_backward(dy, x.shape(), p), 1e-6,
                             1e-6, "avg_pool2d backward");
+  }
+  // Big planes, overlapping windows (an input element is the argmax of up to 9 outputs), padding
+  // and ceil mode: the gather adds them in the CPU's order, so bit-identical.
+  const Tensor big = rnd({2, 3, 301, 257}, 26);
+  for (const Pool2dParams& p :
+       {Pool2dParams{3, 3, 1, 1, 1, 1},
+        Pool2dParams{
+            .kernel_h = 3, .kernel_w = 3, .stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1, .ceil_mode = true},
+        Pool2dParams{2, 2, 2, 2}}) {
+    const MaxPool2dResult c = max_pool2d_forward(big, p), g = max_pool2d_forward(on_gpu(big), p);
+    const Tensor dy = rnd(c.out.shape(), 27);
+    expect_equal(max_pool2d_backward(on_gpu(dy), g.indices, big.shape(), p).cpu(),
+                 max_pool2d_backward(dy, c.indices, big.shape(), p), "max_pool2d backward, big planes");
   }
   for (auto [oh, ow] : {std::pair<int64_t, int64_t>{1, 1}, {3, 4}, {7, 7}}) {
     const Tensor a = adaptive_avg_pool2d_forward(x, oh, ow);
@@ -94,9 +107,11 @@ TEST(CudaNn, PoolingForwardAndBackwardMatchCpu) {
   }
 }
 
+// Shapes for both launch forms: few channels over many elements (each channel split over many
+// blocks, partial sums combined by a second pass) and many channels (one block each).
 TEST(CudaNn, BatchNormPiecesMatchCpu) {
   MINIDL_SKIP_WITHOUT_GPU();
-  for (const Shape& s : {Shape{16, 5}, Shape{4, 6, 7, 5}}) {
+  for (const Shape& s : {Shape{16, 5}, Shape{4, 6, 7, 5}, Shape{8, 3, 160, 160}, Shape{4, 4096, 3, 3}}) {
     const Tensor x = add(mul(rnd(s, 8), 3.0), 1.0), dy = rnd(s, 9);
     const int64_t C = s[1];
     const Tensor w = rnd({C}, 10), b = rnd({C}, 11);
@@ -117,6 +132,26 @@ TEST(CudaNn, BatchNormPiecesMatchCpu) {
                                                       on_gpu(w), on_gpu(r.sum_dy), on_gpu(r.sum_dy_xmu), count),
                             batch_norm_backward_elemt(dy, x, st.mean, st.invstd, w, r.sum_dy, r.sum_dy_xmu, count),
                             1e-5, 1e-5, "batch_norm_backward_elemt");
+  }
+}
+
+// The affine gradients add over all rows: few rows (one row chunk) and many rows of a narrow
+// layer (row chunks over a 2-D grid, combined by a second pass); a width that is not a multiple
+// of the 32-column tile.
+TEST(CudaNn, LayerNormAffineGradientsOverManyRowsMatchCpu) {
+  MINIDL_SKIP_WITHOUT_GPU();
+  for (const Shape& s : {Shape{5, 40}, Shape{16384, 64}, Shape{3000, 1000}}) {
+    const int64_t M = s[1];
+    const Tensor x = rnd(s, 22), dy = rnd(s, 23), w = rnd({M}, 24), b = rnd({M}, 25);
+    const LayerNormResult c = layer_norm_forward(x, {M}, w, b, 1e-5);
+    const LayerNormGrads cg = layer_norm_backward(dy, x, c.mean, c.invstd, {M}, w);
+    const LayerNormGrads gg =
+        layer_norm_backward(on_gpu(dy), on_gpu(x), on_gpu(c.mean), on_gpu(c.invstd), {M}, on_gpu(w));
+    expect_cuda_matches_cpu(gg.dweight, cg.dweight, 1e-5, 1e-4, "layer_norm dweight " + shape_str(s));
+    expect_cuda_matches_cpu(gg.dbias, cg.dbias, 1e-5, 1e-4, "layer_norm dbias " + shape_str(s));
+    const LayerNormGrads again =
+        layer_norm_backward(on_gpu(dy), on_gpu(x), on_gpu(c.mean), on_gpu(c.invstd), {M}, on_gpu(w));
+    expect_equal(again.dweight.cpu(), gg.dweight.cpu(), "layer_norm dweight run to run");
   }
 }
 

@@ -1,6 +1,7 @@
 // tests/kernels/test_cuda_ops.cpp — every tensor op of tensor/ops.h on the GPU against the CPU
 // implementation on the same inputs, with per-op tolerances: element-wise (every functor,
-// broadcast and transposed operands, in-place forms), copies/casts/fill, reductions, softmax,
+// broadcast and transposed operands, in-place forms), copies/casts/fill, reductions (few short and
+// few very long rows: one block per row, or rows split over many blocks), softmax,
 // matmul (2-d, batched, broadcast, transposed views; TF32 off), joining and indexing, dropout masks
 // (equal element for element). Skipped, saying why, when no device is present.
 #include <functional>
@@ -185,6 +186,34 @@ TEST(CudaOps, ReductionsAreDeterministicRunToRun) {
   MINIDL_SKIP_WITHOUT_GPU();
   const Tensor g = on_gpu(rnd({3, 100000}, 16));
   expect_equal(sum(g, {1}).cpu(), sum(g, {1}).cpu(), "sum twice");
+  const Tensor big = on_gpu(rnd({3 << 20}, 17));  // a full reduction split over many blocks
+  expect_equal(sum(big).cpu(), sum(big).cpu(), "full sum twice");
+  expect_equal(var(big).cpu(), var(big).cpu(), "full var twice");
+}
+
+// Few long rows (a full reduction is one row of all elements): each row is cut into chunks of one
+// block each and the partial results combined by a second pass; the answers are the CPU's. The
+// maximum is planted in the last chunk and tied in an earlier one: the first one still wins.
+TEST(CudaOps, ReductionsOverMoreThanAMillionElementsMatchCpu) {
+  MINIDL_SKIP_WITHOUT_GPU();
+  const int64_t n = (int64_t(1) << 20) + 4099;  // not a multiple of the chunk length
+  const Tensor x = rnd({n}, 18, DType::Float64), gx = on_gpu(x);
+  expect_cuda_matches_cpu(sum(gx), sum(x), 1e-12, 1e-9, "full sum, float64");
+  expect_cuda_matches_cpu(mean(gx), mean(x), 1e-12, 1e-12, "full mean, float64");
+  expect_cuda_matches_cpu(var(gx), var(x), 1e-12, 1e-12, "full var, float64");
+  const Tensor f = rnd({2, n}, 19), gf = on_gpu(f);
+  expect_cuda_matches_cpu(sum(gf, {1}), sum(f, {1}), 1e-5, 1e-3, "two long rows, float32");
+  expect_cuda_matches_cpu(var(gf, {1}), var(f, {1}), 1e-5, 1e-5, "var of two long rows, float32");
+  Tensor planted = f.contiguous().clone();
+  planted.data<float>()[n - 5] = 100.0f;  // row 0, last chunk
+  planted.data<float>()[n + 17] = 100.0f;  // row 1, first chunk ...
+  planted.data<float>()[2 * n - 1] = 100.0f;  // ... tied in its last: index 17 wins
+  const MaxResult g = max(on_gpu(planted), 1);
+  expect_equal(g.values.cpu(), from_vector<float>({100.0f, 100.0f}), "max values");
+  expect_equal(g.indices.cpu(), from_vector<int64_t>({n - 5, 17}), "max indices: the first maximum");
+  expect_equal(max(on_gpu(planted)).cpu(), max(planted), "max of all");
+  const Tensor ints = randint(-1000, 1000, {3 << 19}, RandomKey{4, 4});
+  expect_equal(sum(on_gpu(ints)).cpu(), sum(ints), "int64 full sum: exact");
 }
 
 TEST(CudaOps, SoftmaxFamilyMatchesCpu) {

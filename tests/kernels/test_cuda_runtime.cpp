@@ -1,5 +1,6 @@
 // tests/kernels/test_cuda_runtime.cpp — the first CUDA kernel (axpy) against its CPU loop, the
-// MINIDL_CUDA_SYNC debug mode, the pinned-memory cache, and (with two devices) that runtime calls restore the current device.
+// MINIDL_CUDA_SYNC debug mode, the pinned-memory cache, and (with two devices) that runtime calls
+// restore the current device and that cross-device copies wait for the source device's work.
 // Skips, saying why, when minidl was built without CUDA or no device is present.
 #include "minidl/kernels/cuda_api.h"
 #include "minidl/tensor/pinned.h"
@@ -65,6 +66,23 @@ TEST(CudaMultiGpu, RuntimeCallsRestoreTheCurrentDevice) {
   kernels::cuda::empty_cache(0);
   EXPECT_EQ(kernels::cuda::current_device(), 1) << "after empty_cache(0)";
   kernels::cuda::set_device(0);
+}
+
+// A copy from cuda:0 to cuda:1 is ordered after cuda:0's queued work: a chain of kernels still
+// running on cuda:0 writes the source, the copies are issued at once (Tensor::to and copy_), and
+// both see the chain's final value.
+TEST(CudaMultiGpu, CrossDeviceCopiesWaitForTheSourceDevicesWork) {
+  if (skip_without_gpu()) GTEST_SKIP() << "no CUDA device";
+  if (kernels::cuda::device_count() < 2) GTEST_SKIP() << "needs two CUDA devices for a cross-device copy";
+  const int64_t n = int64_t(1) << 24;
+  Tensor a = zeros({n}).to(Device::cuda(0));
+  for (int i = 0; i < 50; ++i) a = a + 1.0;  // queued on cuda:0's compute stream
+  const Tensor b = a.to(Device::cuda(1));
+  Tensor c = zeros({n}).to(Device::cuda(1));
+  c.copy_(a * 2.0);
+  EXPECT_EQ(b.device(), Device::cuda(1));
+  minidl::testing::expect_close(b.cpu(), zeros({n}) + 50.0, 0, 0, "to(cuda:1) after 50 adds on cuda:0");
+  minidl::testing::expect_close(c.cpu(), zeros({n}) + 100.0, 0, 0, "copy_ into cuda:1 after the adds on cuda:0");
 }
 
 // Pinned batches (DataLoader pin_memory) come from a cache: the same size again is no new

@@ -42,7 +42,7 @@ TEST(MaxPool2d, BackwardRoutesEachGradientToItsMax) {
   const Pool2dParams p{.kernel_h = 2, .kernel_w = 2, .stride_h = 1, .stride_w = 1};
   MaxPool2dResult r = max_pool2d_forward(x, p);
   expect_equal(r.indices, from_vector<int64_t>({1, 1}, {1, 1, 1, 2}));
-  Tensor dx = max_pool2d_backward(from_vector<float>({10, 20}, {1, 1, 1, 2}), r.indices, x.shape());
+  Tensor dx = max_pool2d_backward(from_vector<float>({10, 20}, {1, 1, 1, 2}), r.indices, x.shape(), p);
   expect_equal(dx, from_vector<float>({0, 30, 0, 0, 0, 0}, {1, 1, 2, 3}));
 }
 
@@ -53,7 +53,7 @@ TEST(MaxPool2d, BackwardMatchesFiniteDifferences) {
     Tensor x = randn64({2, 3, 5, 6}, 1);
     MaxPool2dResult r = max_pool2d_forward(x, p);
     Tensor dy = randn64(r.out.shape(), 2);
-    Tensor dx = max_pool2d_backward(dy, r.indices, x.shape());
+    Tensor dx = max_pool2d_backward(dy, r.indices, x.shape(), p);
     expect_close(dx, numeric_grad([&](const Tensor& v) { return max_pool2d_forward(v, p).out; }, x, dy), 1e-6, 1e-7);
   }
 }
@@ -126,7 +126,7 @@ TEST(Pool2d, RejectsBadShapesAndWindows) {
                    "avg_pool2d_backward: expected grad_output of shape [1, 1, 2, 2] for input [1, 1, 4, 4], got "
                    "float32[1, 1, 3, 3] on cpu");
   EXPECT_THROW_MSG(
-      max_pool2d_backward(zeros({1, 1, 2, 2}), from_vector<int64_t>({0, 1, 2, 99}, {1, 1, 2, 2}), {1, 1, 4, 4}),
+      max_pool2d_backward(zeros({1, 1, 2, 2}), from_vector<int64_t>({0, 1, 2, 99}, {1, 1, 2, 2}), {1, 1, 4, 4}, p),
       std::invalid_argument, "index 99 is outside the 4x4 plane");
   EXPECT_THROW_MSG(adaptive_avg_pool2d_forward(zeros({1, 1, 4, 4}), 0, 2), std::invalid_argument,
                    "adaptive_avg_pool2d: output size must be positive, got (0, 2)");
