@@ -35,7 +35,7 @@
 
 #include "minidl/autograd/trace.h"
 #include "minidl/dist/cpu_collective_checks.h"
-#include "minidl/dist/future_work.h"
+#include "minidl/dist/communication_thread.h"
 #include "minidl/tensor/creation.h"
 #endif
 
@@ -147,13 +147,6 @@ std::atomic<int64_t> groups_created{0};  // names each group's keys; same order 
 }  // namespace
 
 struct ProcessGroupGloo::Impl {
-  struct Task {
-    std::string what;  // "all_reduce #3 (float32[4])"
-    std::function<void()> run;
-    std::promise<void> done;
-    autograd::trace::Collective trace;  // tracing: launched here, run on the communication thread
-  };
-
   int rank = 0;
   int size = 1;
   ProcessGroupOptions options;
@@ -165,52 +158,11 @@ struct ProcessGroupGloo::Impl {
   std::mutex issue_mutex;  // one issuer at a time: sequence order == queue order
   int64_t seq = 0;  // collectives issued so far
 
-  std::mutex queue_mutex;
-  std::condition_variable queue_cv;
-  std::deque<Task> queue;
-  bool stopping = false;
-  std::atomic<bool> broken{false};
-  std::string broken_reason;  // guarded by queue_mutex
-  std::thread thread;
+  std::unique_ptr<CommunicationThread> thread;  // made last, gone first: its tasks use the context
 
-  void mark_broken(const std::string& reason) {
-    std::lock_guard<std::mutex> lock(queue_mutex);
-    if (!broken.exchange(true)) broken_reason = reason;
-  }
-  std::string reason() {
-    std::lock_guard<std::mutex> lock(queue_mutex);
-    return broken_reason;
-  }
-
-  // The communication thread: run tasks in FIFO order until stopped and drained.
-  void loop() {
-    for (;;) {
-      Task task;
-      {
-        std::unique_lock<std::mutex> lock(queue_mutex);
-        queue_cv.wait(lock, [&] { return stopping || !queue.empty(); });
-        if (queue.empty()) return;
-        task = std::move(queue.front());
-        queue.pop_front();
-      }
-      if (broken) {
-        task.done.set_exception(std::make_exception_ptr(std::runtime_error(
-            task.what + " not run: the process group is broken by an earlier failure: " + reason())));
-        continue;
-      }
-      try {
-        task.trace.run(task.run);
-        task.done.set_value();
-      } catch (const gloo::IoException& e) {
-        const std::string msg = gloo_message(task.what, e.what());
-        mark_broken(msg);
-        task.done.set_exception(std::make_exception_ptr(std::runtime_error(msg)));
-      } catch (const std::exception& e) {
-        const std::string msg = task.what + " failed: " + e.what();
-        mark_broken(msg);
-        task.done.set_exception(std::make_exception_ptr(std::runtime_error(msg)));
-      }
-    }
+  std::string describe_failure(const std::string& what, const std::exception& e) const {
+    if (dynamic_cast<const gloo::IoException*>(&e) != nullptr) return gloo_message(what, e.what());
+    return what + " failed: " + e.what();
   }
 
   std::string gloo_message(const std::string& what, const std::string& gloo_what) const {
@@ -251,7 +203,9 @@ struct ProcessGroupGloo::Impl {
   // Numbers the collective, runs the debug check, queues body; returns its Work.
   std::shared_ptr<Work> issue(const CollectiveDesc& desc, std::function<void(uint32_t tag)> body) {
     std::lock_guard<std::mutex> issue_lock(issue_mutex);
-    if (broken) throw std::runtime_error(desc.op + ": the process group is broken by an earlier failure: " + reason());
+    if (thread->broken())
+      throw std::runtime_error(desc.op + ": the process group is broken by an earlier failure: " +
+                               thread->broken_reason());
     const int64_t n = ++seq;
     std::string what = desc.op + " #" + std::to_string(n);
     if (!desc.sig().empty()) what += " (" + desc.sig() + ")";
@@ -259,23 +213,14 @@ struct ProcessGroupGloo::Impl {
       try {
         check_fingerprint(n, desc);
       } catch (const std::exception& e) {
-        mark_broken(e.what());
+        thread->mark_broken(e.what());
         throw;
       }
     }
-    Task task;
-    task.what = what;
-    task.trace = autograd::trace::Collective::launch(what);
     // Tags: 4 per collective (all_gather makes two Gloo calls); the same on every rank.
     const auto tag = static_cast<uint32_t>(n * 4);
-    task.run = [body = std::move(body), tag] { body(tag); };
-    std::shared_future<void> done = task.done.get_future().share();
-    {
-      std::lock_guard<std::mutex> lock(queue_mutex);
-      queue.push_back(std::move(task));
-    }
-    queue_cv.notify_one();
-    return std::make_shared<FutureWork>(std::move(done));
+    auto trace = autograd::trace::Collective::launch(what);
+    return thread->enqueue(what, [body = std::move(body), tag] { body(tag); }, std::move(trace));
   }
 
   // ---- the Gloo calls (communication thread) ----
@@ -410,24 +355,18 @@ ProcessGroupGloo::ProcessGroupGloo(TCPStore& store, int rank, int size, ProcessG
   if (im.debug)
     im.debug_store = std::make_unique<TCPStore>(
         store.host(), TCPStoreOptions{.port = store.port(), .is_server = false, .timeout = options.timeout});
-  im.thread = std::thread([&im] { im.loop(); });
+  im.thread = std::make_unique<CommunicationThread>(
+      [&im](const std::string& what, const std::exception& e) { return im.describe_failure(what, e); });
 }
 
-ProcessGroupGloo::~ProcessGroupGloo() {
-  {
-    std::lock_guard<std::mutex> lock(impl_->queue_mutex);
-    impl_->stopping = true;
-  }
-  impl_->queue_cv.notify_all();
-  if (impl_->thread.joinable()) impl_->thread.join();
-}
+ProcessGroupGloo::~ProcessGroupGloo() { impl_->thread.reset(); }  // runs what is queued, then joins
 
 int64_t ProcessGroupGloo::sequence_number() const {
   std::lock_guard<std::mutex> lock(impl_->issue_mutex);
   return impl_->seq;
 }
 
-bool ProcessGroupGloo::is_broken() const { return impl_->broken; }
+bool ProcessGroupGloo::is_broken() const { return impl_->thread->broken(); }
 
 std::shared_ptr<Work> ProcessGroupGloo::all_reduce_async(Tensor& t, ReduceOp op) {
   const CollectiveDesc desc = kChecks.all_reduce(t, op);

@@ -2,19 +2,15 @@
 // leaders (the header explains each collective).
 #include "minidl/dist/process_group_hierarchical.h"
 
-#include <atomic>
-#include <condition_variable>
-#include <deque>
 #include <functional>
-#include <future>
 #include <map>
 #include <mutex>
 #include <sstream>
 #include <stdexcept>
-#include <thread>
 
 #include "minidl/dist/cpu_collective_checks.h"
-#include "minidl/dist/future_work.h"
+#include "minidl/autograd/trace.h"
+#include "minidl/dist/communication_thread.h"
 #include "minidl/dist/process_group_gloo.h"
 #include "minidl/dist/process_group_shm.h"
 #include "minidl/tensor/creation.h"
@@ -60,12 +56,6 @@ std::vector<int64_t> split_ints(const std::string& s) {
 }  // namespace
 
 struct ProcessGroupHierarchical::Impl {
-  struct Task {
-    std::string what;  // "all_reduce #3 (float32[4])"
-    std::function<void()> run;
-    std::promise<void> done;
-  };
-
   int rank = 0;
   int size = 1;
   ProcessGroupOptions options;
@@ -79,13 +69,7 @@ struct ProcessGroupHierarchical::Impl {
   std::mutex issue_mutex;  // one issuer at a time: sequence order == queue order
   int64_t seq = 0;
 
-  std::mutex queue_mutex;
-  std::condition_variable queue_cv;
-  std::deque<Task> queue;
-  bool stopping = false;
-  std::atomic<bool> broken{false};
-  std::string broken_reason;  // guarded by queue_mutex
-  std::thread thread;
+  std::unique_ptr<CommunicationThread> thread;  // made last, gone first: its tasks use the groups
 
   bool is_leader() const { return local->rank() == 0; }
   bool several_hosts() const { return hosts.size() > 1; }
@@ -94,66 +78,24 @@ struct ProcessGroupHierarchical::Impl {
   // inside the host.
   std::string host_ranks() const {
     const std::vector<int>& mine = hosts[static_cast<size_t>(host)];
-    std::string local, world;
+    std::string local_ranks, world_ranks;
     for (size_t i = 0; i < mine.size(); ++i) {
-      if (i > 0) local += ", ", world += ", ";
-      local += std::to_string(i);
-      world += std::to_string(mine[i]);
+      if (i > 0) local_ranks += ", ", world_ranks += ", ";
+      local_ranks += std::to_string(i);
+      world_ranks += std::to_string(mine[i]);
     }
-    return "inside this host, ranks " + local + " are world ranks " + world;
-  }
-
-  std::string reason() {
-    std::lock_guard<std::mutex> lock(queue_mutex);
-    return broken_reason;
-  }
-
-  // The communication thread: run tasks in issue order until stopped and drained.
-  void loop() {
-    for (;;) {
-      Task task;
-      {
-        std::unique_lock<std::mutex> lock(queue_mutex);
-        queue_cv.wait(lock, [&] { return stopping || !queue.empty(); });
-        if (queue.empty()) return;
-        task = std::move(queue.front());
-        queue.pop_front();
-      }
-      if (broken) {
-        task.done.set_exception(std::make_exception_ptr(std::runtime_error(
-            "ProcessGroupHierarchical: " + task.what + " not run: the group is broken by an earlier failure: " +
-            reason())));
-        continue;
-      }
-      try {
-        task.run();
-        task.done.set_value();
-      } catch (const std::exception& e) {
-        const std::string msg = "ProcessGroupHierarchical: " + task.what + " failed: " + e.what() + " (" + host_ranks() + ")";
-        {
-          std::lock_guard<std::mutex> lock(queue_mutex);
-          if (!broken.exchange(true)) broken_reason = msg;
-        }
-        task.done.set_exception(std::make_exception_ptr(std::runtime_error(msg)));
-      }
-    }
+    return "inside this host, ranks " + local_ranks + " are world ranks " + world_ranks;
   }
 
   std::shared_ptr<Work> issue(const CollectiveDesc& desc, std::function<void()> run) {
     std::lock_guard<std::mutex> issue_lock(issue_mutex);
-    if (broken)
-      throw std::runtime_error("ProcessGroupHierarchical::" + desc.op + ": the group is broken by an earlier failure: " +
-                               reason());
+    if (thread->broken())
+      throw std::runtime_error("ProcessGroupHierarchical::" + desc.op +
+                               ": the process group is broken by an earlier failure: " + thread->broken_reason());
     std::string what = desc.op + " #" + std::to_string(++seq);
     if (!desc.sig().empty()) what += " (" + desc.sig() + ")";
-    Task task{what, std::move(run), {}};
-    std::shared_future<void> done = task.done.get_future().share();
-    {
-      std::lock_guard<std::mutex> lock(queue_mutex);
-      queue.push_back(std::move(task));
-    }
-    queue_cv.notify_one();
-    return std::make_shared<FutureWork>(std::move(done));
+    auto trace = autograd::trace::Collective::launch(what);
+    return thread->enqueue(what, std::move(run), std::move(trace));
   }
 
   // ---- the collectives (communication thread), on contiguous buffers ----
@@ -274,17 +216,12 @@ ProcessGroupHierarchical::ProcessGroupHierarchical(TCPStore& store, int rank, in
   // 3. Every rank is connected before any returns: a leader whose group is torn down at once
   // must not close a connection another leader is still completing.
   im.barrier();
-  im.thread = std::thread([&im] { im.loop(); });
+  im.thread = std::make_unique<CommunicationThread>([&im](const std::string& what, const std::exception& e) {
+    return "ProcessGroupHierarchical: " + what + " failed: " + e.what() + " (" + im.host_ranks() + ")";
+  });
 }
 
-ProcessGroupHierarchical::~ProcessGroupHierarchical() {
-  {
-    std::lock_guard<std::mutex> lock(impl_->queue_mutex);
-    impl_->stopping = true;
-  }
-  impl_->queue_cv.notify_all();
-  if (impl_->thread.joinable()) impl_->thread.join();
-}
+ProcessGroupHierarchical::~ProcessGroupHierarchical() { impl_->thread.reset(); }  // runs what is queued, then joins
 
 int ProcessGroupHierarchical::num_hosts() const { return static_cast<int>(impl_->hosts.size()); }
 int ProcessGroupHierarchical::host() const { return impl_->host; }
@@ -294,7 +231,7 @@ const std::vector<int>& ProcessGroupHierarchical::ranks_of_host(int host) const 
                             std::to_string(num_hosts()));
   return impl_->hosts[static_cast<size_t>(host)];
 }
-bool ProcessGroupHierarchical::is_broken() const { return impl_->broken; }
+bool ProcessGroupHierarchical::is_broken() const { return impl_->thread->broken(); }
 
 std::shared_ptr<Work> ProcessGroupHierarchical::all_reduce_async(Tensor& t, ReduceOp op) {
   const CollectiveDesc desc = kChecks.all_reduce(t, op);

@@ -5,6 +5,7 @@
 #pragma once
 #include <chrono>
 #include <functional>
+#include <memory>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -24,9 +25,14 @@ inline dist::ProcessGroupOptions quick_options(std::chrono::milliseconds timeout
   return dist::ProcessGroupOptions{.timeout = timeout, .debug = debug};
 }
 
-// Runs fn(pg) on every rank of a world of n forked processes; returns each rank's result.
-inline std::vector<std::string> run_gloo_world(int n, const std::function<std::string(dist::ProcessGroupGloo&)>& fn,
-                                               dist::ProcessGroupOptions options = quick_options()) {
+// Runs fn(*group) on every rank of a world of n forked processes, each group made in the child
+// by make(store, rank, world size); returns each rank's result. With final_rendezvous, rank 0
+// (which hosts the store) keeps it up until every rank has torn its group down; pass false when
+// a rank leaves early (it would never arrive).
+template <class Group>
+std::vector<std::string> run_world(int n,
+                                   const std::function<std::unique_ptr<Group>(dist::TCPStore&, int, int)>& make,
+                                   const std::function<std::string(Group&)>& fn, bool final_rendezvous = true) {
   EnvGuard env;  // the parent's variables must not leak into the children
   return dist::spawn_with_results(n, [&](int) {
     dist::WorldInfo w = dist::world_info_from_env();
@@ -34,13 +40,23 @@ inline std::vector<std::string> run_gloo_world(int n, const std::function<std::s
                          {.port = w.master_port, .is_server = w.rank == 0, .timeout = std::chrono::seconds(10)});
     std::string result;
     {
-      dist::ProcessGroupGloo pg(store, w.rank, w.world_size, options);
-      result = fn(pg);
+      std::unique_ptr<Group> group = make(store, w.rank, w.world_size);
+      result = fn(*group);
     }
-    // Rank 0 hosts the store: keep it up until every rank has torn its group down.
-    count_rendezvous(store, w.rank, w.world_size);
+    if (final_rendezvous) count_rendezvous(store, w.rank, w.world_size);
     return result;
   });
+}
+
+// run_world with a ProcessGroupGloo on every rank.
+inline std::vector<std::string> run_gloo_world(int n, const std::function<std::string(dist::ProcessGroupGloo&)>& fn,
+                                               dist::ProcessGroupOptions options = quick_options()) {
+  return run_world<dist::ProcessGroupGloo>(
+      n,
+      [&](dist::TCPStore& store, int rank, int size) {
+        return std::make_unique<dist::ProcessGroupGloo>(store, rank, size, options);
+      },
+      fn);
 }
 
 inline void require(bool ok, const std::string& what) {

@@ -35,20 +35,15 @@ namespace {
 std::vector<std::string> run_world(const std::vector<std::string>& hosts,
                                    const std::function<std::string(ProcessGroupHierarchical&)>& fn,
                                    dist::ProcessGroupOptions options = quick_options(), bool final_rendezvous = true) {
-  minidl::testing::EnvGuard env;
-  return dist::spawn_with_results(static_cast<int>(hosts.size()), [&](int) {
-    dist::WorldInfo w = dist::world_info_from_env();
-    dist::TCPStore store(w.master_addr, {.port = w.master_port, .is_server = w.rank == 0, .timeout = 10s});
-    std::string result;
-    {
-      // 4 KB slots: tensors of a few thousand floats already take several pieces inside a host.
-      ProcessGroupHierarchical pg(store, w.rank, w.world_size, options,
-                                  {.host_id = "host-" + hosts[static_cast<size_t>(w.rank)], .slot_bytes = 4096});
-      result = fn(pg);
-    }
-    if (final_rendezvous) minidl::testing::count_rendezvous(store, w.rank, w.world_size);
-    return result;
-  });
+  return minidl::testing::run_world<ProcessGroupHierarchical>(
+      static_cast<int>(hosts.size()),
+      [&](dist::TCPStore& store, int rank, int size) {
+        // 4 KB slots: tensors of a few thousand floats already take several pieces inside a host.
+        return std::make_unique<ProcessGroupHierarchical>(
+            store, rank, size, options,
+            HierarchicalOptions{.host_id = "host-" + hosts[static_cast<size_t>(rank)], .slot_bytes = 4096});
+      },
+      fn, final_rendezvous);
 }
 
 // Rank r's element i: small integers, exact in every dtype (non-negative for uint8).
@@ -238,7 +233,7 @@ TEST(ProcessGroupHierarchical, ARankOfAnotherHostThatExitsFailsEveryRankWithinTh
     const std::string& res = results[static_cast<size_t>(r)];
     EXPECT_THAT(res, HasSubstr("ProcessGroupHierarchical: all_reduce #")) << r;
     EXPECT_THAT(res, HasSubstr("(float32[65536]) failed: ")) << r;
-    EXPECT_THAT(res.substr(res.find('|')), HasSubstr("barrier: the group is broken by an earlier failure")) << r;
+    EXPECT_THAT(res.substr(res.find('|')), HasSubstr("barrier: the process group is broken by an earlier failure")) << r;
   }
   EXPECT_THAT(results[2], HasSubstr("rank 1 (pid ")) << "host b's leader names its local rank 1";
   EXPECT_THAT(results[2], HasSubstr("inside this host, ranks 0, 1 are world ranks 2, 3")) << "and translates it";

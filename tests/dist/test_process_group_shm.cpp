@@ -42,21 +42,14 @@ struct WorldOptions {
   bool final_rendezvous = true;  // false when a rank leaves early (it would never arrive)
 };
 
-// Runs fn(pg) on every rank of a world of n forked processes; returns each rank's result.
 std::vector<std::string> run_shm_world(int n, const std::function<std::string(ProcessGroupShm&)>& fn,
                                        WorldOptions options = {}) {
-  minidl::testing::EnvGuard env;
-  return dist::spawn_with_results(n, [&](int) {
-    dist::WorldInfo w = dist::world_info_from_env();
-    dist::TCPStore store(w.master_addr, {.port = w.master_port, .is_server = w.rank == 0, .timeout = 10s});
-    std::string result;
-    {
-      ProcessGroupShm pg(store, w.rank, w.world_size, options.pg, options.shm);
-      result = fn(pg);
-    }
-    if (options.final_rendezvous) minidl::testing::count_rendezvous(store, w.rank, w.world_size);
-    return result;
-  });
+  return minidl::testing::run_world<ProcessGroupShm>(
+      n,
+      [&](dist::TCPStore& store, int rank, int size) {
+        return std::make_unique<ProcessGroupShm>(store, rank, size, options.pg, options.shm);
+      },
+      fn, options.final_rendezvous);
 }
 
 const std::vector<DType> kDtypes{DType::Float32, DType::Float64, DType::Int64, DType::UInt8};

@@ -29,18 +29,9 @@ namespace {
 
 std::vector<std::string> run_world(int n, const std::function<std::string(ProcessGroupShm&)>& fn,
                                    dist::ProcessGroupOptions options = quick_options()) {
-  minidl::testing::EnvGuard env;
-  return dist::spawn_with_results(n, [&](int) {
-    dist::WorldInfo w = dist::world_info_from_env();
-    dist::TCPStore store(w.master_addr, {.port = w.master_port, .is_server = w.rank == 0, .timeout = 10s});
-    std::string result;
-    {
-      ProcessGroupShm pg(store, w.rank, w.world_size, options);
-      result = fn(pg);
-    }
-    minidl::testing::count_rendezvous(store, w.rank, w.world_size);
-    return result;
-  });
+  return minidl::testing::run_world<ProcessGroupShm>(
+      n, [&](dist::TCPStore& store, int rank, int size) { return std::make_unique<ProcessGroupShm>(store, rank, size, options); },
+      fn);
 }
 
 // Random float32 values of every magnitude: the sum's last bits depend on the order of additions.
