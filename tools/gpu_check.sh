@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # tools/gpu_check.sh — minidl's GPU check: the programs are built here, the GPU machine only runs them.
 #   tools/gpu_check.sh --prepare DIR      (this machine: x86-64 Linux, g++, nvcc, the Debian build
-#       dependencies; no GPU needed) builds the kit into DIR (<= 48 MiB, checked): test_kernels,
-#       test_dist, test_data, gpu_bench and train in DIR/bin, for sm_90 with PTX, host
-#       code for x86-64-v3, libstdc++/libgcc/libgomp/cudart/yaml-cpp/zlib/GoogleTest linked in;
+#       dependencies; no GPU needed) builds the kit into DIR (<= 48 MiB, checked): test_gpu_kit
+#       (test_kernels, test_dist and test_data in one program), gpu_bench and train in DIR/bin, for
+#       sm_90 with PTX (compressed for size), host code for x86-64-v3,
+#       libstdc++/libgcc/libgomp/cudart/yaml-cpp/zlib/GoogleTest linked in;
 #       Gloo and the libraries it loads in DIR/lib (RPATH $ORIGIN/../lib); the trainer's recipes in
-#       DIR/share/minidl/configs; Fashion-MNIST in DIR/fashion-mnist; DIR/MANIFEST (sizes, the
+#       DIR/share/minidl/configs; Fashion-MNIST in DIR/fashion-mnist (the test split and the first
+#       MINIDL_KIT_TRAIN_IMAGES, default 10000, training images); DIR/MANIFEST (sizes, the
 #       newest GLIBC/GLIBCXX versions and the SONAMEs each file needs). cuBLAS, cuDNN and NCCL are
 #       not in the kit: the programs need them by SONAME (libcublas.so.13, libcublasLt.so.13,
 #       libcudnn.so.9, libnccl.so.2). Exit 0 when done, 3 when nvcc is missing, 1 otherwise.
@@ -47,7 +49,7 @@
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-KIT_PROGRAMS=(tests/test_kernels tests/test_dist tests/test_data tools/gpu_bench examples/train)
+KIT_PROGRAMS=(tests/test_gpu_kit tools/gpu_bench examples/train)
 KIT_LIMIT_MB=${MINIDL_KIT_LIMIT_MB:-48}
 # The libraries a kit program may need from the GPU machine: the C library's own, the GCC runtime
 # (libgcc_s, libstdc++: only the carried Gloo needs them) and the CUDA libraries by SONAME.
@@ -95,6 +97,7 @@ prepare_kit() {
   if ! cmake -S "$ROOT" -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DMINIDL_CUDA=ON \
        -DCMAKE_CUDA_COMPILER="$nvcc" -DMINIDL_NATIVE=OFF -DMINIDL_ARCH=x86-64-v3 -DMINIDL_STATIC_RUNTIME=ON \
        -DMINIDL_BUILD_TESTS=ON -DMINIDL_BUILD_BENCHMARKS=OFF "-DCMAKE_CUDA_ARCHITECTURES=90-real;90-virtual" \
+       -DCMAKE_CUDA_FLAGS=-compress-mode=size \
        "${extra[@]}" >"$log" 2>&1; then
     cat "$log" >&2; echo "gpu_check --prepare: configure failed" >&2; exit 1
   fi
@@ -127,14 +130,28 @@ prepare_kit() {
     strip --strip-unneeded -o "$dir/lib/$name" "$path" || { echo "gpu_check --prepare: cannot copy $path" >&2; exit 1; }
   done < <(grep "=> /" <<<"$libs")
   cp "$ROOT"/configs/*.yaml "$dir/share/minidl/configs/" || { echo "gpu_check --prepare: cannot copy configs/" >&2; exit 1; }
-  # Fashion-MNIST, gzip-compressed as the package ships it (30 MiB)
-  local data; data=$(fashion_mnist_dir)
-  for f in train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte t10k-labels-idx1-ubyte; do
-    if [ -f "$data/$f.gz" ]; then cp "$data/$f.gz" "$dir/fashion-mnist/"
-    elif [ -f "$data/$f" ]; then gzip -9c "$data/$f" >"$dir/fashion-mnist/$f.gz"
-    else echo "gpu_check --prepare: $data/$f(.gz) not found (apt-get install dataset-fashion-mnist, or set MINIDL_FASHION_MNIST)" >&2; exit 1
-    fi
-  done
+  # Fashion-MNIST: the 10000 test images and the first MINIDL_KIT_TRAIN_IMAGES training images
+  # (the whole training split is 26 MiB of gzip; the check's epochs train on the first 10000)
+  local data n_train=${MINIDL_KIT_TRAIN_IMAGES:-10000}
+  data=$(fashion_mnist_dir)
+  case $n_train in ''|*[!0-9]*|0) echo "gpu_check --prepare: MINIDL_KIT_TRAIN_IMAGES must be 1..60000, not '$n_train'" >&2; exit 1 ;; esac
+  python3 - "$data" "$dir/fashion-mnist" "$n_train" <<'PY' || { echo "gpu_check --prepare: cannot copy Fashion-MNIST from $data (apt-get install dataset-fashion-mnist, or set MINIDL_FASHION_MNIST)" >&2; exit 1; }
+import gzip, os, struct, sys
+src, dst, n_train = sys.argv[1], sys.argv[2], int(sys.argv[3])
+for split, keep in (("train", n_train), ("t10k", None)):
+    for kind, header in (("images-idx3", 16), ("labels-idx1", 8)):
+        name = f"{split}-{kind}-ubyte"
+        path = os.path.join(src, name + ".gz")
+        raw = gzip.open(path).read() if os.path.exists(path) else open(os.path.join(src, name), "rb").read()
+        count = struct.unpack(">I", raw[4:8])[0]
+        record = (len(raw) - header) // count
+        if keep is not None and keep > count:
+            sys.exit(f"gpu_check --prepare: {name} has {count} records, fewer than {keep}")
+        n = count if keep is None else keep
+        out = raw[:4] + struct.pack(">I", n) + raw[8:header] + raw[header:header + n * record]
+        with gzip.GzipFile(os.path.join(dst, name + ".gz"), "wb", compresslevel=9, mtime=0) as f:
+            f.write(out)
+PY
   # MANIFEST: what each file is and needs
   local glibc_all glibcxx_all sonames_all commit
   commit=$(git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo unknown)
@@ -153,8 +170,9 @@ prepare_kit() {
   } >"$dir/MANIFEST"
   glibc_all=$(grep -oE 'glibc=GLIBC_[0-9.]+' "$dir/MANIFEST" | cut -d= -f2 | sort -uV | tail -1)
   glibcxx_all=$(grep -oE 'glibcxx=GLIBCXX_[0-9.]+' "$dir/MANIFEST" | cut -d= -f2 | sort -uV | tail -1)
-  sonames_all=$(grep -oE 'needed=[^ ]+' "$dir/MANIFEST" | cut -d= -f2 | tr ',' '\n' | grep -vx -- - |
-                while read -r lib; do [ -f "$dir/lib/$lib" ] || echo "$lib"; done | sort -u | tr '\n' ' ')
+  # the CUDA libraries the GPU machine must supply: those ldd found for the programs, transitively
+  # (libcublas.so.13 brings libcublasLt.so.13)
+  sonames_all=$(awk '{print $1}' <<<"$libs" | grep -E "$CUDA_LIBS" | grep -vx 'libcuda\.so\.1' | sort -u | tr '\n' ' ')
   {
     echo "needs_glibc ${glibc_all:--}"
     echo "needs_glibcxx ${glibcxx_all:--} (the GPU machine's libstdc++.so.6, for: $(grep -E 'glibcxx=GLIBCXX' "$dir/MANIFEST" | awk '{print $2}' | tr '\n' ' ')- the programs carry their own)"
@@ -299,6 +317,7 @@ RESERVE=8  # seconds kept for the summary and the log archive
 START=$(date +%s)
 declare -A STATUS
 declare -A CANNOT_START  # program -> why it cannot start here (kit mode)
+CANNOT_NAMES=()          # its keys (an empty associative array's keys are "unbound" under set -u)
 STEPS=()
 FAILED=0
 SKIPPED=0
@@ -321,7 +340,7 @@ write_summary() {
   fi
   local notes cannot="" p
   notes=$(printf '%s\n' "${NOTES[@]}")
-  for p in "${!CANNOT_START[@]}"; do cannot+="$p=${CANNOT_START[$p]}"$'\n'; done
+  for p in "${CANNOT_NAMES[@]}"; do cannot+="$p=${CANNOT_START[$p]}"$'\n'; done
   python3 - "$LOGS" "$OUT_DIR/gpu_check.json" "$SKIPPED" "$(elapsed)" "$FATAL" "$status_lines" "$notes" "$MODE" \
     "$BUDGET" "$cannot" "$NGPU" <<'PY'
 import json, os, sys
@@ -537,7 +556,7 @@ if [ "$MODE" = kit ]; then
   need_glibc=$(sed -n 's/^needs_glibc GLIBC_//p' "$KIT/MANIFEST")
   drv=$(sed -n 's/.*,[[:space:]]*\([0-9]*\)\.[0-9.]*$/\1/p' "$LOGS/gpu.txt" 2>/dev/null | head -1)
   [ -n "$drv" ] && [ "$drv" -lt 580 ] && note "the NVIDIA driver ($drv) is older than CUDA 13's minimum (580): the kit's static CUDA 13 runtime cannot start; use the fallback (--bundle) with a matching toolkit"
-  P_KERNELS=$KIT/bin/test_kernels P_DIST=$KIT/bin/test_dist P_DATA=$KIT/bin/test_data
+  P_KERNELS=$KIT/bin/test_gpu_kit P_DIST=$KIT/bin/test_gpu_kit P_DATA=$KIT/bin/test_gpu_kit
   P_BENCH=$KIT/bin/gpu_bench P_TRAIN=$KIT/bin/train
   for p in "$KIT"/bin/*; do
     name=${p##*/}
@@ -553,11 +572,14 @@ if [ "$MODE" = kit ]; then
     if [ -n "${CANNOT_START[$name]:-}" ]; then echo "$name: CANNOT START: ${CANNOT_START[$name]}"; else echo "$name: starts"; fi
   done | tee "$LOGS/kit_start.txt"
   while IFS= read -r line; do
-    case $line in *": CANNOT START: "*) CANNOT_START[${line%%: CANNOT START: *}]=${line#*: CANNOT START: } ;; esac
+    case $line in
+      *": CANNOT START: "*) CANNOT_START[${line%%: CANNOT START: *}]=${line#*: CANNOT START: }
+                            CANNOT_NAMES+=("${line%%: CANNOT START: *}") ;;
+    esac
   done <"$LOGS/kit_start.txt"
-  if [ "${#CANNOT_START[@]}" -gt 0 ]; then
+  if [ "${#CANNOT_NAMES[@]}" -gt 0 ]; then
     FAILED=1
-    note "prebuilt programs that cannot start here: ${!CANNOT_START[*]}; fallback: build here with tools/gpu_check.sh --bundle (docs/gpu.md)"
+    note "prebuilt programs that cannot start here: ${CANNOT_NAMES[*]}; fallback: build here with tools/gpu_check.sh --bundle (docs/gpu.md)"
   fi
   [ "$DRY_RUN" = 1 ] && { log "dry run (MINIDL_GPU_CHECK_DRY_RUN=1): libraries found and programs started; no GPU step run"; finish "$FAILED"; }
 else
@@ -652,12 +674,13 @@ KERNEL_FILTER='Cuda*:CachingAllocator*:-CudaMultiGpu*:CudaStub*'
 OMP_NUM_THREADS=6 gpu_step bg test_kernels 110 "$P_KERNELS" --gtest_filter="$KERNEL_FILTER"
 OMP_NUM_THREADS=2 gpu_step bg test_nccl 60 "$P_DIST" --gtest_filter='ProcessGroupNccl*:HostStaging*'
 OMP_NUM_THREADS=1 gpu_step bg test_data_gpu 30 "$P_DATA" --gtest_filter='DataLoaderPinMemory*:-*WithoutACudaDevice*'
-# memcheck: element-wise, strided outputs, a small matmul, the allocator (no batch-512 convolutions
-# checked against the CPU: under memcheck those alone would take minutes)
+# memcheck over small shapes only: element-wise, reductions, strided outputs, matmuls, a small
+# convolution, pooling, layer norm, cross-entropy, the allocator (no batch-512 convolutions checked
+# against the CPU: under memcheck those alone would take minutes)
 SANITIZER=$(command -v compute-sanitizer || echo "$CUDA_HOME_DIR/bin/compute-sanitizer")
 if [ -x "$SANITIZER" ]; then
   OMP_NUM_THREADS=2 gpu_step bg memcheck 110 "$SANITIZER" --tool memcheck --error-exitcode 9 "$P_KERNELS" \
-    --gtest_filter='CudaOps.StridedOutputs*:CudaOps.MatmulWith*:CudaAllocator*:CudaIter*'
+    --gtest_filter='CudaOps.UnaryOps*:CudaOps.BinaryOps*:CudaOps.ReductionsMatchCpu:CudaOps.StridedOutputs*:CudaOps.Matmul*:CudaNn.Conv2dForwardAndBackwardMatchCpu:CudaNn.Pooling*:CudaNn.LayerNorm*:CudaNn.CrossEntropyForwardAndBackwardMatchCpu:CudaAllocator*'
 else
   not_run memcheck "compute-sanitizer not found"; FAILED=1
 fi
