@@ -42,8 +42,9 @@ CUDA=$(dirname "$(dirname "$(readlink -f "$NVCC")")")
 START=$(date +%s)
 
 # 1. the kit
-args=""
-[ -n "$LAUNCHER" ] && args="-DCMAKE_CXX_COMPILER_LAUNCHER=$LAUNCHER -DCMAKE_CUDA_COMPILER_LAUNCHER=$LAUNCHER"
+# MINIDL_KIT_CMAKE_ARGS from the environment (ctest passes -DMINIDL_WERROR=<the build's>), then the launcher
+args=${MINIDL_KIT_CMAKE_ARGS:-}
+[ -n "$LAUNCHER" ] && args+=" -DCMAKE_CXX_COMPILER_LAUNCHER=$LAUNCHER -DCMAKE_CUDA_COMPILER_LAUNCHER=$LAUNCHER"
 MINIDL_KIT_BUILD_DIR=${MINIDL_KIT_BUILD_DIR:-$WORK/build} MINIDL_KIT_CMAKE_ARGS="$args" JOBS=${JOBS:-2} \
   "$ROOT/tools/gpu_check.sh" --prepare "$KIT"
 rc=$?
