@@ -7,6 +7,7 @@
 //                                        is busy (CUDA events around the step vs host wall time)
 //   gpu_bench epoch MODEL DATA_DIR       one epoch of Fashion-MNIST (idx files in DATA_DIR) on the GPU
 //                                        with SGD(momentum 0.9), then test accuracy
+//   gpu_bench --help                     the usage, exit 0, without touching CUDA
 // Models move to the GPU with nn::Module::to.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -177,6 +178,11 @@ void train_epoch(const std::string& name, const std::string& dir) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  const char* usage = "usage: gpu_bench gemm | models [--batch N] | epoch MODEL DATA_DIR\n";
+  if (argc == 2 && (std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h")) {
+    std::cout << usage;  // before any CUDA call: tools/gpu_check.sh's start-up check of a prebuilt kit
+    return 0;
+  }
   try {
     if (kernels::cuda::device_count() == 0) {
       std::cerr << "gpu_bench: no CUDA device present\n";
@@ -191,7 +197,7 @@ int main(int argc, char** argv) {
     else if (mode == "epoch" && argc == 4)
       train_epoch(argv[2], argv[3]);
     else {
-      std::cerr << "usage: gpu_bench gemm | models [--batch N] | epoch MODEL DATA_DIR\n";
+      std::cerr << usage;
       return 2;
     }
     return 0;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tools/gpu_bundle_test.sh WORK_DIR [LAUNCHER] — proves, on a machine without a GPU, that the GPU
-# machine's bundle is enough: `tools/gpu_check.sh --prepare` gathers it into WORK_DIR/bundle, then
+# machine's bundle is enough: `tools/gpu_check.sh --prepare-bundle` gathers it into WORK_DIR/bundle, then
 # `tools/gpu_check.sh --bundle` configures (CUDA off) and builds `train` and `test_optim` with the
 # system's copies of the packages hidden from CMake (CMAKE_IGNORE_PREFIX_PATH=/usr and
 # CMAKE_IGNORE_PATH for /usr's include, lib and CMake dirs), and this script checks that
@@ -20,13 +20,13 @@ mkdir -p "$WORK" && WORK=$(cd "$WORK" && pwd)
 BUNDLE=$WORK/bundle
 fail() { echo "gpu_bundle_test: FAIL: $*" >&2; exit 1; }
 
-"$ROOT/tools/gpu_check.sh" --prepare "$BUNDLE"
+"$ROOT/tools/gpu_check.sh" --prepare-bundle "$BUNDLE"
 rc=$?
 if [ "$rc" = 3 ]; then
   echo "gpu_bundle_test: SKIPPED: apt cannot reach a package registry, so the bundle cannot be prepared here"
   exit 77
 fi
-[ "$rc" = 0 ] || fail "tools/gpu_check.sh --prepare exited $rc"
+[ "$rc" = 0 ] || fail "tools/gpu_check.sh --prepare-bundle exited $rc"
 
 SYS_DIRS="/usr/include;/usr/lib;/usr/lib/x86_64-linux-gnu;/usr/lib/x86_64-linux-gnu/cmake;/usr/share/cmake;/usr/share/eigen3/cmake;/usr/lib/cmake"
 ARGS="-DMINIDL_CUDA=OFF -DMINIDL_BUILD_TESTS=ON -DCMAKE_IGNORE_PREFIX_PATH=/usr -DCMAKE_IGNORE_PATH=$SYS_DIRS"
