@@ -1,6 +1,7 @@
 // dist/dist_all.h — the umbrella header of the dist layer: init / collectives, process groups
 // (Gloo, and NCCL registered by CUDA builds), the TCP store, spawn, DistributedSampler,
-// DistributedDataParallel, SyncBatchNorm and all-reduced metrics. All in namespace minidl::dist.
+// DistributedDataParallel, SyncBatchNorm, all-reduced metrics and the ranks' shared GradScaler
+// decision (sync_grad_scaler). All in namespace minidl::dist.
 #pragma once
 #include "minidl/dist/data_parallel.h"
 #include "minidl/dist/ddp.h"
@@ -9,6 +10,7 @@
 #include "minidl/dist/distributed.h"
 #include "minidl/dist/distributed_sampler.h"
 #include "minidl/dist/env.h"
+#include "minidl/dist/grad_scaler_sync.h"
 #include "minidl/dist/host_staging.h"
 #include "minidl/dist/metrics.h"
 #include "minidl/dist/process_group.h"
