@@ -47,8 +47,7 @@
 namespace minidl::kernels::cpu {
 
 void gemm_bf16_reference(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a,
-                         const uint16_t* B, int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha,
-                         float beta) {
+                         const uint16_t* B, int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha, float beta) {
   for (int64_t i = 0; i < M; ++i)
     for (int64_t j = 0; j < N; ++j) {
       float sum = 0.0f;
@@ -94,12 +93,12 @@ inline uint32_t pair_at(const uint16_t* p, bool has_second) {
   return p[0] | (has_second ? static_cast<uint32_t>(p[1]) << 16 : 0u);
 }
 
-// The pair words (row[j], next[j]) of the first 16 columns at row and next (which is read only
-// when has_next), lanes past n zero.
-MINIDL_BF16 inline __m512i pair_rows(const uint16_t* row, const uint16_t* next, bool has_next, int64_t n) {
+// The pair words (row[j], next[j]) of the first n <= 16 columns of row and next (null past the
+// end of K: zeros), lanes past n zero.
+MINIDL_BF16 inline __m512i pair_rows(const uint16_t* row, const uint16_t* next, int64_t n) {
   const __mmask16 m = first_n(n);
   const __m512i lo = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, row));
-  if (!has_next) return lo;
+  if (!next) return lo;
   return _mm512_or_si512(lo, _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, next)), 16));
 }
 
@@ -111,13 +110,13 @@ MINIDL_BF16 void pack_a_panel(const uint16_t* A, int64_t lda, bool trans_a, int6
   if (trans_a) {  // each k: mr contiguous values
     for (int64_t p = 0; p < kp; ++p) {
       const uint16_t* row = A + (k0 + 2 * p) * lda + i0;
-      _mm512_mask_storeu_epi32(dst + p * kMr, first_n(kMr), pair_rows(row, row + lda, 2 * p + 1 < kc, mr));
+      _mm512_mask_storeu_epi32(dst + p * kMr, first_n(kMr), pair_rows(row, 2 * p + 1 < kc ? row + lda : nullptr, mr));
     }
     return;
   }
   for (int64_t r = 0; r < kMr; ++r) {  // each row: its pairs are contiguous already
-    const uint16_t* row = A + (i0 + r) * lda + k0;
-    for (int64_t p = 0; p < kp; ++p) dst[p * kMr + r] = r < mr ? pair_at(row + 2 * p, 2 * p + 1 < kc) : 0u;
+    const uint16_t* row = r < mr ? A + (i0 + r) * lda + k0 : nullptr;
+    for (int64_t p = 0; p < kp; ++p) dst[p * kMr + r] = row ? pair_at(row + 2 * p, 2 * p + 1 < kc) : 0u;
   }
 }
 
@@ -129,14 +128,16 @@ MINIDL_BF16 void pack_b_panel(const uint16_t* B, int64_t ldb, bool trans_b, int6
   if (!trans_b) {  // each k: nr contiguous values
     for (int64_t p = 0; p < kp; ++p) {
       const uint16_t* row = B + (k0 + 2 * p) * ldb + j0;
-      for (int64_t v = 0; v < 2; ++v)
-        _mm512_store_si512(dst + p * kNr + 16 * v, pair_rows(row + 16 * v, row + ldb + 16 * v, 2 * p + 1 < kc, nr - 16 * v));
+      const uint16_t* next = 2 * p + 1 < kc ? row + ldb : nullptr;
+      _mm512_store_si512(dst + p * kNr, pair_rows(row, next, nr));
+      _mm512_store_si512(dst + p * kNr + 16,
+                         nr > 16 ? pair_rows(row + 16, next ? next + 16 : nullptr, nr - 16) : _mm512_setzero_si512());
     }
     return;
   }
   for (int64_t j = 0; j < kNr; ++j) {  // each column of op(B) is a row of B: its pairs are contiguous
-    const uint16_t* col = B + (j0 + j) * ldb + k0;
-    for (int64_t p = 0; p < kp; ++p) dst[p * kNr + j] = j < nr ? pair_at(col + 2 * p, 2 * p + 1 < kc) : 0u;
+    const uint16_t* col = j < nr ? B + (j0 + j) * ldb + k0 : nullptr;
+    for (int64_t p = 0; p < kp; ++p) dst[p * kNr + j] = col ? pair_at(col + 2 * p, 2 * p + 1 < kc) : 0u;
   }
 }
 
@@ -222,8 +223,8 @@ void packed_gemm(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda
 
 bool gemm_bf16(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a, const uint16_t* B,
                int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha, float beta) {
-  static const bool have = __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw") &&
-                           __builtin_cpu_supports("avx512vl");
+  static const bool have =
+      __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
   if (!have) return false;
   if (M <= 0 || N <= 0) return true;
   if (K <= 0 || alpha == 0.0f) {  // C = beta * C (beta == 0: overwrite, ignoring NaNs already there)
