@@ -93,6 +93,45 @@ inline uint32_t pair_at(const uint16_t* p, bool has_second) {
   return p[0] | (has_second ? static_cast<uint32_t>(p[1]) << 16 : 0u);
 }
 
+// Rows whose k pairs are contiguous (op(A)'s rows when A is not transposed, op(B)'s columns when B
+// is) into a panel: dst[p * ldd + r] = the pair word of k0 + 2p, k0 + 2p + 1 of row r (at
+// src + r * lds) for p < ceil(kc / 2) and r < width <= 16, zero for rows r >= rows. Whole runs of
+// 16 pairs go as one 16x16 transpose of 32-bit words; the rest (and an odd K's last k) one by one.
+MINIDL_BF16 void pack_pair_rows(const uint16_t* src, int64_t lds, int64_t rows, int64_t kc, uint32_t* dst, int64_t ldd,
+                                int64_t width) {
+  const int64_t whole = kc / 2, kp = (kc + 1) / 2;  // pairs with both k; all pairs
+  const __mmask16 keep = first_n(width);
+  int64_t p0 = 0;
+  for (; p0 + 16 <= whole; p0 += 16) {
+    __m512i r[16], t[16];
+    for (int i = 0; i < 16; ++i) r[i] = i < rows ? _mm512_loadu_si512(src + i * lds + 2 * p0) : _mm512_setzero_si512();
+    for (int i = 0; i < 8; ++i) {  // t[2i] = a0 b0 a1 b1 | a4 b4 a5 b5 | ..., t[2i+1] = a2 b2 a3 b3 | ... (rows a, b)
+      t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+      t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; ++i) {  // r[4i + c]: rows 4i..4i+3 of columns c | c + 4 | c + 8 | c + 12
+      r[4 * i + 0] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+      r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+      r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+      r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+    }
+    for (int c = 0; c < 4; ++c) {  // column c + 4l: 128-bit lane l of r[c], r[4 + c], r[8 + c], r[12 + c]
+      const __m512i lo01 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0x44),
+                    lo23 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0x44);
+      const __m512i hi01 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0xEE),
+                    hi23 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0xEE);
+      _mm512_mask_storeu_epi32(dst + (p0 + c) * ldd, keep, _mm512_shuffle_i32x4(lo01, lo23, 0x88));
+      _mm512_mask_storeu_epi32(dst + (p0 + c + 4) * ldd, keep, _mm512_shuffle_i32x4(lo01, lo23, 0xDD));
+      _mm512_mask_storeu_epi32(dst + (p0 + c + 8) * ldd, keep, _mm512_shuffle_i32x4(hi01, hi23, 0x88));
+      _mm512_mask_storeu_epi32(dst + (p0 + c + 12) * ldd, keep, _mm512_shuffle_i32x4(hi01, hi23, 0xDD));
+    }
+  }
+  for (int64_t r = 0; r < width; ++r) {
+    const uint16_t* row = r < rows ? src + r * lds : nullptr;
+    for (int64_t p = p0; p < kp; ++p) dst[p * ldd + r] = row ? pair_at(row + 2 * p, 2 * p + 1 < kc) : 0u;
+  }
+}
+
 // The pair words (row[j], next[j]) of the first n <= 16 columns of row and next (null past the
 // end of K: zeros), lanes past n zero.
 MINIDL_BF16 inline __m512i pair_rows(const uint16_t* row, const uint16_t* next, int64_t n) {
@@ -114,10 +153,7 @@ MINIDL_BF16 void pack_a_panel(const uint16_t* A, int64_t lda, bool trans_a, int6
     }
     return;
   }
-  for (int64_t r = 0; r < kMr; ++r) {  // each row: its pairs are contiguous already
-    const uint16_t* row = r < mr ? A + (i0 + r) * lda + k0 : nullptr;
-    for (int64_t p = 0; p < kp; ++p) dst[p * kMr + r] = row ? pair_at(row + 2 * p, 2 * p + 1 < kc) : 0u;
-  }
+  pack_pair_rows(A + i0 * lda + k0, lda, mr, kc, dst, kMr, kMr);  // each row's pairs are contiguous
 }
 
 // One B panel: dst (kp = ceil(kc / 2), 32) = the pairs of op(B) rows k0..k0+kc-1, columns
@@ -135,10 +171,9 @@ MINIDL_BF16 void pack_b_panel(const uint16_t* B, int64_t ldb, bool trans_b, int6
     }
     return;
   }
-  for (int64_t j = 0; j < kNr; ++j) {  // each column of op(B) is a row of B: its pairs are contiguous
-    const uint16_t* col = j < nr ? B + (j0 + j) * ldb + k0 : nullptr;
-    for (int64_t p = 0; p < kp; ++p) dst[p * kNr + j] = col ? pair_at(col + 2 * p, 2 * p + 1 < kc) : 0u;
-  }
+  // each column of op(B) is a row of B, whose pairs are contiguous: 16 of them at a time
+  pack_pair_rows(B + j0 * ldb + k0, ldb, nr, kc, dst, kNr, 16);
+  pack_pair_rows(nr > 16 ? B + (j0 + 16) * ldb + k0 : B, ldb, nr - 16, kc, dst + 16, kNr, 16);
 }
 
 // C (mr <= 14, nr <= 16 * NV) = alpha * op(A) (14 rows, kp pairs) · op(B) (kp pairs, 32) [+ beta *
