@@ -11,6 +11,8 @@
 //         pack op(A) (mc, kc) into panels of kMr = 14 rows, each (kc / 2, 14) k pairs
 //         for each B panel, for each A panel: the 14x32 micro-kernel
 //
+// (rows whose k pairs lie contiguous in memory, op(A)'s when A is not transposed and op(B)'s
+// columns when B is, are packed 16 pairs of 16 rows at a time by a transpose of 32-bit words).
 // What it does differently from the reference, and why it is faster:
 //   - Operands are packed as k pairs: one 32-bit word holds (x[k], x[k + 1]) of a row of op(A) or
 //     a column of op(B) (an odd K gets a zero for its last k + 1). vdpbf16ps multiplies the 16
@@ -20,9 +22,9 @@
 //   - The 14x32 tile of C stays in 28 of the 32 vector registers over a K block (kc <= 512), so a
 //     B panel (32 KB) stays in L1 and an A block in L2; the float32 sums are added into C once per
 //     K block (the first: C = alpha * sum + beta * C; the others: C += alpha * sum).
-// So its sums are not the reference's: within a K block each lane adds its products two at a time,
-// k + 1 before k (vdpbf16ps' documented order), and each K block is a separate partial sum; the
-// instruction also treats subnormal inputs and results as zero. Both stay within a few units in the
+// So its sums are not the reference's: within a K block each lane adds its products two at a time
+// (Intel's manual: the k + 1 product first, then the k one), and each K block is a separate partial
+// sum; the instruction also treats subnormal inputs and results as zero. Both stay within a few units in the
 // last place of float32 times K of the exact sum (tests/kernels/test_cpu_gemm_bf16.cpp); with small
 // integer operands, whose sums are exact, the two agree bit for bit.
 // Every element of C is summed in the same order whatever the thread count (threads split blocks of
@@ -62,12 +64,12 @@ void gemm_bf16_reference(int64_t M, int64_t N, int64_t K, const uint16_t* A, int
 #if defined(__x86_64__) && defined(__GNUC__)
 namespace {
 
-#define MINIDL_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,fma")))
+#define MINIDL_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 
 constexpr int64_t kMr = 14, kNr = 32;  // micro-kernel tile of C: 14 x 2 accumulators of 16 floats
 constexpr int64_t kKcMax = 512;  // K blocks: a B panel (256 pairs x 32 columns, 32 KB) stays in L1
 constexpr int64_t kNc = 4096;  // columns of C per packed B block (bounds the B buffer to 4 MB)
-constexpr int64_t kMcMax = 9 * kMr;  // rows of C per unit of parallel work (an A block of 252 KB)
+constexpr int64_t kMcMax = 9 * kMr;  // rows of C per unit of parallel work (an A block of 126 KB)
 
 // A 64-byte aligned buffer of 32-bit words that only grows (one per thread, reused by every call).
 struct PackBuffer {
