@@ -43,10 +43,10 @@ bool have_bf16() {
 #define SKIP_WITHOUT_BF16() \
   if (!have_bf16()) GTEST_SKIP() << "this CPU has no AVX512_BF16: gemm_bf16 returns false, nothing to test"
 
-// n bf16 values: seeded floats in [-1, 1) rounded to bf16, or integers in [-6, 6] when small_ints
-std::vector<uint16_t> bf16_values(size_t n, uint32_t seed, bool small_ints) {
+// n bf16 values: pseudo-random floats in [-1, 1) (testing::values) rounded to bf16, or integers in [-6, 6] when small_ints
+std::vector<uint16_t> bf16_values(size_t n, uint32_t stream, bool small_ints) {
   std::vector<uint16_t> out(n);
-  const std::vector<float> v = minidl::testing::values(n, seed);
+  const std::vector<float> v = minidl::testing::values(n, stream);
   for (size_t i = 0; i < n; ++i) out[i] = float_to_bf16(small_ints ? std::round(6.0f * v[i]) : v[i]);
   return out;
 }
