@@ -9,15 +9,20 @@
 // the repetitions, so load changes on a shared machine hit all three alike. With one thread the
 // clock is the thread's CPU time (time spent descheduled by other processes does not count);
 // with more, wall time.
-//   ./build/examples/bench_gemm [threads = 1] [repetitions = 31]
+// The bf16 mode times instead the bfloat16 GEMM (kernels/cpu/gemm_bf16.h, bf16 operands, float32
+// C) against the float32 gemm() on the same values at 1024^3, and its plain reference loop at 128^3.
+//   ./build/examples/bench_gemm [bf16] [threads = 1] [repetitions = 31]
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
 #include "minidl/kernels/cpu/conv2d.h"
 #include "minidl/kernels/cpu/gemm.h"
+#include "minidl/kernels/cpu/gemm_bf16.h"
+#include "minidl/kernels/cpu/half.h"
 #include "minidl/kernels/cpu/parallel.h"
 #include "kernel_timing.h"
 
@@ -65,17 +70,76 @@ struct Shape {
   bool ta, tb;
 };
 
+// GFLOP/s of gemm_bf16 against a second kernel (the float32 gemm() on the same values rounded to
+// bf16, or gemm_bf16_reference) on (n, n) row-major matrices, alternating the two; medians over
+// the repetitions. Returns false when the CPU lacks AVX512_BF16.
+bool bench_bf16_square(int64_t n, bool against_reference, int reps) {
+  namespace k = minidl::kernels::cpu;
+  const size_t size = static_cast<size_t>(n * n);
+  std::vector<float> A(size), B(size), C(size);
+  std::vector<uint16_t> A16(size), B16(size);
+  for (size_t i = 0; i < size; ++i) {
+    A16[i] = k::float_to_bf16(static_cast<float>((i * 7919) % 1000) * 1e-3f - 0.5f);
+    B16[i] = k::float_to_bf16(static_cast<float>((i * 104729) % 1000) * 1e-3f - 0.5f);
+    A[i] = k::bf16_to_float(A16[i]);
+    B[i] = k::bf16_to_float(B16[i]);
+  }
+  const double flops = 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n);
+  // ~5-10 ms per timed sample of the slower kernel (the reference runs a few GFLOP/s)
+  const int inner = std::max(1, static_cast<int>((against_reference ? 2e7 : 5e8) / flops));
+  bool ok = true;
+  auto time_one = [&](bool bf16) {
+    const double t0 = now_s();
+    for (int i = 0; i < inner; ++i) {
+      if (bf16)
+        ok = k::gemm_bf16(n, n, n, A16.data(), n, false, B16.data(), n, false, C.data(), n);
+      else if (against_reference)
+        k::gemm_bf16_reference(n, n, n, A16.data(), n, false, B16.data(), n, false, C.data(), n);
+      else
+        k::gemm(n, n, n, A.data(), n, false, B.data(), n, false, C.data(), n);
+    }
+    return flops * inner / (now_s() - t0) / 1e9;
+  };
+  time_one(true);
+  if (!ok) return false;
+  time_one(false);  // warm-up: buffers, caches
+  std::vector<double> fast, other;
+  for (int r = 0; r < reps; ++r) {
+    fast.push_back(time_one(true));
+    other.push_back(time_one(false));
+  }
+  const double f = median(fast), o = median(other);
+  std::printf("%5lld^3 %14.1f %14.1f %-24s %6.2fx\n", static_cast<long long>(n), f, o,
+              against_reference ? "(gemm_bf16_reference)" : "(float32 gemm)", f / o);
+  return true;
+}
+
+int bench_bf16(int threads, int reps) {
+  std::printf("bf16 GEMM, threads %d, repetitions %d, %s\n%7s %14s %14s %-24s %7s\n", threads, reps,
+              minidl::examples::g_thread_cpu_clock ? "thread CPU time" : "wall time", "size", "gemm_bf16 GF/s",
+              "other GF/s", "other", "ratio");
+  if (!bench_bf16_square(1024, false, reps)) {
+    std::printf("no AVX512_BF16 on this CPU: gemm_bf16 returns false, nothing to time\n");
+    return 0;
+  }
+  bench_bf16_square(128, true, std::max(3, reps / 3));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  const bool bf16 = argc > 1 && std::strcmp(argv[1], "bf16") == 0;
+  if (bf16) --argc, ++argv;
   const int threads = argc > 1 ? std::atoi(argv[1]) : 1;
   const int reps = argc > 2 ? std::atoi(argv[2]) : 31;
   if (threads < 1 || reps < 1) {
-    std::fprintf(stderr, "usage: bench_gemm [threads >= 1] [repetitions >= 1]\n");
+    std::fprintf(stderr, "usage: bench_gemm [bf16] [threads >= 1] [repetitions >= 1]\n");
     return 2;
   }
   minidl::kernels::cpu::set_num_threads(threads);
   minidl::examples::g_thread_cpu_clock = threads == 1;
+  if (bf16) return bench_bf16(threads, reps);
   std::vector<double> peaks;
   for (int r = 0; r < 15; ++r) peaks.push_back(fma_peak());
   const double peak = median(peaks);

@@ -1,0 +1,29 @@
+// kernels/cpu/gemm_bf16.h — matrix multiply of bfloat16 operands into a float32 result on the
+// CPU: a packed AVX512_BF16 kernel (gemm_bf16.cpp) and the plain loop it is tested against.
+//
+//   C (M, N) = alpha * op(A) (M, K) · op(B) (K, N) + beta * C
+//
+// A and B hold bfloat16 bit patterns (kernels/cpu/half.h), C is float32. Layouts, leading
+// dimensions and transposes as gemm() in gemm.h: all row-major; op(A) = A stored (M, K), lda >= K,
+// or A^T stored (K, M), lda >= M when trans_a (the same for B: (K, N) with ldb >= N, or (N, K)
+// with ldb >= K when trans_b); C (M, N), ldc >= N. beta == 0 means C is write-only (its old
+// contents, even NaN, are ignored). Threads: kernels::cpu::set_num_threads; the result is
+// bit-identical for any thread count (work is split over blocks of C only, never over K).
+#pragma once
+#include <cstdint>
+
+namespace minidl::kernels::cpu {
+
+// The packed kernel (one vdpbf16ps adds two bf16 products per float lane). Returns false, C
+// untouched, when the CPU lacks AVX512_BF16 (checked once at run time; the library itself may be
+// built for any x86-64 level).
+bool gemm_bf16(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a, const uint16_t* B,
+               int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha = 1.0f, float beta = 0.0f);
+
+// The plain triple loop a student writes first: each element of C is one float32 sum over k in
+// order of the float32 products of the widened operands; then alpha and beta. The reference.
+void gemm_bf16_reference(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a,
+                         const uint16_t* B, int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha = 1.0f,
+                         float beta = 0.0f);
+
+}  // namespace minidl::kernels::cpu

@@ -1,0 +1,213 @@
+// tests/kernels/test_cpu_gemm_bf16.cpp — the bfloat16 GEMM (kernels/cpu/gemm_bf16.h): the reference
+// loop against exact sums of small-integer products, then the packed AVX512_BF16 kernel against
+// the reference — bit for bit on small integers (every sum exact, so any misplaced operand shows),
+// within float32 rounding on general values — over 1x1x1, odd K, M and N off the 14x32 tile, all
+// four transpose combinations, leading dimensions wider than the rows (the gaps of C untouched),
+// several K blocks and two column blocks, alpha and beta (0: C is write-only, a NaN there is
+// ignored), K = 0 and alpha = 0, and the same bits with 1 and 2 threads. The kernel's tests are
+// skipped, saying so, on a CPU without AVX512_BF16 (gemm_bf16 then returns false).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "minidl/kernels/cpu/gemm_bf16.h"
+#include "minidl/kernels/cpu/half.h"
+#include "minidl/kernels/cpu/parallel.h"
+#include "tests/common/testing.h"
+
+namespace {
+
+using minidl::kernels::cpu::bf16_to_float;
+using minidl::kernels::cpu::float_to_bf16;
+using minidl::kernels::cpu::gemm_bf16;
+using minidl::kernels::cpu::gemm_bf16_reference;
+
+struct Case {
+  int64_t M, N, K;
+};
+
+constexpr float kSentinel = 12345.0f;  // fills the gaps between rows of C (ldc > N)
+
+bool have_bf16() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  return __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl");
+#else
+  return false;
+#endif
+}
+#define SKIP_WITHOUT_BF16() \
+  if (!have_bf16()) GTEST_SKIP() << "this CPU has no AVX512_BF16: gemm_bf16 returns false, nothing to test"
+
+// n bf16 values: pseudo-random floats in [-1, 1) (testing::values) rounded to bf16, or integers in [-6, 6] when small_ints
+std::vector<uint16_t> bf16_values(size_t n, uint32_t stream, bool small_ints) {
+  std::vector<uint16_t> out(n);
+  const std::vector<float> v = minidl::testing::values(n, stream);
+  for (size_t i = 0; i < n; ++i) out[i] = float_to_bf16(small_ints ? std::round(6.0f * v[i]) : v[i]);
+  return out;
+}
+
+// One product, shapes as stored: A (M, K) or (K, M), B (K, N) or (N, K), each row `pad` elements
+// wider, and C (M, N + pad) whose gaps hold kSentinel (and NaNs at two corners when beta == 0).
+struct Operands {
+  int64_t M, N, K, lda, ldb, ldc;
+  bool ta, tb;
+  std::vector<uint16_t> A, B;
+  std::vector<float> C;
+  Operands(const Case& c, bool ta_, bool tb_, int64_t pad, bool small_ints, float beta)
+      : M(c.M),
+        N(c.N),
+        K(c.K),
+        lda((ta_ ? c.M : c.K) + pad),
+        ldb((tb_ ? c.K : c.N) + pad),
+        ldc(c.N + pad),
+        ta(ta_),
+        tb(tb_) {
+    A = bf16_values(static_cast<size_t>((ta ? K : M) * lda), 1, small_ints);
+    B = bf16_values(static_cast<size_t>((tb ? N : K) * ldb), 2, small_ints);
+    C = minidl::testing::values(static_cast<size_t>(M * ldc), 3);
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < ldc; ++j) {
+        float& x = C[static_cast<size_t>(i * ldc + j)];
+        x = j >= N ? kSentinel : small_ints ? std::round(8.0f * x) : x;
+      }
+    if (beta == 0.0f && M > 0 && N > 0) C[0] = C[static_cast<size_t>((M - 1) * ldc + N - 1)] = std::nanf("");
+  }
+  float a(int64_t i, int64_t k) const { return bf16_to_float(A[static_cast<size_t>(ta ? k * lda + i : i * lda + k)]); }
+  float b(int64_t k, int64_t j) const { return bf16_to_float(B[static_cast<size_t>(tb ? j * ldb + k : k * ldb + j)]); }
+  std::string what(float alpha, float beta) const {
+    return std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K) + " ta " + std::to_string(ta) +
+           " tb " + std::to_string(tb) + " lda " + std::to_string(lda) + " ldb " + std::to_string(ldb) + " alpha " +
+           std::to_string(alpha) + " beta " + std::to_string(beta);
+  }
+};
+
+// gemm_bf16 against gemm_bf16_reference on one case: the same bits on small integers, otherwise
+// within the rounding of two float32 sums of the same exact products in different orders (each
+// at most about K units of 2^-24 times the sum of |products| from the exact sum).
+void check(const Case& c, bool ta, bool tb, float alpha, float beta, int64_t pad, bool small_ints) {
+  const Operands op(c, ta, tb, pad, small_ints, beta);
+  std::vector<float> fast = op.C, ref = op.C;
+  ASSERT_TRUE(
+      gemm_bf16(op.M, op.N, op.K, op.A.data(), op.lda, ta, op.B.data(), op.ldb, tb, fast.data(), op.ldc, alpha, beta));
+  gemm_bf16_reference(op.M, op.N, op.K, op.A.data(), op.lda, ta, op.B.data(), op.ldb, tb, ref.data(), op.ldc, alpha,
+                      beta);
+  for (int64_t i = 0; i < op.M; ++i) {
+    for (int64_t j = 0; j < op.N; ++j) {
+      const size_t at = static_cast<size_t>(i * op.ldc + j);
+      const std::string where = op.what(alpha, beta) + " at (" + std::to_string(i) + ", " + std::to_string(j) + ")";
+      ASSERT_FALSE(std::isnan(fast[at])) << where;
+      if (small_ints) {
+        ASSERT_EQ(fast[at], ref[at]) << where;
+        continue;
+      }
+      double mag = 0;
+      for (int64_t k = 0; k < op.K; ++k) mag += std::fabs(double(op.a(i, k)) * double(op.b(k, j)));
+      const double old = beta == 0.0f ? 0.0 : std::fabs(double(beta) * double(op.C[at]));
+      const double tol = std::ldexp(2.0 * double(op.K) + 8.0, -24) * (std::fabs(double(alpha)) * mag + old);
+      ASSERT_NEAR(fast[at], ref[at], tol) << where;
+    }
+    for (int64_t j = op.N; j < op.ldc; ++j)
+      ASSERT_EQ(fast[static_cast<size_t>(i * op.ldc + j)], kSentinel) << op.what(alpha, beta) << ", gap of row " << i;
+  }
+}
+
+}  // namespace
+
+TEST(CpuGemmBf16, ReferenceIsExactOnSmallIntegers) {
+  // integers in [-6, 6] are exact in bf16, and sums of up to 300 of their products exact in float32
+  for (const Case& c : {Case{1, 1, 1}, Case{7, 5, 3}, Case{15, 33, 17}, Case{4, 9, 300}})
+    for (bool ta : {false, true})
+      for (bool tb : {false, true})
+        for (float beta : {0.0f, 0.5f}) {
+          const Operands op(c, ta, tb, 2, true, beta);
+          std::vector<float> C = op.C;
+          gemm_bf16_reference(op.M, op.N, op.K, op.A.data(), op.lda, ta, op.B.data(), op.ldb, tb, C.data(), op.ldc,
+                              2.0f, beta);
+          for (int64_t i = 0; i < op.M; ++i)
+            for (int64_t j = 0; j < op.ldc; ++j) {
+              const size_t at = static_cast<size_t>(i * op.ldc + j);
+              if (j >= op.N) {
+                ASSERT_EQ(C[at], kSentinel) << op.what(2.0f, beta) << ", gap of row " << i;
+                continue;
+              }
+              int64_t sum = 0;
+              for (int64_t k = 0; k < op.K; ++k)
+                sum += static_cast<int64_t>(op.a(i, k)) * static_cast<int64_t>(op.b(k, j));
+              const double expect = 2.0 * double(sum) + (beta == 0.0f ? 0.0 : 0.5 * double(op.C[at]));
+              ASSERT_EQ(double(C[at]), expect) << op.what(2.0f, beta) << " at (" << i << ", " << j << ")";
+            }
+        }
+}
+
+TEST(CpuGemmBf16, PackedMatchesReferenceBitForBitOnSmallIntegers) {
+  SKIP_WITHOUT_BF16();
+  // 1x1x1, odd K, ragged M and N around the 14x32 tile, a 16-column panel, two K blocks (the last
+  // odd), two column blocks; every transpose, wider leading dimensions, alpha and beta
+  const Case cases[] = {{1, 1, 1},  {14, 32, 8},  {15, 33, 17},  {13, 16, 9},
+                        {5, 47, 1}, {29, 20, 70}, {30, 50, 601}, {3, 4200, 5}};
+  for (const Case& c : cases)
+    for (bool ta : {false, true})
+      for (bool tb : {false, true})
+        for (int64_t pad : {0, 3}) {
+          check(c, ta, tb, 1.0f, 0.0f, pad, true);
+          check(c, ta, tb, -2.0f, 0.5f, pad, true);
+        }
+}
+
+TEST(CpuGemmBf16, PackedMatchesReferenceWithinRounding) {
+  SKIP_WITHOUT_BF16();
+  const Case cases[] = {{1, 1, 1},  {7, 5, 3},      {14, 32, 8},   {15, 33, 17}, {17, 16, 9},
+                        {5, 47, 1}, {64, 196, 288}, {288, 49, 64}, {130, 20, 70}};
+  for (const Case& c : cases)
+    for (bool ta : {false, true})
+      for (bool tb : {false, true})
+        for (float beta : {0.0f, 1.0f, -0.5f}) check(c, ta, tb, beta == 1.0f ? -0.75f : 1.0f, beta, 0, false);
+  // wider leading dimensions; three K blocks, the last odd; two column blocks of the packed B
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      check({21, 45, 13}, ta, tb, 1.0f, 0.5f, 3, false);
+      check({19, 40, 1101}, ta, tb, 1.0f, 0.0f, 1, false);
+      check({3, 4200, 5}, ta, tb, 1.0f, 0.25f, 0, false);
+    }
+}
+
+TEST(CpuGemmBf16, PackedWithEmptyKOrZeroAlphaScalesC) {
+  SKIP_WITHOUT_BF16();
+  const std::vector<uint16_t> A = bf16_values(12, 4, false), B = bf16_values(12, 5, false);
+  for (float beta : {0.0f, 1.0f, 3.0f}) {
+    const std::vector<float> C0 = minidl::testing::values(12, 6);
+    std::vector<float> C = C0;
+    if (beta == 0.0f) C[5] = std::numeric_limits<float>::quiet_NaN();
+    ASSERT_TRUE(gemm_bf16(3, 4, 0, A.data(), 1, false, B.data(), 4, false, C.data(), 4, 1.0f, beta));
+    for (size_t i = 0; i < C.size(); ++i) EXPECT_EQ(C[i], beta * C0[i]) << "K = 0, beta " << beta << ", element " << i;
+    C = C0;
+    ASSERT_TRUE(gemm_bf16(3, 4, 3, A.data(), 3, false, B.data(), 4, false, C.data(), 4, 0.0f, beta));
+    for (size_t i = 0; i < C.size(); ++i)
+      EXPECT_EQ(C[i], beta * C0[i]) << "alpha 0, beta " << beta << ", element " << i;
+  }
+}
+
+TEST(CpuGemmBf16, PackedSameBitsFor1And2Threads) {
+  SKIP_WITHOUT_BF16();
+  const int saved = minidl::kernels::cpu::get_num_threads();
+  // several row blocks and K blocks (the last odd), every transpose
+  for (const Case& c : {Case{300, 70, 1101}, Case{100, 200, 600}})
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        const Operands op(c, ta, tb, 0, false, 0.5f);
+        std::vector<float> one = op.C, two = op.C;
+        minidl::kernels::cpu::set_num_threads(1);
+        ASSERT_TRUE(gemm_bf16(op.M, op.N, op.K, op.A.data(), op.lda, ta, op.B.data(), op.ldb, tb, one.data(), op.ldc,
+                              1.0f, 0.5f));
+        minidl::kernels::cpu::set_num_threads(2);
+        ASSERT_TRUE(gemm_bf16(op.M, op.N, op.K, op.A.data(), op.lda, ta, op.B.data(), op.ldb, tb, two.data(), op.ldc,
+                              1.0f, 0.5f));
+        for (size_t i = 0; i < one.size(); ++i) ASSERT_EQ(one[i], two[i]) << op.what(1.0f, 0.5f) << ", element " << i;
+      }
+  minidl::kernels::cpu::set_num_threads(saved);
+}
