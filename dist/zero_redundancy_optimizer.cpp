@@ -1,11 +1,12 @@
 // dist/zero_redundancy_optimizer.cpp — ZeroRedundancyOptimizer: the greedy partition of the
-// parameters, the sharded step with its broadcasts, and the consolidated state_dict.
+// parameters, the sharded step with one broadcast per owner, and the consolidated state_dict.
 #include "minidl/dist/zero_redundancy_optimizer.h"
 
 #include <algorithm>
 #include <stdexcept>
 #include <unordered_set>
 
+#include "minidl/dist/data_parallel.h"
 #include "minidl/dist/distributed.h"
 #include "minidl/tensor/creation.h"
 #include "minidl/tensor/serialize.h"
@@ -160,14 +161,12 @@ void ZeroRedundancyOptimizer::step() {
     copy_group_options_to(*local_);
     local_->step();
   }
-  std::vector<std::shared_ptr<Work>> works;
+  std::vector<std::vector<Tensor>> owned(static_cast<size_t>(group().size()));
   size_t i = 0;
-  for (optim::ParamGroup& g : groups_)
-    for (Variable& p : g.params) {
-      Tensor data = p.data();
-      works.push_back(group().broadcast_async(data, owner_[i++]));
-    }
-  for (const std::shared_ptr<Work>& w : works) w->wait();
+  for (const optim::ParamGroup& g : groups_)
+    for (const Variable& p : g.params) owned[static_cast<size_t>(owner_[i++])].push_back(p.data());
+  for (size_t r = 0; r < owned.size(); ++r)
+    if (!owned[r].empty()) broadcast_coalesced(group(), owned[r], static_cast<int>(r));
 }
 
 void ZeroRedundancyOptimizer::consolidate_state_dict(int to) {

@@ -16,8 +16,9 @@
 // step(): each group's lr, weight decay, initial_lr and momentum — what LR schedulers set, on this
 // optimizer's param_groups() — are copied to the wrapped optimizer, which updates this rank's
 // parameters with the same per-element arithmetic as the unsharded optimizer (so the same bits);
-// then every parameter is broadcast from its owner (one asynchronous broadcast per parameter, as
-// PyTorch without parameters_as_bucket_view). zero_grad() clears every parameter's gradient.
+// then each rank's parameters are broadcast from it, coalesced (dist::broadcast_coalesced: one
+// collective per rank, as PyTorch with parameters_as_bucket_view). zero_grad() clears every
+// parameter's gradient.
 // Checkpoints, in the unsharded optimizer's layout (optim/optimizer.h: state.<i>.<name>, i the
 // parameter's global index), so they move freely to and from a plain optimizer at any world size:
 //   consolidate_state_dict(to)  a collective: every rank's shard gathered on rank `to`
@@ -59,7 +60,7 @@ class ZeroRedundancyOptimizer : public optim::Optimizer {
   ZeroRedundancyOptimizer(std::vector<optim::ParamGroupSpec> groups, OptimizerFactory make_optimizer,
                           ZeroRedundancyOptimizerOptions options = {});
 
-  // Updates this rank's parameters, then broadcasts every parameter from its owner (a collective).
+  // Updates this rank's parameters, then broadcasts every rank's from it (a collective).
   void step() override;
   bool has_momentum() const override { return has_momentum_; }
 

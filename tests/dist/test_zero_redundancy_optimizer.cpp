@@ -318,3 +318,25 @@ TEST(ZeroRedundancyOptimizer, ZeroGradClearsEveryParametersGradient) {
     dist::shutdown();
   });
 }
+
+// Parameters of 3, 5 and 2 elements on 4 ranks: largest first, each to the emptiest rank — 5 to
+// rank 0, 3 to rank 1, 2 to rank 2 — and rank 3 owns nothing, holds no optimizer, and still takes
+// part in the broadcasts. One SGD step of lr 0.5 on gradient 1: every element 1 - 0.5 on every rank.
+TEST(ZeroRedundancyOptimizer, GreedyPartitionAndARankThatOwnsNothing) {
+  dist::spawn(4, [](int rank) {
+    init_world();
+    std::vector<Variable> params = {Variable(ones({3}), true), Variable(ones({5}), true), Variable(ones({2}), true)};
+    dist::ZeroRedundancyOptimizer zero(params, [](std::vector<optim::ParamGroupSpec> g) {
+      return std::make_unique<optim::SGD>(std::move(g), optim::SGDOptions{.lr = 0.5});
+    });
+    require(zero.owner(0) == 1 && zero.owner(1) == 0 && zero.owner(2) == 2, "owners 1, 0, 2");
+    const std::vector<std::vector<int64_t>> expected = {{1}, {0}, {2}, {}};
+    require(zero.local_params() == expected[static_cast<size_t>(rank)], "this rank's parameters");
+    require((zero.local_optimizer() == nullptr) == (rank == 3), "rank 3 holds no optimizer");
+    for (Variable& p : params) p.set_grad(ones(p.data().shape()));
+    zero.step();
+    for (const Variable& p : params)
+      for (double v : p.data().to_vector<double>()) require(v == 0.5, "updated and broadcast: 0.5");
+    dist::shutdown();
+  });
+}
