@@ -1,9 +1,9 @@
 // tests/dist/test_zero_redundancy_optimizer.cpp — ZeroRedundancyOptimizer against the unsharded
-// optimizer, with real shared-memory ranks forked by dist::spawn. Each rank trains the MLP under
-// DDP twice from the same start, once with the plain optimizer and once with ZeRO around it: the
-// wrapped optimizer does the same per-element arithmetic on its shard and the broadcast copies the
-// bits, so the parameters must be bit-identical. A failed expectation in a child becomes an
-// exception, which makes spawn() throw with that rank's message.
+// optimizer, with real ranks forked by dist::spawn (shared memory; one test over Gloo). Each rank
+// trains the MLP under DDP twice from the same start, once with the plain optimizer and once with
+// ZeRO around it: the wrapped optimizer does the same per-element arithmetic on its shard and the
+// broadcast copies the bits, so the parameters must be bit-identical. A failed expectation in a
+// child becomes an exception, which makes spawn() throw with that rank's message.
 #include <cstring>
 #include <functional>
 
@@ -39,7 +39,9 @@ void require_identical(const TensorMap& a, const TensorMap& b, const std::string
   }
 }
 
-void init_world() { dist::init({.backend = "shm", .timeout = std::chrono::seconds(30)}); }
+void init_world(const std::string& backend = "shm") {
+  dist::init({.backend = backend, .timeout = std::chrono::seconds(30)});
+}
 
 // The optimizer under test, over given groups.
 using Make = std::function<std::unique_ptr<optim::Optimizer>(std::vector<optim::ParamGroupSpec>)>;
@@ -97,9 +99,9 @@ std::unique_ptr<nn::Module> fresh_mlp() {
 }
 
 // N ranks, 4 steps under DDP: ZeRO around `make` gives the parameters of `make` alone, bit for bit.
-void zero_matches_plain(int world, const Make& make, bool groups) {
+void zero_matches_plain(int world, const Make& make, bool groups, const std::string& backend = "shm") {
   dist::spawn(world, [&](int) {
-    init_world();
+    init_world(backend);
     auto plain_model = fresh_mlp();
     dist::DistributedDataParallel plain_ddp(*plain_model);
     auto plain = groups ? make(two_groups(*plain_model, 1e-3)) : make(optim::single_group(plain_model->parameters()));
@@ -124,6 +126,9 @@ void zero_matches_plain(int world, const Make& make, bool groups) {
 
 TEST(ZeroRedundancyOptimizer, AdamTwoRanksBitIdenticalToPlainAdam) { zero_matches_plain(2, adam(), false); }
 TEST(ZeroRedundancyOptimizer, AdamThreeRanksBitIdenticalToPlainAdam) { zero_matches_plain(3, adam(), false); }
+TEST(ZeroRedundancyOptimizer, AdamThreeGlooRanksBitIdenticalToPlainAdam) {
+  zero_matches_plain(3, adam(), false, "gloo");
+}
 TEST(ZeroRedundancyOptimizer, SgdMomentumThreeRanksBitIdenticalToPlainSgd) {
   zero_matches_plain(3, sgd_momentum(), false);
 }
