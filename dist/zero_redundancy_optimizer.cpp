@@ -27,16 +27,6 @@ std::string param_desc(size_t g, size_t j, const Variable& p) {
          dtype_name(p.data().dtype()) + shape_str(p.data().shape()) + ")";
 }
 
-}  // namespace
-
-struct ZeroRedundancyOptimizer::Reference {
-  std::string name;
-  std::vector<optim::ParamGroupSpec> groups;
-  bool has_momentum = false;
-};
-
-namespace {
-
 std::unique_ptr<optim::Optimizer> make_checked(const OptimizerFactory& make_optimizer,
                                                std::vector<optim::ParamGroupSpec> groups) {
   if (!make_optimizer) throw std::invalid_argument("ZeroRedundancyOptimizer: no optimizer factory");
@@ -46,6 +36,12 @@ std::unique_ptr<optim::Optimizer> make_checked(const OptimizerFactory& make_opti
 }
 
 }  // namespace
+
+struct ZeroRedundancyOptimizer::Reference {
+  std::string name;
+  std::vector<optim::ParamGroupSpec> groups;
+  bool has_momentum = false;
+};
 
 ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::vector<Variable> params, OptimizerFactory make_optimizer,
                                                  ZeroRedundancyOptimizerOptions options)

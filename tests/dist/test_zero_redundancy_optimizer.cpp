@@ -4,11 +4,13 @@
 // ZeRO around it: the wrapped optimizer does the same per-element arithmetic on its shard and the
 // broadcast copies the bits, so the parameters must be bit-identical. A failed expectation in a
 // child becomes an exception, which makes spawn() throw with that rank's message.
+#include <cmath>
 #include <cstring>
 #include <functional>
 
 #include "minidl/dist/ddp.h"
 #include "minidl/dist/distributed.h"
+#include "minidl/dist/grad_scaler_sync.h"
 #include "minidl/dist/spawn.h"
 #include "minidl/dist/zero_redundancy_optimizer.h"
 #include "minidl/nn/nn_all.h"
@@ -342,6 +344,44 @@ TEST(ZeroRedundancyOptimizer, GreedyPartitionAndARankThatOwnsNothing) {
     zero.step();
     for (const Variable& p : params)
       for (double v : p.data().to_vector<double>()) require(v == 0.5, "updated and broadcast: 0.5");
+    dist::shutdown();
+  });
+}
+
+// GradScaler drives ZeRO as it drives the plain optimizer: 3 steps with loss scaling, an inf
+// written into rank 1's averaged gradient at the second (a rank-local hook); with
+// sync_grad_scaler both ranks skip that step and back off 1024 -> 512, the others step, and the
+// parameters stay bit-identical to plain Adam's.
+TEST(ZeroRedundancyOptimizer, GradScalerSkipsAndStepsAsWithThePlainOptimizer) {
+  dist::spawn(2, [](int rank) {
+    init_world();
+    auto run = [&](bool zero) {
+      auto model = fresh_mlp();
+      dist::DistributedDataParallel ddp(*model);
+      std::unique_ptr<optim::Optimizer> opt;
+      if (zero) {
+        opt = std::make_unique<dist::ZeroRedundancyOptimizer>(model->parameters(), adam());
+      } else {
+        opt = adam()(optim::single_group(model->parameters()));
+      }
+      optim::GradScaler scaler({.init_scale = 1024.0, .growth_interval = 2});
+      dist::sync_grad_scaler(scaler);
+      std::vector<bool> stepped;
+      for (int s = 0; s < 3; ++s) {
+        const Tensor x = rand({6, 1, 28, 28}, RandomKey{90, static_cast<uint64_t>(2 * s + rank)});
+        const Tensor y = randint(0, 10, {6}, RandomKey{91, static_cast<uint64_t>(2 * s + rank)});
+        opt->zero_grad();
+        scaler.scale(cross_entropy(ddp.forward(Variable(x)), y)).backward();
+        ddp.finish();
+        if (s == 1 && rank == 1) model->parameters()[0].grad().data<float>()[0] = INFINITY;
+        stepped.push_back(scaler.step(*opt));
+        scaler.update();
+      }
+      require(stepped == std::vector<bool>{true, false, true}, "stepped, skipped, stepped");
+      require(scaler.get_scale() == 512.0, "backed off to 512, got " + std::to_string(scaler.get_scale()));
+      return model->state_dict();
+    };
+    require_identical(run(true), run(false), "ZeRO vs plain under GradScaler");
     dist::shutdown();
   });
 }
