@@ -1,7 +1,8 @@
 // dist/dist_all.h — the umbrella header of the dist layer: init / collectives, process groups
 // (Gloo, and NCCL registered by CUDA builds), the TCP store, spawn, DistributedSampler,
-// DistributedDataParallel, SyncBatchNorm, all-reduced metrics and the ranks' shared GradScaler
-// decision (sync_grad_scaler). All in namespace minidl::dist.
+// DistributedDataParallel, SyncBatchNorm, all-reduced metrics, the ranks' shared GradScaler
+// decision (sync_grad_scaler) and ZeroRedundancyOptimizer (the optimizer state sharded over the
+// ranks). All in namespace minidl::dist.
 #pragma once
 #include "minidl/dist/data_parallel.h"
 #include "minidl/dist/ddp.h"
@@ -19,3 +20,4 @@
 #include "minidl/dist/step_record.h"
 #include "minidl/dist/store.h"
 #include "minidl/dist/sync_batchnorm.h"
+#include "minidl/dist/zero_redundancy_optimizer.h"

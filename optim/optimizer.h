@@ -63,13 +63,14 @@ class Optimizer {
   // The state of the parameter with global index i (empty until its first update).
   const ParamState& state(int64_t i) const;
 
-  // A copy of the state and the group options (see the key layout above).
-  TensorMap state_dict() const;
+  // A copy of the state and the group options (see the key layout above). Virtual so that an
+  // optimizer whose state lives elsewhere (a sharded one) can gather it into this same layout.
+  virtual TensorMap state_dict() const;
   // Replaces state and group options by those of `dict`, which must come from an optimizer of
   // the same kind over parameters of the same shapes in the same groups. Anything else (unknown,
   // missing or malformed keys, wrong shapes, other group sizes) is a std::invalid_argument naming
   // the key; the optimizer is unchanged then.
-  void load_state_dict(const TensorMap& dict);
+  virtual void load_state_dict(const TensorMap& dict);
 
   const std::string& name() const { return name_; }
   // Whether the update has a momentum a scheduler may set per group (ParamGroup::momentum):

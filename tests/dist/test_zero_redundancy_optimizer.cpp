@@ -1,0 +1,387 @@
+// tests/dist/test_zero_redundancy_optimizer.cpp — ZeroRedundancyOptimizer against the unsharded
+// optimizer, with real ranks forked by dist::spawn (shared memory; one test over Gloo). Each rank
+// trains the MLP under DDP twice from the same start, once with the plain optimizer and once with
+// ZeRO around it: the wrapped optimizer does the same per-element arithmetic on its shard and the
+// broadcast copies the bits, so the parameters must be bit-identical. A failed expectation in a
+// child becomes an exception, which makes spawn() throw with that rank's message.
+#include <cmath>
+#include <cstring>
+#include <functional>
+
+#include "minidl/dist/ddp.h"
+#include "minidl/dist/distributed.h"
+#include "minidl/dist/grad_scaler_sync.h"
+#include "minidl/dist/spawn.h"
+#include "minidl/dist/zero_redundancy_optimizer.h"
+#include "minidl/nn/nn_all.h"
+#include "minidl/optim/optim_all.h"
+#include "tests/common/testing.h"
+
+using namespace minidl;
+
+namespace {
+
+void require(bool ok, const std::string& what) {
+  if (!ok) throw std::runtime_error(what);
+}
+
+// Throws unless a and b hold the same bits.
+void require_identical(const Tensor& a, const Tensor& b, const std::string& what) {
+  require(a.shape() == b.shape() && a.dtype() == b.dtype(), what + ": " + a.desc() + " vs " + b.desc());
+  const Tensor ca = a.cpu().contiguous(), cb = b.cpu().contiguous();
+  require(std::memcmp(ca.raw_data(), cb.raw_data(), static_cast<size_t>(ca.numel()) * element_size(ca.dtype())) == 0,
+          what + ": the values differ");
+}
+
+void require_identical(const TensorMap& a, const TensorMap& b, const std::string& what) {
+  require(a.size() == b.size(), what + ": " + std::to_string(a.size()) + " vs " + std::to_string(b.size()) + " keys");
+  for (const auto& [key, t] : a) {
+    require(b.count(key) == 1, what + ": no key " + key);
+    require_identical(t, b.at(key), what + " " + key);
+  }
+}
+
+void init_world(const std::string& backend = "shm") {
+  dist::init({.backend = backend, .timeout = std::chrono::seconds(30)});
+}
+
+// The optimizer under test, over given groups.
+using Make = std::function<std::unique_ptr<optim::Optimizer>(std::vector<optim::ParamGroupSpec>)>;
+
+Make adam() {
+  return [](std::vector<optim::ParamGroupSpec> g) {
+    return std::make_unique<optim::Adam>(std::move(g), optim::AdamOptions{.lr = 1e-3, .weight_decay = 1e-4});
+  };
+}
+Make sgd_momentum() {
+  return [](std::vector<optim::ParamGroupSpec> g) {
+    return std::make_unique<optim::SGD>(std::move(g), optim::SGDOptions{.lr = 0.05, .momentum = 0.9, .nesterov = true});
+  };
+}
+Make adamw() {
+  return [](std::vector<optim::ParamGroupSpec> g) {
+    return std::make_unique<optim::AdamW>(std::move(g), optim::AdamWOptions{.lr = 2e-3, .weight_decay = 0.05});
+  };
+}
+
+// Weights at the optimizer's lr, biases (1-d) at 10x that without weight decay.
+std::vector<optim::ParamGroupSpec> two_groups(const nn::Module& model, double lr) {
+  std::vector<optim::ParamGroupSpec> groups(2);
+  groups[1].lr = 10 * lr;
+  groups[1].weight_decay = 0.0;
+  for (const Variable& p : model.parameters()) groups[p.data().dim() == 1 ? 1 : 0].params.push_back(p);
+  return groups;
+}
+
+// `steps` steps on this rank's slice of fixed global batches of 12 (steps first..first+steps-1);
+// without DDP, on the whole batch.
+void train(nn::Module& model, dist::DistributedDataParallel* ddp, optim::Optimizer& opt, int first, int steps,
+           optim::LRScheduler* scheduler = nullptr) {
+  const int64_t B = 12;
+  const int rank = ddp ? dist::rank() : 0, world = ddp ? dist::world_size() : 1;
+  for (int s = first; s < first + steps; ++s) {
+    const Tensor x = rand({B, 1, 28, 28}, RandomKey{77, static_cast<uint64_t>(s)});
+    const Tensor y = randint(0, 10, {B}, RandomKey{78, static_cast<uint64_t>(s)});
+    const int64_t local = B / world;
+    const Tensor xs = x.narrow(0, rank * local, local).contiguous(), ys = y.narrow(0, rank * local, local).contiguous();
+    opt.zero_grad();
+    cross_entropy(ddp ? ddp->forward(Variable(xs)) : model.forward(Variable(xs)), ys).backward();
+    if (ddp) {
+      ddp->step(opt);
+    } else {
+      opt.step();
+    }
+    if (scheduler) scheduler->step();
+  }
+}
+
+std::unique_ptr<nn::Module> fresh_mlp() {
+  manual_seed(0);
+  return nn::make_model("mlp");
+}
+
+// N ranks, 4 steps under DDP: ZeRO around `make` gives the parameters of `make` alone, bit for bit.
+void zero_matches_plain(int world, const Make& make, bool groups, const std::string& backend = "shm") {
+  dist::spawn(world, [&](int) {
+    init_world(backend);
+    auto plain_model = fresh_mlp();
+    dist::DistributedDataParallel plain_ddp(*plain_model);
+    auto plain = groups ? make(two_groups(*plain_model, 1e-3)) : make(optim::single_group(plain_model->parameters()));
+    optim::StepLR plain_lr(*plain, {.step_size = 2, .gamma = 0.5});
+    train(*plain_model, &plain_ddp, *plain, 0, 4, &plain_lr);
+
+    auto model = fresh_mlp();
+    dist::DistributedDataParallel ddp(*model);
+    std::unique_ptr<dist::ZeroRedundancyOptimizer> zero =
+        groups ? std::make_unique<dist::ZeroRedundancyOptimizer>(two_groups(*model, 1e-3), make)
+               : std::make_unique<dist::ZeroRedundancyOptimizer>(model->parameters(), make);
+    optim::StepLR zero_lr(*zero, {.step_size = 2, .gamma = 0.5});
+    train(*model, &ddp, *zero, 0, 4, &zero_lr);
+
+    require(zero->local_optimizer() != nullptr, "every rank owns a parameter of the MLP");
+    require_identical(model->state_dict(), plain_model->state_dict(), "ZeRO vs plain, parameters");
+    dist::shutdown();
+  });
+}
+
+}  // namespace
+
+TEST(ZeroRedundancyOptimizer, AdamTwoRanksBitIdenticalToPlainAdam) { zero_matches_plain(2, adam(), false); }
+TEST(ZeroRedundancyOptimizer, AdamThreeRanksBitIdenticalToPlainAdam) { zero_matches_plain(3, adam(), false); }
+TEST(ZeroRedundancyOptimizer, AdamThreeGlooRanksBitIdenticalToPlainAdam) {
+  zero_matches_plain(3, adam(), false, "gloo");
+}
+TEST(ZeroRedundancyOptimizer, SgdMomentumThreeRanksBitIdenticalToPlainSgd) {
+  zero_matches_plain(3, sgd_momentum(), false);
+}
+TEST(ZeroRedundancyOptimizer, AdamWParamGroupsWithTheirOwnLrBitIdenticalToPlainAdamW) {
+  zero_matches_plain(2, adamw(), true);
+}
+
+// After one step each rank's wrapped Adam holds at most 1/N of plain Adam's state plus one
+// parameter's (the greedy partition's bound), and the shards add up to the whole.
+TEST(ZeroRedundancyOptimizer, EachRankHoldsAboutOneNthOfTheAdamState) {
+  for (int world : {2, 4}) {
+    dist::spawn(world, [&](int rank) {
+      init_world();
+      auto model = fresh_mlp();
+      dist::DistributedDataParallel ddp(*model);
+      dist::ZeroRedundancyOptimizer zero(model->parameters(), adam());
+      train(*model, &ddp, zero, 0, 1);
+
+      auto bytes = [](const optim::ParamState& s) {
+        int64_t n = 0;
+        for (const auto& [name, t] : s) n += t.numel() * static_cast<int64_t>(element_size(t.dtype()));
+        return n;
+      };
+      int64_t mine = 0;
+      if (zero.local_optimizer())
+        for (size_t j = 0; j < zero.local_params().size(); ++j)
+          mine += bytes(zero.local_optimizer()->state(static_cast<int64_t>(j)));
+      // plain Adam: exp_avg and exp_avg_sq of each float32 parameter, and an 8-byte step
+      int64_t whole = 0, largest = 0;
+      for (const Variable& p : model->parameters()) {
+        const int64_t b = 2 * 4 * p.data().numel() + 8;
+        whole += b;
+        largest = std::max(largest, b);
+      }
+      require(whole == 2 * 4 * 235146 + 8 * 6, "the MLP's Adam state is " + std::to_string(whole) + " bytes");
+      require(mine <= whole / world + largest, "rank " + std::to_string(rank) + " holds " + std::to_string(mine) +
+                                                   " bytes of " + std::to_string(whole));
+      // the shards cover the state exactly once
+      Tensor total = from_vector<double>({static_cast<double>(mine)}, {1});
+      dist::all_reduce(total, dist::ReduceOp::SUM);
+      require(total.item() == static_cast<double>(whole), "the shards add up to " + std::to_string(total.item()));
+      dist::shutdown();
+    });
+  }
+}
+
+// 3 steps on 2 ranks, the state consolidated on rank 0 and loaded into a plain Adam there, 3 more
+// steps in one process: the same bits as when plain Adam ran the first 3 steps.
+TEST(ZeroRedundancyOptimizer, StateDictFromTwoRanksLoadsIntoPlainAdamAndTrainingContinuesIdentically) {
+  dist::spawn(2, [](int rank) {
+    init_world();
+    auto plain_model = fresh_mlp();
+    dist::DistributedDataParallel plain_ddp(*plain_model);
+    optim::Adam plain(plain_model->parameters(), {.lr = 1e-3, .weight_decay = 1e-4});
+    train(*plain_model, &plain_ddp, plain, 0, 3);
+
+    auto model = fresh_mlp();
+    dist::DistributedDataParallel ddp(*model);
+    dist::ZeroRedundancyOptimizer zero(model->parameters(), adam());
+    train(*model, &ddp, zero, 0, 3);
+    zero.consolidate_state_dict(0);
+    bool refused = false;
+    try {
+      (void)zero.state_dict();
+    } catch (const std::logic_error&) {
+      refused = true;
+    }
+    require(refused == (rank != 0), "state_dict() only on the rank the state was consolidated on");
+    if (rank == 0) {
+      const TensorMap dict = zero.state_dict();
+      require(dict.count("state.5.exp_avg_sq") == 1 && dict.count("param_groups.0.lr") == 1,
+              "the unsharded layout");
+      require_identical(dict, plain.state_dict(), "consolidated vs plain state_dict");
+
+      auto a = fresh_mlp(), b = fresh_mlp();
+      a->load_state_dict(plain_model->state_dict());
+      b->load_state_dict(model->state_dict());
+      optim::Adam continued_plain(a->parameters(), {.lr = 1e-3, .weight_decay = 1e-4});
+      optim::Adam continued_zero(b->parameters(), {.lr = 1e-3, .weight_decay = 1e-4});
+      continued_plain.load_state_dict(plain.state_dict());
+      continued_zero.load_state_dict(dict);
+      train(*a, nullptr, continued_plain, 3, 3);
+      train(*b, nullptr, continued_zero, 3, 3);
+      require_identical(b->state_dict(), a->state_dict(), "continued from ZeRO vs from plain");
+    }
+    dist::shutdown();
+  });
+}
+
+// A plain Adam's state_dict (one process, 2 steps) loaded into ZeRO on 3 ranks, 2 more steps
+// under DDP: the same bits as a plain Adam loaded with it.
+TEST(ZeroRedundancyOptimizer, PlainStateDictLoadsIntoThreeRanks) {
+  dist::spawn(3, [](int) {
+    init_world();
+    auto single = fresh_mlp();
+    optim::Adam single_opt(single->parameters(), {.lr = 1e-3, .weight_decay = 1e-4});
+    train(*single, nullptr, single_opt, 0, 2);
+    const TensorMap opt_dict = single_opt.state_dict(), model_dict = single->state_dict();
+
+    auto plain_model = fresh_mlp();
+    plain_model->load_state_dict(model_dict);
+    dist::DistributedDataParallel plain_ddp(*plain_model);
+    optim::Adam plain(plain_model->parameters(), {.lr = 1e-3, .weight_decay = 1e-4});
+    plain.load_state_dict(opt_dict);
+    train(*plain_model, &plain_ddp, plain, 2, 2);
+
+    auto model = fresh_mlp();
+    model->load_state_dict(model_dict);
+    dist::DistributedDataParallel ddp(*model);
+    dist::ZeroRedundancyOptimizer zero(model->parameters(), adam());
+    zero.load_state_dict(opt_dict);
+    for (size_t j = 0; j < zero.local_params().size(); ++j)
+      require_identical(zero.local_optimizer()->state(static_cast<int64_t>(j)).at("exp_avg"),
+                        opt_dict.at("state." + std::to_string(zero.local_params()[j]) + ".exp_avg"),
+                        "loaded shard");
+    train(*model, &ddp, zero, 2, 2);
+    require_identical(model->state_dict(), plain_model->state_dict(), "ZeRO vs plain after loading");
+
+    // and back: the consolidated state equals the plain optimizer's
+    zero.consolidate_state_dict(1);
+    if (dist::rank() == 1) require_identical(zero.state_dict(), plain.state_dict(), "consolidated after loading");
+
+    // a malformed dict is refused on every rank, naming the key
+    TensorMap bad = opt_dict;
+    bad["state.0.exp_avg"] = zeros({3});
+    std::string message;
+    try {
+      zero.load_state_dict(bad);
+    } catch (const std::invalid_argument& e) {
+      message = e.what();
+    }
+    require(message.find("state.0.exp_avg") != std::string::npos, "refused naming the key: '" + message + "'");
+    dist::shutdown();
+  });
+}
+
+TEST(ZeroRedundancyOptimizer, AParameterOutsideTheDdpModuleIsNamed) {
+  dist::spawn(2, [](int) {
+    init_world();
+    auto model = fresh_mlp();
+    dist::DistributedDataParallel ddp(*model);
+    std::vector<Variable> params = model->parameters();
+    params.push_back(Variable(zeros({7, 5}), /*requires_grad=*/true));
+    std::string message;
+    try {
+      dist::ZeroRedundancyOptimizer zero(params, adam(), {.module = model.get()});
+    } catch (const std::invalid_argument& e) {
+      message = e.what();
+    }
+    require(message == "ZeroRedundancyOptimizer(Adam): param group 0, parameter 6 (float32[7, 5]) is not a parameter "
+                       "of the module (its gradient would not be averaged)",
+            "got '" + message + "'");
+    dist::shutdown();
+  });
+}
+
+TEST(ZeroRedundancyOptimizer, RanksPassingDifferentParametersAreNamed) {
+  dist::spawn(3, [](int rank) {
+    init_world();
+    auto model = fresh_mlp();
+    std::vector<Variable> params = model->parameters();
+    if (rank == 2) params.pop_back();
+    std::string message;
+    try {
+      dist::ZeroRedundancyOptimizer zero(params, adam());
+    } catch (const std::invalid_argument& e) {
+      message = e.what();
+    }
+    require(message == "ZeroRedundancyOptimizer(Adam): the ranks pass different parameters: rank 0 has param group 0, "
+                       "parameter 5 (float32[10]), rank 2 has 1 param groups",
+            "got '" + message + "'");
+    dist::shutdown();
+  });
+}
+
+TEST(ZeroRedundancyOptimizer, ZeroGradClearsEveryParametersGradient) {
+  dist::spawn(2, [](int) {
+    init_world();
+    auto model = fresh_mlp();
+    dist::DistributedDataParallel ddp(*model);
+    dist::ZeroRedundancyOptimizer zero(model->parameters(), sgd_momentum());
+    require(zero.has_momentum() && zero.num_params() == 6, "the wrapped SGD's momentum, 6 parameters");
+    train(*model, &ddp, zero, 0, 1);
+    cross_entropy(ddp.forward(Variable(rand({6, 1, 28, 28}, RandomKey{1, 2}))), randint(0, 10, {6}, RandomKey{3, 4}))
+        .backward();
+    ddp.finish();
+    zero.zero_grad(/*set_to_none=*/false);
+    for (const Variable& p : model->parameters())
+      for (double g : p.grad().to_vector<double>()) require(g == 0.0, "zero-filled gradient");
+    zero.zero_grad();
+    for (const Variable& p : model->parameters()) require(!p.grad().defined(), "no gradient");
+    dist::shutdown();
+  });
+}
+
+// Parameters of 3, 5 and 2 elements on 4 ranks: largest first, each to the emptiest rank — 5 to
+// rank 0, 3 to rank 1, 2 to rank 2 — and rank 3 owns nothing, holds no optimizer, and still takes
+// part in the broadcasts. One SGD step of lr 0.5 on gradient 1: every element 1 - 0.5 on every rank.
+TEST(ZeroRedundancyOptimizer, GreedyPartitionAndARankThatOwnsNothing) {
+  dist::spawn(4, [](int rank) {
+    init_world();
+    std::vector<Variable> params = {Variable(ones({3}), true), Variable(ones({5}), true), Variable(ones({2}), true)};
+    dist::ZeroRedundancyOptimizer zero(params, [](std::vector<optim::ParamGroupSpec> g) {
+      return std::make_unique<optim::SGD>(std::move(g), optim::SGDOptions{.lr = 0.5});
+    });
+    require(zero.owner(0) == 1 && zero.owner(1) == 0 && zero.owner(2) == 2, "owners 1, 0, 2");
+    const std::vector<std::vector<int64_t>> expected = {{1}, {0}, {2}, {}};
+    require(zero.local_params() == expected[static_cast<size_t>(rank)], "this rank's parameters");
+    require((zero.local_optimizer() == nullptr) == (rank == 3), "rank 3 holds no optimizer");
+    for (Variable& p : params) p.set_grad(ones(p.data().shape()));
+    zero.step();
+    for (const Variable& p : params)
+      for (double v : p.data().to_vector<double>()) require(v == 0.5, "updated and broadcast: 0.5");
+    dist::shutdown();
+  });
+}
+
+// GradScaler drives ZeRO as it drives the plain optimizer: 3 steps with loss scaling, an inf
+// written into rank 1's averaged gradient at the second (a rank-local hook); with
+// sync_grad_scaler both ranks skip that step and back off 1024 -> 512, the others step, and the
+// parameters stay bit-identical to plain Adam's.
+TEST(ZeroRedundancyOptimizer, GradScalerSkipsAndStepsAsWithThePlainOptimizer) {
+  dist::spawn(2, [](int rank) {
+    init_world();
+    auto run = [&](bool zero) {
+      auto model = fresh_mlp();
+      dist::DistributedDataParallel ddp(*model);
+      std::unique_ptr<optim::Optimizer> opt;
+      if (zero) {
+        opt = std::make_unique<dist::ZeroRedundancyOptimizer>(model->parameters(), adam());
+      } else {
+        opt = adam()(optim::single_group(model->parameters()));
+      }
+      optim::GradScaler scaler({.init_scale = 1024.0, .growth_interval = 2});
+      dist::sync_grad_scaler(scaler);
+      std::vector<bool> stepped;
+      for (int s = 0; s < 3; ++s) {
+        const Tensor x = rand({6, 1, 28, 28}, RandomKey{90, static_cast<uint64_t>(2 * s + rank)});
+        const Tensor y = randint(0, 10, {6}, RandomKey{91, static_cast<uint64_t>(2 * s + rank)});
+        opt->zero_grad();
+        scaler.scale(cross_entropy(ddp.forward(Variable(x)), y)).backward();
+        ddp.finish();
+        if (s == 1 && rank == 1) model->parameters()[0].grad().data<float>()[0] = INFINITY;
+        stepped.push_back(scaler.step(*opt));
+        scaler.update();
+      }
+      require(stepped == std::vector<bool>{true, false, true}, "stepped, skipped, stepped");
+      require(scaler.get_scale() == 512.0, "backed off to 512, got " + std::to_string(scaler.get_scale()));
+      return model->state_dict();
+    };
+    require_identical(run(true), run(false), "ZeRO vs plain under GradScaler");
+    dist::shutdown();
+  });
+}
