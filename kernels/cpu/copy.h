@@ -15,8 +15,7 @@ template <class S, class D> struct StaticCast {
 
 template <class S, class D, class Convert = StaticCast<S, D>>
 void strided_copy(const S* src, const std::vector<int64_t>& src_strides, D* dst,
-                  const std::vector<int64_t>& dst_strides, const std::vector<int64_t>& shape,
-                  Convert convert = {}) {
+                  const std::vector<int64_t>& dst_strides, const std::vector<int64_t>& shape, Convert convert = {}) {
   const int64_t nd = static_cast<int64_t>(shape.size());
   int64_t n = 1;
   for (int64_t d : shape) n *= d;

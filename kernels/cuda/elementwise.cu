@@ -193,8 +193,8 @@ void fill(ElemType t, const StridedIter& it, void* dst, double value) {
   if (t == ElemType::BF16 || t == ElemType::F16) {  // the bit pattern, rounded here as on the CPU
     const float f = static_cast<float>(value);
     const uint16_t bits = t == ElemType::BF16 ? cpu::float_to_bf16(f) : cpu::float_to_fp16(f);
-    fill_kernel<uint16_t><<<blocks_for(it.numel), kThreads, 0, current_compute_stream()>>>(
-        it, static_cast<uint16_t*>(dst), bits);
+    fill_kernel<uint16_t>
+        <<<blocks_for(it.numel), kThreads, 0, current_compute_stream()>>>(it, static_cast<uint16_t*>(dst), bits);
     check_launch("fill_");
     return;
   }

@@ -158,7 +158,8 @@ TEST(Half, CreationValuesAndPrinting) {
   EXPECT_EQ(from_vector({0.1, 2.0}, {2}, DType::BFloat16).to_vector<double>(), (std::vector<double>{0.10009765625, 2}));
   EXPECT_EQ(arange(0.0, 3.0, 1.0, DType::Float16).to_vector<float>(), (std::vector<float>{0, 1, 2}));
   EXPECT_EQ(scalar_tensor(0.1, DType::Float16).item(), 0.0999755859375);
-  EXPECT_EQ(from_vector<float>({1.0f, -2.5f}).to(DType::BFloat16).to_string(), "tensor([ 1.0000, -2.5000], dtype=bfloat16)");
+  EXPECT_EQ(from_vector<float>({1.0f, -2.5f}).to(DType::BFloat16).to_string(),
+            "tensor([ 1.0000, -2.5000], dtype=bfloat16)");
   EXPECT_EQ(scalar_tensor(65520.0, DType::Float16).to_string(), "tensor(inf, dtype=float16)");
   EXPECT_EQ(Tensor({2}, DType::BFloat16).desc(), "bfloat16[2] on cpu");
 }
