@@ -66,10 +66,16 @@ __device__ __forceinline__ float to_float(F16Bits v) {
   r.x = v.bits;
   return __half2float(__half(r));
 }
+// NaN keeps its sign and payload, quieted, as kernels/cpu/half.h does (the intrinsics would
+// return one canonical NaN), so both devices give the same bits.
 template <class D> __device__ __forceinline__ D from_float(float f) {
+  const uint32_t u = __float_as_uint(f);
   if constexpr (std::is_same_v<D, Bf16Bits>) {
+    if ((u & 0x7fffffffu) > 0x7f800000u) return D{static_cast<uint16_t>((u >> 16) | 0x0040u)};
     return D{static_cast<__nv_bfloat16_raw>(__float2bfloat16_rn(f)).x};
   } else {
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+      return D{static_cast<uint16_t>(((u >> 16) & 0x8000u) | 0x7e00u | ((u >> 13) & 0x3ffu))};
     return D{static_cast<__half_raw>(__float2half_rn(f)).x};
   }
 }
