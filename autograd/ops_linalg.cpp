@@ -4,7 +4,6 @@
 #include <tuple>
 
 #include "minidl/autograd/autocast.h"
-
 #include "minidl/tensor/ops.h"
 
 namespace minidl {
