@@ -63,6 +63,9 @@ Variable unsqueeze(const Variable& x, int64_t dim);
 Variable squeeze(const Variable& x, int64_t dim);
 Variable expand(const Variable& x, const Shape& shape);
 Variable contiguous(const Variable& x);
+// x converted to dtype (as Tensor::to, rounding to nearest even into bfloat16 / float16); the
+// gradient is converted back to x's dtype ("ToCopyBackward"). x itself when it already has dtype.
+Variable to(const Variable& x, DType dtype);
 Variable cat(const std::vector<Variable>& xs, int64_t dim);
 Variable stack(const std::vector<Variable>& xs, int64_t dim);
 Variable index_select(const Variable& x, int64_t dim, const Tensor& index);

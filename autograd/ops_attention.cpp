@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 
+#include "minidl/autograd/autocast.h"
 #include "minidl/autograd/ops.h"
 #include "minidl/tensor/creation.h"
 #include "minidl/tensor/ops.h"
@@ -40,7 +41,12 @@ AttentionResult attention_with_weights(const Variable& q, const Variable& k, con
   return {matmul(weights, v), weights};
 }
 
-Variable packed_self_attention(const Variable& qkv, int64_t num_heads, double scale) {
+// Under autocast qkv is rounded to its dtype first (autograd/autocast.h); the softmax stays float32.
+// (scaled_dot_product_attention's products are autograd matmuls, which cast by themselves.)
+Variable packed_self_attention(const Variable& qkv_in, int64_t num_heads, double scale) {
+  // bf16 GEMM hook (attention): under autocast(BFloat16) the fused kernel's q k^T and weights v
+  // products would take bit patterns through kernels::cpu::gemm_bf16 (float32 out).
+  const Variable qkv = autocast_operand(qkv_in);
   PackedAttentionResult r = packed_attention_forward(qkv.data(), num_heads, scale);
   return Variable::make_result(
       r.out, {qkv},

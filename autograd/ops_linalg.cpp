@@ -3,13 +3,18 @@
 
 #include <tuple>
 
+#include "minidl/autograd/autocast.h"
 #include "minidl/tensor/ops.h"
 
 namespace minidl {
 
 // C = A B: dA = dC B^T, dB = A^T dC (batch dims summed back to each input's shape).
 // 1-d operands are promoted to matrices as torch.matmul does, and their gradients squeezed back.
-Variable matmul(const Variable& a, const Variable& b) {
+// Under autocast the operands are rounded to its dtype first (autograd/autocast.h).
+Variable matmul(const Variable& a_in, const Variable& b_in) {
+  // bf16 GEMM hook (matmul / bmm): under autocast(BFloat16) the rounded operands' bit patterns
+  // would go to kernels::cpu::gemm_bf16 here (float32 out), instead of the float32 kernel.
+  const Variable a = autocast_operand(a_in), b = autocast_operand(b_in);
   Tensor y = matmul(a.data(), b.data());
   const bool ga = a.requires_grad(), gb = b.requires_grad();
   return Variable::make_result(
@@ -46,7 +51,11 @@ Variable matmul(const Variable& a, const Variable& b) {
 // y = x W^T + b, one node: leading dims of x are flattened into rows so the layer is one GEMM,
 // the bias is added into the GEMM's output in place; backward: dx = dy W, dW = dy^T x (one GEMM
 // over all rows) and db = column sums of dy (summed by that GEMM as it reads dy). The same as matmul(x, transpose(w)) + b (tested).
-Variable linear(const Variable& x, const Variable& w, const Variable& b) {
+// Under autocast x, W and b are rounded to its dtype first (autograd/autocast.h).
+Variable linear(const Variable& x_in, const Variable& w_in, const Variable& b_in) {
+  // bf16 GEMM hook (linear): under autocast(BFloat16) the rounded x and W bit patterns would go
+  // to kernels::cpu::gemm_bf16 here (float32 out, the bias added after), instead of addmm / mm.
+  const Variable x = autocast_operand(x_in), w = autocast_operand(w_in), b = autocast_operand(b_in);
   if (w.dim() != 2 || x.dim() < 1 || x.size(-1) != w.size(1))
     throw std::invalid_argument("linear: input " + x.data().desc() + " does not match weight " + w.data().desc() +
                                 " (expected input (..., " + std::to_string(w.dim() == 2 ? w.size(1) : -1) + "))");

@@ -2,6 +2,7 @@
 // pooling, batch norm (alone, with a ReLU, with a ReLU and a 2x2 max-pool), layer norm, dropout,
 // embedding. Each forward calls the tensor/ops_nn.h kernel and its backward (right below it)
 // calls the matching backward kernel.
+#include "minidl/autograd/autocast.h"
 #include "minidl/autograd/ops.h"
 #include "minidl/tensor/creation.h"
 #include "minidl/tensor/ops.h"
@@ -24,8 +25,12 @@ Variable log_softmax(const Variable& x, int64_t dim) {
       "LogSoftmaxBackward");
 }
 
-// conv2d: dx by col2im, dw and db by GEMM/reduction (tensor/ops_conv.cpp)
-Variable conv2d(const Variable& x, const Variable& w, const Variable& b, const Conv2dParams& p) {
+// conv2d: dx by col2im, dw and db by GEMM/reduction (tensor/ops_conv.cpp); under autocast x, w
+// and b are rounded to its dtype first (autograd/autocast.h)
+Variable conv2d(const Variable& x_in, const Variable& w_in, const Variable& b_in, const Conv2dParams& p) {
+  // bf16 GEMM hook (conv2d): under autocast(BFloat16) the im2col GEMM of tensor/ops_conv.cpp would
+  // take the rounded bit patterns through kernels::cpu::gemm_bf16 (float32 out).
+  const Variable x = autocast_operand(x_in), w = autocast_operand(w_in), b = autocast_operand(b_in);
   Tensor y = conv2d_forward(x.data(), w.data(), b.defined() ? b.data() : Tensor(), p);
   return Variable::make_result(
       y, {x, w, b},

@@ -1,5 +1,6 @@
-// autograd/ops_shape.cpp — differentiable views and joins: reshape, permute, slice, cat, ...
-// Forward returns a view where the tensor op does; backward maps the gradient back to the input.
+// autograd/ops_shape.cpp — differentiable views and joins: reshape, permute, slice, cat, ...,
+// and the dtype conversion `to`. Forward returns a view where the tensor op does; backward maps
+// the gradient back to the input.
 #include <numeric>
 
 #include "minidl/autograd/ops.h"
@@ -79,6 +80,13 @@ Variable expand(const Variable& x, const Shape& shape) {
 Variable contiguous(const Variable& x) {
   return Variable::make_result(
       x.data().contiguous(), {x}, [](const Tensor& dy) -> std::vector<Tensor> { return {dy}; }, "ContiguousBackward");
+}
+
+Variable to(const Variable& x, DType dtype) {
+  if (x.dtype() == dtype) return x;
+  return Variable::make_result(
+      x.data().to(dtype), {x}, [from = x.dtype()](const Tensor& dy) -> std::vector<Tensor> { return {dy.to(from)}; },
+      "ToCopyBackward");
 }
 
 // cat: each input's gradient is its slab of dy

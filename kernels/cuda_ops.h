@@ -25,7 +25,8 @@
 namespace minidl::kernels::cuda {
 
 // Element types, in the order of minidl::DType (cuda_dispatch::elem converts with static_cast).
-enum class ElemType : uint8_t { F32, F64, I64, U8 };
+// BF16 / F16 are bit patterns: copy and fill convert them (through float32); other kernels reject them.
+enum class ElemType : uint8_t { F32, F64, I64, U8, BF16, F16 };
 
 // An element-wise loop over up to 4 strided operands sharing one shape (operand 0 is the output).
 // Strides are in elements; a broadcast operand has stride 0. `contiguous` means every operand is

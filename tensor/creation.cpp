@@ -21,6 +21,7 @@ Tensor arange(double start, double end, double step, DType dtype) {
   if (step == 0) throw std::invalid_argument("arange: step must be non-zero");
   if ((end - start) / step < 0) throw std::invalid_argument("arange: the sign of step does not match end - start");
   const int64_t n = static_cast<int64_t>(std::ceil((end - start) / step));
+  if (is_half(dtype)) return arange(start, end, step, DType::Float32).to(dtype);
   Tensor out({n}, dtype);
   dispatch(dtype, "arange", [&](auto tag) {
     using T = decltype(tag);

@@ -3,6 +3,7 @@
 // Each op checks its inputs, lines the operands up as strided views of one shape (a broadcast
 // operand gets stride 0 via expand) and runs a kernels/cpu/elementwise.h loop — or, for CUDA
 // tensors, the kernels/cuda/elementwise.cu one — with a functor from kernels/functors.h.
+// bfloat16 / float16 operands compute in float32 and round the result back (to nearest, even).
 #include <stdexcept>
 #include <string>
 
@@ -87,6 +88,7 @@ template <class Op> Tensor binary_op(const Tensor& a, const Tensor& b, const cha
   check_defined(a, op);
   check_defined(b, op);
   check_same_dtype(a, b, op);
+  if (is_half(a.dtype())) return binary_op(a.to(DType::Float32), b.to(DType::Float32), op, f, kinds).to(a.dtype());
   const Shape shape = broadcast_shapes(a.shape(), b.shape(), op);
   Tensor out(shape, a.dtype(), a.device());
   const Tensor ea = a.shape() == shape ? a : a.expand(shape);
@@ -104,6 +106,7 @@ template <class Op> Tensor binary_op(const Tensor& a, const Tensor& b, const cha
 template <class Op> Tensor unary_op(const Tensor& x, const char* op, Op f, Kinds kinds = Kinds::Floating) {
   const bool cuda = cuda_dispatch::on_cuda({&x}, op);
   check_defined(x, op);
+  if (is_half(x.dtype())) return unary_op(x.to(DType::Float32), op, f, kinds).to(x.dtype());
   Tensor out(x.shape(), x.dtype(), x.device());
   dispatch_kind(x.dtype(), op, kinds, [&](auto tag) {
     using T = decltype(tag);
@@ -127,6 +130,8 @@ void check_ternary_operands(const Tensor& a, const Tensor& b, const Tensor& c, c
 template <class Op> Tensor ternary_op(const Tensor& a, const Tensor& b, const Tensor& c, const char* op, Op f) {
   const bool cuda = cuda_dispatch::on_cuda({&a, &b, &c}, op);
   check_ternary_operands(a, b, c, op);
+  if (is_half(a.dtype()))
+    return ternary_op(a.to(DType::Float32), b.to(DType::Float32), c.to(DType::Float32), op, f).to(a.dtype());
   const Shape shape = broadcast_shapes(broadcast_shapes(a.shape(), b.shape(), op), c.shape(), op);
   Tensor out(shape, a.dtype(), a.device());
   const Tensor ea = a.expand(shape), eb = b.expand(shape), ec = c.expand(shape);
@@ -144,6 +149,11 @@ template <class Op> Tensor& unary_inplace(Tensor& a, const char* op, Op f, Kinds
   const bool cuda = cuda_dispatch::on_cuda({&a}, op);
   check_defined(a, op);
   check_writable(a, op);
+  if (is_half(a.dtype())) {
+    Tensor w = a.to(DType::Float32);
+    a.copy_(unary_inplace(w, op, f, kinds));
+    return a;
+  }
   dispatch_kind(a.dtype(), op, kinds, [&](auto tag) {
     using T = decltype(tag);
     if (cuda) return cuda_dispatch::unary(a, a, f, op);
@@ -161,6 +171,11 @@ template <class Op> Tensor& binary_inplace(Tensor& a, const Tensor& b, const cha
   check_same_dtype(a, b, op);
   check_writable(a, op);
   const Tensor eb = expand_to(b, a, op);
+  if (is_half(a.dtype())) {
+    Tensor w = a.to(DType::Float32);
+    a.copy_(binary_inplace(w, eb.to(DType::Float32), op, f, kinds));
+    return a;
+  }
   dispatch_kind(a.dtype(), op, kinds, [&](auto tag) {
     using T = decltype(tag);
     if (cuda) return cuda_dispatch::binary(a, a, eb, f, op);
@@ -177,6 +192,11 @@ template <class Op> Tensor& ternary_inplace(Tensor& a, const Tensor& b, const Te
   check_writable(a, op);
   const Tensor eb = expand_to(b, a, op);
   const Tensor ec = expand_to(c, a, op);
+  if (is_half(a.dtype())) {
+    Tensor w = a.to(DType::Float32);
+    a.copy_(ternary_inplace(w, eb.to(DType::Float32), ec.to(DType::Float32), op, f));
+    return a;
+  }
   dispatch_floating(a.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     if (cuda) return cuda_dispatch::ternary(a, a, eb, ec, f, op);

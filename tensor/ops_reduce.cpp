@@ -7,6 +7,7 @@
 // are) so the data is a row-major (outer, len) matrix reduced along its rows. When a contiguous
 // tensor is reduced over its leading dims (e.g. dim 0 of an (N, C) gradient), it is instead read
 // in place as (len, outer) and reduced along its columns (on the CPU; the CUDA kernels take rows).
+// bfloat16 / float16 inputs are reduced in float32 and the results rounded back.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -78,6 +79,7 @@ Tensor sum_impl(const Tensor& x, const Shape& dims, bool keepdim, const char* op
   if (mean && !x.is_floating_point())
     throw std::invalid_argument(std::string(op) + ": expected a floating dtype (float32 or float64), got " +
                                 dtype_name(x.dtype()));
+  if (is_half(x.dtype())) return sum_impl(x.to(DType::Float32), dims, keepdim, op, mean).to(x.dtype());
   ReducePlan p = plan_reduce(x, dims, keepdim, op, /*allow_columns=*/!cuda);
   Tensor out(p.out_shape, x.dtype(), x.device());
   if (p.outer == 0) return out;
@@ -114,6 +116,10 @@ Tensor sum_impl(const Tensor& x, const Shape& dims, bool keepdim, const char* op
 MaxResult max_impl(const Tensor& x, const Shape& dims, bool keepdim, const char* op) {
   const bool cuda = cuda_dispatch::on_cuda({&x}, op);
   check_defined(x, op);
+  if (is_half(x.dtype())) {
+    MaxResult r = max_impl(x.to(DType::Float32), dims, keepdim, op);
+    return {r.values.to(x.dtype()), r.indices};  // exact: the maximum is one of the elements
+  }
   ReducePlan p = plan_reduce(x, dims, keepdim, op, /*allow_columns=*/false);
   if (p.len == 0 && p.outer > 0)
     throw std::invalid_argument(std::string(op) + ": cannot take the maximum over an empty dim of " + x.desc());
@@ -171,6 +177,7 @@ Tensor mean(const Tensor& x, const Shape& dims, bool keepdim) { return sum_impl(
 Tensor var(const Tensor& x, const Shape& dims, int64_t correction, bool keepdim) {
   const bool cuda = cuda_dispatch::on_cuda({&x}, "var");
   check_defined(x, "var");
+  if (is_half(x.dtype())) return var(x.to(DType::Float32), dims, correction, keepdim).to(x.dtype());
   ReducePlan p = plan_reduce(x, dims, keepdim, "var", /*allow_columns=*/!cuda);
   Tensor out(p.out_shape, x.dtype(), x.device());
   dispatch_floating(x.dtype(), "var", [&](auto tag) {

@@ -36,6 +36,7 @@ Tensor softmax_impl(const Tensor& x_in, int64_t dim, bool log, const char* op) {
   const bool cuda = cuda_dispatch::on_cuda({&x_in}, op);
   detail::check_defined(x_in, op);
   const SoftmaxDims s = softmax_dims(x_in, dim, op);
+  if (is_half(x_in.dtype())) return softmax_impl(x_in.to(DType::Float32), dim, log, op).to(x_in.dtype());
   const Tensor x = x_in.contiguous();
   Tensor y(x.shape(), x.dtype(), x.device());
   dispatch_floating(x.dtype(), op, [&](auto tag) {

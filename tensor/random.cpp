@@ -21,7 +21,8 @@ DefaultGenerator& default_generator() {
 
 template <class F> Tensor fill_random(const Shape& shape, DType dtype, const char* op, F&& element) {
   if (!is_floating(dtype))
-    throw std::invalid_argument(std::string(op) + ": dtype must be float32 or float64, got " + dtype_name(dtype));
+    throw std::invalid_argument(std::string(op) + ": dtype must be a floating dtype, got " + dtype_name(dtype));
+  if (is_half(dtype)) return fill_random(shape, DType::Float32, op, element).to(dtype);  // drawn in float32, rounded
   Tensor out(shape, dtype);
   dispatch_floating(dtype, op, [&](auto tag) {
     using T = decltype(tag);

@@ -26,6 +26,10 @@ const char* st_dtype(DType t) {
       return "I64";
     case DType::UInt8:
       return "U8";
+    case DType::BFloat16:
+      return "BF16";
+    case DType::Float16:
+      return "F16";
   }
   return "?";
 }
@@ -39,6 +43,10 @@ bool parse_st_dtype(const std::string& s, DType& out) {
     out = DType::Int64;
   else if (s == "U8")
     out = DType::UInt8;
+  else if (s == "BF16")
+    out = DType::BFloat16;
+  else if (s == "F16")
+    out = DType::Float16;
   else
     return false;
   return true;

@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "minidl/kernels/cpu/copy.h"
+#include "minidl/kernels/cpu/half.h"
 #include "minidl/kernels/cuda_api.h"
 #include "minidl/tensor/cuda_dispatch.h"
 
@@ -15,6 +16,46 @@ namespace minidl {
 
 namespace {
 std::atomic<uint64_t> host_reads{0};  // see host_read_count()
+
+// Calls f(S{}, load) with the element type S of a float32 / bfloat16 / float16 tensor and its
+// conversion to float32 (the 16-bit floats are uint16_t bit patterns).
+template <class F> void with_load(DType t, F&& f) {
+  if (t == DType::BFloat16)
+    f(uint16_t{}, [](uint16_t h) { return kernels::cpu::bf16_to_float(h); });
+  else if (t == DType::Float16)
+    f(uint16_t{}, [](uint16_t h) { return kernels::cpu::fp16_to_float(h); });
+  else
+    f(float{}, [](float v) { return v; });
+}
+// Same for a destination: f(D{}, store), store rounding a float32 to nearest, ties to even.
+template <class F> void with_store(DType t, F&& f) {
+  if (t == DType::BFloat16)
+    f(uint16_t{}, [](float v) { return kernels::cpu::float_to_bf16(v); });
+  else if (t == DType::Float16)
+    f(uint16_t{}, [](float v) { return kernels::cpu::float_to_fp16(v); });
+  else
+    f(float{}, [](float v) { return v; });
+}
+
+// dst = src (already dst's shape, both on the CPU) when either is bfloat16 / float16: through
+// float32, as PyTorch converts (a float64 source is first rounded to float32).
+void copy_through_float(Tensor& dst, const Tensor& src) {
+  if (!is_half(src.dtype()) && src.dtype() != DType::Float32) return copy_through_float(dst, src.to(DType::Float32));
+  if (!is_half(dst.dtype()) && dst.dtype() != DType::Float32) {
+    Tensor widened(dst.shape(), DType::Float32);
+    copy_through_float(widened, src);
+    dst.copy_(widened);
+    return;
+  }
+  with_load(src.dtype(), [&](auto stag, auto load) {
+    using S = decltype(stag);
+    with_store(dst.dtype(), [&](auto dtag, auto store) {
+      using D = decltype(dtag);
+      kernels::cpu::strided_copy(static_cast<const S*>(src.raw_data()), src.strides(), static_cast<D*>(dst.raw_data()),
+                                 dst.strides(), dst.shape(), [&](S v) { return store(load(v)); });
+    });
+  });
+}
 }  // namespace
 
 uint64_t host_read_count() { return host_reads.load(std::memory_order_relaxed); }
@@ -351,6 +392,16 @@ Tensor& Tensor::fill_(double value) {
     kernels::cuda::fill(cuda_dispatch::elem(dtype_), it, raw_data(), value);
     return *this;
   }
+  if (is_half(dtype_)) {  // the rounded bit pattern, like any other element
+    const float f = static_cast<float>(value);
+    const uint16_t bits = dtype_ == DType::BFloat16 ? kernels::cpu::float_to_bf16(f) : kernels::cpu::float_to_fp16(f);
+    uint16_t* p = static_cast<uint16_t*>(raw_data());
+    if (is_contiguous())
+      std::fill(p, p + numel_, bits);
+    else
+      for_each_offset(shape_, strides_, [&](int64_t, int64_t off) { p[off] = bits; });
+    return *this;
+  }
   dispatch(dtype_, "fill_", [&](auto tag) {
     using T = decltype(tag);
     T* p = data<T>();
@@ -384,6 +435,10 @@ Tensor& Tensor::copy_(const Tensor& src) {
       kernels::cuda::memcpy_between_devices(raw_data(), device().index, c.raw_data(), c.device().index, nbytes);
     return *this;
   }
+  if (is_half(dtype_) || is_half(s.dtype_)) {
+    copy_through_float(*this, s);
+    return *this;
+  }
   dispatch(dtype_, "copy_", [&](auto dtag) {
     using D = decltype(dtag);
     dispatch(s.dtype_, "copy_", [&](auto stag) {
@@ -398,6 +453,7 @@ Tensor& Tensor::copy_(const Tensor& src) {
 
 double Tensor::item() const {
   if (numel_ != 1) throw std::invalid_argument("item: only one-element tensors can be converted, got " + desc());
+  if (is_half(dtype_)) return to(DType::Float32).item();  // exact: float32 holds every 16-bit float
   if (device().is_cpu()) host_reads.fetch_add(1, std::memory_order_relaxed);  // (from CUDA: counted by cpu())
   Tensor c = cpu();
   return dispatch(dtype_, "item", [&](auto tag) -> double {
@@ -409,6 +465,7 @@ double Tensor::item() const {
 template <class T> std::vector<T> Tensor::to_vector() const {
   std::vector<T> out(static_cast<size_t>(numel_));
   if (numel_ == 0) return out;
+  if (is_half(dtype_)) return to(DType::Float32).to_vector<T>();  // through float32, exactly
   if (device().is_cpu()) host_reads.fetch_add(1, std::memory_order_relaxed);  // (from CUDA: counted by cpu())
   Tensor c = cpu();
   dispatch(dtype_, "to_vector", [&](auto tag) {

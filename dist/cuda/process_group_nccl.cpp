@@ -67,6 +67,10 @@ ncclDataType_t nccl_type(DType t, const char* op) {
       return ncclInt64;
     case DType::UInt8:
       return ncclUint8;
+    case DType::BFloat16:
+      return ncclBfloat16;
+    case DType::Float16:
+      return ncclFloat16;
   }
   throw std::invalid_argument(std::string(op) + ": unsupported dtype for NCCL");
 }

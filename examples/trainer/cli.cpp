@@ -102,6 +102,10 @@ std::optional<CliOptions> parse_cli(int argc, char** argv) {
                "all replicas are bit-identical and prints the weights' hash");
   app.add_option("--micro-batch", o.micro_batch, "samples per micro-shard with --deterministic (TRAIN.MICRO_BATCH, 16)")
       ->check(kPositiveInteger);
+  app.add_option("--precision", o.precision,
+                 "fp32 | bf16 | fp16: the forward and the loss under autocast of that dtype; parameters, "
+                 "gradients and optimizer state stay float32 (TRAIN.PRECISION, fp32)")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   app.add_flag("--smoke-test", o.smoke_test, "a few batches of each phase (1 epoch unless --epochs), for CI");
   app.add_option("--threads", o.threads, "OpenMP threads per process (default: cores / local processes)")
       ->check(kPositiveInteger);
@@ -180,6 +184,7 @@ TrainConfig resolve_config(const CliOptions& cli, int world_size) {
                         "add --deterministic (or TRAIN.DETERMINISTIC: true), or drop --micro-batch");
     c.micro_batch = *cli.micro_batch;
   }
+  if (cli.precision) c.precision = *cli.precision;
   if (cli.save_every) c.save_every = *cli.save_every;
   if (cli.save_every_steps) c.save_every_steps = *cli.save_every_steps;
   if (cli.save_every_minutes) c.save_every_minutes = *cli.save_every_minutes;

@@ -35,6 +35,7 @@ struct CliOptions {
   std::optional<std::string> pretrained;
   bool deterministic = false;
   std::optional<int64_t> micro_batch;
+  std::optional<std::string> precision;  // fp32 | bf16 | fp16
   bool smoke_test = false;
   std::optional<int> threads;
   std::optional<int> workers;

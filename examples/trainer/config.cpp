@@ -43,6 +43,7 @@ std::vector<Field> fields(TrainConfig& c) {
       {"TRAIN.OPTIMIZER.EPS", &c.eps},
       {"TRAIN.DETERMINISTIC", &c.deterministic},
       {"TRAIN.MICRO_BATCH", &c.micro_batch},
+      {"TRAIN.PRECISION", &c.precision},
       {"SEED", &c.seed},
       {"SAVE_FREQ", &c.save_every},
       {"SAVE_FREQ_STEPS", &c.save_every_steps},
@@ -227,6 +228,13 @@ void validate(const TrainConfig& c) {
   require(c.beta1 >= 0 && c.beta1 < 1 && c.beta2 >= 0 && c.beta2 < 1, "TRAIN.OPTIMIZER.BETAS must be in [0, 1)");
   require(c.eps > 0, "TRAIN.OPTIMIZER.EPS must be positive");
   require(c.micro_batch > 0, "TRAIN.MICRO_BATCH must be positive");
+  require(c.precision == "fp32" || c.precision == "bf16" || c.precision == "fp16",
+          "TRAIN.PRECISION must be fp32, bf16 or fp16, got '" + c.precision + "'");
+  // float16 gradients underflow without loss scaling. Wiring a GradScaler into the step (step.cpp)
+  // is what lifts this refusal — the one place that refuses fp16.
+  require(c.precision != "fp16",
+          "fp16 needs GradScaler (loss scaling against float16 gradient underflow), which the trainer does not "
+          "have yet: use --precision bf16 or fp32 (TRAIN.PRECISION)");
   require(c.save_every > 0, "SAVE_FREQ must be positive");
   require(c.save_every_steps >= 0, "SAVE_FREQ_STEPS must be >= 0 (0 = no mid-epoch checkpoints)");
   require(c.save_every_minutes >= 0 && std::isfinite(c.save_every_minutes),

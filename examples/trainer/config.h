@@ -37,6 +37,7 @@ struct TrainConfig {
   double eps = 1e-8;  // TRAIN.OPTIMIZER.EPS (adam, adamw)
   bool deterministic = false;  // TRAIN.DETERMINISTIC: same bits on any process count
   int64_t micro_batch = 16;  // TRAIN.MICRO_BATCH: samples per micro-shard (deterministic)
+  std::string precision = "fp32";  // TRAIN.PRECISION: fp32 | bf16 | fp16 (forward and loss under autocast)
   // run
   uint64_t seed = 0;  // SEED
   int64_t save_every = 1;  // SAVE_FREQ (epochs between checkpoints)

@@ -55,7 +55,7 @@ class OrdinaryMode : public Mode {
             int64_t global_step, const minidl::Tensor& input, const minidl::Tensor& target,
             NonFiniteWatch& watch) override {
     minidl::manual_seed(step_seed(cfg_.seed, epoch, step, rank_));
-    train_step(dp, optimizer, input, target, global_step, *sums_, watch);
+    train_step(dp, optimizer, input, target, global_step, *sums_, watch, autocast_dtype_of(cfg_.precision));
   }
   double running_loss() const override { return sums_->read().loss(); }
   Totals epoch_totals() override { return sums_->read().all_reduced(); }

@@ -1,6 +1,9 @@
 // examples/trainer/step.cpp — the training steps and the non-finite watch (see step.h).
 #include "examples/trainer/step.h"
 
+#include <stdexcept>
+
+#include "minidl/autograd/autocast.h"
 #include "minidl/autograd/ops.h"
 #include "minidl/dist/distributed.h"
 #include "minidl/tensor/creation.h"
@@ -67,12 +70,23 @@ std::optional<NonFiniteWatch::Found> NonFiniteWatch::first() const {
   return Found{.step = n(0), .loss = s[1], .input_bad = n(2), .input_numel = n(3), .logits_bad = n(4), .logits_numel = n(5)};
 }
 
-void train_step(minidl::dist::DataParallel& ddp, minidl::optim::Optimizer& optimizer,
-                const minidl::Tensor& input, const minidl::Tensor& target, int64_t global_step, DeviceTotals& totals,
-                NonFiniteWatch& watch) {
+minidl::DType autocast_dtype_of(const std::string& precision) {
+  if (precision == "fp32") return minidl::DType::Float32;
+  if (precision == "bf16") return minidl::DType::BFloat16;
+  if (precision == "fp16") return minidl::DType::Float16;
+  throw std::invalid_argument("TRAIN.PRECISION must be fp32, bf16 or fp16, got '" + precision + "'");
+}
+
+void train_step(minidl::dist::DataParallel& ddp, minidl::optim::Optimizer& optimizer, const minidl::Tensor& input,
+                const minidl::Tensor& target, int64_t global_step, DeviceTotals& totals, NonFiniteWatch& watch,
+                minidl::DType precision) {
   optimizer.zero_grad();
-  minidl::Variable logits = ddp.forward(minidl::Variable(input));  // (B, 10)
-  minidl::Variable loss = minidl::cross_entropy(logits, target);  // mean over this rank's batch
+  minidl::Variable logits, loss;
+  {
+    minidl::autocast guard(precision);
+    logits = ddp.forward(minidl::Variable(input));  // (B, 10) float32
+    loss = minidl::cross_entropy(logits, target);  // mean over this rank's batch, in float32
+  }
   watch.add(loss.data(), input, logits.data(), global_step);  // NaN or Inf: recorded on the device, read at a check
   loss.backward();
   ddp.step(optimizer);
@@ -91,8 +105,12 @@ void deterministic_step(minidl::dist::DataParallel& ddp, minidl::optim::Optimize
     const int64_t shard = first + j;  // global shard index
     minidl::manual_seed(shard_seed(cfg.seed, epoch, step * cfg.global_batch_size + shard * m));
     const minidl::Tensor x = input.narrow(0, j * m, m), y = target.narrow(0, j * m, m);
-    minidl::Variable logits = ddp.forward(minidl::Variable(x));  // (m, 10)
-    minidl::Variable loss = minidl::cross_entropy(logits, y);  // mean over the shard
+    minidl::Variable logits, loss;
+    {
+      minidl::autocast guard(autocast_dtype_of(cfg.precision));
+      logits = ddp.forward(minidl::Variable(x));  // (m, 10)
+      loss = minidl::cross_entropy(logits, y);  // mean over the shard
+    }
     watch.add(loss.data(), x, logits.data(), global_step);
     loss.backward();  // DDP keeps the shard's gradient
     totals.add(step * K + shard, logits.data(), y, loss.data());

@@ -8,6 +8,7 @@
 #pragma once
 #include <cstdint>
 #include <optional>
+#include <string>
 
 #include "examples/trainer/config.h"
 #include "examples/trainer/metrics.h"
@@ -44,12 +45,18 @@ class NonFiniteWatch {
   minidl::Tensor state_;  // (6) float64: step (-1 while every loss was finite), loss, the four counts
 };
 
-// One ordinary step: zero_grad, forward through DDP, cross-entropy (mean over this rank's batch),
-// backward (DDP all-reduces the gradients), ddp.step. The loss and the hits go to `totals`, the
-// loss (with the step's input and logits) to `watch` under `global_step`.
-void train_step(minidl::dist::DataParallel& ddp, minidl::optim::Optimizer& optimizer,
-                const minidl::Tensor& input, const minidl::Tensor& target, int64_t global_step, DeviceTotals& totals,
-                NonFiniteWatch& watch);
+// The autocast dtype of TRAIN.PRECISION: fp32 -> Float32 (autocast off), bf16 -> BFloat16,
+// fp16 -> Float16. Both steps run the forward and the loss under minidl::autocast of it
+// (autograd/autocast.h); the backward and the optimizer step stay outside, in float32.
+minidl::DType autocast_dtype_of(const std::string& precision);
+
+// One ordinary step: zero_grad, forward through DDP and cross-entropy (mean over this rank's
+// batch) under autocast(precision), backward (DDP all-reduces the gradients), ddp.step. The loss
+// and the hits go to `totals`, the loss (with the step's input and logits) to `watch` under
+// `global_step`.
+void train_step(minidl::dist::DataParallel& ddp, minidl::optim::Optimizer& optimizer, const minidl::Tensor& input,
+                const minidl::Tensor& target, int64_t global_step, DeviceTotals& totals, NonFiniteWatch& watch,
+                minidl::DType precision);
 
 // --deterministic: one training step as K micro-shards of m samples (dist/deterministic.h). This
 // rank's batch is its consecutive run of the step's global batch, the global shards

@@ -1,7 +1,7 @@
 // examples/trainer/test_step.cpp — unit tests of the trainer's step (trainer/step.h): a training
 // step reads nothing back to the host (tensor/tensor.h's host_read_count() stays put over K steps
-// of the MLP and the CNN, ordinary and --deterministic, and moves when a check reads the sums or
-// the watch); a NaN loss between two checks is reported at its own step, with its value. Built as
+// of the MLP and the CNN, ordinary and --deterministic, in float32 and under bf16 autocast, and
+// moves when a check reads the sums or the watch; bf16 keeps float32 parameters and gradients); a NaN loss between two checks is reported at its own step, with its value. Built as
 // `test_trainer_step`, run by ctest. Each case runs in a forked world-1 process group (DDP needs
 // one) and returns its findings as text.
 #include <cmath>
@@ -38,8 +38,10 @@ Batch make_batch(int64_t i, int64_t B) {
 }
 
 // K steps of `model` with SGD (momentum) or AdamW (ordinary, or --deterministic with micro-shards
-// of 4): the host reads made by the steps themselves, then by the reads at a check.
-std::string count_reads(const std::string& name, bool deterministic, bool adamw) {
+// of 4) at a TRAIN.PRECISION: the host reads made by the steps themselves, then by the reads at a
+// check, and whether the parameters and their gradients are all float32 afterwards.
+std::string count_reads(const std::string& name, bool deterministic, bool adamw,
+                        const std::string& precision = "fp32") {
   dist::init({.backend = "gloo", .timeout = std::chrono::seconds(30)});
   std::unique_ptr<minidl::nn::Module> model = minidl::nn::make_model(name);
   if (deterministic) dist::convert_sync_batchnorm(*model);
@@ -56,6 +58,7 @@ std::string count_reads(const std::string& name, bool deterministic, bool adamw)
   trainer::TrainConfig cfg;
   cfg.global_batch_size = 16;
   cfg.micro_batch = 4;
+  cfg.precision = precision;
   ddp->train();
   trainer::DeviceTotals totals(minidl::Device::cpu());
   trainer::OrderedTotals ordered;
@@ -69,17 +72,22 @@ std::string count_reads(const std::string& name, bool deterministic, bool adamw)
       trainer::deterministic_step(*ddp, *opt, cfg, 0, i, i + 1, batches[i].x, batches[i].y, ordered, watch);
     } else {
       minidl::manual_seed(trainer::step_seed(0, 0, i, 0));
-      trainer::train_step(*ddp, *opt, batches[i].x, batches[i].y, i + 1, totals, watch);
+      trainer::train_step(*ddp, *opt, batches[i].x, batches[i].y, i + 1, totals, watch,
+                          trainer::autocast_dtype_of(precision));
     }
   }
   const uint64_t in_steps = minidl::host_read_count() - before;
   const bool finite = !watch.first().has_value();
   const trainer::Totals t = deterministic ? ordered.fold() : totals.read();
   const uint64_t at_check = minidl::host_read_count() - before - in_steps;
+  bool float32 = true;
+  for (const minidl::Variable& p : model->parameters())
+    float32 = float32 && p.dtype() == minidl::DType::Float32 && p.grad().defined() &&
+              p.grad().dtype() == minidl::DType::Float32;
   char buf[160];
-  std::snprintf(buf, sizeof buf, "steps %llu, check %s, finite %d, count %g, loss %s",
+  std::snprintf(buf, sizeof buf, "steps %llu, check %s, finite %d, count %g, loss %s, float32 %d",
                 static_cast<unsigned long long>(in_steps), at_check > 0 ? "reads" : "reads nothing", finite ? 1 : 0,
-                t.count, std::isfinite(t.loss()) && t.loss() > 0 ? "> 0" : "bad");
+                t.count, std::isfinite(t.loss()) && t.loss() > 0 ? "> 0" : "bad", float32 ? 1 : 0);
   dist::shutdown();
   return buf;
 }
@@ -96,15 +104,27 @@ constexpr Case kCases[] = {{"mlp", true}, {"mlp", false}, {"cnn", false}, {"cnn"
 TEST(TrainerStep, OrdinaryStepsMakeNoHostReadUntilACheck) {
   for (const Case& c : kCases) {
     const auto r = dist::spawn_with_results(1, [&](int) { return count_reads(c.model, false, c.adamw); });
-    EXPECT_EQ(r[0], "steps 0, check reads, finite 1, count 80, loss > 0") << c.model << (c.adamw ? " adamw" : " sgd");
+    EXPECT_EQ(r[0], "steps 0, check reads, finite 1, count 80, loss > 0, float32 1")
+        << c.model << (c.adamw ? " adamw" : " sgd");
   }
 }
 
 TEST(TrainerStep, DeterministicStepsMakeNoHostReadUntilACheck) {
   for (const Case& c : kCases) {
     const auto r = dist::spawn_with_results(1, [&](int) { return count_reads(c.model, true, c.adamw); });
-    EXPECT_EQ(r[0], "steps 0, check reads, finite 1, count 80, loss > 0") << c.model << (c.adamw ? " adamw" : " sgd");
+    EXPECT_EQ(r[0], "steps 0, check reads, finite 1, count 80, loss > 0, float32 1")
+        << c.model << (c.adamw ? " adamw" : " sgd");
   }
+}
+
+TEST(TrainerStep, Bfloat16StepsMakeNoHostReadAndKeepFloat32ParametersAndGradients) {
+  for (const Case& c : kCases)
+    for (bool deterministic : {false, true}) {
+      const auto r =
+          dist::spawn_with_results(1, [&](int) { return count_reads(c.model, deterministic, c.adamw, "bf16"); });
+      EXPECT_EQ(r[0], "steps 0, check reads, finite 1, count 80, loss > 0, float32 1")
+          << c.model << (c.adamw ? " adamw" : " sgd") << (deterministic ? " deterministic" : "");
+    }
 }
 
 TEST(TrainerStep, WatchKeepsTheFirstNonFiniteLossWithoutReadingIt) {
@@ -147,7 +167,7 @@ TEST(TrainerStep, NanBetweenChecksIsReportedAtItsOwnStep) {
     for (int64_t step = 1; step <= 10; ++step) {
       Batch b = make_batch(step, 8);
       if (step == 7) b.x.narrow(0, 3, 1).narrow(2, 4, 1).narrow(3, 5, 2).fill_(NAN);  // 2 pixels of image 3
-      trainer::train_step(ddp, opt, b.x, b.y, step, totals, watch);
+      trainer::train_step(ddp, opt, b.x, b.y, step, totals, watch, minidl::DType::Float32);
       if (step % 5 == 0) {
         const auto bad = watch.first();
         seen += "check " + std::to_string(step) + ": ";

@@ -1,5 +1,6 @@
-// kernels/cpu/copy.h — strided copy with dtype conversion: dst[i] = D(src[i]) over a shape.
-// The innermost dimension is a tight loop; outer rows run in parallel (OpenMP).
+// kernels/cpu/copy.h — strided copy with dtype conversion: dst[i] = convert(src[i]) over a shape,
+// convert being static_cast<D> unless given (the 16-bit floats pass their kernels/cpu/half.h
+// conversions). The innermost dimension is a tight loop; outer rows run in parallel (OpenMP).
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -8,15 +9,19 @@
 
 namespace minidl::kernels::cpu {
 
-template <class S, class D>
+template <class S, class D> struct StaticCast {
+  D operator()(S v) const { return static_cast<D>(v); }
+};
+
+template <class S, class D, class Convert = StaticCast<S, D>>
 void strided_copy(const S* src, const std::vector<int64_t>& src_strides, D* dst,
-                  const std::vector<int64_t>& dst_strides, const std::vector<int64_t>& shape) {
+                  const std::vector<int64_t>& dst_strides, const std::vector<int64_t>& shape, Convert convert = {}) {
   const int64_t nd = static_cast<int64_t>(shape.size());
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   if (n == 0) return;
   if (nd == 0) {
-    dst[0] = static_cast<D>(src[0]);
+    dst[0] = convert(src[0]);
     return;
   }
   const int64_t inner = shape[nd - 1];
@@ -34,9 +39,9 @@ void strided_copy(const S* src, const std::vector<int64_t>& src_strides, D* dst,
       const S* s = src + so;
       D* o = dst + dof;
       if (ss == 1 && ds == 1) {
-        for (int64_t j = 0; j < inner; ++j) o[j] = static_cast<D>(s[j]);
+        for (int64_t j = 0; j < inner; ++j) o[j] = convert(s[j]);
       } else {
-        for (int64_t j = 0; j < inner; ++j) o[j * ds] = static_cast<D>(s[j * ss]);
+        for (int64_t j = 0; j < inner; ++j) o[j * ds] = convert(s[j * ss]);
       }
     }
   });

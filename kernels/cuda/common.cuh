@@ -101,6 +101,10 @@ template <bool FloatingOnly, class F> void switch_type(ElemType t, const char* o
         return;
       }
       break;
+    case ElemType::BF16:
+      throw std::invalid_argument(std::string(op) + ": not implemented for bfloat16 on CUDA");
+    case ElemType::F16:
+      throw std::invalid_argument(std::string(op) + ": not implemented for float16 on CUDA");
   }
   throw std::invalid_argument(std::string(op) + ": unsupported element type on CUDA");
 }

@@ -159,6 +159,37 @@ TEST(CudaOps, CopiesCastsFillAndTransfersMatchCpu) {
   expect_equal(d.cpu(), dc, "broadcast copy_ from the host");
 }
 
+// bfloat16 / float16 casts and fills: the same bits as the CPU's kernels/cpu/half.h (round to
+// nearest even, denormals, inf, NaN, float16 overflow from 65520), and the ops that compute them
+// in float32 agree too.
+TEST(CudaOps, Bfloat16AndFloat16CastsAndFillMatchCpuBits) {
+  MINIDL_SKIP_WITHOUT_GPU();
+  auto bits = [](const Tensor& t) {
+    const Tensor c = t.cpu().contiguous();
+    const auto* p = static_cast<const uint16_t*>(c.raw_data());
+    return std::vector<uint16_t>(p, p + c.numel());
+  };
+  const float inf = INFINITY;
+  const Tensor special = from_vector<float>({inf, -inf, NAN, 65504.0f, 65520.0f, 0x1p-25f, 0x3p-25f, 1.0f + 0x1p-8f,
+                                             1.0f + 0x3p-8f, 3.4e38f, 1e-40f, -0.0f, 1.0f + 0x1p-11f, 1.0f + 0x3p-11f});
+  const Tensor x = cat({special, rnd({50}, 21)}, 0);
+  for (DType t : {DType::BFloat16, DType::Float16}) {
+    const std::string name = dtype_name(t);
+    const Tensor h = x.to(t);
+    const Tensor gh = on_gpu(x).to(t);
+    EXPECT_EQ(bits(gh), bits(h)) << name << " cast from float32";
+    EXPECT_EQ(bits(on_gpu(x.to(DType::Float64)).to(t)), bits(x.to(DType::Float64).to(t))) << name << " from float64";
+    expect_equal(gh.to(DType::Float32).cpu(), h.to(DType::Float32), name + " widen");
+    EXPECT_EQ(bits(on_gpu(h)), bits(h)) << name << " transfer";
+    Tensor f = zeros({2, 3}, t, Device::cuda(0));
+    f.fill_(0.1);
+    EXPECT_EQ(bits(f), bits(full({2, 3}, 0.1, t))) << name << " fill_";
+    const Tensor a = x.narrow(0, 14, 50).reshape({5, 10}).to(t), b = x.narrow(0, 14, 10).to(t);
+    EXPECT_EQ(bits(add(on_gpu(a), on_gpu(b))), bits(add(a, b))) << name << " add (broadcast)";
+    expect_cuda_matches_cpu(sum(on_gpu(a), {1}), sum(a, {1}), 1e-2, 1e-2, name + " sum");  // one rounding apart
+  }
+}
+
 TEST(CudaOps, ReductionsMatchCpu) {
   MINIDL_SKIP_WITHOUT_GPU();
   const Tensor x = rnd({6, 7, 300}, 14), gx = on_gpu(x);

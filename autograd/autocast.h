@@ -1,0 +1,44 @@
+// autograd/autocast.h — mixed precision in the forward pass, as torch.autocast:
+//
+//   {
+//     minidl::autocast guard(DType::BFloat16);  // this thread, until the end of the scope
+//     loss = cross_entropy(model.forward(x), y);
+//   }
+//   loss.backward();  // float32 gradients into the float32 parameters
+//
+// Inside the guard the matrix products — linear, matmul (and so attention's q k^T and weights v),
+// conv2d, packed_self_attention — take their float32 operands rounded to the low dtype (bfloat16
+// or float16, round to nearest even) through a differentiable cast (autograd `to`), and multiply
+// them with the float32 kernels: float32 accumulation, float32 output. Everything else (softmax,
+// norms, losses, reductions, element-wise ops) stays float32, and so do the parameters and the
+// optimizer's state (master weights): the cast happens in the forward, and its backward casts the
+// gradient back to float32. The state is thread-local; guards nest, each restoring the state it
+// found; autocast(DType::Float32) (or enabled = false) turns autocast off inside its scope.
+#pragma once
+#include "minidl/autograd/variable.h"
+#include "minidl/tensor/dtype.h"
+
+namespace minidl {
+
+class autocast {
+ public:
+  // dtype: BFloat16 or Float16 (autocast on), or Float32 (off); anything else throws.
+  explicit autocast(DType dtype, bool enabled = true);
+  ~autocast();
+  autocast(const autocast&) = delete;
+  autocast& operator=(const autocast&) = delete;
+
+ private:
+  bool prev_enabled_;
+  DType prev_dtype_;
+};
+
+bool is_autocast_enabled();  // on this thread
+DType autocast_dtype();  // the low dtype of the innermost enabled guard; Float32 when off
+
+// A matrix product's operand under autocast: a float32 x rounded to autocast_dtype() and widened
+// back to float32 (two differentiable casts); x itself when autocast is off, x is undefined or
+// not float32.
+Variable autocast_operand(const Variable& x);
+
+}  // namespace minidl
