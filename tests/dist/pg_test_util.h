@@ -3,6 +3,7 @@
 // parent: Gloo starts threads, which do not survive fork), and checks that throw (GoogleTest
 // assertions in a child would be lost; an exception reaches the parent through spawn's message).
 #pragma once
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -57,6 +58,38 @@ inline std::vector<std::string> run_gloo_world(int n, const std::function<std::s
         return std::make_unique<dist::ProcessGroupGloo>(store, rank, size, options);
       },
       fn);
+}
+
+// ---- the values every collective test reduces ----
+// Rank r's element i: small integers, exact in every dtype (non-negative for uint8), so every
+// order of a sum gives the same bits.
+inline double rank_value(int r, int64_t i, DType dtype) {
+  const double v = static_cast<double>((i * 7 + r * 13) % 23 - 11);
+  return dtype == DType::UInt8 ? v + 11 : v;
+}
+
+// Rank r's tensor of n such values (salt shifts i).
+inline Tensor rank_tensor(int r, int64_t n, DType dtype, int64_t salt = 0) {
+  std::vector<double> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = rank_value(r, i + salt, dtype);
+  return from_vector(v, {n}, dtype);
+}
+
+// What every rank should hold after all_reduce(op) of rank_tensor over ranks 0..world-1.
+inline Tensor expected_reduce(int world, int64_t n, DType dtype, dist::ReduceOp op) {
+  std::vector<double> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    double acc = rank_value(0, i, dtype);
+    for (int r = 1; r < world; ++r) {
+      const double x = rank_value(r, i, dtype);
+      acc = op == dist::ReduceOp::MAX ? std::max(acc, x) : op == dist::ReduceOp::MIN ? std::min(acc, x) : acc + x;
+    }
+    if (op == dist::ReduceOp::AVG)  // sum, then divide in the dtype's own arithmetic
+      acc = dtype == DType::Float32 ? static_cast<double>(static_cast<float>(acc) / static_cast<float>(world))
+                                    : acc / world;
+    v[static_cast<size_t>(i)] = acc;
+  }
+  return from_vector(v, {n}, dtype);
 }
 
 inline void require(bool ok, const std::string& what) {

@@ -25,6 +25,8 @@ using minidl::dist::ReduceOp;
 using minidl::testing::error_of;
 using minidl::testing::quick_options;
 using minidl::testing::require;
+using minidl::testing::expected_reduce;
+using minidl::testing::rank_tensor;
 using minidl::testing::require_equal;
 using ::testing::HasSubstr;
 namespace dist = minidl::dist;
@@ -44,34 +46,6 @@ std::vector<std::string> run_world(const std::vector<std::string>& hosts,
             HierarchicalOptions{.host_id = "host-" + hosts[static_cast<size_t>(rank)], .slot_bytes = 4096});
       },
       fn, final_rendezvous);
-}
-
-// Rank r's element i: small integers, exact in every dtype (non-negative for uint8).
-double value(int r, int64_t i, DType dtype) {
-  const double v = static_cast<double>((i * 7 + r * 13) % 23 - 11);
-  return dtype == DType::UInt8 ? v + 11 : v;
-}
-
-Tensor rank_tensor(int r, int64_t n, DType dtype) {
-  std::vector<double> v(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = value(r, i, dtype);
-  return minidl::from_vector(v, {n}, dtype);
-}
-
-Tensor expected_reduce(int world, int64_t n, DType dtype, ReduceOp op) {
-  std::vector<double> v(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) {
-    double acc = value(0, i, dtype);
-    for (int r = 1; r < world; ++r) {
-      const double x = value(r, i, dtype);
-      acc = op == ReduceOp::MAX ? std::max(acc, x) : op == ReduceOp::MIN ? std::min(acc, x) : acc + x;
-    }
-    if (op == ReduceOp::AVG)
-      acc = dtype == DType::Float32 ? static_cast<double>(static_cast<float>(acc) / static_cast<float>(world))
-                                    : acc / world;
-    v[static_cast<size_t>(i)] = acc;
-  }
-  return minidl::from_vector(v, {n}, dtype);
 }
 
 const std::vector<std::string> kTwoHostsOfTwo{"a", "a", "b", "b"};

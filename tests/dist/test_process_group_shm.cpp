@@ -26,6 +26,8 @@ using minidl::dist::ShmOptions;
 using minidl::testing::error_of;
 using minidl::testing::quick_options;
 using minidl::testing::require;
+using minidl::testing::expected_reduce;
+using minidl::testing::rank_tensor;
 using minidl::testing::require_equal;
 using ::testing::HasSubstr;
 namespace dist = minidl::dist;
@@ -50,35 +52,6 @@ std::vector<std::string> run_shm_world(int n, const std::function<std::string(Pr
         return std::make_unique<ProcessGroupShm>(store, rank, size, options.pg, options.shm);
       },
       fn, options.final_rendezvous);
-}
-
-// Rank r's element i: small integers, exact in every dtype (non-negative for uint8).
-double value(int r, int64_t i, DType dtype) {
-  const double v = static_cast<double>((i * 7 + r * 13) % 23 - 11);
-  return dtype == DType::UInt8 ? v + 11 : v;
-}
-
-Tensor rank_tensor(int r, int64_t n, DType dtype, int64_t salt = 0) {
-  std::vector<double> v(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = value(r, i + salt, dtype);
-  return minidl::from_vector(v, {n}, dtype);
-}
-
-// What every rank should hold after all_reduce(op) over ranks 0..world-1.
-Tensor expected_reduce(int world, int64_t n, DType dtype, ReduceOp op) {
-  std::vector<double> v(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) {
-    double acc = value(0, i, dtype);
-    for (int r = 1; r < world; ++r) {
-      double x = value(r, i, dtype);
-      acc = op == ReduceOp::MAX ? std::max(acc, x) : op == ReduceOp::MIN ? std::min(acc, x) : acc + x;
-    }
-    if (op == ReduceOp::AVG)  // sum, then divide in the dtype's own arithmetic
-      acc = dtype == DType::Float32 ? static_cast<double>(static_cast<float>(acc) / static_cast<float>(world))
-                                    : acc / world;
-    v[static_cast<size_t>(i)] = acc;
-  }
-  return minidl::from_vector(v, {n}, dtype);
 }
 
 // Random float32 values of every magnitude, the same on every call for (r, n).
