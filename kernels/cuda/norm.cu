@@ -198,10 +198,11 @@ template <class T> struct StoreGradSums {
   }
 };
 
+// dx for every element, given 1 / the element count per channel (both kernels below).
 template <class T>
-__global__ void batch_norm_backward_elemt_kernel(const T* dy, const T* x, int64_t n, int64_t C, int64_t S,
-                                                 const T* mean, const T* invstd, const T* weight, const T* sum_dy,
-                                                 const T* sum_dy_xmu, double inv_count, T* dx) {
+__device__ void batch_norm_backward_elemt_body(const T* dy, const T* x, int64_t n, int64_t C, int64_t S,
+                                               const T* mean, const T* invstd, const T* weight, const T* sum_dy,
+                                               const T* sum_dy_xmu, double inv_count, T* dx) {
   MINIDL_GRID_STRIDE(i, n) {
     const int64_t c = (i / S) % C;
     const double is = double(invstd[c]);
@@ -210,6 +211,13 @@ __global__ void batch_norm_backward_elemt_kernel(const T* dy, const T* x, int64_
     const double scale = load_or(weight, c, 1.0) * is;
     dx[i] = static_cast<T>((double(dy[i]) - mean_dy - (double(x[i]) - double(mean[c])) * k) * scale);
   }
+}
+
+template <class T>
+__global__ void batch_norm_backward_elemt_kernel(const T* dy, const T* x, int64_t n, int64_t C, int64_t S,
+                                                 const T* mean, const T* invstd, const T* weight, const T* sum_dy,
+                                                 const T* sum_dy_xmu, double inv_count, T* dx) {
+  batch_norm_backward_elemt_body(dy, x, n, C, S, mean, invstd, weight, sum_dy, sum_dy_xmu, inv_count, dx);
 }
 
 // SyncBatchNorm's merge, one thread per channel adding the ranks in order: kernels/cpu/norm.h's
@@ -248,15 +256,7 @@ template <class T>
 __global__ void batch_norm_backward_elemt_count_kernel(const T* dy, const T* x, int64_t n, int64_t C, int64_t S,
                                                        const T* mean, const T* invstd, const T* weight, const T* sum_dy,
                                                        const T* sum_dy_xmu, const double* count, T* dx) {
-  const double inv_count = 1.0 / *count;
-  MINIDL_GRID_STRIDE(i, n) {
-    const int64_t c = (i / S) % C;
-    const double is = double(invstd[c]);
-    const double mean_dy = double(sum_dy[c]) * inv_count;
-    const double k = is * is * double(sum_dy_xmu[c]) * inv_count;
-    const double scale = load_or(weight, c, 1.0) * is;
-    dx[i] = static_cast<T>((double(dy[i]) - mean_dy - (double(x[i]) - double(mean[c])) * k) * scale);
-  }
+  batch_norm_backward_elemt_body(dy, x, n, C, S, mean, invstd, weight, sum_dy, sum_dy_xmu, 1.0 / *count, dx);
 }
 
 unsigned grid_of(int64_t rows, const char* op) {
