@@ -48,28 +48,31 @@ void DistributedDataParallel::broadcast_buffers(int root) {
 void DistributedDataParallel::build_buckets() {
   double cap = options_.first_bucket_cap_mb * 1024 * 1024;
   double bytes = 0;
+  std::vector<int64_t> numel;  // numel[j]: bucket j's elements so far
   for (size_t k = params_.size(); k-- > 0;) {
     const Param& p = params_[k];
     const double nbytes = static_cast<double>(p.var.numel() * static_cast<int64_t>(element_size(p.var.dtype())));
-    const bool new_bucket = buckets_.empty() || (bytes > 0 && bytes + nbytes > cap) ||
-                            buckets_.back().buffer.dtype() != p.var.dtype() ||
-                            buckets_.back().buffer.device() != p.var.device();
+    const Variable* first = buckets_.empty() ? nullptr : &params_[buckets_.back().params.front()].var;
+    const bool new_bucket = first == nullptr || (bytes > 0 && bytes + nbytes > cap) ||
+                            first->dtype() != p.var.dtype() || first->device() != p.var.device();
     if (new_bucket) {
       if (!buckets_.empty()) cap = options_.bucket_cap_mb * 1024 * 1024;
       buckets_.push_back({});
-      buckets_.back().buffer = Tensor({0}, p.var.dtype(), p.var.device());
+      numel.push_back(0);
       bytes = 0;
     }
-    Bucket& b = buckets_.back();
     slots_[k].bucket = buckets_.size() - 1;
-    slots_[k].offset = b.buffer.numel();
-    b.buffer = Tensor({slots_[k].offset + p.var.numel()}, p.var.dtype(), p.var.device());  // on the parameters' device
-    b.params.push_back(k);
+    slots_[k].offset = numel.back();
+    numel.back() += p.var.numel();
+    buckets_.back().params.push_back(k);
     bytes += nbytes;
   }
-  // Each bucket in memory the group reaches directly (shared memory: reduced in place between
-  // the ranks' buckets, no copies through the group's segment).
-  for (Bucket& b : buckets_) b.buffer = group_->empty_symmetric(b.buffer.shape(), b.buffer.dtype(), b.buffer.device());
+  // Each bucket, on its parameters' device, in memory the group reaches directly (shared memory:
+  // reduced in place between the ranks' buckets, no copies through the group's segment).
+  for (size_t j = 0; j < buckets_.size(); ++j) {
+    const Variable& first = params_[buckets_[j].params.front()].var;
+    buckets_[j].buffer = group_->empty_symmetric({numel[j]}, first.dtype(), first.device());
+  }
   ready_.assign(params_.size(), false);
 }
 
