@@ -116,16 +116,26 @@ Tensor batch_norm_elemt(const Tensor& x_in, const Tensor& mean, const Tensor& in
   return y;
 }
 
+namespace {
+// The checks both backward halves make: dy (and relu_out) shaped like x, mean, invstd and
+// weight (optional) one value per channel; returns x's layout.
+NCS check_backward(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& weight,
+                   const Tensor& relu_out, const char* op) {
+  const NCS d = batch_norm_layout(x, op);
+  require_like_input(dy, x, op);
+  if (relu_out.defined()) require_like_input(relu_out, x, op);
+  require_channel_vector(mean, d.C, op, "mean", false);
+  require_channel_vector(invstd, d.C, op, "invstd", false);
+  require_channel_vector(weight, d.C, op, "weight", true);
+  return d;
+}
+}  // namespace
+
 BatchNormReduce batch_norm_backward_reduce(const Tensor& dy_in, const Tensor& x_in, const Tensor& mean,
                                            const Tensor& invstd, const Tensor& weight, const Tensor& relu_out_in) {
   constexpr const char* op = "batch_norm_backward_reduce";
   const bool cuda = cuda_dispatch::on_cuda({&dy_in, &x_in, &mean, &invstd, &weight, &relu_out_in}, op);
-  const NCS d = batch_norm_layout(x_in, op);
-  require_like_input(dy_in, x_in, op);
-  if (relu_out_in.defined()) require_like_input(relu_out_in, x_in, op);
-  require_channel_vector(mean, d.C, op, "mean", false);
-  require_channel_vector(invstd, d.C, op, "invstd", false);
-  require_channel_vector(weight, d.C, op, "weight", true);
+  const NCS d = check_backward(dy_in, x_in, mean, invstd, weight, relu_out_in, op);
   const Tensor x = x_in.contiguous();
   // CUDA: the ReLU's mask as its own kernel
   const Tensor dy = cuda && relu_out_in.defined() ? relu_backward(relu_out_in, dy_in) : dy_in.contiguous();
@@ -170,12 +180,7 @@ namespace {
 NCS check_backward_elemt(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& invstd,
                          const Tensor& weight, const Tensor& sum_dy, const Tensor& sum_dy_xmu, const Tensor& relu_out,
                          const char* op) {
-  const NCS d = batch_norm_layout(x, op);
-  require_like_input(dy, x, op);
-  if (relu_out.defined()) require_like_input(relu_out, x, op);
-  require_channel_vector(mean, d.C, op, "mean", false);
-  require_channel_vector(invstd, d.C, op, "invstd", false);
-  require_channel_vector(weight, d.C, op, "weight", true);
+  const NCS d = check_backward(dy, x, mean, invstd, weight, relu_out, op);
   require_channel_vector(sum_dy, d.C, op, "sum_dy", false);
   require_channel_vector(sum_dy_xmu, d.C, op, "sum_dy_xmu", false);
   return d;
