@@ -172,18 +172,24 @@ void signal_groups(const std::vector<Worker>& workers, int sig, bool include_exi
 }
 
 // How this node's part of one round ended.
+enum class EndKind : char {
+  ok = 'o',  // every worker exited 0
+  failed = 'f',  // a worker failed
+  stopped = 's',  // stopped for another node's failure
+  aborted = 'a',  // the launcher got a signal, or lost node 0
+};
 struct NodeEnd {
-  char kind = 'o';  // 'o' every worker exited 0, 'f' a worker failed, 's' stopped for another
-      // node's failure, 'a' aborted (the launcher got a signal, or lost node 0)
+  EndKind kind = EndKind::ok;
   int64_t step = -1;  // the failed worker's step, when it wrote one
   bool by_signal = false;  // the failed worker was killed by a signal (a primary cause)
   bool usage = false;  // it exited with status 2: a bad flag or input, which a restart repeats
   std::string cause;
-  int exit_code = 1;  // for 'a': what the launcher exits with
+  int exit_code = 1;  // for aborted: what the launcher exits with
 
+  // On the store: the kind's letter, the step, "1"/"0" for by_signal (+ "u" for usage), the cause.
   std::string encode() const {
-    return std::string(1, kind) + "\n" + std::to_string(step) + "\n" + (by_signal ? "1" : "0") + (usage ? "u" : "") +
-           "\n" + cause;
+    return std::string(1, static_cast<char>(kind)) + "\n" + std::to_string(step) + "\n" + (by_signal ? "1" : "0") +
+           (usage ? "u" : "") + "\n" + cause;
   }
   static NodeEnd decode(const std::string& s) {
     NodeEnd e;
@@ -193,7 +199,7 @@ struct NodeEnd {
     std::getline(in, step);
     std::getline(in, sig);
     std::getline(in, e.cause, '\0');
-    e.kind = kind.empty() ? 'f' : kind[0];
+    e.kind = kind.empty() ? EndKind::failed : static_cast<EndKind>(kind[0]);
     e.step = step.empty() ? -1 : std::stoll(step);
     e.by_signal = !sig.empty() && sig[0] == '1';
     e.usage = sig.find('u') != std::string::npos;
@@ -202,11 +208,20 @@ struct NodeEnd {
 };
 
 // What happens after a round: done, a restart, or the end of the run.
+enum class VerdictKind : char {
+  done = 'd',
+  restart = 'r',
+  give_up = 'g',
+  give_up_usage = 'u',  // give up on a bad flag or input (the launcher exits 2)
+};
 struct Verdict {
-  char kind = 'd';  // 'd' done, 'r' restart, 'g' give up, 'u' give up on a bad flag or input (exit 2)
+  VerdictKind kind = VerdictKind::done;
   std::string message;
   int64_t step = -1;
-  std::string encode() const { return std::string(1, kind) + "\n" + std::to_string(step) + "\n" + message; }
+  // On the store: the kind's letter, the step, the message.
+  std::string encode() const {
+    return std::string(1, static_cast<char>(kind)) + "\n" + std::to_string(step) + "\n" + message;
+  }
   static Verdict decode(const std::string& s) {
     Verdict v;
     std::istringstream in(s);
@@ -214,7 +229,7 @@ struct Verdict {
     std::getline(in, kind);
     std::getline(in, step);
     std::getline(in, v.message, '\0');
-    v.kind = kind.empty() ? 'g' : kind[0];
+    v.kind = kind.empty() ? VerdictKind::give_up : static_cast<VerdictKind>(kind[0]);
     v.step = step.empty() ? -1 : std::stoll(step);
     return v;
   }
@@ -225,13 +240,13 @@ struct Verdict {
 Verdict decide(const std::vector<NodeEnd>& ends, int restarts_done, int max_restarts, int64_t last_failure_step) {
   const NodeEnd* primary = nullptr;
   for (const auto& e : ends) {
-    if (e.kind == 'a') return {'g', e.cause, e.step};
-    if (e.kind == 'f' && (primary == nullptr || (e.by_signal && !primary->by_signal))) primary = &e;
+    if (e.kind == EndKind::aborted) return {VerdictKind::give_up, e.cause, e.step};
+    if (e.kind == EndKind::failed && (primary == nullptr || (e.by_signal && !primary->by_signal))) primary = &e;
   }
-  if (primary == nullptr) return {'d', "", -1};
+  if (primary == nullptr) return {VerdictKind::done, "", -1};
   const std::string cause = primary->cause;
   if (primary->usage)  // passed on as the launcher's own exit status 2
-    return {'u',
+    return {VerdictKind::give_up_usage,
             "failed: " + cause +
                 (restarts_done < max_restarts
                      ? "; exit status 2 means a bad flag or input, which a restart would repeat: not restarting"
@@ -240,14 +255,14 @@ Verdict decide(const std::vector<NodeEnd>& ends, int restarts_done, int max_rest
   if (restarts_done >= max_restarts) {
     std::string msg = "failed: " + cause;
     if (max_restarts > 0) msg += "; no restarts left (--max-restarts " + std::to_string(max_restarts) + " used up)";
-    return {'g', msg, primary->step};
+    return {VerdictKind::give_up, msg, primary->step};
   }
   if (primary->step >= 0 && primary->step == last_failure_step)
-    return {'g',
+    return {VerdictKind::give_up,
             "failed: " + cause + "; the previous failure was at the same step " + std::to_string(primary->step) +
                 ": a deterministic crash that a restart would repeat, not restarting",
             primary->step};
-  return {'r', cause, primary->step};
+  return {VerdictKind::restart, cause, primary->step};
 }
 
 // The launchers of a multi-node run, meeting in a TCPStore hosted by node 0's launcher on
@@ -329,7 +344,8 @@ class Peers {
         tick();
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
       }
-      ends.push_back(lost_ ? NodeEnd{.kind = 'a', .cause = "failed: " + *lost_} : NodeEnd::decode(store_->get(k)));
+      ends.push_back(lost_ ? NodeEnd{.kind = EndKind::aborted, .cause = "failed: " + *lost_}
+                           : NodeEnd::decode(store_->get(k)));
     }
     const Verdict v = decide(ends, restarts_done, c_.max_restarts, last_failure_step);
     store_->set(key(round, "verdict"), v.encode());
@@ -441,7 +457,7 @@ NodeEnd run_round(const LaunchConfig& c, int round, uint16_t port, const std::st
         signal_groups(workers, SIGCONT, false);
         stopping = true;
         kill_at = Clock::now() + c.kill_grace;
-        end = {.kind = 'a',
+        end = {.kind = EndKind::aborted,
                .cause = std::string("node ") + std::to_string(c.node_rank) + "'s launcher received " + signal_name(sig),
                .exit_code = 128 + sig};
       } else if (sig == SIGINT && !killed) {  // a second Ctrl-C: no more patience
@@ -464,7 +480,7 @@ NodeEnd run_round(const LaunchConfig& c, int round, uint16_t port, const std::st
       // The first failure, or one killed by a signal soon after a first plain exit: a worker
       // killed with -9 takes the others down with it, and they may be reaped first.
       const bool by_signal = WIFSIGNALED(w.status) && WTERMSIG(w.status) != SIGTERM;
-      const bool primary = !stopping || (end.kind == 'f' && !end.by_signal && by_signal &&
+      const bool primary = !stopping || (end.kind == EndKind::failed && !end.by_signal && by_signal &&
                                          Clock::now() - stop_at < std::chrono::milliseconds(500));
       if (!primary) continue;
       const int64_t step = dist::read_step(step_dir, w.rank);
@@ -492,7 +508,7 @@ NodeEnd run_round(const LaunchConfig& c, int round, uint16_t port, const std::st
         say("rank " + std::to_string(w.rank) + " " + minidl::dist::describe_exit(w.status) +
             ": that is the cause of the failure");
       }
-      end = {.kind = 'f',
+      end = {.kind = EndKind::failed,
              .step = step,
              .by_signal = by_signal,
              .usage = WIFEXITED(w.status) && WEXITSTATUS(w.status) == 2,
@@ -504,7 +520,7 @@ NodeEnd run_round(const LaunchConfig& c, int round, uint16_t port, const std::st
         if (peers->stop_requested(round)) {
           say("another node failed; stopping this node's workers");
           stop();
-          end.kind = 's';
+          end.kind = EndKind::stopped;
         }
       } catch (const std::exception& e) {
         store_error = e.what();
@@ -513,7 +529,7 @@ NodeEnd run_round(const LaunchConfig& c, int round, uint16_t port, const std::st
         say("lost the launchers' store on node 0 (" + c.master_addr + ":" + std::to_string(c.master_port) +
             "): " + *store_error + "; stopping this node's workers");
         if (!stopping) stop();
-        end = {.kind = 'a', .cause = "failed: lost the launchers' store on node 0: " + *store_error};
+        end = {.kind = EndKind::aborted, .cause = "failed: lost the launchers' store on node 0: " + *store_error};
       }
     }
 
@@ -562,16 +578,16 @@ int run_workers(const LaunchConfig& c) {
     const NodeEnd end = run_round(c, round, port, step_dir.path(), peers.get());
     const Verdict v = peers ? peers->settle(round, end, round, last_failure_step)
                             : decide({end}, round, c.max_restarts, last_failure_step);
-    if (v.kind == 'r') {
+    if (v.kind == VerdictKind::restart) {
       say("restart " + std::to_string(round + 1) + "/" + std::to_string(c.max_restarts) + " (cause: " + v.message +
           "): starting a new group of " + std::to_string(c.nproc_per_node * c.nnodes) + " worker(s)");
       last_failure_step = v.step;
       continue;
     }
     if (peers) peers->finish();
-    if (v.kind == 'd') return 0;
+    if (v.kind == VerdictKind::done) return 0;
     say(v.message);
-    return end.kind == 'a' ? end.exit_code : v.kind == 'u' ? 2 : 1;
+    return end.kind == EndKind::aborted ? end.exit_code : v.kind == VerdictKind::give_up_usage ? 2 : 1;
   }
 }
 
