@@ -83,8 +83,7 @@ BatchNormStats batch_stats_updating_running(const Variable& x, Tensor& running_m
     // biased var = 1/invstd^2 - eps; running stats use the unbiased one
     Tensor var_b = sub(div(ones_like(s.invstd), mul(s.invstd, s.invstd)), full_like(s.invstd, eps));
     Tensor var_u = mul(var_b, static_cast<double>(count) / static_cast<double>(count - 1));
-    lerp_(running_mean, s.mean.to(running_mean.dtype()), momentum);
-    lerp_(running_var, var_u.to(running_var.dtype()), momentum);
+    batch_norm_update_running_stats_(running_mean, running_var, s.mean, var_u, momentum);
   }
   return s;
 }

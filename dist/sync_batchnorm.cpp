@@ -57,10 +57,8 @@ class SyncBatchNormFunction : public autograd::Function {
     mean_ = g.mean.to(x_.dtype());
     invstd_ = g.invstd.to(x_.dtype());
     total_ = g.count;
-    if (running_mean_.defined()) {
-      lerp_(running_mean_, g.mean.to(running_mean_.dtype()), momentum_);
-      lerp_(running_var_, g.unbiased_var.to(running_var_.dtype()), momentum_);
-    }
+    if (running_mean_.defined())
+      batch_norm_update_running_stats_(running_mean_, running_var_, g.mean, g.unbiased_var, momentum_);
     if (count == 0) return empty_like(x_);
     return batch_norm_elemt(x_, mean_, invstd_, weight_, bias);
   }
@@ -109,10 +107,7 @@ namespace {
 Variable sync_forward(nn::BatchNormBase& bn, ProcessGroup* group_or_default, const Variable& x) {
   ProcessGroup* group = group_or_default ? group_or_default : (is_initialized() ? &default_group() : nullptr);
   if (!bn.is_training() || group == nullptr || group->size() == 1) return bn.local_forward(x);
-  if (x.dim() < 2) throw std::invalid_argument("SyncBatchNorm: expected input (N, C, *), got " + x.data().desc());
-  if (x.size(1) != bn.options.num_features)
-    throw std::invalid_argument("SyncBatchNorm: expected " + std::to_string(bn.options.num_features) +
-                                " channels in dim 1, got input " + x.data().desc());
+  bn.check_input(x);
   const double momentum = bn.next_momentum();
   auto fn = std::make_shared<SyncBatchNormFunction>(*group, bn.running_mean, bn.running_var, momentum, bn.options.eps);
   return autograd::Function::apply(fn, {x, bn.weight, bn.bias});
@@ -121,10 +116,7 @@ Variable sync_forward(nn::BatchNormBase& bn, ProcessGroup* group_or_default, con
 
 Variable SyncBatchNorm::forward(const Variable& x) {
   if (deterministic_ && training_) {  // ghost batch norm over this micro-shard
-    check_input_dim(x);
-    if (x.size(1) != options.num_features)
-      throw std::invalid_argument("SyncBatchNorm: expected " + std::to_string(options.num_features) +
-                                  " channels in dim 1, got input " + x.data().desc());
+    check_input(x);
     if (!running_mean.defined()) return batch_norm(x, Tensor(), Tensor(), weight, bias, true, 0.0, options.eps);
     // Running statistics that start at 0 and move with momentum 1 become exactly the shard's
     // mean and unbiased variance, as the batch-norm kernel computes them.
@@ -141,9 +133,7 @@ Tensor SyncBatchNorm::take_shard_statistics() { return std::exchange(shard_stats
 void SyncBatchNorm::update_running_stats(const Tensor& mean, const Tensor& var) {
   if (!running_mean.defined()) return;
   NoGradGuard no_grad;
-  const double momentum = next_momentum();
-  lerp_(running_mean, mean, momentum);
-  lerp_(running_var, var, momentum);
+  batch_norm_update_running_stats_(running_mean, running_var, mean, var, next_momentum());
 }
 
 int convert_sync_batchnorm(nn::Module& module, ProcessGroup* group) {

@@ -32,7 +32,7 @@ void BatchNormBase::reset_running_stats() {
 
 std::string BatchNormBase::extra_repr() const {
   char buf[160];
-  std::string m = options.momentum ? std::to_string(*options.momentum) : "None";
+  std::string m = "None";
   if (options.momentum) {
     std::snprintf(buf, sizeof buf, "%g", *options.momentum);
     m = buf;
@@ -52,7 +52,7 @@ double BatchNormBase::next_momentum() {
     }
     const double n = num_batches_tracked.item() + 1.0;  // momentum None: 1/n, one small round trip
     num_batches_tracked.fill_(n);
-    return options.momentum ? *options.momentum : 1.0 / n;
+    return 1.0 / n;
   }
   int64_t* n = num_batches_tracked.data<int64_t>();
   *n += 1;

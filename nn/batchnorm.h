@@ -50,6 +50,8 @@ class BatchNormBase : public Module {
   double next_momentum();
   // Whether forward normalises with batch statistics (training, or no running stats to use).
   bool uses_batch_stats() const { return training_ || !running_mean.defined(); }
+  // The dims (check_input_dim) and the channel count; an error names the layer and the input.
+  void check_input(const Variable& x) const;
 
   BatchNormOptions options;
   Variable weight, bias;  // (C) when affine
@@ -58,7 +60,6 @@ class BatchNormBase : public Module {
 
  protected:
   virtual void check_input_dim(const Variable& x) const = 0;
-  void check_input(const Variable& x) const;  // the dims and the channel count
   // the name to print: the override's when installed, else `own`
   std::string name_or_override(const char* own) const { return override_ ? override_name_ : own; }
 

@@ -62,6 +62,11 @@ struct BatchNormStats {
   Tensor invstd;  // (C) 1 / sqrt(biased_var + eps)
 };
 BatchNormStats batch_norm_stats(const Tensor& x, double eps);
+// The running statistics move towards a batch's: running = running + momentum * (batch - running)
+// for the mean and the unbiased variance (converted to the running tensors' dtype). The one
+// update every BatchNorm flavour (local, synchronised, ghost) uses.
+void batch_norm_update_running_stats_(Tensor& running_mean, Tensor& running_var, const Tensor& mean,
+                                      const Tensor& unbiased_var, double momentum);
 // y = (x - mean) * invstd * weight + bias ; weight / bias may be undefined (affine=false).
 // relu: y = relu(that), in the same pass on the CPU. The backward pieces take that y as relu_out
 // (undefined: no ReLU) and mask dy with it, as relu_backward does.

@@ -248,6 +248,12 @@ Tensor batch_norm_backward_elemt(const Tensor& dy_in, const Tensor& x_in, const 
   return dx;
 }
 
+void batch_norm_update_running_stats_(Tensor& running_mean, Tensor& running_var, const Tensor& mean,
+                                      const Tensor& unbiased_var, double momentum) {
+  lerp_(running_mean, mean.to(running_mean.dtype()), momentum);
+  lerp_(running_var, unbiased_var.to(running_var.dtype()), momentum);
+}
+
 BatchNormGatheredStats batch_norm_gather_stats_with_counts(const Tensor& rows_in, double eps) {
   constexpr const char* op = "batch_norm_gather_stats_with_counts";
   const bool cuda = cuda_dispatch::on_cuda({&rows_in}, op);
@@ -340,10 +346,9 @@ BatchNormReluPoolGrads batch_norm_relu_max_pool2d_backward(const Tensor& dout_in
       sd[c] = static_cast<T>(sum_dy[c]);
       sdx[c] = static_cast<T>(sum_dy_xmu[c]);
     }
-    kernels::cpu::batch_norm_relu_max_pool2d_backward_elemt(dout.data<T>(), out.data<T>(), arg.data<uint8_t>(),
-                                                            x.data<T>(), N, C, H, W, m.data(), is.data(),
-                                                            ptr_or_null(w), sd.data(), sdx.data(), N * H * W,
-                                                            g.dx.data<T>());
+    kernels::cpu::batch_norm_relu_max_pool2d_backward_elemt(
+        dout.data<T>(), out.data<T>(), arg.data<uint8_t>(), x.data<T>(), N, C, H, W, m.data(), is.data(),
+        ptr_or_null(w), sd.data(), sdx.data(), N * H * W, g.dx.data<T>());
   });
   if (weight.defined()) {
     std::vector<double> gw(static_cast<size_t>(C));
