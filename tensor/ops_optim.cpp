@@ -39,12 +39,7 @@ void sgd_step_(const Tensor& param, const Tensor& grad_in, const Tensor& buffer,
     throw std::invalid_argument(std::string(op) + ": a momentum buffer is needed exactly when momentum != 0");
   check_state(param, buffer, op, "momentum_buffer");
   const Tensor grad = grad_in.contiguous();
-  const kernels::SgdStep step{.lr = o.lr,
-                              .momentum = o.momentum,
-                              .dampening = o.dampening,
-                              .weight_decay = o.weight_decay,
-                              .nesterov = o.nesterov,
-                              .first_step = o.first_step};
+  const kernels::SgdStep& step = o;
   if (cuda_dispatch::on_cuda({&param, &grad, &buffer}, op)) {  // the same SgdStep, one thread per element
     cuda_dispatch::use_device(param);
     kernels::cuda::sgd_step(cuda_dispatch::elem(param.dtype()), param.raw_data(), grad.raw_data(),

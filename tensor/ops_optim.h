@@ -5,19 +5,15 @@
 // optim/ calls these and sees tensors only. Tested through the optimizers' PyTorch golden tests
 // (tests/optim/); the CUDA kernels against the CPU ones by tests/kernels/test_cuda_optim.cpp.
 #pragma once
+#include "minidl/kernels/optim_functors.h"
 #include "minidl/tensor/tensor.h"
 
 namespace minidl {
 
-// torch.optim.SGD's hyper-parameters for one update (optim/sgd.h gives the formula).
-struct SgdStepOptions {
-  double lr = 0.0;
-  double momentum = 0.0;
-  double dampening = 0.0;
-  double weight_decay = 0.0;
-  bool nesterov = false;
-  bool first_step = false;  // momentum_buffer is uninitialised: this update sets it
-};
+// torch.optim.SGD's hyper-parameters for one update: the per-element functor itself
+// (kernels/optim_functors.h gives the formula; first_step: momentum_buffer is uninitialised and
+// this update sets it).
+using SgdStepOptions = kernels::SgdStep;
 // param, grad, momentum_buffer: one floating dtype, one device, param's shape; param and the
 // buffer contiguous (updated in place). momentum_buffer is undefined when momentum == 0.
 void sgd_step_(const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer, const SgdStepOptions& o);
