@@ -87,11 +87,35 @@ template <class Perf> int pick(ConvDirection d, const Perf* perfs, int n, bool t
   return pick_algorithm(d, c, n, kMaxWorkspace, tf32);
 }
 
-void warn_fallback(const char* direction, const char* algo, const ConvGeometry& g) {
-  std::fprintf(stderr,
-               "minidl: warning: conv2d: cuDNN offers no deterministic %s algorithm for %s; using the slower "
-               "deterministic %s\n",
-               direction, shape_of(g).c_str(), algo);
+// One direction of a plan: cuDNN's ranking of its algorithms (rank), the first that qualifies
+// (pick; when none does, `fallback`, slower and deterministic, with a warning), that algorithm's
+// math type on the direction's descriptor `conv`, then the workspace size cuDNN reports for
+// exactly that algorithm and math type (workspace_size, into ws). cuDNN's v7 functions of the
+// three directions take the same arguments, (handle, a, b, conv, c, ...), of different types:
+// forward (x, w, y), backward-data (w, dy, dx), backward-filter (x, dy, dw).
+template <int kCount, class Perf, class A, class B, class C, class Algo>
+Algo choose_algorithm(ConvDirection dir, const char* direction, Algo fallback, const char* fallback_name,
+                      cudnnStatus_t (*rank)(cudnnHandle_t, A, B, cudnnConvolutionDescriptor_t, C, int, int*, Perf*),
+                      cudnnStatus_t (*workspace_size)(cudnnHandle_t, A, B, cudnnConvolutionDescriptor_t, C, Algo,
+                                                      size_t*),
+                      cudnnHandle_t h, A a, B b, cudnnConvolutionDescriptor_t conv, C c, const ConvGeometry& g,
+                      bool tf32, size_t& ws) {
+  Perf perf[kCount];
+  int found = 0;
+  check_cudnn(rank(h, a, b, conv, c, kCount, &found, perf),
+              (std::string("cuDNN's ") + direction + " algorithm ranking").c_str());
+  const int i = pick(dir, perf, found, tf32);
+  if (i < 0)
+    std::fprintf(stderr,
+                 "minidl: warning: conv2d: cuDNN offers no deterministic %s algorithm for %s; using the slower "
+                 "deterministic %s\n",
+                 direction, shape_of(g).c_str(), fallback_name);
+  const Algo algo = i >= 0 ? perf[i].algo : fallback;
+  check_cudnn(cudnnSetConvolutionMathType(conv, i >= 0 ? perf[i].mathType : CUDNN_FMA_MATH),
+              (std::string("cudnnSetConvolutionMathType (") + direction + ")").c_str());
+  check_cudnn(workspace_size(h, a, b, conv, c, algo, &ws),
+              ("conv2d " + std::string(direction) + " workspace (" + shape_of(g) + ")").c_str());
+  return algo;
 }
 
 ConvPlan& plan_for(ElemType t, const ConvGeometry& g) {
@@ -125,50 +149,18 @@ ConvPlan& plan_for(ElemType t, const ConvGeometry& g) {
   check_cudnn(cudnnSetTensor4dDescriptor(p.y, CUDNN_TENSOR_NCHW, dt, n, c, h, w), "conv2d output descriptor");
   check_cudnn(cudnnSetTensor4dDescriptor(p.b, CUDNN_TENSOR_NCHW, dt, 1, int(g.O), 1, 1), "conv2d bias descriptor");
   cudnnHandle_t hd = cudnn_handle();
-  int found = 0;
-  // For each direction: cuDNN's ranking, the first qualifying algorithm (else a slower
-  // deterministic one, with a warning), that algorithm's math type on the direction's descriptor,
-  // then the workspace size cuDNN reports for exactly that algorithm and math type.
-  {
-    cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-    check_cudnn(cudnnGetConvolutionForwardAlgorithm_v7(hd, p.x, p.w, p.conv_fwd, p.y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
-                                                       &found, perf),
-                "cudnnGetConvolutionForwardAlgorithm_v7");
-    const int i = pick(ConvDirection::Forward, perf, found, tf32);
-    p.fwd = i >= 0 ? perf[i].algo : CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
-    if (i < 0) warn_fallback("forward", "CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM", g);
-    check_cudnn(cudnnSetConvolutionMathType(p.conv_fwd, i >= 0 ? perf[i].mathType : CUDNN_FMA_MATH),
-                "cudnnSetConvolutionMathType (forward)");
-    check_cudnn(cudnnGetConvolutionForwardWorkspaceSize(hd, p.x, p.w, p.conv_fwd, p.y, p.fwd, &p.ws_fwd),
-                ("conv2d forward workspace (" + shape_of(g) + ")").c_str());
-  }
-  {
-    cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-    check_cudnn(cudnnGetConvolutionBackwardDataAlgorithm_v7(hd, p.w, p.y, p.conv_data, p.x,
-                                                            CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &found, perf),
-                "cudnnGetConvolutionBackwardDataAlgorithm_v7");
-    const int i = pick(ConvDirection::BackwardData, perf, found, tf32);
-    p.bwd_data = i >= 0 ? perf[i].algo : CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
-    if (i < 0) warn_fallback("backward-data", "CUDNN_CONVOLUTION_BWD_DATA_ALGO_1", g);
-    check_cudnn(cudnnSetConvolutionMathType(p.conv_data, i >= 0 ? perf[i].mathType : CUDNN_FMA_MATH),
-                "cudnnSetConvolutionMathType (backward data)");
-    check_cudnn(cudnnGetConvolutionBackwardDataWorkspaceSize(hd, p.w, p.y, p.conv_data, p.x, p.bwd_data, &p.ws_data),
-                ("conv2d backward-data workspace (" + shape_of(g) + ")").c_str());
-  }
-  {
-    cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-    check_cudnn(cudnnGetConvolutionBackwardFilterAlgorithm_v7(hd, p.x, p.y, p.conv_filter, p.w,
-                                                              CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &found, perf),
-                "cudnnGetConvolutionBackwardFilterAlgorithm_v7");
-    const int i = pick(ConvDirection::BackwardFilter, perf, found, tf32);
-    p.bwd_filter = i >= 0 ? perf[i].algo : CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1;
-    if (i < 0) warn_fallback("backward-filter", "CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1", g);
-    check_cudnn(cudnnSetConvolutionMathType(p.conv_filter, i >= 0 ? perf[i].mathType : CUDNN_FMA_MATH),
-                "cudnnSetConvolutionMathType (backward filter)");
-    check_cudnn(
-        cudnnGetConvolutionBackwardFilterWorkspaceSize(hd, p.x, p.y, p.conv_filter, p.w, p.bwd_filter, &p.ws_filter),
-        ("conv2d backward-filter workspace (" + shape_of(g) + ")").c_str());
-  }
+  p.fwd = choose_algorithm<CUDNN_CONVOLUTION_FWD_ALGO_COUNT>(
+      ConvDirection::Forward, "forward", CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM,
+      "CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM", cudnnGetConvolutionForwardAlgorithm_v7,
+      cudnnGetConvolutionForwardWorkspaceSize, hd, p.x, p.w, p.conv_fwd, p.y, g, tf32, p.ws_fwd);
+  p.bwd_data = choose_algorithm<CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT>(
+      ConvDirection::BackwardData, "backward-data", CUDNN_CONVOLUTION_BWD_DATA_ALGO_1,
+      "CUDNN_CONVOLUTION_BWD_DATA_ALGO_1", cudnnGetConvolutionBackwardDataAlgorithm_v7,
+      cudnnGetConvolutionBackwardDataWorkspaceSize, hd, p.w, p.y, p.conv_data, p.x, g, tf32, p.ws_data);
+  p.bwd_filter = choose_algorithm<CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT>(
+      ConvDirection::BackwardFilter, "backward-filter", CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1,
+      "CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1", cudnnGetConvolutionBackwardFilterAlgorithm_v7,
+      cudnnGetConvolutionBackwardFilterWorkspaceSize, hd, p.x, p.y, p.conv_filter, p.w, g, tf32, p.ws_filter);
   return plans.emplace(key, p).first->second;
 }
 
@@ -200,6 +192,18 @@ void check_cudnn_sizes(const ConvGeometry& g, const char* op) {
   check("output", g.N, g.O, g.H_out, g.W_out);
 }
 
+// cuDNN's alpha and beta: pointers to a float for float32 data, to a double for float64.
+const void* scalar_one(ElemType t) {
+  static constexpr float one_f = 1.0f;
+  static constexpr double one_d = 1.0;
+  return t == ElemType::F32 ? static_cast<const void*>(&one_f) : &one_d;
+}
+const void* scalar_zero(ElemType t) {
+  static constexpr float zero_f = 0.0f;
+  static constexpr double zero_d = 0.0;
+  return t == ElemType::F32 ? static_cast<const void*>(&zero_f) : &zero_d;
+}
+
 }  // namespace
 
 void conv2d_forward(ElemType t, const ConvGeometry& g, const void* x, const void* w, const void* b, void* y) {
@@ -208,10 +212,8 @@ void conv2d_forward(ElemType t, const ConvGeometry& g, const void* x, const void
   check_cudnn_sizes(g, "conv2d");
   ConvPlan& p = plan_for(t, g);
   cudnnHandle_t h = cudnn_handle();
-  const double one_d = 1.0, zero_d = 0.0;
-  const float one_f = 1.0f, zero_f = 0.0f;
-  const void* one = t == ElemType::F32 ? static_cast<const void*>(&one_f) : &one_d;
-  const void* zero = t == ElemType::F32 ? static_cast<const void*>(&zero_f) : &zero_d;
+  const void* one = scalar_one(t);
+  const void* zero = scalar_zero(t);
   Workspace ws(p.ws_fwd);
   check_cudnn(cudnnConvolutionForward(h, one, p.x, x, p.w, w, p.conv_fwd, p.fwd, ws.ptr, p.ws_fwd, zero, p.y, y),
               "conv2d (cudnnConvolutionForward)");
@@ -226,10 +228,8 @@ void conv2d_backward(ElemType t, const ConvGeometry& g, const void* x, const voi
   check_cudnn_sizes(g, "conv2d_backward");
   ConvPlan& p = plan_for(t, g);
   cudnnHandle_t h = cudnn_handle();
-  const double one_d = 1.0, zero_d = 0.0;
-  const float one_f = 1.0f, zero_f = 0.0f;
-  const void* one = t == ElemType::F32 ? static_cast<const void*>(&one_f) : &one_d;
-  const void* zero = t == ElemType::F32 ? static_cast<const void*>(&zero_f) : &zero_d;
+  const void* one = scalar_one(t);
+  const void* zero = scalar_zero(t);
   if (dx) {
     Workspace ws(p.ws_data);
     check_cudnn(cudnnConvolutionBackwardData(h, one, p.w, w, p.y, dy, p.conv_data, p.bwd_data, ws.ptr, p.ws_data, zero,
