@@ -17,9 +17,9 @@
 #include <string>
 #include <thread>
 
-#include "minidl/dist/cuda/fingerprint.h"
+#include "minidl/dist/cuda/nccl_group_state.h"
+#include "minidl/dist/cuda/work_nccl.h"
 #include "minidl/dist/distributed.h"
-#include "minidl/dist/work_watchdog.h"
 #include "minidl/kernels/cuda_api.h"
 #include "minidl/tensor/creation.h"
 
@@ -31,31 +31,14 @@ int minidl_nccl_backend_anchor = 0;
 
 namespace minidl::dist {
 
+using nccl_detail::check_fingerprint;
+using nccl_detail::CompletedWork;
+using nccl_detail::describe;
+using nccl_detail::DeviceScope;
+using nccl_detail::launch;
+using nccl_detail::on_device;
+
 namespace {
-
-void check_cuda(cudaError_t e, const std::string& what) {
-  if (e != cudaSuccess) throw std::runtime_error(what + ": " + cudaGetErrorString(e));
-}
-
-// Makes the group's device current for a scope and restores the caller's afterwards.
-class DeviceScope {
- public:
-  DeviceScope(int device, const std::string& what) {
-    check_cuda(cudaGetDevice(&previous_), what + ": cudaGetDevice");
-    if (previous_ != device) check_cuda(cudaSetDevice(device), what + ": cudaSetDevice");
-    switched_ = previous_ != device;
-  }
-  ~DeviceScope() {
-    if (switched_ && cudaSetDevice(previous_) != cudaSuccess)
-      std::fprintf(stderr, "minidl: ProcessGroupNCCL: cudaSetDevice(%d) failed restoring the device\n", previous_);
-  }
-  DeviceScope(const DeviceScope&) = delete;
-  DeviceScope& operator=(const DeviceScope&) = delete;
-
- private:
-  int previous_ = 0;
-  bool switched_ = false;
-};
 
 ncclDataType_t nccl_type(DType t, const char* op) {
   switch (t) {
@@ -93,256 +76,6 @@ ncclRedOp_t nccl_op(ReduceOp op, DType t, const char* name) {
 
 }  // namespace
 
-struct ProcessGroupNCCL::Impl {
-  int rank = 0, size = 1, device = 0;
-  ProcessGroupOptions options;
-  ncclComm_t comm = nullptr;
-  cudaStream_t compute = nullptr, comm_stream = nullptr;
-  std::mutex mu;
-  int64_t seq = 0;
-  bool debug = false;  // MINIDL_DIST_DEBUG: compare each collective's fingerprint across ranks first
-  bool broken = false;
-  std::string broken_reason;
-  // Watches every collective's completion event and the communicator's asynchronous error; on a
-  // timeout or an error it aborts the communicator and breaks the group. Last: stopped and joined
-  // first when the Impl goes, before the members its probes read.
-  std::unique_ptr<WorkWatchdog> watchdog;
-
-  // Polls until the communicator's pending operation (init or enqueue) has finished.
-  void wait_comm_ready(const std::string& what) {
-    const auto deadline = std::chrono::steady_clock::now() + options.timeout;
-    for (;;) {
-      ncclResult_t async = ncclSuccess;
-      ncclCommGetAsyncError(comm, &async);
-      if (async == ncclSuccess) return;
-      if (async != ncclInProgress) fail(what + ": NCCL error: " + ncclGetErrorString(async));
-      if (std::chrono::steady_clock::now() > deadline)
-        fail(what + " timed out after " + std::to_string(options.timeout.count()) + " ms: a rank did not arrive");
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
-    }
-  }
-
-  // With mu held: aborts the communicator and marks the group broken (the first reason stays).
-  void abort(const std::string& msg) {
-    if (comm && !broken) {
-      ncclCommAbort(comm);  // frees the communicator and unblocks any kernel still waiting for a peer
-      comm = nullptr;
-    }
-    if (!broken) broken_reason = msg;
-    broken = true;
-  }
-
-  [[noreturn]] void fail(const std::string& msg) {
-    abort(msg);
-    throw std::runtime_error(msg);
-  }
-
-  // The watchdog thread's look at the communicator: "" while it is healthy.
-  std::string async_error() {
-    std::lock_guard<std::mutex> lock(mu);
-    if (!comm || broken) return "";
-    ncclResult_t async = ncclSuccess;
-    ncclCommGetAsyncError(comm, &async);
-    if (async == ncclSuccess || async == ncclInProgress) return "";
-    return std::string("NCCL error on rank ") + std::to_string(rank) + ": " + ncclGetErrorString(async);
-  }
-
-  void start_watchdog() {
-    watchdog = std::make_unique<WorkWatchdog>(WorkWatchdog::Options{
-        .interval = std::chrono::milliseconds(2),
-        // the thread's CUDA calls must use this group's device, not open a context on device 0
-        .on_start = [d = device] { check_cuda(cudaSetDevice(d), "ProcessGroupNCCL watchdog: cudaSetDevice"); },
-        .async_error = [this] { return async_error(); },
-        .on_failure =
-            [this](const std::string& reason) {
-              std::lock_guard<std::mutex> lock(mu);
-              abort(reason + " (timeout " + std::to_string(options.timeout.count()) +
-                    " ms; the watchdog aborted the communicator)");
-            }});
-  }
-
-  void check_usable(const std::string& what) {
-    if (broken)
-      throw std::runtime_error(what + ": the NCCL process group is broken after an earlier failure (" + broken_reason +
-                               ")");
-  }
-
-  void check_nccl(ncclResult_t r, const std::string& what) {
-    if (r == ncclInProgress) {
-      wait_comm_ready(what);
-      return;
-    }
-    if (r != ncclSuccess) fail(what + ": " + ncclGetErrorString(r) + " (" + ncclGetLastError(comm) + ")");
-  }
-};
-
-namespace {
-
-// A CUDA event shared by a Work and the watchdog's look at it; destroyed when both are done.
-struct CudaEvent {
-  cudaEvent_t event = nullptr;
-  CudaEvent() { check_cuda(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreate"); }
-  ~CudaEvent() { cudaEventDestroy(event); }
-  CudaEvent(const CudaEvent&) = delete;
-  CudaEvent& operator=(const CudaEvent&) = delete;
-  // true once the collective has run; throws on a CUDA error
-  bool query(const std::string& what) const {
-    const cudaError_t q = cudaEventQuery(event);
-    if (q == cudaErrorNotReady) return false;
-    check_cuda(q, what + ": CUDA error");
-    return true;
-  }
-};
-
-// wait() makes the compute stream wait for the collective's completion event and returns at once
-// (PyTorch's WorkNCCL::wait -> synchronizeStream): no host round trip per gradient bucket. The
-// group's watchdog turns a timeout or an NCCL error into a broken group, which the next wait()
-// or collective reports. A result bound for a CPU tensor (staged) is waited for on the host.
-class WorkNCCL : public Work {
- public:
-  WorkNCCL(std::shared_ptr<ProcessGroupNCCL::Impl> pg, std::string what, std::shared_ptr<const CudaEvent> done,
-           std::vector<Tensor> keep_alive, std::function<void()> finish, bool host_result)
-      : pg_(std::move(pg)),
-        what_(std::move(what)),
-        done_(std::move(done)),
-        keep_(std::move(keep_alive)),
-        finish_(std::move(finish)),
-        host_result_(host_result) {}
-
-  // Dropped unwaited: NCCL may still read or write the tensors on the communication stream, so
-  // their blocks are marked as in use by that stream (record_stream) before they can be freed;
-  // the caching allocator hands them out again only once the stream has got past this point.
-  ~WorkNCCL() override {
-    if (completed_ || keep_.empty()) return;
-    try {
-      if (done_->query(what_)) return;
-      for (const Tensor& t : keep_)
-        if (t.defined() && t.device().is_cuda() && t.storage())
-          kernels::cuda::record_stream(t.storage()->data(), pg_->device, pg_->comm_stream);
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "minidl: ProcessGroupNCCL: %s dropped unwaited: %s\n", what_.c_str(), e.what());
-    }
-  }
-
-  bool is_completed() override {
-    if (completed_) return true;
-    if (!done_->query(what_)) return false;
-    throw_if_broken();  // an aborted collective completes too, without a result
-    return true;
-  }
-
-  void wait() override {
-    if (completed_) return;
-    throw_if_broken();
-    if (host_result_) synchronize();
-    check_cuda(cudaStreamWaitEvent(pg_->compute, done_->event, 0), what_ + ": cudaStreamWaitEvent");
-    completed_ = true;
-    if (finish_) finish_();
-    keep_.clear();
-  }
-
-  // Blocks the host until the collective has run (the watchdog bounds this by the timeout:
-  // it aborts the communicator, which completes the event), then throws if the group broke.
-  void synchronize() {
-    while (!done_->query(what_)) {
-      throw_if_broken();
-      std::this_thread::sleep_for(std::chrono::microseconds(20));
-    }
-    throw_if_broken();
-  }
-
- private:
-  void throw_if_broken() {
-    std::lock_guard<std::mutex> lock(pg_->mu);
-    if (pg_->broken)
-      throw std::runtime_error(what_ + " on rank " + std::to_string(pg_->rank) +
-                               ": the NCCL process group is broken (" + pg_->broken_reason + ")");
-  }
-
-  std::shared_ptr<ProcessGroupNCCL::Impl> pg_;
-  std::string what_;
-  std::shared_ptr<const CudaEvent> done_;
-  std::vector<Tensor> keep_;
-  std::function<void()> finish_;
-  bool host_result_ = false;
-  bool completed_ = false;
-};
-
-// A collective with no elements on any rank: after the argument checks it is complete at once,
-// without a call into NCCL (as PyTorch's ProcessGroupNCCL does for numel 0).
-class CompletedWork : public Work {
- public:
-  void wait() override {}
-  bool is_completed() override { return true; }
-};
-
-// Runs `enqueue` on the communication stream after everything queued on the compute stream, and
-// hands the completion event to the watchdog. host_result: the result lands in a CPU tensor.
-std::shared_ptr<WorkNCCL> launch(const std::shared_ptr<ProcessGroupNCCL::Impl>& pg, const std::string& what,
-                                 std::vector<Tensor> keep, const std::function<void()>& enqueue,
-                                 std::function<void()> finish = {}, bool host_result = false) {
-  std::lock_guard<std::mutex> lock(pg->mu);
-  pg->check_usable(what);
-  const DeviceScope scope(pg->device, what);
-  cudaEvent_t ready;
-  check_cuda(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), what + ": cudaEventCreate");
-  auto done = std::make_shared<const CudaEvent>();
-  check_cuda(cudaEventRecord(ready, pg->compute), what + ": cudaEventRecord");
-  check_cuda(cudaStreamWaitEvent(pg->comm_stream, ready, 0), what + ": cudaStreamWaitEvent");
-  cudaEventDestroy(ready);
-  enqueue();
-  check_cuda(cudaEventRecord(done->event, pg->comm_stream), what + ": cudaEventRecord");
-  const std::string watched = what + " on rank " + std::to_string(pg->rank);
-  pg->watchdog->watch(watched, std::chrono::steady_clock::now() + pg->options.timeout,
-                      [done, watched] { return done->query(watched); });
-  return std::make_shared<WorkNCCL>(pg, what, std::move(done), std::move(keep), std::move(finish), host_result);
-}
-
-std::string describe(const char* op, int64_t seq, const Tensor& t) {
-  return std::string(op) + " #" + std::to_string(seq) + " (" + t.desc() + ")";
-}
-
-// Debug mode: every rank's fingerprint of collective #f.seq, gathered with one small blocking
-// ncclAllGather before the collective is enqueued; a mismatch breaks the group with a message
-// naming both calls (dist/process_group.h; the encoding: dist/cuda/fingerprint.h).
-void check_fingerprint(const std::shared_ptr<ProcessGroupNCCL::Impl>& pg, int64_t seq, const CollectiveDesc& desc) {
-  if (!pg->debug) return;
-  constexpr int64_t kBytes = static_cast<int64_t>(nccl_debug::kFingerprintBytes);
-  const nccl_debug::Encoded mine = nccl_debug::encode(desc.fingerprint(seq));
-  Tensor host(Shape{kBytes}, DType::UInt8);
-  std::memcpy(host.raw_data(), mine.data(), mine.size());
-  Tensor send = host.to(Device::cuda(pg->device));
-  Tensor all(Shape{static_cast<int64_t>(pg->size), kBytes}, DType::UInt8, Device::cuda(pg->device));
-  const std::string what =
-      "MINIDL_DIST_DEBUG fingerprint of collective #" + std::to_string(seq) + " (" + desc.human() + ")";
-  launch(pg, what, {send, all}, [&] {
-    pg->check_nccl(ncclAllGather(send.raw_data(), all.raw_data(), static_cast<size_t>(kBytes), ncclUint8, pg->comm,
-                                 pg->comm_stream),
-                   what);
-  })->synchronize();  // read on the host below
-  const Tensor got = all.cpu();
-  std::vector<nccl_debug::Encoded> per_rank(static_cast<size_t>(pg->size));
-  for (int r = 0; r < pg->size; ++r)
-    std::memcpy(per_rank[static_cast<size_t>(r)].data(), static_cast<const char*>(got.raw_data()) + r * kBytes,
-                static_cast<size_t>(kBytes));
-  const std::string msg = fingerprint_mismatch(seq, nccl_debug::decode_all(per_rank));
-  if (!msg.empty()) {
-    std::lock_guard<std::mutex> lock(pg->mu);
-    pg->fail(msg);
-  }
-}
-
-// The tensor NCCL works on: t itself when it is contiguous on the group's device, else a device copy.
-Tensor on_device(const Tensor& t, int device, const char* op) {
-  if (!t.defined()) throw std::invalid_argument(std::string(op) + ": undefined tensor");
-  if (t.device().is_cuda() && t.device().index != device)
-    throw std::invalid_argument(std::string(op) + ": tensor on " + t.device().str() +
-                                " but the NCCL group uses cuda:" + std::to_string(device));
-  return t.to(Device::cuda(device)).contiguous();
-}
-
-}  // namespace
-
 namespace {
 
 // The groups alive in this process, for abort_groups_at_exit. Never destroyed on purpose: a group
@@ -367,7 +100,7 @@ void abort_groups_at_exit() {
   std::lock_guard<std::mutex> lock(live.mu);
   for (ProcessGroupNCCL::Impl* im : live.groups) {
     im->watchdog.reset();  // joined first (without im->mu, which its failure path takes): no
-                           // event queries once the CUDA runtime starts unloading
+        // event queries once the CUDA runtime starts unloading
     std::lock_guard<std::mutex> group_lock(im->mu);
     if (!im->comm) continue;
     std::fprintf(stderr,
