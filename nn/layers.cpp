@@ -94,7 +94,8 @@ Variable Upsample::forward(const Variable& x) {
   return interpolate(x, {.size = options.size,
                          .scale_factor = options.scale_factor,
                          .mode = options.mode,
-                         .align_corners = options.align_corners});
+                         .align_corners = options.align_corners,
+                         .recompute_scale_factor = options.recompute_scale_factor});
 }
 
 namespace {

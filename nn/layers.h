@@ -60,12 +60,14 @@ class GroupNorm : public Module {
   Variable weight, bias;  // (num_channels), when affine
 };
 
-// Upsample: interpolate with fixed options (size or scale_factor, mode, align_corners).
+// Upsample: interpolate with fixed options (size or scale_factor, mode, align_corners,
+// recompute_scale_factor).
 struct UpsampleOptions {
   std::vector<int64_t> size = {};
   std::vector<double> scale_factor = {};
   InterpolateMode mode = InterpolateMode::Nearest;
   std::optional<bool> align_corners = std::nullopt;
+  bool recompute_scale_factor = false;
 };
 class Upsample : public Module {
  public:

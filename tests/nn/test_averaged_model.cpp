@@ -75,6 +75,20 @@ TEST(AveragedModel, EqualAverageOfBuffersWhenAsked) {
   expect_close(swa.module_as<Tiny>().buf, full({1}, 20.0), 0, 1e-5, "(10 + 20 + 30) / 3");
 }
 
+TEST(AveragedModel, BatchNormBuffersAveragedAndItsCounterCopied) {
+  auto make = [] { return std::make_shared<nn::BatchNorm2d>(nn::BatchNormOptions{.num_features = 2}); };
+  auto bn = make();
+  nn::AveragedModel swa(*bn, make, {.use_buffers = true});
+  for (int k = 1; k <= 3; ++k) {
+    bn->running_mean.fill_(static_cast<double>(k));
+    bn->num_batches_tracked.fill_(static_cast<double>(10 * k));
+    swa.update_parameters(*bn);
+  }
+  auto& avg = swa.module_as<nn::BatchNorm2d>();
+  expect_close(avg.running_mean, full({2}, 2.0), 0, 1e-6, "(1 + 2 + 3) / 3");
+  EXPECT_EQ(avg.num_batches_tracked.item<int64_t>(), 30) << "an integer buffer is copied, not averaged";
+}
+
 TEST(AveragedModel, StateDictNamesAsPyTorch) {
   Tiny model;
   nn::AveragedModel swa(model, make_tiny);
