@@ -146,6 +146,23 @@ AttentionResult attention_with_weights(const Variable& q, const Variable& k, con
 // heads and calling attention_with_weights.
 Variable packed_self_attention(const Variable& qkv, int64_t num_heads, double scale);
 
+// ---- resampling (torch.nn.functional.interpolate) of x (N, C, H, W) ----
+enum class InterpolateMode { Nearest, Bilinear };
+// Exactly one of size and scale_factor, each with one value (both dims) or two (h, w). From a
+// scale factor the output size is floor(in * scale), and the source coordinates use 1 / scale
+// unless recompute_scale_factor (then in / out, as with a size). align_corners: bilinear only
+// (unset = false).
+struct InterpolateOptions {
+  std::vector<int64_t> size = {};
+  std::vector<double> scale_factor = {};
+  InterpolateMode mode = InterpolateMode::Nearest;
+  std::optional<bool> align_corners = std::nullopt;
+  bool recompute_scale_factor = false;
+};
+// Composed per axis from index_select (nearest: out[i] = x[min(floor(i * scale), in - 1)]) and,
+// for bilinear, the weighted sum of the two neighbours, so the gradient needs no kernel of its own.
+Variable interpolate(const Variable& x, const InterpolateOptions& options);
+
 // ---- padding (torch.nn.functional.pad): pads = (left, right) pairs, the last dim first ----
 enum class PadMode { Constant, Reflect, Replicate, Circular };
 Variable pad(const Variable& x, const std::vector<int64_t>& pads, PadMode mode = PadMode::Constant, double value = 0.0);
@@ -169,9 +186,22 @@ Variable batch_norm_relu_max_pool2d(const Variable& x, Tensor running_mean, Tens
                                     const Pool2dParams& p);
 Variable layer_norm(const Variable& x, const Shape& normalized_shape, const Variable& weight, const Variable& bias,
                     double eps);
+// Group norm, as torch.nn.functional.group_norm: x (N, C, *) normalised over each of num_groups
+// groups of C / num_groups channels (with *), then scaled and shifted per channel by weight /
+// bias (C) when defined. Composed from layer_norm and a per-channel affine.
+Variable group_norm(const Variable& x, int64_t num_groups, const Variable& weight, const Variable& bias,
+                    double eps = 1e-5);
+// Transposed convolution, as torch.nn.functional.conv_transpose2d: x (N, C_in, H, W),
+// w (C_in, C_out / groups, kH, kW), b (C_out) or undefined -> (N, C_out, H_out, W_out); the
+// gradient of conv2d with respect to its input (tensor/ops_nn.h).
+Variable conv_transpose2d(const Variable& x, const Variable& w, const Variable& b, const ConvTranspose2dParams& p = {});
 // Inverted dropout; the mask is keyed by `key` (identity when !training or p == 0).
 Variable dropout(const Variable& x, double p, bool training, RandomKey key);
 Variable dropout(const Variable& x, double p, bool training);  // key from the default generator
+// Channel dropout, as torch.nn.functional.dropout2d: x (N, C, H, W); each (n, c) plane is zeroed
+// with probability p, the others scaled by 1 / (1 - p) (one mask of shape (N, C, 1, 1)).
+Variable dropout2d(const Variable& x, double p, bool training, RandomKey key);
+Variable dropout2d(const Variable& x, double p, bool training);  // key from the default generator
 // weight (num, dim) rows gathered by int64 indices of any shape -> (*indices.shape, dim)
 Variable embedding(const Tensor& indices, const Variable& weight);
 

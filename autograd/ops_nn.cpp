@@ -1,7 +1,8 @@
-// autograd/ops_nn.cpp — differentiable neural-network ops: softmax family, convolution,
-// pooling, batch norm (alone, with a ReLU, with a ReLU and a 2x2 max-pool), layer norm, dropout,
-// embedding. Each forward calls the tensor/ops_nn.h kernel and its backward (right below it)
-// calls the matching backward kernel.
+// autograd/ops_nn.cpp — differentiable neural-network ops: softmax family, convolution and
+// transposed convolution, pooling, batch norm (alone, with a ReLU, with a ReLU and a 2x2
+// max-pool), layer norm, group norm, dropout (element-wise and per channel), embedding.
+// Each forward calls the tensor/ops_nn.h kernel and its backward (right below it) calls the
+// matching backward kernel; group norm and dropout2d are composed from other ops.
 #include "minidl/autograd/autocast.h"
 #include "minidl/autograd/ops.h"
 #include "minidl/tensor/creation.h"
@@ -40,6 +41,20 @@ Variable conv2d(const Variable& x_in, const Variable& w_in, const Variable& b_in
         return {g.dx, g.dw, g.db};
       },
       "Conv2dBackward");
+}
+
+// conv_transpose2d: the adjoint of conv2d's input; its gradients are conv2d forward (dx) and
+// conv2d's weight gradient with input and output swapped (dw) (tensor/ops_conv_transpose.cpp)
+Variable conv_transpose2d(const Variable& x, const Variable& w, const Variable& b, const ConvTranspose2dParams& p) {
+  Tensor y = conv_transpose2d_forward(x.data(), w.data(), b.defined() ? b.data() : Tensor(), p);
+  return Variable::make_result(
+      y, {x, w, b},
+      [tx = x.data(), tw = w.data(), has_bias = b.defined(), need_dx = x.requires_grad(),
+       p](const Tensor& dy) -> std::vector<Tensor> {
+        Conv2dGrads g = conv_transpose2d_backward(tx, tw, dy, has_bias, p, need_dx);
+        return {g.dx, g.dw, g.db};
+      },
+      "ConvTranspose2dBackward");
 }
 
 // max_pool2d: the gradient goes to each window's argmax
@@ -166,6 +181,29 @@ Variable layer_norm(const Variable& x, const Shape& normalized_shape, const Vari
       "LayerNormBackward");
 }
 
+// group_norm: layer_norm of x viewed as (N, G, C / G * prod(*)) (its fused kernel and backward),
+// then the per-channel affine by broadcasting ops, whose backward gives dweight and dbias
+Variable group_norm(const Variable& x, int64_t num_groups, const Variable& weight, const Variable& bias, double eps) {
+  if (x.dim() < 2) throw std::invalid_argument("group_norm: expected input (N, C, *), got " + x.data().desc());
+  const int64_t N = x.size(0), C = x.size(1);
+  if (num_groups <= 0 || C % num_groups != 0)
+    throw std::invalid_argument("group_norm: num_groups = " + std::to_string(num_groups) +
+                                " must be positive and divide the number of channels C = " + std::to_string(C) +
+                                " of input " + x.data().desc());
+  for (const auto& [t, name] : {std::pair{&weight, "weight"}, std::pair{&bias, "bias"}})
+    if (t->defined() && (t->dim() != 1 || t->size(0) != C))
+      throw std::invalid_argument(std::string("group_norm: expected ") + name + " of shape [" + std::to_string(C) +
+                                  "] for input " + x.data().desc() + ", got " + t->data().desc());
+  int64_t group_size = C / num_groups;
+  for (int64_t d = 2; d < x.dim(); ++d) group_size *= x.size(d);
+  Variable y = reshape(layer_norm(reshape(x, {N, num_groups, group_size}), {group_size}, {}, {}, eps), x.shape());
+  Shape channel_shape(x.dim(), 1);
+  channel_shape[1] = C;
+  if (weight.defined()) y = mul(y, reshape(weight, channel_shape));
+  if (bias.defined()) y = add(y, reshape(bias, channel_shape));
+  return y;
+}
+
 // dropout: y = x * mask, dx = dy * mask (mask holds 0 or 1/(1-p))
 Variable dropout(const Variable& x, double p, bool training, RandomKey key) {
   if (p < 0 || p >= 1) throw std::invalid_argument("dropout: p must be in [0, 1), got " + std::to_string(p));
@@ -179,6 +217,20 @@ Variable dropout(const Variable& x, double p, bool training, RandomKey key) {
 Variable dropout(const Variable& x, double p, bool training) {
   if (!training || p == 0) return dropout(x, p, training, RandomKey{});
   return dropout(x, p, training, next_random_key());
+}
+
+// dropout2d: one mask value per (n, c) plane, (N, C, 1, 1), broadcast by mul (whose backward is
+// dy * mask)
+Variable dropout2d(const Variable& x, double p, bool training, RandomKey key) {
+  if (p < 0 || p >= 1) throw std::invalid_argument("dropout2d: p must be in [0, 1), got " + std::to_string(p));
+  if (x.dim() != 4) throw std::invalid_argument("dropout2d: expected input (N, C, H, W), got " + x.data().desc());
+  if (!training || p == 0) return x;
+  return mul(x, Variable(dropout_mask({x.size(0), x.size(1), 1, 1}, p, key, x.dtype(), x.device())));
+}
+
+Variable dropout2d(const Variable& x, double p, bool training) {
+  if (!training || p == 0) return dropout2d(x, p, training, RandomKey{});
+  return dropout2d(x, p, training, next_random_key());
 }
 
 // embedding: rows of weight gathered by index; composed from index_select and reshape

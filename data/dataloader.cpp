@@ -71,6 +71,10 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions
   if (options_.prefetch_factor < 1)
     throw std::invalid_argument("DataLoader: prefetch_factor must be >= 1, got " +
                                 std::to_string(options_.prefetch_factor));
+  if (options_.pin_memory && options_.collate_fn)
+    throw std::invalid_argument(
+        "DataLoader: pin_memory works with the default collate only; with a collate_fn, "
+        "make page-locked tensors inside it");
   if (options_.pin_memory && kernels::cuda::device_count() == 0)
     throw std::invalid_argument(
         std::string("DataLoader: pin_memory needs a CUDA device, and ") +
@@ -108,7 +112,8 @@ Batch DataLoader::load_batch(int64_t k) const {
     examples.push_back(std::move(ex));
   }
   // pinned: straight into page-locked memory
-  Batch b = collate(examples, options_.pin_memory, options_.pin_memory_device);
+  Batch b = options_.collate_fn ? options_.collate_fn(examples)
+                                : collate(examples, options_.pin_memory, options_.pin_memory_device);
   b.indices = indices;
   b.index = k;
   return b;

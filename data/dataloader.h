@@ -6,18 +6,20 @@
 //     for (auto& batch : loader) { ... batch.input (B, ...), batch.target (B) ... }
 //   }
 //
-// Batches are collated by stacking: inputs (B, ...) and targets (B) (or (B, ...)). With
-// num_workers > 0, background threads load batches ahead of the consumer: each worker claims the
-// next unclaimed batch index, loads and collates it, and stores it under that index; the
-// consumer takes batch 0, 1, 2, ... in order. At most num_workers * prefetch_factor batches are
-// claimed but not yet consumed. The order — and every bit of every batch — is therefore the same
-// whatever num_workers is (0 loads in the calling thread). An exception thrown while loading a
-// batch is rethrown to the consumer when it reaches that batch. Destroying the loader (or
-// set_epoch, or begin()) mid-epoch stops and joins the workers.
+// Batches are collated by stacking: inputs (B, ...) and targets (B) (or (B, ...)), or by the
+// options' collate_fn. With num_workers > 0, background threads load batches ahead of the
+// consumer: each worker claims the next unclaimed batch index, loads and collates it, and
+// stores it under that index; the consumer takes batch 0, 1, 2, ... in order. At most
+// num_workers * prefetch_factor batches are claimed but not yet consumed. The order — and every
+// bit of every batch — is therefore the same whatever num_workers is (0 loads in the calling
+// thread). An exception thrown while loading a batch is rethrown to the consumer when it reaches
+// that batch. Destroying the loader (or set_epoch, or begin()) mid-epoch stops and joins the
+// workers.
 #pragma once
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <iterator>
 #include <map>
 #include <memory>
@@ -31,6 +33,13 @@
 #include "minidl/data/transforms.h"
 
 namespace minidl::data {
+
+struct Batch {
+  Tensor input;  // (B, ...) stacked example inputs
+  Tensor target;  // (B) or (B, ...) stacked example targets
+  std::vector<int64_t> indices;  // the B dataset indices, in batch order
+  int64_t index = 0;  // position of this batch in the epoch
+};
 
 struct DataLoaderOptions {
   int64_t batch_size = 1;
@@ -51,13 +60,10 @@ struct DataLoaderOptions {
   // and every worker thread makes it current before loading, so a rank never opens a context on
   // another rank's GPU. -1: the constructing thread's current device (options() then holds it).
   int pin_memory_device = -1;
-};
-
-struct Batch {
-  Tensor input;  // (B, ...) stacked example inputs
-  Tensor target;  // (B) or (B, ...) stacked example targets
-  std::vector<int64_t> indices;  // the B dataset indices, in batch order
-  int64_t index = 0;  // position of this batch in the epoch
+  // Makes one Batch from the examples of a batch (in sampler order), on the worker thread, as
+  // PyTorch's collate_fn: e.g. padding variable-length inputs. Empty: collate (stacking). The
+  // loader then sets the Batch's indices and index. Not with pin_memory (pin inside the function).
+  std::function<Batch(const std::vector<Example>&)> collate_fn = nullptr;
 };
 
 // Stacks examples whose inputs (and targets) share one shape and dtype, into page-locked memory

@@ -1,7 +1,8 @@
-// nn/conv.cpp — Conv2d layer (see conv.h).
+// nn/conv.cpp — Conv2d and ConvTranspose2d layers (see conv.h).
 #include "minidl/nn/conv.h"
 
 #include <cmath>
+#include <cstdio>
 
 #include "minidl/nn/init.h"
 
@@ -88,6 +89,61 @@ Variable Conv2d::forward(const Variable& x) {
                        : m == "circular"  ? PadMode::Circular
                                           : PadMode::Constant;
   return conv2d(pad(x, input_padding, mode), weight, bias, params);
+}
+
+ConvTranspose2d::ConvTranspose2d(const ConvTranspose2dOptions& o) : options(o) {
+  if (o.in <= 0 || o.out <= 0 || o.kernel <= 0 || o.stride <= 0 || o.dilation <= 0 || o.padding < 0 ||
+      o.output_padding < 0 || o.output_padding >= o.stride)
+    throw std::invalid_argument("ConvTranspose2d: invalid options (in=" + std::to_string(o.in) +
+                                ", out=" + std::to_string(o.out) + ", kernel=" + std::to_string(o.kernel) +
+                                ", stride=" + std::to_string(o.stride) + ", padding=" + std::to_string(o.padding) +
+                                ", output_padding=" + std::to_string(o.output_padding) +
+                                "; output_padding must be smaller than stride)");
+  if (o.groups <= 0 || o.in % o.groups != 0 || o.out % o.groups != 0)
+    throw std::invalid_argument("ConvTranspose2d: in (" + std::to_string(o.in) + ") and out (" + std::to_string(o.out) +
+                                ") must be divisible by groups (" + std::to_string(o.groups) + ")");
+  params = {.stride_h = o.stride,
+            .stride_w = o.stride,
+            .pad_h = o.padding,
+            .pad_w = o.padding,
+            .output_padding_h = o.output_padding,
+            .output_padding_w = o.output_padding,
+            .dilation_h = o.dilation,
+            .dilation_w = o.dilation,
+            .groups = o.groups};
+  weight = Variable(empty({o.in, o.out / o.groups, o.kernel, o.kernel}), true);
+  register_parameter("weight", weight);
+  if (o.bias) {
+    bias = Variable(empty({o.out}), true);
+    register_parameter("bias", bias);
+  }
+  reset_parameters();
+}
+
+// as Conv2d's: fan_in is dim 1 times the kernel area, here out / groups * kernel^2
+void ConvTranspose2d::reset_parameters() {
+  init::kaiming_uniform_(weight.data(), std::sqrt(5.0));
+  if (bias.defined()) {
+    const auto [fan_in, fan_out] = init::calculate_fan_in_and_fan_out(weight.data());
+    const double bound = 1.0 / std::sqrt(static_cast<double>(fan_in));
+    init::uniform_(bias.data(), -bound, bound);
+  }
+}
+
+std::string ConvTranspose2d::extra_repr() const {
+  auto pair = [](int64_t v) {
+    char buf[48];
+    std::snprintf(buf, sizeof buf, "(%lld, %lld)", static_cast<long long>(v), static_cast<long long>(v));
+    return std::string(buf);
+  };
+  std::string s = std::to_string(options.in) + ", " + std::to_string(options.out) +
+                  ", kernel_size=" + pair(options.kernel) + ", stride=" + pair(options.stride);
+  if (options.padding) s += ", padding=" + pair(options.padding);
+  if (options.output_padding) s += ", output_padding=" + pair(options.output_padding);
+  if (options.dilation != 1) s += ", dilation=" + pair(options.dilation);
+  if (options.groups != 1) s += ", groups=" + std::to_string(options.groups);
+  if (!options.bias) s += ", bias=False";
+  return s;
 }
 
 }  // namespace minidl::nn

@@ -1,4 +1,5 @@
-// nn/conv.h — Conv2d: x (N, in, H, W) -> (N, out, H_out, W_out), im2col + GEMM underneath.
+// nn/conv.h — Conv2d: x (N, in, H, W) -> (N, out, H_out, W_out), im2col + GEMM underneath; and
+// ConvTranspose2d, its adjoint in the input (col2im underneath).
 // PyTorch's default init: kaiming_uniform(a = sqrt(5)) weights, bias ~ U(-1/sqrt(fan_in), ...).
 // Padding as PyTorch's: a number, "same" (output size = input size; stride 1; an odd total goes
 // to the right / bottom) or "valid" (none); padding_mode zeros, reflect, replicate or circular
@@ -45,6 +46,36 @@ class Conv2d : public Module {
   Conv2dParams params;  // the convolution's own (symmetric, zero) padding
   std::vector<int64_t> input_padding;  // (left, right, top, bottom) applied first, or empty
   Variable weight;  // (out, in / groups, kh, kw)
+  Variable bias;  // (out) or undefined
+};
+
+struct ConvTranspose2dOptions {
+  int64_t in = 0;
+  int64_t out = 0;
+  int64_t kernel = 1;  // square kernel
+  int64_t stride = 1;
+  int64_t padding = 0;
+  int64_t output_padding = 0;  // added to one side of the output; smaller than stride
+  int64_t dilation = 1;
+  int64_t groups = 1;
+  bool bias = true;
+};
+
+// ConvTranspose2d: x (N, in, H, W) -> (N, out, H_out, W_out),
+// H_out = (H - 1) stride - 2 padding + dilation (kernel - 1) + output_padding + 1.
+// PyTorch's weight layout (in, out / groups, kernel, kernel) and default init (as Conv2d's, with
+// fan_in = out / groups * kernel^2 from that layout).
+class ConvTranspose2d : public Module {
+ public:
+  explicit ConvTranspose2d(const ConvTranspose2dOptions& o);
+  std::string type_name() const override { return "ConvTranspose2d"; }
+  std::string extra_repr() const override;
+  Variable forward(const Variable& x) override { return conv_transpose2d(x, weight, bias, params); }
+  void reset_parameters();
+
+  ConvTranspose2dOptions options;
+  ConvTranspose2dParams params;
+  Variable weight;  // (in, out / groups, kernel, kernel)
   Variable bias;  // (out) or undefined
 };
 

@@ -38,6 +38,66 @@ std::string Dropout::extra_repr() const {
 }
 Variable Dropout::forward(const Variable& x) { return dropout(x, options.p, training_); }
 
+Dropout2d::Dropout2d(const DropoutOptions& o) : options(o) {
+  if (o.p < 0 || o.p >= 1) throw std::invalid_argument("Dropout2d: p must be in [0, 1), got " + std::to_string(o.p));
+}
+std::string Dropout2d::extra_repr() const {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "p=%g, inplace=False", options.p);
+  return buf;
+}
+
+GroupNorm::GroupNorm(const GroupNormOptions& o) : options(o) {
+  if (o.num_groups <= 0 || o.num_channels <= 0 || o.num_channels % o.num_groups != 0)
+    throw std::invalid_argument("GroupNorm: num_channels (" + std::to_string(o.num_channels) +
+                                ") must be positive and divisible by num_groups (" + std::to_string(o.num_groups) +
+                                ")");
+  if (o.affine) {
+    weight = Variable(ones({o.num_channels}), true);
+    bias = Variable(zeros({o.num_channels}), true);
+    register_parameter("weight", weight);
+    register_parameter("bias", bias);
+  }
+}
+std::string GroupNorm::extra_repr() const {
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "%lld, %lld, eps=%g, affine=%s", static_cast<long long>(options.num_groups),
+                static_cast<long long>(options.num_channels), options.eps, options.affine ? "True" : "False");
+  return buf;
+}
+
+Upsample::Upsample(const UpsampleOptions& o) : options(o) {
+  if (o.size.empty() == o.scale_factor.empty())
+    throw std::invalid_argument("Upsample: give exactly one of size and scale_factor");
+  if (o.mode == InterpolateMode::Nearest && o.align_corners.has_value())
+    throw std::invalid_argument("Upsample: align_corners can only be set with mode bilinear, not nearest");
+}
+std::string Upsample::extra_repr() const {
+  // as Python prints them: scale_factor=2.0, size=(4, 6), mode='nearest'
+  auto list = [](const auto& v, auto str) {
+    std::string out;
+    for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + str(v[i]);
+    return v.size() == 1 ? out : "(" + out + ")";
+  };
+  auto number = [](double f) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", f);
+    std::string s = buf;
+    return s.find_first_of(".e") == std::string::npos ? s + ".0" : s;
+  };
+  std::string s = options.scale_factor.empty()
+                      ? "size=" + list(options.size, [](int64_t n) { return std::to_string(n); })
+                      : "scale_factor=" + list(options.scale_factor, number);
+  return s + ", mode='" + (options.mode == InterpolateMode::Nearest ? "nearest" : "bilinear") + "'";
+}
+Variable Upsample::forward(const Variable& x) {
+  return interpolate(x, {.size = options.size,
+                         .scale_factor = options.scale_factor,
+                         .mode = options.mode,
+                         .align_corners = options.align_corners,
+                         .recompute_scale_factor = options.recompute_scale_factor});
+}
+
 namespace {
 Pool2dParams pool_params(const Pool2dOptions& o, const char* who) {
   const int64_t stride = o.stride > 0 ? o.stride : o.kernel;

@@ -1,5 +1,6 @@
-// nn/layers.h — the small layers: LayerNorm, Dropout, activations (ReLU, GELU, Tanh), pooling
-// (MaxPool2d, AvgPool2d, AdaptiveAvgPool2d), Flatten and Embedding. Each is a thin Module over
+// nn/layers.h — the small layers: LayerNorm, GroupNorm, Dropout, Dropout2d, Upsample,
+// activations (ReLU, GELU, Tanh), pooling (MaxPool2d, AvgPool2d, AdaptiveAvgPool2d), Flatten and
+// Embedding. Each is a thin Module over
 // the functional op of autograd/ops.h.
 #pragma once
 #include "minidl/nn/module.h"
@@ -31,6 +32,50 @@ class Dropout : public Module {
   std::string extra_repr() const override;
   Variable forward(const Variable& x) override;
   DropoutOptions options;
+};
+
+// Dropout2d: zeroes whole (n, c) channels of x (N, C, H, W) with probability p in training.
+class Dropout2d : public Module {
+ public:
+  explicit Dropout2d(const DropoutOptions& o = {});
+  std::string type_name() const override { return "Dropout2d"; }
+  std::string extra_repr() const override;
+  Variable forward(const Variable& x) override { return dropout2d(x, options.p, training_); }
+  DropoutOptions options;
+};
+
+struct GroupNormOptions {
+  int64_t num_groups = 0;
+  int64_t num_channels = 0;  // must be divisible by num_groups
+  double eps = 1e-5;
+  bool affine = true;  // per-channel weight (ones) and bias (zeros)
+};
+class GroupNorm : public Module {
+ public:
+  explicit GroupNorm(const GroupNormOptions& o);
+  std::string type_name() const override { return "GroupNorm"; }
+  std::string extra_repr() const override;
+  Variable forward(const Variable& x) override { return group_norm(x, options.num_groups, weight, bias, options.eps); }
+  GroupNormOptions options;
+  Variable weight, bias;  // (num_channels), when affine
+};
+
+// Upsample: interpolate with fixed options (size or scale_factor, mode, align_corners,
+// recompute_scale_factor).
+struct UpsampleOptions {
+  std::vector<int64_t> size = {};
+  std::vector<double> scale_factor = {};
+  InterpolateMode mode = InterpolateMode::Nearest;
+  std::optional<bool> align_corners = std::nullopt;
+  bool recompute_scale_factor = false;
+};
+class Upsample : public Module {
+ public:
+  explicit Upsample(const UpsampleOptions& o);
+  std::string type_name() const override { return "Upsample"; }
+  std::string extra_repr() const override;
+  Variable forward(const Variable& x) override;
+  UpsampleOptions options;
 };
 
 class ReLU : public Module {

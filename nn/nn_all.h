@@ -1,7 +1,9 @@
-// nn/nn_all.h — the umbrella header of the nn layer: Module, layers, init, reference models.
+// nn/nn_all.h — the umbrella header of the nn layer: Module, layers, init, reference models,
+// AveragedModel.
 #pragma once
 #include "minidl/nn/activation.h"
 #include "minidl/nn/attention.h"
+#include "minidl/nn/averaged_model.h"
 #include "minidl/nn/batchnorm.h"
 #include "minidl/nn/containers.h"
 #include "minidl/nn/conv.h"

@@ -27,6 +27,24 @@ struct Conv2dGrads {
 Conv2dGrads conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, bool has_bias, const Conv2dParams& p,
                             bool need_dx = true);
 
+// Transposed convolution (torch.nn.functional.conv_transpose2d), the adjoint of conv2d in its
+// input: forward is conv2d's input gradient with x as the output gradient, backward is conv2d
+// forward (dx) and conv2d's weight gradient with the roles of x and dy swapped (dw).
+//   x (N, C_in, H, W), w (C_in, C_out/groups, kH, kW), b (C_out) -> y (N, C_out, H_out, W_out)
+//   H_out = (H - 1) stride_h - 2 pad_h + dil_h (kH - 1) + output_padding_h + 1   (same for W)
+// output_padding must be smaller than the stride. The forward is CPU-only (CUDA throws).
+struct ConvTranspose2dParams {
+  int64_t stride_h = 1, stride_w = 1;
+  int64_t pad_h = 0, pad_w = 0;
+  int64_t output_padding_h = 0, output_padding_w = 0;
+  int64_t dilation_h = 1, dilation_w = 1;
+  int64_t groups = 1;
+};
+Tensor conv_transpose2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, const ConvTranspose2dParams& p);
+// dx undefined when !need_dx; db undefined when !has_bias
+Conv2dGrads conv_transpose2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, bool has_bias,
+                                      const ConvTranspose2dParams& p, bool need_dx = true);
+
 struct Pool2dParams {
   int64_t kernel_h, kernel_w;
   int64_t stride_h, stride_w;  // PyTorch: stride defaults to kernel

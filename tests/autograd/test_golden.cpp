@@ -78,6 +78,48 @@ const std::map<std::string, Runner>& runners() {
        {[](const V& v) { return batch_norm(v[0], v[3].data(), v[4].data(), v[1], v[2], false, 0.1, 1e-5); }, 2e-5}},
       {"layer_norm", {[](const V& v) { return layer_norm(v[0], {4}, v[1], v[2], 1e-5); }, 5e-5}},
       {"embedding", {[](const V& v) { return embedding(v[0].data(), v[1]); }}},
+      {"interpolate_nearest_size", {[](const V& v) {
+         return interpolate(v[0], {.size = {5, 7}});
+       }}},
+      {"interpolate_nearest_scale", {[](const V& v) {
+         return interpolate(v[0], {.scale_factor = {1.7, 0.75}});
+       }}},
+      {"interpolate_nearest_x2", {[](const V& v) { return interpolate(v[0], {.scale_factor = {2.0}}); }}},
+      {"interpolate_nearest_down", {[](const V& v) {
+         return interpolate(v[0], {.size = {2, 3}});
+       }}},
+      {"interpolate_bilinear_size", {[](const V& v) {
+         return interpolate(v[0], {.size = {5, 7}, .mode = InterpolateMode::Bilinear, .align_corners = false});
+       }}},
+      {"interpolate_bilinear_ac", {[](const V& v) {
+         return interpolate(v[0], {.size = {5, 7}, .mode = InterpolateMode::Bilinear, .align_corners = true});
+       }}},
+      {"interpolate_bilinear_scale", {[](const V& v) {
+         return interpolate(v[0], {.scale_factor = {1.7, 0.6}, .mode = InterpolateMode::Bilinear});
+       }}},
+      {"interpolate_bilinear_recompute", {[](const V& v) {
+         return interpolate(
+             v[0], {.scale_factor = {1.7, 0.6}, .mode = InterpolateMode::Bilinear, .recompute_scale_factor = true});
+       }}},
+      {"interpolate_bilinear_ac_scale", {[](const V& v) {
+         return interpolate(v[0], {.scale_factor = {2.0}, .mode = InterpolateMode::Bilinear, .align_corners = true});
+       }}},
+      {"interpolate_bilinear_down", {[](const V& v) {
+         return interpolate(v[0], {.size = {2, 3}, .mode = InterpolateMode::Bilinear});
+       }}},
+      {"group_norm", {[](const V& v) { return group_norm(v[0], 2, v[1], v[2], 1e-5); }, 5e-5}},
+      {"group_norm_3d_eps", {[](const V& v) { return group_norm(v[0], 4, v[1], v[2], 1e-3); }, 5e-5}},
+      {"group_norm_no_affine", {[](const V& v) { return group_norm(v[0], 3, {}, {}, 1e-5); }, 5e-5}},
+      {"conv_transpose2d", {[](const V& v) { return conv_transpose2d(v[0], v[1], v[2]); }}},
+      {"conv_transpose2d_s2p1op1", {[](const V& v) {
+         return conv_transpose2d(
+             v[0], v[1], v[2],
+             {.stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1, .output_padding_h = 1, .output_padding_w = 1});
+       }}},
+      {"conv_transpose2d_d2g2", {[](const V& v) {
+         return conv_transpose2d(v[0], v[1], {},
+                                 {.stride_h = 2, .stride_w = 2, .dilation_h = 2, .dilation_w = 2, .groups = 2});
+       }}},
   };
   return r;
 }

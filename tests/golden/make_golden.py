@@ -91,6 +91,28 @@ case("batch_norm_eval", lambda x, w, b, m, v: F.batch_norm(x, m, v, w, b, False,
 case("layer_norm", lambda x, w, b: F.layer_norm(x, (4,), w, b, 1e-5), [r(2, 3, 4), r(4), r(4)])
 case("embedding", lambda i, w: F.embedding(i, w), [torch.tensor([[1, 3, 1], [0, 2, 3]]), r(4, 2)])
 
+# resampling, group norm, transposed convolution (after the others, so that their inputs keep their values)
+up = lambda **kw: (lambda x: F.interpolate(x, **kw))
+case("interpolate_nearest_size", up(size=(5, 7), mode="nearest"), [r(1, 2, 3, 4)])
+case("interpolate_nearest_scale", up(scale_factor=(1.7, 0.75), mode="nearest"), [r(1, 2, 5, 5)])
+case("interpolate_nearest_x2", up(scale_factor=2.0, mode="nearest"), [r(2, 1, 2, 3)])
+case("interpolate_nearest_down", up(size=(2, 3), mode="nearest"), [r(1, 2, 5, 7)])
+case("interpolate_bilinear_size", up(size=(5, 7), mode="bilinear", align_corners=False), [r(2, 2, 3, 4)])
+case("interpolate_bilinear_ac", up(size=(5, 7), mode="bilinear", align_corners=True), [r(2, 2, 3, 4)])
+case("interpolate_bilinear_scale", up(scale_factor=(1.7, 0.6), mode="bilinear"), [r(1, 2, 4, 6)])
+case("interpolate_bilinear_recompute", up(scale_factor=(1.7, 0.6), mode="bilinear", recompute_scale_factor=True),
+     [r(1, 2, 4, 6)])
+case("interpolate_bilinear_ac_scale", up(scale_factor=2.0, mode="bilinear", align_corners=True), [r(1, 1, 3, 2)])
+case("interpolate_bilinear_down", up(size=(2, 3), mode="bilinear"), [r(1, 2, 5, 7)])
+case("group_norm", lambda x, w, b: F.group_norm(x, 2, w, b, 1e-5), [r(2, 6, 3, 3), r(6), r(6)])
+case("group_norm_3d_eps", lambda x, w, b: F.group_norm(x, 4, w, b, 1e-3), [r(3, 4, 5), r(4), r(4)])
+case("group_norm_no_affine", lambda x: F.group_norm(x, 3, None, None, 1e-5), [r(2, 6, 2, 3)])
+case("conv_transpose2d", lambda x, w, b: F.conv_transpose2d(x, w, b), [r(2, 3, 4, 4), r(3, 2, 3, 3), r(2)])
+case("conv_transpose2d_s2p1op1", lambda x, w, b: F.conv_transpose2d(x, w, b, stride=2, padding=1, output_padding=1),
+     [r(1, 2, 3, 4), r(2, 3, 3, 3), r(3)])
+case("conv_transpose2d_d2g2", lambda x, w: F.conv_transpose2d(x, w, None, stride=2, dilation=2, groups=2),
+     [r(1, 4, 3, 3), r(4, 1, 3, 2)])
+
 # ---- write one safetensors file (stdlib only) ----
 tensors, meta = {}, {}
 for name, (inputs, out, dy, grads, params) in CASES.items():
