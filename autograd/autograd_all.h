@@ -3,4 +3,5 @@
 #include "minidl/autograd/autocast.h"
 #include "minidl/autograd/function.h"
 #include "minidl/autograd/ops.h"
+#include "minidl/autograd/profiler.h"
 #include "minidl/autograd/variable.h"

@@ -5,3 +5,4 @@
 #include "minidl/tensor/ops_nn.h"
 #include "minidl/tensor/random.h"
 #include "minidl/tensor/tensor.h"
+#include "minidl/tensor/threads.h"
