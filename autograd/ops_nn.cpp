@@ -149,8 +149,9 @@ Variable batch_norm(const Variable& x, Tensor running_mean, Tensor running_var, 
 Variable batch_norm_relu_max_pool2d(const Variable& x, Tensor running_mean, Tensor running_var, const Variable& weight,
                                     const Variable& bias, bool training, double momentum, double eps,
                                     const Pool2dParams& p) {
+  const auto two = [](int64_t stride) { return stride == 2 || stride == 0; };  // 0: the kernel's 2
   const bool fusable = training && x.defined() && x.dim() == 4 && x.device().is_cpu() && x.size(2) >= 2 &&
-                       x.size(3) >= 2 && p.kernel_h == 2 && p.kernel_w == 2 && p.stride_h == 2 && p.stride_w == 2 &&
+                       x.size(3) >= 2 && p.kernel_h == 2 && p.kernel_w == 2 && two(p.stride_h) && two(p.stride_w) &&
                        p.pad_h == 0 && p.pad_w == 0 && !p.ceil_mode;
   if (!fusable)
     return max_pool2d(batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps, true), p);

@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "minidl/tensor/creation.h"
 #include "minidl/tensor/random.h"
 
 namespace minidl::data {
@@ -27,7 +28,42 @@ RandomSampler::RandomSampler(int64_t n, uint64_t seed) : n_(n), seed_(seed) {
 std::vector<int64_t> RandomSampler::indices() const {
   const Tensor perm = randperm(n_, RandomKey{seed_, static_cast<uint64_t>(epoch_)});
   const int64_t* p = perm.data<int64_t>();
-  return std::vector<int64_t>(p, p + n_);
+  return std::vector<int64_t>(p + start_, p + n_);
+}
+
+void RandomSampler::set_epoch(int64_t epoch) {
+  Sampler::set_epoch(epoch);
+  start_ = 0;
+}
+
+void RandomSampler::set_start_index(int64_t start) {
+  if (start < 0 || start > n_)
+    throw std::invalid_argument("RandomSampler::set_start_index: " + std::to_string(start) + " is outside the " +
+                                std::to_string(n_) + " indices per epoch");
+  start_ = start;
+}
+
+TensorMap RandomSampler::state_dict() const {
+  return {{"epoch", from_vector<int64_t>({epoch_}, {})}, {"start_index", from_vector<int64_t>({start_}, {})}};
+}
+
+void RandomSampler::load_state_dict(const TensorMap& state) {
+  const auto count = [&](const char* key) {
+    const auto it = state.find(key);
+    if (it == state.end())
+      throw std::invalid_argument(std::string("RandomSampler::load_state_dict: missing key '") + key + "'");
+    if (it->second.dtype() != DType::Int64 || it->second.numel() != 1)
+      throw std::invalid_argument(std::string("RandomSampler::load_state_dict: '") + key +
+                                  "' must be one int64 value, got " + it->second.desc());
+    return it->second.cpu().to_vector<int64_t>()[0];
+  };
+  const int64_t epoch = count("epoch"), start = count("start_index");
+  if (epoch < 0 || start < 0 || start > n_)
+    throw std::invalid_argument(
+        "RandomSampler::load_state_dict: expected 'epoch' >= 0 and 0 <= 'start_index' <= " + std::to_string(n_) +
+        ", got epoch " + std::to_string(epoch) + ", start_index " + std::to_string(start));
+  set_epoch(epoch);
+  start_ = start;
 }
 
 BatchSampler::BatchSampler(std::shared_ptr<Sampler> sampler, BatchSamplerOptions options)

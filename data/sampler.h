@@ -9,6 +9,8 @@
 #include <memory>
 #include <vector>
 
+#include "minidl/tensor/serialize.h"
+
 namespace minidl::data {
 
 class Sampler {
@@ -39,15 +41,27 @@ class SequentialSampler : public Sampler {
 
 // randperm(n, RandomKey{seed, epoch}): a different permutation each epoch, the same for the same
 // (seed, epoch) on every machine and every run.
+// Mid-epoch resume, as dist::DistributedSampler: set_start_index(s) makes the current epoch's
+// indices() begin at the permutation's s-th entry (the first s were consumed before the
+// checkpoint) and size() shrink by s; set_epoch resets it to 0. state_dict() holds both
+// ("epoch", "start_index": 0-d int64), so a checkpoint (tensor/checkpoint.h) can restore them.
 class RandomSampler : public Sampler {
  public:
   explicit RandomSampler(int64_t n, uint64_t seed = 0);
-  int64_t size() const override { return n_; }
+  int64_t size() const override { return n_ - start_; }
   std::vector<int64_t> indices() const override;
+  void set_epoch(int64_t epoch) override;
+  void set_start_index(int64_t start);  // 0 <= start <= n, else std::invalid_argument naming it
+  int64_t start_index() const { return start_; }
+
+  TensorMap state_dict() const;
+  // A missing key or a value out of range is a std::invalid_argument naming it.
+  void load_state_dict(const TensorMap& state);
 
  private:
   int64_t n_;
   uint64_t seed_;
+  int64_t start_ = 0;
 };
 
 struct BatchSamplerOptions {

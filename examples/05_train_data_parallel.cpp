@@ -46,6 +46,10 @@ void worker(std::shared_ptr<const data::Dataset> train_set, std::shared_ptr<cons
   dist::DistributedDataParallel ddp(model);  // broadcasts rank 0's weights; averages gradients
   optim::SGD optimizer(model.parameters(), {.lr = 0.05, .momentum = 0.9});
   // [/tutorial:05-model]
+  // [tutorial:05-warmup]
+  // The learning rate ramps linearly from 0.005 to 0.05 over the first 5 steps (torch's LinearLR).
+  optim::LinearWarmup warmup(optimizer, {.warmup_steps = 5, .start_factor = 0.1});
+  // [/tutorial:05-warmup]
 
   // [tutorial:05-train]
   ddp.train();
@@ -54,9 +58,12 @@ void worker(std::shared_ptr<const data::Dataset> train_set, std::shared_ptr<cons
     for (auto& batch : loader) {
       if (step++ == batches) break;
       optimizer.zero_grad();
-      Variable loss = cross_entropy(ddp.forward(Variable(batch.input)), batch.target);
+      Variable loss = cross_entropy(ddp.forward(Variable(batch.input)), batch.target, /*label_smoothing=*/0.1);
       loss.backward();        // gradient all-reduces overlap the rest of backward
-      ddp.step(optimizer);    // wait for the averaged gradients, then optimizer.step()
+      ddp.finish();           // wait for the averaged gradients: the same on every rank
+      optim::clip_grad_norm(model.parameters(), 5.0);  // so every rank clips them alike
+      optimizer.step();
+      warmup.step();          // the next step's learning rate
       if (rank == 0 && step % 5 == 0) std::printf("step %3lld  loss %.4f (rank 0's half)\n", static_cast<long long>(step), loss.item());
     }
     loader.reset();

@@ -3,13 +3,10 @@
 // cost of one tiny op with and without autograd (µs/op). tools/bench_torch.py measures the same
 // things with PyTorch on the same machine; docs/benchmarks.md records both.
 //   ./build/examples/bench_core --benchmark_min_time=0.5
-//   MINIDL_THREADS=1 ./build/examples/bench_core     # one thread
+//   OMP_NUM_THREADS=1 ./build/examples/bench_core    # one thread (minidl's default count: tensor/threads.h)
 #include <benchmark/benchmark.h>
 
-#include <cstdlib>
-
 #include "minidl/autograd/autograd_all.h"
-#include "minidl/kernels/cpu/parallel.h"
 #include "minidl/tensor/tensor_all.h"
 
 using namespace minidl;
@@ -77,10 +74,9 @@ BENCHMARK(BM_TinyOpAutograd);
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (const char* t = std::getenv("MINIDL_THREADS")) kernels::cpu::set_num_threads(std::atoi(t));
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::AddCustomContext("minidl threads", std::to_string(kernels::cpu::get_num_threads()));
+  benchmark::AddCustomContext("minidl threads", std::to_string(get_num_threads()));
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

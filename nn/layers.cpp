@@ -101,9 +101,10 @@ Variable Upsample::forward(const Variable& x) {
 namespace {
 Pool2dParams pool_params(const Pool2dOptions& o, const char* who) {
   const int64_t stride = o.stride > 0 ? o.stride : o.kernel;
-  if (o.kernel <= 0 || o.padding < 0 || 2 * o.padding > o.kernel)
-    throw std::invalid_argument(std::string(who) + ": kernel must be positive and padding at most half of it (kernel=" +
-                                std::to_string(o.kernel) + ", padding=" + std::to_string(o.padding) + ")");
+  if (o.kernel <= 0 || o.stride < 0 || o.padding < 0 || 2 * o.padding > o.kernel)
+    throw std::invalid_argument(std::string(who) + ": kernel must be positive, stride >= 0 (0: the kernel's) and " +
+                                "padding at most half the kernel (kernel=" + std::to_string(o.kernel) + ", stride=" +
+                                std::to_string(o.stride) + ", padding=" + std::to_string(o.padding) + ")");
   return {.kernel_h = o.kernel,
           .kernel_w = o.kernel,
           .stride_h = stride,

@@ -160,6 +160,9 @@ class Embedding : public Module {
   std::string type_name() const override { return "Embedding"; }
   std::string extra_repr() const override;
   Variable forward(const Tensor& indices) { return embedding(indices, weight); }
+  // The same from a Variable holding the int64 indices (they never require grad), so that an
+  // Embedding can be the first child of a Sequential.
+  Variable forward(const Variable& indices) override { return embedding(indices.data(), weight); }
   EmbeddingOptions options;
   Variable weight;  // (num_embeddings, embedding_dim)
 };

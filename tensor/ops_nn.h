@@ -47,7 +47,7 @@ Conv2dGrads conv_transpose2d_backward(const Tensor& x, const Tensor& w, const Te
 
 struct Pool2dParams {
   int64_t kernel_h, kernel_w;
-  int64_t stride_h, stride_w;  // PyTorch: stride defaults to kernel
+  int64_t stride_h = 0, stride_w = 0;  // 0: the kernel's extent, PyTorch's default stride
   int64_t pad_h = 0, pad_w = 0;
   bool count_include_pad = true;  // avg_pool2d only
   bool ceil_mode = false;  // round the output size up (the last window may hang over the edge)

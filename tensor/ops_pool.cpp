@@ -37,6 +37,13 @@ void require_image_shape(const Shape& s, const char* op) {
                                 shape_str(s));
 }
 
+// p with a stride of 0 replaced by the kernel's extent (PyTorch's default stride).
+Pool2dParams with_default_stride(Pool2dParams p) {
+  if (p.stride_h == 0) p.stride_h = p.kernel_h;
+  if (p.stride_w == 0) p.stride_w = p.kernel_w;
+  return p;
+}
+
 std::string params_str(const Pool2dParams& p) {
   return "kernel (" + std::to_string(p.kernel_h) + ", " + std::to_string(p.kernel_w) + "), stride (" +
          std::to_string(p.stride_h) + ", " + std::to_string(p.stride_w) + "), padding (" + std::to_string(p.pad_h) +
@@ -47,8 +54,10 @@ std::string params_str(const Pool2dParams& p) {
 std::pair<int64_t, int64_t> pool_out_size(int64_t H, int64_t W, const Pool2dParams& p, const char* op,
                                           const std::string& what) {
   if (p.kernel_h <= 0 || p.kernel_w <= 0 || p.stride_h <= 0 || p.stride_w <= 0 || p.pad_h < 0 || p.pad_w < 0)
-    throw std::invalid_argument(std::string(op) +
-                                ": kernel and stride must be positive and padding non-negative, got " + params_str(p));
+    throw std::invalid_argument(
+        std::string(op) +
+        ": kernel and stride must be positive (a stride of 0 is the kernel) and padding non-negative, got " +
+        params_str(p));
   if (2 * p.pad_h > p.kernel_h || 2 * p.pad_w > p.kernel_w)
     throw std::invalid_argument(std::string(op) + ": padding must be at most half the kernel size, got " +
                                 params_str(p));
@@ -82,7 +91,8 @@ void require_grad_shape(const Tensor& dy, const Shape& expected, const char* op,
 
 // ---- max_pool2d ----
 
-MaxPool2dResult max_pool2d_forward(const Tensor& x_in, const Pool2dParams& p) {
+MaxPool2dResult max_pool2d_forward(const Tensor& x_in, const Pool2dParams& params) {
+  const Pool2dParams p = with_default_stride(params);
   constexpr const char* op = "max_pool2d";
   const bool cuda = cuda_dispatch::on_cuda({&x_in}, op);
   require_image(x_in, op);
@@ -122,7 +132,9 @@ MaxPool2dResult max_pool2d_forward(const Tensor& x_in, const Pool2dParams& p) {
   return {out, indices};
 }
 
-Tensor max_pool2d_backward(const Tensor& dy_in, const Tensor& indices_in, const Shape& x_shape, const Pool2dParams& p) {
+Tensor max_pool2d_backward(const Tensor& dy_in, const Tensor& indices_in, const Shape& x_shape,
+                           const Pool2dParams& params) {
+  const Pool2dParams p = with_default_stride(params);
   constexpr const char* op = "max_pool2d_backward";
   const bool cuda = cuda_dispatch::on_cuda({&dy_in, &indices_in}, op);
   require_image_shape(x_shape, op);
@@ -168,7 +180,8 @@ Tensor max_pool2d_backward(const Tensor& dy_in, const Tensor& indices_in, const 
 
 // ---- avg_pool2d ----
 
-Tensor avg_pool2d_forward(const Tensor& x_in, const Pool2dParams& p) {
+Tensor avg_pool2d_forward(const Tensor& x_in, const Pool2dParams& params) {
+  const Pool2dParams p = with_default_stride(params);
   constexpr const char* op = "avg_pool2d";
   const bool cuda = cuda_dispatch::on_cuda({&x_in}, op);
   require_image(x_in, op);
@@ -198,7 +211,8 @@ Tensor avg_pool2d_forward(const Tensor& x_in, const Pool2dParams& p) {
   return out;
 }
 
-Tensor avg_pool2d_backward(const Tensor& dy_in, const Shape& x_shape, const Pool2dParams& p) {
+Tensor avg_pool2d_backward(const Tensor& dy_in, const Shape& x_shape, const Pool2dParams& params) {
+  const Pool2dParams p = with_default_stride(params);
   constexpr const char* op = "avg_pool2d_backward";
   const bool cuda = cuda_dispatch::on_cuda({&dy_in}, op);
   require_image_shape(x_shape, op);

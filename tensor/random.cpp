@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <stdexcept>
+#include <string>
 
 #include "minidl/kernels/cpu/parallel.h"
 #include "minidl/kernels/philox.h"
@@ -41,6 +42,28 @@ void manual_seed(uint64_t seed) {
 }
 uint64_t initial_seed() { return default_generator().seed; }
 RandomKey next_random_key() { return {default_generator().seed.load(), default_generator().stream.fetch_add(1)}; }
+
+Tensor get_rng_state() {
+  Tensor state({16}, DType::UInt8);
+  uint8_t* p = state.data<uint8_t>();
+  const uint64_t words[2] = {default_generator().seed.load(), default_generator().stream.load()};
+  for (int w = 0; w < 2; ++w)
+    for (int b = 0; b < 8; ++b) p[8 * w + b] = static_cast<uint8_t>(words[w] >> (8 * b));
+  return state;
+}
+
+void set_rng_state(const Tensor& state) {
+  if (!state.defined() || state.dtype() != DType::UInt8 || state.numel() != 16)
+    throw std::invalid_argument("set_rng_state: expected the 16 uint8 values of get_rng_state(), got " +
+                                (state.defined() ? state.desc() : std::string("an undefined tensor")));
+  const Tensor c = state.cpu().contiguous();
+  const uint8_t* p = c.data<uint8_t>();
+  uint64_t words[2] = {0, 0};
+  for (int w = 0; w < 2; ++w)
+    for (int b = 7; b >= 0; --b) words[w] = (words[w] << 8) | p[8 * w + b];
+  default_generator().seed = words[0];
+  default_generator().stream = words[1];
+}
 
 Tensor rand(const Shape& shape, DType dtype) { return rand(shape, next_random_key(), dtype); }
 Tensor rand(const Shape& shape, RandomKey k, DType dtype) {

@@ -18,6 +18,13 @@ void manual_seed(uint64_t seed);  // resets the default generator: seed, next st
 uint64_t initial_seed();
 RandomKey next_random_key();  // takes the next stream of the default generator
 
+// The default generator's whole state, as torch.get_rng_state / set_rng_state: a uint8 tensor
+// of 16 bytes (seed, then the next stream, each a little-endian u64), so it goes into a
+// safetensors file like any tensor. After set_rng_state(s) the draws are those that followed
+// get_rng_state() == s. Anything but 16 uint8 values is a std::invalid_argument naming it.
+Tensor get_rng_state();
+void set_rng_state(const Tensor& state);
+
 Tensor rand(const Shape& shape, DType dtype = DType::Float32);  // U[0, 1)
 Tensor rand(const Shape& shape, RandomKey key, DType dtype = DType::Float32);
 Tensor randn(const Shape& shape, DType dtype = DType::Float32);  // N(0, 1)

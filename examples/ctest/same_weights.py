@@ -4,7 +4,7 @@
     same_weights.py A.safetensors B.safetensors [--ignore-config-key KEY]...
 
 Reads both safetensors files with nothing but the standard library (8-byte header length, JSON
-header, raw bytes), compares every model.*, optim.* and sched.* tensor byte for byte and the
+header, raw bytes), compares every model.*, optimizer.* and scheduler.* tensor byte for byte and the
 metadata that describes the training state (epoch, config, val_* results). Prints the first
 differences and exits 1 if there are any, 0 otherwise. --ignore-config-key KEY leaves the recipe's
 line `KEY: ...` out of the comparison (runs that differ only in, say, SAVE_FREQ_STEPS).

@@ -1,45 +1,21 @@
-// examples/trainer/checkpoint.cpp — saving and loading training checkpoints (see checkpoint.h).
+// examples/trainer/checkpoint.cpp — saving and loading training checkpoints (see checkpoint.h):
+// the file, its checksum and its integrity checks are the library's (tensor/checkpoint.h); this
+// adds the trainer's metadata and its checks.
 #include "examples/trainer/checkpoint.h"
 
-#include <algorithm>
 #include <charconv>
-#include <cstdio>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
-#include <zlib.h>
+#include "minidl/tensor/checkpoint.h"
 
 namespace trainer {
 namespace {
 
-constexpr const char* kFormat = "minidl-train-checkpoint-v1";
-constexpr const char* kChecksumKey = "tensor_crc32";
-
-// CRC-32 (zlib's, the same as Python's zlib.crc32) of every tensor's bytes in name order, as 8
-// lowercase hex digits: the whole data section of a file that minidl::save wrote (it writes the
-// tensors in name order, without gaps). The tensors must be contiguous CPU tensors.
-std::string tensor_bytes_crc32(const minidl::TensorMap& tensors) {
-  uLong crc = crc32(0L, Z_NULL, 0);
-  for (const auto& [name, t] : tensors) {
-    const auto* p = static_cast<const Bytef*>(t.raw_data());
-    for (size_t left = static_cast<size_t>(t.numel()) * minidl::element_size(t.dtype()); left > 0;) {
-      const uInt n = static_cast<uInt>(std::min<size_t>(left, size_t{1} << 30));
-      crc = crc32(crc, p, n);
-      p += n;
-      left -= n;
-    }
-  }
-  char hex[9];
-  std::snprintf(hex, sizeof hex, "%08lx", static_cast<unsigned long>(crc));
-  return hex;
-}
-
-void add_prefixed(minidl::TensorMap& out, const std::string& prefix, const minidl::TensorMap& in) {
-  for (const auto& [key, tensor] : in) out[prefix + key] = tensor;
-}
+constexpr const char* kFormat = "minidl-train-checkpoint-v2";
 
 // A count stored in the metadata ("epoch"): digits only, no sign, no junk.
 int64_t parse_count(const std::string& path, const std::string& key, const std::string& text) {
@@ -74,45 +50,24 @@ std::string first_non_finite(const minidl::TensorMap& tensors) {
 void save_checkpoint(const std::string& path, const minidl::nn::Module& model,
                      const minidl::optim::Optimizer& optimizer, const minidl::optim::LRScheduler& scheduler,
                      const minidl::Metadata& metadata) {
-  minidl::TensorMap tensors;
-  add_prefixed(tensors, "model.", model.state_dict());
-  add_prefixed(tensors, "optim.", optimizer.state_dict());
-  add_prefixed(tensors, "sched.", scheduler.state_dict());
-  for (auto& [name, t] : tensors) t = t.cpu().contiguous();  // the bytes the file will hold (no-op on the CPU)
-  minidl::Metadata meta = metadata;
+  // [tutorial:save_checkpoint]
+  minidl::Metadata meta = metadata;  // epoch, step, config, seed, ...
   meta["format"] = kFormat;
-  meta[kChecksumKey] = tensor_bytes_crc32(tensors);
-  minidl::save(tensors, path, meta);  // atomic: a crash leaves the previous file intact
+  minidl::save_checkpoint(path, {.model = model, .optimizer = optimizer, .scheduler = scheduler}, meta);
+  // [/tutorial:save_checkpoint]
 }
 
 Checkpoint load_checkpoint(const std::string& path) {
-  minidl::SafetensorsFile file = minidl::load(path);
+  minidl::CheckpointFile file = minidl::read_checkpoint(path);  // verified: complete, tensor_crc32 matches
   Checkpoint ck;
-  ck.metadata = file.metadata;
-  if (ck.metadata["format"] != kFormat || !ck.metadata.count("epoch") || !ck.metadata.count("config"))
+  ck.metadata = std::move(file.metadata);
+  if (ck.metadata["format"] != kFormat || !ck.metadata.count("epoch") || !ck.metadata.count("config") ||
+      !file.parts.count("model") || !file.parts.count("optimizer") || !file.parts.count("scheduler"))
     throw std::runtime_error(path + " is not a checkpoint written by `train` (metadata format '" +
                              ck.metadata["format"] + "', expected '" + kFormat + "')");
-  // Checkpoints of older versions carry no checksum: they load unchecked.
-  if (const auto recorded = ck.metadata.find(kChecksumKey); recorded != ck.metadata.end()) {
-    const std::string actual = tensor_bytes_crc32(file.tensors);
-    if (actual != recorded->second)
-      throw std::runtime_error(path + " is corrupt: its tensor bytes have CRC-32 " + actual + ", but its metadata '" +
-                               kChecksumKey + "' records " + recorded->second.substr(0, 16) +
-                               " (the file was changed after it was saved); refusing to load it");
-  }
-  for (auto& [key, tensor] : file.tensors) {
-    const auto dot = key.find('.');
-    if (dot == std::string::npos) throw std::runtime_error(path + ": unexpected tensor '" + key + "'");
-    const std::string prefix = key.substr(0, dot), rest = key.substr(dot + 1);
-    if (prefix == "model")
-      ck.model[rest] = tensor;
-    else if (prefix == "optim")
-      ck.optim[rest] = tensor;
-    else if (prefix == "sched")
-      ck.sched[rest] = tensor;
-    else
-      throw std::runtime_error(path + ": unexpected tensor '" + key + "' (expected model.*, optim.*, sched.*)");
-  }
+  ck.model = std::move(file.parts["model"]);
+  ck.optim = std::move(file.parts["optimizer"]);
+  ck.sched = std::move(file.parts["scheduler"]);
   ck.epoch = parse_count(path, "epoch", ck.metadata["epoch"]);
   ck.step = ck.metadata.count("step") ? parse_count(path, "step", ck.metadata["step"]) : 0;
   return ck;

@@ -1,20 +1,18 @@
-// examples/trainer/checkpoint.h — training checkpoints: one safetensors file holding everything
-// a run needs to continue bit for bit, written atomically (tensor/serialize.h: temporary file,
-// fsync, rename) by rank 0:
-//   model.<name>   the model's state_dict (parameters and buffers, DDP-free names)
-//   optim.<key>    the optimizer's state_dict (momentum buffers, Adam moments, steps, lrs)
-//   sched.<key>    the LR scheduler's state_dict (iterations done, base lrs)
-//   metadata       format, model, epoch (epochs completed), step (optimizer steps done in the
-//                  epoch after those; 0 at an epoch boundary), config (the YAML recipe), seed and
-//                  how every random stream is keyed from it, world_size, and the validation
-//                  result of the last completed epoch (val_loss, val_acc1, val_acc5, val_correct1,
-//                  val_count). A mid-epoch checkpoint (--save-every-steps/-minutes) also holds the data
-//                  position (samples consumed in the epoch: step x global batch), the RNG key of
-//                  the next step, and the partial train sums of the epoch (train_*, exact doubles).
-//   tensor_crc32   (metadata) CRC-32 of the data section: every tensor's bytes in name order, as
-//                  8 hex digits, the same as Python's zlib.crc32 of the bytes after the header.
-//                  load_checkpoint refuses a file whose bytes do not match it (a corrupt file);
-//                  files without it (older versions) load unchecked.
+// examples/trainer/checkpoint.h — training checkpoints: one file holding everything a run needs
+// to continue bit for bit, written by rank 0 with the library's one call (tensor/checkpoint.h:
+// safetensors, atomic, CRC-32 of the tensor bytes checked on load):
+//   model.<name>       the model's state_dict (parameters and buffers, DDP-free names)
+//   optimizer.<key>    the optimizer's state_dict (momentum buffers, Adam moments, steps, lrs)
+//   scheduler.<key>    the LR scheduler's state_dict (iterations done, base lrs)
+//   metadata           format, model, epoch (epochs completed), step (optimizer steps done in the
+//                      epoch after those; 0 at an epoch boundary), config (the YAML recipe), seed
+//                      and how every random stream is keyed from it, world_size, and the
+//                      validation result of the last completed epoch (val_loss, val_acc1, val_acc5,
+//                      val_correct1, val_count). A mid-epoch checkpoint (--save-every-steps/-minutes)
+//                      also holds the data position (samples consumed in the epoch: step x global
+//                      batch), the RNG key of the next step, and the partial train sums of the
+//                      epoch (train_*, exact doubles); and the library's checkpoint_parts and
+//                      tensor_crc32 (a file whose bytes do not match it is refused as corrupt).
 // Part of the `train` example (examples/train.cpp); not a library module.
 #pragma once
 #include <compare>
@@ -24,7 +22,7 @@
 #include "minidl/nn/module.h"
 #include "minidl/optim/lr_scheduler.h"
 #include "minidl/optim/optimizer.h"
-#include "minidl/tensor/serialize.h"
+#include "minidl/tensor/checkpoint.h"
 
 namespace trainer {
 
@@ -38,8 +36,8 @@ struct Checkpoint {
 void save_checkpoint(const std::string& path, const minidl::nn::Module& model,
                      const minidl::optim::Optimizer& optimizer, const minidl::optim::LRScheduler& scheduler,
                      const minidl::Metadata& metadata);
-// Reads, verifies and splits a checkpoint; a file that is not one (no "model." tensors, no epoch,
-// an epoch that is not a number >= 0) or whose tensor bytes do not match its tensor_crc32 is a
+// Reads, verifies and splits a checkpoint; a file that is not one (not this format, no epoch, an
+// epoch that is not a number >= 0) or whose tensor bytes do not match its tensor_crc32 is a
 // std::runtime_error naming it.
 Checkpoint load_checkpoint(const std::string& path);
 // The first tensor (in name order) holding a NaN or an infinity, as

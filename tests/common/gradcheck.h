@@ -1,26 +1,21 @@
-// tests/common/gradcheck.h — finite-difference gradient check in float64.
-// For f(inputs) -> y it compares backward's gradients of L = sum(y * w), w a fixed random
-// tensor, with central differences (L(x + h) - L(x - h)) / 2h for every input element.
+// tests/common/gradcheck.h — the tests' form of autograd::gradcheck (autograd/gradcheck.h): a
+// failure becomes a gtest failure labelled `what`, and the tolerances are tighter than PyTorch's
+// defaults (atol 1e-7, rtol 1e-5): minidl's own ops are held to them.
 #pragma once
-#include <functional>
 #include <string>
 #include <vector>
 
 #include "minidl/autograd/autograd_all.h"
+#include "minidl/autograd/gradcheck.h"
 
 namespace minidl::testing {
 
-using VarFn = std::function<Variable(const std::vector<Variable>&)>;
+using VarFn = autograd::GradcheckFn;
 
-struct GradcheckOptions {
-  double eps = 1e-6;
-  double atol = 1e-7;
-  double rtol = 1e-5;
-  std::vector<bool> needs_grad;  // per input; empty = all inputs
-};
+inline autograd::GradcheckOptions strict_gradcheck() { return {.eps = 1e-6, .atol = 1e-7, .rtol = 1e-5}; }
 
-// Returns true when every analytic gradient matches; failures are reported with gtest.
+// Returns true when every analytic gradient matches; a mismatch is reported with ADD_FAILURE.
 bool gradcheck(const VarFn& f, const std::vector<Tensor>& inputs, const std::string& what,
-               const GradcheckOptions& opt = {});
+               const autograd::GradcheckOptions& opt = strict_gradcheck());
 
 }  // namespace minidl::testing

@@ -46,6 +46,43 @@ TEST(RandomSampler, MatchesRandpermKeyedBySeedAndEpoch) {
   EXPECT_EQ(s.indices(), randperm(10, RandomKey{7, 4}).to_vector<int64_t>());
 }
 
+TEST(RandomSampler, StartIndexSkipsTheConsumedHeadOfTheEpoch) {
+  RandomSampler s(10, 7);
+  s.set_epoch(2);
+  const std::vector<int64_t> full = randperm(10, RandomKey{7, 2}).to_vector<int64_t>();
+  s.set_start_index(4);
+  EXPECT_EQ(s.start_index(), 4);
+  EXPECT_EQ(s.size(), 6);
+  EXPECT_EQ(s.indices(), std::vector<int64_t>(full.begin() + 4, full.end()));
+  s.set_start_index(10);
+  EXPECT_EQ(s.size(), 0);
+  EXPECT_TRUE(s.indices().empty());
+  s.set_epoch(3);  // a new epoch starts from its beginning
+  EXPECT_EQ(s.start_index(), 0);
+  EXPECT_EQ(s.indices(), randperm(10, RandomKey{7, 3}).to_vector<int64_t>());
+  EXPECT_THROW_MSG(s.set_start_index(11), std::invalid_argument, "set_start_index: 11 is outside the 10 indices");
+  EXPECT_THROW_MSG(s.set_start_index(-1), std::invalid_argument, "set_start_index: -1 is outside");
+}
+
+TEST(RandomSampler, StateDictRestoresEpochAndPosition) {
+  RandomSampler a(10, 7);
+  a.set_epoch(5);
+  a.set_start_index(3);
+  const TensorMap state = a.state_dict();
+  EXPECT_EQ(state.at("epoch").to_vector<int64_t>(), std::vector<int64_t>{5});
+  EXPECT_EQ(state.at("start_index").to_vector<int64_t>(), std::vector<int64_t>{3});
+  RandomSampler b(10, 7);
+  b.load_state_dict(state);
+  EXPECT_EQ(b.epoch(), 5);
+  EXPECT_EQ(b.indices(), a.indices());
+  EXPECT_EQ(b.indices().size(), 7u);
+  EXPECT_THROW_MSG(b.load_state_dict({{"epoch", state.at("epoch")}}), std::invalid_argument,
+                   "missing key 'start_index'");
+  RandomSampler small(2, 7);
+  EXPECT_THROW_MSG(small.load_state_dict(state), std::invalid_argument, "0 <= 'start_index' <= 2");
+  EXPECT_EQ(small.epoch(), 0);  // unchanged by the refused dict
+}
+
 TEST(BatchSampler, KeepsTheShortLastBatchUnlessDropLast) {
   auto seq = std::make_shared<SequentialSampler>(10);
   const BatchSampler keep(seq, {.batch_size = 4});

@@ -120,7 +120,7 @@ TEST(Pool2d, RejectsBadShapesAndWindows) {
       max_pool2d_forward(zeros({1, 1, 4, 4}), {.kernel_h = 2, .kernel_w = 2, .stride_h = 1, .stride_w = 1, .pad_h = 2}),
       std::invalid_argument, "padding must be at most half the kernel size");
   EXPECT_THROW_MSG(
-      max_pool2d_forward(zeros({1, 1, 4, 4}), {.kernel_h = 2, .kernel_w = 2, .stride_h = 0, .stride_w = 1}),
+      max_pool2d_forward(zeros({1, 1, 4, 4}), {.kernel_h = 2, .kernel_w = 2, .stride_h = -1, .stride_w = 1}),
       std::invalid_argument, "kernel and stride must be positive");
   EXPECT_THROW_MSG(avg_pool2d_backward(zeros({1, 1, 3, 3}), {1, 1, 4, 4}, p), std::invalid_argument,
                    "avg_pool2d_backward: expected grad_output of shape [1, 1, 2, 2] for input [1, 1, 4, 4], got "
@@ -130,4 +130,22 @@ TEST(Pool2d, RejectsBadShapesAndWindows) {
       std::invalid_argument, "index 99 is outside the 4x4 plane");
   EXPECT_THROW_MSG(adaptive_avg_pool2d_forward(zeros({1, 1, 4, 4}), 0, 2), std::invalid_argument,
                    "adaptive_avg_pool2d: output size must be positive, got (0, 2)");
+}
+
+// PyTorch's default stride: leaving it out (0) means the kernel's extent, per axis.
+TEST(Pool2d, StrideLeftOutIsTheKernel) {
+  const Tensor x = arange(24, DType::Float32).reshape({1, 1, 4, 6});  // x[h][w] = 6 h + w
+  const Pool2dParams kernel_only{.kernel_h = 2, .kernel_w = 3};
+  const Pool2dParams explicit_stride{.kernel_h = 2, .kernel_w = 3, .stride_h = 2, .stride_w = 3};
+  const MaxPool2dResult m = max_pool2d_forward(x, kernel_only);
+  expect_equal(m.out, from_vector<float>({8, 11, 20, 23}, {1, 1, 2, 2}));
+  expect_equal(m.indices, max_pool2d_forward(x, explicit_stride).indices);
+  const Tensor a = avg_pool2d_forward(x, kernel_only);
+  expect_equal(a.to(DType::Float64), from_vector<double>({4, 7, 16, 19}, {1, 1, 2, 2}));
+  const Tensor dy = from_vector<float>({1, 2, 3, 4}, {1, 1, 2, 2});
+  expect_equal(max_pool2d_backward(dy, m.indices, x.shape(), kernel_only),
+               max_pool2d_backward(dy, m.indices, x.shape(), explicit_stride));
+  expect_equal(avg_pool2d_backward(dy, x.shape(), kernel_only), avg_pool2d_backward(dy, x.shape(), explicit_stride));
+  EXPECT_THROW_MSG(max_pool2d_forward(x, {.kernel_h = 2, .kernel_w = 3, .stride_h = -1}), std::invalid_argument,
+                   "stride (-1, 3)");
 }

@@ -77,3 +77,27 @@ TEST(Random, RandintRangeAndRandpermIsAPermutation) {
   for (int64_t i = 0; i < 100; ++i) ASSERT_EQ(sorted[i], i);
   EXPECT_NE(p, sorted);
 }
+
+TEST(RngState, RestoringTheStateRepeatsTheDraws) {
+  manual_seed(77);
+  (void)rand({3});  // move the generator on: the state is more than the seed
+  const Tensor state = get_rng_state();
+  ASSERT_EQ(state.dtype(), DType::UInt8);
+  ASSERT_EQ(state.shape(), (Shape{16}));
+  // seed 77 then stream 1, each little-endian
+  minidl::testing::expect_equal(state, from_vector<uint8_t>({77, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0}, {16}));
+  const Tensor a = randn({5}), b = randint(0, 1000, {4});
+  manual_seed(5);  // anything in between
+  (void)rand({2});
+  set_rng_state(state);
+  minidl::testing::expect_equal(randn({5}), a);
+  minidl::testing::expect_equal(randint(0, 1000, {4}), b);
+  EXPECT_EQ(initial_seed(), 77u);
+}
+
+TEST(RngState, AnythingButSixteenBytesIsRefused) {
+  EXPECT_THROW_MSG(set_rng_state(zeros({16})), std::invalid_argument,
+                   "expected the 16 uint8 values of get_rng_state()");
+  EXPECT_THROW_MSG(set_rng_state(Tensor({15}, DType::UInt8)), std::invalid_argument, "uint8");
+  EXPECT_THROW_MSG(set_rng_state(Tensor()), std::invalid_argument, "an undefined tensor");
+}
