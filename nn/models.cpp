@@ -1,6 +1,7 @@
 // nn/models.cpp — construction of the reference models (see models.h).
 #include "minidl/nn/models.h"
 
+#include "minidl/nn/fuse.h"
 #include "minidl/nn/init.h"
 
 namespace minidl::nn {
@@ -30,6 +31,7 @@ CNN::CNN() {
   classifier.push_back<Linear>(LinearOptions{.in = 128, .out = 10});
   register_module("features", features);
   register_module("classifier", classifier);
+  fuse_for_training(*this);  // BatchNorm2d + ReLU + MaxPool2d as one node, twice (nn/fuse.h)
 }
 
 ViT::ViT(const ViTOptions& options)

@@ -25,6 +25,8 @@ class MLP : public Module {
 
 // features: [Conv2d(1,32,3,p1) BN ReLU MaxPool2d(2)] [Conv2d(32,64,3,p1) BN ReLU MaxPool2d(2)]
 // classifier: Flatten -> Linear(3136, 128) -> ReLU -> Linear(128, 10)
+// Its constructor calls nn::fuse_for_training (nn/fuse.h): each [BN ReLU MaxPool2d] runs as one
+// fused node. The MLP and the ViT have nothing to fuse.
 class CNN : public Module {
  public:
   CNN();

@@ -86,6 +86,7 @@ void Module::replace_module(const std::string& name, std::unique_ptr<Module> rep
                              "replaced; hold it in a container such as nn::Sequential");
     m = replacement.get();
     *it = std::move(replacement);
+    child_replaced(name);
     return;
   }
   throw std::invalid_argument(type_name() + ": no child named '" + name + "'");

@@ -104,6 +104,8 @@ class Module {
   }
   // For containers (Sequential) that own their children.
   Module& register_owned_module(const std::string& name, std::unique_ptr<Module> child);
+  // Called by replace_module after child `name` was replaced (Sequential drops a fused run there).
+  virtual void child_replaced(const std::string& name) { (void)name; }
 
   bool training_ = true;
 

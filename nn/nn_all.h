@@ -12,4 +12,5 @@
 #include "minidl/nn/linear.h"
 #include "minidl/nn/models.h"
 #include "minidl/nn/module.h"
+#include "minidl/nn/fuse.h"
 #include "minidl/nn/sequential.h"

@@ -1,38 +1,45 @@
-// nn/sequential.cpp — Sequential's forward: each child in order. A BatchNorm1d / BatchNorm2d
-// directly followed by a ReLU runs as one fused node (BatchNormBase::forward_relu: the same
-// values, one pass fewer each way), and followed by a ReLU and a MaxPool2d as one node too
-// (BatchNormBase::forward_relu_max_pool2d: a 2x2 pool in training never writes the normalised
-// values at full resolution); the modules and their names stay as they are.
+// nn/sequential.cpp — Sequential's forward: each child in order, except the runs that
+// nn::fuse_for_training marked, each of which is one call.
 #include "minidl/nn/sequential.h"
 
-#include <typeinfo>
-
-#include "minidl/nn/batchnorm.h"
-#include "minidl/nn/layers.h"
+#include <algorithm>
+#include <stdexcept>
 
 namespace minidl::nn {
 
 Variable Sequential::forward(const Variable& x) {
   Variable y = x;
   const std::vector<Module*> ms = children();
-  for (size_t i = 0; i < ms.size(); ++i) {
-    // exact types: a subclass may override forward
-    const auto& t = typeid(*ms[i]);
-    const bool plain_bn = t == typeid(BatchNorm1d) || t == typeid(BatchNorm2d);
-    if (plain_bn && i + 1 < ms.size() && typeid(*ms[i + 1]) == typeid(ReLU)) {
-      auto* bn = static_cast<BatchNormBase*>(ms[i]);
-      if (i + 2 < ms.size() && typeid(*ms[i + 2]) == typeid(MaxPool2d)) {
-        y = bn->forward_relu_max_pool2d(y, static_cast<MaxPool2d*>(ms[i + 2])->params);
-        i += 2;
-      } else {
-        y = bn->forward_relu(y);
-        ++i;
-      }
+  auto run = fused_.begin();
+  for (size_t i = 0; i < ms.size();) {
+    if (run != fused_.end() && run->first == i) {  // fused: one call for the whole run
+      y = run->forward(y);
+      i += run->length;
+      ++run;
     } else {
       y = ms[i]->forward(y);
+      ++i;
     }
   }
   return y;
+}
+
+void Sequential::add_fused_run(FusedRun run) {
+  if (run.length == 0 || run.first + run.length > size() || !run.forward)
+    throw std::invalid_argument("Sequential::add_fused_run: children [" + std::to_string(run.first) + ", " +
+                                std::to_string(run.first + run.length) + ") with a forward, of " +
+                                std::to_string(size()) + " children");
+  for (const FusedRun& r : fused_)
+    if (run.first < r.first + r.length && r.first < run.first + run.length)
+      throw std::invalid_argument("Sequential::add_fused_run: " + run.name + " at child " + std::to_string(run.first) +
+                                  " overlaps " + r.name + " at child " + std::to_string(r.first));
+  fused_.push_back(std::move(run));
+  std::sort(fused_.begin(), fused_.end(), [](const FusedRun& a, const FusedRun& b) { return a.first < b.first; });
+}
+
+void Sequential::child_replaced(const std::string& name) {
+  const size_t i = std::stoul(name);
+  std::erase_if(fused_, [i](const FusedRun& r) { return i >= r.first && i < r.first + r.length; });
 }
 
 }  // namespace minidl::nn

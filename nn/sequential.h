@@ -2,8 +2,14 @@
 //   nn::Sequential net;
 //   net.push_back<nn::Linear>(nn::LinearOptions{.in = 784, .out = 10});
 //   net.push_back<nn::ReLU>();
+// forward runs each child in order. The one exception is chosen explicitly: nn::fuse_for_training
+// (nn/fuse.h) may mark runs of consecutive children (BatchNorm + ReLU [+ MaxPool2d]) to run as one
+// fused call; the children, their names and the state_dict stay as they are.
 #pragma once
+#include <functional>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "minidl/nn/module.h"
 
@@ -22,6 +28,23 @@ class Sequential : public Module {
   }
   size_t size() const { return named_children().size(); }
   Module& operator[](size_t i) const { return *named_children().at(i).second; }
+
+  // Children [first, first + length) that forward runs as one call to `forward` (what
+  // nn::fuse_for_training sets up; `name` says what was fused, e.g. "BatchNorm2d+ReLU"). Replacing
+  // any child of a run (replace_module: convert_sync_batchnorm) removes the run.
+  struct FusedRun {
+    size_t first = 0, length = 0;
+    std::string name;
+    std::function<Variable(const Variable&)> forward;
+  };
+  void add_fused_run(FusedRun run);  // runs must not overlap
+  const std::vector<FusedRun>& fused_runs() const { return fused_; }
+
+ protected:
+  void child_replaced(const std::string& name) override;
+
+ private:
+  std::vector<FusedRun> fused_;  // by first child
 };
 
 }  // namespace minidl::nn

@@ -14,6 +14,7 @@
 #include "minidl/kernels/cpu/parallel.h"
 #include "minidl/nn/attention.h"
 #include "minidl/nn/batchnorm.h"
+#include "minidl/nn/fuse.h"
 #include "minidl/nn/layers.h"
 #include "minidl/nn/sequential.h"
 #include "tests/common/gradcheck.h"
@@ -28,7 +29,9 @@ namespace {
 // The composed reference: q, k, v sliced out of qkv (B, L, 3E), split into heads, attended, merged.
 Variable composed_attention(const Variable& qkv, int64_t H, double scale) {
   const int64_t B = qkv.size(0), L = qkv.size(1), E = qkv.size(2) / 3, D = E / H;
-  auto head = [&](int64_t i) { return permute(reshape(slice(qkv, 2, i * E, (i + 1) * E), {B, L, H, D}), {0, 2, 1, 3}); };
+  auto head = [&](int64_t i) {
+    return permute(reshape(slice(qkv, 2, i * E, (i + 1) * E), {B, L, H, D}), {0, 2, 1, 3});
+  };
   AttentionResult a = attention_with_weights(head(0), head(1), head(2), Tensor(), scale, 0.0, false);
   return reshape(permute(a.output, {0, 2, 1, 3}), {B, L, E});
 }
@@ -56,8 +59,9 @@ TEST(FusedOps, PackedAttentionMatchesComposedFloat64) {
   const OutAndGrad ref = run([&](const Variable& x) { return composed_attention(x, H, scale); }, qkv, w);
   expect_close(fast.out, ref.out, 1e-12, 1e-12, "output");
   expect_close(fast.grad, ref.grad, 1e-12, 1e-12, "dqkv");
-  EXPECT_TRUE(minidl::testing::gradcheck([&](const std::vector<Variable>& in) { return packed_self_attention(in[0], H, 0.7); },
-                                         {randn({1, 3, 3 * E}, DType::Float64)}, "packed_self_attention"));
+  EXPECT_TRUE(
+      minidl::testing::gradcheck([&](const std::vector<Variable>& in) { return packed_self_attention(in[0], H, 0.7); },
+                                 {randn({1, 3, 3 * E}, DType::Float64)}, "packed_self_attention"));
 }
 
 TEST(FusedOps, PackedAttentionFloat32MatchesComposedAndIgnoresThreadCount) {
@@ -184,19 +188,22 @@ TEST(FusedOps, BatchNormReluMatchesBatchNormThenRelu) {
       const auto fast = grads(true), ref = grads(false);
       const double tol = dt == DType::Float64 ? 1e-12 : 1e-5;
       for (size_t i = 0; i < fast.size(); ++i)
-        expect_close(fast[i], ref[i], tol, tol, std::string(training ? "training" : "eval") + ", tensor " + std::to_string(i));
+        expect_close(fast[i], ref[i], tol, tol,
+                     std::string(training ? "training" : "eval") + ", tensor " + std::to_string(i));
     }
   }
   EXPECT_TRUE(minidl::testing::gradcheck(
       [](const std::vector<Variable>& in) {
         return batch_norm(in[0], Tensor(), Tensor(), in[1], in[2], true, 0.1, 1e-5, true);
       },
-      {randn({3, 2, 2, 2}, DType::Float64), randn({2}, DType::Float64), randn({2}, DType::Float64)}, "batch_norm relu"));
+      {randn({3, 2, 2, 2}, DType::Float64), randn({2}, DType::Float64), randn({2}, DType::Float64)},
+      "batch_norm relu"));
 
   nn::Sequential net;
   net.push_back<nn::BatchNorm2d>(nn::BatchNormOptions{.num_features = 3});
   net.push_back<nn::ReLU>();
   for (auto& [name, p] : net.named_parameters()) p.data().copy_(randn(p.shape()));
+  ASSERT_EQ(nn::fuse_for_training(net), 1);
   const Tensor x0 = randn({4, 3, 6, 6}), r = randn({4, 3, 6, 6});
   auto run_net = [&](bool fused) {
     net.zero_grad();
@@ -207,7 +214,8 @@ TEST(FusedOps, BatchNormReluMatchesBatchNormThenRelu) {
     return std::vector<Tensor>{y.data(), x.grad(), net[0].named_parameters()[0].second.grad().clone()};
   };
   const auto fast = run_net(true), ref = run_net(false);
-  for (size_t i = 0; i < fast.size(); ++i) expect_close(fast[i], ref[i], 1e-5, 1e-6, "Sequential, tensor " + std::to_string(i));
+  for (size_t i = 0; i < fast.size(); ++i)
+    expect_close(fast[i], ref[i], 1e-5, 1e-6, "Sequential, tensor " + std::to_string(i));
 }
 
 namespace {
@@ -258,8 +266,8 @@ TEST(FusedOps, BatchNormReluMaxPoolMatchesTheComposedOps) {
         const Tensor x0 = tied_values(shape, dt), r = randn(pooled, dt);
         const Tensor w0 = affine ? randn({shape[1]}, dt) : Tensor(), b0 = affine ? randn({shape[1]}, dt) : Tensor();
         const auto fast = bn_relu_pool(true, x0, w0, b0, r), ref = bn_relu_pool(false, x0, w0, b0, r);
-        const std::string what = std::string(dt == DType::Float64 ? "float64 " : "float32 ") + shape_str(shape) +
-                                 (affine ? " affine" : "");
+        const std::string what =
+            std::string(dt == DType::Float64 ? "float64 " : "float32 ") + shape_str(shape) + (affine ? " affine" : "");
         expect_equal(fast[0], ref[0], what + " output");
         expect_equal(fast[4], ref[4], what + " running_mean");
         expect_equal(fast[5], ref[5], what + " running_var");
@@ -310,6 +318,7 @@ TEST(FusedOps, SequentialFusesBatchNormReluMaxPool) {
   net.push_back<nn::ReLU>();
   net.push_back<nn::MaxPool2d>(nn::Pool2dOptions{.kernel = 2});
   for (auto& [name, p] : net.named_parameters()) p.data().copy_(randn(p.shape()));
+  ASSERT_EQ(nn::fuse_for_training(net), 1);
   const Tensor x0 = tied_values({4, 3, 6, 6}, DType::Float32), r = randn({4, 3, 3, 3});
   auto run_net = [&](bool whole, const char* node) {
     net.zero_grad();
