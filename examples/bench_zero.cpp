@@ -4,12 +4,16 @@
 // throughput and the bytes of Adam state the largest rank holds: about 1/N of plain Adam's for
 // the ViT, whose parameters are many and alike; the CNN's Linear(3136, 128) is 95% of it, and
 // whole parameters cannot be split finer than that.
-//   ./build/examples/bench_zero [steps = 20] [processes = 2] [model = vit | cnn | mlp]
+//   ./build/examples/bench_zero [steps = 20] [processes = 2] [model = vit | cnn | mlp] [--json FILE]
+// --json FILE: what every rank holds, in bytes (parameters, gradients, optimizer state), under
+// plain Adam and under ZeRO-1, for tools/draw_zero_memory.py (the tutorial's picture).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <string>
+#include <vector>
 
 #include "minidl/dist/ddp.h"
 #include "minidl/dist/distributed.h"
@@ -33,8 +37,15 @@ int64_t state_bytes(const optim::Optimizer* opt) {
   return n;
 }
 
+int64_t bytes_of(const std::vector<Tensor>& tensors) {
+  int64_t n = 0;
+  for (const Tensor& t : tensors) n += t.defined() ? t.numel() * static_cast<int64_t>(element_size(t.dtype())) : 0;
+  return n;
+}
+
 // Trains `steps` steps (after 3 warm-up steps) on this rank's `local` images per step; returns
-// "images_per_s state_bytes" (the bytes of Adam state this rank holds).
+// "images_per_s state_bytes parameter_bytes gradient_bytes " for this rank (Adam's state it holds;
+// every parameter and its gradient, which DDP keeps in its buckets).
 std::string run(const std::string& model_name, int steps, int64_t local, bool zero) {
   manual_seed(0);
   std::unique_ptr<nn::Module> net = nn::make_model(model_name);
@@ -60,44 +71,92 @@ std::string run(const std::string& model_name, int steps, int64_t local, bool ze
   }
   const double total = std::chrono::duration<double>(Clock::now() - t0).count();
   const auto* z = dynamic_cast<const dist::ZeroRedundancyOptimizer*>(opt.get());
-  char buf[128];
-  std::snprintf(buf, sizeof buf, "%.1f %lld ", static_cast<double>(steps * local * dist::world_size()) / total,
-                static_cast<long long>(state_bytes(z ? z->local_optimizer() : opt.get())));
+  std::vector<Tensor> params, grads;
+  for (const Variable& p : model.parameters()) {
+    params.push_back(p.data());
+    grads.push_back(p.grad());
+  }
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "%.1f %lld %lld %lld ",
+                static_cast<double>(steps * local * dist::world_size()) / total,
+                static_cast<long long>(state_bytes(z ? z->local_optimizer() : opt.get())),
+                static_cast<long long>(bytes_of(params)), static_cast<long long>(bytes_of(grads)));
   return buf;
 }
 
 }  // namespace
 
+// One configuration's bytes per rank, as a JSON list.
+std::string json_ranks(const std::vector<std::vector<long long>>& per_rank) {
+  std::string out = "[";
+  for (size_t r = 0; r < per_rank.size(); ++r) {
+    const auto& b = per_rank[r];
+    if (r > 0) out += ", ";
+    out += "{\"rank\": " + std::to_string(r) + ", \"parameters\": " + std::to_string(b[0]) +
+           ", \"gradients\": " + std::to_string(b[1]) + ", \"optimizer_state\": " + std::to_string(b[2]) + "}";
+  }
+  return out + "]";
+}
+
 int main(int argc, char** argv) {
-  const int steps = argc > 1 ? std::atoi(argv[1]) : 20;
-  const int nproc = argc > 2 ? std::atoi(argv[2]) : 2;
-  const std::string model = argc > 3 ? argv[3] : "vit";
-  if (steps < 1 || nproc < 1 || 128 % nproc != 0 || (model != "vit" && model != "cnn" && model != "mlp")) {
-    std::fprintf(stderr, "usage: bench_zero [steps >= 1] [processes dividing 128] [vit | cnn | mlp]\n");
+  std::vector<std::string> positional;
+  std::string json_path;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--json" && i + 1 < argc) {
+      json_path = argv[++i];
+    } else if (a.rfind("--", 0) == 0) {
+      std::fprintf(stderr, "bench_zero: unknown flag '%s'\n", a.c_str());
+      return 2;
+    } else {
+      positional.push_back(a);
+    }
+  }
+  const int steps = positional.size() > 0 ? std::atoi(positional[0].c_str()) : 20;
+  const int nproc = positional.size() > 1 ? std::atoi(positional[1].c_str()) : 2;
+  const std::string model = positional.size() > 2 ? positional[2] : "vit";
+  if (steps < 1 || nproc < 1 || 128 % nproc != 0 || (model != "vit" && model != "cnn" && model != "mlp") ||
+      positional.size() > 3) {
+    std::fprintf(stderr, "usage: bench_zero [steps >= 1] [processes dividing 128] [vit | cnn | mlp] [--json FILE]\n");
     return 2;
   }
-  const auto results = dist::spawn_with_results(
-      nproc,
-      [&](int) {
-        dist::init({.backend = "shm"});
-        std::string r = run(model, steps, 128 / nproc, false) + run(model, steps, 128 / nproc, true);
-        dist::shutdown();
-        return r;
-      },
-      {.omp_threads = 1});
+  const auto results = dist::spawn_with_results(nproc,
+                                                [&](int) {
+                                                  dist::init({.backend = "shm"});
+                                                  std::string r = run(model, steps, 128 / nproc, false) +
+                                                                  run(model, steps, 128 / nproc, true);
+                                                  dist::shutdown();
+                                                  return r;
+                                                },
+                                                {.omp_threads = 1});
   double ips_plain = 0, ips_zero = 0;  // rank 0's
   long long largest_plain = 0, largest_zero = 0;
+  std::vector<std::vector<long long>> plain_bytes, zero_bytes;  // per rank: parameters, gradients, state
   for (const std::string& r : results) {
     double a = 0, c = 0;
-    long long b = 0, d = 0;
-    std::sscanf(r.c_str(), "%lf %lld %lf %lld", &a, &b, &c, &d);
+    long long b = 0, pb = 0, gb = 0, d = 0, pz = 0, gz = 0;
+    std::sscanf(r.c_str(), "%lf %lld %lld %lld %lf %lld %lld %lld", &a, &b, &pb, &gb, &c, &d, &pz, &gz);
     if (&r == &results.front()) ips_plain = a, ips_zero = c;
     largest_plain = std::max(largest_plain, b);
     largest_zero = std::max(largest_zero, d);
+    plain_bytes.push_back({pb, gb, b});
+    zero_bytes.push_back({pz, gz, d});
   }
-  std::printf("%s + Adam, %d processes x 1 thread (DDP, shm), global batch 128, %d steps\n", model.c_str(), nproc, steps);
-  std::printf("  plain Adam : %8.1f images/s  %9lld bytes of Adam state on the largest rank\n", ips_plain, largest_plain);
+  std::printf("%s + Adam, %d processes x 1 thread (DDP, shm), global batch 128, %d steps\n", model.c_str(), nproc,
+              steps);
+  std::printf("  plain Adam : %8.1f images/s  %9lld bytes of Adam state on the largest rank\n", ips_plain,
+              largest_plain);
   std::printf("  ZeRO-1 Adam: %8.1f images/s  %9lld bytes (%.2f of plain)\n", ips_zero, largest_zero,
               largest_plain > 0 ? static_cast<double>(largest_zero) / static_cast<double>(largest_plain) : 0.0);
+  if (!json_path.empty()) {
+    std::ofstream out(json_path);
+    out << "{\"model\": \"" << model << "\", \"processes\": " << nproc << ", \"optimizer\": \"Adam\",\n"
+        << " \"DDP\": " << json_ranks(plain_bytes) << ",\n"
+        << " \"ZeRO-1\": " << json_ranks(zero_bytes) << "}\n";
+    if (!out) {
+      std::fprintf(stderr, "bench_zero: cannot write %s\n", json_path.c_str());
+      return 1;
+    }
+  }
   return 0;
 }
