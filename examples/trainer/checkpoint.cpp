@@ -72,11 +72,12 @@ std::string first_non_finite(const minidl::TensorMap& tensors) {
 }
 
 void save_checkpoint(const std::string& path, const minidl::nn::Module& model,
-                     const minidl::optim::Optimizer& optimizer, const minidl::optim::LRScheduler& scheduler,
-                     const minidl::Metadata& metadata) {
+                     const minidl::optim::Optimizer& optimizer, const minidl::optim::GradScaler& scaler,
+                     const minidl::optim::LRScheduler& scheduler, const minidl::Metadata& metadata) {
   minidl::TensorMap tensors;
   add_prefixed(tensors, "model.", model.state_dict());
   add_prefixed(tensors, "optim.", optimizer.state_dict());
+  add_prefixed(tensors, "scaler.", scaler.state_dict());  // empty unless enabled (fp16)
   add_prefixed(tensors, "sched.", scheduler.state_dict());
   for (auto& [name, t] : tensors) t = t.cpu().contiguous();  // the bytes the file will hold (no-op on the CPU)
   minidl::Metadata meta = metadata;
@@ -108,10 +109,13 @@ Checkpoint load_checkpoint(const std::string& path) {
       ck.model[rest] = tensor;
     else if (prefix == "optim")
       ck.optim[rest] = tensor;
+    else if (prefix == "scaler")
+      ck.scaler[rest] = tensor;
     else if (prefix == "sched")
       ck.sched[rest] = tensor;
     else
-      throw std::runtime_error(path + ": unexpected tensor '" + key + "' (expected model.*, optim.*, sched.*)");
+      throw std::runtime_error(path + ": unexpected tensor '" + key +
+                               "' (expected model.*, optim.*, scaler.*, sched.*)");
   }
   ck.epoch = parse_count(path, "epoch", ck.metadata["epoch"]);
   ck.step = ck.metadata.count("step") ? parse_count(path, "step", ck.metadata["step"]) : 0;
