@@ -1,9 +1,8 @@
-// autograd/autocast.cpp — the thread-local autocast state, its guard, and the operand cast of the
-// matrix products (autograd/ops_linalg.cpp, ops_nn.cpp, ops_attention.cpp).
+// autograd/autocast.cpp — the thread-local autocast state, its guard, and the operand casts of the
+// matrix products (autograd/ops_linalg.cpp, ops_nn.cpp, ops_attention.cpp). A CPU without
+// AVX512_BF16 is reported once by the bfloat16 products themselves (tensor/ops_linalg.cpp).
 #include "minidl/autograd/autocast.h"
 
-#include <cstdio>
-#include <mutex>
 #include <stdexcept>
 #include <string>
 
@@ -14,18 +13,6 @@ namespace minidl {
 namespace {
 thread_local bool autocast_on = false;
 thread_local DType autocast_low = DType::Float32;
-
-// Until a bfloat16 GEMM is wired in (kernels::cpu::gemm_bf16 needs AVX512_BF16), the products run
-// on float32 kernels; said once per process on CPUs without the instructions.
-void note_bf16_kernels() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    if (!__builtin_cpu_supports("avx512bf16"))
-      std::fprintf(stderr,
-                   "minidl: autocast(bfloat16): this CPU has no AVX512_BF16; bfloat16 matrix products run through "
-                   "float32 kernels\n");
-  });
-}
 }  // namespace
 
 autocast::autocast(DType dtype, bool enabled) : prev_enabled_(autocast_on), prev_dtype_(autocast_low) {
@@ -34,7 +21,6 @@ autocast::autocast(DType dtype, bool enabled) : prev_enabled_(autocast_on), prev
                                 dtype_name(dtype));
   autocast_on = enabled && is_half(dtype);
   autocast_low = autocast_on ? dtype : DType::Float32;
-  if (autocast_on && dtype == DType::BFloat16) note_bf16_kernels();
 }
 
 autocast::~autocast() {
@@ -48,6 +34,13 @@ DType autocast_dtype() { return autocast_low; }
 Variable autocast_operand(const Variable& x) {
   if (!autocast_on || !x.defined() || x.dtype() != DType::Float32) return x;
   return to(to(x, autocast_low), DType::Float32);
+}
+
+Variable autocast_gemm_operand(const Variable& x) {
+  if (autocast_on && autocast_low == DType::BFloat16 && x.defined() && x.dtype() == DType::Float32 &&
+      x.data().device().is_cpu())
+    return to(x, DType::BFloat16);
+  return autocast_operand(x);
 }
 
 }  // namespace minidl

@@ -8,8 +8,13 @@
 //
 // Inside the guard the matrix products — linear, matmul (and so attention's q k^T and weights v),
 // conv2d, packed_self_attention — take their float32 operands rounded to the low dtype (bfloat16
-// or float16, round to nearest even) through a differentiable cast (autograd `to`), and multiply
-// them with the float32 kernels: float32 accumulation, float32 output. Everything else (softmax,
+// or float16, round to nearest even) through a differentiable cast (autograd `to`): float32
+// accumulation, float32 output. Under bfloat16, linear and matmul on the CPU multiply the
+// bfloat16 bit patterns themselves (kernels::cpu::gemm_bf16, through tensor mm / addmm / matmul),
+// and their backward rounds dy to bfloat16 once and multiplies it the same way, as PyTorch's
+// backward of its autocast products runs in bfloat16; each gradient is rounded to its operand's
+// dtype, and the cast's backward widens it. conv2d, packed_self_attention and float16 multiply
+// the rounded operands widened back to float32 with the float32 kernels. Everything else (softmax,
 // norms, losses, reductions, element-wise ops) stays float32, and so do the parameters and the
 // optimizer's state (master weights): the cast happens in the forward, and its backward casts the
 // gradient back to float32. The state is thread-local; guards nest, each restoring the state it
@@ -40,5 +45,10 @@ DType autocast_dtype();  // the low dtype of the innermost enabled guard; Float3
 // back to float32 (two differentiable casts); x itself when autocast is off, x is undefined or
 // not float32.
 Variable autocast_operand(const Variable& x);
+
+// The operand of a product with a bfloat16 kernel (linear, matmul): under autocast(BFloat16) a
+// float32 CPU x rounded to bfloat16 (one differentiable cast; the product's result is float32);
+// otherwise (CUDA tensors included) autocast_operand(x).
+Variable autocast_gemm_operand(const Variable& x);
 
 }  // namespace minidl

@@ -42,10 +42,11 @@ AttentionResult attention_with_weights(const Variable& q, const Variable& k, con
 }
 
 // Under autocast qkv is rounded to its dtype first (autograd/autocast.h); the softmax stays float32.
-// (scaled_dot_product_attention's products are autograd matmuls, which cast by themselves.)
+// The fused kernel (kernels/cpu/attention.cpp) multiplies the rounded operands in float32: its
+// q k^T and weights v are small per-(batch, head) products in L1 scratch inside one pass, not
+// gemm() calls that gemm_bf16 could replace; a bfloat16 version of that kernel is still to write.
+// (scaled_dot_product_attention's products are autograd matmuls: the bfloat16 GEMM under autocast.)
 Variable packed_self_attention(const Variable& qkv_in, int64_t num_heads, double scale) {
-  // bf16 GEMM hook (attention): under autocast(BFloat16) the fused kernel's q k^T and weights v
-  // products would take bit patterns through kernels::cpu::gemm_bf16 (float32 out).
   const Variable qkv = autocast_operand(qkv_in);
   PackedAttentionResult r = packed_attention_forward(qkv.data(), num_heads, scale);
   return Variable::make_result(

@@ -10,19 +10,19 @@ namespace minidl {
 
 // C = A B: dA = dC B^T, dB = A^T dC (batch dims summed back to each input's shape).
 // 1-d operands are promoted to matrices as torch.matmul does, and their gradients squeezed back.
-// Under autocast the operands are rounded to its dtype first (autograd/autocast.h).
+// Under autocast the operands are rounded to its dtype first (autograd/autocast.h); bfloat16
+// operands (autocast(BFloat16)) are multiplied as bfloat16 into a float32 result, and so are
+// their gradients' products: dy rounded to bfloat16 once, each gradient rounded to its operand's dtype.
 Variable matmul(const Variable& a_in, const Variable& b_in) {
-  // bf16 GEMM hook (matmul / bmm): under autocast(BFloat16) the rounded operands' bit patterns
-  // would go to kernels::cpu::gemm_bf16 here (float32 out), instead of the float32 kernel.
-  const Variable a = autocast_operand(a_in), b = autocast_operand(b_in);
+  const Variable a = autocast_gemm_operand(a_in), b = autocast_gemm_operand(b_in);
   Tensor y = matmul(a.data(), b.data());
   const bool ga = a.requires_grad(), gb = b.requires_grad();
   return Variable::make_result(
       y, {a, b},
-      [ta = gb ? a.data() : Tensor(), tb = ga ? b.data() : Tensor(), sa = a.shape(),
-       sb = b.shape()](const Tensor& dy) -> std::vector<Tensor> {
+      [ta = gb ? a.data() : Tensor(), tb = ga ? b.data() : Tensor(), sa = a.shape(), sb = b.shape(),
+       low = a.dtype()](const Tensor& dy) -> std::vector<Tensor> {
         // promote: a (k) -> (1, k); b (k) -> (k, 1); dy gets the matching unit dims back
-        Tensor g = dy;
+        Tensor g = dy.to(low);
         if (sa.size() == 1) g = g.unsqueeze(-2);
         if (sb.size() == 1) g = g.unsqueeze(-1);
         Tensor da, db;
@@ -43,6 +43,8 @@ Variable matmul(const Variable& a_in, const Variable& b_in) {
           }
           if (sb.size() == 1) db = db.reshape(sb);
         }
+        if (da.defined()) da = da.to(low);
+        if (db.defined()) db = db.to(low);
         return {da, db};
       },
       "MatmulBackward");
@@ -51,11 +53,11 @@ Variable matmul(const Variable& a_in, const Variable& b_in) {
 // y = x W^T + b, one node: leading dims of x are flattened into rows so the layer is one GEMM,
 // the bias is added into the GEMM's output in place; backward: dx = dy W, dW = dy^T x (one GEMM
 // over all rows) and db = column sums of dy (summed by that GEMM as it reads dy). The same as matmul(x, transpose(w)) + b (tested).
-// Under autocast x, W and b are rounded to its dtype first (autograd/autocast.h).
+// Under autocast x, W and b are rounded to its dtype first (autograd/autocast.h); bfloat16 x and W
+// (autocast(BFloat16)) are multiplied as bfloat16 into a float32 result, the widened bias added;
+// backward rounds dy to bfloat16 once for its products and each gradient to its operand's dtype.
 Variable linear(const Variable& x_in, const Variable& w_in, const Variable& b_in) {
-  // bf16 GEMM hook (linear): under autocast(BFloat16) the rounded x and W bit patterns would go
-  // to kernels::cpu::gemm_bf16 here (float32 out, the bias added after), instead of addmm / mm.
-  const Variable x = autocast_operand(x_in), w = autocast_operand(w_in), b = autocast_operand(b_in);
+  const Variable x = autocast_gemm_operand(x_in), w = autocast_gemm_operand(w_in), b = autocast_gemm_operand(b_in);
   if (w.dim() != 2 || x.dim() < 1 || x.size(-1) != w.size(1))
     throw std::invalid_argument("linear: input " + x.data().desc() + " does not match weight " + w.data().desc() +
                                 " (expected input (..., " + std::to_string(w.dim() == 2 ? w.size(1) : -1) + "))");
@@ -68,8 +70,9 @@ Variable linear(const Variable& x_in, const Variable& w_in, const Variable& b_in
   const bool gx = x.requires_grad(), gw = w.requires_grad(), gb = b.requires_grad();
   return Variable::make_result(
       x.dim() == 2 ? y : y.view(out_shape), {x, w, b},
-      [tx = gw ? x2 : Tensor(), tw = gx ? w.data() : Tensor(), x_shape = x.shape(), gb](const Tensor& dy) {
-        const Tensor g = dy.reshape({-1, dy.size(-1)});  // (rows, out)
+      [tx = gw ? x2 : Tensor(), tw = gx ? w.data() : Tensor(), x_shape = x.shape(), gb,
+       low = x.dtype()](const Tensor& dy) {
+        const Tensor g = dy.reshape({-1, dy.size(-1)}).to(low);  // (rows, out)
         std::vector<Tensor> grads(3);
         if (tw.defined()) grads[0] = mm(g, tw).view(x_shape);
         if (tx.defined() && gb) {
@@ -78,6 +81,8 @@ Variable linear(const Variable& x_in, const Variable& w_in, const Variable& b_in
           if (tx.defined()) grads[1] = mm(g.t(), tx);
           if (gb) grads[2] = sum(g, {0});
         }
+        for (Tensor& t : grads)
+          if (t.defined()) t = t.to(low);
         return grads;
       },
       "LinearBackward");

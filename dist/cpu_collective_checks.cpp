@@ -50,4 +50,9 @@ CollectiveDesc CpuCollectiveChecks::reduce_scatter(const Tensor& input, const Te
           std::string("op=") + reduce_op_name(op)};
 }
 
+Tensor reduction_buffer(const Tensor& t) {
+  if (is_half(t.dtype())) return t.to(DType::Float32);
+  return t.is_contiguous() ? t : t.contiguous();
+}
+
 }  // namespace minidl::dist

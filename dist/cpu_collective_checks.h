@@ -1,7 +1,8 @@
 // dist/cpu_collective_checks.h — the argument checks of the CPU process groups (Gloo, shared
 // memory), in one place: each call checks a collective's tensors before it is queued (a
 // std::invalid_argument naming "<Group>::<op>" and what was wrong, before any communication) and
-// returns its CollectiveDesc (messages, debug-mode fingerprints).
+// returns its CollectiveDesc (messages, debug-mode fingerprints). Also the one rule both groups
+// follow for the 16-bit floats: reduction_buffer.
 #pragma once
 #include <string>
 #include <utility>
@@ -30,5 +31,11 @@ class CpuCollectiveChecks {
 
   std::string group_, transport_;
 };
+
+// The contiguous buffer a CPU group reduces in place for t: t itself when it is contiguous, else a
+// contiguous copy; for bfloat16 and float16 always a float32 copy — every addition (and AVG's
+// division) runs in float32, and the result is rounded once, when the group copies the buffer
+// back into t (rounding after each addition would lose the low bits of every partial sum).
+Tensor reduction_buffer(const Tensor& t);
 
 }  // namespace minidl::dist

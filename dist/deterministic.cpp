@@ -63,6 +63,11 @@ Tensor shard_tree_all_reduce(const std::vector<Tensor>& leaves, ProcessGroup& pg
           "shard_tree_all_reduce: shard values must be 1-D tensors of one length, dtype and "
           "device; got " +
           first.desc() + " and " + t.desc());
+  if (is_half(first.dtype())) {  // every addition of the tree in float32, the sum rounded once
+    std::vector<Tensor> wide;
+    for (const Tensor& t : leaves) wide.push_back(t.to(DType::Float32));
+    return shard_tree_all_reduce(wide, pg).to(first.dtype());
+  }
   const int64_t n = static_cast<int64_t>(leaves.size()), R = pg.size(), r = pg.rank(), total = n * R;
   const int64_t L = first.numel();
   const auto leaf = [&](ShardRange s) -> const Tensor* {

@@ -57,7 +57,8 @@ Tensor shard_tree_sum(ShardRange range, const std::function<const Tensor*(ShardR
 // leaves: this rank's shard values in shard order, 1-D tensors of one length, dtype and device;
 // every rank must pass the same number (rank r's leaves are the shards [r n, (r + 1) n) of
 // n R). A rank with a different number, or leaves of a different length, is an error naming it.
-// One all_gather when pg.size() > 1 (nothing with one process).
+// One all_gather when pg.size() > 1 (nothing with one process). bfloat16 / float16 leaves are
+// widened to float32, summed by the tree in float32, and the sum is rounded once to their dtype.
 Tensor shard_tree_all_reduce(const std::vector<Tensor>& leaves, ProcessGroup& pg);
 
 }  // namespace minidl::dist

@@ -111,6 +111,14 @@ std::string local_address_towards(const std::string& host, uint16_t port) {
   return result;
 }
 
+// Calls f(T{}) with the element type of a tensor that a collective only moves (broadcast,
+// all_gather): the 16-bit floats as their bit patterns (tensor/dtype.h), the rest as dispatch.
+template <class F> void dispatch_moved(DType t, const char* op, F&& f) {
+  if (t == DType::BFloat16) return f(bfloat16{});
+  if (t == DType::Float16) return f(float16{});
+  dispatch(t, op, f);
+}
+
 // Element-wise reductions Gloo calls on pairs of buffers: c = op(a, b), n elements.
 template <class T> gloo::AllreduceOptions::Func reduce_function(ReduceOp op) {
   switch (op) {
@@ -244,7 +252,7 @@ struct ProcessGroupGloo::Impl {
 
   void run_broadcast(const Tensor& buf, int root, uint32_t tag) {
     if (buf.numel() == 0) return;
-    dispatch(buf.dtype(), "broadcast", [&](auto zero) {
+    dispatch_moved(buf.dtype(), "broadcast", [&](auto zero) {
       using T = decltype(zero);
       gloo::BroadcastOptions opts(context);
       opts.setOutput<T>(buf.data<T>(), static_cast<size_t>(buf.numel()));
@@ -257,7 +265,7 @@ struct ProcessGroupGloo::Impl {
 
   // Gathers counts[r] elements from every rank into out (contiguous, sum(counts) elements).
   void run_allgatherv(const Tensor& in, const Tensor& out, const std::vector<size_t>& counts, uint32_t tag) {
-    dispatch(in.dtype(), "all_gather", [&](auto zero) {
+    dispatch_moved(in.dtype(), "all_gather", [&](auto zero) {
       using T = decltype(zero);
       gloo::AllgathervOptions opts(context);
       opts.setInput<T>(in.data<T>(), static_cast<size_t>(in.numel()));
@@ -372,9 +380,9 @@ std::shared_ptr<Work> ProcessGroupGloo::all_reduce_async(Tensor& t, ReduceOp op)
   const CollectiveDesc desc = kChecks.all_reduce(t, op);
   Tensor target = t;
   return impl_->issue(desc, [this, target, op](uint32_t tag) mutable {
-    Tensor buf = target.is_contiguous() ? target : target.contiguous();
+    Tensor buf = reduction_buffer(target);  // 16-bit floats: summed in float32
     impl_->run_all_reduce(buf, op, tag);
-    if (!buf.is_same(target)) target.copy_(buf);
+    if (!buf.is_same(target)) target.copy_(buf);  // (rounded once)
   });
 }
 
@@ -401,7 +409,8 @@ std::shared_ptr<Work> ProcessGroupGloo::reduce_scatter_async(const Tensor& input
   Tensor in = input, target = out;
   return impl_->issue(desc, [this, in, target, op](uint32_t tag) mutable {
     // all_reduce a copy of the whole input, keep this rank's slab.
-    Tensor reduced = in.clone();
+    Tensor reduced = reduction_buffer(in);
+    if (reduced.is_same(in)) reduced = in.clone();
     impl_->run_all_reduce(reduced, op, tag);
     const int64_t n = target.dim() == 0 ? 0 : target.size(0);
     target.copy_(reduced.narrow(0, rank_ * n, n));

@@ -237,9 +237,9 @@ std::shared_ptr<Work> ProcessGroupHierarchical::all_reduce_async(Tensor& t, Redu
   const CollectiveDesc desc = kChecks.all_reduce(t, op);
   Tensor target = t;
   return impl_->issue(desc, [this, target, op]() mutable {
-    Tensor buf = target.is_contiguous() ? target : target.contiguous();
+    Tensor buf = reduction_buffer(target);  // 16-bit floats: float32 through both levels
     impl_->all_reduce(buf, op);
-    if (!buf.is_same(target)) target.copy_(buf);
+    if (!buf.is_same(target)) target.copy_(buf);  // (rounded once)
   });
 }
 
@@ -268,7 +268,8 @@ std::shared_ptr<Work> ProcessGroupHierarchical::reduce_scatter_async(const Tenso
   const CollectiveDesc desc = kChecks.reduce_scatter(input, out, op, size_);
   Tensor in = input, target = out;
   return impl_->issue(desc, [this, in, target, op]() mutable {
-    Tensor reduced = in.clone();  // all_reduce a copy of the whole input, keep this rank's slab
+    Tensor reduced = reduction_buffer(in);  // all_reduce a copy of the whole input, keep this rank's slab
+    if (reduced.is_same(in)) reduced = in.clone();
     impl_->all_reduce(reduced, op);
     const int64_t n = target.dim() == 0 ? 0 : target.size(0);
     target.copy_(reduced.narrow(0, rank_ * n, n));

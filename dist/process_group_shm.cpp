@@ -793,14 +793,15 @@ std::shared_ptr<Work> ProcessGroupShm::all_reduce_async(Tensor& t, ReduceOp op) 
   const auto n = static_cast<size_t>(t.numel());
   // Every rank's tensor is in a symmetric buffer, or none is (debug mode compares "symmetric").
   std::optional<std::pair<SymmetricBuffer, size_t>> found;
-  if (n > 0 && t.is_contiguous()) found = impl_->find_symmetric(static_cast<const char*>(t.raw_data()), n * element_size(t.dtype()));
+  if (n > 0 && t.is_contiguous() && !is_half(t.dtype()))  // (16-bit floats are reduced in a float32 copy)
+    found = impl_->find_symmetric(static_cast<const char*>(t.raw_data()), n * element_size(t.dtype()));
   if (found) desc.extra += " symmetric";
   return impl_->issue(desc, [this, t, op, n, found]() mutable {
     if (n == 0) return;
     if (found) return impl_->all_reduce_symmetric(found->first, found->second, t.dtype(), n, op);
-    Tensor buf = t.is_contiguous() ? t : t.contiguous();
+    Tensor buf = reduction_buffer(t);  // 16-bit floats: summed in float32
     impl_->all_reduce(static_cast<char*>(buf.raw_data()), buf.dtype(), n, op);
-    if (!buf.is_same(t)) t.copy_(buf);
+    if (!buf.is_same(t)) t.copy_(buf);  // (rounded once)
   });
 }
 
@@ -835,7 +836,8 @@ std::shared_ptr<Work> ProcessGroupShm::reduce_scatter_async(const Tensor& input,
   const CollectiveDesc desc = kChecks.reduce_scatter(input, out, op, size_);
   return impl_->issue(desc, [this, input, out, op]() mutable {
     // all_reduce a copy of the whole input, keep this rank's slab.
-    Tensor reduced = input.contiguous().clone();
+    Tensor reduced = reduction_buffer(input);
+    if (reduced.is_same(input)) reduced = input.clone();
     if (reduced.numel() > 0)
       impl_->all_reduce(static_cast<char*>(reduced.raw_data()), reduced.dtype(), static_cast<size_t>(reduced.numel()),
                         op);

@@ -240,6 +240,7 @@ void train_worker(const Run& run) {
   model->to(device);  // parameters and buffers onto this rank's GPU (no-op on the CPU)
   // [/tutorial:model]
   std::unique_ptr<optim::Optimizer> optimizer = trainer::make_optimizer(cfg, *model);
+  std::unique_ptr<optim::GradScaler> scaler = trainer::make_grad_scaler(cfg.precision);  // fp16's loss scaling
   std::unique_ptr<optim::LRScheduler> scheduler = trainer::make_scheduler(cfg, *optimizer, steps_per_epoch);
 
   int64_t start_epoch = 0, start_step = 0;
@@ -256,6 +257,7 @@ void train_worker(const Run& run) {
                                "): refusing to resume from it");
     model->load_state_dict(ck.model);
     optimizer->load_state_dict(ck.optim);
+    if (!ck.scaler.empty()) scaler->load_state_dict(ck.scaler);  // an fp16 run's scale and growth tracker
     scheduler->load_state_dict(ck.sched);
     start_epoch = ck.epoch;
     start_step = ck.step;
@@ -378,8 +380,9 @@ void train_worker(const Run& run) {
     std::snprintf(name, sizeof name, "/checkpoint_step_%07lld.safetensors",
                   static_cast<long long>(epoch * steps_per_epoch + step));
     const minidl::Metadata meta = checkpoint_metadata(epoch, step, val, &partial, epoch_lr);
-    trainer::save_checkpoint(run.out_dir + name, *model, *optimizer, *scheduler, meta);
-    trainer::save_checkpoint(run.out_dir + "/checkpoint_last.safetensors", *model, *optimizer, *scheduler, meta);
+    trainer::save_checkpoint(run.out_dir + name, *model, *optimizer, *scaler, *scheduler, meta);
+    trainer::save_checkpoint(run.out_dir + "/checkpoint_last.safetensors", *model, *optimizer, *scaler, *scheduler,
+                             meta);
     log.line("saved " + run.out_dir + name + " (epoch " + std::to_string(epoch + 1) + ", step " + std::to_string(step) +
              ")");
     trainer::prune_step_checkpoints(run.out_dir);
@@ -415,7 +418,7 @@ void train_worker(const Run& run) {
       const int64_t global_step = epoch * steps_per_epoch + step + 1;  // 1-based, over the whole run
       step_file.set(global_step);
       const Tensor input = batch.input.to(device), target = batch.target.to(device);  // host -> GPU
-      mode->step(*ddp, *optimizer, epoch, step, global_step, input, target, watch);  // examples/trainer/step.h
+      mode->step(*ddp, *optimizer, *scaler, epoch, step, global_step, input, target, watch);  // examples/trainer/step.h
       scheduler->step();  // per iteration
       images += static_cast<double>(input.size(0));
       ++step;
@@ -475,8 +478,9 @@ void train_worker(const Run& run) {
         char name[64];
         std::snprintf(name, sizeof name, "/checkpoint_epoch_%03lld.safetensors", static_cast<long long>(epoch + 1));
         const minidl::Metadata meta = checkpoint_metadata(epoch + 1, 0, val, nullptr, 0.0);
-        trainer::save_checkpoint(run.out_dir + name, *model, *optimizer, *scheduler, meta);
-        trainer::save_checkpoint(run.out_dir + "/checkpoint_last.safetensors", *model, *optimizer, *scheduler, meta);
+        trainer::save_checkpoint(run.out_dir + name, *model, *optimizer, *scaler, *scheduler, meta);
+        trainer::save_checkpoint(run.out_dir + "/checkpoint_last.safetensors", *model, *optimizer, *scaler,
+                                 *scheduler, meta);
         log.line("saved " + run.out_dir + name);
       }
     }

@@ -6,10 +6,17 @@
 // (kernels/cuda/blas.cu). A 2-d operand whose rows or columns are stride 1 —
 // a contiguous matrix, a row slice, or a transposed view — is passed as a pointer plus a
 // leading dimension and a transpose flag, so transposes are never copied.
+// bfloat16 operands (autocast's products, autograd/autocast.h) give a float32 result: float32
+// sums of the exact products, never rounded back (kernels::cpu::gemm_bf16); on a CPU without
+// AVX512_BF16 the same product runs through the float32 kernel on the widened operands (said
+// once on stderr). float16 operands are refused (no float16 GEMM on the CPU).
+#include <cstdio>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 
 #include "minidl/kernels/cpu/gemm.h"
+#include "minidl/kernels/cpu/gemm_bf16.h"
 #include "minidl/kernels/cpu/parallel.h"
 #include "minidl/kernels/cuda_ops.h"
 #include "minidl/tensor/ops.h"
@@ -55,6 +62,41 @@ void check_operands(const Tensor& a, const Tensor& b, const char* op) {
   if (!a.is_floating_point())
     throw std::invalid_argument(std::string(op) + ": expected a floating dtype (float32 or float64), got " +
                                 dtype_name(a.dtype()));
+  if (a.dtype() == DType::Float16 || (a.dtype() == DType::BFloat16 && a.device().is_cuda()))
+    throw half_unsupported(op, a.dtype());
+}
+
+// The dtype of a product: float32 for bfloat16 operands, else the operands'.
+DType product_dtype(DType t) { return t == DType::BFloat16 ? DType::Float32 : t; }
+
+// True when bfloat16 operands must be widened to float32 first: this CPU has no bfloat16 GEMM.
+bool widen_bf16(const Tensor& a) {
+  if (a.dtype() != DType::BFloat16 || kernels::cpu::gemm_bf16_supported()) return false;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    std::fprintf(stderr,
+                 "minidl: this CPU has no AVX512_BF16; bfloat16 matrix products run through the float32 kernel on "
+                 "the widened operands\n");
+  });
+  return true;
+}
+
+// Calls f(T{}, O{}): the element type T of the operands and O of the product (bfloat16: uint16_t
+// bit patterns and float).
+template <class F> void dispatch_product(DType t, const char* op, F&& f) {
+  if (t == DType::BFloat16) return f(uint16_t{}, float{});
+  dispatch_floating(t, op, [&](auto tag) { f(tag, tag); });
+}
+
+// One product C = op(A) op(B) of gemm.h's arguments, float32 / float64 or bfloat16 -> float32.
+template <class T>
+void gemm_any(int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, bool ta, const T* B, int64_t ldb, bool tb, T* C,
+              int64_t ldc) {
+  kernels::cpu::gemm(M, N, K, A, lda, ta, B, ldb, tb, C, ldc);
+}
+void gemm_any(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool ta, const uint16_t* B, int64_t ldb,
+              bool tb, float* C, int64_t ldc) {
+  kernels::cpu::gemm_bf16(M, N, K, A, lda, ta, B, ldb, tb, C, ldc);  // supported: widen_bf16 was asked first
 }
 
 [[noreturn]] void shape_error(const Tensor& a, const Tensor& b, const char* op, int64_t ka, int64_t kb) {
@@ -90,11 +132,12 @@ void batched_gemm(Tensor a, Tensor b, Tensor& out) {
                         lb.trans, out.raw_data(), m, batches, sa, sb, n * m);
     return;
   }
-  dispatch_floating(a.dtype(), "matmul", [&](auto tag) {
+  dispatch_product(a.dtype(), "matmul", [&](auto tag, auto out_tag) {
     using T = decltype(tag);
-    const T* pa = a.data<T>();
-    const T* pb = b.data<T>();
-    T* po = out.data<T>();
+    using O = decltype(out_tag);
+    const T* pa = static_cast<const T*>(a.raw_data());
+    const T* pb = static_cast<const T*>(b.raw_data());
+    O* po = out.data<O>();
     auto run = [&](int64_t i) {
       int64_t oa = 0, ob = 0;
       for (int64_t d = nd - 3, rem = i; d >= 0; --d) {
@@ -103,7 +146,7 @@ void batched_gemm(Tensor a, Tensor b, Tensor& out) {
         oa += idx * a.stride(d);
         ob += idx * b.stride(d);
       }
-      kernels::cpu::gemm(n, m, k, pa + oa, ga.ld, ga.trans, pb + ob, gb.ld, gb.trans, po + i * n * m, m);
+      gemm_any(n, m, k, pa + oa, ga.ld, ga.trans, pb + ob, gb.ld, gb.trans, po + i * n * m, m);
     };
     // Small products run one per thread; large ones are threaded inside gemm. Either way each
     // output element is computed the same way whatever the thread count.
@@ -126,7 +169,8 @@ Tensor mm(const Tensor& a, const Tensor& b) {
     throw std::invalid_argument("mm: expected 2-d tensors, got shapes " + shape_str(a.shape()) + " and " +
                                 shape_str(b.shape()));
   if (a.size(1) != b.size(0)) shape_error(a, b, "mm", a.size(1), b.size(0));
-  Tensor out({a.size(0), b.size(1)}, a.dtype(), a.device());  // (n, m)
+  if (widen_bf16(a)) return mm(a.to(DType::Float32), b.to(DType::Float32));
+  Tensor out({a.size(0), b.size(1)}, product_dtype(a.dtype()), a.device());  // (n, m)
   batched_gemm(a, b, out);
   return out;
 }
@@ -146,6 +190,17 @@ Tensor addmm(const Tensor& bias, const Tensor& a, const Tensor& b) {
   if (a.device().is_cuda()) {  // cuBLAS's product, then the broadcast add
     Tensor out = mm(a, b);
     add_(out, bias);
+    return out;
+  }
+  if (widen_bf16(a)) return addmm(bias.to(DType::Float32), a.to(DType::Float32), b.to(DType::Float32));
+  if (a.dtype() == DType::BFloat16) {  // C = the widened bias rows, then C += the product
+    const int64_t m = b.size(1);
+    Tensor out = bias.to(DType::Float32).expand({a.size(0), m}).contiguous();  // (n, m)
+    Tensor ta = a, tb = b;
+    const GemmOperand ga = matrix_layout(ta), gb = matrix_layout(tb);
+    kernels::cpu::gemm_bf16(a.size(0), m, a.size(1), static_cast<const uint16_t*>(ta.raw_data()), ga.ld, ga.trans,
+                            static_cast<const uint16_t*>(tb.raw_data()), gb.ld, gb.trans, out.data<float>(), m, 1.0f,
+                            1.0f);
     return out;
   }
   Tensor ta = a, tb = b;
@@ -168,6 +223,22 @@ std::pair<Tensor, Tensor> mm_and_row_sums(const Tensor& a, const Tensor& b) {
                                 shape_str(b.shape()));
   if (a.size(1) != b.size(0)) shape_error(a, b, "mm_and_row_sums", a.size(1), b.size(0));
   if (a.device().is_cuda()) return {mm(a, b), sum(a, {1})};  // cuBLAS's product, then the reduction
+  if (widen_bf16(a)) return mm_and_row_sums(a.to(DType::Float32), b.to(DType::Float32));
+  if (a.dtype() == DType::BFloat16) {  // the product, then op(A)'s rows summed in double in k order
+    const Tensor a32 = a.to(DType::Float32).contiguous();
+    std::pair<Tensor, Tensor> r{mm(a, b), Tensor({a.size(0)}, DType::Float32)};
+    const float* pa = a32.data<float>();
+    float* ps = r.second.data<float>();
+    const int64_t k = a.size(1);
+    kernels::cpu::parallel_for(a.size(0), 64, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        double s = 0.0;
+        for (int64_t j = 0; j < k; ++j) s += pa[i * k + j];
+        ps[i] = static_cast<float>(s);
+      }
+    });
+    return r;
+  }
   Tensor ta = a, tb = b;
   const GemmOperand ga = matrix_layout(ta), gb = matrix_layout(tb);
   const int64_t n = a.size(0), k = a.size(1), m = b.size(1);
@@ -190,6 +261,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   // 1-d operands become matrices: a (k) -> (1, k), b (k) -> (k, 1); the dim is dropped after.
   const Tensor a2 = a.dim() == 1 ? a.unsqueeze(0) : a;
   const Tensor b2 = b.dim() == 1 ? b.unsqueeze(1) : b;
+  if (widen_bf16(a)) return matmul(a.to(DType::Float32), b.to(DType::Float32));
   Tensor out;
   if (a2.dim() == 2 && b2.dim() == 2) {
     out = mm(a2, b2);
@@ -206,7 +278,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
     sb.insert(sb.end(), b2.shape().end() - 2, b2.shape().end());
     so.push_back(a2.size(-2));
     so.push_back(b2.size(-1));
-    out = Tensor(so, a.dtype(), a.device());  // (batch..., n, m)
+    out = Tensor(so, product_dtype(a.dtype()), a.device());  // (batch..., n, m)
     batched_gemm(a2.expand(sa), b2.expand(sb), out);
   }
   if (a.dim() == 1) out = out.squeeze(-2);

@@ -9,6 +9,8 @@
 
 #include "minidl/kernels/cpu/copy.h"
 #include "minidl/kernels/cpu/half.h"
+#include "minidl/kernels/cpu/half_span.h"
+#include "minidl/kernels/cpu/parallel.h"
 #include "minidl/kernels/cuda_api.h"
 #include "minidl/tensor/cuda_dispatch.h"
 
@@ -46,6 +48,23 @@ void copy_through_float(Tensor& dst, const Tensor& src) {
     copy_through_float(widened, src);
     dst.copy_(widened);
     return;
+  }
+  if (src.is_contiguous() && dst.is_contiguous()) {  // float32 <-> bfloat16 span by span (kernels/cpu/half_span.h)
+    const int64_t n = src.numel();
+    if (src.dtype() == DType::Float32 && dst.dtype() == DType::BFloat16) {
+      const float* x = src.data<float>();
+      auto* y = static_cast<uint16_t*>(dst.raw_data());
+      kernels::cpu::parallel_for(n, 1 << 16,
+                                 [&](int64_t b, int64_t e) { kernels::cpu::float_to_bf16_span(x + b, y + b, e - b); });
+      return;
+    }
+    if (src.dtype() == DType::BFloat16 && dst.dtype() == DType::Float32) {
+      const auto* h = static_cast<const uint16_t*>(src.raw_data());
+      float* y = dst.data<float>();
+      kernels::cpu::parallel_for(n, 1 << 16,
+                                 [&](int64_t b, int64_t e) { kernels::cpu::bf16_to_float_span(h + b, y + b, e - b); });
+      return;
+    }
   }
   with_load(src.dtype(), [&](auto stag, auto load) {
     using S = decltype(stag);

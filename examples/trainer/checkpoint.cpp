@@ -48,12 +48,13 @@ std::string first_non_finite(const minidl::TensorMap& tensors) {
 }
 
 void save_checkpoint(const std::string& path, const minidl::nn::Module& model,
-                     const minidl::optim::Optimizer& optimizer, const minidl::optim::LRScheduler& scheduler,
-                     const minidl::Metadata& metadata) {
+                     const minidl::optim::Optimizer& optimizer, const minidl::optim::GradScaler& scaler,
+                     const minidl::optim::LRScheduler& scheduler, const minidl::Metadata& metadata) {
   // [tutorial:save_checkpoint]
   minidl::Metadata meta = metadata;  // epoch, step, config, seed, ...
   meta["format"] = kFormat;
-  minidl::save_checkpoint(path, {.model = model, .optimizer = optimizer, .scheduler = scheduler}, meta);
+  minidl::save_checkpoint(path, {.model = model, .optimizer = optimizer, .scheduler = scheduler, .scaler = scaler},
+                          meta);
   // [/tutorial:save_checkpoint]
 }
 
@@ -68,6 +69,7 @@ Checkpoint load_checkpoint(const std::string& path) {
   ck.model = std::move(file.parts["model"]);
   ck.optim = std::move(file.parts["optimizer"]);
   ck.sched = std::move(file.parts["scheduler"]);
+  ck.scaler = std::move(file.parts["scaler"]);  // empty unless the run was fp16
   ck.epoch = parse_count(path, "epoch", ck.metadata["epoch"]);
   ck.step = ck.metadata.count("step") ? parse_count(path, "step", ck.metadata["step"]) : 0;
   return ck;

@@ -4,6 +4,8 @@
 //   model.<name>       the model's state_dict (parameters and buffers, DDP-free names)
 //   optimizer.<key>    the optimizer's state_dict (momentum buffers, Adam moments, steps, lrs)
 //   scheduler.<key>    the LR scheduler's state_dict (iterations done, base lrs)
+//   scaler.<key>       the GradScaler's state_dict (fp16: scale, growth tracker, factors; a
+//                      disabled scaler's part is empty)
 //   metadata           format, model, epoch (epochs completed), step (optimizer steps done in the
 //                      epoch after those; 0 at an epoch boundary), config (the YAML recipe), seed
 //                      and how every random stream is keyed from it, world_size, and the
@@ -20,6 +22,7 @@
 #include <string>
 
 #include "minidl/nn/module.h"
+#include "minidl/optim/grad_scaler.h"
 #include "minidl/optim/lr_scheduler.h"
 #include "minidl/optim/optimizer.h"
 #include "minidl/tensor/checkpoint.h"
@@ -27,17 +30,17 @@
 namespace trainer {
 
 struct Checkpoint {
-  minidl::TensorMap model, optim, sched;
+  minidl::TensorMap model, optim, scaler, sched;  // scaler: empty unless the run used fp16
   minidl::Metadata metadata;
   int64_t epoch = 0;  // epochs completed
   int64_t step = 0;  // optimizer steps done in epoch `epoch` (0-based) after those; 0: at a boundary
 };
 
 void save_checkpoint(const std::string& path, const minidl::nn::Module& model,
-                     const minidl::optim::Optimizer& optimizer, const minidl::optim::LRScheduler& scheduler,
-                     const minidl::Metadata& metadata);
-// Reads, verifies and splits a checkpoint; a file that is not one (not this format, no epoch, an
-// epoch that is not a number >= 0) or whose tensor bytes do not match its tensor_crc32 is a
+                     const minidl::optim::Optimizer& optimizer, const minidl::optim::GradScaler& scaler,
+                     const minidl::optim::LRScheduler& scheduler, const minidl::Metadata& metadata);
+// Reads, verifies and splits a checkpoint; a file that is not one (no "model." tensors, no epoch,
+// an epoch that is not a number >= 0) or whose tensor bytes do not match its tensor_crc32 is a
 // std::runtime_error naming it.
 Checkpoint load_checkpoint(const std::string& path);
 // The first tensor (in name order) holding a NaN or an infinity, as

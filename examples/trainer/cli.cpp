@@ -104,7 +104,7 @@ std::optional<CliOptions> parse_cli(int argc, char** argv) {
       ->check(kPositiveInteger);
   app.add_option("--precision", o.precision,
                  "fp32 | bf16 | fp16: the forward and the loss under autocast of that dtype; parameters, "
-                 "gradients and optimizer state stay float32 (TRAIN.PRECISION, fp32)")
+                 "gradients and optimizer state stay float32; fp16 adds dynamic loss scaling (TRAIN.PRECISION, fp32)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   app.add_flag("--smoke-test", o.smoke_test, "a few batches of each phase (1 epoch unless --epochs), for CI");
   app.add_option("--threads", o.threads, "OpenMP threads per process (default: cores / local processes)")

@@ -230,11 +230,6 @@ void validate(const TrainConfig& c) {
   require(c.micro_batch > 0, "TRAIN.MICRO_BATCH must be positive");
   require(c.precision == "fp32" || c.precision == "bf16" || c.precision == "fp16",
           "TRAIN.PRECISION must be fp32, bf16 or fp16, got '" + c.precision + "'");
-  // float16 gradients underflow without loss scaling. Wiring a GradScaler into the step (step.cpp)
-  // is what lifts this refusal — the one place that refuses fp16.
-  require(c.precision != "fp16",
-          "fp16 needs GradScaler (loss scaling against float16 gradient underflow), which the trainer does not "
-          "have yet: use --precision bf16 or fp32 (TRAIN.PRECISION)");
   require(c.save_every > 0, "SAVE_FREQ must be positive");
   require(c.save_every_steps >= 0, "SAVE_FREQ_STEPS must be >= 0 (0 = no mid-epoch checkpoints)");
   require(c.save_every_minutes >= 0 && std::isfinite(c.save_every_minutes),

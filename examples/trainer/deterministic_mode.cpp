@@ -83,10 +83,10 @@ class DeterministicMode : public Mode {
     sums_ = OrderedTotals();
     sums_.folded = resumed;
   }
-  void step(minidl::dist::DataParallel& dp, minidl::optim::Optimizer& optimizer, int64_t epoch, int64_t step,
-            int64_t global_step, const minidl::Tensor& input, const minidl::Tensor& target,
+  void step(minidl::dist::DataParallel& dp, minidl::optim::Optimizer& optimizer, minidl::optim::GradScaler& scaler,
+            int64_t epoch, int64_t step, int64_t global_step, const minidl::Tensor& input, const minidl::Tensor& target,
             NonFiniteWatch& watch) override {
-    deterministic_step(dp, optimizer, cfg_, epoch, step, global_step, input, target, sums_, watch);
+    deterministic_step(dp, optimizer, scaler, cfg_, epoch, step, global_step, input, target, sums_, watch);
   }
   double running_loss() const override { return sums_.local().loss(); }
   Totals epoch_totals() override { return sums_.fold(); }

@@ -51,10 +51,10 @@ class Mode {
   // Starts the epoch's sums; `resumed`: those of the epoch's first steps, from a mid-epoch
   // checkpoint (zeros otherwise).
   virtual void start_epoch(const Totals& resumed) = 0;
-  // One training step (it queues work only: no host read; see step.h).
-  virtual void step(minidl::dist::DataParallel& dp, minidl::optim::Optimizer& optimizer, int64_t epoch,
-                    int64_t step, int64_t global_step, const minidl::Tensor& input, const minidl::Tensor& target,
-                    NonFiniteWatch& watch) = 0;
+  // One training step (it queues work only: no host read but fp16's scaler flag; see step.h).
+  virtual void step(minidl::dist::DataParallel& dp, minidl::optim::Optimizer& optimizer,
+                    minidl::optim::GradScaler& scaler, int64_t epoch, int64_t step, int64_t global_step,
+                    const minidl::Tensor& input, const minidl::Tensor& target, NonFiniteWatch& watch) = 0;
   // This rank's mean training loss in the epoch so far (for the progress line; a host read).
   virtual double running_loss() const = 0;
   // The epoch's sums so far over all ranks (a collective: every rank calls it).

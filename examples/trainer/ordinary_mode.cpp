@@ -51,11 +51,11 @@ class OrdinaryMode : public Mode {
 
   // The resumed sums are all-reduced with the others: rank 0 alone carries them.
   void start_epoch(const Totals& resumed) override { sums_.emplace(device_, rank_ == 0 ? resumed : Totals{}); }
-  void step(minidl::dist::DataParallel& dp, minidl::optim::Optimizer& optimizer, int64_t epoch, int64_t step,
-            int64_t global_step, const minidl::Tensor& input, const minidl::Tensor& target,
+  void step(minidl::dist::DataParallel& dp, minidl::optim::Optimizer& optimizer, minidl::optim::GradScaler& scaler,
+            int64_t epoch, int64_t step, int64_t global_step, const minidl::Tensor& input, const minidl::Tensor& target,
             NonFiniteWatch& watch) override {
     minidl::manual_seed(step_seed(cfg_.seed, epoch, step, rank_));
-    train_step(dp, optimizer, input, target, global_step, *sums_, watch, autocast_dtype_of(cfg_.precision));
+    train_step(dp, optimizer, scaler, input, target, global_step, *sums_, watch, autocast_dtype_of(cfg_.precision));
   }
   double running_loss() const override { return sums_->read().loss(); }
   Totals epoch_totals() override { return sums_->read().all_reduced(); }

@@ -6,6 +6,7 @@
 #include "minidl/autograd/autocast.h"
 #include "minidl/autograd/ops.h"
 #include "minidl/dist/distributed.h"
+#include "minidl/dist/grad_scaler_sync.h"
 #include "minidl/tensor/creation.h"
 #include "minidl/tensor/ops.h"
 #include "minidl/tensor/random.h"
@@ -77,9 +78,31 @@ minidl::DType autocast_dtype_of(const std::string& precision) {
   throw std::invalid_argument("TRAIN.PRECISION must be fp32, bf16 or fp16, got '" + precision + "'");
 }
 
-void train_step(minidl::dist::DataParallel& ddp, minidl::optim::Optimizer& optimizer, const minidl::Tensor& input,
-                const minidl::Tensor& target, int64_t global_step, DeviceTotals& totals, NonFiniteWatch& watch,
-                minidl::DType precision) {
+std::unique_ptr<minidl::optim::GradScaler> make_grad_scaler(const std::string& precision) {
+  auto scaler = std::make_unique<minidl::optim::GradScaler>(
+      minidl::optim::GradScalerOptions{.enabled = autocast_dtype_of(precision) == minidl::DType::Float16});
+  minidl::dist::sync_grad_scaler(*scaler);
+  return scaler;
+}
+
+namespace {
+
+// The end of a step: the gradients combined over the ranks, the optimizer stepped unless a
+// gradient is inf or NaN (on any rank), the scale updated. A disabled scaler steps the
+// optimizer through ddp.step (timed).
+void finish_step(minidl::dist::DataParallel& ddp, minidl::optim::Optimizer& optimizer,
+                 minidl::optim::GradScaler& scaler) {
+  if (!scaler.is_enabled()) return ddp.step(optimizer);
+  ddp.finish();
+  scaler.step(optimizer);
+  scaler.update();
+}
+
+}  // namespace
+
+void train_step(minidl::dist::DataParallel& ddp, minidl::optim::Optimizer& optimizer,
+                minidl::optim::GradScaler& scaler, const minidl::Tensor& input, const minidl::Tensor& target,
+                int64_t global_step, DeviceTotals& totals, NonFiniteWatch& watch, minidl::DType precision) {
   optimizer.zero_grad();
   minidl::Variable logits, loss;
   {
@@ -88,16 +111,16 @@ void train_step(minidl::dist::DataParallel& ddp, minidl::optim::Optimizer& optim
     loss = minidl::cross_entropy(logits, target);  // mean over this rank's batch, in float32
   }
   watch.add(loss.data(), input, logits.data(), global_step);  // NaN or Inf: recorded on the device, read at a check
-  loss.backward();
-  ddp.step(optimizer);
+  scaler.scale(loss).backward();  // the loss itself unless fp16
+  finish_step(ddp, optimizer, scaler);
   totals.add(logits.data(), target, loss.data());  // counted on the device
 }
 
 // [tutorial:deterministic-step]
 void deterministic_step(minidl::dist::DataParallel& ddp, minidl::optim::Optimizer& optimizer,
-                        const TrainConfig& cfg, int64_t epoch, int64_t step, int64_t global_step,
-                        const minidl::Tensor& input, const minidl::Tensor& target, OrderedTotals& totals,
-                        NonFiniteWatch& watch) {
+                        minidl::optim::GradScaler& scaler, const TrainConfig& cfg, int64_t epoch, int64_t step,
+                        int64_t global_step, const minidl::Tensor& input, const minidl::Tensor& target,
+                        OrderedTotals& totals, NonFiniteWatch& watch) {
   const int64_t m = cfg.micro_batch, n = input.size(0) / m;  // shards on this rank
   const int64_t first = minidl::dist::rank() * n, K = n * minidl::dist::world_size();
   optimizer.zero_grad();
@@ -112,10 +135,10 @@ void deterministic_step(minidl::dist::DataParallel& ddp, minidl::optim::Optimize
       loss = minidl::cross_entropy(logits, y);  // mean over the shard
     }
     watch.add(loss.data(), x, logits.data(), global_step);
-    loss.backward();  // DDP keeps the shard's gradient
+    scaler.scale(loss).backward();  // DDP keeps the shard's gradient
     totals.add(step * K + shard, logits.data(), y, loss.data());
   }
-  ddp.step(optimizer);
+  finish_step(ddp, optimizer, scaler);
 }
 // [/tutorial:deterministic-step]
 

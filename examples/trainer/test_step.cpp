@@ -1,7 +1,9 @@
 // examples/trainer/test_step.cpp — unit tests of the trainer's step (trainer/step.h): a training
 // step reads nothing back to the host (tensor/tensor.h's host_read_count() stays put over K steps
 // of the MLP and the CNN, ordinary and --deterministic, in float32 and under bf16 autocast, and
-// moves when a check reads the sums or the watch; bf16 keeps float32 parameters and gradients); a NaN loss between two checks is reported at its own step, with its value. Built as
+// moves when a check reads the sums or the watch; bf16 keeps float32 parameters and gradients); a
+// NaN loss between two checks is reported at its own step, with its value; under fp16 a planted
+// overflow on one of two ranks makes both skip the step and halve the loss scale. Built as
 // `test_trainer_step`, run by ctest. Each case runs in a forked world-1 process group (DDP needs
 // one) and returns its findings as text.
 #include <cmath>
@@ -14,6 +16,7 @@
 #include "minidl/dist/ddp.h"
 #include "minidl/dist/deterministic_ddp.h"
 #include "minidl/dist/distributed.h"
+#include "minidl/dist/grad_scaler_sync.h"
 #include "minidl/dist/spawn.h"
 #include "minidl/dist/sync_batchnorm.h"
 #include "minidl/nn/nn_all.h"
@@ -55,6 +58,7 @@ std::string count_reads(const std::string& name, bool deterministic, bool adamw,
     opt = std::make_unique<minidl::optim::AdamW>(model->parameters(), minidl::optim::AdamWOptions{.lr = 1e-3});
   else
     opt = std::make_unique<minidl::optim::SGD>(model->parameters(), minidl::optim::SGDOptions{.lr = 0.05, .momentum = 0.9});
+  const std::unique_ptr<minidl::optim::GradScaler> scaler = trainer::make_grad_scaler(precision);
   trainer::TrainConfig cfg;
   cfg.global_batch_size = 16;
   cfg.micro_batch = 4;
@@ -69,10 +73,10 @@ std::string count_reads(const std::string& name, bool deterministic, bool adamw,
   const uint64_t before = minidl::host_read_count();
   for (int64_t i = 0; i < K; ++i) {
     if (deterministic) {
-      trainer::deterministic_step(*ddp, *opt, cfg, 0, i, i + 1, batches[i].x, batches[i].y, ordered, watch);
+      trainer::deterministic_step(*ddp, *opt, *scaler, cfg, 0, i, i + 1, batches[i].x, batches[i].y, ordered, watch);
     } else {
       minidl::manual_seed(trainer::step_seed(0, 0, i, 0));
-      trainer::train_step(*ddp, *opt, batches[i].x, batches[i].y, i + 1, totals, watch,
+      trainer::train_step(*ddp, *opt, *scaler, batches[i].x, batches[i].y, i + 1, totals, watch,
                           trainer::autocast_dtype_of(precision));
     }
   }
@@ -161,13 +165,14 @@ TEST(TrainerStep, NanBetweenChecksIsReportedAtItsOwnStep) {
     minidl::nn::MLP model;
     dist::DistributedDataParallel ddp(model);
     minidl::optim::SGD opt(model.parameters(), {.lr = 0.05});
+    minidl::optim::GradScaler off({.enabled = false});
     trainer::DeviceTotals totals(minidl::Device::cpu());
     trainer::NonFiniteWatch watch(minidl::Device::cpu());
     std::string seen;
     for (int64_t step = 1; step <= 10; ++step) {
       Batch b = make_batch(step, 8);
       if (step == 7) b.x.narrow(0, 3, 1).narrow(2, 4, 1).narrow(3, 5, 2).fill_(NAN);  // 2 pixels of image 3
-      trainer::train_step(ddp, opt, b.x, b.y, step, totals, watch, minidl::DType::Float32);
+      trainer::train_step(ddp, opt, off, b.x, b.y, step, totals, watch, minidl::DType::Float32);
       if (step % 5 == 0) {
         const auto bad = watch.first();
         seen += "check " + std::to_string(step) + ": ";
@@ -185,4 +190,37 @@ TEST(TrainerStep, NanBetweenChecksIsReportedAtItsOwnStep) {
   });
   // step 7: 2 of 8 x 784 input values, and image 3's 10 logits (one row of 80), are NaN
   EXPECT_EQ(r[0], "check 5: none; check 10: step 7 nan, input 2/6272, logits 10/80; ");
+}
+
+TEST(TrainerStep, Float16OverflowSkipsTheStepOnEveryRank) {
+  // Two ranks train the MLP under fp16 autocast with a loss scaler synchronised over the ranks
+  // (make_grad_scaler's sync, here with a scale of 1024 to start). At step 2 one pixel of rank
+  // 1's batch is 1e5, past float16's largest finite 65504: rank 1's forward overflows, its
+  // gradients are not finite, and both ranks skip the step (the parameters stay as they were)
+  // and halve the scale; steps 1 and 3 are clean and step on both ranks.
+  const auto r = dist::spawn_with_results(2, [](int rank) {
+    dist::init({.backend = "gloo", .timeout = std::chrono::seconds(30)});
+    minidl::nn::MLP model;
+    dist::DistributedDataParallel ddp(model);
+    minidl::optim::SGD opt(model.parameters(), {.lr = 0.05});
+    minidl::optim::GradScaler scaler({.init_scale = 1024.0});
+    dist::sync_grad_scaler(scaler);
+    trainer::DeviceTotals totals(minidl::Device::cpu());
+    trainer::NonFiniteWatch watch(minidl::Device::cpu());
+    std::string seen;
+    for (int64_t step = 1; step <= 3; ++step) {
+      Batch b = make_batch(10 * step + rank, 8);
+      if (step == 2 && rank == 1) b.x.narrow(0, 5, 1).narrow(2, 9, 1).narrow(3, 9, 1).fill_(1e5);
+      const std::vector<float> before = model.parameters()[0].data().to_vector<float>();
+      trainer::train_step(ddp, opt, scaler, b.x, b.y, step, totals, watch, minidl::DType::Float16);
+      const bool stepped = model.parameters()[0].data().to_vector<float>() != before;
+      seen += "step " + std::to_string(step) + (stepped ? " stepped" : " skipped") + ", scale " +
+              std::to_string(static_cast<int>(scaler.get_scale())) + "; ";
+    }
+    dist::shutdown();
+    return seen;
+  });
+  const std::string expected = "step 1 stepped, scale 1024; step 2 skipped, scale 512; step 3 stepped, scale 512; ";
+  EXPECT_EQ(r[0], expected);
+  EXPECT_EQ(r[1], expected);
 }

@@ -258,11 +258,15 @@ void packed_gemm(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda
 
 }  // namespace
 
-bool gemm_bf16(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a, const uint16_t* B,
-               int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha, float beta) {
+bool gemm_bf16_supported() {
   static const bool have =
       __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
-  if (!have) return false;
+  return have;
+}
+
+bool gemm_bf16(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a, const uint16_t* B,
+               int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha, float beta) {
+  if (!gemm_bf16_supported()) return false;
   if (M <= 0 || N <= 0) return true;
   if (K <= 0 || alpha == 0.0f) {  // C = beta * C (beta == 0: overwrite, ignoring NaNs already there)
     for (int64_t i = 0; i < M; ++i)
@@ -273,6 +277,8 @@ bool gemm_bf16(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, 
   return true;
 }
 #else
+bool gemm_bf16_supported() { return false; }
+
 bool gemm_bf16(int64_t, int64_t, int64_t, const uint16_t*, int64_t, bool, const uint16_t*, int64_t, bool, float*,
                int64_t, float, float) {
   return false;

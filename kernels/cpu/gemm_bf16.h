@@ -20,6 +20,9 @@ namespace minidl::kernels::cpu {
 bool gemm_bf16(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a, const uint16_t* B,
                int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha = 1.0f, float beta = 0.0f);
 
+// Whether gemm_bf16 runs here (the CPU has AVX512_BF16, AVX512BW and AVX512VL; checked once).
+bool gemm_bf16_supported();
+
 // The plain triple loop a student writes first: each element of C is one float32 sum over k in
 // order of the float32 products of the widened operands; then alpha and beta. The reference.
 void gemm_bf16_reference(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a,

@@ -1,8 +1,9 @@
 // tests/dist/test_collectives.cpp — every collective of every CPU process group (Gloo, shared
 // memory, hierarchical), one suite over (backend, ranks) with real ranks (forked processes):
 // float32/float64/int64/uint8 from 0 elements to far beyond the shared-memory segment, checked
-// bit for bit against values computed here; uneven all_gather, reduce_scatter, barrier, async
-// ordering, byte strings, non-contiguous views, a world of one, bad arguments. What only one
+// bit for bit against values computed here; bfloat16/float16 reduced in float32 and rounded once;
+// uneven all_gather, reduce_scatter, barrier, async ordering, byte strings, non-contiguous views,
+// a world of one, bad arguments. What only one
 // backend does (timeouts, dead ranks, segments, debug mode) is tested in its own file.
 #include <thread>
 
@@ -88,6 +89,47 @@ TEST_P(Collectives, AllReduceSumAvgMaxMinAreExact) {
           require_equal(t, expected_reduce(world, n, dtype, op),
                         label(dist::reduce_op_name(op), dtype, n) + " on rank " + std::to_string(pg.rank()));
         }
+    return std::string();
+  }));
+}
+
+// bfloat16 and float16 are reduced in float32 and rounded once. Rank 0 holds 1 and every other
+// rank u, half a unit in the last place of 1 (bfloat16 2^-8, float16 2^-11). Rounded once, the sum
+// 1 + (world - 1) u is 1 for two ranks (a tie, to even) and 1 + 2u = the next number after 1 for
+// three; rounded after each addition from rank 0's 1, every 1 + u ties back to 1 and the sum stays
+// 1. Six elements, so that a ring reduces some of them starting from each rank.
+TEST_P(Collectives, HalfFloatsAreReducedInFloat32AndRoundedOnce) {
+  EXPECT_NO_THROW(run([world = world()](ProcessGroup& pg) {
+    for (DType dtype : {DType::BFloat16, DType::Float16}) {
+      const double u = dtype == DType::BFloat16 ? 1.0 / 256 : 1.0 / 2048;
+      const auto mine = [&] { return minidl::full({6}, pg.rank() == 0 ? 1.0 : u, dtype); };
+      const double sum = world == 2 ? 1.0 : 1.0 + 2 * u;
+      Tensor t = mine();
+      pg.all_reduce(t, ReduceOp::SUM);
+      require_equal(t, minidl::full({6}, sum, dtype), label("SUM", dtype, 6));
+      Tensor avg = mine();
+      pg.all_reduce(avg, ReduceOp::AVG);  // (1 + (world - 1) u) / world in float32, rounded once
+      const float mean = (1.0f + static_cast<float>((world - 1) * u)) / static_cast<float>(world);
+      require_equal(avg, minidl::full({6}, mean, DType::Float32).to(dtype), label("AVG", dtype, 6));
+      Tensor max = mine();
+      pg.all_reduce(max, ReduceOp::MAX);
+      require_equal(max, minidl::full({6}, 1.0, dtype), label("MAX", dtype, 6));
+      const Tensor rows = minidl::full({2 * world, 3}, pg.rank() == 0 ? 1.0 : u, dtype);
+      require_equal(pg.reduce_scatter(rows, ReduceOp::SUM), minidl::full({2, 3}, sum, dtype),
+                    label("reduce_scatter", dtype, 6 * world));
+      // small integers: exact in both dtypes and every order, beyond one shared-memory slot
+      Tensor big = rank_tensor(pg.rank(), 3001, dtype);
+      pg.all_reduce(big, ReduceOp::SUM);
+      require_equal(big, expected_reduce(world, 3001, DType::Float32, ReduceOp::SUM).to(dtype),
+                    label("SUM", dtype, 3001));
+      // moved, not reduced: the bit patterns themselves
+      Tensor b = rank_tensor(pg.rank(), 7, dtype);
+      pg.broadcast(b, 1);
+      require_equal(b, rank_tensor(1, 7, dtype), label("broadcast", dtype, 7));
+      const std::vector<Tensor> gathered = pg.all_gather(rank_tensor(pg.rank(), 5, dtype));
+      for (int r = 0; r < world; ++r)
+        require_equal(gathered[static_cast<size_t>(r)], rank_tensor(r, 5, dtype), label("all_gather", dtype, 5));
+    }
     return std::string();
   }));
 }

@@ -340,6 +340,23 @@ TEST(ShardTree, AllReduceOverGlooRanksGivesTheOneProcessTreesBits) {
   }
 }
 
+// bfloat16 leaves: the tree adds in float32 and the sum is rounded once. Shards 1, u, u, u (u =
+// 2^-8, half a bfloat16 unit at 1) on 2 ranks: 1 + 3u is 1.5 units past 1, a tie, rounded to
+// even: 1 + 4u. Rounded after each addition of the tree, ((1 + u) + (u + u)) would give 1 + 2u.
+TEST(ShardTree, HalfFloatLeavesAreSummedInFloat32AndRoundedOnce) {
+  const auto results = mt::run_gloo_world(2, [](dist::ProcessGroupGloo& pg) {
+    const double u = 1.0 / 256;
+    std::vector<Tensor> mine;
+    for (int64_t s = 2 * pg.rank(); s < 2 * pg.rank() + 2; ++s)
+      mine.push_back(full({3}, s == 0 ? 1.0 : u, DType::BFloat16));
+    const Tensor got = dist::shard_tree_all_reduce(mine, pg);
+    mt::require(got.dtype() == DType::BFloat16, "the sum keeps the leaves' dtype, got " + got.desc());
+    mt::require_equal(got, full({3}, 1.0 + 4 * u, DType::BFloat16), "rank " + std::to_string(pg.rank()));
+    return std::string("ok");
+  });
+  for (const auto& r : results) EXPECT_EQ(r, "ok");
+}
+
 TEST(ShardTree, AllReduceNamesARankWithADifferentNumberOfShards) {
   const auto results = mt::run_gloo_world(2, [](dist::ProcessGroupGloo& pg) {
     std::vector<Tensor> mine(pg.rank() == 0 ? 2 : 3, ones({10}));

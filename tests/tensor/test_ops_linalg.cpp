@@ -168,3 +168,32 @@ TEST(MmAndRowSums, Errors) {
   EXPECT_THROW_MSG(mm_and_row_sums(zeros({2, 3, 1}), zeros({1, 3})), std::invalid_argument,
                    "mm_and_row_sums: expected 2-d matrices");
 }
+
+// bfloat16 operands (autocast's products): a float32 result, the float32 sums of the exact
+// products — bit for bit the float32 product of the widened operands on small integers (every
+// sum exact in any order), through transposed views, batches, the bias and the row sums; float16
+// has no product on the CPU.
+TEST(BFloat16Products, AreFloat32ProductsOfTheWidenedOperands) {
+  const auto ints = [](Shape s, int salt) {
+    std::vector<float> v(static_cast<size_t>(shape_numel(s)));
+    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>((static_cast<int>(i) * 7 + salt) % 13 - 6);
+    return from_vector<float>(v, s);
+  };
+  const Tensor a = ints({37, 50}, 1), b = ints({50, 21}, 2), bias = ints({21}, 3);
+  const Tensor ab = a.to(DType::BFloat16), bb = b.to(DType::BFloat16);
+  const Tensor c = mm(ab, bb);
+  EXPECT_EQ(c.dtype(), DType::Float32);
+  expect_equal(c, mm(a, b), "mm");
+  expect_equal(mm(bb.t(), ab.t()), mm(b.t(), a.t()), "mm of transposed views");
+  expect_equal(addmm(bias.to(DType::BFloat16), ab, bb), addmm(bias, a, b), "addmm");
+  const auto [prod, sums] = mm_and_row_sums(bb.t(), ab.t());  // (21, 37) and op(A)'s 21 row sums
+  expect_equal(prod, mm(b.t(), a.t()), "mm_and_row_sums product");
+  expect_equal(sums, sum(b.t(), {1}), "mm_and_row_sums row sums");
+  const Tensor x = ints({3, 4, 50}, 4), y = ints({3, 50, 6}, 5);
+  expect_equal(matmul(x.to(DType::BFloat16), y.to(DType::BFloat16)), matmul(x, y), "batched matmul");
+  expect_equal(matmul(x.to(DType::BFloat16), y.to(DType::BFloat16).transpose(-1, -2).contiguous().transpose(-1, -2)),
+               matmul(x, y), "batched matmul, transposed view");
+  const Tensor h = a.to(DType::Float16);
+  EXPECT_THROW_MSG(mm(h, h.t()), std::invalid_argument, "mm: not implemented for float16");
+  EXPECT_THROW_MSG(mm(ab, b), std::invalid_argument, "mm: dtype mismatch bfloat16 vs float32");
+}

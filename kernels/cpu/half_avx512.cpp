@@ -1,0 +1,63 @@
+// kernels/cpu/half_avx512.cpp — the span conversions of half_span.h: float32 -> bfloat16 on 16
+// lanes with AVX-512 (compiled for it whatever the build's -march, used only when the CPU has it),
+// the per-element reference, and the widening loop.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12, inside its own AVX-512 headers
+#include "minidl/kernels/cpu/half_span.h"
+
+#include "minidl/kernels/cpu/half.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
+
+namespace minidl::kernels::cpu {
+
+void float_to_bf16_span_reference(const float* x, uint16_t* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = float_to_bf16(x[i]);
+}
+
+void bf16_to_float_span(const uint16_t* h, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = bf16_to_float(h[i]);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+namespace {
+
+// 16 lanes of float_to_bf16 (half.h), the same integer steps.
+__attribute__((target("avx512f,avx512bw,avx512vl"))) __m256i round_16(__m512i u) {
+  const __m512i one = _mm512_set1_epi32(1);
+  const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), one);  // the kept part's lowest bit
+  const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), odd)), 16);
+  // NaN (|x| above infinity's bits): the upper half with the quiet bit set
+  const __mmask16 nan =
+      _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+  const __m512i quiet = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x0040));
+  return _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(nan, rounded, quiet));  // vpmovdw: keep the low 16 bits
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void float_to_bf16_avx512(const float* x, uint16_t* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + i),
+                        round_16(_mm512_loadu_si512(reinterpret_cast<const void*>(x + i))));
+  if (i < n) {  // the tail: masked load and store
+    const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1u);
+    _mm256_mask_storeu_epi16(y + i, m, round_16(_mm512_maskz_loadu_epi32(m, x + i)));
+  }
+}
+
+}  // namespace
+
+void float_to_bf16_span(const float* x, uint16_t* y, int64_t n) {
+  static const bool have =
+      __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+  if (have)
+    float_to_bf16_avx512(x, y, n);
+  else
+    float_to_bf16_span_reference(x, y, n);
+}
+#else
+void float_to_bf16_span(const float* x, uint16_t* y, int64_t n) { float_to_bf16_span_reference(x, y, n); }
+#endif
+
+}  // namespace minidl::kernels::cpu
