@@ -58,13 +58,16 @@
 #include "minidl/dist/sync_batchnorm.h"
 #include "examples/trainer/checkpoint.h"
 #include "examples/trainer/checkpoint_policy.h"
+#include "examples/trainer/checkpointer.h"
 #include "examples/trainer/cli.h"
 #include "examples/trainer/config.h"
+#include "examples/trainer/evaluate.h"
 #include "examples/trainer/launch.h"
 #include "examples/trainer/metrics.h"
 #include "examples/trainer/mode.h"
 #include "examples/trainer/progress.h"
 #include "examples/trainer/recipe.h"
+#include "examples/trainer/resume.h"
 #include "examples/trainer/step.h"
 #include "examples/trainer/trace_window.h"
 #include "minidl/kernels/cuda_api.h"
@@ -98,41 +101,7 @@ struct Run {
   std::chrono::milliseconds dist_timeout = std::chrono::seconds(300);
 };
 
-// A double as text that reads back to the same bits (metadata of mid-epoch checkpoints).
-std::string exact_text(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  return buf;
-}
-
-// printf-style formatting of one value: format("%.2f", 91.234) == "91.23".
-std::string format(const char* spec, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, spec, v);
-  return buf;
-}
-
-// A non-finite loss at step bad.step, found by the check at step `now` (the watch recorded the
-// step, the loss and the non-finite counts of that step's input batch and logits on the device;
-// the check reads them): names the first non-finite tensor of that step (the input, else the
-// logits), what the model holds now, and stops this rank, which stops the run. Every checkpoint
-// is preceded by a check, so none was saved since the loss went bad: the last good one stays.
-[[noreturn]] void fail_non_finite(const trainer::NonFiniteWatch::Found& bad, int64_t now, const nn::Module& model,
-                                  const std::string& out_dir) {
-  const auto counted = [](const std::string& what, int64_t k, int64_t n) {
-    return what + " (" + std::to_string(k) + " of " + std::to_string(n) + " values are not finite)";
-  };
-  std::string first = bad.input_bad > 0    ? counted("the input batch", bad.input_bad, bad.input_numel)
-                      : bad.logits_bad > 0 ? counted("the logits", bad.logits_bad, bad.logits_numel)
-                                           : "none (the loss itself overflowed)";
-  if (bad.step != now) first += "; found at the check of step " + std::to_string(now);
-  if (const std::string m = trainer::first_non_finite(model.state_dict()); !m.empty())
-    first += "; the model now holds non-finite values (model." + m + ")";
-  throw std::runtime_error("non-finite loss (" + format("%g", bad.loss) + ") at step " + std::to_string(bad.step) +
-                           "; first non-finite tensor: " + first +
-                           ". Stopped without saving: " + trainer::kept_checkpoint_note(out_dir) +
-                           " (a learning rate too high? try a lower --lr)");
-}
+using trainer::format;
 std::string percent(double v) { return format("%.2f", v) + "%"; }
 
 // This rank's device: cuda:(LOCAL_RANK % visible GPUs), made current for this process, or the CPU.
@@ -154,32 +123,8 @@ void eval_worker(const Run& run) {
   const minidl::Device device = select_device(run);
   dist::init({.backend = run.cuda ? "nccl" : "auto", .timeout = run.dist_timeout});
   omp_set_num_threads(run.threads);
-  const int world = dist::world_size();
   trainer::Log log(dist::rank() == 0, "");
-  const trainer::Checkpoint ck = trainer::load_checkpoint(*run.cli.pretrained);
-  if (const std::string bad = trainer::first_non_finite(ck.model); !bad.empty())
-    throw std::runtime_error(*run.cli.pretrained + " holds non-finite values (model." + bad +
-                             "): refusing to evaluate it");
-  std::unique_ptr<nn::Module> model = nn::make_model(run.config.model);
-  model->load_state_dict(ck.model);
-  model->to(device);
-  const trainer::Totals val = trainer::make_mode(run.config, device, val_set(run))->validate(*model);
-  log.line("evaluated " + *run.cli.pretrained + " on " + std::to_string(static_cast<int64_t>(val.count)) +
-           " test images with " + std::to_string(world) + " process(es)");
-  log.line("test accuracy: top-1 " + percent(val.acc1()) + "  top-5 " + percent(val.acc5()) + "  loss " +
-           format("%.4f", val.loss()));
-  const auto recorded = [&](const char* key) {
-    return ck.metadata.count(key) ? ck.metadata.at(key) : std::string("?");
-  };
-  const std::string now_hits =
-      std::to_string(static_cast<int64_t>(val.correct1)) + "/" + std::to_string(static_cast<int64_t>(val.count));
-  const std::string then_hits = recorded("val_correct1") + "/" + recorded("val_count");
-  if (recorded("val_count") != std::to_string(static_cast<int64_t>(val.count)))
-    log.line("(recorded at save time on a different number of test images: " + then_hits + ")");
-  else if (now_hits == then_hits)
-    log.line("matches the accuracy recorded at save time: top-1 " + recorded("val_acc1") + "% (" + then_hits + ")");
-  else
-    log.line("DIFFERS from the accuracy recorded at save time: " + then_hits + " correct then, " + now_hits + " now");
+  trainer::evaluate_checkpoint(*run.cli.pretrained, run.config, device, val_set(run), log);
   dist::barrier();
   dist::shutdown();
 }
@@ -215,12 +160,11 @@ void train_worker(const Run& run) {
   auto train_sampler = std::make_shared<dist::DistributedSampler>(
       run.train_set->size(),
       dist::DistributedSamplerOptions{.shuffle = true, .seed = cfg.seed, .chunk = mode->sampler_chunk()});
-  data::DataLoader train_loader(run.train_set,
-                                data::DataLoaderOptions{.batch_size = batch_per_rank,
-                                                        .num_workers = cfg.num_workers,
-                                                        .seed = cfg.seed,
-                                                        .pin_memory = run.cuda},
-                                train_sampler);
+  data::DataLoader train_loader(
+      run.train_set,
+      data::DataLoaderOptions{
+          .batch_size = batch_per_rank, .num_workers = cfg.num_workers, .seed = cfg.seed, .pin_memory = run.cuda},
+      train_sampler);
   // [/tutorial:sampler]
   dist::StepFile step_file(rank);  // the step, for a launcher's restart log (minidl-run, --max-restarts)
   // (main() refused a training set smaller than one global batch: at least one step per epoch.)
@@ -243,63 +187,16 @@ void train_worker(const Run& run) {
   std::unique_ptr<optim::GradScaler> scaler = trainer::make_grad_scaler(cfg.precision);  // fp16's loss scaling
   std::unique_ptr<optim::LRScheduler> scheduler = trainer::make_scheduler(cfg, *optimizer, steps_per_epoch);
 
-  int64_t start_epoch = 0, start_step = 0;
-  trainer::Totals resumed_train;  // the train sums of the resumed epoch's first steps
-  double resumed_epoch_lr = 0;
-  const std::string metrics_path = run.out_dir + "/metrics.jsonl";
-  if (run.resume_from) {
-    // Every rank loads the same file; the data order and the random streams are keyed by
-    // (seed, epoch, step), so the run continues exactly where the uninterrupted one would be.
-    const auto load_start = std::chrono::steady_clock::now();
-    trainer::Checkpoint ck = trainer::load_checkpoint(*run.resume_from);
-    if (const std::string bad = trainer::first_non_finite(ck.model); !bad.empty())
-      throw std::runtime_error(*run.resume_from + " holds non-finite values (model." + bad +
-                               "): refusing to resume from it");
-    model->load_state_dict(ck.model);
-    optimizer->load_state_dict(ck.optim);
-    if (!ck.scaler.empty()) scaler->load_state_dict(ck.scaler);  // an fp16 run's scale and growth tracker
-    scheduler->load_state_dict(ck.sched);
-    start_epoch = ck.epoch;
-    start_step = ck.step;
-    if (start_step >= steps_per_epoch)
-      throw std::runtime_error(*run.resume_from + " was saved after step " + std::to_string(start_step) +
-                               " of an epoch, but this run has " + std::to_string(steps_per_epoch) +
-                               " steps per epoch (the data set or the batch size changed)");
-    const double load_ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - load_start).count();
-    const std::string resumed =
-        (run.restart_count > 0 ? "restart " + std::to_string(run.restart_count) + ": " : std::string()) +
-        "resumed from " + *run.resume_from;
-    const std::string loaded = " (loaded in " + format("%.0f", load_ms) + " ms)";
-    if (start_step > 0) {
-      const auto value = [&](const char* key) {
-        if (!ck.metadata.count(key))
-          throw std::runtime_error(*run.resume_from + ": a mid-epoch checkpoint without its '" + key + "' metadata");
-        return std::stod(ck.metadata.at(key));
-      };
-      resumed_train = {.loss_sum = value("train_loss_sum"),
-                       .correct1 = value("train_correct1"),
-                       .correct5 = value("train_correct5"),
-                       .count = value("train_count")};
-      resumed_epoch_lr = value("epoch_lr");
-      log.line(resumed + " after step " + std::to_string(start_step) + " of epoch " + std::to_string(start_epoch + 1) +
-               " (" + ck.metadata["samples_seen_in_epoch"] + " samples of it done)" + loaded);
-    } else {
-      log.line(resumed + " after epoch " + std::to_string(start_epoch) + loaded);
-    }
-    // Into the directory of the run it continues: the lines of epochs trained again go.
-    std::error_code ec;
-    if (rank == 0 &&
-        std::filesystem::equivalent(std::filesystem::path(*run.resume_from).parent_path(), run.out_dir, ec))
-      trainer::keep_metrics_up_to(metrics_path, start_epoch);
-    if (ck.metadata["world_size"] != std::to_string(world) && !mode->bit_identical_on_any_world_size())
-      log.line("note: the checkpoint was trained with " + ck.metadata["world_size"] + " process(es); with " +
-               std::to_string(world) + " the result will not be bit-identical to an uninterrupted run");
-  } else if (run.restart_count > 0) {
-    log.line("restart " + std::to_string(run.restart_count) + ": no checkpoint in " + run.out_dir +
-             " yet; training from the start");
-    if (rank == 0) trainer::keep_metrics_up_to(metrics_path, 0);
-  }
+  // Resumed (--resume, or a restart): the state and the position in the epoch of the checkpoint.
+  const trainer::ResumePoint start =
+      trainer::resume({.checkpoint = run.resume_from,
+                       .restart_count = run.restart_count,
+                       .out_dir = run.out_dir,
+                       .rank = rank,
+                       .world_size = world,
+                       .steps_per_epoch = steps_per_epoch,
+                       .bit_identical_on_any_world_size = mode->bit_identical_on_any_world_size()},
+                      *model, *optimizer, *scaler, *scheduler, log);
 
   // [tutorial:ddp]
   // 4. Wrap the model: DDP broadcasts rank 0's parameters and buffers, then averages gradients
@@ -311,87 +208,26 @@ void train_worker(const Run& run) {
            format("%g", cfg.base_lr) + ", schedule " + cfg.lr_scheduler + " per iteration" +
            (cfg.warmup_epochs > 0 ? " after " + std::to_string(cfg.warmup_epochs) + " warm-up epoch(s)" : ""));
 
-  // What every checkpoint records besides the tensors. step > 0: a mid-epoch checkpoint after
-  // `step` steps of epoch `epoch` (0-based), with the epoch's partial train sums.
-  const auto checkpoint_metadata = [&](int64_t epochs_done, int64_t step, const trainer::Totals& val_done,
-                                       const trainer::Totals* partial, double epoch_lr) {
-    minidl::Metadata meta = {
-        {"model", cfg.model},
-        {"epoch", std::to_string(epochs_done)},
-        {"step", std::to_string(step)},
-        {"global_step", std::to_string(epochs_done * steps_per_epoch + step)},
-        {"samples_seen_in_epoch", std::to_string(step * cfg.global_batch_size)},
-        {"config", trainer::to_yaml(cfg)},
-        {"seed", std::to_string(cfg.seed)},
-        {"rng", mode->rng_description()},
-        {"next_step_rng_seed", std::to_string(mode->next_step_seed(epochs_done, step))},
-        {"world_size", std::to_string(world)},
-        {"val_loss", format("%.6f", val_done.loss())},
-        {"val_acc1", format("%.2f", val_done.acc1())},
-        {"val_acc5", format("%.2f", val_done.acc5())},
-        {"val_correct1", std::to_string(static_cast<int64_t>(val_done.correct1))},
-        {"val_count", std::to_string(static_cast<int64_t>(val_done.count))}};
-    if (partial) {
-      meta["train_loss_sum"] = exact_text(partial->loss_sum);
-      meta["train_correct1"] = exact_text(partial->correct1);
-      meta["train_correct5"] = exact_text(partial->correct5);
-      meta["train_count"] = exact_text(partial->count);
-      meta["epoch_lr"] = exact_text(epoch_lr);
-    }
-    return meta;
-  };
-
-  trainer::Totals val;
-  // The checks: every `check_every` steps (a tenth of an epoch), before each mid-epoch checkpoint
-  // and at the epoch's last step. They are the only host reads of the training loop (one
-  // synchronisation each on a GPU): the steps in between only queue work.
-  const int64_t check_every = std::max<int64_t>(1, steps_per_epoch / 10);
-  // Mid-epoch checkpoints, holding the data position and the epoch's partial train sums (the
-  // epoch's last step gets the end-of-epoch one instead): --save-every-steps K every K global
-  // steps; --save-every-minutes M at the first check once M minutes have passed since the last
-  // checkpoint (or the start). For M only rank 0's clock counts: it broadcasts its decision at
-  // every check, so all ranks enter the save's collectives at the same step (clocks read on each
-  // rank could disagree by a step, leaving one rank in the save's all-reduce and the others in the
-  // next step's).
-  auto last_checkpoint = std::chrono::steady_clock::now();
-  const auto minutes_passed = [&]() {  // a collective when M is set: every rank, at every check
-    if (cfg.save_every_minutes <= 0) return false;
-    const double minutes =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - last_checkpoint).count() / 60;
-    Tensor due =
-        minidl::full({1}, rank == 0 && minutes >= cfg.save_every_minutes ? 1.0 : 0.0, minidl::DType::Float32, device);
-    dist::broadcast(due, 0);  // rank 0's decision
-    return due.item() != 0.0;
-  };
-  const auto mid_epoch_checkpoint_due = [&](int64_t epoch, int64_t step) {
-    if (step >= steps_per_epoch) return false;
-    const bool by_steps = cfg.save_every_steps > 0 && (epoch * steps_per_epoch + step) % cfg.save_every_steps == 0;
-    const bool by_time = step % check_every == 0 && minutes_passed();
-    return by_steps || by_time;
-  };
-  const auto save_mid_epoch = [&](int64_t epoch, int64_t step, double epoch_lr) {
-    const trainer::Totals partial = mode->epoch_totals();  // a collective: every rank takes part
-    if (rank != 0) return;
-    if (const std::string bad = trainer::first_non_finite(model->state_dict()); !bad.empty())
-      throw std::runtime_error("after step " + std::to_string(step) + " of epoch " + std::to_string(epoch + 1) +
-                               " the model holds non-finite values (model." + bad + "): not saving it; " +
-                               trainer::kept_checkpoint_note(run.out_dir));
-    char name[64];
-    std::snprintf(name, sizeof name, "/checkpoint_step_%07lld.safetensors",
-                  static_cast<long long>(epoch * steps_per_epoch + step));
-    const minidl::Metadata meta = checkpoint_metadata(epoch, step, val, &partial, epoch_lr);
-    trainer::save_checkpoint(run.out_dir + name, *model, *optimizer, *scaler, *scheduler, meta);
-    trainer::save_checkpoint(run.out_dir + "/checkpoint_last.safetensors", *model, *optimizer, *scaler, *scheduler,
-                             meta);
-    log.line("saved " + run.out_dir + name + " (epoch " + std::to_string(epoch + 1) + ", step " + std::to_string(step) +
-             ")");
-    trainer::prune_step_checkpoints(run.out_dir);
-    last_checkpoint = std::chrono::steady_clock::now();  // (only rank 0's clock counts)
-  };
+  trainer::Totals val;  // the last validation result
+  // When to save and what (examples/trainer/checkpointer.h); the checks read the device every
+  // check_every() steps (a tenth of an epoch), before each mid-epoch checkpoint and at the epoch's
+  // last step: the only host reads of the training loop (one synchronisation each on a GPU).
+  trainer::Checkpointer checkpointer({.config = cfg,
+                                      .out_dir = run.out_dir,
+                                      .rank = rank,
+                                      .world_size = world,
+                                      .steps_per_epoch = steps_per_epoch,
+                                      .device = device,
+                                      .model = *model,
+                                      .optimizer = *optimizer,
+                                      .scaler = *scaler,
+                                      .scheduler = *scheduler,
+                                      .mode = *mode,
+                                      .log = log});
   trainer::TraceWindow trace_window(run.cli.trace, run.cli.trace_steps);  // --trace
-  for (int64_t epoch = start_epoch; epoch < cfg.epochs; ++epoch) {
+  for (int64_t epoch = start.epoch; epoch < cfg.epochs; ++epoch) {
     const auto epoch_start = std::chrono::steady_clock::now();
-    const int64_t first_step = epoch == start_epoch ? start_step : 0;
+    const int64_t first_step = epoch == start.epoch ? start.step : 0;
     // [tutorial:set-epoch]
     // 5. A new shuffle each epoch: without set_epoch every epoch would repeat one order.
     train_loader.set_epoch(epoch);  // calls train_sampler->set_epoch(epoch)
@@ -399,7 +235,7 @@ void train_worker(const Run& run) {
     // Resumed mid-epoch: skip what the first steps consumed (the same global position whatever
     // the process count: every global batch is a run of B entries of the epoch's order).
     train_sampler->set_start_index(first_step * batch_per_rank);
-    const double epoch_lr = first_step > 0 ? resumed_epoch_lr : optimizer->param_groups()[0].lr;  // its first step's
+    const double epoch_lr = first_step > 0 ? start.epoch_lr : optimizer->param_groups()[0].lr;  // its first step's
 
     // [tutorial:train-step]
     // 6. The training step looks like single-process code: DDP's hooks all-reduce the
@@ -407,7 +243,7 @@ void train_worker(const Run& run) {
     //    It reads nothing back: the loss, the hits and the non-finite watch stay on the device
     //    until a check reads them.
     ddp->train();
-    mode->start_epoch(first_step > 0 ? resumed_train : trainer::Totals{});  // the epoch's sums, kept on the device
+    mode->start_epoch(first_step > 0 ? start.train : trainer::Totals{});  // the epoch's sums, kept on the device
     trainer::NonFiniteWatch watch(device);  // the first step with a non-finite loss
     trainer::Progress progress(log, "epoch " + std::to_string(epoch + 1) + "/" + std::to_string(cfg.epochs),
                                steps_per_epoch, cfg.global_batch_size);
@@ -422,12 +258,12 @@ void train_worker(const Run& run) {
       scheduler->step();  // per iteration
       images += static_cast<double>(input.size(0));
       ++step;
-      const bool save = mid_epoch_checkpoint_due(epoch, step);
-      if (save || step % check_every == 0 || step == steps_per_epoch) {  // a check: one host read
-        if (const auto bad = watch.first()) fail_non_finite(*bad, global_step, *model, run.out_dir);
+      const bool save = checkpointer.mid_epoch_due(epoch, step);
+      if (save || step % checkpointer.check_every() == 0 || step == steps_per_epoch) {  // a check: one host read
+        if (const auto bad = watch.first()) trainer::fail_non_finite(*bad, global_step, *model, run.out_dir);
       }
       progress.update(step, [&] { return mode->running_loss(); });
-      if (save) save_mid_epoch(epoch, step, epoch_lr);
+      if (save) checkpointer.save_mid_epoch(epoch, step, epoch_lr, val);
       trace_window.step_done(global_step);  // --trace
     }
     // [/tutorial:train-step]
@@ -469,29 +305,15 @@ void train_worker(const Run& run) {
                     trainer::format_duration(seconds).c_str());
       log.line(line);
       trainer::append_metrics_line(run.out_dir + "/metrics.jsonl", record);
-      const bool last = epoch + 1 == cfg.epochs;
-      if ((epoch + 1) % cfg.save_every == 0 || last) {
-        // The step's check covers the loss; the saved state itself is checked in full here.
-        if (const std::string bad = trainer::first_non_finite(model->state_dict()); !bad.empty())
-          throw std::runtime_error("after epoch " + std::to_string(epoch + 1) + " the model holds non-finite values (model." +
-                                   bad + "): not saving it; " + trainer::kept_checkpoint_note(run.out_dir));
-        char name[64];
-        std::snprintf(name, sizeof name, "/checkpoint_epoch_%03lld.safetensors", static_cast<long long>(epoch + 1));
-        const minidl::Metadata meta = checkpoint_metadata(epoch + 1, 0, val, nullptr, 0.0);
-        trainer::save_checkpoint(run.out_dir + name, *model, *optimizer, *scaler, *scheduler, meta);
-        trainer::save_checkpoint(run.out_dir + "/checkpoint_last.safetensors", *model, *optimizer, *scaler,
-                                 *scheduler, meta);
-        log.line("saved " + run.out_dir + name);
-      }
+      checkpointer.save_epoch_end(epoch + 1, val);  // every --save-every epochs and the last
     }
     // [/tutorial:checkpoint]
-    if ((epoch + 1) % cfg.save_every == 0 || epoch + 1 == cfg.epochs)
-      last_checkpoint = std::chrono::steady_clock::now();
+    checkpointer.epoch_done(epoch + 1);
   }
   trace_window.finish();  // --trace
-  if (start_epoch >= cfg.epochs) {  // resumed at the end of the last epoch (main() refused any later point)
-    log.line("nothing left to train: the checkpoint ends epoch " + std::to_string(start_epoch) + ", the last of " +
-             std::to_string(cfg.epochs) + " (give --epochs above " + std::to_string(start_epoch) +
+  if (start.epoch >= cfg.epochs) {  // resumed at the end of the last epoch (main() refused any later point)
+    log.line("nothing left to train: the checkpoint ends epoch " + std::to_string(start.epoch) + ", the last of " +
+             std::to_string(cfg.epochs) + " (give --epochs above " + std::to_string(start.epoch) +
              " to train further); evaluating it");
     val = mode->validate(*model);
   }

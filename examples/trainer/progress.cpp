@@ -34,6 +34,12 @@ void Log::line(const std::string& text) {
   }
 }
 
+std::string format(const char* spec, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, spec, v);
+  return buf;
+}
+
 std::string format_duration(double seconds) {
   const auto s = static_cast<int64_t>(std::llround(std::max(0.0, seconds)));
   char buf[32];

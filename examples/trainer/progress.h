@@ -52,5 +52,7 @@ class Progress {
 
 // "1:05:03" / "2:07"
 std::string format_duration(double seconds);
+// printf-style formatting of one value: format("%.2f", 91.234) == "91.23".
+std::string format(const char* spec, double v);
 
 }  // namespace trainer
