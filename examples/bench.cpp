@@ -4,8 +4,8 @@
 // (Fashion-MNIST-shaped for mlp, cnn and vit; the zoo's shapes in examples/zoo/zoo.h, where
 // tinygpt's samples are token sequences: its images_per_s counts sequences); prints one JSON line.
 //
-//   bench --model mlp|cnn|vit|resnet20|mobilenet|unet|mixer|tinygpt --batch-size B --threads T [--steps S] [--warmup W] [--nproc N]
-//         [--backend auto|shm|gloo|hierarchical] [--profile] [--trace FILE]
+//   bench --model mlp|cnn|vit|resnet20|mobilenet|unet|mixer|tinygpt --batch-size B --threads T
+//         [--steps S] [--warmup W] [--nproc N] [--backend auto|shm|gloo|hierarchical] [--profile] [--trace FILE]
 //
 // --nproc N splits the global batch B over N DDP processes (T threads each) that all-reduce
 // through --backend (auto: shared memory, as on any one host; gloo: TCP); images_per_s counts
@@ -64,9 +64,10 @@ struct Args {
 };
 
 [[noreturn]] void usage_error(const std::string& msg) {
-  std::cerr << "bench: " << msg
-            << "\nusage: bench --model mlp|cnn|vit|resnet20|mobilenet|unet|mixer|tinygpt --batch-size B --threads T [--steps S] "
-               "[--warmup W] [--nproc N] [--backend auto|shm|gloo|hierarchical] [--profile] [--trace FILE]\n";
+  std::cerr
+      << "bench: " << msg
+      << "\nusage: bench --model mlp|cnn|vit|resnet20|mobilenet|unet|mixer|tinygpt --batch-size B --threads T "
+         "[--steps S] [--warmup W] [--nproc N] [--backend auto|shm|gloo|hierarchical] [--profile] [--trace FILE]\n";
   std::exit(2);
 }
 
@@ -203,9 +204,9 @@ Result run(const Args& a, int64_t local, bool use_ddp) {
   if (use_ddp) ddp = std::make_unique<dist::DistributedDataParallel>(*model);
   optim::SGD opt(model->parameters(), {.lr = 0.05, .momentum = 0.9, .weight_decay = 5e-4});
   const uint64_t stream = use_ddp ? dist::rank() : 0;
-  const zoo::Batch batch = z ? z->random_batch(local, RandomKey{1, stream})
-                             : zoo::Batch{rand({local, 1, 28, 28}, RandomKey{1, stream}),
-                                          randint(0, 10, {local}, RandomKey{2, stream})};
+  const zoo::Batch batch =
+      z ? z->random_batch(local, RandomKey{1, stream})
+        : zoo::Batch{rand({local, 1, 28, 28}, RandomKey{1, stream}), randint(0, 10, {local}, RandomKey{2, stream})};
   const Tensor &x = batch.x, &y = batch.y;
   Result r;
   r.rss_before_kb = rss_kb_now();

@@ -26,9 +26,9 @@ The peer runs under --torch-python (default: this interpreter, e.g. Debian's pyt
 by default, takes the best of two fresh processes: eager PyTorch and the same step with the model
 under torch.compile (mode "default"; the warm-up steps compile it, so compile time is excluded);
 --eager-only keeps the eager process only. The table's PyTorch figures are that best, and its
-memory columns come from the process that was best. Each peer process runs with OpenBLAS at its best: OPENBLAS_CORETYPE and
-OPENBLAS_L2_SIZE are removed from its environment (some machines set them for older OpenBLAS
-builds); for 1 thread it also gets OMP_NUM_THREADS=1 and OPENBLAS_NUM_THREADS=1, because
+memory columns come from the process that was best. Each peer process runs with OpenBLAS at its
+best: OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE are removed from its environment (some machines set
+them for older OpenBLAS builds); for 1 thread it also gets OMP_NUM_THREADS=1 and OPENBLAS_NUM_THREADS=1, because
 torch.set_num_threads does not bind OpenBLAS's own threads. The step matches `bench`: the same
 model, SGD lr 0.05 momentum 0.9 weight decay 5e-4, cross-entropy, fixed random input, the same
 warm-up and timed step counts, and the same FLOP count (see examples/bench.cpp).
@@ -356,8 +356,8 @@ def main():
                         r = run_json([exe, "--model", m, "--warmup", str(WARMUP)] + common)
                     runs.setdefault((side, m, t), []).append(r)
                     best = f" ({r['mode']}: {r['other_modes']})" if side == "pytorch" else ""
-                    print(f"rep {rep + 1}/{args.reps} {m} {t} thread(s) {side:8s}: {r['images_per_s']:10.1f} img/s{best}",
-                          file=sys.stderr, flush=True)
+                    print(f"rep {rep + 1}/{args.reps} {m} {t} thread(s) {side:8s}: "
+                          f"{r['images_per_s']:10.1f} img/s{best}", file=sys.stderr, flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump([{"side": k[0], **r} for k, rs in runs.items() for r in rs], f, indent=1)

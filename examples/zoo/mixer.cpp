@@ -29,7 +29,9 @@ Variable MixerBlock::forward(const Variable& x) {
 }
 
 Mixer::Mixer()
-    : stem({.in = 1, .out = 128, .kernel = 4, .stride = 4}), norm({.normalized_shape = {128}}), head({.in = 128, .out = 10}) {
+    : stem({.in = 1, .out = 128, .kernel = 4, .stride = 4}),
+      norm({.normalized_shape = {128}}),
+      head({.in = 128, .out = 10}) {
   for (int i = 0; i < 4; ++i) blocks.push_back<MixerBlock>(49, 128, 64, 256);
   register_module("stem", stem);
   register_module("blocks", blocks);

@@ -8,8 +8,13 @@ namespace zoo {
 namespace {
 // Conv2d(in, out, kernel, stride, padding kernel / 2, groups, no bias) -> BatchNorm2d -> ReLU
 void conv_bn_relu(nn::Sequential& s, int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t groups) {
-  s.push_back<nn::Conv2d>(nn::Conv2dOptions{
-      .in = in, .out = out, .kernel = kernel, .stride = stride, .padding = kernel / 2, .groups = groups, .bias = false});
+  s.push_back<nn::Conv2d>(nn::Conv2dOptions{.in = in,
+                                            .out = out,
+                                            .kernel = kernel,
+                                            .stride = stride,
+                                            .padding = kernel / 2,
+                                            .groups = groups,
+                                            .bias = false});
   s.push_back<nn::BatchNorm2d>(nn::BatchNormOptions{.num_features = out});
   s.push_back<nn::ReLU>();
 }

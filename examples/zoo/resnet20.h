@@ -9,7 +9,8 @@
 namespace zoo {
 
 // conv3x3(in, out, stride) BN ReLU conv3x3(out, out) BN, plus the shortcut (identity, or
-// conv1x1(in, out, stride) BN when stride != 1 or in != out), then ReLU. (N, in, H, W) -> (N, out, H / stride, W / stride)
+// conv1x1(in, out, stride) BN when stride != 1 or in != out), then ReLU.
+// (N, in, H, W) -> (N, out, H / stride, W / stride)
 class BasicBlock : public minidl::nn::Module {
  public:
   BasicBlock(int64_t in, int64_t out, int64_t stride);
