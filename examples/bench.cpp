@@ -1,9 +1,11 @@
-// examples/bench.cpp — training-step throughput of a reference model (docs/benchmarks.md):
-// warm-up steps, then timed SGD-momentum training steps (forward, cross-entropy, backward,
-// optimizer step) on fixed random Fashion-MNIST-shaped input; prints one JSON line.
+// examples/bench.cpp — training-step throughput of a reference model or a zoo model
+// (docs/benchmarks.md): warm-up steps, then timed SGD-momentum training steps (forward,
+// cross-entropy, backward, optimizer step) on fixed random input of the model's shape
+// (Fashion-MNIST-shaped for mlp, cnn and vit; the zoo's shapes in examples/zoo/zoo.h, where
+// tinygpt's samples are token sequences: its images_per_s counts sequences); prints one JSON line.
 //
-//   bench --model mlp|cnn|vit --batch-size B --threads T [--steps S] [--warmup W] [--nproc N]
-//         [--backend auto|shm|gloo|hierarchical] [--profile] [--trace FILE]
+//   bench --model mlp|cnn|vit|resnet20|mobilenet|unet|mixer|tinygpt --batch-size B --threads T
+//         [--steps S] [--warmup W] [--nproc N] [--backend auto|shm|gloo|hierarchical] [--profile] [--trace FILE]
 //
 // --nproc N splits the global batch B over N DDP processes (T threads each) that all-reduce
 // through --backend (auto: shared memory, as on any one host; gloo: TCP); images_per_s counts
@@ -14,8 +16,8 @@
 // all-reduces, DDP waits and optimizer steps, one process per rank in one file (dist/trace_file.h).
 // It holds every timed step: keep --steps small (2 or 3) for a readable picture.
 //
-// FLOPs are counted once per model by hand (model_macs below): multiply-adds of every
-// convolution, linear layer and attention matmul in the forward pass, 2 FLOPs each; a training
+// FLOPs are counted once per model by hand (model_macs below; the zoo's from its table):
+// multiply-adds of every convolution, linear layer and attention matmul in the forward pass, 2 FLOPs each; a training
 // step counts 3x the forward (forward, input gradient, weight gradient), the usual convention.
 // Element-wise ops, norms, softmax and the optimizer are not counted. peak_rss_mb is the
 // process's peak resident memory (ru_maxrss; summed over processes with --nproc); step_mem_mb is
@@ -45,6 +47,7 @@
 #include "minidl/nn/models.h"
 #include "minidl/optim/sgd.h"
 #include "minidl/tensor/tensor_all.h"
+#include "zoo/zoo.h"
 
 using namespace minidl;
 using Clock = std::chrono::steady_clock;
@@ -61,9 +64,10 @@ struct Args {
 };
 
 [[noreturn]] void usage_error(const std::string& msg) {
-  std::cerr << "bench: " << msg
-            << "\nusage: bench --model mlp|cnn|vit --batch-size B --threads T [--steps S] "
-               "[--warmup W] [--nproc N] [--backend auto|shm|gloo|hierarchical] [--profile] [--trace FILE]\n";
+  std::cerr
+      << "bench: " << msg
+      << "\nusage: bench --model mlp|cnn|vit|resnet20|mobilenet|unet|mixer|tinygpt --batch-size B --threads T "
+         "[--steps S] [--warmup W] [--nproc N] [--backend auto|shm|gloo|hierarchical] [--profile] [--trace FILE]\n";
   std::exit(2);
 }
 
@@ -84,8 +88,8 @@ Args parse(int argc, char** argv) {
     if (f == "--model") {
       if (!v) usage_error("--model needs a value");
       a.model = v;
-      if (a.model != "mlp" && a.model != "cnn" && a.model != "vit")
-        usage_error("--model '" + a.model + "' is not one of mlp, cnn, vit");
+      if (a.model != "mlp" && a.model != "cnn" && a.model != "vit" && !zoo::find(a.model))
+        usage_error("--model '" + a.model + "' is not one of mlp, cnn, vit, " + zoo::names());
       ++i;
     } else if (f == "--batch-size") {
       a.batch = parse_int(f, v, 1);
@@ -126,6 +130,7 @@ Args parse(int argc, char** argv) {
 
 // Forward multiply-adds per image (see the file comment).
 double model_macs(const std::string& model) {
+  if (const zoo::ZooModel* z = zoo::find(model)) return z->macs;
   if (model == "mlp") return 784.0 * 256 + 256.0 * 128 + 128.0 * 10;
   if (model == "cnn")
     return 32.0 * 28 * 28 * (1 * 9)  // conv1 1->32, 3x3, 28x28
@@ -193,12 +198,16 @@ std::string format_profile(int steps, double step_s) {
 // Trains a.warmup + a.steps steps on `local` images per step (DDP when world > 1).
 Result run(const Args& a, int64_t local, bool use_ddp) {
   manual_seed(0);
-  std::unique_ptr<nn::Module> model = nn::make_model(a.model);
+  const zoo::ZooModel* z = zoo::find(a.model);  // nullptr: a reference model
+  std::unique_ptr<nn::Module> model = z ? z->make() : nn::make_model(a.model);
   std::unique_ptr<dist::DistributedDataParallel> ddp;
   if (use_ddp) ddp = std::make_unique<dist::DistributedDataParallel>(*model);
   optim::SGD opt(model->parameters(), {.lr = 0.05, .momentum = 0.9, .weight_decay = 5e-4});
-  const Tensor x = rand({local, 1, 28, 28}, RandomKey{1, static_cast<uint64_t>(use_ddp ? dist::rank() : 0)});
-  const Tensor y = randint(0, 10, {local}, RandomKey{2, static_cast<uint64_t>(use_ddp ? dist::rank() : 0)});
+  const uint64_t stream = use_ddp ? dist::rank() : 0;
+  const zoo::Batch batch =
+      z ? z->random_batch(local, RandomKey{1, stream})
+        : zoo::Batch{rand({local, 1, 28, 28}, RandomKey{1, stream}), randint(0, 10, {local}, RandomKey{2, stream})};
+  const Tensor &x = batch.x, &y = batch.y;
   Result r;
   r.rss_before_kb = rss_kb_now();
   Clock::time_point t0;
@@ -215,7 +224,7 @@ Result run(const Args& a, int64_t local, bool use_ddp) {
       opt.zero_grad();
     }
     Variable out = use_ddp ? ddp->forward(Variable(x)) : model->forward(Variable(x));
-    Variable loss = cross_entropy(out, y);
+    Variable loss = z ? zoo::loss(out, y) : cross_entropy(out, y);
     loss.backward();  // with DDP: the buckets' all-reduces overlap it, and it ends waiting for them
     if (use_ddp) ddp->finish();  // (a no-op: backward finished already; ddp->step would time it)
     const autograd::profiler::Scope scope("optimizer step", autograd::trace::kOptimizer);

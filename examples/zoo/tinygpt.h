@@ -1,0 +1,34 @@
+// examples/zoo/tinygpt.h — a small GPT over token ids (N, 64) int64 in [0, 96) -> next-token logits
+// (N, 64, 96), 110,336 parameters: the decoder-only transformer of Radford et al., "Language Models
+// are Unsupervised Multitask Learners" (GPT-2, 2019) as Karpathy's nanoGPT builds it — token and
+// learned position embeddings, pre-norm blocks with causal self-attention and a GELU MLP, a final
+// LayerNorm and an output head tied to the token embedding (Press and Wolf, "Using the Output
+// Embedding to Improve Language Models", 2017). The shape of examples/tinygpt.cpp's model (2 blocks,
+// width 64, 4 heads, MLP 256, block 64), whose model lives inside that program; this one ties the
+// head and has no head bias. Built from minidl's public API only.
+#pragma once
+#include "minidl/minidl.h"
+
+namespace zoo {
+
+struct TinyGPTOptions {
+  int64_t vocab = 96, block = 64, dim = 64, heads = 4, layers = 2;
+};
+
+// tok Embedding(vocab, dim)(idx) + pos[:T]                       (N, T, dim)
+// layers x TransformerEncoderLayer(dim, heads, 4 dim), causal   (N, T, dim)
+// ln_f LayerNorm(dim), then x tok.weight^T (the tied head)       (N, T, vocab)
+class TinyGPT : public minidl::nn::Module {
+ public:
+  explicit TinyGPT(const TinyGPTOptions& o = {});
+  std::string type_name() const override { return "TinyGPT"; }
+  // idx: a Variable holding the int64 token ids (N, T), T <= block (no gradient flows to it)
+  minidl::Variable forward(const minidl::Variable& idx) override;
+  TinyGPTOptions options;
+  minidl::nn::Embedding tok;
+  minidl::Variable pos;  // (block, dim) ~ N(0, 0.02)
+  minidl::nn::ModuleList blocks;
+  minidl::nn::LayerNorm ln_f;
+};
+
+}  // namespace zoo
