@@ -12,7 +12,7 @@
 // group is broken by an earlier failure: <first message>"), and the group's issue path asks
 // broken() to refuse new collectives at once. The destructor runs what is still queued, then
 // joins. (The shared-memory group has its own queue: a waiting caller may run its collective
-// itself there, Note [helping] in process_group_shm.cpp.)
+// itself there, Note [helping] in process_group_shm_impl.h.)
 #pragma once
 #include <atomic>
 #include <condition_variable>

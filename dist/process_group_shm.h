@@ -107,8 +107,8 @@ class ProcessGroupShm : public ProcessGroup {
   std::shared_ptr<Work> all_gather_async(const Tensor& t, std::vector<Tensor>& out) override;
   std::shared_ptr<Work> reduce_scatter_async(const Tensor& input, Tensor& out, ReduceOp op = ReduceOp::SUM) override;
   std::shared_ptr<Work> barrier_async() override;
-  // A tensor in a segment of its own that every rank maps (Note [symmetric buffers] in the
-  // .cpp): all_reduce of it, or of a contiguous part of it, reduces straight between the ranks'
+  // A tensor in a segment of its own that every rank maps (Note [symmetric buffers] in
+  // shm_segment.h): all_reduce of it, or of a contiguous part of it, reduces straight between the ranks'
   // copies. Blocking; CPU only.
   Tensor empty_symmetric(const Shape& shape, DType dtype, Device device = Device::cpu()) override;
 
