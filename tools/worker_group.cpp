@@ -15,6 +15,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <map>
 #include <memory>
 #include <optional>
 #include <sstream>
@@ -30,6 +32,7 @@
 #include "minidl/dist/socket.h"
 #include "minidl/dist/step_record.h"
 #include "minidl/dist/store.h"
+#include "tools/elastic_membership.h"
 
 namespace minidl::launcher {
 
@@ -122,8 +125,17 @@ struct Worker {
   int status = 0;
 };
 
-[[noreturn]] void exec_worker(const LaunchConfig& c, int local_rank, uint16_t port, int round,
-                              const std::string& step_dir, int out_fd, int err_fd, pid_t launcher) {
+// Where this node's workers sit in one round: the round's number, MASTER_PORT, this node's rank
+// among the round's nodes, and how many there are.
+struct Placement {
+  int round = 0;
+  uint16_t port = 0;
+  int group_rank = 0;
+  int nnodes = 1;
+};
+
+[[noreturn]] void exec_worker(const LaunchConfig& c, const Placement& p, int local_rank, const std::string& step_dir,
+                              int out_fd, int err_fd, pid_t launcher) {
   ::setpgid(0, 0);
   minidl::dist::die_with_parent(SIGTERM, launcher);
   ::signal(SIGPIPE, SIG_DFL);
@@ -131,15 +143,14 @@ struct Worker {
   if (null_fd >= 0) ::dup2(null_fd, STDIN_FILENO);
   ::dup2(out_fd, STDOUT_FILENO);
   ::dup2(err_fd, STDERR_FILENO);
-  int world = c.nnodes * c.nproc_per_node;
   auto set = [](const char* name, int value) { ::setenv(name, std::to_string(value).c_str(), 1); };
-  set("RANK", c.node_rank * c.nproc_per_node + local_rank);
-  set("WORLD_SIZE", world);
+  set("RANK", p.group_rank * c.nproc_per_node + local_rank);
+  set("WORLD_SIZE", p.nnodes * c.nproc_per_node);
   set("LOCAL_RANK", local_rank);
   set("LOCAL_WORLD_SIZE", c.nproc_per_node);
-  set("GROUP_RANK", c.node_rank);
-  set("MASTER_PORT", port);
-  set("MINIDL_RESTART_COUNT", round);
+  set("GROUP_RANK", p.group_rank);
+  set("MASTER_PORT", p.port);
+  set("MINIDL_RESTART_COUNT", p.round);
   set("MINIDL_MAX_RESTARTS", c.max_restarts);
   ::setenv("MINIDL_STEP_DIR", step_dir.c_str(), 1);
   ::setenv("MASTER_ADDR", c.master_addr.c_str(), 1);
@@ -265,34 +276,91 @@ Verdict decide(const std::vector<NodeEnd>& ends, int restarts_done, int max_rest
   return {VerdictKind::restart, cause, primary->step};
 }
 
+// One round of a multi-node run, as node 0 published it: its MASTER_PORT, its members (node ids
+// with their launcher's nonce, in node-rank order), and the line every member logs about it.
+struct Round {
+  int index = 0;
+  uint16_t port = 0;
+  std::vector<int> members;
+  std::vector<std::string> nonces;
+  std::string message;
+  int group_rank = -1;  // this launcher's node rank in it (-1: not a member)
+
+  // On the store: the port, the members ("id:nonce" separated by spaces), the message.
+  std::string encode() const {
+    std::string s = std::to_string(port) + "\n";
+    for (size_t k = 0; k < members.size(); ++k) s += (k ? " " : "") + std::to_string(members[k]) + ":" + nonces[k];
+    return s + "\n" + message;
+  }
+  static Round decode(int index, const std::string& s) {
+    Round r;
+    r.index = index;
+    std::istringstream in(s);
+    std::string port, members;
+    std::getline(in, port);
+    std::getline(in, members);
+    std::getline(in, r.message, '\0');
+    r.port = static_cast<uint16_t>(std::stoi(port));
+    std::istringstream m(members);
+    for (std::string item; m >> item;) {
+      const size_t colon = item.find(':');
+      r.members.push_back(std::stoi(item.substr(0, colon)));
+      r.nonces.push_back(item.substr(colon + 1));
+    }
+    return r;
+  }
+};
+
 // The launchers of a multi-node run, meeting in a TCPStore hosted by node 0's launcher on
-// master_port. Keys: minidl-run/hb/<node>, minidl-run/<round>/{port,joined,stop,end/<node>,verdict},
-// minidl-run/finished. Every call comes from the supervisor loop's one thread.
+// master_port; node 0 forms every round and decides how it ends. Keys (minidl-run/...):
+//   hb/<id>              each launcher's heartbeat ("<nonce> <count>")
+//   open                 the round node 0 is forming or running
+//   <r>/want/<id>        a launcher's wish to take part in round r (its nonce)
+//   <r>/round            round r as node 0 closed it (class Round)
+//   <r>/stop, <r>/end/<id>, <r>/verdict   ending round r;  over: the run's exit status
+//   finished             how many members have read the last verdict
+// A node id is the launcher's --node-rank. Every call comes from the supervisor loop's one thread.
 class Peers {
  public:
-  explicit Peers(const LaunchConfig& c) : c_(c), last_hb_(static_cast<size_t>(c.nnodes)) {
+  explicit Peers(const LaunchConfig& c) : c_(c) {
     const bool loopback = c.master_addr == "127.0.0.1" || c.master_addr == "localhost";
     store_ = std::make_unique<dist::TCPStore>(
         c.master_addr, dist::TCPStoreOptions{.port = c.master_port,
                                              .is_server = c.node_rank == 0,
                                              .timeout = c.join_timeout,
                                              .bind_all_interfaces = c.node_rank == 0 && !loopback});
+    nonce_ = std::to_string(::getpid()) + "." + std::to_string(Clock::now().time_since_epoch().count() % 1000000007);
+    tick();
   }
 
-  // Waits until every node has joined `round`; returns the round's MASTER_PORT.
-  uint16_t join(int round) {
-    if (c_.node_rank == 0) store_->set(key(round, "port"), std::to_string(dist::find_free_port(c_.master_addr)));
-    store_->add(key(round, "joined"), 1);
+  // The round a launcher takes part in first: 0 for node 0; the one running now for the others
+  // (a launcher that starts late waits for the next round).
+  int first_round() { return coordinator() ? 0 : std::stoi(store_->get("minidl-run/open")); }
+
+  // Takes part in round `index` — or, if node 0 leaves this launcher out (it came too late, or
+  // MAX nodes are there), in a later one. Node 0 closes each round (torchrun's rule: at once
+  // with MAX nodes, last_call after MIN). Returns nothing when the run ended first.
+  std::optional<Round> join(int index) {
+    if (coordinator()) return form(index);
     const auto deadline = Clock::now() + c_.join_timeout;
-    while (store_->add(key(round, "joined"), 0) < c_.nnodes) {
-      tick();
-      if (lost_) throw std::runtime_error(*lost_);
-      if (Clock::now() > deadline)
-        throw std::runtime_error("not every node joined rendezvous round " + std::to_string(round) + " within " +
-                                 std::to_string(c_.join_timeout.count() / 1000) + " s");
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    for (;; ++index) {
+      store_->set(key(index, "want/" + std::to_string(c_.node_rank)), nonce_);
+      while (!store_->check({key(index, "round")})) {
+        tick();
+        if (store_->check({"minidl-run/over"})) return std::nullopt;
+        if (Clock::now() > deadline)
+          throw std::runtime_error("not admitted to a rendezvous round within " +
+                                   std::to_string(c_.join_timeout.count() / 1000) + " s");
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+      Round r = Round::decode(index, store_->get(key(index, "round")));
+      for (size_t k = 0; k < r.members.size(); ++k) {
+        if (r.members[k] == c_.node_rank && r.nonces[k] == nonce_) {
+          r.group_rank = static_cast<int>(k);
+          return r;
+        }
+      }
     }
-    return static_cast<uint16_t>(std::stoi(store_->get(key(round, "port"))));
   }
 
   // Heartbeat, and on node 0 the check of everyone else's; throttled to heartbeat_interval.
@@ -301,92 +369,279 @@ class Peers {
     if (now < next_tick_) return;
     next_tick_ = now + std::min<std::chrono::milliseconds>(c_.heartbeat_interval, std::chrono::milliseconds(200));
     if (now >= next_beat_) {
-      store_->set("minidl-run/hb/" + std::to_string(c_.node_rank), std::to_string(++beats_));
+      store_->set("minidl-run/hb/" + std::to_string(c_.node_rank), nonce_ + " " + std::to_string(++beats_));
       next_beat_ = now + c_.heartbeat_interval;
     }
-    if (c_.node_rank != 0 || lost_) return;
-    for (int node = 1; node < c_.nnodes; ++node) {
-      const std::string hb = "minidl-run/hb/" + std::to_string(node);
-      if (!store_->check({hb})) continue;  // not started yet: the join timeout covers it
+    if (!coordinator()) return;
+    for (int id = 1; id < c_.nnodes; ++id) {
+      const std::string hb = "minidl-run/hb/" + std::to_string(id);
+      if (!store_->check({hb})) continue;
       const std::string value = store_->get(hb);
-      Beat& b = last_hb_[static_cast<size_t>(node)];
-      if (value != b.value) {
-        b = {value, now};
-      } else if (now - b.changed > c_.heartbeat_timeout) {
-        lost_ = "node " + std::to_string(node) + "'s launcher is gone: no heartbeat for " +
-                std::to_string(c_.heartbeat_timeout.count() / 1000) + " s (the node count is fixed: not restarting)";
-      }
+      auto [it, fresh] = beats_seen_.try_emplace(id, Beat{value, now});
+      if (!fresh && value != it->second.value) it->second = {value, now};
     }
   }
 
-  // Whether another node asked this round's workers to stop (or, on node 0, a node was lost).
-  bool stop_requested(int round) {
+  // Whether this round's workers must stop: another node asked (its workers failed), or, on
+  // node 0, a member's heartbeat stopped or a newcomer waits to be admitted.
+  bool stop_requested(const Round& r) {
     tick();
-    if (lost_) return true;
-    return store_->check({key(round, "stop")});
+    if (!coordinator()) {
+      if (!store_->check({key(r.index, "stop")})) return false;
+      stop_cause_ = store_->get(key(r.index, "stop"));
+      return true;
+    }
+    std::string cause;
+    for (int id : r.members) {
+      if (id == 0 || alive(id)) continue;
+      why_left_[id] = lost_cause(id);
+      cause += (cause.empty() ? "" : "; ") + why_left_[id];
+    }
+    admitting_ = false;
+    if (cause.empty()) {
+      const std::vector<int> newcomers = newcomers_of(r);
+      if (admit_now(static_cast<int>(r.members.size()), static_cast<int>(newcomers.size()), c_.nnodes)) {
+        cause = name_nodes(newcomers) + (newcomers.size() == 1 ? " waits" : " wait") + " to join";
+        admitting_ = true;
+      }
+    }
+    if (cause.empty()) {
+      if (!store_->check({key(r.index, "stop")})) return false;
+      cause = store_->get(key(r.index, "stop"));
+    }
+    stop_cause_ = cause;
+    request_stop(r.index, cause);
+    return true;
   }
-  void request_stop(int round) { store_->set(key(round, "stop"), "1"); }
+  // Why the workers stop: "another node failed", "node 1 lost (...)", "a node waits to join".
+  const std::string& stop_cause() const { return stop_cause_; }
+  void request_stop(int index, const std::string& cause = "another node failed") {
+    store_->set(key(index, "stop"), cause);
+  }
 
   // Posts this node's end of the round and returns the common verdict (node 0 decides).
-  Verdict settle(int round, const NodeEnd& mine, int restarts_done, int64_t last_failure_step) {
-    store_->set(key(round, "end/" + std::to_string(c_.node_rank)), mine.encode());
-    if (c_.node_rank != 0) {
-      while (!store_->check({key(round, "verdict")})) {
+  Verdict settle(const Round& r, const NodeEnd& mine) {
+    store_->set(key(r.index, "end/" + std::to_string(c_.node_rank)), mine.encode());
+    if (!coordinator()) {
+      while (!store_->check({key(r.index, "verdict")})) {
         tick();
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
       }
-      return Verdict::decode(store_->get(key(round, "verdict")));
+      return Verdict::decode(store_->get(key(r.index, "verdict")));
     }
     std::vector<NodeEnd> ends{mine};
-    for (int node = 1; node < c_.nnodes; ++node) {
-      const std::string k = key(round, "end/" + std::to_string(node));
-      while (!store_->check({k}) && !lost_) {
+    std::vector<int> left;
+    for (int id : r.members) {
+      if (id == 0) continue;
+      const std::string k = key(r.index, "end/" + std::to_string(id));
+      while (!store_->check({k}) && alive(id)) {
         tick();
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
       }
-      ends.push_back(lost_ ? NodeEnd{.kind = EndKind::aborted, .cause = "failed: " + *lost_}
-                           : NodeEnd::decode(store_->get(k)));
+      if (!store_->check({k})) {
+        if (!why_left_.count(id)) why_left_[id] = lost_cause(id);
+        left.push_back(id);
+        continue;
+      }
+      NodeEnd e = NodeEnd::decode(store_->get(k));
+      if (e.kind == EndKind::aborted) {  // its launcher was stopped: the node leaves
+        why_left_[id] = "node " + std::to_string(id) + " left (" + e.cause + ")";
+        left.push_back(id);
+        continue;
+      }
+      ends.push_back(e);
     }
-    const Verdict v = decide(ends, restarts_done, c_.max_restarts, last_failure_step);
-    store_->set(key(round, "verdict"), v.encode());
+    Verdict v = decide_round(r, ends, left);
+    store_->set(key(r.index, "verdict"), v.encode());
     return v;
   }
 
-  // The end of the run: node 0 keeps the store up until every launcher has read the verdict.
-  void finish() {
+  // The end of the run: node 0 tells launchers still waiting to be admitted, and keeps the store
+  // up until every member has read the verdict.
+  void finish(const Round& r, int status) {
     store_->add("minidl-run/finished", 1);
-    if (c_.node_rank != 0) return;
+    if (!coordinator()) return;
+    store_->set("minidl-run/over", std::to_string(status));
     const auto deadline = Clock::now() + std::chrono::seconds(10);
-    while (store_->add("minidl-run/finished", 0) < c_.nnodes && !lost_ && Clock::now() < deadline) {
+    int expected = 0;
+    for (int id : r.members) expected += id == 0 || alive(id) ? 1 : 0;
+    while (store_->add("minidl-run/finished", 0) < expected && Clock::now() < deadline) {
       tick();
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   }
+  // For a launcher that was never admitted: the run's exit status.
+  int over_status() { return std::stoi(store_->get("minidl-run/over")); }
 
  private:
   struct Beat {
     std::string value;
-    Clock::time_point changed = Clock::now();
+    Clock::time_point changed;
   };
   static std::string key(int round, const std::string& name) {
     return "minidl-run/" + std::to_string(round) + "/" + name;
   }
+  bool coordinator() const { return c_.node_rank == 0; }
+  bool alive(int id) const {
+    if (id == 0) return true;
+    auto it = beats_seen_.find(id);
+    return it != beats_seen_.end() && Clock::now() - it->second.changed <= c_.heartbeat_timeout;
+  }
+  std::string lost_cause(int id) const {
+    auto it = beats_seen_.find(id);
+    const double ago = it == beats_seen_.end() ? 0.0
+                                               : std::chrono::duration<double>(Clock::now() - it->second.changed).count();
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "%.1f", ago);
+    return "node " + std::to_string(id) + " lost (heartbeat stopped " + buf + " s ago)";
+  }
+  // Live launchers that asked for round `index`, by id.
+  std::vector<int> present(int index) {
+    std::vector<int> ids;
+    for (int id = 0; id < c_.nnodes; ++id) {
+      if (alive(id) && store_->check({key(index, "want/" + std::to_string(id))})) ids.push_back(id);
+    }
+    return ids;
+  }
+  // Live launchers asking for the round after r that are not in r.
+  std::vector<int> newcomers_of(const Round& r) {
+    std::vector<int> ids;
+    for (int id : present(r.index + 1))
+      if (std::find(r.members.begin(), r.members.end(), id) == r.members.end()) ids.push_back(id);
+    return ids;
+  }
+
+  // Node 0's verdict: a node that left ends the round like a failure (torchrun's workers see
+  // their peers vanish: a restart that counts, with the survivors if MIN remain); a round
+  // stopped only to admit newcomers restarts without counting (torchrun: "membership changes do
+  // not count as retries"); anything else as on one node.
+  Verdict decide_round(const Round& r, const std::vector<NodeEnd>& ends, const std::vector<int>& left) {
+    if (ends[0].kind == EndKind::aborted) return {VerdictKind::give_up, ends[0].cause, ends[0].step};
+    std::vector<int> survivors;
+    std::string cause;
+    for (int id : r.members) {
+      if (std::find(left.begin(), left.end(), id) == left.end()) survivors.push_back(id);
+      else cause += (cause.empty() ? "" : "; ") + why_left_[id];
+    }
+    if (!left.empty()) {
+      const RoundMembers next = next_round(r.members, survivors, c_.min_nodes, c_.nnodes);
+      if (!next.error.empty()) return {VerdictKind::give_up, "failed: " + cause + ": " + next.error, -1};
+      if (restarts_ >= c_.max_restarts)
+        return {VerdictKind::give_up,
+                "failed: " + cause + "; no restarts left (--max-restarts " + std::to_string(c_.max_restarts) +
+                    " used up)",
+                -1};
+      ++restarts_;
+      next_cause_ = cause;
+      next_counted_ = true;
+      return {VerdictKind::restart, cause, -1};
+    }
+    const bool any_failed =
+        std::any_of(ends.begin(), ends.end(), [](const NodeEnd& e) { return e.kind == EndKind::failed; });
+    if (!any_failed && admitting_) {
+      next_cause_.clear();
+      next_counted_ = false;
+      return {VerdictKind::restart, stop_cause_, -1};
+    }
+    const Verdict v = decide(ends, restarts_, c_.max_restarts, last_failure_step_);
+    if (v.kind == VerdictKind::restart) {
+      ++restarts_;
+      last_failure_step_ = v.step;
+      next_cause_ = v.message;
+      next_counted_ = true;
+    }
+    return v;
+  }
+
+  // Node 0 forms round `index`: waits for the rendezvous to close, publishes the round.
+  Round form(int index) {
+    store_->set("minidl-run/open", std::to_string(index));
+    store_->set(key(index, "want/0"), nonce_);
+    const auto start = Clock::now(), deadline = start + c_.join_timeout;
+    std::optional<Clock::time_point> min_reached;
+    std::vector<int> ids;
+    while (true) {
+      tick();
+      ids = present(index);
+      const int n = static_cast<int>(ids.size());
+      if (n < c_.min_nodes) min_reached.reset();
+      else if (!min_reached) min_reached = Clock::now();
+      const auto since = min_reached ? std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - *min_reached)
+                                     : std::chrono::milliseconds(0);
+      if (rendezvous_closes(n, c_.min_nodes, c_.nnodes, since, c_.last_call)) break;
+      if (Clock::now() > deadline)
+        throw std::runtime_error("rendezvous round " + std::to_string(index) + ": " + name_nodes(ids) +
+                                 " joined within " + std::to_string(c_.join_timeout.count() / 1000) +
+                                 " s, fewer than the minimum " + std::to_string(c_.min_nodes));
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    const RoundMembers next = next_round(previous_, ids, c_.min_nodes, c_.nnodes);
+    Round r;
+    r.index = index;
+    r.port = dist::find_free_port(c_.master_addr);
+    r.members = next.members;
+    for (int id : r.members) r.nonces.push_back(store_->get(key(index, "want/" + std::to_string(id))));
+    r.message = describe(next);
+    store_->set(key(index, "round"), r.encode());
+    previous_ = r.members;
+    why_left_.clear();
+    stop_cause_.clear();
+    admitting_ = false;
+    r.group_rank = 0;
+    return r;
+  }
+
+  // The line every member logs about a new round.
+  std::string describe(const RoundMembers& next) const {
+    const int n = static_cast<int>(next.members.size()), world = n * c_.nproc_per_node;
+    const std::string restart = "restart " + std::to_string(restarts_) + "/" + std::to_string(c_.max_restarts);
+    std::string changes;
+    for (int id : next.left) {
+      auto it = why_left_.find(id);
+      if (!(next_cause_.find("node " + std::to_string(id) + " ") != std::string::npos))
+        changes += (changes.empty() ? "" : "; ") +
+                   (it != why_left_.end() ? it->second : "node " + std::to_string(id) + " did not come back");
+    }
+    if (!next.joined.empty())
+      changes += (changes.empty() ? "" : "; ") + name_nodes(next.joined) + " joined";
+    const std::string size = std::to_string(n) + (n == 1 ? " node" : " nodes") + ", world size " + std::to_string(world);
+    if (previous_.empty())
+      return c_.min_nodes < c_.nnodes ? "rendezvous round 0: " + name_nodes(next.members) + ", world size " +
+                                            std::to_string(world)
+                                      : "";
+    if (next.left.empty() && next.joined.empty())
+      return restart + " (cause: " + next_cause_ + "): starting a new group of " + std::to_string(world) + " worker(s)";
+    std::string all = next_cause_;
+    if (!changes.empty()) all += (all.empty() ? "" : "; ") + changes;
+    return all + ": continuing with " + size +
+           (next_counted_ ? " (" + restart + ")" : " (a membership change: not counted against --max-restarts)");
+  }
 
   const LaunchConfig& c_;
   std::unique_ptr<dist::TCPStore> store_;
-  std::vector<Beat> last_hb_;
+  std::string nonce_;
   Clock::time_point next_tick_{}, next_beat_{};
   int64_t beats_ = 0;
-  std::optional<std::string> lost_;
+  // node 0's state
+  std::map<int, Beat> beats_seen_;
+  std::map<int, std::string> why_left_;  // id -> "node 1 lost (...)" for nodes leaving the current round
+  std::vector<int> previous_;            // the members of the last round formed
+  std::string stop_cause_, next_cause_;
+  bool next_counted_ = false;
+  bool admitting_ = false;  // the current round was stopped to admit newcomers
+  int restarts_ = 0;
+  int64_t last_failure_step_ = -1;
 };
 
 // Starts this node's workers of one round and supervises them until they have all ended.
-NodeEnd run_round(const LaunchConfig& c, int round, uint16_t port, const std::string& step_dir, Peers* peers) {
+// `round` and `peers` are null for a node on its own.
+NodeEnd run_round(const LaunchConfig& c, const Placement& p, const std::string& step_dir, Peers* peers,
+                  const Round* round) {
   pid_t launcher = ::getpid();
   std::vector<Worker> workers;
   std::vector<Stream> streams;
   for (int local = 0; local < c.nproc_per_node; ++local) {
-    ::unlink((step_dir + "/step." + std::to_string(c.node_rank * c.nproc_per_node + local)).c_str());
+    ::unlink((step_dir + "/step." + std::to_string(p.group_rank * c.nproc_per_node + local)).c_str());
   }
   for (int local = 0; local < c.nproc_per_node; ++local) {
     int out[2], err[2];
@@ -394,7 +649,7 @@ NodeEnd run_round(const LaunchConfig& c, int round, uint16_t port, const std::st
       throw_pipe_failed("the pipes for local rank " + std::to_string(local) + "'s output");
     Worker w;
     w.local_rank = local;
-    w.rank = c.node_rank * c.nproc_per_node + local;
+    w.rank = p.group_rank * c.nproc_per_node + local;
     // Block our signals across fork(): a signal meant for the worker that arrived before exec
     // would otherwise run the launcher's handler in the child and be lost.
     sigset_t block, old;
@@ -405,7 +660,7 @@ NodeEnd run_round(const LaunchConfig& c, int round, uint16_t port, const std::st
     if (w.pid == 0) {
       for (int sig : kHandledSignals) ::signal(sig, SIG_DFL);
       sigprocmask(SIG_SETMASK, &old, nullptr);  // pending signals now act with default dispositions
-      exec_worker(c, local, port, round, step_dir, out[1], err[1], launcher);
+      exec_worker(c, p, local, step_dir, out[1], err[1], launcher);
     }
     sigprocmask(SIG_SETMASK, &old, nullptr);
     if (w.pid < 0) {
@@ -499,7 +754,7 @@ NodeEnd run_round(const LaunchConfig& c, int round, uint16_t port, const std::st
         stop();
         if (peers) {
           try {
-            peers->request_stop(round);
+            peers->request_stop(round->index);
           } catch (const std::exception& e) {
             store_error = e.what();
           }
@@ -517,8 +772,8 @@ NodeEnd run_round(const LaunchConfig& c, int round, uint16_t port, const std::st
 
     if (peers && !stopping && !store_error) {
       try {
-        if (peers->stop_requested(round)) {
-          say("another node failed; stopping this node's workers");
+        if (peers->stop_requested(*round)) {
+          say(peers->stop_cause() + "; stopping this node's workers");
           stop();
           end.kind = EndKind::stopped;
         }
@@ -561,34 +816,63 @@ NodeEnd run_round(const LaunchConfig& c, int round, uint16_t port, const std::st
   return end;
 }
 
-}  // namespace
-
-int run_workers(const LaunchConfig& c) {
-  install_signal_handlers();
-  const dist::StepDir step_dir;  // the workers' step files
-  std::unique_ptr<Peers> peers;
-  if (c.nnodes > 1 && c.max_restarts > 0) peers = std::make_unique<Peers>(c);
+// One node on its own (or several without restarts, each on its own): rounds decided here.
+int run_alone(const LaunchConfig& c, const std::string& step_dir) {
   int64_t last_failure_step = -1;
   for (int round = 0;; ++round) {
-    uint16_t port = c.master_port;
-    if (peers)
-      port = peers->join(round);
-    else if (round > 0)
-      port = dist::find_free_port(c.master_addr);  // a fresh store for the new group
-    const NodeEnd end = run_round(c, round, port, step_dir.path(), peers.get());
-    const Verdict v = peers ? peers->settle(round, end, round, last_failure_step)
-                            : decide({end}, round, c.max_restarts, last_failure_step);
+    // a fresh store for each new group
+    const uint16_t port = round == 0 ? c.master_port : dist::find_free_port(c.master_addr);
+    const NodeEnd end = run_round(c, {round, port, c.node_rank, c.nnodes}, step_dir, nullptr, nullptr);
+    const Verdict v = decide({end}, round, c.max_restarts, last_failure_step);
     if (v.kind == VerdictKind::restart) {
       say("restart " + std::to_string(round + 1) + "/" + std::to_string(c.max_restarts) + " (cause: " + v.message +
           "): starting a new group of " + std::to_string(c.nproc_per_node * c.nnodes) + " worker(s)");
       last_failure_step = v.step;
       continue;
     }
-    if (peers) peers->finish();
     if (v.kind == VerdictKind::done) return 0;
     say(v.message);
     return end.kind == EndKind::aborted ? end.exit_code : v.kind == VerdictKind::give_up_usage ? 2 : 1;
   }
+}
+
+// Several nodes with restarts or elastic sizes: node 0 forms each round and decides its end.
+int run_together(const LaunchConfig& c, const std::string& step_dir) {
+  Peers peers(c);
+  for (int index = peers.first_round();;) {
+    const std::optional<Round> round = peers.join(index);
+    if (!round) {
+      const int status = peers.over_status();
+      say("the run ended (exit status " + std::to_string(status) + ") before node " + std::to_string(c.node_rank) +
+          " was admitted");
+      return status;
+    }
+    if (!round->message.empty()) say(round->message);
+    const Placement p{round->index, round->port, round->group_rank, static_cast<int>(round->members.size())};
+    const NodeEnd end = run_round(c, p, step_dir, &peers, &*round);
+    const Verdict v = peers.settle(*round, end);
+    if (v.kind == VerdictKind::restart) {
+      index = round->index + 1;
+      continue;
+    }
+    const int status =
+        end.kind == EndKind::aborted ? end.exit_code
+        : v.kind == VerdictKind::done ? 0
+        : v.kind == VerdictKind::give_up_usage ? 2
+                                                : 1;
+    peers.finish(*round, status);
+    if (v.kind != VerdictKind::done) say(v.message);
+    return status;
+  }
+}
+
+}  // namespace
+
+int run_workers(const LaunchConfig& c) {
+  install_signal_handlers();
+  const dist::StepDir step_dir;  // the workers' step files
+  if (c.nnodes > 1 && (c.max_restarts > 0 || c.min_nodes < c.nnodes)) return run_together(c, step_dir.path());
+  return run_alone(c, step_dir.path());
 }
 
 }  // namespace minidl::launcher

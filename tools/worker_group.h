@@ -33,7 +33,8 @@ namespace minidl::launcher {
 
 struct LaunchConfig {
   int nproc_per_node = 1;
-  int nnodes = 1;
+  int nnodes = 1;     // with min_nodes < nnodes: elastic, from min_nodes to nnodes nodes (--nnodes MIN:MAX)
+  int min_nodes = 1;
   int node_rank = 0;
   std::string master_addr = "127.0.0.1";
   uint16_t master_port = 0;
@@ -42,7 +43,8 @@ struct LaunchConfig {
   int max_restarts = 0;
   std::chrono::milliseconds heartbeat_interval = std::chrono::seconds(1);
   std::chrono::milliseconds heartbeat_timeout = std::chrono::seconds(5);
-  std::chrono::milliseconds join_timeout = std::chrono::seconds(300);  // every node joining a round
+  std::chrono::milliseconds join_timeout = std::chrono::seconds(300);  // MIN nodes joining a round
+  std::chrono::milliseconds last_call = std::chrono::seconds(30);  // elastic: wait for more than MIN
 };
 
 // Runs the workers of this node until they all end (restarting them as configured); returns the
