@@ -6,7 +6,7 @@
 // loop that also watches a self-pipe fed by the signal handlers (SIGCHLD, SIGINT, SIGTERM,
 // SIGHUP): the launcher has a single thread and no work happens inside a signal handler.
 // A run is a sequence of rounds (one group of workers each); with several nodes and restarts,
-// the launchers agree on each round's end through a store (class Peers).
+// the launchers agree on each round's members and end through a store (class Peers).
 #include "tools/worker_group.h"
 
 #include <fcntl.h>
@@ -782,7 +782,8 @@ NodeEnd run_round(const LaunchConfig& c, const Placement& p, const std::string& 
       }
       if (store_error) {
         say("lost the launchers' store on node 0 (" + c.master_addr + ":" + std::to_string(c.master_port) +
-            "): " + *store_error + "; stopping this node's workers");
+            "): " + *store_error + "; node 0 hosts the run's store, the run cannot go on without it: stopping this "
+            "node's workers");
         if (!stopping) stop();
         end = {.kind = EndKind::aborted, .cause = "failed: lost the launchers' store on node 0: " + *store_error};
       }

@@ -2,7 +2,8 @@
 // pure functions (tools/elastic_membership.h: who is in the next round, in which order, the MIN
 // check, newcomers admitted up to MAX, when a rendezvous closes), then two launchers on this
 // machine: node 1's launcher is killed and node 0 goes on alone; a launcher started late is
-// admitted by a restart that does not count. Workers are /bin/sh scripts.
+// admitted by a restart that does not count; losing node 0, the store's host, ends the run.
+// Workers are /bin/sh scripts.
 #include <csignal>
 #include <thread>
 
@@ -150,14 +151,31 @@ TEST(LauncherElastic, ALateLauncherIsAdmittedByARestartThatDoesNotCount) {
 }
 
 TEST(LauncherElastic, BadElasticSizesAreRefused) {
-  for (std::vector<std::string> bad : std::vector<std::vector<std::string>>{
-           {"--nnodes", "3:2", "/bin/true"},
-           {"--nnodes", "1:2", "--node-rank", "2", "/bin/true"},
-           {"--rdzv-conf", "last_call=3", "/bin/true"}}) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases{
+      {{"--nnodes", "3:2"}, "--nnodes 3:2: MIN 3 is above MAX 2"},
+      {{"--nnodes", "1:2", "--node-rank", "2"}, "--node-rank 2 is not below --nnodes 2"},
+      {{"--rdzv-conf", "last_call=3"}, "--rdzv-conf: 'last_call=3' is not join_timeout=SECONDS or last_call_timeout"},
+      {{"--rdzv-conf", "last_call_timeout=x"}, "--rdzv-conf last_call_timeout needs an integer, got 'x'"}};
+  for (const auto& [flags, message] : cases) {
     std::vector<std::string> argv{launcher_path()};
-    argv.insert(argv.end(), bad.begin(), bad.end());
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    argv.push_back("/bin/true");
     Subprocess p = start_process(argv);
     ASSERT_TRUE(wait_process(p, 10s));
-    EXPECT_EQ(exit_code(p), 2) << bad[0] << " " << bad[1];
+    EXPECT_EQ(exit_code(p), 2) << message;
+    EXPECT_THAT(p.err, HasSubstr(message));
   }
+}
+
+TEST(LauncherElastic, LosingNodeZeroEndsTheRunOnTheOthers) {
+  const std::string port = std::to_string(minidl::dist::find_free_port());
+  Subprocess node0 = elastic_node(port, "0", "sleep 60");
+  Subprocess node1 = elastic_node(port, "1", "sleep 60");
+  std::this_thread::sleep_for(3s);
+  ::kill(node0.pid, SIGKILL);  // the store's host vanishes
+  ASSERT_TRUE(wait_process(node1, 20s));
+  wait_process(node0, 5s);
+  EXPECT_EQ(exit_code(node1), 1);
+  EXPECT_THAT(node1.err, HasSubstr("lost the launchers' store on node 0 (127.0.0.1:" + port + ")"));
+  EXPECT_THAT(node1.err, HasSubstr("node 0 hosts the run's store, the run cannot go on without it"));
 }
