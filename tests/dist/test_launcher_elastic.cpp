@@ -115,6 +115,26 @@ TEST(LauncherElastic, NodeZeroGoesOnAloneWhenNodeOnesLauncherIsKilled) {
   EXPECT_THAT(node0.out, HasSubstr("[rank 1] round 1 rank 1 of 2 group 0\n"));
 }
 
+TEST(LauncherElastic, ANodeWhoseLauncherIsStoppedLeavesAtOnce) {
+  const std::string port = std::to_string(minidl::dist::find_free_port());
+  const std::string script = "echo round $MINIDL_RESTART_COUNT rank $RANK of $WORLD_SIZE; "
+                             "if [ $MINIDL_RESTART_COUNT = 0 ]; then sleep 60; fi";
+  Subprocess node0 = elastic_node(port, "0", script);
+  Subprocess node1 = elastic_node(port, "1", script);
+  std::this_thread::sleep_for(2s);
+  const auto stopped_at = std::chrono::steady_clock::now();
+  ::kill(node1.pid, SIGTERM);  // node 1 is shut down: no need to wait for its heartbeat
+  ASSERT_TRUE(wait_process(node1, 10s));
+  ASSERT_TRUE(wait_process(node0, 20s));
+  EXPECT_EQ(exit_code(node1), 128 + SIGTERM);
+  EXPECT_EQ(exit_code(node0), 0) << node0.err;
+  EXPECT_THAT(node0.err, HasSubstr("node 1's launcher received SIGTERM; stopping this node's workers"));
+  EXPECT_THAT(node0.err, HasSubstr("node 1 left (node 1's launcher received SIGTERM): continuing with 1 node, "
+                                   "world size 2 (restart 1/1)"));
+  EXPECT_THAT(node0.out, HasSubstr("[rank 1] round 1 rank 1 of 2\n"));
+  EXPECT_LT(std::chrono::steady_clock::now() - stopped_at, 5s);  // less than a heartbeat timeout
+}
+
 TEST(LauncherElastic, LosingANodeWithNoRestartsLeftEndsTheRun) {
   const std::string port = std::to_string(minidl::dist::find_free_port());
   Subprocess node0 = elastic_node(port, "0", "sleep 60", "0");
