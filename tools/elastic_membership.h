@@ -19,10 +19,10 @@ namespace minidl::launcher {
 
 struct RoundMembers {
   std::vector<int> members;  // node ids; members[k] gets node rank k
-  std::vector<int> left;     // previous members not in this round
-  std::vector<int> joined;   // members that were not in the previous round
+  std::vector<int> left;  // previous members not in this round
+  std::vector<int> joined;  // members that were not in the previous round
   std::vector<int> waiting;  // newcomers over MAX: they wait for a free place
-  std::string error;         // non-empty: fewer than MIN nodes; the run ends
+  std::string error;  // non-empty: fewer than MIN nodes; the run ends
 };
 
 // "node 0", "nodes 0 and 2", "nodes 0, 1 and 3"

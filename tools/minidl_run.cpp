@@ -1,7 +1,7 @@
 // tools/minidl_run.cpp — minidl-run, the launcher (torchrun's counterpart):
 //
-//   minidl-run --nproc-per-node N [--nnodes M --node-rank K --master-addr A --master-port P]
-//              [--max-restarts R] PROGRAM ARGS...
+//   minidl-run --nproc-per-node N [--nnodes M|MIN:MAX --node-rank K --master-addr A --master-port P]
+//              [--max-restarts R] [--rdzv-conf K=V,...] PROGRAM ARGS...
 //
 // starts N copies of PROGRAM on this node with RANK = K*N + local, WORLD_SIZE = M*N, LOCAL_RANK,
 // LOCAL_WORLD_SIZE = N, GROUP_RANK = K, MASTER_ADDR, MASTER_PORT in their environment, prefixes
@@ -22,6 +22,7 @@
 // whatever they started, too); they get SIGTERM if the launcher itself is killed.
 // Two nodes on one machine:  minidl-run --nproc-per-node 2 --nnodes 2 --node-rank 0 --master-port 29500 ./train
 //                            minidl-run --nproc-per-node 2 --nnodes 2 --node-rank 1 --master-port 29500 ./train
+// Elastic, 1 or 2 nodes:     the same with --nnodes 1:2 --max-restarts 3 (node 1 may go and come back)
 #include <unistd.h>
 
 #include <algorithm>
@@ -40,8 +41,8 @@
 namespace {
 
 constexpr const char* kUsage =
-    "usage: minidl-run --nproc-per-node N [--nnodes M] [--node-rank K] [--master-addr A]\n"
-    "                  [--master-port P] [--max-restarts R] PROGRAM [ARGS...]\n"
+    "usage: minidl-run --nproc-per-node N [--nnodes M | MIN:MAX] [--node-rank K] [--master-addr A]\n"
+    "                  [--master-port P] [--max-restarts R] [--rdzv-conf K=V,...] PROGRAM [ARGS...]\n"
     "  --nproc-per-node N     workers on this node (default 1)\n"
     "  --nnodes M | MIN:MAX   nodes in the job (default 1); MIN:MAX: elastic, see below\n"
     "  --node-rank K          this node's index in [0, M) or [0, MAX) (default 0); node 0 hosts the rendezvous\n"
@@ -55,14 +56,14 @@ constexpr const char* kUsage =
     "                         a failure at the same step as the previous one, or an exit status 2\n"
     "                         (a bad flag or input; minidl-run then exits 2 too), is not restarted\n"
     "Each worker gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR,\n"
-    "MASTER_PORT, MINIDL_RESTART_COUNT (0, then 1, 2, ... after restarts), MINIDL_MAX_RESTARTS and\n"
+    "MASTER_PORT, MINIDL_RESTART_COUNT (0, then 1, 2, ... for each new group), MINIDL_MAX_RESTARTS and\n"
     "MINIDL_STEP_DIR in its environment, and MINIDL_STORE_TOKEN, the secret their rendezvous store\n"
     "checks (the launcher's, else a random one on one node; several nodes: set the same on each).\n"
-    "With several nodes and --max-restarts, the launchers meet\n"
-    "on --master-port (node 0's launcher hosts their store), each round's workers get a fresh\n"
-    "MASTER_PORT, and a launcher silent for 5 s (heartbeat every 1 s) is lost: with --nnodes MIN:MAX the\n"
-    "others go on without it while MIN nodes remain (a restart, counted), else the run ends. A launcher\n"
-    "started later is admitted at once (the group restarts, not counted) while there are fewer than MAX.\n"
+    "With several nodes and --max-restarts, or MIN:MAX, the launchers meet on --master-port (node 0's\n"
+    "launcher hosts their store), each round's workers get a fresh MASTER_PORT, and a launcher silent\n"
+    "for 5 s (heartbeat every 1 s) or stopped by a signal is lost: with --nnodes MIN:MAX the others go on\n"
+    "without it while MIN nodes remain (a restart, counted), else the run ends. A launcher started\n"
+    "later is admitted at once (the group restarts, not counted) while there are fewer than MAX.\n"
     "Losing node 0 ends the run on every node.\n";
 
 struct UsageError : std::runtime_error {
@@ -92,7 +93,8 @@ void parse_rdzv_conf(const std::string& conf, minidl::launcher::LaunchConfig& c)
     const std::string key = item.substr(0, eq);
     if (eq == std::string::npos || (key != "join_timeout" && key != "last_call_timeout"))
       throw UsageError("--rdzv-conf: '" + item + "' is not join_timeout=SECONDS or last_call_timeout=SECONDS");
-    const std::chrono::milliseconds value = std::chrono::seconds(parse_int("--rdzv-conf " + key, item.substr(eq + 1), 0, 86400));
+    const std::chrono::milliseconds value =
+        std::chrono::seconds(parse_int("--rdzv-conf " + key, item.substr(eq + 1), 0, 86400));
     (key == "join_timeout" ? c.join_timeout : c.last_call) = value;
   }
 }

@@ -96,9 +96,7 @@ bool Peers::stop_requested(const Round& r) {
   return true;
 }
 
-void Peers::request_stop(int index, const std::string& cause) {
-  store_->set(key(index, "stop"), cause);
-}
+void Peers::request_stop(int index, const std::string& cause) { store_->set(key(index, "stop"), cause); }
 
 Verdict Peers::settle(const Round& r, const NodeEnd& mine) {
   store_->set(key(r.index, "end/" + std::to_string(c_.node_rank)), mine.encode());
@@ -163,8 +161,8 @@ bool Peers::alive(int id) const {
 
 std::string Peers::lost_cause(int id) const {
   auto it = beats_seen_.find(id);
-  const double ago = it == beats_seen_.end() ? 0.0
-                                             : std::chrono::duration<double>(Clock::now() - it->second.changed).count();
+  const double ago =
+      it == beats_seen_.end() ? 0.0 : std::chrono::duration<double>(Clock::now() - it->second.changed).count();
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%.1f", ago);
   return "node " + std::to_string(id) + " lost (heartbeat stopped " + buf + " s ago)";
@@ -190,17 +188,19 @@ Verdict Peers::decide_round(const Round& r, const std::vector<NodeEnd>& ends, co
   std::vector<int> survivors;
   std::string cause;
   for (int id : r.members) {
-    if (std::find(left.begin(), left.end(), id) == left.end()) survivors.push_back(id);
-    else cause += (cause.empty() ? "" : "; ") + why_left_[id];
+    if (std::find(left.begin(), left.end(), id) == left.end())
+      survivors.push_back(id);
+    else
+      cause += (cause.empty() ? "" : "; ") + why_left_[id];
   }
   if (!left.empty()) {
     const RoundMembers next = next_round(r.members, survivors, c_.min_nodes, c_.nnodes);
     if (!next.error.empty()) return {VerdictKind::give_up, "failed: " + cause + ": " + next.error, -1};
     if (restarts_ >= c_.max_restarts)
-      return {VerdictKind::give_up,
-              "failed: " + cause + "; no restarts left (--max-restarts " + std::to_string(c_.max_restarts) +
-                  " used up)",
-              -1};
+      return {
+          VerdictKind::give_up,
+          "failed: " + cause + "; no restarts left (--max-restarts " + std::to_string(c_.max_restarts) + " used up)",
+          -1};
     ++restarts_;
     next_cause_.clear();  // the next round's line names the nodes that left (why_left_)
     next_counted_ = true;
@@ -233,8 +233,10 @@ Round Peers::form(int index) {
     tick();
     ids = present(index);
     const int n = static_cast<int>(ids.size());
-    if (n < c_.min_nodes) min_reached.reset();
-    else if (!min_reached) min_reached = Clock::now();
+    if (n < c_.min_nodes)
+      min_reached.reset();
+    else if (!min_reached)
+      min_reached = Clock::now();
     const auto since = min_reached ? std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - *min_reached)
                                    : std::chrono::milliseconds(0);
     if (rendezvous_closes(n, c_.min_nodes, c_.nnodes, since, c_.last_call)) break;
@@ -269,13 +271,12 @@ std::string Peers::describe(const RoundMembers& next) const {
     changes += (changes.empty() ? "" : "; ") +
                (it != why_left_.end() ? it->second : "node " + std::to_string(id) + " did not come back");
   }
-  if (!next.joined.empty())
-    changes += (changes.empty() ? "" : "; ") + name_nodes(next.joined) + " joined";
+  if (!next.joined.empty()) changes += (changes.empty() ? "" : "; ") + name_nodes(next.joined) + " joined";
   const std::string size = std::to_string(n) + (n == 1 ? " node" : " nodes") + ", world size " + std::to_string(world);
   if (previous_.empty())
-    return c_.min_nodes < c_.nnodes ? "rendezvous round 0: " + name_nodes(next.members) + ", world size " +
-                                          std::to_string(world)
-                                    : "";
+    return c_.min_nodes < c_.nnodes
+               ? "rendezvous round 0: " + name_nodes(next.members) + ", world size " + std::to_string(world)
+               : "";
   if (next.left.empty() && next.joined.empty())
     return restart + " (cause: " + next_cause_ + "): starting a new group of " + std::to_string(world) + " worker(s)";
   std::string all = next_cause_;

@@ -135,10 +135,10 @@ class Peers {
   // node 0's state
   std::map<int, Beat> beats_seen_;
   std::map<int, std::string> why_left_;  // id -> "node 1 lost (...)" for nodes leaving the current round
-  std::vector<int> previous_;            // the members of the last round formed
-  std::string stop_cause_;               // why the current round's workers were stopped
-  std::string next_cause_;               // a worker failure that ended the last round ("" if none)
-  bool next_counted_ = false;            // the next round is a restart that counts
+  std::vector<int> previous_;  // the members of the last round formed
+  std::string stop_cause_;  // why the current round's workers were stopped
+  std::string next_cause_;  // a worker failure that ended the last round ("" if none)
+  bool next_counted_ = false;  // the next round is a restart that counts
   bool admitting_ = false;  // the current round was stopped to admit newcomers
   int restarts_ = 0;
   int64_t last_failure_step_ = -1;

@@ -333,7 +333,8 @@ NodeEnd run_round(const LaunchConfig& c, const Placement& p, const std::string& 
       }
       if (store_error) {
         say("lost the launchers' store on node 0 (" + c.master_addr + ":" + std::to_string(c.master_port) +
-            "): " + *store_error + "; node 0 hosts the run's store, the run cannot go on without it: stopping this "
+            "): " + *store_error +
+            "; node 0 hosts the run's store, the run cannot go on without it: stopping this "
             "node's workers");
         if (!stopping) stop();
         end = {.kind = EndKind::aborted, .cause = "failed: lost the launchers' store on node 0: " + *store_error};
@@ -407,11 +408,10 @@ int run_together(const LaunchConfig& c, const std::string& step_dir) {
       index = round->index + 1;
       continue;
     }
-    const int status =
-        end.kind == EndKind::aborted ? end.exit_code
-        : v.kind == VerdictKind::done ? 0
-        : v.kind == VerdictKind::give_up_usage ? 2
-                                                : 1;
+    const int status = end.kind == EndKind::aborted           ? end.exit_code
+                       : v.kind == VerdictKind::done          ? 0
+                       : v.kind == VerdictKind::give_up_usage ? 2
+                                                              : 1;
     peers.finish(*round, status);
     if (v.kind != VerdictKind::done) say(v.message);
     return status;

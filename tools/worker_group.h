@@ -23,10 +23,10 @@
 // fresh MASTER_PORT. A failure on any node stops the workers of every node; node 0 decides
 // restart or give-up for all, and every launcher starts its part of the new group. Each launcher
 // writes a heartbeat every heartbeat_interval; node 0 declares a node lost when its heartbeat has
-// not changed for heartbeat_timeout (6 s at most by default), and a node whose launcher was
-// stopped (a signal) has left. Either ends the round like a failure — a restart that counts,
-// as in torchrun, whose surviving workers see their peers vanish — with the nodes left, if at
-// least MIN; fewer is the end of the run. A launcher that starts while a round runs waits for the
+// not changed for heartbeat_timeout (6 s at most by default); a node whose launcher was stopped
+// (a signal) says so and has left at once. Either ends the round like a failure — a restart that
+// counts, as in torchrun, whose surviving workers see their peers vanish — with the nodes left,
+// if at least MIN; fewer is the end of the run. A launcher that starts while a round runs waits for the
 // next one; below MAX the running round is ended to admit it at once, and that restart does not
 // count (torchrun's agent: "membership changes do not count as retries"). Each new round is logged
 // by every member with its cause ("node 1 lost (heartbeat stopped 5.0 s ago): continuing with 1
@@ -44,7 +44,7 @@ namespace minidl::launcher {
 
 struct LaunchConfig {
   int nproc_per_node = 1;
-  int nnodes = 1;     // with min_nodes < nnodes: elastic, from min_nodes to nnodes nodes (--nnodes MIN:MAX)
+  int nnodes = 1;  // with min_nodes < nnodes: elastic, from min_nodes to nnodes nodes (--nnodes MIN:MAX)
   int min_nodes = 1;
   int node_rank = 0;
   std::string master_addr = "127.0.0.1";

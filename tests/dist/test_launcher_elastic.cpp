@@ -70,11 +70,11 @@ TEST(ElasticMembership, NewcomersOverMaxWait) {
 }
 
 TEST(ElasticMembership, ARendezvousClosesAtMaxAtOnceOrAfterTheLastCallFromMin) {
-  EXPECT_TRUE(rendezvous_closes(4, 1, 4, 0ms, 30s));       // MAX: at once
-  EXPECT_FALSE(rendezvous_closes(2, 1, 4, 29s, 30s));      // MIN reached 29 s ago: wait
-  EXPECT_TRUE(rendezvous_closes(2, 1, 4, 30s, 30s));       // the last call is over
-  EXPECT_FALSE(rendezvous_closes(1, 2, 4, 3600s, 30s));    // below MIN: never
-  EXPECT_TRUE(rendezvous_closes(2, 2, 2, 0ms, 30s));       // a fixed size N:N closes when all N are there
+  EXPECT_TRUE(rendezvous_closes(4, 1, 4, 0ms, 30s));  // MAX: at once
+  EXPECT_FALSE(rendezvous_closes(2, 1, 4, 29s, 30s));  // MIN reached 29 s ago: wait
+  EXPECT_TRUE(rendezvous_closes(2, 1, 4, 30s, 30s));  // the last call is over
+  EXPECT_FALSE(rendezvous_closes(1, 2, 4, 3600s, 30s));  // below MIN: never
+  EXPECT_TRUE(rendezvous_closes(2, 2, 2, 0ms, 30s));  // a fixed size N:N closes when all N are there
 }
 
 TEST(ElasticMembership, NamesNodes) {
@@ -88,9 +88,9 @@ namespace {
 // A launcher for node `id` of an elastic 1:2 run of 2 workers per node on `port`.
 Subprocess elastic_node(const std::string& port, const std::string& id, const std::string& script,
                         const std::string& restarts = "1") {
-  return start_process({launcher_path(), "--nproc-per-node", "2", "--nnodes", "1:2", "--node-rank", id,
-                        "--master-port", port, "--max-restarts", restarts, "--rdzv-conf", "last_call_timeout=1",
-                        "/bin/sh", "-c", script});
+  return start_process({launcher_path(), "--nproc-per-node", "2", "--nnodes", "1:2", "--node-rank", id, "--master-port",
+                        port, "--max-restarts", restarts, "--rdzv-conf", "last_call_timeout=1", "/bin/sh", "-c",
+                        script});
 }
 
 }  // namespace
@@ -104,7 +104,7 @@ TEST(LauncherElastic, NodeZeroGoesOnAloneWhenNodeOnesLauncherIsKilled) {
   Subprocess node0 = elastic_node(port, "0", script);
   Subprocess node1 = elastic_node(port, "1", script);
   std::this_thread::sleep_for(3s);  // both joined round 0, a few heartbeats have arrived
-  ::kill(node1.pid, SIGKILL);       // node 1's launcher vanishes (its workers get SIGTERM)
+  ::kill(node1.pid, SIGKILL);  // node 1's launcher vanishes (its workers get SIGTERM)
   ASSERT_TRUE(wait_process(node0, 40s));
   wait_process(node1, 5s);
   EXPECT_EQ(exit_code(node0), 0) << node0.err;
@@ -117,8 +117,9 @@ TEST(LauncherElastic, NodeZeroGoesOnAloneWhenNodeOnesLauncherIsKilled) {
 
 TEST(LauncherElastic, ANodeWhoseLauncherIsStoppedLeavesAtOnce) {
   const std::string port = std::to_string(minidl::dist::find_free_port());
-  const std::string script = "echo round $MINIDL_RESTART_COUNT rank $RANK of $WORLD_SIZE; "
-                             "if [ $MINIDL_RESTART_COUNT = 0 ]; then sleep 60; fi";
+  const std::string script =
+      "echo round $MINIDL_RESTART_COUNT rank $RANK of $WORLD_SIZE; "
+      "if [ $MINIDL_RESTART_COUNT = 0 ]; then sleep 60; fi";
   Subprocess node0 = elastic_node(port, "0", script);
   Subprocess node1 = elastic_node(port, "1", script);
   std::this_thread::sleep_for(2s);
@@ -151,8 +152,9 @@ TEST(LauncherElastic, LosingANodeWithNoRestartsLeftEndsTheRun) {
 TEST(LauncherElastic, ALateLauncherIsAdmittedByARestartThatDoesNotCount) {
   const std::string port = std::to_string(minidl::dist::find_free_port());
   // With 2 nodes the workers finish; alone they wait to be stopped.
-  const std::string script = "echo round $MINIDL_RESTART_COUNT rank $RANK of $WORLD_SIZE; "
-                             "if [ $WORLD_SIZE = 2 ]; then sleep 60; fi";
+  const std::string script =
+      "echo round $MINIDL_RESTART_COUNT rank $RANK of $WORLD_SIZE; "
+      "if [ $WORLD_SIZE = 2 ]; then sleep 60; fi";
   Subprocess node0 = elastic_node(port, "0", script, "0");  // no restarts: admitting must not need one
   std::this_thread::sleep_for(3s);  // round 0 closed (last call 1 s) with node 0 alone
   Subprocess node1 = elastic_node(port, "1", script, "0");
