@@ -66,7 +66,7 @@ struct Round {
 //   open                 the round node 0 is forming or running
 //   <r>/want/<id>        a launcher's wish to take part in round r (its nonce)
 //   <r>/round            round r as node 0 closed it (class Round)
-//   <r>/stop, <r>/end/<id>, <r>/verdict   ending round r;  over: the run's exit status
+//   <r>/stop (its cause), <r>/end/<id>, <r>/verdict   ending round r;  over: the run's exit status
 //   finished             how many members have read the last verdict
 // A node id is the launcher's --node-rank. Every call comes from the supervisor loop's one thread.
 class Peers {
@@ -88,7 +88,7 @@ class Peers {
   // Whether this round's workers must stop: another node asked (its workers failed), or, on
   // node 0, a member's heartbeat stopped or a newcomer waits to be admitted.
   bool stop_requested(const Round& r);
-  // Why the workers stop: "another node failed", "node 1 lost (...)", "a node waits to join".
+  // Why the workers stop: "another node failed", "node 1 lost (...)", "node 1 waits to join".
   const std::string& stop_cause() const { return stop_cause_; }
   void request_stop(int index, const std::string& cause = "another node failed");
 
