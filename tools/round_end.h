@@ -13,7 +13,7 @@ namespace minidl::launcher {
 enum class EndKind : char {
   ok = 'o',  // every worker exited 0
   failed = 'f',  // a worker failed
-  stopped = 's',  // stopped for another node's failure
+  stopped = 's',  // stopped for another node: its failure, its loss, or a newcomer to admit
   aborted = 'a',  // the launcher got a signal, or lost node 0
 };
 struct NodeEnd {
