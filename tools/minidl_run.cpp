@@ -1,7 +1,7 @@
 // tools/minidl_run.cpp — minidl-run, the launcher (torchrun's counterpart):
 //
-//   minidl-run --nproc-per-node N [--nnodes M --node-rank K --master-addr A --master-port P]
-//              [--max-restarts R] PROGRAM ARGS...
+//   minidl-run --nproc-per-node N [--nnodes M|MIN:MAX --node-rank K --master-addr A --master-port P]
+//              [--max-restarts R] [--rdzv-conf K=V,...] PROGRAM ARGS...
 //
 // starts N copies of PROGRAM on this node with RANK = K*N + local, WORLD_SIZE = M*N, LOCAL_RANK,
 // LOCAL_WORLD_SIZE = N, GROUP_RANK = K, MASTER_ADDR, MASTER_PORT in their environment, prefixes
@@ -11,7 +11,7 @@
 // starts a fresh group up to R times (worker_group.h: causes logged, a crash that repeats at the
 // same step ends the run, several nodes restart together). Bad flags: usage, exit 2.
 // torchrun's spellings work too: --nproc_per_node, --standalone, --rdzv-endpoint HOST:PORT,
-// --nnodes N:N; elastic sizes (--nnodes 1:4) are refused (the node count is fixed).
+// --nnodes MIN:MAX (elastic: nodes may leave and join between rounds, worker_group.h), --rdzv-conf.
 //
 // Defaults: one node; MASTER_ADDR 127.0.0.1; MASTER_PORT a free port on one node, 29500 with
 // several (every node must be given the same one). Like torchrun, when OMP_NUM_THREADS is not
@@ -22,12 +22,14 @@
 // whatever they started, too); they get SIGTERM if the launcher itself is killed.
 // Two nodes on one machine:  minidl-run --nproc-per-node 2 --nnodes 2 --node-rank 0 --master-port 29500 ./train
 //                            minidl-run --nproc-per-node 2 --nnodes 2 --node-rank 1 --master-port 29500 ./train
+// Elastic, 1 or 2 nodes:     the same with --nnodes 1:2 --max-restarts 3 (node 1 may go and come back)
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <iostream>
 #include <optional>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -39,25 +41,30 @@
 namespace {
 
 constexpr const char* kUsage =
-    "usage: minidl-run --nproc-per-node N [--nnodes M] [--node-rank K] [--master-addr A]\n"
-    "                  [--master-port P] [--max-restarts R] PROGRAM [ARGS...]\n"
+    "usage: minidl-run --nproc-per-node N [--nnodes M | MIN:MAX] [--node-rank K] [--master-addr A]\n"
+    "                  [--master-port P] [--max-restarts R] [--rdzv-conf K=V,...] PROGRAM [ARGS...]\n"
     "  --nproc-per-node N     workers on this node (default 1)\n"
-    "  --nnodes M             nodes in the job (default 1); torchrun's MIN:MAX only as M:M (no elastic sizes)\n"
-    "  --node-rank K          this node's index in [0, M) (default 0)\n"
+    "  --nnodes M | MIN:MAX   nodes in the job (default 1); MIN:MAX: elastic, see below\n"
+    "  --node-rank K          this node's index in [0, M) or [0, MAX) (default 0); node 0 hosts the rendezvous\n"
     "  --master-addr A        address of the node hosting rank 0 (default 127.0.0.1)\n"
     "  --master-port P        its port (default: a free port with one node, 29500 with several)\n"
     "  --rdzv-endpoint A:P    torchrun's spelling of --master-addr A --master-port P\n"
     "  --standalone           one node on 127.0.0.1 and a free port (torchrun's --standalone)\n"
+    "  --rdzv-conf K=V,...    join_timeout=S (default 300), last_call_timeout=S (default 30): how long node 0\n"
+    "                         waits for MIN nodes, and then for more up to MAX, when forming a round\n"
     "  --max-restarts R       restart the whole group up to R times when a worker fails (default 0);\n"
     "                         a failure at the same step as the previous one, or an exit status 2\n"
     "                         (a bad flag or input; minidl-run then exits 2 too), is not restarted\n"
     "Each worker gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR,\n"
-    "MASTER_PORT, MINIDL_RESTART_COUNT (0, then 1, 2, ... after restarts), MINIDL_MAX_RESTARTS and\n"
+    "MASTER_PORT, MINIDL_RESTART_COUNT (0, then 1, 2, ... for each new group), MINIDL_MAX_RESTARTS and\n"
     "MINIDL_STEP_DIR in its environment, and MINIDL_STORE_TOKEN, the secret their rendezvous store\n"
     "checks (the launcher's, else a random one on one node; several nodes: set the same on each).\n"
-    "With several nodes and --max-restarts, the launchers meet\n"
-    "on --master-port (node 0's launcher hosts their store), each round's workers get a fresh\n"
-    "MASTER_PORT, and a launcher silent for 5 s (heartbeat every 1 s) ends the run.\n";
+    "With several nodes and --max-restarts, or MIN:MAX, the launchers meet on --master-port (node 0's\n"
+    "launcher hosts their store), each round's workers get a fresh MASTER_PORT, and a launcher silent\n"
+    "for 5 s (heartbeat every 1 s) or stopped by a signal is lost: with --nnodes MIN:MAX the others go on\n"
+    "without it while MIN nodes remain (a restart, counted), else the run ends. A launcher started\n"
+    "later is admitted at once (the group restarts, not counted) while there are fewer than MAX.\n"
+    "Losing node 0 ends the run on every node.\n";
 
 struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -76,6 +83,20 @@ int parse_int(const std::string& flag, const std::string& value, int lo, int hi)
     throw UsageError(flag + " must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + value);
   }
   return static_cast<int>(v);
+}
+
+// torchrun's --rdzv-conf KEY=VALUE,...: join_timeout and last_call_timeout, in seconds.
+void parse_rdzv_conf(const std::string& conf, minidl::launcher::LaunchConfig& c) {
+  std::istringstream in(conf);
+  for (std::string item; std::getline(in, item, ',');) {
+    const size_t eq = item.find('=');
+    const std::string key = item.substr(0, eq);
+    if (eq == std::string::npos || (key != "join_timeout" && key != "last_call_timeout"))
+      throw UsageError("--rdzv-conf: '" + item + "' is not join_timeout=SECONDS or last_call_timeout=SECONDS");
+    const std::chrono::milliseconds value =
+        std::chrono::seconds(parse_int("--rdzv-conf " + key, item.substr(eq + 1), 0, 86400));
+    (key == "join_timeout" ? c.join_timeout : c.last_call) = value;
+  }
 }
 
 minidl::launcher::LaunchConfig parse_args(int argc, char** argv, bool& help) {
@@ -112,16 +133,17 @@ minidl::launcher::LaunchConfig parse_args(int argc, char** argv, bool& help) {
     } else if (name == "--nnodes") {
       std::string v = take();
       if (auto colon = v.find(':'); colon != std::string::npos) {
-        int lo = parse_int(name, v.substr(0, colon), 1, 65536), hi = parse_int(name, v.substr(colon + 1), 1, 65536);
-        if (lo != hi)
-          throw UsageError("--nnodes " + v +
-                           ": elastic node counts (MIN:MAX) are not supported; give a fixed count "
-                           "(--nnodes N or N:N)");
-        c.nnodes = lo;
+        c.min_nodes = parse_int(name, v.substr(0, colon), 1, 1024);
+        c.nnodes = parse_int(name, v.substr(colon + 1), 1, 1024);
+        if (c.min_nodes > c.nnodes)
+          throw UsageError("--nnodes " + v + ": MIN " + std::to_string(c.min_nodes) + " is above MAX " +
+                           std::to_string(c.nnodes));
       } else {
-        c.nnodes = parse_int(name, v, 1, 65536);
+        c.nnodes = c.min_nodes = parse_int(name, v, 1, 1024);
       }
       nodes_given = true;
+    } else if (name == "--rdzv-conf") {
+      parse_rdzv_conf(take(), c);
     } else if (name == "--standalone") {
       if (has_value) throw UsageError("--standalone takes no value");
       standalone = true;

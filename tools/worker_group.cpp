@@ -6,7 +6,7 @@
 // loop that also watches a self-pipe fed by the signal handlers (SIGCHLD, SIGINT, SIGTERM,
 // SIGHUP): the launcher has a single thread and no work happens inside a signal handler.
 // A run is a sequence of rounds (one group of workers each); with several nodes and restarts,
-// the launchers agree on each round's end through a store (class Peers).
+// the launchers agree on each round's members and end through a store (class Peers).
 #include "tools/worker_group.h"
 
 #include <fcntl.h>
@@ -17,7 +17,6 @@
 #include <algorithm>
 #include <memory>
 #include <optional>
-#include <sstream>
 #include <cerrno>
 #include <csignal>
 #include <cstdlib>
@@ -29,15 +28,14 @@
 #include "minidl/dist/process.h"
 #include "minidl/dist/socket.h"
 #include "minidl/dist/step_record.h"
-#include "minidl/dist/store.h"
+#include "tools/peers.h"
+#include "tools/round_end.h"
 
 namespace minidl::launcher {
 
 namespace dist = minidl::dist;
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 const int kHandledSignals[] = {SIGCHLD, SIGINT, SIGTERM, SIGHUP};
 int g_signal_pipe[2] = {-1, -1};
@@ -122,8 +120,17 @@ struct Worker {
   int status = 0;
 };
 
-[[noreturn]] void exec_worker(const LaunchConfig& c, int local_rank, uint16_t port, int round,
-                              const std::string& step_dir, int out_fd, int err_fd, pid_t launcher) {
+// Where this node's workers sit in one round: the round's number, MASTER_PORT, this node's rank
+// among the round's nodes, and how many there are.
+struct Placement {
+  int round = 0;
+  uint16_t port = 0;
+  int group_rank = 0;
+  int nnodes = 1;
+};
+
+[[noreturn]] void exec_worker(const LaunchConfig& c, const Placement& p, int local_rank, const std::string& step_dir,
+                              int out_fd, int err_fd, pid_t launcher) {
   ::setpgid(0, 0);
   minidl::dist::die_with_parent(SIGTERM, launcher);
   ::signal(SIGPIPE, SIG_DFL);
@@ -131,15 +138,14 @@ struct Worker {
   if (null_fd >= 0) ::dup2(null_fd, STDIN_FILENO);
   ::dup2(out_fd, STDOUT_FILENO);
   ::dup2(err_fd, STDERR_FILENO);
-  int world = c.nnodes * c.nproc_per_node;
   auto set = [](const char* name, int value) { ::setenv(name, std::to_string(value).c_str(), 1); };
-  set("RANK", c.node_rank * c.nproc_per_node + local_rank);
-  set("WORLD_SIZE", world);
+  set("RANK", p.group_rank * c.nproc_per_node + local_rank);
+  set("WORLD_SIZE", p.nnodes * c.nproc_per_node);
   set("LOCAL_RANK", local_rank);
   set("LOCAL_WORLD_SIZE", c.nproc_per_node);
-  set("GROUP_RANK", c.node_rank);
-  set("MASTER_PORT", port);
-  set("MINIDL_RESTART_COUNT", round);
+  set("GROUP_RANK", p.group_rank);
+  set("MASTER_PORT", p.port);
+  set("MINIDL_RESTART_COUNT", p.round);
   set("MINIDL_MAX_RESTARTS", c.max_restarts);
   ::setenv("MINIDL_STEP_DIR", step_dir.c_str(), 1);
   ::setenv("MASTER_ADDR", c.master_addr.c_str(), 1);
@@ -171,222 +177,15 @@ void signal_groups(const std::vector<Worker>& workers, int sig, bool include_exi
   }
 }
 
-// How this node's part of one round ended.
-enum class EndKind : char {
-  ok = 'o',  // every worker exited 0
-  failed = 'f',  // a worker failed
-  stopped = 's',  // stopped for another node's failure
-  aborted = 'a',  // the launcher got a signal, or lost node 0
-};
-struct NodeEnd {
-  EndKind kind = EndKind::ok;
-  int64_t step = -1;  // the failed worker's step, when it wrote one
-  bool by_signal = false;  // the failed worker was killed by a signal (a primary cause)
-  bool usage = false;  // it exited with status 2: a bad flag or input, which a restart repeats
-  std::string cause;
-  int exit_code = 1;  // for aborted: what the launcher exits with
-
-  // On the store: the kind's letter, the step, "1"/"0" for by_signal (+ "u" for usage), the cause.
-  std::string encode() const {
-    return std::string(1, static_cast<char>(kind)) + "\n" + std::to_string(step) + "\n" + (by_signal ? "1" : "0") +
-           (usage ? "u" : "") + "\n" + cause;
-  }
-  static NodeEnd decode(const std::string& s) {
-    NodeEnd e;
-    std::istringstream in(s);
-    std::string kind, step, sig;
-    std::getline(in, kind);
-    std::getline(in, step);
-    std::getline(in, sig);
-    std::getline(in, e.cause, '\0');
-    e.kind = kind.empty() ? EndKind::failed : static_cast<EndKind>(kind[0]);
-    e.step = step.empty() ? -1 : std::stoll(step);
-    e.by_signal = !sig.empty() && sig[0] == '1';
-    e.usage = sig.find('u') != std::string::npos;
-    return e;
-  }
-};
-
-// What happens after a round: done, a restart, or the end of the run.
-enum class VerdictKind : char {
-  done = 'd',
-  restart = 'r',
-  give_up = 'g',
-  give_up_usage = 'u',  // give up on a bad flag or input (the launcher exits 2)
-};
-struct Verdict {
-  VerdictKind kind = VerdictKind::done;
-  std::string message;
-  int64_t step = -1;
-  // On the store: the kind's letter, the step, the message.
-  std::string encode() const {
-    return std::string(1, static_cast<char>(kind)) + "\n" + std::to_string(step) + "\n" + message;
-  }
-  static Verdict decode(const std::string& s) {
-    Verdict v;
-    std::istringstream in(s);
-    std::string kind, step;
-    std::getline(in, kind);
-    std::getline(in, step);
-    std::getline(in, v.message, '\0');
-    v.kind = kind.empty() ? VerdictKind::give_up : static_cast<VerdictKind>(kind[0]);
-    v.step = step.empty() ? -1 : std::stoll(step);
-    return v;
-  }
-};
-
-// One verdict from every node's end: the primary failure is a worker killed by a signal, else
-// the first reported (the others' "connection broke" errors are its consequences).
-Verdict decide(const std::vector<NodeEnd>& ends, int restarts_done, int max_restarts, int64_t last_failure_step) {
-  const NodeEnd* primary = nullptr;
-  for (const auto& e : ends) {
-    if (e.kind == EndKind::aborted) return {VerdictKind::give_up, e.cause, e.step};
-    if (e.kind == EndKind::failed && (primary == nullptr || (e.by_signal && !primary->by_signal))) primary = &e;
-  }
-  if (primary == nullptr) return {VerdictKind::done, "", -1};
-  const std::string cause = primary->cause;
-  if (primary->usage)  // passed on as the launcher's own exit status 2
-    return {VerdictKind::give_up_usage,
-            "failed: " + cause +
-                (restarts_done < max_restarts
-                     ? "; exit status 2 means a bad flag or input, which a restart would repeat: not restarting"
-                     : ""),
-            primary->step};
-  if (restarts_done >= max_restarts) {
-    std::string msg = "failed: " + cause;
-    if (max_restarts > 0) msg += "; no restarts left (--max-restarts " + std::to_string(max_restarts) + " used up)";
-    return {VerdictKind::give_up, msg, primary->step};
-  }
-  if (primary->step >= 0 && primary->step == last_failure_step)
-    return {VerdictKind::give_up,
-            "failed: " + cause + "; the previous failure was at the same step " + std::to_string(primary->step) +
-                ": a deterministic crash that a restart would repeat, not restarting",
-            primary->step};
-  return {VerdictKind::restart, cause, primary->step};
-}
-
-// The launchers of a multi-node run, meeting in a TCPStore hosted by node 0's launcher on
-// master_port. Keys: minidl-run/hb/<node>, minidl-run/<round>/{port,joined,stop,end/<node>,verdict},
-// minidl-run/finished. Every call comes from the supervisor loop's one thread.
-class Peers {
- public:
-  explicit Peers(const LaunchConfig& c) : c_(c), last_hb_(static_cast<size_t>(c.nnodes)) {
-    const bool loopback = c.master_addr == "127.0.0.1" || c.master_addr == "localhost";
-    store_ = std::make_unique<dist::TCPStore>(
-        c.master_addr, dist::TCPStoreOptions{.port = c.master_port,
-                                             .is_server = c.node_rank == 0,
-                                             .timeout = c.join_timeout,
-                                             .bind_all_interfaces = c.node_rank == 0 && !loopback});
-  }
-
-  // Waits until every node has joined `round`; returns the round's MASTER_PORT.
-  uint16_t join(int round) {
-    if (c_.node_rank == 0) store_->set(key(round, "port"), std::to_string(dist::find_free_port(c_.master_addr)));
-    store_->add(key(round, "joined"), 1);
-    const auto deadline = Clock::now() + c_.join_timeout;
-    while (store_->add(key(round, "joined"), 0) < c_.nnodes) {
-      tick();
-      if (lost_) throw std::runtime_error(*lost_);
-      if (Clock::now() > deadline)
-        throw std::runtime_error("not every node joined rendezvous round " + std::to_string(round) + " within " +
-                                 std::to_string(c_.join_timeout.count() / 1000) + " s");
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return static_cast<uint16_t>(std::stoi(store_->get(key(round, "port"))));
-  }
-
-  // Heartbeat, and on node 0 the check of everyone else's; throttled to heartbeat_interval.
-  void tick() {
-    const auto now = Clock::now();
-    if (now < next_tick_) return;
-    next_tick_ = now + std::min<std::chrono::milliseconds>(c_.heartbeat_interval, std::chrono::milliseconds(200));
-    if (now >= next_beat_) {
-      store_->set("minidl-run/hb/" + std::to_string(c_.node_rank), std::to_string(++beats_));
-      next_beat_ = now + c_.heartbeat_interval;
-    }
-    if (c_.node_rank != 0 || lost_) return;
-    for (int node = 1; node < c_.nnodes; ++node) {
-      const std::string hb = "minidl-run/hb/" + std::to_string(node);
-      if (!store_->check({hb})) continue;  // not started yet: the join timeout covers it
-      const std::string value = store_->get(hb);
-      Beat& b = last_hb_[static_cast<size_t>(node)];
-      if (value != b.value) {
-        b = {value, now};
-      } else if (now - b.changed > c_.heartbeat_timeout) {
-        lost_ = "node " + std::to_string(node) + "'s launcher is gone: no heartbeat for " +
-                std::to_string(c_.heartbeat_timeout.count() / 1000) + " s (the node count is fixed: not restarting)";
-      }
-    }
-  }
-
-  // Whether another node asked this round's workers to stop (or, on node 0, a node was lost).
-  bool stop_requested(int round) {
-    tick();
-    if (lost_) return true;
-    return store_->check({key(round, "stop")});
-  }
-  void request_stop(int round) { store_->set(key(round, "stop"), "1"); }
-
-  // Posts this node's end of the round and returns the common verdict (node 0 decides).
-  Verdict settle(int round, const NodeEnd& mine, int restarts_done, int64_t last_failure_step) {
-    store_->set(key(round, "end/" + std::to_string(c_.node_rank)), mine.encode());
-    if (c_.node_rank != 0) {
-      while (!store_->check({key(round, "verdict")})) {
-        tick();
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      }
-      return Verdict::decode(store_->get(key(round, "verdict")));
-    }
-    std::vector<NodeEnd> ends{mine};
-    for (int node = 1; node < c_.nnodes; ++node) {
-      const std::string k = key(round, "end/" + std::to_string(node));
-      while (!store_->check({k}) && !lost_) {
-        tick();
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      }
-      ends.push_back(lost_ ? NodeEnd{.kind = EndKind::aborted, .cause = "failed: " + *lost_}
-                           : NodeEnd::decode(store_->get(k)));
-    }
-    const Verdict v = decide(ends, restarts_done, c_.max_restarts, last_failure_step);
-    store_->set(key(round, "verdict"), v.encode());
-    return v;
-  }
-
-  // The end of the run: node 0 keeps the store up until every launcher has read the verdict.
-  void finish() {
-    store_->add("minidl-run/finished", 1);
-    if (c_.node_rank != 0) return;
-    const auto deadline = Clock::now() + std::chrono::seconds(10);
-    while (store_->add("minidl-run/finished", 0) < c_.nnodes && !lost_ && Clock::now() < deadline) {
-      tick();
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-  }
-
- private:
-  struct Beat {
-    std::string value;
-    Clock::time_point changed = Clock::now();
-  };
-  static std::string key(int round, const std::string& name) {
-    return "minidl-run/" + std::to_string(round) + "/" + name;
-  }
-
-  const LaunchConfig& c_;
-  std::unique_ptr<dist::TCPStore> store_;
-  std::vector<Beat> last_hb_;
-  Clock::time_point next_tick_{}, next_beat_{};
-  int64_t beats_ = 0;
-  std::optional<std::string> lost_;
-};
-
 // Starts this node's workers of one round and supervises them until they have all ended.
-NodeEnd run_round(const LaunchConfig& c, int round, uint16_t port, const std::string& step_dir, Peers* peers) {
+// `round` and `peers` are null for a node on its own.
+NodeEnd run_round(const LaunchConfig& c, const Placement& p, const std::string& step_dir, Peers* peers,
+                  const Round* round) {
   pid_t launcher = ::getpid();
   std::vector<Worker> workers;
   std::vector<Stream> streams;
   for (int local = 0; local < c.nproc_per_node; ++local) {
-    ::unlink((step_dir + "/step." + std::to_string(c.node_rank * c.nproc_per_node + local)).c_str());
+    ::unlink((step_dir + "/step." + std::to_string(p.group_rank * c.nproc_per_node + local)).c_str());
   }
   for (int local = 0; local < c.nproc_per_node; ++local) {
     int out[2], err[2];
@@ -394,7 +193,7 @@ NodeEnd run_round(const LaunchConfig& c, int round, uint16_t port, const std::st
       throw_pipe_failed("the pipes for local rank " + std::to_string(local) + "'s output");
     Worker w;
     w.local_rank = local;
-    w.rank = c.node_rank * c.nproc_per_node + local;
+    w.rank = p.group_rank * c.nproc_per_node + local;
     // Block our signals across fork(): a signal meant for the worker that arrived before exec
     // would otherwise run the launcher's handler in the child and be lost.
     sigset_t block, old;
@@ -405,7 +204,7 @@ NodeEnd run_round(const LaunchConfig& c, int round, uint16_t port, const std::st
     if (w.pid == 0) {
       for (int sig : kHandledSignals) ::signal(sig, SIG_DFL);
       sigprocmask(SIG_SETMASK, &old, nullptr);  // pending signals now act with default dispositions
-      exec_worker(c, local, port, round, step_dir, out[1], err[1], launcher);
+      exec_worker(c, p, local, step_dir, out[1], err[1], launcher);
     }
     sigprocmask(SIG_SETMASK, &old, nullptr);
     if (w.pid < 0) {
@@ -460,6 +259,13 @@ NodeEnd run_round(const LaunchConfig& c, int round, uint16_t port, const std::st
         end = {.kind = EndKind::aborted,
                .cause = std::string("node ") + std::to_string(c.node_rank) + "'s launcher received " + signal_name(sig),
                .exit_code = 128 + sig};
+        if (peers) {  // the other nodes stop too (and, without node 0, the run ends)
+          try {
+            peers->request_stop(round->index, end.cause);
+          } catch (const std::exception&) {
+            // node 0's store is gone already: nothing to tell
+          }
+        }
       } else if (sig == SIGINT && !killed) {  // a second Ctrl-C: no more patience
         signal_groups(workers, SIGKILL, true);
         killed = true;
@@ -499,7 +305,7 @@ NodeEnd run_round(const LaunchConfig& c, int round, uint16_t port, const std::st
         stop();
         if (peers) {
           try {
-            peers->request_stop(round);
+            peers->request_stop(round->index);
           } catch (const std::exception& e) {
             store_error = e.what();
           }
@@ -517,8 +323,8 @@ NodeEnd run_round(const LaunchConfig& c, int round, uint16_t port, const std::st
 
     if (peers && !stopping && !store_error) {
       try {
-        if (peers->stop_requested(round)) {
-          say("another node failed; stopping this node's workers");
+        if (peers->stop_requested(*round)) {
+          say(peers->stop_cause() + "; stopping this node's workers");
           stop();
           end.kind = EndKind::stopped;
         }
@@ -527,7 +333,9 @@ NodeEnd run_round(const LaunchConfig& c, int round, uint16_t port, const std::st
       }
       if (store_error) {
         say("lost the launchers' store on node 0 (" + c.master_addr + ":" + std::to_string(c.master_port) +
-            "): " + *store_error + "; stopping this node's workers");
+            "): " + *store_error +
+            "; node 0 hosts the run's store, the run cannot go on without it: stopping this "
+            "node's workers");
         if (!stopping) stop();
         end = {.kind = EndKind::aborted, .cause = "failed: lost the launchers' store on node 0: " + *store_error};
       }
@@ -561,34 +369,62 @@ NodeEnd run_round(const LaunchConfig& c, int round, uint16_t port, const std::st
   return end;
 }
 
-}  // namespace
-
-int run_workers(const LaunchConfig& c) {
-  install_signal_handlers();
-  const dist::StepDir step_dir;  // the workers' step files
-  std::unique_ptr<Peers> peers;
-  if (c.nnodes > 1 && c.max_restarts > 0) peers = std::make_unique<Peers>(c);
+// One node on its own (or several without restarts, each on its own): rounds decided here.
+int run_alone(const LaunchConfig& c, const std::string& step_dir) {
   int64_t last_failure_step = -1;
   for (int round = 0;; ++round) {
-    uint16_t port = c.master_port;
-    if (peers)
-      port = peers->join(round);
-    else if (round > 0)
-      port = dist::find_free_port(c.master_addr);  // a fresh store for the new group
-    const NodeEnd end = run_round(c, round, port, step_dir.path(), peers.get());
-    const Verdict v = peers ? peers->settle(round, end, round, last_failure_step)
-                            : decide({end}, round, c.max_restarts, last_failure_step);
+    // a fresh store for each new group
+    const uint16_t port = round == 0 ? c.master_port : dist::find_free_port(c.master_addr);
+    const NodeEnd end = run_round(c, {round, port, c.node_rank, c.nnodes}, step_dir, nullptr, nullptr);
+    const Verdict v = decide({end}, round, c.max_restarts, last_failure_step);
     if (v.kind == VerdictKind::restart) {
       say("restart " + std::to_string(round + 1) + "/" + std::to_string(c.max_restarts) + " (cause: " + v.message +
           "): starting a new group of " + std::to_string(c.nproc_per_node * c.nnodes) + " worker(s)");
       last_failure_step = v.step;
       continue;
     }
-    if (peers) peers->finish();
     if (v.kind == VerdictKind::done) return 0;
     say(v.message);
     return end.kind == EndKind::aborted ? end.exit_code : v.kind == VerdictKind::give_up_usage ? 2 : 1;
   }
+}
+
+// Several nodes with restarts or elastic sizes: node 0 forms each round and decides its end.
+int run_together(const LaunchConfig& c, const std::string& step_dir) {
+  Peers peers(c);
+  for (int index = peers.first_round();;) {
+    const std::optional<Round> round = peers.join(index);
+    if (!round) {
+      const int status = peers.over_status();
+      say("the run ended (exit status " + std::to_string(status) + ") before node " + std::to_string(c.node_rank) +
+          " was admitted");
+      return status;
+    }
+    if (!round->message.empty()) say(round->message);
+    const Placement p{round->index, round->port, round->group_rank, static_cast<int>(round->members.size())};
+    const NodeEnd end = run_round(c, p, step_dir, &peers, &*round);
+    const Verdict v = peers.settle(*round, end);
+    if (v.kind == VerdictKind::restart) {
+      index = round->index + 1;
+      continue;
+    }
+    const int status = end.kind == EndKind::aborted           ? end.exit_code
+                       : v.kind == VerdictKind::done          ? 0
+                       : v.kind == VerdictKind::give_up_usage ? 2
+                                                              : 1;
+    peers.finish(*round, status);
+    if (v.kind != VerdictKind::done) say(v.message);
+    return status;
+  }
+}
+
+}  // namespace
+
+int run_workers(const LaunchConfig& c) {
+  install_signal_handlers();
+  const dist::StepDir step_dir;  // the workers' step files
+  if (c.nnodes > 1 && (c.max_restarts > 0 || c.min_nodes < c.nnodes)) return run_together(c, step_dir.path());
+  return run_alone(c, step_dir.path());
 }
 
 }  // namespace minidl::launcher

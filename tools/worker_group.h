@@ -15,14 +15,25 @@
 //   MINIDL_MAX_RESTARTS   max_restarts
 //   MINIDL_STEP_DIR       a directory where a worker may keep its current step in step.<RANK>
 //                         (train does); the launcher reads it to tell which step failed.
-// Several nodes with max_restarts > 0: node 0's launcher hosts a TCPStore on master_port (the
-// rendezvous endpoint) and every launcher joins it; node 0 publishes each round's MASTER_PORT,
-// a failure on any node stops the workers of every node, node 0 decides restart or give-up for
-// all, and every launcher starts its part of the new group. Each launcher writes a heartbeat
-// to the store every heartbeat_interval; node 0 declares a node gone when its heartbeat has not
-// changed for heartbeat_timeout (detection within heartbeat_timeout + heartbeat_interval, 6 s by
-// default) and gives up (the number of nodes is fixed: no elastic shrinking); a launcher that
-// loses node 0's store stops its workers and exits 1.
+// Several nodes with max_restarts > 0, or an elastic size (--nnodes MIN:MAX): node 0's launcher
+// hosts a TCPStore on master_port (the rendezvous endpoint) and every launcher joins it. Node 0
+// forms each round from the live launchers that asked for it — at once when MAX are there, else
+// last_call after MIN are (torchrun's rule; a fixed N is N:N) — gives its members contiguous node
+// ranks (GROUP_RANK; node 0 stays 0, the others keep their order, newcomers come last), and a
+// fresh MASTER_PORT. A failure on any node stops the workers of every node; node 0 decides
+// restart or give-up for all, and every launcher starts its part of the new group. Each launcher
+// writes a heartbeat every heartbeat_interval; node 0 declares a node lost when its heartbeat has
+// not changed for heartbeat_timeout (6 s at most by default); a node whose launcher was stopped
+// (a signal) says so and has left at once. Either ends the round like a failure — a restart that
+// counts, as in torchrun, whose surviving workers see their peers vanish — with the nodes left,
+// if at least MIN; fewer is the end of the run. A launcher that starts while a round runs waits for the
+// next one; below MAX the running round is ended to admit it at once, and that restart does not
+// count (torchrun's agent: "membership changes do not count as retries"). Each new round is logged
+// by every member with its cause ("node 1 lost (heartbeat stopped 5.0 s ago): continuing with 1
+// node, world size 2 (restart 1/3)"). MINIDL_RESTART_COUNT counts every new group, membership
+// changes included (torchrun's TORCHELASTIC_RESTART_COUNT counts failures only; train resumes
+// from --out whenever it is above 0). Node 0 is the store: losing it ends the run on every node
+// (a launcher that loses the store stops its workers and exits 1).
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -33,7 +44,8 @@ namespace minidl::launcher {
 
 struct LaunchConfig {
   int nproc_per_node = 1;
-  int nnodes = 1;
+  int nnodes = 1;  // with min_nodes < nnodes: elastic, from min_nodes to nnodes nodes (--nnodes MIN:MAX)
+  int min_nodes = 1;
   int node_rank = 0;
   std::string master_addr = "127.0.0.1";
   uint16_t master_port = 0;
@@ -42,7 +54,8 @@ struct LaunchConfig {
   int max_restarts = 0;
   std::chrono::milliseconds heartbeat_interval = std::chrono::seconds(1);
   std::chrono::milliseconds heartbeat_timeout = std::chrono::seconds(5);
-  std::chrono::milliseconds join_timeout = std::chrono::seconds(300);  // every node joining a round
+  std::chrono::milliseconds join_timeout = std::chrono::seconds(300);  // MIN nodes joining a round
+  std::chrono::milliseconds last_call = std::chrono::seconds(30);  // elastic: wait for more than MIN
 };
 
 // Runs the workers of this node until they all end (restarting them as configured); returns the
