@@ -195,6 +195,7 @@ void train_worker(const Run& run) {
                        .rank = rank,
                        .world_size = world,
                        .steps_per_epoch = steps_per_epoch,
+                       .global_batch_size = cfg.global_batch_size,
                        .bit_identical_on_any_world_size = mode->bit_identical_on_any_world_size()},
                       *model, *optimizer, *scaler, *scheduler, log);
 

@@ -66,6 +66,7 @@ minidl::Metadata Checkpointer::metadata(int64_t epochs_done, int64_t step, const
                            {"step", std::to_string(step)},
                            {"global_step", std::to_string(epochs_done * run_.steps_per_epoch + step)},
                            {"samples_seen_in_epoch", std::to_string(step * cfg.global_batch_size)},
+                           {"global_batch_size", std::to_string(cfg.global_batch_size)},
                            {"config", to_yaml(cfg)},
                            {"seed", std::to_string(cfg.seed)},
                            {"rng", run_.mode.rng_description()},

@@ -11,7 +11,7 @@
 //    in the next step's).
 // A model holding a non-finite value is never saved: the run stops, naming the tensor, and the
 // last good checkpoint stays. Metadata: model, epoch, step, global_step, samples_seen_in_epoch,
-// config, seed, rng (how every random stream is keyed), next_step_rng_seed, world_size, the last
+// global_batch_size, config, seed, rng (how every random stream is keyed), next_step_rng_seed, world_size, the last
 // validation (val_loss, val_acc1, val_acc5, val_correct1, val_count); mid-epoch also train_*
 // sums and epoch_lr as exact doubles. Part of the `train` example; not a library module.
 #pragma once

@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "examples/trainer/checkpoint.h"
+#include "examples/trainer/launch.h"
 
 namespace trainer {
 
@@ -33,10 +34,19 @@ ResumePoint resume(const ResumeFrom& from, minidl::nn::Module& model, minidl::op
   scheduler.load_state_dict(ck.sched);
   at.epoch = ck.epoch;
   at.step = ck.step;
+  if (const auto saved = ck.metadata.find("global_batch_size");
+      saved != ck.metadata.end() && ck.metadata["world_size"] != std::to_string(from.world_size) &&
+      saved->second != std::to_string(from.global_batch_size))
+    throw UsageError(
+        path + " was trained with a global batch of " + saved->second + " on " + ck.metadata["world_size"] +
+        " process(es); this run's is " + std::to_string(from.global_batch_size) + " on " +
+        std::to_string(from.world_size) +
+        " (--batch-size is per process): resuming would change the optimisation; give --global-batch-size " +
+        saved->second + " instead, a size every number of processes the run may have divides");
   if (at.step >= from.steps_per_epoch)
-    throw std::runtime_error(path + " was saved after step " + std::to_string(at.step) +
-                             " of an epoch, but this run has " + std::to_string(from.steps_per_epoch) +
-                             " steps per epoch (the data set or the batch size changed)");
+    throw UsageError(path + " was saved after step " + std::to_string(at.step) + " of an epoch, but this run has " +
+                     std::to_string(from.steps_per_epoch) +
+                     " steps per epoch (the data set or the batch size changed)");
   char loaded[64];
   std::snprintf(loaded, sizeof loaded, " (loaded in %.0f ms)",
                 std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - load_start).count());

@@ -25,6 +25,7 @@ struct ResumeFrom {
   std::string out_dir;  // the run's --out (its metrics.jsonl loses the epochs trained again)
   int rank = 0, world_size = 1;
   int64_t steps_per_epoch = 1;
+  int64_t global_batch_size = 1;  // this run's
   bool bit_identical_on_any_world_size = false;  // the mode's promise (a note when the world changed)
 };
 
@@ -35,8 +36,11 @@ struct ResumePoint {
   double epoch_lr = 0;  // mid-epoch: the lr of the epoch's first step
 };
 
-// A checkpoint holding non-finite values, or saved at a step this run's epochs do not have (the
-// data set or the batch size changed), is a std::runtime_error naming it.
+// A checkpoint holding non-finite values is a std::runtime_error naming it. One trained on another
+// number of processes with another global batch (--batch-size is per process: an elastic restart
+// on fewer processes would change the global batch), or saved mid-epoch at a step this run's
+// epochs do not have (the data set or the batch size changed), is a UsageError (exit 2: a restart
+// would only repeat it) naming the sizes.
 ResumePoint resume(const ResumeFrom& from, minidl::nn::Module& model, minidl::optim::Optimizer& optimizer,
                    minidl::optim::GradScaler& scaler, minidl::optim::LRScheduler& scheduler, Log& log);
 
