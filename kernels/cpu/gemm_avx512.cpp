@@ -27,6 +27,10 @@
 // Tested against Eigen's path and a naive loop by tests/kernels/test_cpu_gemm.cpp; GFLOP/s
 // against Eigen: examples/bench_gemm.cpp.
 // GCC 12 reports false "maybe-uninitialized" warnings inside its own AVX-512 headers.
+// Written in __m512 intrinsics, not vec_math.h's lane types: its functions carry their own
+// target("avx512f,avx2,fma") attributes so that one binary runs on any x86-64 (the run-time check picks
+// it), and vec_math.h's inline helpers are compiled for the build's -march, which may lack
+// AVX-512; the packing and the micro-kernel's edges also use masked loads and stores.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <algorithm>
 #include <cstdlib>
