@@ -44,7 +44,7 @@ void tile_kernel(Index m, Index n, Index k, const T* a, Index lda, const T* b, I
 // vec_math.h vector: 16 floats or 8 doubles; zero-padded), and each block of kSmallRows rows of C
 // accumulates kSmallRows x W sums over k = 0..K-1 in order, in vector registers. Each C element
 // is one in-order sum over k, whatever the threads: bit-identical for any thread count. Tested
-// against gemm_reference by tests/kernels/test_cpu_gemm.cpp and tests/tensor/test_cpu_fast_paths.cpp.
+// against gemm_reference by tests/tensor/test_cpu_fast_paths.cpp (SmallGemm).
 constexpr int64_t kSmallRows = 4;
 constexpr double kSmallFlops = 4e6;  // below this, one tile and no threads (as eigen_gemm)
 

@@ -7,7 +7,8 @@
 //                        layer_norm_backward_reference (a pass for dx, then one for the sums)
 // Reproducibility: sums accumulate in double; the row sums are fixed-order lane sums
 // (kernels/cpu/vec_math.h); the weight gradient sums fixed 32-row chunks, then the chunks in order:
-// no result depends on the thread count.
+// no result depends on the thread count. Also tested through tensor/ops_norm.cpp by
+// tests/tensor/test_ops_norm.cpp (hand-computed values, float64 finite differences).
 #pragma once
 #include <algorithm>
 #include <cmath>
