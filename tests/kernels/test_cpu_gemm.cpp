@@ -143,9 +143,9 @@ TEST(CpuGemm, PackedSameBitsFor1And2Threads) {
 }
 
 // gemm_bias: C = op(A) op(B) + bias in every row, on the small-product loop, the packed kernel
-// (several K blocks, ragged tiles, two column blocks) and, for double, Eigen's path, against the
-// float64 loop; C's old contents (a NaN included) are ignored. The packed kernel's bias with
-// beta != 0 (C = product + beta C + bias) is checked too.
+// (several K blocks, ragged tiles, two column blocks) and, for double, Eigen's path, against
+// gemm_reference in float64; C's old contents (a NaN included) are ignored. The packed
+// kernel's bias with beta != 0 (C = product + beta C + bias) is checked too.
 template <class T> void check_bias(const Case& c, bool ta, bool tb) {
   const int64_t M = c.M, N = c.N, K = c.K;
   const int64_t lda = ta ? M : K, ldb = tb ? K : N;
@@ -155,17 +155,17 @@ template <class T> void check_bias(const Case& c, bool ta, bool tb) {
   std::vector<T> C(static_cast<size_t>(M * N), T(7));
   C[0] = std::numeric_limits<T>::quiet_NaN();
   minidl::kernels::cpu::gemm_bias(M, N, K, A.data(), lda, ta, B.data(), ldb, tb, bias.data(), C.data(), N);
+  // gemm_reference in float64 into the bias rows (beta = 1), and over |A|, |B| into |bias| rows
+  std::vector<double> Ad(Af.begin(), Af.end()), Bd(Bf.begin(), Bf.end()), ref(C.size()), mag(C.size());
   for (int64_t i = 0; i < M; ++i)
-    for (int64_t j = 0; j < N; ++j) {
-      double ref = bias[j], mag = std::fabs(double(bias[j]));
-      for (int64_t k = 0; k < K; ++k) {
-        const double p = double(ta ? A[k * lda + i] : A[i * lda + k]) * double(tb ? B[j * ldb + k] : B[k * ldb + j]);
-        ref += p;
-        mag += std::fabs(p);
-      }
-      ASSERT_NEAR(C[i * N + j], ref, 1e-5 * mag + 1e-7)
-          << M << "x" << N << "x" << K << " ta " << ta << " tb " << tb << " at (" << i << ", " << j << ")";
-    }
+    for (int64_t j = 0; j < N; ++j) ref[i * N + j] = bias[j], mag[i * N + j] = std::fabs(double(bias[j]));
+  gemm_reference(M, N, K, Ad.data(), lda, ta, Bd.data(), ldb, tb, ref.data(), N, 1.0, 1.0);
+  for (double& v : Ad) v = std::fabs(v);
+  for (double& v : Bd) v = std::fabs(v);
+  gemm_reference(M, N, K, Ad.data(), lda, ta, Bd.data(), ldb, tb, mag.data(), N, 1.0, 1.0);
+  for (int64_t i = 0; i < M * N; ++i)
+    ASSERT_NEAR(C[i], ref[i], 1e-5 * mag[i] + 1e-7)
+        << M << "x" << N << "x" << K << " ta " << ta << " tb " << tb << " at (" << i / N << ", " << i % N << ")";
 }
 
 TEST(CpuGemm, BiasIsAddedToEveryRowOnEveryPath) {
