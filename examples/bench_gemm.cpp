@@ -9,6 +9,7 @@
 // the repetitions, so load changes on a shared machine hit all three alike. With one thread the
 // clock is the thread's CPU time (time spent descheduled by other processes does not count);
 // with more, wall time.
+// Then gemm() against gemm_reference, the plain triple loop, at 128^3.
 // The bf16 mode times instead the bfloat16 GEMM (kernels/cpu/gemm_bf16.h, bf16 operands, float32
 // C) against the float32 gemm() on the same values at 1024^3, and its plain reference loop at 128^3.
 //   ./build/examples/bench_gemm [bf16] [threads = 1] [repetitions = 31]
@@ -114,6 +115,41 @@ bool bench_bf16_square(int64_t n, bool against_reference, int reps) {
   return true;
 }
 
+// GFLOP/s of gemm() (the packed kernel at this size) against gemm_reference, the plain triple
+// loop, on (n, n) row-major matrices, alternating the two; medians over the repetitions.
+void bench_reference_square(int64_t n, int reps) {
+  namespace k = minidl::kernels::cpu;
+  const size_t size = static_cast<size_t>(n * n);
+  std::vector<float> A(size), B(size), C(size);
+  for (size_t i = 0; i < size; ++i) {
+    A[i] = static_cast<float>((i * 7919) % 1000) * 1e-3f - 0.5f;
+    B[i] = static_cast<float>((i * 104729) % 1000) * 1e-3f - 0.5f;
+  }
+  const double flops = 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n);
+  auto time_one = [&](bool fast, int inner) {
+    const double t0 = now_s();
+    for (int i = 0; i < inner; ++i) {
+      if (fast)
+        k::gemm(n, n, n, A.data(), n, false, B.data(), n, false, C.data(), n);
+      else
+        k::gemm_reference(n, n, n, A.data(), n, false, B.data(), n, false, C.data(), n);
+    }
+    return flops * inner / (now_s() - t0) / 1e9;
+  };
+  const int inner_fast = std::max(1, static_cast<int>(5e8 / flops)),
+            inner_ref = std::max(1, static_cast<int>(2e7 / flops));
+  time_one(true, inner_fast);
+  time_one(false, inner_ref);  // warm-up: buffers, caches
+  std::vector<double> fast, ref;
+  for (int r = 0; r < reps; ++r) {
+    fast.push_back(time_one(true, inner_fast));
+    ref.push_back(time_one(false, inner_ref));
+  }
+  std::printf("\n%-26s %12s %12s %7s\n%-26s %12.1f %12.1f %6.2fx\n", "square, against the loop", "gemm GF/s",
+              "ref GF/s", "ratio", ("square " + std::to_string(n) + " (gemm_reference)").c_str(), median(fast),
+              median(ref), median(fast) / median(ref));
+}
+
 int bench_bf16(int threads, int reps) {
   std::printf("bf16 GEMM, threads %d, repetitions %d, %s\n%7s %14s %14s %-24s %7s\n", threads, reps,
               minidl::examples::g_thread_cpu_clock ? "thread CPU time" : "wall time", "size", "gemm_bf16 GF/s",
@@ -200,6 +236,7 @@ int main(int argc, char** argv) {
                 static_cast<long long>(s.N), static_cast<long long>(s.K), s.ta, s.tb, p, e, p / e,
                 100.0 * median(of_peak));
   }
+  bench_reference_square(128, std::max(3, reps / 3));
 
   // the CNN's two convolutions, batch 128, as in a training step (conv1's input needs no gradient)
   struct ConvCase {
@@ -230,10 +267,10 @@ int main(int argc, char** argv) {
       namespace k = minidl::kernels::cpu;
       float* dx_or_null = c.dx ? dx.data() : nullptr;
       if (!c.backward && fast) k::conv2d_forward(x.data(), w.data(), bias.data(), cs, y.data());
-      if (!c.backward && !fast) k::conv2d_forward_im2col(x.data(), w.data(), bias.data(), cs, y.data());
+      if (!c.backward && !fast) k::conv2d_forward_reference(x.data(), w.data(), bias.data(), cs, y.data());
       if (c.backward && fast) k::conv2d_backward(x.data(), w.data(), dy.data(), cs, dx_or_null, dw.data(), db.data());
       if (c.backward && !fast)
-        k::conv2d_backward_im2col(x.data(), w.data(), dy.data(), cs, dx_or_null, dw.data(), db.data());
+        k::conv2d_backward_reference(x.data(), w.data(), dy.data(), cs, dx_or_null, dw.data(), db.data());
       return flops / (now_s() - t0) / 1e9;
     };
     time_one(true);

@@ -96,8 +96,8 @@ Tensor conv_transpose2d_forward(const Tensor& x_in, const Tensor& w_in, const Te
   dispatch_floating(x.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     // conv2d's input gradient alone: no input (its im2col is only for the weight gradient), no dw, no db
-    kernels::cpu::conv2d_backward_im2col(static_cast<const T*>(nullptr), w.data<T>(), x.data<T>(), s, y.data<T>(),
-                                         static_cast<T*>(nullptr), static_cast<T*>(nullptr));
+    kernels::cpu::conv2d_backward_reference(static_cast<const T*>(nullptr), w.data<T>(), x.data<T>(), s, y.data<T>(),
+                                            static_cast<T*>(nullptr), static_cast<T*>(nullptr));
   });
   if (b_in.defined()) y = add(y, b_in.reshape({1, s.C, 1, 1}));
   return y;

@@ -1,14 +1,15 @@
 // tensor/ops_norm.cpp — batch norm pieces (batch_norm_stats / _elemt / _backward_reduce /
 // _backward_elemt, as PyTorch splits them), batch norm + ReLU + 2x2 max-pool as one op (CPU) and
 // layer norm forward/backward on Tensors (declared in tensor/ops_nn.h). Shapes are checked here,
-// once; then the loops run on the CPU (kernels/cpu/norm.h) or on CUDA (kernels/cuda/norm.cu, the
-// same math in double).
+// once; then the loops run on the CPU (kernels/cpu/norm.h, kernels/cpu/layer_norm.h) or on CUDA
+// (kernels/cuda/norm.cu, the same math in double).
 // The batch norm pieces are pure per-rank computations: dist's SyncBatchNorm all-reduces their
 // per-channel outputs between calls. Per-channel outputs have x's dtype; sums run in double.
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "minidl/kernels/cpu/layer_norm.h"
 #include "minidl/kernels/cpu/norm.h"
 #include "minidl/tensor/creation.h"
 #include "minidl/tensor/ops.h"

@@ -2,7 +2,7 @@
 // products done in vector registers on L1-resident scratch, without the general gemm().
 //
 // Every product of one head is C = alpha * A · B where C's rows and B's rows are W lanes wide
-// (W = 16 floats or 8 doubles) and A is read one element at a time and broadcast:
+// (W = kLanes<T>: vec_math.h's Lanes<T>, 16 floats or 8 doubles) and A is read one element at a time and broadcast:
 //   S   (L, L) = scale * q · kt     kt (D, L): k transposed once per head, keys in lanes
 //                                   (float: the scale folded into kt as it is transposed)
 //   ctx (L, D) = P · v              v's rows as they lie in qkv, D in lanes
@@ -32,89 +32,8 @@
 
 #include "minidl/kernels/cpu/vec_math.h"
 
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#endif
-
 namespace minidl::kernels::cpu {
 namespace {
-
-template <class T> struct LaneTypes;
-template <> struct LaneTypes<float> {
-  using V = FloatLanes;
-  using Mask = int32_t __attribute__((vector_size(64)));
-  static constexpr Mask kIndex = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
-};
-template <> struct LaneTypes<double> {
-  using V = DoubleLanes;
-  using Mask = int64_t __attribute__((vector_size(64)));
-  static constexpr Mask kIndex = {0, 1, 2, 3, 4, 5, 6, 7};
-};
-template <class T> using Vec = typename LaneTypes<T>::V;
-template <class T> constexpr int64_t kW = 64 / sizeof(T);  // lanes per vector
-
-template <class T> Vec<T> load(const T* p) {
-  Vec<T> v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-template <class T> void store(T* p, Vec<T> v) { std::memcpy(p, &v, sizeof v); }
-template <class T> Vec<T> splat(T x) { return Vec<T>{} + x; }
-
-// The first n lanes (0 <= n <= W) of the vector at p, the others zero / only those stored. With
-// AVX-512 one masked load or store, which touches nothing past p + n (a row's end may be the
-// buffer's end); otherwise a lane loop.
-template <class T> Vec<T> load_first(const T* p, int64_t n) {
-#if defined(__AVX512F__)
-  if constexpr (std::is_same_v<T, float>) {
-    return Vec<T>(_mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << n) - 1), p));
-  } else {
-    return Vec<T>(_mm512_maskz_loadu_pd(static_cast<__mmask8>((1u << n) - 1), p));
-  }
-#else
-  Vec<T> v = {};
-  for (int64_t l = 0; l < n; ++l) v[l] = p[l];
-  return v;
-#endif
-}
-template <class T> void store_first(T* p, Vec<T> v, int64_t n) {
-#if defined(__AVX512F__)
-  if constexpr (std::is_same_v<T, float>) {
-    _mm512_mask_storeu_ps(p, static_cast<__mmask16>((1u << n) - 1), v);
-  } else {
-    _mm512_mask_storeu_pd(p, static_cast<__mmask8>((1u << n) - 1), v);
-  }
-#else
-  for (int64_t l = 0; l < n; ++l) p[l] = v[l];
-#endif
-}
-
-// v with lanes n.. replaced by `fill` (0 < n <= W)
-template <class T> Vec<T> keep_first(Vec<T> v, int64_t n, T fill) {
-  using Elem = std::remove_cvref_t<decltype(LaneTypes<T>::kIndex[0])>;
-  return LaneTypes<T>::kIndex < static_cast<Elem>(n) ? v : splat(fill);
-}
-
-// op over the lanes as a fixed tree of halves (the order depends on nothing but W)
-template <class Op> float reduce_lanes(FloatLanes v, Op op) {
-  v = op(v, __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7));
-  v = op(v, __builtin_shufflevector(v, v, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11));
-  v = op(v, __builtin_shufflevector(v, v, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13));
-  v = op(v, __builtin_shufflevector(v, v, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14));
-  return v[0];
-}
-template <class Op> double reduce_lanes(DoubleLanes v, Op op) {
-  v = op(v, __builtin_shufflevector(v, v, 4, 5, 6, 7, 0, 1, 2, 3));
-  v = op(v, __builtin_shufflevector(v, v, 2, 3, 0, 1, 6, 7, 4, 5));
-  v = op(v, __builtin_shufflevector(v, v, 1, 0, 3, 2, 5, 4, 7, 6));
-  return v[0];
-}
-template <class T> T lanes_sum(Vec<T> v) {
-  return reduce_lanes(v, [](Vec<T> a, Vec<T> b) { return a + b; });
-}
-template <class T> T lanes_max(Vec<T> v) {
-  return reduce_lanes(v, [](Vec<T> a, Vec<T> b) { return a > b ? a : b; });
-}
 
 // exp(x) for x <= 0 on every lane: the vectorised polynomial for float (vec_math.h), std::exp
 // for double (the float64 softmax's own function)
@@ -137,18 +56,18 @@ template <class V> void keep_in_register([[maybe_unused]] V& v) {
 // apart: the block of C that `tile` stores, left in registers (callers inline it).
 template <class T, int R, int NV>
 inline void accumulate(const T* A, int64_t ars, int64_t aks, const T* B, int64_t ldb, int64_t K,
-                       Vec<T> (&acc)[R][NV]) {
-  constexpr int64_t W = kW<T>;
+                       Lanes<T> (&acc)[R][NV]) {
+  constexpr int64_t W = kLanes<T>;
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) acc[r][v] = Vec<T>{};
+    for (int v = 0; v < NV; ++v) acc[r][v] = Lanes<T>{};
   for (int64_t k = 0; k < K; ++k) {
     const T* a = A + k * aks;
-    Vec<T> b[NV];
+    Lanes<T> b[NV];
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) {
-      b[v] = load(B + k * ldb + v * W);
+      b[v] = load_lanes(B + k * ldb + v * W);
       keep_in_register(b[v]);
     }
 #pragma GCC unroll 16
@@ -163,13 +82,13 @@ inline void accumulate(const T* A, int64_t ars, int64_t aks, const T* B, int64_t
 // C (R, NV * W) = alpha * A (R, K) · B (K, NV * W), rows of C ldc apart.
 template <class T, int R, int NV>
 void tile(const T* A, int64_t ars, int64_t aks, const T* B, int64_t ldb, int64_t K, T alpha, T* C, int64_t ldc) {
-  constexpr int64_t W = kW<T>;
-  Vec<T> acc[R][NV];
+  constexpr int64_t W = kLanes<T>;
+  Lanes<T> acc[R][NV];
   accumulate<T, R, NV>(A, ars, aks, B, ldb, K, acc);
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) store(C + r * ldc + v * W, acc[r][v] * alpha);
+    for (int v = 0; v < NV; ++v) store_lanes(C + r * ldc + v * W, acc[r][v] * alpha);
 }
 
 // All M rows of C for NV vector columns: tiles of R rows (R * NV accumulators), then 8, 4, 2, 1.
@@ -210,7 +129,7 @@ void panel(int64_t M, const T* A, int64_t ars, int64_t aks, const T* B, int64_t 
 template <class T>
 void products(int64_t M, int64_t nv, const T* A, int64_t ars, int64_t aks, const T* B, int64_t ldb, int64_t K,
               T alpha, T* C, int64_t ldc) {
-  constexpr int64_t W = kW<T>;
+  constexpr int64_t W = kLanes<T>;
   for (int64_t c = 0; c < nv; c += 4) {
     const T* b = B + c * W;
     T* out = C + c * W;
@@ -221,33 +140,6 @@ void products(int64_t M, int64_t nv, const T* A, int64_t ars, int64_t aks, const
       default: panel<T, 4>(M, A, ars, aks, b, ldb, K, alpha, out, ldc); break;
     }
   }
-}
-
-// Rows a and b of a 16 x 16 block whose row indices differ in bit S (a's bit clear) swap the
-// lanes that differ from them in that bit: a's lanes with bit S set take b's lanes with it
-// clear, and back. Done for S = 8, 4, 2, 1 over all row pairs, row and lane indices have traded
-// every bit: the block is transposed (16 two-vector shuffles a step, no memory round trip).
-template <int S> void exchange(FloatLanes& a, FloatLanes& b) {
-  FloatLanes x, y;
-  if constexpr (S == 8) {
-    x = __builtin_shufflevector(a, b, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
-    y = __builtin_shufflevector(a, b, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
-  } else if constexpr (S == 4) {
-    x = __builtin_shufflevector(a, b, 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27);
-    y = __builtin_shufflevector(a, b, 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31);
-  } else if constexpr (S == 2) {
-    x = __builtin_shufflevector(a, b, 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29);
-    y = __builtin_shufflevector(a, b, 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31);
-  } else {
-    x = __builtin_shufflevector(a, b, 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30);
-    y = __builtin_shufflevector(a, b, 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31);
-  }
-  a = x, b = y;
-}
-template <int S> void exchange_all(FloatLanes (&m)[16]) {
-#pragma GCC unroll 16
-  for (int i = 0; i < 16; ++i)
-    if (!(i & S)) exchange<S>(m[i], m[i + S]);
 }
 
 // dst (D, Lp) = alpha * src (L, D; rows ld apart) transposed, columns L.. zero. Float: 16 x 16
@@ -263,15 +155,12 @@ void transpose_padded(const T* src, int64_t ld, int64_t L, int64_t D, T alpha, T
 #pragma GCC unroll 16
         for (int64_t jj = 0; jj < 16; ++jj) {  // rows past L: no lanes loaded
           const bool real = j0 + jj < L;
-          m[jj] = load_first(src + (real ? j0 + jj : 0) * ld + d0, real ? nd : 0);
+          m[jj] = load_first_lanes(src + (real ? j0 + jj : 0) * ld + d0, real ? nd : 0);
         }
-        exchange_all<8>(m);
-        exchange_all<4>(m);
-        exchange_all<2>(m);
-        exchange_all<1>(m);
+        transpose16(m);
 #pragma GCC unroll 16
         for (int64_t dd = 0; dd < 16; ++dd)
-          if (dd < nd) store(dst + (d0 + dd) * Lp + j0, m[dd] * alpha);
+          if (dd < nd) store_lanes(dst + (d0 + dd) * Lp + j0, m[dd] * alpha);
       }
     }
   } else {
@@ -301,25 +190,24 @@ template <class T> void unpad_rows(const T* src, int64_t Dp, int64_t L, int64_t 
 // The sum is in T's lanes: the vectors added in order, then the lanes as a fixed tree.
 // NV: nv when known at compile time (x in registers: always inlined, so that x stays there),
 // 0 for scratch rows.
-template <class T, int NV>
-[[gnu::always_inline]] inline void softmax_lanes(Vec<T>* x, int64_t nv_, int64_t L, T* p) {
-  constexpr int64_t W = kW<T>;
+template <class T, int NV> [[gnu::always_inline]] inline void softmax_lanes(Lanes<T>* x, int64_t nv_, int64_t L, T* p) {
+  constexpr int64_t W = kLanes<T>;
   const int64_t nv = NV ? NV : nv_;
   const int64_t tail = L - (nv - 1) * W;
   const T inf = std::numeric_limits<T>::infinity();
-  x[nv - 1] = keep_first(x[nv - 1], tail, -inf);
-  Vec<T> mv = x[0];
+  x[nv - 1] = keep_first_lanes(x[nv - 1], tail, -inf);
+  Lanes<T> mv = x[0];
   for (int64_t v = 1; v < nv; ++v) mv = x[v] > mv ? x[v] : mv;
-  T m = lanes_max<T>(mv);
+  T m = horizontal_max(mv);
   if (std::isinf(m) && m < 0) m = T(0);  // all -inf: avoid (-inf) - (-inf) = NaN
-  Vec<T> sum = {};
+  Lanes<T> sum = {};
   for (int64_t v = 0; v < nv; ++v) {
     x[v] = exp_lanes(x[v] - m);  // lanes L..: exp(-inf) = 0
     sum += x[v];
   }
-  const T inv = T(1) / lanes_sum<T>(sum);
-  for (int64_t v = 0; v + 1 < nv; ++v) store(p + v * W, x[v] * inv);
-  store_first(p + (nv - 1) * W, x[nv - 1] * inv, tail);
+  const T inv = T(1) / horizontal_sum(sum);
+  for (int64_t v = 0; v + 1 < nv; ++v) store_lanes(p + v * W, x[v] * inv);
+  store_first_lanes(p + (nv - 1) * W, x[nv - 1] * inv, tail);
 }
 
 // Rows i0..i0+R of P (rows L apart) = softmax of rows i0.. of S = q kt (kt already scaled), the
@@ -327,7 +215,7 @@ template <class T, int NV>
 // vectors span L).
 template <class T, int R, int NV>
 void softmax_tile(const T* q, int64_t ld, const T* kt, int64_t Lp, int64_t D, int64_t L, T* p) {
-  Vec<T> acc[R][NV];
+  Lanes<T> acc[R][NV];
   accumulate<T, R, NV>(q, ld, 1, kt, Lp, D, acc);
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r) softmax_lanes<T, NV>(acc[r], NV, L, p + r * L);
@@ -350,15 +238,15 @@ void softmax_panel(const T* q, int64_t ld, const T* kt, int64_t Lp, int64_t D, i
 // where dS = P * (dP - sum) cancels (peaked rows); test_cpu_attention.cpp bounds the effect on
 // the gradients. NV as in softmax_lanes.
 template <class T, int NV>
-[[gnu::always_inline]] inline T row_dot(const Vec<T>* d, const Vec<T>* p, int64_t nv_, int64_t tail) {
+[[gnu::always_inline]] inline T row_dot(const Lanes<T>* d, const Lanes<T>* p, int64_t nv_, int64_t tail) {
   const int64_t nv = NV ? NV : nv_;
-  Vec<T> s = {};
+  Lanes<T> s = {};
   for (int64_t c = 0; c < nv; ++c) {
-    Vec<T> prod = d[c] * p[c];
-    if (c == nv - 1) prod = keep_first(prod, tail, T(0));
+    Lanes<T> prod = d[c] * p[c];
+    if (c == nv - 1) prod = keep_first_lanes(prod, tail, T(0));
     s += prod;
   }
-  return lanes_sum<T>(s);
+  return horizontal_sum(s);
 }
 
 // Rows i0..i0+R of dS (rows Lp apart, all NV vectors stored) = P * (dP - rowsum(dP * P)), the
@@ -367,19 +255,19 @@ template <class T, int NV>
 template <class T, int R, int NV>
 void softmax_backward_tile(const T* g, int64_t ldg, const T* vt, int64_t Lp, int64_t D, const T* p, int64_t L,
                            T* ds) {
-  constexpr int64_t W = kW<T>;
+  constexpr int64_t W = kLanes<T>;
   const int64_t tail = L - (NV - 1) * W;
-  Vec<T> acc[R][NV];
+  Lanes<T> acc[R][NV];
   accumulate<T, R, NV>(g, ldg, 1, vt, Lp, D, acc);
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r) {
-    Vec<T> pr[NV];
+    Lanes<T> pr[NV];
 #pragma GCC unroll 4
-    for (int v = 0; v + 1 < NV; ++v) pr[v] = load(p + r * L + v * W);
-    pr[NV - 1] = load_first(p + r * L + (NV - 1) * W, tail);
+    for (int v = 0; v + 1 < NV; ++v) pr[v] = load_lanes(p + r * L + v * W);
+    pr[NV - 1] = load_first_lanes(p + r * L + (NV - 1) * W, tail);
     const T sd = row_dot<T, NV>(acc[r], pr, NV, tail);
 #pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) store(ds + r * Lp + v * W, pr[v] * (acc[r][v] - sd));
+    for (int v = 0; v < NV; ++v) store_lanes(ds + r * Lp + v * W, pr[v] * (acc[r][v] - sd));
   }
 }
 
@@ -426,7 +314,7 @@ template <class T> constexpr bool kRegisterRows = std::is_same_v<T, float>;
 template <class T>
 void forward_head(const T* q, const T* k, const T* v, int64_t ld, int64_t L, int64_t D, T scale, T* p, T* ctx,
                   int64_t ldc, T* scratch) {
-  constexpr int64_t W = kW<T>;
+  constexpr int64_t W = kLanes<T>;
   const int64_t Lp = round_up(L, W), Dp = round_up(D, W), nl = Lp / W;
   T* kt = scratch;         // (D, Lp)
   T* s = kt + D * Lp;      // (L, Lp) off the register path
@@ -443,7 +331,7 @@ void forward_head(const T* q, const T* k, const T* v, int64_t ld, int64_t L, int
     case 4: softmax_panel<T, 4>(q, ld, kt, Lp, D, L, p); break;
     default:  // rows too long for registers, or float64: S in scratch first
       products(L, nl, q, ld, 1, kt, Lp, D, scale / kt_scale, s, Lp);
-      for (int64_t i = 0; i < L; ++i) softmax_lanes<T, 0>(reinterpret_cast<Vec<T>*>(s + i * Lp), nl, L, p + i * L);
+      for (int64_t i = 0; i < L; ++i) softmax_lanes<T, 0>(reinterpret_cast<Lanes<T>*>(s + i * Lp), nl, L, p + i * L);
   }
   if (D == Dp) {
     products(L, Dp / W, p, L, 1, v, ld, L, T(1), ctx, ldc);  // ctx = P v
@@ -463,7 +351,7 @@ int64_t forward_scratch(int64_t L, int64_t D, int64_t W) {
 template <class T>
 void backward_head(const T* q, const T* k, const T* v, int64_t ld, const T* g, int64_t ldg, const T* p, int64_t L,
                    int64_t D, T scale, T* dq, T* dk, T* dv, T* scratch) {
-  constexpr int64_t W = kW<T>;
+  constexpr int64_t W = kLanes<T>;
   const int64_t Lp = round_up(L, W), Dp = round_up(D, W), nl = Lp / W, tail = L - (nl - 1) * W;
   T* vt = scratch;         // (D, Lp)
   T* ds = vt + D * Lp;     // (L, Lp) dP (off the register path), then dS
@@ -478,10 +366,10 @@ void backward_head(const T* q, const T* k, const T* v, int64_t ld, const T* g, i
     default:  // rows too long for registers, or float64: dP in scratch first, P's row copied into pp
       products(L, nl, g, ldg, 1, vt, Lp, D, T(1), ds, Lp);
       for (int64_t i = 0; i < L; ++i) {
-        Vec<T>* pr = reinterpret_cast<Vec<T>*>(pp);
-        Vec<T>* dr = reinterpret_cast<Vec<T>*>(ds + i * Lp);
-        for (int64_t c = 0; c + 1 < nl; ++c) pr[c] = load(p + i * L + c * W);
-        pr[nl - 1] = load_first(p + i * L + (nl - 1) * W, tail);
+        Lanes<T>* pr = reinterpret_cast<Lanes<T>*>(pp);
+        Lanes<T>* dr = reinterpret_cast<Lanes<T>*>(ds + i * Lp);
+        for (int64_t c = 0; c + 1 < nl; ++c) pr[c] = load_lanes(p + i * L + c * W);
+        pr[nl - 1] = load_first_lanes(p + i * L + (nl - 1) * W, tail);
         const T sd = row_dot<T, 0>(dr, pr, nl, tail);
         for (int64_t c = 0; c < nl; ++c) dr[c] = pr[c] * (dr[c] - sd);
       }
@@ -536,7 +424,7 @@ inline int64_t head_offset(int64_t t, int64_t H, int64_t L, int64_t D, int64_t l
 template <class T>
 void forward_impl(const T* qkv, int64_t B, int64_t L, int64_t H, int64_t D, T scale, T* P, T* ctx) {
   if (L == 0) return;
-  const int64_t E = H * D, ld = 3 * E, need = forward_scratch(L, D, kW<T>);
+  const int64_t E = H * D, ld = 3 * E, need = forward_scratch(L, D, kLanes<T>);
   parallel_for(B * H, 1, [&](int64_t t0, int64_t t1) {
     T* scratch = thread_scratch<T>(need);
     for (int64_t t = t0; t < t1; ++t) {
@@ -551,7 +439,7 @@ template <class T>
 void backward_impl(const T* qkv, const T* P, const T* dctx, int64_t B, int64_t L, int64_t H, int64_t D, T scale,
                    T* dqkv) {
   if (L == 0) return;
-  const int64_t E = H * D, ld = 3 * E, need = backward_scratch(L, D, kW<T>);
+  const int64_t E = H * D, ld = 3 * E, need = backward_scratch(L, D, kLanes<T>);
   parallel_for(B * H, 1, [&](int64_t t0, int64_t t1) {
     T* scratch = thread_scratch<T>(need);
     for (int64_t t = t0; t < t1; ++t) {

@@ -13,7 +13,10 @@
 // packed_attention_forward / _backward (attention.cpp) do each (b, h) pair's small products in
 // L1-resident scratch with vector registers, without the general gemm(); the *_reference
 // templates below compose gemm() and the softmax rows, and are what
-// tests/kernels/test_cpu_attention.cpp checks the fast kernels against.
+// tests/kernels/test_cpu_attention.cpp checks the fast kernels against. The fast kernels are
+// faster because products this small (50 x 16 by 16 x 50) cost less than gemm()'s per-call
+// packing, and because the softmax (and its backward) runs on S's rows while they are still in
+// registers instead of in a second pass over memory (bench_attention times the two).
 #pragma once
 #include <cstdint>
 #include <type_traits>

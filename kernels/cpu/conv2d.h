@@ -8,8 +8,8 @@
 // Float 3x3 stride-1 convolutions with 8 or more channels run forward and backward as Winograd
 // F(2x2, 3x3) instead (kernels/cpu/conv2d_winograd.h; conv2d_uses_winograd), those with fewer
 // input channels their weight gradient by a direct kernel (kernels/cpu/conv2d_direct.h;
-// conv2d_uses_direct); the *_im2col functions are the general path and the reference both are
-// tested against (tests/kernels/test_cpu_conv.cpp). Tested through tensor/ops_conv.cpp by
+// conv2d_uses_direct); the *_reference functions (im2col + GEMM) are the general path and the
+// reference both are tested against (tests/kernels/test_cpu_conv.cpp). Tested through tensor/ops_conv.cpp by
 // tests/tensor/test_ops_conv.cpp (naive direct convolution, float64 finite differences with
 // stride, padding, dilation and groups).
 #pragma once
@@ -62,7 +62,7 @@ inline bool conv2d_uses_direct(const Conv2dShape& s) {
 
 // x (N, C, H, W), w (O, C/G, kH, kW), b (O) or null -> y (N, O, H_out, W_out), as im2col + GEMM
 // (any shape; the reference for the Winograd path)
-template <class T> void conv2d_forward_im2col(const T* x, const T* w, const T* b, const Conv2dShape& s, T* y) {
+template <class T> void conv2d_forward_reference(const T* x, const T* w, const T* b, const Conv2dShape& s, T* y) {
   const ConvGeometry geo = s.group_geometry();
   const int64_t Cg = s.C / s.groups, Og = s.O / s.groups;
   const int64_t K = Cg * s.kH * s.kW, L = s.H_out * s.W_out;
@@ -87,7 +87,7 @@ template <class T> void conv2d_forward(const T* x, const T* w, const T* b, const
   if constexpr (std::is_same_v<T, float>) {
     if (conv2d_uses_winograd(s)) return conv3x3_winograd(x, w, b, s.N, s.C, s.H, s.W, s.O, s.pad_h, false, y);
   }
-  conv2d_forward_im2col(x, w, b, s, y);
+  conv2d_forward_reference(x, w, b, s, y);
 }
 
 // dy (N, O, H_out, W_out) -> db (O): db[o] = sum over n, l of dy[n, o, l], in double, in a fixed order
@@ -114,7 +114,7 @@ template <class T> void conv2d_bias_grad(const T* dy, const Conv2dShape& s, T* d
 // bias; dx may be null: no input gradient wanted; dw may be null: computed elsewhere), as im2col +
 // GEMM (any shape; the reference)
 template <class T>
-void conv2d_backward_im2col(const T* x, const T* w, const T* dy, const Conv2dShape& s, T* dx, T* dw, T* db) {
+void conv2d_backward_reference(const T* x, const T* w, const T* dy, const Conv2dShape& s, T* dx, T* dw, T* db) {
   const ConvGeometry geo = s.group_geometry();
   const int64_t Cg = s.C / s.groups, Og = s.O / s.groups;
   const int64_t K = Cg * s.kH * s.kW, L = s.H_out * s.W_out;
@@ -168,11 +168,11 @@ template <class T> void conv2d_backward(const T* x, const T* w, const T* dy, con
     }
     if (conv2d_uses_direct(s)) {
       conv3x3_direct_weight_grad(x, dy, s.N, s.C, s.H, s.W, s.O, s.pad_h, s.pad_w, dw, db);
-      if (dx) conv2d_backward_im2col(x, w, dy, s, dx, static_cast<T*>(nullptr), static_cast<T*>(nullptr));
+      if (dx) conv2d_backward_reference(x, w, dy, s, dx, static_cast<T*>(nullptr), static_cast<T*>(nullptr));
       return;
     }
   }
-  conv2d_backward_im2col(x, w, dy, s, dx, dw, db);
+  conv2d_backward_reference(x, w, dy, s, dx, dw, db);
 }
 
 }  // namespace minidl::kernels::cpu

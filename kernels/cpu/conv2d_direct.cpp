@@ -11,34 +11,28 @@
 #include <vector>
 
 #include "minidl/kernels/cpu/parallel.h"
+#include "minidl/kernels/cpu/vec_math.h"
 
 namespace minidl::kernels::cpu {
 
 namespace {
 
-constexpr int64_t kLanes = 16;  // output columns per vector
+constexpr int64_t kW = kLanes<float>;  // output columns per vector (vec_math.h's FloatLanes)
 constexpr int64_t kMaxBlocks = 16;  // weight gradient: at most this many partial sums over blocks of images
-
-// 16 floats as one GCC/Clang vector (one AVX-512 register; split into narrower ones elsewhere).
-// Passed by reference only: by value, its calling convention would depend on -march.
-typedef float Vec __attribute__((vector_size(kLanes * sizeof(float))));
-typedef int32_t IVec __attribute__((vector_size(kLanes * sizeof(int32_t))));
-inline void load(Vec& v, const float* p) { std::memcpy(&v, p, sizeof v); }
-inline void store(float* p, const Vec& v) { std::memcpy(p, &v, sizeof v); }
 
 struct Padded {
   int64_t Ho, Wo;  // output size
-  int64_t Hp, Wq;  // xp (C, Hp, Wq): Hp = Ho + 2, Wq = Wo rounded up to kLanes, + 2
+  int64_t Hp, Wq;  // xp (C, Hp, Wq): Hp = Ho + 2, Wq = Wo rounded up to kW, + 2
 };
 
 // Where the vector of output columns [v0, v0 + 16) of a row of Wo starts: at v0, except the last
 // one of a row that is not a whole number of vectors, which ends at the row's end instead
 // (overlapping the one before) when Wo >= 16; with Wo < 16 the one vector starts at 0.
-inline int64_t vector_start(int64_t v0, int64_t Wo) { return Wo >= kLanes ? std::min(v0, Wo - kLanes) : 0; }
+inline int64_t vector_start(int64_t v0, int64_t Wo) { return Wo >= kW ? std::min(v0, Wo - kW) : 0; }
 
 Padded padded(int64_t H, int64_t W, int64_t pad_h, int64_t pad_w) {
   const int64_t Ho = H + 2 * pad_h - 2, Wo = W + 2 * pad_w - 2;
-  return {Ho, Wo, Ho + 2, (Wo + kLanes - 1) / kLanes * kLanes + 2};
+  return {Ho, Wo, Ho + 2, (Wo + kW - 1) / kW * kW + 2};
 }
 
 // x (C, H, W) -> xp (C, Hp, Wq), x at (pad_h, pad_w), zero elsewhere
@@ -53,8 +47,8 @@ void pad_image(const float* x, int64_t C, int64_t H, int64_t W, int64_t pad_h, i
 
 }  // namespace
 
-void conv3x3_direct_weight_grad(const float* x, const float* dy, int64_t N, int64_t C, int64_t H, int64_t W,
-                                int64_t O, int64_t pad_h, int64_t pad_w, float* dw, float* db) {
+void conv3x3_direct_weight_grad(const float* x, const float* dy, int64_t N, int64_t C, int64_t H, int64_t W, int64_t O,
+                                int64_t pad_h, int64_t pad_w, float* dw, float* db) {
   const Padded p = padded(H, W, pad_h, pad_w);
   const int64_t w_numel = O * C * 9;
   if (w_numel <= 0) return;
@@ -65,10 +59,8 @@ void conv3x3_direct_weight_grad(const float* x, const float* dy, int64_t N, int6
   }
   // Fixed blocks of images (depend on N only): block k sums its images into 16 lanes per weight.
   const int64_t per_block = (N + kMaxBlocks - 1) / kMaxBlocks, blocks = (N + per_block - 1) / per_block;
-  std::vector<float> partial(static_cast<size_t>(blocks * w_numel * kLanes), 0.0f);  // (blocks, O, C, 9, 16)
-  std::vector<double> partial_db(static_cast<size_t>(db ? blocks * O * kLanes : 0), 0.0);  // (blocks, O, 16)
-  IVec lane;
-  for (int l = 0; l < kLanes; ++l) lane[l] = l;
+  std::vector<float> partial(static_cast<size_t>(blocks * w_numel * kW), 0.0f);  // (blocks, O, C, 9, 16)
+  std::vector<double> partial_db(static_cast<size_t>(db ? blocks * O * kW : 0), 0.0);  // (blocks, O, 16)
   parallel_for(blocks, 1, [&](int64_t k0, int64_t k1) {
     thread_local std::vector<float> xp_buffer;
     for (int64_t k = k0; k < k1; ++k)
@@ -77,34 +69,33 @@ void conv3x3_direct_weight_grad(const float* x, const float* dy, int64_t N, int6
         const float* xp = xp_buffer.data();
         for (int64_t o = 0; o < O; ++o)
           for (int64_t c = 0; c < C; ++c) {
-            float* lanes = partial.data() + ((k * O + o) * C + c) * 9 * kLanes;
-            Vec a[9];
-            for (int i = 0; i < 9; ++i) load(a[i], lanes + i * kLanes);
+            float* lanes = partial.data() + ((k * O + o) * C + c) * 9 * kW;
+            FloatLanes a[9];
+            for (int i = 0; i < 9; ++i) a[i] = load_lanes(lanes + i * kW);
             const bool with_db = db && c == 0;  // the bias gradient from the same loads of dy
-            Vec b_acc = {};  // this image's plane, per lane in float; added to the block's lanes in double
+            FloatLanes b_acc = {};  // this image's plane, per lane in float; added to the block's lanes in double
             for (int64_t oh = 0; oh < p.Ho; ++oh) {
               const float* dy_row = dy + ((n * O + o) * p.Ho + oh) * p.Wo;
-              for (int64_t v0 = 0; v0 < p.Wo; v0 += kLanes) {
+              for (int64_t v0 = 0; v0 < p.Wo; v0 += kW) {
                 const int64_t v = vector_start(v0, p.Wo);
-                Vec d = {};  // zero past the edge, and in the lanes an earlier vector of the row covered
-                if (p.Wo >= kLanes) {
-                  load(d, dy_row + v);
-                  if (v < v0) d = lane >= static_cast<int>(v0 - v) ? d : Vec{};
+                FloatLanes d = {};  // zero past the edge, and in the lanes an earlier vector of the row covered
+                if (p.Wo >= kW) {
+                  d = load_lanes(dy_row + v);
+                  if (v < v0) d = lane_index<float>() >= static_cast<int>(v0 - v) ? d : FloatLanes{};
                 } else {
-                  for (int64_t l = 0; l < p.Wo; ++l) d[l] = dy_row[l];
+                  d = load_first_lanes(dy_row, p.Wo);
                 }
                 if (with_db) b_acc += d;
                 for (int kh = 0; kh < 3; ++kh)
                   for (int kw = 0; kw < 3; ++kw) {
-                    Vec in;
-                    load(in, xp + (c * p.Hp + oh + kh) * p.Wq + v + kw);
+                    const FloatLanes in = load_lanes(xp + (c * p.Hp + oh + kh) * p.Wq + v + kw);
                     a[3 * kh + kw] += d * in;
                   }
               }
             }
-            for (int i = 0; i < 9; ++i) store(lanes + i * kLanes, a[i]);
+            for (int i = 0; i < 9; ++i) store_lanes(lanes + i * kW, a[i]);
             if (with_db)
-              for (int64_t l = 0; l < kLanes; ++l) partial_db[static_cast<size_t>((k * O + o) * kLanes + l)] += b_acc[l];
+              for (int64_t l = 0; l < kW; ++l) partial_db[static_cast<size_t>((k * O + o) * kW + l)] += b_acc[l];
           }
       }
   });
@@ -112,14 +103,14 @@ void conv3x3_direct_weight_grad(const float* x, const float* dy, int64_t N, int6
   for (int64_t i = 0; i < w_numel; ++i) {
     float acc = 0.0f;
     for (int64_t k = 0; k < blocks; ++k)
-      for (int64_t l = 0; l < kLanes; ++l) acc += partial[static_cast<size_t>((k * w_numel + i) * kLanes + l)];
+      for (int64_t l = 0; l < kW; ++l) acc += partial[static_cast<size_t>((k * w_numel + i) * kW + l)];
     dw[i] = acc;
   }
   if (db)
     for (int64_t o = 0; o < O; ++o) {
       double acc = 0;
       for (int64_t k = 0; k < blocks; ++k)
-        for (int64_t l = 0; l < kLanes; ++l) acc += partial_db[static_cast<size_t>((k * O + o) * kLanes + l)];
+        for (int64_t l = 0; l < kW; ++l) acc += partial_db[static_cast<size_t>((k * O + o) * kW + l)];
       db[o] = static_cast<float>(acc);
     }
 }

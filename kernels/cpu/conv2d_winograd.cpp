@@ -13,25 +13,19 @@
 
 #include <algorithm>
 #include <cstring>
-#include <utility>
 #include <vector>
 
 #include "minidl/kernels/cpu/gemm.h"
 #include "minidl/kernels/cpu/parallel.h"
+#include "minidl/kernels/cpu/vec_math.h"
 
 namespace minidl::kernels::cpu {
 
 namespace {
 
 constexpr int64_t kChunk = 8;  // images per unit of work (bounds the V and M buffers)
-constexpr int64_t kLanes = 16;  // channels per vector
+constexpr int64_t kW = kLanes<float>;  // channels per vector (vec_math.h's FloatLanes)
 constexpr int64_t kMaxBlocks = 16;  // weight gradient: at most this many partial sums over blocks of images
-
-// 16 floats as one GCC/Clang vector (one AVX-512 register; split into narrower ones elsewhere).
-// Passed by reference only: by value, its calling convention would depend on -march.
-typedef float Vec __attribute__((vector_size(kLanes * sizeof(float))));
-inline void load(Vec& v, const float* p) { std::memcpy(&v, p, sizeof v); }
-inline void store(float* p, const Vec& v) { std::memcpy(p, &v, sizeof v); }
 
 // u (4x4) = G g G^T for one 3x3 kernel g (row-major).
 void transform_kernel(const float g[9], float u[16]) {
@@ -55,56 +49,29 @@ void gemm_fast(int64_t M, int64_t N, int64_t K, const float* A, const float* B, 
     gemm(M, N, K, A, K, false, B, N, false, C, N, 1.0f, 0.0f);
 }
 
-// A 16 x 16 transpose in registers, r[i][k] -> r[k][i], in four stages: stage b swaps the two
-// off-diagonal b x b blocks of every 2b x 2b block (rows i and i + b exchange halves of each
-// 2b-lane group). lane(b, hi, k): the lane of (a, b) = (row i, row i + b) that lane k of the new
-// row i (hi == false) or row i + b (hi == true) takes, for __builtin_shufflevector.
-constexpr int lane(int b, bool hi, int k) {
-  const int q = k % (2 * b), base = k - q, other = static_cast<int>(kLanes);  // lanes of b start here
-  if (!hi) return q < b ? base + q : other + base + q - b;
-  return q < b ? base + b + q : other + base + q;
-}
-template <int B, bool Hi, int... K> Vec mix(const Vec& a, const Vec& b, std::integer_sequence<int, K...>) {
-  return __builtin_shufflevector(a, b, lane(B, Hi, K)...);
-}
-template <int B> void transpose_stage(Vec r[16]) {
-  for (int i = 0; i < 16; ++i)
-    if ((i & B) == 0) {
-      const Vec lo = mix<B, false>(r[i], r[i + B], std::make_integer_sequence<int, kLanes>{});
-      const Vec hi = mix<B, true>(r[i], r[i + B], std::make_integer_sequence<int, kLanes>{});
-      r[i] = lo;
-      r[i + B] = hi;
-    }
-}
-void transpose16(Vec r[16]) {
-  transpose_stage<8>(r);
-  transpose_stage<4>(r);
-  transpose_stage<2>(r);
-  transpose_stage<1>(r);
-}
-
 // Planes (C, H, W) -> channels innermost: dst[(r * ld_row + j) * ld_ch + c] = src[(c * H + r) * W + j],
 // and zeros in dst's channels C .. (C rounded up to 16) - 1 (ld_ch: a multiple of 16, at least that).
 // Blocks of 16 channels x 16 positions (r, j) in row-major order, transposed in registers.
 void to_channels_last(const float* src, int64_t C, int64_t H, int64_t W, float* dst, int64_t ld_row, int64_t ld_ch) {
   const int64_t HW = H * W;
-  for (int64_t c0 = 0; c0 < C; c0 += kLanes) {
-    const int64_t nc = std::min(kLanes, C - c0);
+  for (int64_t c0 = 0; c0 < C; c0 += kW) {
+    const int64_t nc = std::min(kW, C - c0);
     int64_t p0 = 0, r0 = 0, j0 = 0;  // p0 = r0 * W + j0
-    for (; p0 + kLanes <= HW; p0 += kLanes) {
-      Vec v[16];
+    for (; p0 + kW <= HW; p0 += kW) {
+      FloatLanes v[16];
       for (int i = 0; i < 16; ++i) {
-        v[i] = Vec{};
-        if (i < nc) load(v[i], src + (c0 + i) * HW + p0);
+        v[i] = FloatLanes{};
+        if (i < nc) v[i] = load_lanes(src + (c0 + i) * HW + p0);
       }
       transpose16(v);
       for (int k = 0; k < 16; ++k) {
-        store(dst + (r0 * ld_row + j0) * ld_ch + c0, v[k]);
+        store_lanes(dst + (r0 * ld_row + j0) * ld_ch + c0, v[k]);
         if (++j0 == W) j0 = 0, ++r0;
       }
     }
     for (; p0 < HW; ++p0) {
-      for (int64_t c = 0; c < kLanes; ++c) dst[(r0 * ld_row + j0) * ld_ch + c0 + c] = c < nc ? src[(c0 + c) * HW + p0] : 0.0f;
+      for (int64_t c = 0; c < kW; ++c)
+        dst[(r0 * ld_row + j0) * ld_ch + c0 + c] = c < nc ? src[(c0 + c) * HW + p0] : 0.0f;
       if (++j0 == W) j0 = 0, ++r0;
     }
   }
@@ -114,17 +81,17 @@ void to_channels_last(const float* src, int64_t C, int64_t H, int64_t W, float* 
 // 16, at least C rounded up to 16).
 void from_channels_last(const float* src, int64_t ld_row, int64_t ld_ch, int64_t C, int64_t H, int64_t W, float* dst) {
   const int64_t HW = H * W;
-  for (int64_t c0 = 0; c0 < C; c0 += kLanes) {
-    const int64_t nc = std::min(kLanes, C - c0);
+  for (int64_t c0 = 0; c0 < C; c0 += kW) {
+    const int64_t nc = std::min(kW, C - c0);
     int64_t p0 = 0, r0 = 0, j0 = 0;  // p0 = r0 * W + j0
-    for (; p0 + kLanes <= HW; p0 += kLanes) {
-      Vec v[16];
+    for (; p0 + kW <= HW; p0 += kW) {
+      FloatLanes v[16];
       for (int k = 0; k < 16; ++k) {
-        load(v[k], src + (r0 * ld_row + j0) * ld_ch + c0);
+        v[k] = load_lanes(src + (r0 * ld_row + j0) * ld_ch + c0);
         if (++j0 == W) j0 = 0, ++r0;
       }
       transpose16(v);
-      for (int i = 0; i < nc; ++i) store(dst + (c0 + i) * HW + p0, v[i]);
+      for (int i = 0; i < nc; ++i) store_lanes(dst + (c0 + i) * HW + p0, v[i]);
     }
     for (; p0 < HW; ++p0) {
       for (int64_t c = 0; c < nc; ++c) dst[(c0 + c) * HW + p0] = src[(r0 * ld_row + j0) * ld_ch + c0 + c];
@@ -147,15 +114,12 @@ void transform_input(const float* x, int64_t images, int64_t Ci, int64_t H, int6
     for (int64_t ty = 0; ty < th; ++ty)
       for (int64_t tx = 0; tx < tw; ++tx) {
         const int64_t t = img * tiles + ty * tw + tx;
-        for (int64_t cv = 0; cv < Cip; cv += kLanes) {
+        for (int64_t cv = 0; cv < Cip; cv += kW) {
           const float* p = plane.data() + (2 * ty * Wp + 2 * tx) * Cip + cv;
-          Vec s[4][4];  // B^T d
+          FloatLanes s[4][4];  // B^T d
           for (int j = 0; j < 4; ++j) {
-            Vec d0, d1, d2, d3;
-            load(d0, p + j * Cip);
-            load(d1, p + (Wp + j) * Cip);
-            load(d2, p + (2 * Wp + j) * Cip);
-            load(d3, p + (3 * Wp + j) * Cip);
+            const FloatLanes d0 = load_lanes(p + j * Cip), d1 = load_lanes(p + (Wp + j) * Cip),
+                             d2 = load_lanes(p + (2 * Wp + j) * Cip), d3 = load_lanes(p + (3 * Wp + j) * Cip);
             s[0][j] = d0 - d2;
             s[1][j] = d1 + d2;
             s[2][j] = d2 - d1;
@@ -163,10 +127,10 @@ void transform_input(const float* x, int64_t images, int64_t Ci, int64_t H, int6
           }
           float* v = V.data() + t * Cip + cv;
           for (int i = 0; i < 4; ++i) {  // (B^T d) B
-            store(v + (4 * i + 0) * v_stride, s[i][0] - s[i][2]);
-            store(v + (4 * i + 1) * v_stride, s[i][1] + s[i][2]);
-            store(v + (4 * i + 2) * v_stride, s[i][2] - s[i][1]);
-            store(v + (4 * i + 3) * v_stride, s[i][1] - s[i][3]);
+            store_lanes(v + (4 * i + 0) * v_stride, s[i][0] - s[i][2]);
+            store_lanes(v + (4 * i + 1) * v_stride, s[i][1] + s[i][2]);
+            store_lanes(v + (4 * i + 2) * v_stride, s[i][2] - s[i][1]);
+            store_lanes(v + (4 * i + 3) * v_stride, s[i][1] - s[i][3]);
           }
         }
       }
@@ -177,9 +141,9 @@ void transform_input(const float* x, int64_t images, int64_t Ci, int64_t H, int6
 // (images, Co, Ho, Wo), zero past the edges (the gradient of M[ξ] when y = A^T M A); and, when db
 // is not null, db[co] += each image's sum of dy[., co] (the tiles' sums in float, then in double).
 // plane and sums are scratch.
-void transform_output_grad(const float* dy, int64_t images, int64_t Co, int64_t Ho, int64_t Wo, int64_t th,
-                           int64_t tw, int64_t Cop, std::vector<float>& plane, std::vector<float>& sums,
-                           std::vector<float>& E, double* db) {
+void transform_output_grad(const float* dy, int64_t images, int64_t Co, int64_t Ho, int64_t Wo, int64_t th, int64_t tw,
+                           int64_t Cop, std::vector<float>& plane, std::vector<float>& sums, std::vector<float>& E,
+                           double* db) {
   const int64_t Wq = 2 * tw, tiles = th * tw, e_stride = images * tiles * Cop;
   plane.assign(static_cast<size_t>(2 * th * Wq * Cop), 0.0f);  // (2 th, 2 tw, Cop); the edges stay zero
   for (int64_t img = 0; img < images; ++img) {
@@ -189,26 +153,24 @@ void transform_output_grad(const float* dy, int64_t images, int64_t Co, int64_t 
     for (int64_t ty = 0; ty < th; ++ty)
       for (int64_t tx = 0; tx < tw; ++tx) {
         const int64_t t = img * tiles + ty * tw + tx;
-        for (int64_t cv = 0; cv < Cop; cv += kLanes) {
+        for (int64_t cv = 0; cv < Cop; cv += kW) {
           const float* p = plane.data() + (2 * ty * Wq + 2 * tx) * Cop + cv;
-          Vec e00, e01, e10, e11;
-          load(e00, p);
-          load(e01, p + Cop);
-          load(e10, p + Wq * Cop);
-          load(e11, p + (Wq + 1) * Cop);
+          const FloatLanes e00 = load_lanes(p);
+          const FloatLanes e01 = load_lanes(p + Cop);
+          const FloatLanes e10 = load_lanes(p + Wq * Cop);
+          const FloatLanes e11 = load_lanes(p + (Wq + 1) * Cop);
           // A e, rows (4, 2), with A = [1 0; 1 1; 1 -1; 0 -1]
-          const Vec s[4][2] = {{e00, e01}, {e00 + e10, e01 + e11}, {e00 - e10, e01 - e11}, {-e10, -e11}};
+          const FloatLanes s[4][2] = {{e00, e01}, {e00 + e10, e01 + e11}, {e00 - e10, e01 - e11}, {-e10, -e11}};
           float* o = E.data() + t * Cop + cv;
           for (int i = 0; i < 4; ++i) {  // (A e) A^T
-            store(o + (4 * i + 0) * e_stride, s[i][0]);
-            store(o + (4 * i + 1) * e_stride, s[i][0] + s[i][1]);
-            store(o + (4 * i + 2) * e_stride, s[i][0] - s[i][1]);
-            store(o + (4 * i + 3) * e_stride, -s[i][1]);
+            store_lanes(o + (4 * i + 0) * e_stride, s[i][0]);
+            store_lanes(o + (4 * i + 1) * e_stride, s[i][0] + s[i][1]);
+            store_lanes(o + (4 * i + 2) * e_stride, s[i][0] - s[i][1]);
+            store_lanes(o + (4 * i + 3) * e_stride, -s[i][1]);
           }
           if (db) {
-            Vec sum;
-            load(sum, sums.data() + cv);
-            store(sums.data() + cv, sum + ((e00 + e01) + (e10 + e11)));
+            const FloatLanes sum = load_lanes(sums.data() + cv);
+            store_lanes(sums.data() + cv, sum + ((e00 + e01) + (e10 + e11)));
           }
         }
       }
@@ -224,7 +186,7 @@ void conv3x3_winograd(const float* x, const float* k, const float* b, int64_t N,
   const int64_t Ho = H + 2 * pad - 2, Wo = W + 2 * pad - 2;
   if (N <= 0 || Co <= 0 || Ho <= 0 || Wo <= 0) return;
   const int64_t th = (Ho + 1) / 2, tw = (Wo + 1) / 2, tiles = th * tw;
-  const int64_t Cip = (Ci + kLanes - 1) / kLanes * kLanes, Cop = (Co + kLanes - 1) / kLanes * kLanes;
+  const int64_t Cip = (Ci + kW - 1) / kW * kW, Cop = (Co + kW - 1) / kW * kW;
 
   // U (16, Cip, Cop), zero in the padding
   std::vector<float> U(static_cast<size_t>(16 * Cip * Cop), 0.0f);
@@ -256,25 +218,24 @@ void conv3x3_winograd(const float* x, const float* k, const float* b, int64_t N,
         for (int64_t ty = 0; ty < th; ++ty)
           for (int64_t tx = 0; tx < tw; ++tx) {
             const int64_t t = img * tiles + ty * tw + tx;
-            for (int64_t cv = 0; cv < Cop; cv += kLanes) {
+            for (int64_t cv = 0; cv < Cop; cv += kW) {
               const float* m = Mb.data() + t * Cop + cv;
-              Vec bias = {};
+              FloatLanes bias = {};
               if (b)
-                for (int64_t l = 0; l < kLanes && cv + l < Co; ++l) bias[l] = b[cv + l];
-              Vec s[2][4];  // A^T M
+                for (int64_t l = 0; l < kW && cv + l < Co; ++l) bias[l] = b[cv + l];
+              FloatLanes s[2][4];  // A^T M
               for (int j = 0; j < 4; ++j) {
-                Vec m0, m1, m2, m3;
-                load(m0, m + j * m_stride);
-                load(m1, m + (4 + j) * m_stride);
-                load(m2, m + (8 + j) * m_stride);
-                load(m3, m + (12 + j) * m_stride);
+                const FloatLanes m0 = load_lanes(m + j * m_stride);
+                const FloatLanes m1 = load_lanes(m + (4 + j) * m_stride);
+                const FloatLanes m2 = load_lanes(m + (8 + j) * m_stride);
+                const FloatLanes m3 = load_lanes(m + (12 + j) * m_stride);
                 s[0][j] = m0 + m1 + m2;
                 s[1][j] = m1 - m2 - m3;
               }
               for (int i = 0; i < 2; ++i) {  // (A^T M) A
                 float* o = out.data() + ((2 * ty + i) * 2 * tw + 2 * tx) * Cop + cv;
-                store(o, s[i][0] + s[i][1] + s[i][2] + bias);
-                store(o + Cop, s[i][1] - s[i][2] - s[i][3] + bias);
+                store_lanes(o, s[i][0] + s[i][1] + s[i][2] + bias);
+                store_lanes(o + Cop, s[i][1] - s[i][2] - s[i][3] + bias);
               }
             }
           }
@@ -295,7 +256,7 @@ void conv3x3_winograd_weight_grad(const float* x, const float* dy, int64_t N, in
     return;
   }
   const int64_t th = (Ho + 1) / 2, tw = (Wo + 1) / 2, tiles = th * tw;
-  const int64_t Cip = (Ci + kLanes - 1) / kLanes * kLanes, Cop = (Co + kLanes - 1) / kLanes * kLanes;
+  const int64_t Cip = (Ci + kW - 1) / kW * kW, Cop = (Co + kW - 1) / kW * kW;
   const int64_t u_numel = 16 * Cip * Cop;
   // Fixed blocks of chunks (depend on N only): block k sums its chunks' dU into partial[k].
   const int64_t chunks = (N + kChunk - 1) / kChunk, per_block = (chunks + kMaxBlocks - 1) / kMaxBlocks;

@@ -1,6 +1,7 @@
 // kernels/cpu/gemm.cpp — gemm()'s dispatch, and the one translation unit that compiles Eigen's
 // GEMM (see gemm.h). Float products go to the packed AVX-512 kernel (gemm_avx512.cpp) when the CPU
-// has AVX-512F; Eigen's path below serves double, other CPUs, and is the reference in tests.
+// has AVX-512F; Eigen's path below serves double and other CPUs. gemm_reference, the plain triple
+// loop all of them are tested against, sits just before gemm_eigen.
 //
 // Determinism: Eigen's own multi-threaded GEMM picks its K-blocking from the thread count, which
 // changes the order in which each output element's products are summed. Instead we cut C into
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "minidl/kernels/cpu/parallel.h"
+#include "minidl/kernels/cpu/vec_math.h"
 
 namespace minidl::kernels::cpu {
 
@@ -38,35 +40,28 @@ void tile_kernel(Index m, Index n, Index k, const T* a, Index lda, const T* b, I
 // ---- small products: a register-blocked loop nest instead of Eigen ----
 // Eigen's packing and blocking cost more than the arithmetic for the many small products of a
 // convolution with few input channels (K = 9) or of attention heads (50x16 by 16x50). Here op(B)
-// is copied into a (K, Np) buffer (Np = N rounded up to kSmallCols, zero-padded), and each block
-// of kSmallRows rows of C accumulates kSmallRows x kSmallCols sums over k = 0..K-1 in order, in
-// vector registers. Each C element is one in-order sum over k,
-// whatever the threads: bit-identical for any thread count. Tested against Eigen's path (and a
-// naive triple loop) by tests/tensor/test_cpu_fast_paths.cpp.
-constexpr int64_t kSmallRows = 4, kSmallCols = 16;
+// is copied into a (K, Np) buffer (Np = N rounded up to W = kLanes<T>, the lanes of one
+// vec_math.h vector: 16 floats or 8 doubles; zero-padded), and each block of kSmallRows rows of C
+// accumulates kSmallRows x W sums over k = 0..K-1 in order, in vector registers. Each C element
+// is one in-order sum over k, whatever the threads: bit-identical for any thread count. Tested
+// against gemm_reference by tests/tensor/test_cpu_fast_paths.cpp (SmallGemm).
+constexpr int64_t kSmallRows = 4;
 constexpr double kSmallFlops = 4e6;  // below this, one tile and no threads (as eigen_gemm)
-
-// kSmallCols elements of T as one GCC/Clang vector (one AVX-512 register for float; the compiler
-// splits it into narrower registers on other targets).
-template <class T> struct SmallVec;
-template <> struct SmallVec<float> { typedef float type __attribute__((vector_size(kSmallCols * sizeof(float)))); };
-template <> struct SmallVec<double> { typedef double type __attribute__((vector_size(kSmallCols * sizeof(double)))); };
 
 template <class T, int64_t R>
 void small_rows(int64_t i0, int64_t N, int64_t K, const T* A, int64_t sa_i, int64_t sa_k, const T* Bp, int64_t Np, T* C,
                 int64_t ldc, T alpha, T beta) {
-  using V = typename SmallVec<T>::type;  // R row pieces of C, kept in registers
-  for (int64_t j0 = 0; j0 < N; j0 += kSmallCols) {
-    V acc[R] = {};
+  constexpr int64_t W = kLanes<T>;
+  for (int64_t j0 = 0; j0 < N; j0 += W) {
+    Lanes<T> acc[R] = {};  // R row pieces of C, kept in registers
     for (int64_t k = 0; k < K; ++k) {
-      V b;
-      std::memcpy(&b, Bp + k * Np + j0, sizeof b);
+      const Lanes<T> b = load_lanes(Bp + k * Np + j0);
       for (int64_t r = 0; r < R; ++r) acc[r] += A[(i0 + r) * sa_i + k * sa_k] * b;
     }
-    const int64_t n = std::min(kSmallCols, N - j0);
+    const int64_t n = std::min(W, N - j0);
     for (int64_t r = 0; r < R; ++r) {
-      T out[kSmallCols];
-      std::memcpy(out, &acc[r], sizeof out);
+      T out[W];
+      store_lanes(out, acc[r]);
       T* c = C + (i0 + r) * ldc + j0;
       if (beta == T(0)) {
         for (int64_t j = 0; j < n; ++j) c[j] = alpha * out[j];
@@ -80,7 +75,7 @@ void small_rows(int64_t i0, int64_t N, int64_t K, const T* A, int64_t sa_i, int6
 template <class T>
 void small_gemm(int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, bool trans_a, const T* B, int64_t ldb,
                 bool trans_b, T* C, int64_t ldc, T alpha, T beta) {
-  const int64_t Np = (N + kSmallCols - 1) / kSmallCols * kSmallCols;
+  const int64_t Np = (N + kLanes<T> - 1) / kLanes<T> * kLanes<T>;
   thread_local std::vector<T> packed;
   packed.assign(static_cast<size_t>(K * Np), T(0));
   for (int64_t k = 0; k < K; ++k)
@@ -141,6 +136,30 @@ template <class T> bool use_small_gemm(int64_t M, int64_t N, int64_t K, T alpha)
 }
 
 }  // namespace
+
+namespace {
+template <class T>
+void triple_loop(int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, bool trans_a, const T* B, int64_t ldb,
+                 bool trans_b, T* C, int64_t ldc, T alpha, T beta) {
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      double sum = 0;  // op(A)(i, k) op(B)(k, j)
+      for (int64_t k = 0; k < K; ++k)
+        sum += double(trans_a ? A[k * lda + i] : A[i * lda + k]) * double(trans_b ? B[j * ldb + k] : B[k * ldb + j]);
+      T& c = C[i * ldc + j];
+      c = static_cast<T>(double(alpha) * sum + (beta == T(0) ? 0.0 : double(beta) * double(c)));
+    }
+}
+}  // namespace
+
+void gemm_reference(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, bool trans_a, const float* B,
+                    int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha, float beta) {
+  triple_loop(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, alpha, beta);
+}
+void gemm_reference(int64_t M, int64_t N, int64_t K, const double* A, int64_t lda, bool trans_a, const double* B,
+                    int64_t ldb, bool trans_b, double* C, int64_t ldc, double alpha, double beta) {
+  triple_loop(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, alpha, beta);
+}
 
 void gemm_eigen(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, bool trans_a, const float* B, int64_t ldb,
                 bool trans_b, float* C, int64_t ldc, float alpha, float beta) {

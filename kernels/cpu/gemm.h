@@ -1,5 +1,6 @@
 // kernels/cpu/gemm.h — general matrix multiply on the CPU: a packed AVX-512 kernel for float
-// (gemm_avx512.cpp) when the CPU has AVX-512F, Eigen's GEMM otherwise and for double (gemm.cpp).
+// (gemm_avx512.cpp) when the CPU has AVX-512F, Eigen's GEMM otherwise and for double (gemm.cpp),
+// a register-blocked loop for small products, and gemm_reference, the plain triple loop.
 //
 //   C (M, N) = alpha * op(A) (M, K) · op(B) (K, N) + beta * C
 //
@@ -43,9 +44,21 @@ void gemm_row_sums(int64_t M, int64_t N, int64_t K, const double* A, int64_t lda
 void gemm_row_sums_reference(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, bool trans_a, const float* B,
                              int64_t ldb, bool trans_b, float* C, int64_t ldc, float* row_sums);
 
-// The float paths gemm() chooses between, callable directly by tests and benchmarks (same
-// arguments and semantics as gemm):
-// Eigen's single-threaded kernel on fixed tiles of C (the reference; any CPU).
+// The plain reference every path is tested against: the triple loop over i, j, k, each element
+// of op(A) op(B) summed in double in k order, then C = alpha * sum + beta * C rounded once
+// (beta == 0: C write-only). Single-threaded; O(M N K) with no blocking (slow past ~10^8 flops).
+void gemm_reference(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, bool trans_a, const float* B,
+                    int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha = 1.0f, float beta = 0.0f);
+void gemm_reference(int64_t M, int64_t N, int64_t K, const double* A, int64_t lda, bool trans_a, const double* B,
+                    int64_t ldb, bool trans_b, double* C, int64_t ldc, double alpha = 1.0, double beta = 0.0);
+
+// The fast float paths gemm() chooses between, callable directly by tests and benchmarks (same
+// arguments and semantics as gemm). They differ from gemm_reference by blocking for the caches
+// (panels of A and B packed so the inner loop streams through L1) and by keeping a block of C in
+// vector registers for the whole sum over k; they sum in float.
+// Eigen's single-threaded blocked kernel on fixed tiles of C: gemm()'s path for double and on
+// CPUs without AVX-512F, kept callable as the second fast implementation the packed kernel is
+// compared with (bench_gemm's "Eigen" column).
 void gemm_eigen(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, bool trans_a, const float* B, int64_t ldb,
                 bool trans_b, float* C, int64_t ldc, float alpha, float beta);
 // The packed AVX-512 kernel; returns false (C untouched) when the CPU lacks AVX-512F. bias: as

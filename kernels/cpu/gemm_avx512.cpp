@@ -24,9 +24,13 @@
 // C's first columns from the values it broadcasts, in double and in k order across the K blocks.
 // So every element of C is summed in the same order whatever the thread count, and whatever the
 // split (rows or columns are only units of work): bit-identical for any thread count.
-// Tested against Eigen's path and a naive loop by tests/kernels/test_cpu_gemm.cpp; GFLOP/s
-// against Eigen: examples/bench_gemm.cpp.
+// Tested against Eigen's path and gemm_reference by tests/kernels/test_cpu_gemm.cpp; GFLOP/s
+// against Eigen (and gemm() against gemm_reference): examples/bench_gemm.cpp.
 // GCC 12 reports false "maybe-uninitialized" warnings inside its own AVX-512 headers.
+// Written in __m512 intrinsics, not vec_math.h's lane types: its functions carry their own
+// target("avx512f,avx2,fma") attributes so that one binary runs on any x86-64 (the run-time check picks
+// it), and vec_math.h's inline helpers are compiled for the build's -march, which may lack
+// AVX-512; the packing and the micro-kernel's edges also use masked loads and stores.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <algorithm>
 #include <cstdlib>

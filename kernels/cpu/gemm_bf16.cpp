@@ -31,6 +31,9 @@
 // C's rows, never K): bit-identical for any thread count. GFLOP/s against the float32 kernel:
 // `bench_gemm bf16` (examples/bench_gemm.cpp).
 // GCC 12 reports false "maybe-uninitialized" warnings inside its own AVX-512 headers.
+// Written in intrinsics, not vec_math.h's lane types: its functions carry their own
+// target("avx512bf16") attributes for the run-time dispatch, and vdpbf16ps (two bf16 products per
+// float lane) has no vector-type spelling.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include "minidl/kernels/cpu/gemm_bf16.h"
 

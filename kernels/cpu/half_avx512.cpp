@@ -1,6 +1,9 @@
 // kernels/cpu/half_avx512.cpp — the span conversions of half_span.h: float32 -> bfloat16 on 16
 // lanes with AVX-512 (compiled for it whatever the build's -march, used only when the CPU has it),
 // the per-element reference, and the widening loop.
+// Written in __m512 intrinsics, not vec_math.h's lane types: the kernel carries its own
+// target("avx512f,avx512bw,avx512vl") attributes for the run-time dispatch (vec_math.h's helpers are compiled for
+// the build's -march), and needs vpmovdw's 32 -> 16-bit narrowing and masked tail stores.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12, inside its own AVX-512 headers
 #include "minidl/kernels/cpu/half_span.h"
 

@@ -1,15 +1,14 @@
-// kernels/cpu/norm.h — batch norm and layer norm on raw pointers, forward beside backward.
+// kernels/cpu/norm.h — batch norm on raw pointers, forward beside backward (layer norm:
+// kernels/cpu/layer_norm.h), and norm_grain, the parallel chunking both use.
 //
 // Batch norm sees x as (N, C, S) (S = product of the trailing dims, 1 for (N, C) input) and is
 // split like PyTorch's kernels: stats (per-channel mean and invstd), elemt (normalise + affine),
 // backward_reduce (per-channel sums of dy and dy*(x-mean)), backward_elemt (dx from those sums).
-// Layer norm sees x as (rows, M) and normalises each row.
 //
 // Reproducibility: sums accumulate in double. Every reduction runs in a fixed order that does
 // not depend on the thread count: per-channel sums loop over n, then s, inside one thread (threads
 // split channels; within a plane the sum is one vectorised reduction whose order is fixed at
-// compile time); layer norm's row sums are fixed-order lane sums (kernels/cpu/vec_math.h); its weight
-// gradient sums fixed 32-row chunks, then the chunks in order.
+// compile time).
 // Per-channel vectors (mean, invstd, weight, bias, sums) come in as double arrays; a null weight
 // means 1 and a null bias means 0. A ReLU after the batch norm can be fused: elemt applies it,
 // the backward pieces mask dy with its output (relu_out). A ReLU and a 2x2 max-pool after it can
@@ -27,7 +26,6 @@
 
 #include "minidl/kernels/cpu/parallel.h"
 #include "minidl/kernels/cpu/pool.h"
-#include "minidl/kernels/cpu/vec_math.h"
 
 namespace minidl::kernels::cpu {
 
@@ -40,21 +38,22 @@ inline int64_t norm_grain(int64_t elems_per_item) {
 // ---- batch norm ----
 
 // x (N, C, S) -> mean (C), invstd (C) = 1 / sqrt(biased_var + eps). One pass per channel over
-// d = x - k, with k the channel's first value (so sum(d^2) - sum(d)^2 / count does not cancel
-// catastrophically): mean = k + sum(d) / count, var = sum(d^2) / count - (sum(d) / count)^2.
-// Each plane's sums are one vectorised reduction (see simd_sum), added plane by plane in n order.
+// d = x - shift, with shift the channel's first value (so sum(d^2) - sum(d)^2 / count does not
+// cancel catastrophically): mean = shift + sum(d) / count, var = sum(d^2) / count - (sum(d) /
+// count)^2. Each plane's sums are one `omp simd` reduction (as vec_math.h's simd_sum: one partial
+// sum per lane, its order fixed at compile time), added plane by plane in n order.
 template <class T> void batch_norm_stats(const T* x, int64_t N, int64_t C, int64_t S, double eps, T* mean, T* invstd) {
   const double count = static_cast<double>(N * S);
   parallel_for(C, norm_grain(N * S), [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c) {
-      const double k = static_cast<double>(x[c * S]);
+      const double shift = static_cast<double>(x[c * S]);
       double sum = 0, sum_sq = 0;
       for (int64_t n = 0; n < N; ++n) {
         const T* p = x + (n * C + c) * S;
         double s = 0, q = 0;
 #pragma omp simd reduction(+ : s, q)
         for (int64_t i = 0; i < S; ++i) {
-          const double d = static_cast<double>(p[i]) - k;
+          const double d = static_cast<double>(p[i]) - shift;
           s += d;
           q += d * d;
         }
@@ -63,7 +62,7 @@ template <class T> void batch_norm_stats(const T* x, int64_t N, int64_t C, int64
       }
       const double md = sum / count;
       const double var = std::max(0.0, sum_sq / count - md * md);
-      mean[c] = static_cast<T>(k + md);
+      mean[c] = static_cast<T>(shift + md);
       invstd[c] = static_cast<T>(1.0 / std::sqrt(var + eps));
     }
   });
@@ -164,10 +163,11 @@ void batch_norm_backward_reduce(const T* dy, const T* x, int64_t N, int64_t C, i
   });
 }
 
-// The per-channel constants of the backward's dx = (g - mean_dy - (x - m) * k) * scale for channel
-// c: m = mean, mean_dy = sum_dy / count, k = invstd^2 * sum_dy_xmu / count, scale = weight * invstd.
+// The per-channel constants of the backward's dx = (g - mean_dy - (x - m) * xmu_coef) * scale for
+// channel c: m = mean, mean_dy = sum_dy / count, xmu_coef = invstd^2 * sum_dy_xmu / count (the
+// weight of x - mean: the gradient's projection on xhat, divided by invstd), scale = weight * invstd.
 struct BatchNormBackwardCoefficients {
-  double m, mean_dy, k, scale;
+  double m, mean_dy, xmu_coef, scale;
 };
 inline BatchNormBackwardCoefficients batch_norm_backward_coefficients(int64_t c, const double* mean,
                                                                       const double* invstd, const double* weight,
@@ -177,12 +177,12 @@ inline BatchNormBackwardCoefficients batch_norm_backward_coefficients(int64_t c,
   return {mean[c], sum_dy[c] * inv_count, is * is * sum_dy_xmu[c] * inv_count, (weight ? weight[c] : 1.0) * is};
 }
 
-// dx[i] = (g[i] - mean_dy - (x[i] - m) * k) * scale, i < n: batch_norm_backward_elemt's loop
+// dx[i] = (g[i] - mean_dy - (x[i] - m) * xmu_coef) * scale, i < n: batch_norm_backward_elemt's loop
 // without a ReLU, shared with the fused batch norm + ReLU + max-pool's backward (the same bits).
 template <class T>
-inline void batch_norm_backward_row(const T* g, const T* x, int64_t n, double m, double mean_dy, double k, double scale,
-                                    T* dx) {
-  for (int64_t i = 0; i < n; ++i) dx[i] = static_cast<T>((g[i] - mean_dy - (x[i] - m) * k) * scale);
+inline void batch_norm_backward_row(const T* g, const T* x, int64_t n, double m, double mean_dy, double xmu_coef,
+                                    double scale, T* dx) {
+  for (int64_t i = 0; i < n; ++i) dx[i] = static_cast<T>((g[i] - mean_dy - (x[i] - m) * xmu_coef) * scale);
 }
 
 // dx = (dy - sum_dy / count - (x - mean) * invstd^2 * sum_dy_xmu / count) * weight * invstd
@@ -194,7 +194,7 @@ void batch_norm_backward_elemt(const T* dy, const T* x, int64_t N, int64_t C, in
   const double inv_count = 1.0 / static_cast<double>(count);
   parallel_for(N * C, norm_grain(S), [&](int64_t p0, int64_t p1) {
     for (int64_t pl = p0; pl < p1; ++pl) {
-      const auto [m, mean_dy, k, scale] =
+      const auto [m, mean_dy, xmu_coef, scale] =
           batch_norm_backward_coefficients(pl % C, mean, invstd, weight, sum_dy, sum_dy_xmu, inv_count);
       const T* g = dy + pl * S;
       const T* xp = x + pl * S;
@@ -203,10 +203,10 @@ void batch_norm_backward_elemt(const T* dy, const T* x, int64_t N, int64_t C, in
         const T* ro = relu_out + pl * S;
         for (int64_t i = 0; i < S; ++i) {
           const double gi = static_cast<double>(relu_grad_bits(ro[i], g[i]));
-          o[i] = static_cast<T>((gi - mean_dy - (xp[i] - m) * k) * scale);
+          o[i] = static_cast<T>((gi - mean_dy - (xp[i] - m) * xmu_coef) * scale);
         }
       } else {
-        batch_norm_backward_row(g, xp, S, m, mean_dy, k, scale, o);
+        batch_norm_backward_row(g, xp, S, m, mean_dy, xmu_coef, scale, o);
       }
     }
   });
@@ -313,7 +313,7 @@ void batch_norm_relu_max_pool2d_backward_elemt(const T* dout, const T* out, cons
     // the input's gradient of one plane; a last odd row / column, in no window, stays 0
     std::vector<T> g(static_cast<size_t>(H * W), T(0));
     for (int64_t pl = p0; pl < p1; ++pl) {
-      const auto [m, mean_dy, k, scale] =
+      const auto [m, mean_dy, xmu_coef, scale] =
           batch_norm_backward_coefficients(pl % C, mean, invstd, weight, sum_dy, sum_dy_xmu, inv_count);
       const T* const ro = out + pl * Ho * Wo;
       const T* const dr = dout + pl * Ho * Wo;
@@ -334,240 +334,7 @@ void batch_norm_relu_max_pool2d_backward_elemt(const T* dout, const T* out, cons
           g1[2 * ow + 1] = ar[j] == 3 ? v : T(0);
         }
       }
-      batch_norm_backward_row(g.data(), x + pl * H * W, H * W, m, mean_dy, k, scale, dx + pl * H * W);
-    }
-  });
-}
-
-// ---- layer norm ----
-
-// x (rows, M) -> y (rows, M), mean (rows), invstd (rows); weight / bias (M) or null. The plain
-// loops: the float64 path, and the reference of the float rows below in
-// tests/tensor/test_cpu_fast_paths.cpp.
-template <class T>
-void layer_norm_forward_plain(const T* x, int64_t rows, int64_t M, const T* weight, const T* bias, double eps, T* y,
-                              T* mean, T* invstd) {
-  parallel_for(rows, norm_grain(M), [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const T* xp = x + r * M;
-      T* yp = y + r * M;
-      const double m = simd_sum(M, [&](int64_t j) { return xp[j]; }) / static_cast<double>(M);
-      const double ss = simd_sum(M, [&](int64_t j) {
-        const double d = static_cast<double>(xp[j]) - m;
-        return d * d;
-      });
-      const double is = 1.0 / std::sqrt(ss / static_cast<double>(M) + eps);
-      for (int64_t j = 0; j < M; ++j) {
-        double v = (xp[j] - m) * is;
-        if (weight) v *= weight[j];
-        if (bias) v += bias[j];
-        yp[j] = static_cast<T>(v);
-      }
-      mean[r] = static_cast<T>(m);
-      invstd[r] = static_cast<T>(is);
-    }
-  });
-}
-
-// One float row of layer norm, 16 floats at a time as two 8-double halves (the ViT's rows are
-// 64 long: an omp simd reduction's set-up costs more than such a row). The same double math as
-// the plain loop; only the order of the row sums differs (lanes, then the tail).
-template <bool kWeight, bool kBias>
-void layer_norm_row(const float* __restrict xp, int64_t M, const float* __restrict weight,
-                    const float* __restrict bias, double eps, float* __restrict yp, float* mean, float* invstd) {
-  const int64_t M16 = M - M % 16;
-  const double m = sum_span(xp, M) / static_cast<double>(M);
-  DoubleLanes lo = {}, hi = {};
-  for (int64_t j = 0; j < M16; j += 16) {
-    DoubleLanes dlo, dhi;
-    as_doubles(load_lanes(xp + j), dlo, dhi);
-    dlo -= m;
-    dhi -= m;
-    lo += dlo * dlo;
-    hi += dhi * dhi;
-  }
-  double ss = lanes_sum(lo, hi);
-  for (int64_t j = M16; j < M; ++j) {
-    const double d = static_cast<double>(xp[j]) - m;
-    ss += d * d;
-  }
-  const double is = 1.0 / std::sqrt(ss / static_cast<double>(M) + eps);
-#pragma omp simd
-  for (int64_t j = 0; j < M; ++j) {
-    double v = (static_cast<double>(xp[j]) - m) * is;
-    if constexpr (kWeight) v *= static_cast<double>(weight[j]);
-    if constexpr (kBias) v += static_cast<double>(bias[j]);
-    yp[j] = static_cast<float>(v);
-  }
-  *mean = static_cast<float>(m);
-  *invstd = static_cast<float>(is);
-}
-
-template <bool kWeight, bool kBias>
-void layer_norm_forward_rows(const float* x, int64_t rows, int64_t M, const float* weight, const float* bias,
-                             double eps, float* y, float* mean, float* invstd) {
-  parallel_for(rows, norm_grain(M), [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r)
-      layer_norm_row<kWeight, kBias>(x + r * M, M, weight, bias, eps, y + r * M, mean + r, invstd + r);
-  });
-}
-
-template <class T>
-void layer_norm_forward(const T* x, int64_t rows, int64_t M, const T* weight, const T* bias, double eps, T* y, T* mean,
-                        T* invstd) {
-  if constexpr (std::is_same_v<T, float>) {
-    if (weight && bias) return layer_norm_forward_rows<true, true>(x, rows, M, weight, bias, eps, y, mean, invstd);
-    if (weight) return layer_norm_forward_rows<true, false>(x, rows, M, weight, bias, eps, y, mean, invstd);
-    if (bias) return layer_norm_forward_rows<false, true>(x, rows, M, weight, bias, eps, y, mean, invstd);
-    return layer_norm_forward_rows<false, false>(x, rows, M, weight, bias, eps, y, mean, invstd);
-  } else {
-    layer_norm_forward_plain(x, rows, M, weight, bias, eps, y, mean, invstd);
-  }
-}
-
-// dx (rows, M) = invstd * (g - mean_j(g) - xhat * mean_j(g * xhat)), g = dy * weight, xhat = (x - mean) * invstd.
-template <class T>
-void layer_norm_backward_input(const T* dy, const T* x, int64_t rows, int64_t M, const T* mean, const T* invstd,
-                               const T* weight, T* dx) {
-  parallel_for(rows, norm_grain(M), [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const T* g = dy + r * M;
-      const T* xp = x + r * M;
-      T* o = dx + r * M;
-      const double m = mean[r], is = invstd[r];
-      auto gw = [&](int64_t j) { return weight ? static_cast<double>(g[j]) * weight[j] : static_cast<double>(g[j]); };
-      const double sg = simd_sum(M, gw);
-      const double sgx = simd_sum(M, [&](int64_t j) { return gw(j) * (static_cast<double>(xp[j]) - m) * is; });
-      const double mg = sg / static_cast<double>(M), mgx = sgx / static_cast<double>(M);
-      for (int64_t j = 0; j < M; ++j) {
-        const double gj = weight ? static_cast<double>(g[j]) * weight[j] : static_cast<double>(g[j]);
-        o[j] = static_cast<T>(is * (gj - mg - (xp[j] - m) * is * mgx));
-      }
-    }
-  });
-}
-
-// dweight (M) = sum over rows of dy * xhat, dbias (M) = sum over rows of dy; in fixed 32-row chunks.
-template <class T>
-void layer_norm_backward_affine(const T* dy, const T* x, int64_t rows, int64_t M, const T* mean, const T* invstd,
-                                double* dweight, double* dbias) {
-  constexpr int64_t kChunk = 32;
-  const int64_t chunks = (rows + kChunk - 1) / kChunk;
-  std::vector<double> part(static_cast<size_t>(2 * chunks * M), 0.0);  // (chunks, 2, M)
-  parallel_for(chunks, norm_grain(kChunk * M), [&](int64_t k0, int64_t k1) {
-    for (int64_t k = k0; k < k1; ++k) {
-      double* pw = part.data() + 2 * k * M;
-      double* pb = pw + M;
-      const int64_t r_end = std::min(rows, (k + 1) * kChunk);
-      for (int64_t r = k * kChunk; r < r_end; ++r) {
-        const T* g = dy + r * M;
-        const T* xp = x + r * M;
-        const double m = mean[r], is = invstd[r];
-        for (int64_t j = 0; j < M; ++j) {
-          pw[j] += g[j] * ((xp[j] - m) * is);
-          pb[j] += g[j];
-        }
-      }
-    }
-  });
-  parallel_for(M, 1024, [&](int64_t j0, int64_t j1) {
-    for (int64_t j = j0; j < j1; ++j) {
-      double w = 0, b = 0;
-      for (int64_t k = 0; k < chunks; ++k) {
-        w += part[static_cast<size_t>(2 * k * M + j)];
-        b += part[static_cast<size_t>((2 * k + 1) * M + j)];
-      }
-      dweight[j] = w;
-      dbias[j] = b;
-    }
-  });
-}
-
-// Layer norm's whole backward in one pass over dy and x: dx as layer_norm_backward_input and,
-// when weight is given, dweight / dbias as layer_norm_backward_affine (those two are its reference
-// in tests/tensor/test_cpu_fast_paths.cpp, equal to rounding): a row's two sums in one vectorised
-// loop, then dx and the chunk's column sums in a second; column sums in fixed 32-row chunks, the
-// chunks added in order (no dependence on the thread count). part: (layer_norm_chunks(rows), 2, M) zeroed doubles, the
-// caller's scratch (from the tensor allocator: a steady-state step then maps no memory).
-inline constexpr int64_t kLayerNormChunk = 32;
-inline int64_t layer_norm_chunks(int64_t rows) { return (rows + kLayerNormChunk - 1) / kLayerNormChunk; }
-
-// One chunk of rows of layer_norm_backward; kWeight: weight given (else 1, and no affine sums).
-template <bool kWeight, class T>
-void layer_norm_backward_rows(const T* __restrict dy, const T* __restrict x, int64_t r0, int64_t r1, int64_t M,
-                              const T* mean, const T* invstd, const T* __restrict weight, T* __restrict dx,
-                              double* __restrict pw, double* __restrict pb) {
-  for (int64_t r = r0; r < r1; ++r) {
-    const T* __restrict g = dy + r * M;
-    const T* __restrict xp = x + r * M;
-    T* __restrict o = dx + r * M;
-    const double m = mean[r], is = invstd[r];
-    double sg = 0, sgx = 0;  // sums of g * w and g * w * (x - mean)
-    int64_t j0 = 0;
-    if constexpr (std::is_same_v<T, float>) {  // 16 lanes as two 8-double halves (see layer_norm_row)
-      DoubleLanes sg_lo = {}, sg_hi = {}, sgx_lo = {}, sgx_hi = {};
-      for (; j0 + 16 <= M; j0 += 16) {
-        DoubleLanes glo, ghi, xlo, xhi;
-        as_doubles(load_lanes(g + j0), glo, ghi);
-        if constexpr (kWeight) {
-          DoubleLanes wlo, whi;
-          as_doubles(load_lanes(weight + j0), wlo, whi);
-          glo *= wlo;
-          ghi *= whi;
-        }
-        as_doubles(load_lanes(xp + j0), xlo, xhi);
-        sg_lo += glo;
-        sg_hi += ghi;
-        sgx_lo += glo * (xlo - m);
-        sgx_hi += ghi * (xhi - m);
-      }
-      sg = lanes_sum(sg_lo, sg_hi);
-      sgx = lanes_sum(sgx_lo, sgx_hi);
-    }
-    for (int64_t j = j0; j < M; ++j) {
-      const double gj = kWeight ? static_cast<double>(g[j]) * weight[j] : static_cast<double>(g[j]);
-      sg += gj;
-      sgx += gj * (static_cast<double>(xp[j]) - m);
-    }
-    const double mg = sg / static_cast<double>(M), k = sgx * is * is / static_cast<double>(M);
-#pragma omp simd
-    for (int64_t j = 0; j < M; ++j) {
-      const double d = static_cast<double>(xp[j]) - m;
-      const double gj = static_cast<double>(g[j]);
-      o[j] = static_cast<T>(is * ((kWeight ? gj * weight[j] : gj) - mg - d * k));
-      if constexpr (kWeight) {
-        pw[j] += gj * (d * is);
-        pb[j] += gj;
-      }
-    }
-  }
-}
-
-template <class T>
-void layer_norm_backward(const T* dy, const T* x, int64_t rows, int64_t M, const T* mean, const T* invstd,
-                         const T* weight, T* dx, double* part, double* dweight, double* dbias) {
-  const int64_t chunks = layer_norm_chunks(rows);
-  parallel_for(chunks, norm_grain(kLayerNormChunk * M), [&](int64_t k0, int64_t k1) {
-    for (int64_t k = k0; k < k1; ++k) {
-      const int64_t r0 = k * kLayerNormChunk, r1 = std::min(rows, r0 + kLayerNormChunk);
-      if (weight) {
-        layer_norm_backward_rows<true>(dy, x, r0, r1, M, mean, invstd, weight, dx, part + 2 * k * M,
-                                       part + (2 * k + 1) * M);
-      } else {
-        layer_norm_backward_rows<false>(dy, x, r0, r1, M, mean, invstd, weight, dx, nullptr, nullptr);
-      }
-    }
-  });
-  if (!weight) return;
-  parallel_for(M, 1024, [&](int64_t j0, int64_t j1) {
-    for (int64_t j = j0; j < j1; ++j) {
-      double w = 0, b = 0;
-      for (int64_t k = 0; k < chunks; ++k) {
-        w += part[2 * k * M + j];
-        b += part[(2 * k + 1) * M + j];
-      }
-      dweight[j] = w;
-      dbias[j] = b;
+      batch_norm_backward_row(g.data(), x + pl * H * W, H * W, m, mean_dy, xmu_coef, scale, dx + pl * H * W);
     }
   });
 }

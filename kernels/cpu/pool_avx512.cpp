@@ -6,6 +6,10 @@
 // fused batch norm + ReLU + max-pool (kernels/cpu/norm.h): its forward (recording the winner's
 // place and a second array's value there) and its backward's input gradient, a plane per call.
 // GCC 12 reports false "maybe-uninitialized" warnings inside its own AVX-512 headers.
+// Written in __m512 intrinsics, not vec_math.h's lane types: the functions carry their own
+// target("avx512f") attributes for the run-time dispatch (vec_math.h's helpers are compiled for
+// the build's -march), and the loop needs masked loads, lane permutes (vpermt2ps) and mask
+// registers for the winner's index, which the vector types do not express.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include "minidl/kernels/cpu/pool.h"
 

@@ -1,7 +1,11 @@
 // kernels/cpu/softmax.h — softmax / log_softmax and their backward along the middle axis of a
 // contiguous (outer, len, inner) array (the softmax dim is `len`; inner = 1 when it is the last
-// dim). Numerically stable: the row max is subtracted before exponentiating. Each row is one
-// sequential loop (sums in double), so results do not depend on the thread count.
+// dim). Numerically stable: the row max is subtracted before exponentiating. Each row is done by
+// one thread, its sums in double in an order fixed by the row's length alone (contiguous float
+// rows: vec_math.h's 16-lane span reductions; float64 and strided rows, the reference branch of
+// each `if constexpr (kFastRows)`: one sequential loop), so results do not depend on the thread
+// count. The fast float rows differ from the reference by the vectorised exp_nonpositive in place
+// of std::exp and the lane-parallel sums (no loop-carried dependence between additions).
 #pragma once
 #include <algorithm>
 #include <cmath>

@@ -1,19 +1,160 @@
-// kernels/cpu/vec_math.h — float exp and erf written as straight-line arithmetic (no library
-// calls, no branches), so that loops calling them vectorise (AVX-512, AVX2 or SSE2, whatever the
-// build targets), a vectorised double sum, and max / sum / dot reductions for short float rows.
-// Used by the CPU softmax, GELU and layer norm loops; the float64 paths keep std::exp / std::erf.
-// Checked against std::exp / std::erf over dense grids by tests/tensor/test_cpu_fast_paths.cpp
-// (exp within 4 ulp, erf within 5e-7 absolute).
+// kernels/cpu/vec_math.h — the one vector vocabulary of the CPU kernels, and the vectorised math
+// written in it:
+//   - lane types: FloatLanes (16 floats), DoubleLanes (8 doubles), IntLanes / LongLanes (their
+//     lane indices), all 64 bytes, as GCC / Clang vector types (one AVX-512 register; the
+//     compiler lowers them to AVX2 or SSE2 pairs or quads on other targets); Lanes<T>, kLanes<T>
+//     and lane_index<T>() for kernels written once for float and double;
+//   - load_lanes / store_lanes (whole vectors), load_first_lanes / store_first_lanes (the first n
+//     lanes, masked: nothing past p + n is touched), keep_first_lanes, splat;
+//   - horizontal_sum / horizontal_max (reduce_lanes: a fixed tree of halves) and transpose16 (a
+//     16 x 16 block of floats transposed in registers);
+//   - float exp and erf as straight-line arithmetic (no library calls, no branches), so that loops
+//     calling them vectorise, a vectorised double sum, and max / sum / dot reductions for short
+//     float rows. The float64 paths keep std::exp / std::erf.
+// fma is written as a * b + c (under gnu++20, GCC's -ffp-contract=fast makes it one FMA where the
+// target has them, the same way in every kernel). Only code that needs an instruction
+// these types cannot express (masked loads, vscalefps, bf16 dot products) uses intrinsics.
+// exp / erf are checked against std::exp / std::erf over dense grids by
+// tests/tensor/test_cpu_fast_paths.cpp (exp within 4 ulp, erf within 5e-7 absolute);
+// transpose16 and the masked loads by tests/kernels/test_cpu_vec_math.cpp.
 #pragma once
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
 #endif
 
 namespace minidl::kernels::cpu {
+
+// ---- lane types ----
+// Kept inline: passed by value across a non-inline call, a 64-byte vector's calling convention
+// would depend on -march.
+using FloatLanes = float __attribute__((vector_size(64)));
+using DoubleLanes = double __attribute__((vector_size(64)));
+using IntLanes = int32_t __attribute__((vector_size(64)));  // a comparison of FloatLanes gives these
+using LongLanes = int64_t __attribute__((vector_size(64)));  // ... of DoubleLanes these
+
+template <class T> struct LaneTraits;
+template <> struct LaneTraits<float> {
+  using Type = FloatLanes;
+  using Index = IntLanes;
+  static constexpr IntLanes kIndex = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+};
+template <> struct LaneTraits<double> {
+  using Type = DoubleLanes;
+  using Index = LongLanes;
+  static constexpr LongLanes kIndex = {0, 1, 2, 3, 4, 5, 6, 7};
+};
+template <class T> using Lanes = typename LaneTraits<T>::Type;  // FloatLanes or DoubleLanes
+template <class T> constexpr int64_t kLanes = 64 / sizeof(T);  // 16 or 8
+template <class T> constexpr typename LaneTraits<T>::Index lane_index() { return LaneTraits<T>::kIndex; }  // 0, 1, ...
+
+template <class T> Lanes<T> splat(T x) { return Lanes<T>{} + x; }
+inline FloatLanes load_lanes(const float* p) {
+  FloatLanes v;
+  std::memcpy(&v, p, sizeof v);  // unaligned
+  return v;
+}
+inline DoubleLanes load_lanes(const double* p) {
+  DoubleLanes v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline void store_lanes(float* p, FloatLanes v) { std::memcpy(p, &v, sizeof v); }
+inline void store_lanes(double* p, DoubleLanes v) { std::memcpy(p, &v, sizeof v); }
+
+// The first n lanes (0 <= n <= kLanes<T>) of the vector at p, the others zero / only those
+// stored. With AVX-512 one masked load or store, which touches nothing past p + n (a row's end may
+// be the buffer's end); otherwise a lane loop.
+template <class T> Lanes<T> load_first_lanes(const T* p, int64_t n) {
+#if defined(__AVX512F__)
+  if constexpr (sizeof(T) == 4) {
+    return Lanes<T>(_mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << n) - 1), p));
+  } else {
+    return Lanes<T>(_mm512_maskz_loadu_pd(static_cast<__mmask8>((1u << n) - 1), p));
+  }
+#else
+  Lanes<T> v = {};
+  for (int64_t l = 0; l < n; ++l) v[l] = p[l];
+  return v;
+#endif
+}
+template <class T> void store_first_lanes(T* p, Lanes<T> v, int64_t n) {
+#if defined(__AVX512F__)
+  if constexpr (sizeof(T) == 4) {
+    _mm512_mask_storeu_ps(p, static_cast<__mmask16>((1u << n) - 1), v);
+  } else {
+    _mm512_mask_storeu_pd(p, static_cast<__mmask8>((1u << n) - 1), v);
+  }
+#else
+  for (int64_t l = 0; l < n; ++l) p[l] = v[l];
+#endif
+}
+// v with lanes n.. replaced by `fill` (0 <= n <= kLanes<T>)
+template <class T> Lanes<T> keep_first_lanes(Lanes<T> v, int64_t n, T fill) {
+  using Index = typename LaneTraits<T>::Index;
+  return lane_index<T>() < static_cast<std::remove_cvref_t<decltype(Index{}[0])>>(n) ? v : splat(fill);
+}
+
+// op over the lanes as a fixed tree of halves (the order depends on nothing but the width):
+// lanes l and l + 8 first, then l and l + 4, ... . The horizontal sum and max of the kernels.
+template <class Op> float reduce_lanes(FloatLanes v, Op op) {
+  v = op(v, __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7));
+  v = op(v, __builtin_shufflevector(v, v, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11));
+  v = op(v, __builtin_shufflevector(v, v, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13));
+  v = op(v, __builtin_shufflevector(v, v, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14));
+  return v[0];
+}
+template <class Op> double reduce_lanes(DoubleLanes v, Op op) {
+  v = op(v, __builtin_shufflevector(v, v, 4, 5, 6, 7, 0, 1, 2, 3));
+  v = op(v, __builtin_shufflevector(v, v, 2, 3, 0, 1, 6, 7, 4, 5));
+  v = op(v, __builtin_shufflevector(v, v, 1, 0, 3, 2, 5, 4, 7, 6));
+  return v[0];
+}
+template <class V> auto horizontal_sum(V v) {
+  return reduce_lanes(v, [](V a, V b) { return a + b; });
+}
+template <class V> auto horizontal_max(V v) {
+  return reduce_lanes(v, [](V a, V b) { return a > b ? a : b; });
+}
+
+// ---- 16 x 16 transpose in registers ----
+// Rows a and b of a 16 x 16 block whose row indices differ in bit S (a's bit clear) swap the
+// lanes that differ from them in that bit: a's lanes with bit S set take b's lanes with it
+// clear, and back. Done for S = 8, 4, 2, 1 over all row pairs, row and lane indices have traded
+// every bit: the block is transposed (16 two-vector shuffles a step, no memory round trip).
+template <int S> void exchange_lanes(FloatLanes& a, FloatLanes& b) {
+  FloatLanes x, y;
+  if constexpr (S == 8) {
+    x = __builtin_shufflevector(a, b, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
+    y = __builtin_shufflevector(a, b, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+  } else if constexpr (S == 4) {
+    x = __builtin_shufflevector(a, b, 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27);
+    y = __builtin_shufflevector(a, b, 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31);
+  } else if constexpr (S == 2) {
+    x = __builtin_shufflevector(a, b, 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29);
+    y = __builtin_shufflevector(a, b, 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31);
+  } else {
+    x = __builtin_shufflevector(a, b, 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30);
+    y = __builtin_shufflevector(a, b, 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31);
+  }
+  a = x, b = y;
+}
+template <int S> void exchange_all(FloatLanes (&m)[16]) {
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; ++i)
+    if (!(i & S)) exchange_lanes<S>(m[i], m[i + S]);
+}
+// m[i][k] -> m[k][i]
+inline void transpose16(FloatLanes (&m)[16]) {
+  exchange_all<8>(m);
+  exchange_all<4>(m);
+  exchange_all<2>(m);
+  exchange_all<1>(m);
+}
 
 // exp(x) for x <= 0: 2^n * p(r), n = round(x / ln 2), r = x - n ln 2 (in two parts, Cody-Waite),
 // p Cephes' degree-6 polynomial for expf. Below ln(FLT_MIN) the result flushes to 0 (exp(-inf)
@@ -88,19 +229,10 @@ template <class F> double simd_sum(int64_t n, F&& term) {
   return s;
 }
 
-// Reductions over n contiguous floats for short rows (softmax's 50-key rows): 16 lanes in GCC /
-// Clang vector types (lowered to AVX-512, AVX2 or SSE2, whatever the build targets), the lanes
-// then combined in a fixed order, the tail added last — the result depends only on n and the
-// data. `omp simd` reductions spend more on their per-call setup and lane arrays than a
+// Reductions over n contiguous floats for short rows (softmax's 50-key rows): 16 lanes at a time,
+// the lanes then combined in a fixed order, the tail added last — the result depends only on n
+// and the data. `omp simd` reductions spend more on their per-call setup and lane arrays than a
 // 50-element row costs. max_span: NaNs may or may not win (callers make NaN rows NaN anyway).
-using FloatLanes = float __attribute__((vector_size(64)));
-using DoubleLanes = double __attribute__((vector_size(64)));
-using HalfFloatLanes = float __attribute__((vector_size(32)));
-inline FloatLanes load_lanes(const float* p) {
-  FloatLanes v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
 // The 16 floats of v as two times 8 doubles.
 inline void as_doubles(FloatLanes v, DoubleLanes& lo, DoubleLanes& hi) {
   lo = __builtin_convertvector(__builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7), DoubleLanes);
@@ -113,6 +245,8 @@ inline void add_as_doubles(FloatLanes v, DoubleLanes& lo, DoubleLanes& hi) {
   lo += vlo;
   hi += vhi;
 }
+// lo + hi, its 8 lanes then added in lane order (not reduce_lanes' tree: the layer norm's and the
+// span reductions' results are defined by this order).
 inline double lanes_sum(DoubleLanes lo, DoubleLanes hi) {
   const DoubleLanes t = lo + hi;
   double s = 0;
@@ -138,7 +272,6 @@ inline FloatLanes exp_nonpositive(FloatLanes x) {
   const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(kLo), _CMP_NLT_UQ);  // not x < kLo
   return FloatLanes(_mm512_maskz_scalef_ps(keep, p, n));
 #else
-  using IntLanes = int32_t __attribute__((vector_size(64)));
   const IntLanes bits = (__builtin_convertvector(n, IntLanes) + 127) << 23;
   return x < kLo ? FloatLanes{} : p * __builtin_bit_cast(FloatLanes, bits);
 #endif

@@ -1,9 +1,9 @@
 // tests/kernels/test_cpu_conv.cpp — the Winograd F(2x2, 3x3) convolution (kernels/cpu/
 // conv2d_winograd.h) and the direct few-channel weight gradient (kernels/cpu/conv2d_direct.h)
-// against im2col + GEMM (conv2d_forward_im2col / conv2d_backward_im2col in kernels/cpu/conv2d.h):
-// forward with and without bias, the input, weight and bias gradients, for padding 0 to 3, odd
-// image sizes (ragged tiles and vectors at the edges) and more images than weight-gradient
-// blocks; which shapes take which path; and the same bits with 1 and 2 threads.
+// against im2col + GEMM (conv2d_forward_reference / conv2d_backward_reference in
+// kernels/cpu/conv2d.h): forward with and without bias, the input, weight and bias gradients, for
+// padding 0 to 3, odd image sizes (ragged tiles and vectors at the edges) and more images than
+// weight-gradient blocks; which shapes take which path; and the same bits with 1 and 2 threads.
 // (tests/tensor/test_ops_conv.cpp checks the dispatching op against a naive direct convolution.)
 #include <gtest/gtest.h>
 
@@ -43,7 +43,7 @@ void expect_close_to_max(const std::vector<float>& a, const std::vector<float>& 
 
 // Runs conv2d_forward / conv2d_backward (the dispatching paths) and the im2col + GEMM reference on
 // seeded values and compares y (with and without bias), dx (when with_dx), dw and db.
-void expect_matches_im2col(const Conv2dShape& s, bool with_dx, double tol) {
+void expect_matches_reference(const Conv2dShape& s, bool with_dx, double tol) {
   SCOPED_TRACE(::testing::Message() << "N " << s.N << " C " << s.C << " H " << s.H << " W " << s.W << " O " << s.O
                                     << " pad " << s.pad_h << "," << s.pad_w << (with_dx ? " with dx" : ""));
   const size_t x_n = static_cast<size_t>(s.N * s.C * s.H * s.W), y_n = static_cast<size_t>(s.N * s.O * s.H_out * s.W_out);
@@ -52,15 +52,15 @@ void expect_matches_im2col(const Conv2dShape& s, bool with_dx, double tol) {
   for (const float* bias : {b.data(), static_cast<const float*>(nullptr)}) {
     std::vector<float> y(y_n, NAN), ref(y_n, NAN);
     minidl::kernels::cpu::conv2d_forward(x.data(), w.data(), bias, s, y.data());
-    minidl::kernels::cpu::conv2d_forward_im2col(x.data(), w.data(), bias, s, ref.data());
+    minidl::kernels::cpu::conv2d_forward_reference(x.data(), w.data(), bias, s, ref.data());
     expect_close(y, ref, tol, "forward");
   }
   std::vector<float> dx(with_dx ? x_n : 0, NAN), dw(w.size(), NAN), db(b.size(), NAN), dx_ref(x_n), dw_ref(w.size()),
       db_ref(b.size());
   minidl::kernels::cpu::conv2d_backward(x.data(), w.data(), dy.data(), s, with_dx ? dx.data() : nullptr, dw.data(),
                                         db.data());
-  minidl::kernels::cpu::conv2d_backward_im2col(x.data(), w.data(), dy.data(), s, dx_ref.data(), dw_ref.data(),
-                                               db_ref.data());
+  minidl::kernels::cpu::conv2d_backward_reference(x.data(), w.data(), dy.data(), s, dx_ref.data(), dw_ref.data(),
+                                                  db_ref.data());
   if (with_dx) expect_close(dx, dx_ref, tol, "dx");
   expect_close_to_max(dw, dw_ref, tol, "dw");
   expect_close_to_max(db, db_ref, 1e-6, "db");  // summed in double on every path
@@ -76,8 +76,8 @@ TEST(CpuConv, WinogradMatchesIm2colGemm) {
   for (const auto& c : cases) {
     const Conv2dShape s = shape(c[0], c[1], c[2], c[3], c[4], c[5]);
     ASSERT_TRUE(minidl::kernels::cpu::conv2d_uses_winograd(s));
-    expect_matches_im2col(s, true, 2e-5);
-    expect_matches_im2col(s, false, 2e-5);
+    expect_matches_reference(s, true, 2e-5);
+    expect_matches_reference(s, false, 2e-5);
   }
 }
 
@@ -92,8 +92,8 @@ TEST(CpuConv, DirectMatchesIm2colGemm) {
     s.W_out = s.W + 2 * s.pad_w - 2;
     ASSERT_TRUE(minidl::kernels::cpu::conv2d_uses_direct(s));
     ASSERT_FALSE(minidl::kernels::cpu::conv2d_uses_winograd(s));
-    expect_matches_im2col(s, false, 2e-5);
-    expect_matches_im2col(s, true, 2e-5);  // dx wanted: dx by im2col + GEMM, dw and db still direct
+    expect_matches_reference(s, false, 2e-5);
+    expect_matches_reference(s, true, 2e-5);  // dx wanted: dx by im2col + GEMM, dw and db still direct
   }
 }
 

@@ -1,11 +1,12 @@
 // tests/kernels/test_cpu_gemm.cpp — the packed AVX-512 float GEMM (kernels/cpu/gemm_avx512.cpp)
-// against a naive float64 triple loop and Eigen's path (gemm_eigen): all four transpose
-// combinations, sizes that are not multiples of the 8x32 tile, K = 1 and K = 0, K past one K
-// block and N past one column block, alpha and beta (0: C is write-only, a NaN there is ignored;
-// 1; other), leading dimensions wider than the matrices (the gaps stay untouched), and the same
-// bits with 1 and 2 threads. Skipped, saying so, on a CPU without AVX-512F (gemm() then never
-// uses the kernel). gemm_bias (a bias added to every row of C) on every path; gemm_row_sums (the
-// row sums of op(A) alongside the product) against gemm() and a plain loop, on every path.
+// and Eigen's path (gemm_eigen) against gemm_reference (the plain triple loop, here on float64
+// copies of the operands): all four transpose combinations, sizes that are not multiples of the
+// 8x32 tile, K = 1 and K = 0, K past one K block and N past one column block, alpha and beta (0:
+// C is write-only, a NaN there is ignored; 1; other), leading dimensions wider than the matrices
+// (the gaps stay untouched), and the same bits with 1 and 2 threads. Skipped, saying so, on a CPU
+// without AVX-512F (gemm() then never uses the kernel). gemm_bias (a bias added to every row of
+// C) on every path; gemm_row_sums (the row sums of op(A) alongside the product) against
+// gemm_row_sums_reference, on every path.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -24,6 +25,7 @@ using minidl::testing::values;
 
 using minidl::kernels::cpu::gemm_avx512;
 using minidl::kernels::cpu::gemm_eigen;
+using minidl::kernels::cpu::gemm_reference;
 
 struct Case {
   int64_t M, N, K;
@@ -31,7 +33,7 @@ struct Case {
 
 constexpr float kSentinel = 12345.0f;  // fills the gaps between rows of C (ldc > N)
 
-// Runs gemm_avx512 and gemm_eigen on one case and checks both against the float64 loop.
+// Runs gemm_avx512 and gemm_eigen on one case and checks both against gemm_reference in float64.
 void check(const Case& c, bool ta, bool tb, float alpha, float beta, int64_t pad) {
   const int64_t M = c.M, N = c.N, K = c.K;
   // A stored (M, K) or (K, M); B stored (K, N) or (N, K); each row `pad` elements wider.
@@ -46,21 +48,22 @@ void check(const Case& c, bool ta, bool tb, float alpha, float beta, int64_t pad
   std::vector<float> packed = C0, eigen = C0;
   ASSERT_TRUE(gemm_avx512(M, N, K, A.data(), lda, ta, B.data(), ldb, tb, packed.data(), ldc, alpha, beta));
   gemm_eigen(M, N, K, A.data(), lda, ta, B.data(), ldb, tb, eigen.data(), ldc, alpha, beta);
+  // The reference, and the same loop over |A| and |B| for the size of the sum each element rounds.
+  std::vector<double> Ad(A.begin(), A.end()), Bd(B.begin(), B.end()), ref(static_cast<size_t>(M * ldc)), mag = ref;
+  for (size_t i = 0; i < C0.size(); ++i) ref[i] = C0[i];
+  gemm_reference(M, N, K, Ad.data(), lda, ta, Bd.data(), ldb, tb, ref.data(), ldc, double(alpha), double(beta));
+  for (double& v : Ad) v = std::fabs(v);
+  for (double& v : Bd) v = std::fabs(v);
+  gemm_reference(M, N, K, Ad.data(), lda, ta, Bd.data(), ldb, tb, mag.data(), ldc, 1.0, 0.0);
   for (int64_t i = 0; i < M; ++i) {
     for (int64_t j = 0; j < N; ++j) {
-      double ref = 0, mag = 0;
-      for (int64_t k = 0; k < K; ++k) {
-        const double p = double(ta ? A[k * lda + i] : A[i * lda + k]) * double(tb ? B[j * ldb + k] : B[k * ldb + j]);
-        ref += p;
-        mag += std::fabs(p);
-      }
-      const double old = beta == 0.0f ? 0.0 : beta * double(C0[i * ldc + j]);  // a NaN there is ignored
-      ref = alpha * ref + old;
-      const double tol = 1e-5 * (std::fabs(alpha) * mag + std::fabs(old)) + 1e-7;
       const size_t at = static_cast<size_t>(i * ldc + j);
-      ASSERT_NEAR(packed[at], ref, tol) << M << "x" << N << "x" << K << " ta " << ta << " tb " << tb << " alpha "
-                                        << alpha << " beta " << beta << " at (" << i << ", " << j << ")";
-      ASSERT_NEAR(eigen[at], ref, tol) << "Eigen, " << M << "x" << N << "x" << K << " at (" << i << ", " << j << ")";
+      const double old = beta == 0.0f ? 0.0 : beta * double(C0[at]);  // a NaN there is ignored
+      const double tol = 1e-5 * (std::fabs(alpha) * mag[at] + std::fabs(old)) + 1e-7;
+      ASSERT_NEAR(packed[at], ref[at], tol) << M << "x" << N << "x" << K << " ta " << ta << " tb " << tb << " alpha "
+                                            << alpha << " beta " << beta << " at (" << i << ", " << j << ")";
+      ASSERT_NEAR(eigen[at], ref[at], tol)
+          << "Eigen, " << M << "x" << N << "x" << K << " at (" << i << ", " << j << ")";
     }
     for (int64_t j = N; j < ldc; ++j) ASSERT_EQ(packed[i * ldc + j], kSentinel) << "gap of row " << i << " written";
   }
@@ -140,9 +143,9 @@ TEST(CpuGemm, PackedSameBitsFor1And2Threads) {
 }
 
 // gemm_bias: C = op(A) op(B) + bias in every row, on the small-product loop, the packed kernel
-// (several K blocks, ragged tiles, two column blocks) and, for double, Eigen's path, against the
-// float64 loop; C's old contents (a NaN included) are ignored. The packed kernel's bias with
-// beta != 0 (C = product + beta C + bias) is checked too.
+// (several K blocks, ragged tiles, two column blocks) and, for double, Eigen's path, against
+// gemm_reference in float64; C's old contents (a NaN included) are ignored. The packed
+// kernel's bias with beta != 0 (C = product + beta C + bias) is checked too.
 template <class T> void check_bias(const Case& c, bool ta, bool tb) {
   const int64_t M = c.M, N = c.N, K = c.K;
   const int64_t lda = ta ? M : K, ldb = tb ? K : N;
@@ -152,17 +155,17 @@ template <class T> void check_bias(const Case& c, bool ta, bool tb) {
   std::vector<T> C(static_cast<size_t>(M * N), T(7));
   C[0] = std::numeric_limits<T>::quiet_NaN();
   minidl::kernels::cpu::gemm_bias(M, N, K, A.data(), lda, ta, B.data(), ldb, tb, bias.data(), C.data(), N);
+  // gemm_reference in float64 into the bias rows (beta = 1), and over |A|, |B| into |bias| rows
+  std::vector<double> Ad(Af.begin(), Af.end()), Bd(Bf.begin(), Bf.end()), ref(C.size()), mag(C.size());
   for (int64_t i = 0; i < M; ++i)
-    for (int64_t j = 0; j < N; ++j) {
-      double ref = bias[j], mag = std::fabs(double(bias[j]));
-      for (int64_t k = 0; k < K; ++k) {
-        const double p = double(ta ? A[k * lda + i] : A[i * lda + k]) * double(tb ? B[j * ldb + k] : B[k * ldb + j]);
-        ref += p;
-        mag += std::fabs(p);
-      }
-      ASSERT_NEAR(C[i * N + j], ref, 1e-5 * mag + 1e-7)
-          << M << "x" << N << "x" << K << " ta " << ta << " tb " << tb << " at (" << i << ", " << j << ")";
-    }
+    for (int64_t j = 0; j < N; ++j) ref[i * N + j] = bias[j], mag[i * N + j] = std::fabs(double(bias[j]));
+  gemm_reference(M, N, K, Ad.data(), lda, ta, Bd.data(), ldb, tb, ref.data(), N, 1.0, 1.0);
+  for (double& v : Ad) v = std::fabs(v);
+  for (double& v : Bd) v = std::fabs(v);
+  gemm_reference(M, N, K, Ad.data(), lda, ta, Bd.data(), ldb, tb, mag.data(), N, 1.0, 1.0);
+  for (int64_t i = 0; i < M * N; ++i)
+    ASSERT_NEAR(C[i], ref[i], 1e-5 * mag[i] + 1e-7)
+        << M << "x" << N << "x" << K << " ta " << ta << " tb " << tb << " at (" << i / N << ", " << i % N << ")";
 }
 
 TEST(CpuGemm, BiasIsAddedToEveryRowOnEveryPath) {

@@ -3,11 +3,12 @@
 // the general window loop (NaNs, -inf and ties included), the one-pass batch-norm statistics
 // against a two-pass long-double computation, the vectorised exp / erf against std::exp /
 // std::erf, GELU and softmax fast rows against the shared functors and float64, the small-GEMM
-// loop and the stride-1 im2col / col2im against naive loops, a convolution's backward without
-// the input gradient, the float layer-norm rows against the plain loop, the one-pass layer-norm
-// backward against its two passes, the bit-mask ReLU of the fused batch norm + ReLU against the
-// functors, and the CPU caching allocator's steady state (a repeated training step maps no new
-// memory).
+// loop against gemm_reference, the stride-1 im2col / col2im against their definition, a
+// convolution's backward without the input gradient, the float layer-norm rows against
+// layer_norm_forward_reference, the one-pass layer-norm backward against
+// layer_norm_backward_reference (its two passes), the bit-mask ReLU of the fused batch norm + ReLU
+// against the functors, and the CPU caching allocator's steady state (a repeated training step
+// maps no new memory).
 // Thread-count independence of these kernels is checked too (same bits, 1 and 2 threads).
 #include <cmath>
 #include <cstring>
@@ -19,7 +20,7 @@
 #include "minidl/autograd/ops.h"
 #include "minidl/kernels/cpu/gemm.h"
 #include "minidl/kernels/cpu/im2col.h"
-#include "minidl/kernels/cpu/norm.h"
+#include "minidl/kernels/cpu/layer_norm.h"
 #include "minidl/kernels/cpu/parallel.h"
 #include "minidl/kernels/cpu/pool.h"
 #include "minidl/kernels/cpu/vec_math.h"
@@ -182,7 +183,7 @@ TEST(FastPaths, SoftmaxFastRowsMatchFloat64) {
     for (int64_t c = 7; c < 10; ++c) EXPECT_EQ(y[r * 50 + c], 0.0f) << r << ", " << c;
 }
 
-TEST(FastPaths, SmallGemmMatchesNaiveLoops) {
+TEST(FastPaths, SmallGemmMatchesTheReference) {
   for (auto [M, N, K] : {std::tuple<int64_t, int64_t, int64_t>{50, 50, 16}, {32, 784, 9}, {5, 3, 7}, {17, 33, 64}}) {
     for (bool ta : {false, true})
       for (bool tb : {false, true})
@@ -192,15 +193,11 @@ TEST(FastPaths, SmallGemmMatchesNaiveLoops) {
           std::vector<float> C = randn({M * N}, RandomKey{7, 3}).to_vector<float>(), C0 = C;
           if (beta == 0.0f) C[0] = std::numeric_limits<float>::quiet_NaN();  // ignored when beta == 0
           kernels::cpu::gemm(M, N, K, A.data(), ta ? M : K, ta, B.data(), tb ? K : N, tb, C.data(), N, 1.5f, beta);
-          for (int64_t i = 0; i < M; ++i)
-            for (int64_t j = 0; j < N; ++j) {
-              double ref = 0;
-              for (int64_t k = 0; k < K; ++k)
-                ref += double(ta ? A[k * M + i] : A[i * K + k]) * double(tb ? B[j * K + k] : B[k * N + j]);
-              ref = 1.5 * ref + (beta == 0.0f ? 0.0 : beta * C0[i * N + j]);
-              ASSERT_NEAR(C[i * N + j], ref, 1e-4 * (1 + std::fabs(ref)))
-                  << M << "x" << N << "x" << K << " ta " << ta << " tb " << tb << " beta " << beta;
-            }
+          kernels::cpu::gemm_reference(M, N, K, A.data(), ta ? M : K, ta, B.data(), tb ? K : N, tb, C0.data(), N, 1.5f,
+                                       beta);
+          for (int64_t i = 0; i < M * N; ++i)
+            ASSERT_NEAR(C[i], C0[i], 1e-4 * (1 + std::fabs(C0[i])))
+                << M << "x" << N << "x" << K << " ta " << ta << " tb " << tb << " beta " << beta << " at " << i;
         }
   }
 }
@@ -250,10 +247,10 @@ TEST(FastPaths, VitPiecesSameBitsFor1And2Threads) {
   expect_equal(e, f, "batched small matmul");
 }
 
-// The float layer-norm rows (16-lane sums) against the plain loop, with and without weight and
+// The float layer-norm rows (16-lane sums) against layer_norm_forward_reference, with and without weight and
 // bias, on row lengths with and without a tail: the same double math with the row sums in
 // another order, so equal to a float rounding; and the same bits for 1 and 2 threads.
-TEST(FastPaths, LayerNormFloatRowsMatchThePlainLoop) {
+TEST(FastPaths, LayerNormFloatRowsMatchTheReference) {
   const int64_t rows = 77;
   for (int64_t M : {64, 48, 50, 7, 1}) {
     const std::vector<float> x = randn({rows * M}, DType::Float64).to_vector<float>();
@@ -263,8 +260,8 @@ TEST(FastPaths, LayerNormFloatRowsMatchThePlainLoop) {
       const float* wp = (affine & 1) ? w.data() : nullptr;
       const float* bp = (affine & 2) ? b.data() : nullptr;
       std::vector<float> y_ref(rows * M), m_ref(rows), is_ref(rows);
-      kernels::cpu::layer_norm_forward_plain(x.data(), rows, M, wp, bp, 1e-5, y_ref.data(), m_ref.data(),
-                                             is_ref.data());
+      kernels::cpu::layer_norm_forward_reference(x.data(), rows, M, wp, bp, 1e-5, y_ref.data(), m_ref.data(),
+                                                 is_ref.data());
       const int saved = kernels::cpu::get_num_threads();
       std::vector<float> y_by_threads[2];
       for (int threads : {1, 2}) {
@@ -285,10 +282,10 @@ TEST(FastPaths, LayerNormFloatRowsMatchThePlainLoop) {
   }
 }
 
-// The one-pass layer-norm backward against the two passes it replaces (input gradient, then the
-// affine gradients), with and without a weight: equal to rounding (the same sums in the same
-// order; the compiler may contract multiply-adds differently in the two loops), and the same bits
-// for 1 and 2 threads.
+// The one-pass layer-norm backward against layer_norm_backward_reference, the two passes it
+// replaces (input gradient, then the affine gradients), with and without a weight: equal to
+// rounding (the same sums in the same order; the compiler may contract multiply-adds differently
+// in the two loops), and the same bits for 1 and 2 threads.
 template <class T> void check_layer_norm_one_pass(bool with_weight) {
   const int64_t rows = 203, M = 48;  // a partial last chunk of 32 rows
   const std::vector<T> x = randn({rows * M}, DType::Float64).template to_vector<T>();
@@ -300,10 +297,8 @@ template <class T> void check_layer_norm_one_pass(bool with_weight) {
   const T* wp = with_weight ? w.data() : nullptr;
   std::vector<T> dx_ref(rows * M);
   std::vector<double> dw_ref(M, 0.0), db_ref(M, 0.0);
-  kernels::cpu::layer_norm_backward_input(dy.data(), x.data(), rows, M, mean.data(), invstd.data(), wp, dx_ref.data());
-  if (with_weight)
-    kernels::cpu::layer_norm_backward_affine(dy.data(), x.data(), rows, M, mean.data(), invstd.data(), dw_ref.data(),
-                                             db_ref.data());
+  kernels::cpu::layer_norm_backward_reference(dy.data(), x.data(), rows, M, mean.data(), invstd.data(), wp,
+                                              dx_ref.data(), dw_ref.data(), db_ref.data());
   const double tol = std::is_same_v<T, float> ? 1e-5 : 1e-12;
   auto close = [&](const auto& a, const auto& b, const char* what) {
     for (size_t i = 0; i < a.size(); ++i)
