@@ -111,7 +111,7 @@ void cross_entropy_backward(ElemType t, const void* logits, const int64_t* targe
 void gather_rows(ElemType t, const void* x, int64_t s0, int64_t s1, const int64_t* target, int64_t ts, int64_t n,
                  void* out);
 
-// ---- normalisation (norm.cu); same math and precision (double) as kernels/cpu/norm.h ----
+// ---- normalisation (norm.cu); same math and precision (double) as kernels/cpu/norm.h and layer_norm.h ----
 // Per-channel / affine pointers have type t; weight and bias may be nullptr.
 void layer_norm_forward(ElemType t, const void* x, int64_t rows, int64_t M, const void* weight, const void* bias,
                         double eps, void* y, void* mean, void* invstd);

@@ -1,7 +1,7 @@
 // kernels/cuda/norm.cu — layer norm forward/backward and the four batch norm pieces
 // (batch_norm_stats / _elemt / _backward_reduce / _backward_elemt, as PyTorch's CUDA kernels split
 // them, so SyncBatchNorm can all-reduce between them). Same math and precision as
-// kernels/cpu/norm.h: sums in double, two-pass variance, biased variance in invstd.
+// kernels/cpu/norm.h and layer_norm.h: sums in double, two-pass variance, biased variance in invstd.
 // Layer norm rows: one block per row with a fixed CUB block reduction. Batch norm channel sums:
 // reduce_rows (common.cuh), each channel cut into fixed chunks of one block each when there are
 // few channels, the chunks combined in order by a second pass. The layer norm affine gradients:
@@ -220,7 +220,7 @@ __global__ void batch_norm_backward_elemt_kernel(const T* dy, const T* x, int64_
   batch_norm_backward_elemt_body(dy, x, n, C, S, mean, invstd, weight, sum_dy, sum_dy_xmu, inv_count, dx);
 }
 
-// SyncBatchNorm's merge, one thread per channel adding the ranks in order: kernels/cpu/norm.h's
+// SyncBatchNorm's merge, one thread per channel adding the ranks in order: kernels/cpu/layer_norm.h's
 // batch_norm_gather_stats on the device (the same up to fused multiply-adds).
 __global__ void batch_norm_gather_stats_kernel(const double* rows, int64_t R, int64_t C, double eps, double* mean,
                                                double* invstd, double* unbiased_var, double* total) {
