@@ -23,19 +23,7 @@ common=(--model mlp --epochs 3 --device cpu --train-subset 384 --val-subset 128 
 final=checkpoint_epoch_003.safetensors
 export MINIDL_STORE_TOKEN=elastic-equivalence-test
 
-# Waits until rank $2 has reached step $3 (its step file in directory $1), prints its pid.
-wait_for_step() {
-  local dir=$1 rank=$2 step=$3
-  for _ in $(seq 1 6000); do
-    if [ -f "$dir/step.$rank" ]; then
-      read -r now pid <"$dir/step.$rank" || true
-      if [ -n "${pid:-}" ] && [ "${now:-0}" -ge "$step" ]; then echo "$pid"; return 0; fi
-    fi
-    sleep 0.01
-  done
-  echo "rank $rank never reached step $step" >&2
-  return 1
-}
+source "$(dirname "$0")/wait_for_step.sh"  # wait_for_step DIR RANK STEP
 
 # Waits until file $1 holds a line matching $2.
 wait_for_line() {

@@ -32,19 +32,7 @@ K=2  # midepoch: --save-every-steps
 "$train" "${common[@]}" --nproc 2 --out "$work/ref" >"$work/ref.log" 2>&1 || { cat "$work/ref.log"; exit 1; }
 final=checkpoint_epoch_003.safetensors
 
-# Waits until rank $2 has reached step $3 (its step file in directory $1), prints its pid.
-wait_for_step() {
-  local dir=$1 rank=$2 step=$3
-  for _ in $(seq 1 3000); do
-    if [ -f "$dir/step.$rank" ]; then
-      read -r now pid <"$dir/step.$rank" || true
-      if [ -n "${pid:-}" ] && [ "${now:-0}" -ge "$step" ]; then echo "$pid"; return 0; fi
-    fi
-    sleep 0.01
-  done
-  echo "rank $rank never reached step $step" >&2
-  return 1
-}
+source "$(dirname "$0")/wait_for_step.sh"  # wait_for_step DIR RANK STEP
 
 # One interrupted run: hurt rank $1 at step $2 with signal $3; the run's output goes to $4.log.
 interrupted() {
