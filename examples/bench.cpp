@@ -6,6 +6,11 @@
 //
 //   bench --model mlp|cnn|vit|resnet20|mobilenet|unet|mixer|tinygpt --batch-size B --threads T
 //         [--steps S] [--warmup W] [--nproc N] [--backend auto|shm|gloo|hierarchical] [--profile] [--trace FILE]
+//         [--precision fp32|bf16]
+//
+// --precision bf16 runs forward under autocast(BFloat16) (autograd/autocast.h: the matrix
+// products take bfloat16 operands, float32 accumulation, float32 master weights), as
+// `train --precision bf16`; the step is otherwise the same. fp16 needs a GradScaler: use train.
 //
 // --nproc N splits the global batch B over N DDP processes (T threads each) that all-reduce
 // through --backend (auto: shared memory, as on any one host; gloo: TCP); images_per_s counts
@@ -37,6 +42,7 @@
 #include <string>
 #include <vector>
 
+#include "minidl/autograd/autocast.h"
 #include "minidl/autograd/profiler.h"
 #include "minidl/autograd/trace.h"
 #include "minidl/dist/ddp.h"
@@ -61,13 +67,14 @@ struct Args {
   std::string backend = "auto";
   bool profile = false;
   std::string trace;  // --trace FILE; empty: no trace
+  bool bf16 = false;  // --precision bf16
 };
 
 [[noreturn]] void usage_error(const std::string& msg) {
-  std::cerr
-      << "bench: " << msg
-      << "\nusage: bench --model mlp|cnn|vit|resnet20|mobilenet|unet|mixer|tinygpt --batch-size B --threads T "
-         "[--steps S] [--warmup W] [--nproc N] [--backend auto|shm|gloo|hierarchical] [--profile] [--trace FILE]\n";
+  std::cerr << "bench: " << msg
+            << "\nusage: bench --model mlp|cnn|vit|resnet20|mobilenet|unet|mixer|tinygpt --batch-size B --threads T "
+               "[--steps S] [--warmup W] [--nproc N] [--backend auto|shm|gloo|hierarchical] [--profile] [--trace FILE] "
+               "[--precision fp32|bf16]\n";
   std::exit(2);
 }
 
@@ -114,6 +121,13 @@ Args parse(int argc, char** argv) {
       ++i;
     } else if (f == "--profile") {
       a.profile = true;
+    } else if (f == "--precision") {
+      if (!v) usage_error("--precision needs a value");
+      if (std::string(v) != "fp32" && std::string(v) != "bf16")
+        usage_error(std::string("--precision '") + v +
+                    "' is not one of fp32, bf16 (fp16 needs a GradScaler: use train)");
+      a.bf16 = std::string(v) == "bf16";
+      ++i;
     } else if (f == "--trace") {
       if (!v || *v == '\0') usage_error("--trace needs a file name");
       a.trace = v;
@@ -223,8 +237,12 @@ Result run(const Args& a, int64_t local, bool use_ddp) {
       const autograd::profiler::Scope scope("zero_grad", autograd::trace::kOptimizer);
       opt.zero_grad();
     }
-    Variable out = use_ddp ? ddp->forward(Variable(x)) : model->forward(Variable(x));
-    Variable loss = z ? zoo::loss(out, y) : cross_entropy(out, y);
+    Variable loss;
+    {
+      const autocast low_precision(DType::BFloat16, a.bf16);  // --precision bf16: forward under autocast
+      Variable out = use_ddp ? ddp->forward(Variable(x)) : model->forward(Variable(x));
+      loss = z ? zoo::loss(out, y) : cross_entropy(out, y);
+    }
     loss.backward();  // with DDP: the buckets' all-reduces overlap it, and it ends waiting for them
     if (use_ddp) ddp->finish();  // (a no-op: backward finished already; ddp->step would time it)
     const autograd::profiler::Scope scope("optimizer step", autograd::trace::kOptimizer);
@@ -293,9 +311,9 @@ int main(int argc, char** argv) {
   std::printf(
       "{\"model\": \"%s\", \"batch\": %lld, \"threads\": %d, \"processes\": %d, \"steps\": %d, "
       "\"step_ms\": %.3f, \"images_per_s\": %.1f, \"gflops_per_s\": %.2f, \"peak_rss_mb\": %.1f, "
-      "\"step_mem_mb\": %.1f, \"page_faults_per_step\": %.1f}\n",
+      "\"step_mem_mb\": %.1f, \"page_faults_per_step\": %.1f, \"precision\": \"%s\"}\n",
       a.model.c_str(), static_cast<long long>(a.batch), a.threads, a.nproc, a.steps, 1e3 * seconds / a.steps, ips,
-      gflops, peak / 1024.0, (peak - before) / 1024.0, static_cast<double>(faults) / a.steps);
+      gflops, peak / 1024.0, (peak - before) / 1024.0, static_cast<double>(faults) / a.steps, a.bf16 ? "bf16" : "fp32");
   if (a.profile) std::printf("profile of rank 0, %d steps:\n%s", a.steps, results[0].profile.c_str());
   return 0;
 }
