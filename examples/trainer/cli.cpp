@@ -180,8 +180,9 @@ TrainConfig resolve_config(const CliOptions& cli, int world_size) {
   if (cli.deterministic) c.deterministic = true;
   if (cli.micro_batch) {
     if (!c.deterministic)
-      throw ConfigError("--micro-batch sets the micro-shards of --deterministic, and this run is not deterministic: "
-                        "add --deterministic (or TRAIN.DETERMINISTIC: true), or drop --micro-batch");
+      throw ConfigError(
+          "--micro-batch sets the micro-shards of --deterministic, and this run is not deterministic: "
+          "add --deterministic (or TRAIN.DETERMINISTIC: true), or drop --micro-batch");
     c.micro_batch = *cli.micro_batch;
   }
   if (cli.precision) c.precision = *cli.precision;
@@ -193,9 +194,19 @@ TrainConfig resolve_config(const CliOptions& cli, int world_size) {
   if (cli.val_subset) c.val_subset = *cli.val_subset;
   if (cli.batch_size) c.global_batch_size = *cli.batch_size * world_size;
   if (cli.global_batch_size) c.global_batch_size = *cli.global_batch_size;
-  if (c.global_batch_size % world_size != 0)
+  if (c.global_batch_size % world_size != 0) {
+    // the sizes that would: the nearest global batches on this many processes, and the process
+    // counts (up to 64) that this global batch splits over (an elastic run may need several)
+    const int64_t below = c.global_batch_size / world_size * world_size, above = below + world_size;
+    std::string counts;
+    for (int n = 1; n <= 64; ++n)
+      if (c.global_batch_size % n == 0) counts.append(counts.empty() ? "" : ", ").append(std::to_string(n));
     throw ConfigError("the global batch size " + std::to_string(c.global_batch_size) + " does not split evenly over " +
-                      std::to_string(world_size) + " processes (use --batch-size for a per-process batch)");
+                      std::to_string(world_size) + " processes: on " + std::to_string(world_size) + " give " +
+                      (below > 0 ? std::to_string(below) + " or " : std::string()) + std::to_string(above) +
+                      " (--global-batch-size), or run " + std::to_string(c.global_batch_size) + " on " + counts +
+                      " process(es); --batch-size sets a per-process batch instead");
+  }
   if (c.deterministic && c.global_batch_size % (c.micro_batch * world_size) != 0)
     throw ConfigError("--deterministic: the global batch size " + std::to_string(c.global_batch_size) +
                       " must be a multiple of the micro-batch " + std::to_string(c.micro_batch) + " x " +
