@@ -19,13 +19,12 @@
 //   everywhere) -> optional SyncBatchNorm -> model.to(device) -> DDP -> optimizer + per-iteration LR schedule ->
 //   train loop -> exact distributed validation (sums all-reduced) -> rank 0: log, metrics.jsonl,
 //   checkpoints -> barrier -> shutdown.
-// Output (rank 0) goes to stdout and OUT/train.log; one JSON line per epoch to OUT/metrics.jsonl;
-// checkpoints to OUT/checkpoint_epoch_NNN.safetensors and OUT/checkpoint_last.safetensors (with
+// Output (rank 0) goes to stdout and OUT/train.log; one JSON line per epoch to OUT/metrics.jsonl,
+// drawn at the end into OUT/curves.png (--plot none: not); checkpoints to OUT/checkpoint_epoch_NNN.safetensors and OUT/checkpoint_last.safetensors (with
 // --save-every-steps K or --save-every-minutes M also OUT/checkpoint_step_NNNNNNN.safetensors,
 // mid-epoch, the newest three kept).
-// Batches are copied to the device each step; the loss, the metrics' sums and the non-finite
-// check stay there (examples/trainer/step.h) and are read on the host only at the checks: every
-// tenth of an epoch, before each checkpoint and at the epoch's end.
+// The loss, the metrics' sums and the non-finite check stay on the device (examples/trainer/step.h),
+// read on the host only every tenth of an epoch, before each checkpoint and at the epoch's end.
 // Exit status: 0 done, 1 a failure while training, 2 a bad flag, config or data directory, or
 // --device cuda where no GPU can be used ("no CUDA device present" / "built without CUDA").
 // Failures: a non-finite loss stops the run naming the step and the first non-finite tensor (the
@@ -39,7 +38,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
 #include <functional>
 #include <iostream>
 #include <memory>
@@ -65,6 +63,7 @@
 #include "examples/trainer/launch.h"
 #include "examples/trainer/metrics.h"
 #include "examples/trainer/mode.h"
+#include "examples/trainer/plot.h"
 #include "examples/trainer/progress.h"
 #include "examples/trainer/recipe.h"
 #include "examples/trainer/resume.h"
@@ -355,6 +354,7 @@ int spawn_with_restarts(Run& run, const Launch& launch, const std::function<void
     for (int r = 0; r < launch.nproc; ++r) ::unlink((dir.path() + "/step." + std::to_string(r)).c_str());
     try {
       dist::spawn(launch.nproc, worker, dist::SpawnOptions{.omp_threads = run.threads});
+      if (!run.cli.eval && run.cli.plot == "png") trainer::draw_curves(run.out_dir);  // --plot
       return 0;
     } catch (const dist::SpawnError& e) {
       const int64_t step = dist::read_step(dir.path(), e.rank);
@@ -428,6 +428,7 @@ int run_main(int argc, char** argv) {
   else
     worker(0);  // one process, or launched by minidl-run: this process is a rank already
   // [/tutorial:spawn]
+  if (!cli->eval && launch.leader && cli->plot == "png") trainer::draw_curves(run.out_dir);  // --plot
   return 0;
 }
 

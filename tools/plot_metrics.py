@@ -1,13 +1,14 @@
 #!/usr/bin/python3
-"""tools/plot_metrics.py — loss and accuracy curves of a `train` run, as a PNG.
+"""tools/plot_metrics.py — loss, accuracy and learning-rate curves of a `train` run, as a PNG.
 
     /usr/bin/python3 tools/plot_metrics.py runs/cnn/metrics.jsonl [-o curves.png]
 
 Reads the JSON lines `train` appends to OUT/metrics.jsonl (one per epoch: epoch, lr, train_loss,
-train_acc1, val_loss, val_acc1, val_acc5, images_per_s, seconds, world_size) and draws two panels:
-train and validation loss, and train top-1, validation top-1 and top-5 accuracy, per epoch. When
-a run was resumed into the same directory an epoch can appear twice; the last line wins. Writes
-next to the input (metrics.png) unless -o is given. Needs python3-matplotlib.
+train_acc1, val_loss, val_acc1, val_acc5, images_per_s, seconds, world_size) and draws three panels:
+train and validation loss; train top-1, validation top-1 and top-5 accuracy; and the learning rate
+of each epoch. When a run was resumed into the same directory an epoch can appear twice; the last
+line wins. Writes next to the input (metrics.png) unless -o is given. Needs python3-matplotlib. `train` runs it at
+the end of every run (OUT/curves.png; `--plot none` turns that off).
 """
 import argparse
 import json
@@ -47,7 +48,7 @@ def main():
     out = args.output or str(pathlib.Path(args.metrics).with_name("metrics.png"))
     epochs = [r["epoch"] for r in rows]
 
-    fig, (loss_ax, acc_ax) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (loss_ax, acc_ax, lr_ax) = plt.subplots(1, 3, figsize=(15, 4))
     loss_ax.plot(epochs, [r["train_loss"] for r in rows], "o-", label="train")
     loss_ax.plot(epochs, [r["val_loss"] for r in rows], "s-", label="validation")
     loss_ax.set(xlabel="epoch", ylabel="cross-entropy loss", title="loss")
@@ -58,7 +59,9 @@ def main():
     best = max(rows, key=lambda r: r["val_acc1"])
     acc_ax.annotate(f"{best['val_acc1']:.2f}%", (best["epoch"], best["val_acc1"]),
                     textcoords="offset points", xytext=(0, -14), ha="center")
-    for ax in (loss_ax, acc_ax):
+    lr_ax.plot(epochs, [r["lr"] for r in rows], "o-", label="learning rate")
+    lr_ax.set(xlabel="epoch", ylabel="learning rate", title="learning rate (at the epoch's start)")
+    for ax in (loss_ax, acc_ax, lr_ax):
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # whole epochs
         ax.grid(alpha=0.3)
         ax.legend()

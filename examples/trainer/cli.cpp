@@ -120,6 +120,10 @@ std::optional<CliOptions> parse_cli(int argc, char** argv) {
                  "ui.perfetto.dev, or draw it with tools/draw_trace.py)");
   app.add_option("--trace-steps", o.trace_steps, "A:B, the global steps --trace records (default 3:4)")
       ->check(CLI::Validator([](std::string& t) { return step_window_error(t); }, "A:B"));
+  app.add_option("--plot", o.plot,
+                 "png | none: end the run by drawing loss, accuracy and learning rate per epoch into "
+                 "OUT/curves.png (default png; needs python3-matplotlib)")
+      ->check(CLI::IsMember({"png", "none"}));
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {

@@ -43,6 +43,7 @@ struct CliOptions {
   std::optional<int64_t> val_subset;
   std::optional<std::string> trace;  // --trace FILE: a Chrome trace of the --trace-steps window
   std::string trace_steps = "3:4";  // A:B, global steps (trace_window.h)
+  std::string plot = "png";  // png | none: OUT/curves.png at the end of the run (plot.h)
 };
 
 // Parses argv. Returns nullopt after printing --help (exit 0); a bad flag or value prints the
