@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# tools/bench_all.sh — every figure of docs/benchmarks.md, from one build of one commit, in one run.
+#
+#   tools/bench_all.sh OUT_DIR [SECTION ...]     sections (default: all, in this order):
+#     step zoo profile scaling precision zero core deterministic dataloader accuracy restart
+#
+# Each section writes OUT_DIR/SECTION.txt (its commands, their output, its wall time); OUT_DIR/machine.txt
+# holds the commit, date, CPU and build flags the figures belong to. Run it on a quiet machine (nothing
+# else running: every figure is a rate, and the 2-core VMs this was written on share their cores with
+# whatever else runs). The PyTorch peer is PyTorch 2.15 from PyPI in a venv (TORCH_PYTHON, default
+# /tmp/torch-peer/python); the build is ./build (BUILD to change it). Each python peer runs with
+# OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset, as docs/benchmarks.md says. Takes about 40 minutes.
+set -euo pipefail
+if [[ $# -lt 1 ]]; then
+  sed -n '3,5p' "$0" | sed 's/^# \{0,1\}//' >&2
+  exit 2
+fi
+out=$1
+shift
+sections=("$@")
+[[ ${#sections[@]} -gt 0 ]] || sections=(step zoo profile scaling precision zero core deterministic dataloader accuracy restart)
+build=${BUILD:-build}
+torch_python=${TORCH_PYTHON:-/tmp/torch-peer/python}
+ex=$build/examples
+py=(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE /usr/bin/python3)
+[[ -x $ex/bench ]] || { echo "bench_all: no $ex/bench: build first (cmake --build $build)" >&2; exit 2; }
+[[ -x $torch_python ]] || { echo "bench_all: no PyTorch peer at $torch_python (set TORCH_PYTHON)" >&2; exit 2; }
+mkdir -p "$out"
+
+{
+  echo "commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . ':!docs' || echo ' (with local changes)')"
+  echo "date   $(date -u '+%Y-%m-%d %H:%M UTC')"
+  lscpu | grep -E '^(Model name|CPU\(s\)|L1d|L2|L3)'
+  echo "flags  $(grep -o -w -E 'avx512f|avx512_bf16|avx512_fp16|amx_bf16' /proc/cpuinfo | sort -u | tr '\n' ' ')"
+  grep -E '^(CMAKE_BUILD_TYPE|CMAKE_CXX_COMPILER|MINIDL_NATIVE|CMAKE_CXX_FLAGS_RELEASE):' "$build/CMakeCache.txt"
+  echo "load   $(cut -d' ' -f1-3 /proc/loadavg)"
+} > "$out/machine.txt"
+cat "$out/machine.txt"
+
+# run SECTION CMD...: print and run one command of a section, appending to its file.
+run() {
+  local section=$1
+  shift
+  echo "\$ $*" >> "$out/$section.txt"
+  "$@" >> "$out/$section.txt" 2>&1
+}
+
+for s in "${sections[@]}"; do
+  start=$(date +%s)
+  : > "$out/$s.txt"
+  echo "== $s ($(date -u +%H:%M:%S), load $(cut -d' ' -f1 /proc/loadavg))"
+  case $s in
+    step)  # the reference models against PyTorch, 1 and 2 threads
+      run "$s" "${py[@]}" tools/compare_pytorch.py --bench "$ex/bench" --torch-python "$torch_python" \
+        --models mlp cnn vit --reps 3 --json "$out/step.jsonl" ;;
+    zoo)  # the model zoo against PyTorch
+      run "$s" "${py[@]}" tools/compare_pytorch.py --bench "$ex/bench" --torch-python "$torch_python" \
+        --models resnet20 mobilenet unet mixer tinygpt --reps 3 --json "$out/zoo.jsonl" ;;
+    profile)  # where each model's one-thread step goes
+      for m in mlp cnn vit resnet20 mobilenet unet mixer tinygpt; do
+        run "$s" "$ex/bench" --model "$m" --threads 1 --steps 5 --warmup 2 --profile
+      done ;;
+    scaling)  # data parallelism: the four layouts, PyTorch DDP, the shm all-reduce
+      run "$s" "${py[@]}" tools/scaling.py --reps 3 --bench "$ex/bench" --torch-python "$torch_python" \
+        --allreduce "$ex/bench_allreduce"
+      run "$s" "$ex/bench_allreduce" 2 gloo ;;
+    precision)  # bf16 against fp32, alternating, and the bf16 GEMM
+      for rep in 1 2 3; do
+        for m in mlp cnn vit; do
+          case $m in mlp) steps=200 ;; cnn) steps=20 ;; vit) steps=10 ;; esac
+          for t in 1 2; do
+            for p in fp32 bf16; do
+              run "$s" "$ex/bench" --model "$m" --batch-size 128 --threads "$t" --steps "$steps" --precision "$p"
+            done
+          done
+        done
+      done
+      run "$s" "$ex/bench_gemm" bf16 1 3 ;;
+    zero)  # ZeRO-1 against plain Adam under DDP
+      for rep in 1 2 3; do
+        for n in 2 4; do
+          for m in vit cnn mlp; do run "$s" "$ex/bench_zero" 20 "$n" "$m"; done
+        done
+      done ;;
+    core)  # GEMM, convolution, element-wise and per-op overhead against PyTorch
+      run "$s" "$ex/bench_core" --benchmark_min_time=0.5
+      OMP_NUM_THREADS=1 run "$s" "$ex/bench_core" --benchmark_min_time=0.5
+      run "$s" env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE "$torch_python" tools/bench_torch.py --threads 2
+      run "$s" env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE "$torch_python" tools/bench_torch.py --threads 1 ;;
+    deterministic)  # what DeterministicDDP costs against ordinary DDP
+      OMP_WAIT_POLICY=PASSIVE run "$s" "$ex/bench_deterministic" 7 4 ;;
+    dataloader)
+      run "$s" "$ex/bench_dataloader" ;;
+    accuracy)  # recipes to test accuracy, fp32 and bf16, and the speedrun, with wall times
+      for m in mlp cnn; do
+        for p in fp32 bf16; do
+          run "$s" /usr/bin/time -f "wall %e s" "$ex/train" --model "$m" --nproc 1 --precision "$p" \
+            --out "$out/runs/${m}_$p" --plot none
+        done
+      done
+      run "$s" /usr/bin/time -f "wall %e s" "$ex/train" --model mlp --nproc 2 --out "$out/runs/mlp_2p" --plot none
+      run "$s" /usr/bin/time -f "wall %e s" "$ex/train" --config configs/cnn_speedrun.yaml \
+        --out "$out/runs/speedrun" --plot none ;;
+    restart)  # time lost when a worker is killed or hangs
+      run "$s" "${py[@]}" tools/bench_restart.py --train "$ex/train" --repeats 3
+      run "$s" "${py[@]}" tools/bench_restart.py --train "$ex/train" --repeats 2 --signal STOP --dist-timeout 5 ;;
+    *)
+      echo "bench_all: unknown section '$s'" >&2
+      exit 2 ;;
+  esac
+  echo "wall $(($(date +%s) - start)) s" | tee -a "$out/$s.txt"
+done
