@@ -32,7 +32,6 @@
 // group of processes is started again and resumes from the newest complete checkpoint in --out.
 // A second run into an --out that holds a run is refused unless --resume or --overwrite.
 #include <omp.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -66,6 +65,7 @@
 #include "examples/trainer/plot.h"
 #include "examples/trainer/progress.h"
 #include "examples/trainer/recipe.h"
+#include "examples/trainer/restarts.h"
 #include "examples/trainer/resume.h"
 #include "examples/trainer/step.h"
 #include "examples/trainer/trace_window.h"
@@ -337,39 +337,25 @@ std::shared_ptr<const data::Dataset> load_split(const std::string& dir, bool tra
   return std::make_shared<const data::Subset>(full, std::move(first));
 }
 
-// train --max-restarts N: spawn; when a rank fails, start all of them again (a fresh port, a
-// fresh process group) from the newest checkpoint in --out, up to N times. A second failure at
-// the same step, or one beyond N, ends the run with the cause.
+// The end of a run that trained: rank 0 (or the parent of the ranks) draws OUT/curves.png (--plot).
+int finish(const Run& run, const Launch& launch) {
+  if (!run.cli.eval && launch.leader && run.cli.plot == "png") trainer::draw_curves(run.out_dir);
+  return 0;
+}
+
+// train --max-restarts N [--min-procs M] (examples/trainer/restarts.h).
 int spawn_with_restarts(Run& run, const Launch& launch, const std::function<void(int)>& worker) {
-  const int max_restarts = *run.cli.max_restarts;
-  const dist::StepDir dir;  // the ranks' step files
-  ::setenv("MINIDL_STEP_DIR", dir.path().c_str(), 1);  // for the spawned ranks' StepFile
-  int64_t last_failure_step = -1;
-  for (int attempt = 0;; ++attempt) {
-    run.restart_count = attempt;
-    if (attempt > 0) {
-      trainer::remove_interrupted_saves(run.out_dir);  // a rank killed while saving left its temporary file
-      if (auto newest = trainer::newest_checkpoint(run.out_dir)) run.resume_from = newest;
-    }
-    for (int r = 0; r < launch.nproc; ++r) ::unlink((dir.path() + "/step." + std::to_string(r)).c_str());
-    try {
-      dist::spawn(launch.nproc, worker, dist::SpawnOptions{.omp_threads = run.threads});
-      if (!run.cli.eval && run.cli.plot == "png") trainer::draw_curves(run.out_dir);  // --plot
-      return 0;
-    } catch (const dist::SpawnError& e) {
-      const int64_t step = dist::read_step(dir.path(), e.rank);
-      const std::string cause = std::string(e.what()) + (step >= 0 ? " (at step " + std::to_string(step) + ")" : "");
-      if (attempt >= max_restarts)
-        throw std::runtime_error(cause + "; no restarts left (--max-restarts " + std::to_string(max_restarts) +
-                                 " used up)");
-      if (step >= 0 && step == last_failure_step)
-        throw std::runtime_error(cause + "; the previous failure was at the same step " + std::to_string(step) +
-                                 ": a deterministic crash that a restart would repeat, not restarting");
-      last_failure_step = step;
-      std::cerr << "train: restart " << attempt + 1 << "/" << max_restarts << " (cause: " << cause << "): starting "
-                << launch.nproc << " process(es) again from the newest checkpoint in " << run.out_dir << "\n";
-    }
-  }
+  const auto before = [&run](const trainer::Attempt& a) {
+    run.restart_count = a.restarts;
+    if (a.resume_from) run.resume_from = a.resume_from;
+  };
+  trainer::spawn_with_restarts({.nproc = launch.nproc,
+                                .max_restarts = *run.cli.max_restarts,
+                                .min_procs = run.cli.min_procs,
+                                .threads = run.threads,
+                                .out_dir = run.out_dir},
+                               run.config, before, worker);
+  return finish(run, launch);
 }
 
 int run_main(int argc, char** argv) {
@@ -428,8 +414,7 @@ int run_main(int argc, char** argv) {
   else
     worker(0);  // one process, or launched by minidl-run: this process is a rank already
   // [/tutorial:spawn]
-  if (!cli->eval && launch.leader && cli->plot == "png") trainer::draw_curves(run.out_dir);  // --plot
-  return 0;
+  return finish(run, launch);
 }
 
 }  // namespace

@@ -88,6 +88,10 @@ std::optional<CliOptions> parse_cli(int argc, char** argv) {
                  "restart the spawned processes up to N times after a failure, resuming from the newest "
                  "checkpoint in --out (with minidl-run: use its --max-restarts)")
       ->check(kNonNegativeInteger);
+  app.add_option("--min-procs", o.min_procs,
+                 "with --max-restarts: treat a failed process as a lost device, not started again; go on with "
+                 "the survivors (at least M, a count the global batch splits over), as an elastic run would")
+      ->check(kPositiveInteger);
   app.add_option("--dist-timeout", o.dist_timeout,
                  "seconds a rank waits in the rendezvous or a collective before failing (default 300); "
                  "a hung rank is detected after this long")
@@ -133,6 +137,8 @@ std::optional<CliOptions> parse_cli(int argc, char** argv) {
     throw ConfigError(std::string(e.what()) + "\n(run `train --help` for the list of flags)");
   }
   if (o.eval && !o.pretrained) throw ConfigError("--eval needs --pretrained FILE");
+  if (o.min_procs && !o.max_restarts.value_or(0))
+    throw ConfigError("--min-procs sets how far restarts may shrink the run: give --max-restarts N (N > 0) too");
   if (o.resume && o.lr)
     throw ConfigError(
         "--lr cannot be combined with --resume: a resumed run continues the checkpoint's "

@@ -30,6 +30,7 @@ struct CliOptions {
   std::optional<std::string> resume;
   bool overwrite = false;  // replace the outputs of an earlier run in --out
   std::optional<int> max_restarts;  // restart the spawned processes after a failure
+  std::optional<int> min_procs;  // with max_restarts: a failed process is not started again (restarts.h)
   std::optional<double> dist_timeout;  // seconds: rendezvous and every collective
   bool eval = false;
   std::optional<std::string> pretrained;

@@ -133,6 +133,9 @@ Launch decide_launch(const CliOptions& cli, bool cuda, int gpus) {
   // --max-restarts even one process is spawned, so that the parent can start it again.
   const int nproc = cli.nproc.value_or(cuda ? gpus : 2);
   if (cuda) check_one_gpu_per_process(nproc, gpus);
+  if (cli.min_procs && *cli.min_procs > nproc)
+    throw UsageError("--min-procs " + std::to_string(*cli.min_procs) + " is above the " + std::to_string(nproc) +
+                     " process(es) this run starts (--nproc)");
   return {.nproc = nproc, .spawn = nproc > 1 || cli.max_restarts.value_or(0) > 0, .local_world_size = nproc};
 }
 
