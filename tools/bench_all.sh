@@ -60,10 +60,9 @@ for s in "${sections[@]}"; do
       for m in mlp cnn vit resnet20 mobilenet unet mixer tinygpt; do
         run "$s" "$ex/bench" --model "$m" --threads 1 --steps 5 --warmup 2 --profile
       done ;;
-    scaling)  # data parallelism: the four layouts, PyTorch DDP, the shm all-reduce
+    scaling)  # data parallelism: the four layouts, PyTorch DDP, the all-reduce over Gloo and shm
       run "$s" "${py[@]}" tools/scaling.py --reps 3 --bench "$ex/bench" --torch-python "$torch_python" \
-        --allreduce "$ex/bench_allreduce"
-      run "$s" "$ex/bench_allreduce" 2 gloo ;;
+        --allreduce "$ex/bench_allreduce" ;;
     precision)  # bf16 against fp32, alternating, and the bf16 GEMM
       for rep in 1 2 3; do
         for m in mlp cnn vit; do
