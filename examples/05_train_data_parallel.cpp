@@ -48,7 +48,7 @@ void worker(std::shared_ptr<const data::Dataset> train_set, std::shared_ptr<cons
   // [/tutorial:05-model]
   // [tutorial:05-warmup]
   // The learning rate ramps linearly from 0.005 to 0.05 over the first 5 steps (torch's LinearLR).
-  optim::LinearWarmup warmup(optimizer, {.warmup_steps = 5, .start_factor = 0.1});
+  optim::LinearWarmup warmup(optimizer, /*warmup_steps=*/5, /*start_factor=*/0.1);
   // [/tutorial:05-warmup]
 
   // [tutorial:05-train]

@@ -1,6 +1,7 @@
 // examples/tinygpt.cpp — a character-level GPT trained data-parallel on a text file: the API
 // beyond the three reference models (Embedding, a ModuleList of pre-norm blocks with causal
 // self-attention, cross_entropy over (B T, vocab), AdamW with OneCycleLR, DDP over processes).
+// The model is the zoo's (examples/zoo/tinygpt.h) with an untied head: tie_weights = false.
 //
 //   build/examples/tinygpt [--text FILE] [--steps 600] [--nproc 2] [--batch 16] [--block 64]
 //                          [--layers 2] [--dim 64] [--heads 4] [--lr 3e-3] [--eval-every 50]
@@ -26,6 +27,7 @@
 #include "minidl/kernels/cpu/parallel.h"
 #include "minidl/nn/nn_all.h"
 #include "minidl/optim/optim_all.h"
+#include "zoo/tinygpt.h"
 
 using namespace minidl;
 
@@ -37,39 +39,6 @@ struct Config {
           sample = 200;
   double lr = 3e-3;
   uint64_t seed = 0;
-};
-
-// GPT: token + position embeddings, `layers` pre-norm blocks with causal self-attention, a final
-// LayerNorm and a linear head. idx (B, T) int64 -> logits (B, T, vocab).
-struct TinyGPT : nn::Module {
-  nn::Embedding tok;
-  Variable pos;  // (block, dim), learned
-  nn::ModuleList blocks;
-  nn::LayerNorm ln_f;
-  nn::Linear head;
-
-  TinyGPT(int64_t vocab, const Config& c)
-      : tok({.num_embeddings = vocab, .embedding_dim = c.dim}),
-        ln_f({.normalized_shape = {c.dim}}),
-        head({.in = c.dim, .out = vocab}) {
-    pos = Variable(mul(randn({c.block, c.dim}), 0.02), true);
-    for (int64_t i = 0; i < c.layers; ++i)
-      blocks.push_back<nn::TransformerEncoderLayer>(
-          nn::TransformerEncoderLayerOptions{.d_model = c.dim, .nhead = c.heads, .dim_feedforward = 4 * c.dim});
-    register_module("tok", tok);
-    register_parameter("pos", pos);
-    register_module("blocks", blocks);
-    register_module("ln_f", ln_f);
-    register_module("head", head);
-  }
-  // DDP calls forward(Variable): the Variable carries the int64 indices (no gradient)
-  Variable forward(const Variable& idx) override { return forward_tokens(idx.data()); }
-  Variable forward_tokens(const Tensor& idx) {
-    const int64_t T = idx.size(1);
-    Variable x = add(tok.forward(idx), slice(pos, 0, 0, T));  // (B, T, dim)
-    for (nn::Module& b : blocks) x = static_cast<nn::TransformerEncoderLayer&>(b).forward(x, {.is_causal = true});
-    return head(ln_f(x));
-  }
 };
 
 // `count` windows of block + 1 characters starting at random offsets in [lo, hi - block - 1]
@@ -87,8 +56,8 @@ Batch windows(const std::vector<int64_t>& data, int64_t lo, int64_t hi, int64_t 
   return {from_vector(x, {count, block}), from_vector(y, {count, block})};
 }
 
-double loss_of(TinyGPT& m, const Batch& b, int64_t vocab) {
-  Variable logits = m.forward_tokens(b.x);
+double loss_of(zoo::TinyGPT& m, const Batch& b, int64_t vocab) {
+  Variable logits = m(Variable(b.x));  // (count, block, vocab)
   return cross_entropy(reshape(logits, {-1, vocab}), b.y.reshape({-1})).item();
 }
 
@@ -99,7 +68,8 @@ void worker(const Config& c, const std::vector<int64_t>& data, const std::string
   const int64_t vocab = static_cast<int64_t>(chars.size());
   const int64_t split = static_cast<int64_t>(data.size()) * 9 / 10;
   manual_seed(c.seed);  // the same initial weights everywhere (DDP also broadcasts rank 0's)
-  TinyGPT model(vocab, c);
+  zoo::TinyGPT model(
+      {.vocab = vocab, .block = c.block, .dim = c.dim, .heads = c.heads, .layers = c.layers, .tie_weights = false});
   dist::DistributedDataParallel ddp(model);
   optim::AdamW opt(model.parameters(), {.lr = c.lr, .weight_decay = 0.01});
   // beta1 held at 0.9 (no momentum cycling): the loss table in docs/tinygpt.md was measured so
@@ -150,7 +120,7 @@ void worker(const Config& c, const std::vector<int64_t>& data, const std::string
     for (int64_t i = 0; i < c.sample; ++i) {
       const int64_t n = std::min<int64_t>(static_cast<int64_t>(ctx.size()), c.block);
       std::vector<int64_t> window(ctx.end() - n, ctx.end());
-      Tensor logits = model.forward_tokens(from_vector(window, {1, n})).data();  // (1, n, vocab)
+      Tensor logits = model(Variable(from_vector(window, {1, n}))).data();  // (1, n, vocab)
       const int64_t next = argmax(logits.select(1, n - 1), 1).to_vector<int64_t>()[0];
       ctx.push_back(next);
       out += chars[static_cast<size_t>(next)];

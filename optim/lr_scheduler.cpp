@@ -86,90 +86,88 @@ void LRScheduler::load_state_dict(const TensorMap& dict) {
 
 // ---------------------------------------------------------------- StepLR
 
-StepLR::StepLR(Optimizer& optimizer, StepLROptions options) : LRScheduler(optimizer, "StepLR"), options_(options) {
-  if (options_.step_size < 1)
-    throw std::invalid_argument("StepLR: step_size must be >= 1, got " + std::to_string(options_.step_size));
+StepLR::StepLR(Optimizer& optimizer, int64_t step_size, double gamma)
+    : LRScheduler(optimizer, "StepLR"), step_size_(step_size), gamma_(gamma) {
+  if (step_size_ < 1) throw std::invalid_argument("StepLR: step_size must be >= 1, got " + std::to_string(step_size_));
   initial_step();
 }
 
 double StepLR::lr_at(double base_lr, int64_t epoch) const {
-  return base_lr * std::pow(options_.gamma, static_cast<double>(epoch / options_.step_size));
+  return base_lr * std::pow(gamma_, static_cast<double>(epoch / step_size_));
 }
 
 // ---------------------------------------------------------------- MultiStepLR
 
-MultiStepLR::MultiStepLR(Optimizer& optimizer, MultiStepLROptions options)
-    : LRScheduler(optimizer, "MultiStepLR"), options_(std::move(options)) {
-  std::sort(options_.milestones.begin(), options_.milestones.end());
+MultiStepLR::MultiStepLR(Optimizer& optimizer, std::vector<int64_t> milestones, double gamma)
+    : LRScheduler(optimizer, "MultiStepLR"), milestones_(std::move(milestones)), gamma_(gamma) {
+  std::sort(milestones_.begin(), milestones_.end());
   initial_step();
 }
 
 double MultiStepLR::lr_at(double base_lr, int64_t epoch) const {
-  const auto& m = options_.milestones;
-  const auto passed = std::upper_bound(m.begin(), m.end(), epoch) - m.begin();  // bisect_right
-  return base_lr * std::pow(options_.gamma, static_cast<double>(passed));
+  const auto passed =
+      std::upper_bound(milestones_.begin(), milestones_.end(), epoch) - milestones_.begin();  // bisect_right
+  return base_lr * std::pow(gamma_, static_cast<double>(passed));
 }
 
 // ---------------------------------------------------------------- CosineAnnealingLR
 
-CosineAnnealingLR::CosineAnnealingLR(Optimizer& optimizer, CosineAnnealingLROptions options)
-    : LRScheduler(optimizer, "CosineAnnealingLR"), options_(options) {
-  if (options_.T_max < 1)
-    throw std::invalid_argument("CosineAnnealingLR: T_max must be >= 1, got " + std::to_string(options_.T_max));
+CosineAnnealingLR::CosineAnnealingLR(Optimizer& optimizer, int64_t T_max, double eta_min)
+    : LRScheduler(optimizer, "CosineAnnealingLR"), T_max_(T_max), eta_min_(eta_min) {
+  if (T_max_ < 1) throw std::invalid_argument("CosineAnnealingLR: T_max must be >= 1, got " + std::to_string(T_max_));
   initial_step();
 }
 
 double CosineAnnealingLR::lr_at(double base_lr, int64_t epoch) const {
-  const double eta_min = options_.eta_min;
-  return eta_min +
-         (base_lr - eta_min) *
-             (1.0 + std::cos(std::numbers::pi * static_cast<double>(epoch) / static_cast<double>(options_.T_max))) /
-             2.0;
+  return eta_min_ + (base_lr - eta_min_) *
+                        (1.0 + std::cos(std::numbers::pi * static_cast<double>(epoch) / static_cast<double>(T_max_))) /
+                        2.0;
 }
 
 // ---------------------------------------------------------------- LinearWarmup
 
-LinearWarmup::LinearWarmup(Optimizer& optimizer, LinearWarmupOptions options, std::unique_ptr<LRScheduler> after)
-    : LRScheduler(optimizer, "LinearWarmup"), options_(options), after_(std::move(after)) {
-  if (options_.warmup_steps < 1)
-    throw std::invalid_argument("LinearWarmup: warmup_steps must be >= 1, got " +
-                                std::to_string(options_.warmup_steps));
-  if (!(options_.start_factor > 0.0 && options_.start_factor <= 1.0))
-    throw std::invalid_argument("LinearWarmup: start_factor must be in (0, 1], got " +
-                                std::to_string(options_.start_factor));
+LinearWarmup::LinearWarmup(Optimizer& optimizer, int64_t warmup_steps, double start_factor,
+                           std::unique_ptr<LRScheduler> after)
+    : LRScheduler(optimizer, "LinearWarmup"),
+      warmup_steps_(warmup_steps),
+      start_factor_(start_factor),
+      after_(std::move(after)) {
+  if (warmup_steps_ < 1)
+    throw std::invalid_argument("LinearWarmup: warmup_steps must be >= 1, got " + std::to_string(warmup_steps_));
+  if (!(start_factor_ > 0.0 && start_factor_ <= 1.0))
+    throw std::invalid_argument("LinearWarmup: start_factor must be in (0, 1], got " + std::to_string(start_factor_));
   if (after_ && &after_->optimizer() != &optimizer_)
     throw std::invalid_argument("LinearWarmup: the scheduler to continue with schedules another optimizer");
   initial_step();
 }
 
 double LinearWarmup::lr_at(double base_lr, int64_t epoch) const {
-  const int64_t warmup = options_.warmup_steps;
-  if (epoch < warmup) {
-    const double s = options_.start_factor;
-    return base_lr * (s + (1.0 - s) * static_cast<double>(epoch) / static_cast<double>(warmup));
+  if (epoch < warmup_steps_) {
+    const double s = start_factor_;
+    return base_lr * (s + (1.0 - s) * static_cast<double>(epoch) / static_cast<double>(warmup_steps_));
   }
-  return after_ ? after_->lr_at(base_lr, epoch - warmup) : base_lr;
+  return after_ ? after_->lr_at(base_lr, epoch - warmup_steps_) : base_lr;
 }
 
 // ---------------------------------------------------------------- LinearLR
 
-LinearLR::LinearLR(Optimizer& optimizer, LinearLROptions options)
-    : LRScheduler(optimizer, "LinearLR"), options_(options) {
-  if (!(options_.start_factor > 0.0 && options_.start_factor <= 1.0))
-    throw std::invalid_argument("LinearLR: start_factor must be in (0, 1], got " +
-                                std::to_string(options_.start_factor));
-  if (!(options_.end_factor >= 0.0 && options_.end_factor <= 1.0))
-    throw std::invalid_argument("LinearLR: end_factor must be in [0, 1], got " + std::to_string(options_.end_factor));
-  if (options_.total_iters < 1)
-    throw std::invalid_argument("LinearLR: total_iters must be >= 1, got " + std::to_string(options_.total_iters));
+LinearLR::LinearLR(Optimizer& optimizer, double start_factor, double end_factor, int64_t total_iters)
+    : LRScheduler(optimizer, "LinearLR"),
+      start_factor_(start_factor),
+      end_factor_(end_factor),
+      total_iters_(total_iters) {
+  if (!(start_factor_ > 0.0 && start_factor_ <= 1.0))
+    throw std::invalid_argument("LinearLR: start_factor must be in (0, 1], got " + std::to_string(start_factor_));
+  if (!(end_factor_ >= 0.0 && end_factor_ <= 1.0))
+    throw std::invalid_argument("LinearLR: end_factor must be in [0, 1], got " + std::to_string(end_factor_));
+  if (total_iters_ < 1)
+    throw std::invalid_argument("LinearLR: total_iters must be >= 1, got " + std::to_string(total_iters_));
   initial_step();
 }
 
 double LinearLR::lr_at(double base_lr, int64_t epoch) const {
-  const double s = options_.start_factor, e = options_.end_factor;
-  const double t =
-      static_cast<double>(std::min(epoch, options_.total_iters)) / static_cast<double>(options_.total_iters);
-  return base_lr * (s + (e - s) * t);
+  const double t = static_cast<double>(std::min(epoch, total_iters_)) / static_cast<double>(total_iters_);
+  return base_lr * (start_factor_ + (end_factor_ - start_factor_) * t);
 }
 
 // ---------------------------------------------------------------- SequentialLR

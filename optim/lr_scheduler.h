@@ -1,17 +1,22 @@
 // optim/lr_scheduler.h — learning-rate schedules: StepLR, MultiStepLR, CosineAnnealingLR, LinearLR,
 // OneCycleLR, SequentialLR (one schedule after another at milestones), LinearWarmup, which puts a
 // linear ramp in front of any of them (the ViT recipe: warm-up, then cosine), and
-// ReduceLROnPlateau, which reacts to a metric instead of following a formula. Each schedule is a closed form lr(base_lr, epoch) as in PyTorch's _get_closed_form_lr,
-// where base_lr is the group's initial_lr (its lr when the first scheduler was made) and epoch
-// counts step() calls. Constructing a scheduler sets epoch 0's lr; step() moves to the next
-// epoch and writes the lr of every param group.
+// ReduceLROnPlateau, which reacts to a metric instead of following a formula. Each schedule is a
+// closed form lr(base_lr, epoch) as in PyTorch's _get_closed_form_lr, where base_lr is the
+// group's initial_lr (its lr when the first scheduler was made) and epoch counts step() calls.
+// Constructing a scheduler sets epoch 0's lr; step() moves to the next epoch and writes the lr of
+// every param group.
+//
+// The closed-form schedules take their values as PyTorch's do, in its order and with its defaults
+// (StepLR(optimizer, step_size, gamma=0.1)); OneCycleLR and ReduceLROnPlateau, with many more,
+// take an options struct.
 //
 //   optim::SGD sgd(params, {.lr = 0.1, .momentum = 0.9});
-//   optim::StepLR sched(sgd, {.step_size = 5, .gamma = 0.3});   // x0.3 every 5 epochs
+//   optim::StepLR sched(sgd, /*step_size=*/5, /*gamma=*/0.3);   // x0.3 every 5 epochs
 //   for (epoch ...) { train_one_epoch(); sched.step(); }
 //
-//   optim::LinearWarmup sched(adamw, {.warmup_steps = 1, .start_factor = 0.1},
-//                             std::make_unique<optim::CosineAnnealingLR>(adamw, optim::CosineAnnealingLROptions{.T_max = 99}));
+//   optim::LinearWarmup sched(adamw, /*warmup_steps=*/1, /*start_factor=*/0.1,
+//                             std::make_unique<optim::CosineAnnealingLR>(adamw, /*T_max=*/99));
 // Equivalent PyTorch: SequentialLR([LinearLR(start_factor, total_iters=warmup_steps), after],
 // milestones=[warmup_steps]). state_dict: "last_epoch" and "base_lrs.<g>" (0-d float64).
 #pragma once
@@ -66,78 +71,64 @@ class LRScheduler {
 };
 
 // lr = base_lr * gamma^(epoch / step_size)   (integer division)
-struct StepLROptions {
-  int64_t step_size = 1;
-  double gamma = 0.1;
-};
 class StepLR : public LRScheduler {
  public:
-  StepLR(Optimizer& optimizer, StepLROptions options);
+  StepLR(Optimizer& optimizer, int64_t step_size, double gamma = 0.1);
   double lr_at(double base_lr, int64_t epoch) const override;
 
  private:
-  StepLROptions options_;
+  int64_t step_size_;
+  double gamma_;
 };
 
-// lr = base_lr * gamma^(number of milestones <= epoch)
-struct MultiStepLROptions {
-  std::vector<int64_t> milestones;
-  double gamma = 0.1;
-};
+// lr = base_lr * gamma^(number of milestones <= epoch)   (milestones in any order)
 class MultiStepLR : public LRScheduler {
  public:
-  MultiStepLR(Optimizer& optimizer, MultiStepLROptions options);
+  MultiStepLR(Optimizer& optimizer, std::vector<int64_t> milestones, double gamma = 0.1);
   double lr_at(double base_lr, int64_t epoch) const override;
 
  private:
-  MultiStepLROptions options_;  // milestones sorted
+  std::vector<int64_t> milestones_;  // sorted
+  double gamma_;
 };
 
 // lr = eta_min + (base_lr - eta_min) * (1 + cos(pi * epoch / T_max)) / 2
-struct CosineAnnealingLROptions {
-  int64_t T_max = 1;
-  double eta_min = 0.0;
-};
 class CosineAnnealingLR : public LRScheduler {
  public:
-  CosineAnnealingLR(Optimizer& optimizer, CosineAnnealingLROptions options);
+  CosineAnnealingLR(Optimizer& optimizer, int64_t T_max, double eta_min = 0.0);
   double lr_at(double base_lr, int64_t epoch) const override;
 
  private:
-  CosineAnnealingLROptions options_;
+  int64_t T_max_;
+  double eta_min_;
 };
 
 // epoch < warmup_steps:  lr = base_lr * (start_factor + (1 - start_factor) * epoch / warmup_steps)
 // afterwards:            lr = after.lr_at(base_lr, epoch - warmup_steps)  (base_lr if no `after`)
-struct LinearWarmupOptions {
-  int64_t warmup_steps = 1;
-  double start_factor = 1.0 / 3.0;  // torch.optim.lr_scheduler.LinearLR's default
-};
+// (start_factor's default is torch.optim.lr_scheduler.LinearLR's.)
 class LinearWarmup : public LRScheduler {
  public:
   // `after` must schedule the same optimizer (or be null: constant lr after the warm-up).
-  LinearWarmup(Optimizer& optimizer, LinearWarmupOptions options, std::unique_ptr<LRScheduler> after = nullptr);
+  LinearWarmup(Optimizer& optimizer, int64_t warmup_steps, double start_factor = 1.0 / 3.0,
+               std::unique_ptr<LRScheduler> after = nullptr);
   double lr_at(double base_lr, int64_t epoch) const override;
   const LRScheduler* after() const { return after_.get(); }
 
  private:
-  LinearWarmupOptions options_;
+  int64_t warmup_steps_;
+  double start_factor_;
   std::unique_ptr<LRScheduler> after_;
 };
 
-// lr = base_lr * (start + (end - start) * min(epoch, total_iters) / total_iters)
-struct LinearLROptions {
-  double start_factor = 1.0 / 3.0;
-  double end_factor = 1.0;
-  int64_t total_iters = 5;
-};
+// lr = base_lr * (start_factor + (end_factor - start_factor) * min(epoch, total_iters) / total_iters)
 class LinearLR : public LRScheduler {
  public:
-  LinearLR(Optimizer& optimizer, LinearLROptions options);
+  LinearLR(Optimizer& optimizer, double start_factor = 1.0 / 3.0, double end_factor = 1.0, int64_t total_iters = 5);
   double lr_at(double base_lr, int64_t epoch) const override;
 
  private:
-  LinearLROptions options_;
+  double start_factor_, end_factor_;
+  int64_t total_iters_;
 };
 
 // schedulers[i] runs from milestones[i - 1] (0 for the first), counting its epochs from there:

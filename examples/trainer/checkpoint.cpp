@@ -47,6 +47,12 @@ std::string first_non_finite(const minidl::TensorMap& tensors) {
   return "";
 }
 
+void require_finite(const minidl::TensorMap& model, const std::string& what, const std::string& refusal) {
+  if (const std::string bad = first_non_finite(model); !bad.empty())
+    throw std::runtime_error(what + " holds non-finite values (model." + bad + ")" +
+                             (refusal.empty() ? "" : ": " + refusal));
+}
+
 void save_checkpoint(const std::string& path, const minidl::nn::Module& model,
                      const minidl::optim::Optimizer& optimizer, const minidl::optim::GradScaler& scaler,
                      const minidl::optim::LRScheduler& scheduler, const minidl::Metadata& metadata) {

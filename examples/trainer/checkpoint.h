@@ -46,6 +46,10 @@ Checkpoint load_checkpoint(const std::string& path);
 // The first tensor (in name order) holding a NaN or an infinity, as
 // "fc1.weight (3 of 1024 values are not finite)", or "" when every value is finite.
 std::string first_non_finite(const minidl::TensorMap& tensors);
+// Checks a model state_dict before it is used or saved: one holding a NaN or an infinity is a
+// std::runtime_error "<what> holds non-finite values (model.<first_non_finite>): <refusal>"
+// (no ": <refusal>" when it is empty).
+void require_finite(const minidl::TensorMap& model, const std::string& what, const std::string& refusal = "");
 // Only the YAML recipe stored in a checkpoint (for --resume / --eval).
 std::string read_checkpoint_config(const std::string& path);
 

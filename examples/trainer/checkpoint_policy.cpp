@@ -141,8 +141,7 @@ std::optional<std::string> newest_checkpoint(const std::string& out_dir) {
   for (const auto& c : candidates) {
     try {
       const Checkpoint ck = load_checkpoint(c.path);
-      if (const std::string bad = first_non_finite(ck.model); !bad.empty())
-        throw std::runtime_error("it holds non-finite values (model." + bad + ")");
+      require_finite(ck.model, "it");
       return c.path;
     } catch (const std::exception& e) {
       std::cerr << "train: not resuming from " << c.path << ": " << e.what() << "\n";
@@ -156,9 +155,9 @@ std::optional<std::string> newest_checkpoint(const std::string& out_dir) {
 void check_resume_position(const std::string& path, int64_t epochs) {
   const CheckpointPosition at = read_checkpoint_position(path);
   if (at.epoch < epochs || (at.epoch == epochs && at.step == 0)) return;
-  const std::string saved = at.step > 0 ? "after step " + std::to_string(at.step) + " of epoch " +
-                                              std::to_string(at.epoch + 1)
-                                        : "after epoch " + std::to_string(at.epoch);
+  const std::string saved = at.step > 0
+                                ? "after step " + std::to_string(at.step) + " of epoch " + std::to_string(at.epoch + 1)
+                                : "after epoch " + std::to_string(at.epoch);
   throw UsageError("nothing left to train: " + path + " was saved " + saved + ", past the last epoch of this run (" +
                    std::to_string(epochs) + " epochs); give --epochs above " + std::to_string(at.epoch) +
                    " to train further, or evaluate it with --eval --pretrained " + path);

@@ -51,9 +51,7 @@ bool Checkpointer::mid_epoch_due(int64_t epoch, int64_t step) {
 
 // The step's check covers the loss; the saved state itself is checked in full here.
 void Checkpointer::check_finite(const std::string& when) const {
-  if (const std::string bad = first_non_finite(run_.model.state_dict()); !bad.empty())
-    throw std::runtime_error(when + " the model holds non-finite values (model." + bad + "): not saving it; " +
-                             kept_checkpoint_note(run_.out_dir));
+  require_finite(run_.model.state_dict(), when + " the model", "not saving it; " + kept_checkpoint_note(run_.out_dir));
 }
 
 // step > 0: a mid-epoch checkpoint after `step` steps of epoch `epochs_done` (0-based), with the

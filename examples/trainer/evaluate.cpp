@@ -3,7 +3,6 @@
 
 #include <cstdio>
 #include <memory>
-#include <stdexcept>
 
 #include "examples/trainer/checkpoint.h"
 #include "minidl/dist/distributed.h"
@@ -14,8 +13,7 @@ namespace trainer {
 void evaluate_checkpoint(const std::string& path, const TrainConfig& config, minidl::Device device,
                          const ValSet& val_set, Log& log) {
   const Checkpoint ck = load_checkpoint(path);
-  if (const std::string bad = first_non_finite(ck.model); !bad.empty())
-    throw std::runtime_error(path + " holds non-finite values (model." + bad + "): refusing to evaluate it");
+  require_finite(ck.model, path, "refusing to evaluate it");
   std::unique_ptr<minidl::nn::Module> model = minidl::nn::make_model(config.model);
   model->load_state_dict(ck.model);
   model->to(device);

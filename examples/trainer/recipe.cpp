@@ -31,14 +31,11 @@ std::unique_ptr<optim::LRScheduler> make_scheduler(const TrainConfig& c, optim::
   const int64_t warmup = c.warmup_epochs * steps_per_epoch;
   std::unique_ptr<optim::LRScheduler> after;
   if (c.lr_scheduler == "cosine")
-    after = std::make_unique<optim::CosineAnnealingLR>(
-        optimizer, optim::CosineAnnealingLROptions{.T_max = std::max<int64_t>(1, total - warmup)});
+    after = std::make_unique<optim::CosineAnnealingLR>(optimizer, /*T_max=*/std::max<int64_t>(1, total - warmup));
   if (warmup == 0 && after) return after;
-  return std::make_unique<optim::LinearWarmup>(
-      optimizer,
-      optim::LinearWarmupOptions{.warmup_steps = std::max<int64_t>(1, warmup),
-                                 .start_factor = warmup > 0 ? c.warmup_start_factor : 1.0},
-      std::move(after));
+  return std::make_unique<optim::LinearWarmup>(optimizer, /*warmup_steps=*/std::max<int64_t>(1, warmup),
+                                               /*start_factor=*/warmup > 0 ? c.warmup_start_factor : 1.0,
+                                               std::move(after));
 }
 
 }  // namespace trainer

@@ -26,8 +26,7 @@ ResumePoint resume(const ResumeFrom& from, minidl::nn::Module& model, minidl::op
   const std::string& path = *from.checkpoint;
   const auto load_start = std::chrono::steady_clock::now();
   Checkpoint ck = load_checkpoint(path);
-  if (const std::string bad = first_non_finite(ck.model); !bad.empty())
-    throw std::runtime_error(path + " holds non-finite values (model." + bad + "): refusing to resume from it");
+  require_finite(ck.model, path, "refusing to resume from it");
   model.load_state_dict(ck.model);
   optimizer.load_state_dict(ck.optim);
   if (!ck.scaler.empty()) scaler.load_state_dict(ck.scaler);  // an fp16 run's scale and growth tracker

@@ -3,21 +3,24 @@
 // are Unsupervised Multitask Learners" (GPT-2, 2019) as Karpathy's nanoGPT builds it — token and
 // learned position embeddings, pre-norm blocks with causal self-attention and a GELU MLP, a final
 // LayerNorm and an output head tied to the token embedding (Press and Wolf, "Using the Output
-// Embedding to Improve Language Models", 2017). The shape of examples/tinygpt.cpp's model (2 blocks,
-// width 64, 4 heads, MLP 256, block 64), whose model lives inside that program; this one ties the
-// head and has no head bias. Built from minidl's public API only.
+// Embedding to Improve Language Models", 2017). With tie_weights = false the head is a Linear of
+// its own, with a bias: the model examples/tinygpt.cpp trains (docs/tinygpt.md). Built from
+// minidl's public API only.
 #pragma once
+#include <memory>
+
 #include "minidl/minidl.h"
 
 namespace zoo {
 
 struct TinyGPTOptions {
   int64_t vocab = 96, block = 64, dim = 64, heads = 4, layers = 2;
+  bool tie_weights = true;  // the head is tok.weight, no bias; false: head = Linear(dim, vocab)
 };
 
 // tok Embedding(vocab, dim)(idx) + pos[:T]                       (N, T, dim)
 // layers x TransformerEncoderLayer(dim, heads, 4 dim), causal   (N, T, dim)
-// ln_f LayerNorm(dim), then x tok.weight^T (the tied head)       (N, T, vocab)
+// ln_f LayerNorm(dim), then x tok.weight^T (tied) or head       (N, T, vocab)
 class TinyGPT : public minidl::nn::Module {
  public:
   explicit TinyGPT(const TinyGPTOptions& o = {});
@@ -29,6 +32,7 @@ class TinyGPT : public minidl::nn::Module {
   minidl::Variable pos;  // (block, dim) ~ N(0, 0.02)
   minidl::nn::ModuleList blocks;
   minidl::nn::LayerNorm ln_f;
+  std::unique_ptr<minidl::nn::Linear> head;  // null when tie_weights
 };
 
 }  // namespace zoo

@@ -107,7 +107,7 @@ void zero_matches_plain(int world, const Make& make, bool groups, const std::str
     auto plain_model = fresh_mlp();
     dist::DistributedDataParallel plain_ddp(*plain_model);
     auto plain = groups ? make(two_groups(*plain_model, 1e-3)) : make(optim::single_group(plain_model->parameters()));
-    optim::StepLR plain_lr(*plain, {.step_size = 2, .gamma = 0.5});
+    optim::StepLR plain_lr(*plain, /*step_size=*/2, /*gamma=*/0.5);
     train(*plain_model, &plain_ddp, *plain, 0, 4, &plain_lr);
 
     auto model = fresh_mlp();
@@ -115,7 +115,7 @@ void zero_matches_plain(int world, const Make& make, bool groups, const std::str
     std::unique_ptr<dist::ZeroRedundancyOptimizer> zero =
         groups ? std::make_unique<dist::ZeroRedundancyOptimizer>(two_groups(*model, 1e-3), make)
                : std::make_unique<dist::ZeroRedundancyOptimizer>(model->parameters(), make);
-    optim::StepLR zero_lr(*zero, {.step_size = 2, .gamma = 0.5});
+    optim::StepLR zero_lr(*zero, /*step_size=*/2, /*gamma=*/0.5);
     train(*model, &ddp, *zero, 0, 4, &zero_lr);
 
     require(zero->local_optimizer() != nullptr, "every rank owns a parameter of the MLP");

@@ -34,7 +34,7 @@ struct TrainingRun {
     model.push_back<nn::Dropout>(nn::DropoutOptions{.p = 0.25});
     model.push_back<nn::Linear>(nn::LinearOptions{.in = 8, .out = 3});
     opt = std::make_unique<optim::SGD>(model.parameters(), optim::SGDOptions{.lr = 0.1, .momentum = 0.9});
-    sched = std::make_unique<optim::StepLR>(*opt, optim::StepLROptions{.step_size = 2, .gamma = 0.5});
+    sched = std::make_unique<optim::StepLR>(*opt, /*step_size=*/2, /*gamma=*/0.5);
   }
   TrainingState state() {
     return {.model = model,

@@ -17,7 +17,7 @@ struct Scheduler : ::testing::Test {
 };
 
 TEST_F(Scheduler, EveryParamGroupFollowsTheScheduleFromItsOwnInitialLr) {
-  StepLR sched(sgd, {.step_size = 2, .gamma = 0.5});
+  StepLR sched(sgd, /*step_size=*/2, /*gamma=*/0.5);
   for (int e = 0; e < 3; ++e) sched.step();  // epoch 3: one decay
   EXPECT_EQ(sched.last_epoch(), 3);
   EXPECT_DOUBLE_EQ(sgd.param_groups()[0].lr, 0.05);
@@ -28,14 +28,14 @@ TEST_F(Scheduler, EveryParamGroupFollowsTheScheduleFromItsOwnInitialLr) {
 }
 
 TEST_F(Scheduler, ConstructionSetsEpochZeroLr) {
-  LinearWarmup sched(sgd, {.warmup_steps = 4, .start_factor = 0.25});
+  LinearWarmup sched(sgd, /*warmup_steps=*/4, /*start_factor=*/0.25);
   EXPECT_EQ(sched.last_epoch(), 0);
   EXPECT_DOUBLE_EQ(sgd.param_groups()[0].lr, 0.025);
   EXPECT_DOUBLE_EQ(sgd.param_groups()[1].lr, 0.0025);
 }
 
 TEST_F(Scheduler, WarmupWithoutAFollowingScheduleStaysAtTheBaseLr) {
-  LinearWarmup sched(sgd, {.warmup_steps = 2, .start_factor = 0.5});
+  LinearWarmup sched(sgd, /*warmup_steps=*/2, /*start_factor=*/0.5);
   std::vector<double> lrs;
   for (int e = 0; e < 5; ++e) {
     lrs.push_back(sched.get_last_lr()[0]);
@@ -47,7 +47,7 @@ TEST_F(Scheduler, WarmupWithoutAFollowingScheduleStaysAtTheBaseLr) {
 }
 
 TEST_F(Scheduler, StateDictRoundTripResumesTheSchedule) {
-  CosineAnnealingLR sched(sgd, {.T_max = 10, .eta_min = 0.001});
+  CosineAnnealingLR sched(sgd, /*T_max=*/10, /*eta_min=*/0.001);
   for (int e = 0; e < 4; ++e) sched.step();
   const TensorMap sd = sched.state_dict();
   EXPECT_EQ(sd.at("last_epoch").item(), 4.0);
@@ -55,7 +55,7 @@ TEST_F(Scheduler, StateDictRoundTripResumesTheSchedule) {
 
   Variable c(zeros({2}), true), d(zeros({3}), true);
   SGD other({{.params = {c}}, {.params = {d}, .lr = 0.01}}, {.lr = 0.1});
-  CosineAnnealingLR resumed(other, {.T_max = 10, .eta_min = 0.001});
+  CosineAnnealingLR resumed(other, /*T_max=*/10, /*eta_min=*/0.001);
   resumed.load_state_dict(sd);
   EXPECT_EQ(resumed.last_epoch(), 4);
   EXPECT_EQ(other.param_groups()[0].lr, sgd.param_groups()[0].lr);
@@ -67,7 +67,7 @@ TEST_F(Scheduler, StateDictRoundTripResumesTheSchedule) {
 }
 
 TEST_F(Scheduler, BadStateDictNamesTheKey) {
-  StepLR sched(sgd, {.step_size = 2});
+  StepLR sched(sgd, /*step_size=*/2);
   TensorMap sd = sched.state_dict();
   TensorMap missing = sd, extra = sd, negative = sd;
   missing.erase("base_lrs.1");
@@ -79,20 +79,20 @@ TEST_F(Scheduler, BadStateDictNamesTheKey) {
 }
 
 TEST_F(Scheduler, BadOptionsThrow) {
-  EXPECT_THROW_MSG(StepLR(sgd, {.step_size = 0}), std::invalid_argument, "StepLR: step_size must be >= 1");
-  EXPECT_THROW_MSG(CosineAnnealingLR(sgd, {.T_max = 0}), std::invalid_argument, "T_max must be >= 1");
-  EXPECT_THROW_MSG(LinearWarmup(sgd, {.warmup_steps = 0}), std::invalid_argument, "warmup_steps must be >= 1");
-  EXPECT_THROW_MSG(LinearWarmup(sgd, {.warmup_steps = 2, .start_factor = 0.0}), std::invalid_argument,
+  EXPECT_THROW_MSG(StepLR(sgd, /*step_size=*/0), std::invalid_argument, "StepLR: step_size must be >= 1");
+  EXPECT_THROW_MSG(CosineAnnealingLR(sgd, /*T_max=*/0), std::invalid_argument, "T_max must be >= 1");
+  EXPECT_THROW_MSG(LinearWarmup(sgd, /*warmup_steps=*/0), std::invalid_argument, "warmup_steps must be >= 1");
+  EXPECT_THROW_MSG(LinearWarmup(sgd, /*warmup_steps=*/2, /*start_factor=*/0.0), std::invalid_argument,
                    "start_factor must be in (0, 1]");
   Variable c(zeros({1}), true);
   SGD other({c}, {.lr = 0.1});
   EXPECT_THROW_MSG(
-      LinearWarmup(sgd, {.warmup_steps = 2}, std::make_unique<StepLR>(other, StepLROptions{.step_size = 1})),
+      LinearWarmup(sgd, /*warmup_steps=*/2, /*start_factor=*/0.5, std::make_unique<StepLR>(other, /*step_size=*/1)),
       std::invalid_argument, "schedules another optimizer");
 }
 
 TEST_F(Scheduler, OptimizerStateDictCarriesInitialLr) {
-  StepLR sched(sgd, {.step_size = 1, .gamma = 0.5});
+  StepLR sched(sgd, /*step_size=*/1, /*gamma=*/0.5);
   sched.step();
   const TensorMap sd = sgd.state_dict();
   EXPECT_EQ(sd.at("param_groups.0.initial_lr").item(), 0.1);

@@ -34,28 +34,28 @@ struct Sched : ::testing::Test {
 };
 
 TEST_F(Sched, LinearLRMatchesPyTorch) {
-  LinearLR sched(sgd, {.start_factor = 0.25, .end_factor = 0.8, .total_iters = 6});
+  LinearLR sched(sgd, /*start_factor=*/0.25, /*end_factor=*/0.8, /*total_iters=*/6);
   expect_sequence(sched, "linear");
 }
 
 TEST_F(Sched, LinearLRDecayMatchesPyTorch) {
-  LinearLR sched(sgd, {.start_factor = 1.0, .end_factor = 0.1, .total_iters = 4});
+  LinearLR sched(sgd, /*start_factor=*/1.0, /*end_factor=*/0.1, /*total_iters=*/4);
   expect_sequence(sched, "linear_decay");
 }
 
 TEST_F(Sched, SequentialLinearThenCosineMatchesPyTorch) {
   std::vector<std::unique_ptr<LRScheduler>> s;
-  s.push_back(std::make_unique<LinearLR>(sgd, LinearLROptions{.start_factor = 0.1, .total_iters = 4}));
-  s.push_back(std::make_unique<CosineAnnealingLR>(sgd, CosineAnnealingLROptions{.T_max = 10}));
+  s.push_back(std::make_unique<LinearLR>(sgd, /*start_factor=*/0.1, /*end_factor=*/1.0, /*total_iters=*/4));
+  s.push_back(std::make_unique<CosineAnnealingLR>(sgd, /*T_max=*/10));
   SequentialLR sched(sgd, std::move(s), {4});
   expect_sequence(sched, "sequential_linear_cosine");
 }
 
 TEST_F(Sched, SequentialOfThreeMatchesPyTorch) {
   std::vector<std::unique_ptr<LRScheduler>> s;
-  s.push_back(std::make_unique<LinearLR>(sgd, LinearLROptions{.start_factor = 0.5, .total_iters = 3}));
-  s.push_back(std::make_unique<StepLR>(sgd, StepLROptions{.step_size = 3, .gamma = 0.5}));
-  s.push_back(std::make_unique<MultiStepLR>(sgd, MultiStepLROptions{.milestones = {2, 4}, .gamma = 0.3}));
+  s.push_back(std::make_unique<LinearLR>(sgd, /*start_factor=*/0.5, /*end_factor=*/1.0, /*total_iters=*/3));
+  s.push_back(std::make_unique<StepLR>(sgd, /*step_size=*/3, /*gamma=*/0.5));
+  s.push_back(std::make_unique<MultiStepLR>(sgd, std::vector<int64_t>{2, 4}, /*gamma=*/0.3));
   SequentialLR sched(sgd, std::move(s), {3, 10});
   expect_sequence(sched, "sequential_three");
 }
@@ -215,8 +215,9 @@ TEST_F(Sched, ReduceLROnPlateauResumesFromItsStateDict) {
 }
 
 TEST_F(Sched, BadOptionsNameTheProblem) {
-  EXPECT_THROW_MSG(LinearLR(sgd, {.start_factor = 0.0}), std::invalid_argument, "start_factor must be in (0, 1]");
-  EXPECT_THROW_MSG(LinearLR(sgd, {.total_iters = 0}), std::invalid_argument, "total_iters must be >= 1");
+  EXPECT_THROW_MSG(LinearLR(sgd, /*start_factor=*/0.0), std::invalid_argument, "start_factor must be in (0, 1]");
+  EXPECT_THROW_MSG(LinearLR(sgd, /*start_factor=*/0.5, /*end_factor=*/1.0, /*total_iters=*/0), std::invalid_argument,
+                   "total_iters must be >= 1");
   EXPECT_THROW_MSG(OneCycleLR(sgd, {.total_steps = 0}), std::invalid_argument, "total_steps must be >= 1");
   SGD no_momentum{{p}, SGDOptions{.lr = 0.1}};
   EXPECT_THROW_MSG(OneCycleLR(no_momentum, {.total_steps = 5}), std::invalid_argument,
@@ -225,14 +226,14 @@ TEST_F(Sched, BadOptionsNameTheProblem) {
                    "base_momentum and max_momentum must be in [0, 1)");
   EXPECT_THROW_MSG(ReduceLROnPlateau(sgd, {.factor = 1.0}), std::invalid_argument, "factor must be in [0, 1)");
   std::vector<std::unique_ptr<LRScheduler>> s;
-  s.push_back(std::make_unique<LinearLR>(sgd, LinearLROptions{}));
-  s.push_back(std::make_unique<StepLR>(sgd, StepLROptions{}));
+  s.push_back(std::make_unique<LinearLR>(sgd));
+  s.push_back(std::make_unique<StepLR>(sgd, /*step_size=*/1));
   EXPECT_THROW_MSG(SequentialLR(sgd, std::move(s), {}), std::invalid_argument,
                    "expected 1 milestones for 2 schedulers");
   Variable q{zeros({1}), true};
   SGD other{{q}, SGDOptions{.lr = 0.1}};
   std::vector<std::unique_ptr<LRScheduler>> t;
-  t.push_back(std::make_unique<StepLR>(other, StepLROptions{}));
+  t.push_back(std::make_unique<StepLR>(other, /*step_size=*/1));
   EXPECT_THROW_MSG(SequentialLR(sgd, std::move(t), {}), std::invalid_argument,
                    "scheduler 0 schedules another optimizer");
 }

@@ -121,34 +121,31 @@ void expect_lr_curve(const std::string& name, const MakeScheduler& make) {
 }
 
 TEST(SchedulerGolden, StepLRTimesPoint3Every5EpochsMatchesPyTorch) {
-  expect_lr_curve(
-      "step", [](Optimizer& o) { return std::make_unique<StepLR>(o, StepLROptions{.step_size = 5, .gamma = 0.3}); });
+  expect_lr_curve("step", [](Optimizer& o) { return std::make_unique<StepLR>(o, /*step_size=*/5, /*gamma=*/0.3); });
 }
 
 TEST(SchedulerGolden, MultiStepLRMatchesPyTorch) {
   expect_lr_curve("multistep", [](Optimizer& o) {
-    return std::make_unique<MultiStepLR>(o, MultiStepLROptions{.milestones = {15, 8, 25}, .gamma = 0.1});  // any order
+    return std::make_unique<MultiStepLR>(o, std::vector<int64_t>{15, 8, 25}, /*gamma=*/0.1);  // any order
   });
 }
 
 TEST(SchedulerGolden, CosineAnnealingLRMatchesPyTorchAlsoPastTMax) {
-  expect_lr_curve("cosine", [](Optimizer& o) {
-    return std::make_unique<CosineAnnealingLR>(o, CosineAnnealingLROptions{.T_max = 20, .eta_min = 1e-3});
-  });
+  expect_lr_curve("cosine",
+                  [](Optimizer& o) { return std::make_unique<CosineAnnealingLR>(o, /*T_max=*/20, /*eta_min=*/1e-3); });
 }
 
 TEST(SchedulerGolden, LinearWarmupThenCosineMatchesPyTorchSequentialLR) {
   expect_lr_curve("warmup_cosine", [](Optimizer& o) {
-    return std::make_unique<LinearWarmup>(
-        o, LinearWarmupOptions{.warmup_steps = 5, .start_factor = 0.1},
-        std::make_unique<CosineAnnealingLR>(o, CosineAnnealingLROptions{.T_max = 25, .eta_min = 0.0}));
+    return std::make_unique<LinearWarmup>(o, /*warmup_steps=*/5, /*start_factor=*/0.1,
+                                          std::make_unique<CosineAnnealingLR>(o, /*T_max=*/25, /*eta_min=*/0.0));
   });
 }
 
 TEST(SchedulerGolden, LinearWarmupThenStepLRMatchesPyTorchSequentialLR) {
   expect_lr_curve("warmup_step", [](Optimizer& o) {
-    return std::make_unique<LinearWarmup>(o, LinearWarmupOptions{.warmup_steps = 3, .start_factor = 0.25},
-                                          std::make_unique<StepLR>(o, StepLROptions{.step_size = 5, .gamma = 0.3}));
+    return std::make_unique<LinearWarmup>(o, /*warmup_steps=*/3, /*start_factor=*/0.25,
+                                          std::make_unique<StepLR>(o, /*step_size=*/5, /*gamma=*/0.3));
   });
 }
 

@@ -196,4 +196,39 @@ TEST(ZooTinyGPT, RejectsFloatInputAndSequencesLongerThanTheBlock) {
   EXPECT_EQ(gpt(Variable(randint(0, 96, {2, 5}))).shape(), (Shape{2, 5, 96}));  // shorter sequences are fine
 }
 
+// tie_weights = false (examples/tinygpt.cpp's model): a head Linear(64, 96) with a bias, 6,240
+// more parameters after ln_f's; given the embedding as its weight and a zero bias, it gives the
+// tied model's logits. Only the tied head sends gradient to the rows of tokens not in the input.
+TEST(ZooTinyGPT, UntiedHeadHasItsOwnParametersAndIsTheTiedModelWhenSetToTheEmbedding) {
+  manual_seed(0);
+  zoo::TinyGPT tied;
+  zoo::TinyGPT untied({.tie_weights = false});
+  EXPECT_EQ(untied.num_parameters(), 110'336 + 96 * 64 + 96);
+  const auto named = untied.named_parameters();
+  ASSERT_EQ(named.size(), 30u);
+  EXPECT_EQ(named[28].first, "head.weight");
+  EXPECT_EQ(named[29].first, "head.bias");
+  TensorMap state = untied.state_dict();
+  state.erase("head.weight");
+  state.erase("head.bias");
+  tied.load_state_dict(state);
+  untied.head->weight.data().copy_(untied.tok.weight.data());
+  untied.head->bias.data().zero_();
+  const Variable idx(randint(0, 48, {2, 64}, RandomKey{5, 0}));  // tokens 48..95 unused
+  const Variable want = tied(idx), got = untied(idx);
+  const std::vector<float> w = want.data().to_vector<float>(), g = got.data().to_vector<float>();
+  ASSERT_EQ(g.size(), w.size());
+  for (size_t k = 0; k < g.size(); ++k) ASSERT_NEAR(g[k], w[k], 1e-5 + 1e-5 * std::abs(w[k])) << k;
+  sum(want).backward();
+  sum(got).backward();
+  auto unused_rows_grad = [](const zoo::TinyGPT& m) {  // largest |grad| of tok.weight[48:]
+    const std::vector<float> grad = m.tok.weight.grad().to_vector<float>();
+    double largest = 0;
+    for (size_t k = 48 * 64; k < grad.size(); ++k) largest = std::max(largest, std::abs(static_cast<double>(grad[k])));
+    return largest;
+  };
+  EXPECT_GT(unused_rows_grad(tied), 0.0);
+  EXPECT_EQ(unused_rows_grad(untied), 0.0);
+}
+
 }  // namespace
