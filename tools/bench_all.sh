@@ -8,8 +8,10 @@
 # holds the commit, date, CPU and build flags the figures belong to. Run it on a quiet machine (nothing
 # else running: every figure is a rate, and the 2-core VMs this was written on share their cores with
 # whatever else runs). The PyTorch peer is PyTorch 2.15 from PyPI in a venv (TORCH_PYTHON, default
-# /tmp/torch-peer/python); the build is ./build (BUILD to change it). Each python peer runs with
-# OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset, as docs/benchmarks.md says. Takes about 40 minutes.
+# /tmp/torch-peer/python); the build is ./build (BUILD to change it); BASELINE=PATH/bench adds an
+# older build's bench to the reference models' rotation (a before/after of the same step). Each
+# python peer runs with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset, as docs/benchmarks.md says.
+# All sections take about 40 minutes on 2 cores.
 set -euo pipefail
 if [[ $# -lt 1 ]]; then
   sed -n '3,5p' "$0" | sed 's/^# \{0,1\}//' >&2
@@ -50,9 +52,9 @@ for s in "${sections[@]}"; do
   : > "$out/$s.txt"
   echo "== $s ($(date -u +%H:%M:%S), load $(cut -d' ' -f1 /proc/loadavg))"
   case $s in
-    step)  # the reference models against PyTorch, 1 and 2 threads
+    step)  # the reference models against PyTorch, 1 and 2 threads (and BASELINE's bench, when given)
       run "$s" "${py[@]}" tools/compare_pytorch.py --bench "$ex/bench" --torch-python "$torch_python" \
-        --models mlp cnn vit --reps 3 --json "$out/step.jsonl" ;;
+        --models mlp cnn vit --reps 3 --json "$out/step.jsonl" ${BASELINE:+--baseline "$BASELINE"} ;;
     zoo)  # the model zoo against PyTorch
       run "$s" "${py[@]}" tools/compare_pytorch.py --bench "$ex/bench" --torch-python "$torch_python" \
         --models resnet20 mobilenet unet mixer tinygpt --reps 3 --json "$out/zoo.jsonl" ;;
