@@ -18,6 +18,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "minidl/kernels/cpu/conv2d_depthwise.h"
 #include "minidl/kernels/cpu/conv2d_direct.h"
 #include "minidl/kernels/cpu/conv2d_winograd.h"
 #include "minidl/kernels/cpu/gemm.h"
@@ -60,6 +61,13 @@ inline bool conv2d_uses_direct(const Conv2dShape& s) {
          s.groups == 1 && s.C < 8 && s.H_out > 0 && s.W_out > 0;
 }
 
+// Whether a float convolution of this shape runs as the depthwise kernel (kernels/cpu/
+// conv2d_depthwise.h): one input channel per group (groups == C > 1), O a multiple of C, no
+// dilation; any kernel size, stride and padding.
+inline bool conv2d_uses_depthwise(const Conv2dShape& s) {
+  return s.groups == s.C && s.C > 1 && s.O % s.C == 0 && s.dil_h == 1 && s.dil_w == 1 && s.H_out > 0 && s.W_out > 0;
+}
+
 // x (N, C, H, W), w (O, C/G, kH, kW), b (O) or null -> y (N, O, H_out, W_out), as im2col + GEMM
 // (any shape; the reference for the Winograd path)
 template <class T> void conv2d_forward_reference(const T* x, const T* w, const T* b, const Conv2dShape& s, T* y) {
@@ -86,6 +94,7 @@ template <class T> void conv2d_forward_reference(const T* x, const T* w, const T
 template <class T> void conv2d_forward(const T* x, const T* w, const T* b, const Conv2dShape& s, T* y) {
   if constexpr (std::is_same_v<T, float>) {
     if (conv2d_uses_winograd(s)) return conv3x3_winograd(x, w, b, s.N, s.C, s.H, s.W, s.O, s.pad_h, false, y);
+    if (conv2d_uses_depthwise(s)) return conv2d_depthwise_forward(x, w, b, s, y);
   }
   conv2d_forward_reference(x, w, b, s, y);
 }
@@ -159,13 +168,15 @@ void conv2d_backward_reference(const T* x, const T* w, const T* dy, const Conv2d
 // by conv3x3_winograd_weight_grad, the input gradient as the 3x3 convolution of dy with the flipped,
 // transposed weights and padding 2 - pad; the weight and bias gradients by the direct kernel where
 // conv2d_uses_direct (the input gradient, when wanted, by im2col + GEMM).
-template <class T> void conv2d_backward(const T* x, const T* w, const T* dy, const Conv2dShape& s, T* dx, T* dw, T* db) {
+template <class T>
+void conv2d_backward(const T* x, const T* w, const T* dy, const Conv2dShape& s, T* dx, T* dw, T* db) {
   if constexpr (std::is_same_v<T, float>) {
     if (conv2d_uses_winograd(s)) {
       conv3x3_winograd_weight_grad(x, dy, s.N, s.C, s.H, s.W, s.O, s.pad_h, dw, db);
       if (dx) conv3x3_winograd(dy, w, nullptr, s.N, s.O, s.H_out, s.W_out, s.C, 2 - s.pad_h, true, dx);
       return;
     }
+    if (conv2d_uses_depthwise(s)) return conv2d_depthwise_backward(x, w, dy, s, dx, dw, db);
     if (conv2d_uses_direct(s)) {
       conv3x3_direct_weight_grad(x, dy, s.N, s.C, s.H, s.W, s.O, s.pad_h, s.pad_w, dw, db);
       if (dx) conv2d_backward_reference(x, w, dy, s, dx, static_cast<T*>(nullptr), static_cast<T*>(nullptr));
