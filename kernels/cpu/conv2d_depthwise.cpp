@@ -56,36 +56,60 @@ Phases phases_of(const Conv2dShape& s) {
   return p;
 }
 
-// x (H, W) -> the phase planes P[a, b][i, j] = xp[sh i + a, sw j + b] (zero in the padding)
-void split(const float* x, const Phases& p, float* P) {
+// The even and the odd lanes of the 32 floats lo, hi; and back
+inline FloatLanes even_lanes(FloatLanes lo, FloatLanes hi) {
+  return __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+}
+inline FloatLanes odd_lanes(FloatLanes lo, FloatLanes hi) {
+  return __builtin_shufflevector(lo, hi, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+}
+inline void interleave(FloatLanes even, FloatLanes odd, FloatLanes& lo, FloatLanes& hi) {
+  lo = __builtin_shufflevector(even, odd, 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+  hi = __builtin_shufflevector(even, odd, 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+}
+
+// x (H, W) -> the phase planes P[a, b][i, j] = xp[sh i + a, sw j + b] (zero in the padding).
+// With sw > 1 each row of xp is first laid out in `row` (sw * Wq rounded up to vectors, zero
+// outside x's columns), then split into the sw phases (sw = 2: 32 floats -> 2 x 16 by shuffles;
+// the vectors past Wq spill into the next row, written after, or the tail, zeroed last).
+void split(const float* x, const Phases& p, float* P, std::vector<float>& row) {
+  const int64_t n = std::clamp<int64_t>(p.sw * p.Wq - p.pw, 0, p.W);  // x's columns that some phase holds
+  if (p.sw > 1) row.assign(static_cast<size_t>(p.sw * ceil_div(p.Wq, kV) * kV), 0.0f);
   for (int64_t a = 0; a < p.sh; ++a)
-    for (int64_t b = 0; b < p.sw; ++b) {
-      float* q = P + (a * p.sw + b) * p.len;
-      // columns j with 0 <= sw j + b - pw < W
-      const int64_t j0 = std::min(p.Wq, ceil_div(p.pw - b, p.sw)),
-                    j1 = std::clamp(ceil_div(p.W + p.pw - b, p.sw), j0, p.Wq);
-      for (int64_t i = 0; i < p.Hq; ++i) {
-        float* row = q + i * p.Wq;
-        const int64_t r = p.sh * i + a - p.ph;
-        if (r < 0 || r >= p.H) {
-          std::fill(row, row + p.Wq, 0.0f);
-          continue;
-        }
-        const float* in = x + r * p.W + b - p.pw;  // in[sw j] = x[r, sw j + b - pw]
-        std::fill(row, row + j0, 0.0f);
-        if (p.sw == 1)
-          std::memcpy(row + j0, in + j0, static_cast<size_t>(j1 - j0) * sizeof(float));
-        else
-          for (int64_t j = j0; j < j1; ++j) row[j] = in[p.sw * j];
-        std::fill(row + j1, row + p.Wq, 0.0f);
+    for (int64_t i = 0; i < p.Hq; ++i) {
+      float* q = P + a * p.sw * p.len + i * p.Wq;  // phase (a, b)'s row i at q + b * len
+      const int64_t r = p.sh * i + a - p.ph;
+      if (r < 0 || r >= p.H) {
+        for (int64_t b = 0; b < p.sw; ++b) std::fill(q + b * p.len, q + b * p.len + p.Wq, 0.0f);
+        continue;
       }
-      std::fill(q + p.Hq * p.Wq, q + p.len, 0.0f);
+      if (p.sw == 1) {
+        std::fill(q, q + p.pw, 0.0f);
+        std::memcpy(q + p.pw, x + r * p.W, static_cast<size_t>(n) * sizeof(float));
+        std::fill(q + p.pw + n, q + p.Wq, 0.0f);
+        continue;
+      }
+      std::memcpy(row.data() + p.pw, x + r * p.W, static_cast<size_t>(n) * sizeof(float));
+      if (p.sw == 2) {
+        for (int64_t j = 0; j < p.Wq; j += kV) {
+          const FloatLanes lo = load_lanes(row.data() + 2 * j), hi = load_lanes(row.data() + 2 * j + kV);
+          store_lanes(q + j, even_lanes(lo, hi));
+          store_lanes(q + p.len + j, odd_lanes(lo, hi));
+        }
+        continue;
+      }
+      for (int64_t b = 0; b < p.sw; ++b)
+        for (int64_t j = 0; j < p.Wq; ++j) q[b * p.len + j] = row[static_cast<size_t>(p.sw * j + b)];
     }
+  for (int64_t ph = 0; ph < p.sh * p.sw; ++ph) std::fill(P + ph * p.len + p.Hq * p.Wq, P + (ph + 1) * p.len, 0.0f);
 }
 
 // The adjoint of split, restricted to x's positions: dx[h, w] = dP[(h + ph) % sh, (w + pw) % sw]
-// at ((h + ph) / sh, (w + pw) / sw), 0 where that lies outside the phase plane (no output read it)
-void merge(const float* dP, const Phases& p, float* dx) {
+// at ((h + ph) / sh, (w + pw) / sw), 0 where that lies outside the phase plane (no output read
+// it). With sw > 1 the phases' rows are interleaved into `row` first.
+void merge(const float* dP, const Phases& p, float* dx, std::vector<float>& row) {
+  const int64_t n = std::clamp<int64_t>(p.sw * p.Wq - p.pw, 0, p.W);  // x's columns that some phase holds
+  if (p.sw > 1) row.resize(static_cast<size_t>(p.sw * ceil_div(p.Wq, kV) * kV));
   for (int64_t h = 0; h < p.H; ++h) {
     float* out = dx + h * p.W;
     const int64_t a = (h + p.ph) % p.sh, i = (h + p.ph) / p.sh;
@@ -93,14 +117,22 @@ void merge(const float* dP, const Phases& p, float* dx) {
       std::fill(out, out + p.W, 0.0f);
       continue;
     }
-    if (p.sw == 1) {  // out[w] = row[w + pw]: with stride 1, Wq = W + 2 pw
-      std::memcpy(out, dP + a * p.len + i * p.Wq + p.pw, static_cast<size_t>(p.W) * sizeof(float));
-      continue;
+    const float* q = dP + a * p.sw * p.len + i * p.Wq;  // phase (a, b)'s row i at q + b * len
+    if (p.sw == 1) {
+      std::memcpy(out, q + p.pw, static_cast<size_t>(n) * sizeof(float));
+    } else if (p.sw == 2) {
+      for (int64_t j = 0; j < p.Wq; j += kV) {
+        FloatLanes lo, hi;
+        interleave(load_lanes(q + j), load_lanes(q + p.len + j), lo, hi);
+        store_lanes(row.data() + 2 * j, lo);
+        store_lanes(row.data() + 2 * j + kV, hi);
+      }
+    } else {
+      for (int64_t b = 0; b < p.sw; ++b)
+        for (int64_t j = 0; j < p.Wq; ++j) row[static_cast<size_t>(p.sw * j + b)] = q[b * p.len + j];
     }
-    for (int64_t w = 0; w < p.W; ++w) {
-      const int64_t j = (w + p.pw) / p.sw, b = (w + p.pw) % p.sw;
-      out[w] = j < p.Wq ? dP[(a * p.sw + b) * p.len + i * p.Wq + j] : 0.0f;
-    }
+    if (p.sw > 1) std::memcpy(out, row.data() + p.pw, static_cast<size_t>(n) * sizeof(float));
+    std::fill(out + n, out + p.W, 0.0f);
   }
 }
 
@@ -163,11 +195,11 @@ void conv2d_depthwise_forward(const float* x, const float* w, const float* b, co
   const Phases p = phases_of(s);
   const int64_t k = s.O / s.C, plane = p.vectors * kV;
   parallel_for(s.N * s.C, conv_grain(k * plane * p.taps), [&](int64_t i0, int64_t i1) {
-    thread_local std::vector<float> P, yw;
+    thread_local std::vector<float> P, yw, row;
     P.resize(static_cast<size_t>(p.sh * p.sw * p.len));
     yw.resize(static_cast<size_t>(plane));
     for (int64_t i = i0; i < i1; ++i) {  // i = n * C + c
-      split(x + i * s.H * s.W, p, P.data());
+      split(x + i * s.H * s.W, p, P.data(), row);
       const int64_t n = i / s.C, c = i % s.C;
       for (int64_t o = c * k; o < (c + 1) * k; ++o) {
         const float* wo = w + o * p.taps;
@@ -204,7 +236,7 @@ void conv2d_depthwise_backward(const float* x, const float* w, const float* dy, 
     }
   const int64_t work = per_block * k * p.vectors * kV * p.taps * 2;
   parallel_for(blocks * s.C, conv_grain(work), [&](int64_t i0, int64_t i1) {
-    thread_local std::vector<float> P, dyw, dP, coef;
+    thread_local std::vector<float> P, dyw, dP, coef, row;
     thread_local std::vector<FloatLanes> lanes;
     P.resize(static_cast<size_t>(phases * p.len));
     dyw.resize(static_cast<size_t>(k * p.dy_len));
@@ -222,7 +254,7 @@ void conv2d_depthwise_backward(const float* x, const float* w, const float* dy, 
       for (int64_t n = blk * per_block; n < std::min(s.N, (blk + 1) * per_block); ++n) {
         for (int64_t m = 0; m < k; ++m) widen(dy + (n * s.O + c * k + m) * plane_out, p, dyw.data() + m * p.dy_len);
         if (dw) {
-          split(x + (n * s.C + c) * plane_in, p, P.data());
+          split(x + (n * s.C + c) * plane_in, p, P.data(), row);
           for (int64_t m = 0; m < k; ++m) {
             const float* d = dyw.data() + m * p.dy_len + p.front;
             FloatLanes* acc = lanes.data() + m * p.taps;
@@ -243,7 +275,7 @@ void conv2d_depthwise_backward(const float* x, const float* w, const float* dy, 
           else
             phase_input_grad<0>(dyw.data(), c0, off.data(), terms, p, out);
         }
-        merge(dP.data(), p, dx + (n * s.C + c) * plane_in);
+        merge(dP.data(), p, dx + (n * s.C + c) * plane_in, row);
       }
       if (dw)
         for (int64_t t = 0; t < k * p.taps; ++t)  // (m, tap) = output channel c * k + m's tap
