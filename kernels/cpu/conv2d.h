@@ -68,6 +68,22 @@ inline bool conv2d_uses_depthwise(const Conv2dShape& s) {
   return s.groups == s.C && s.C > 1 && s.O % s.C == 0 && s.dil_h == 1 && s.dil_w == 1 && s.H_out > 0 && s.W_out > 0;
 }
 
+// Whether a convolution of this shape runs as conv2d_forward_1x1 / conv2d_backward_1x1: a 1x1
+// kernel, stride 1, no padding (im2col would copy x unchanged), any groups but the depthwise ones.
+inline bool conv2d_uses_1x1(const Conv2dShape& s) {
+  return s.kH == 1 && s.kW == 1 && s.stride_h == 1 && s.stride_w == 1 && s.pad_h == 0 && s.pad_w == 0 &&
+         !conv2d_uses_depthwise(s) && s.H_out > 0 && s.W_out > 0;
+}
+
+// y[n, o, l] += b[o] for the images n0 .. n1 - 1 of y (N, O, L)
+template <class T> void add_conv_bias(const T* b, int64_t n0, int64_t n1, int64_t O, int64_t L, T* y) {
+  for (int64_t n = n0; n < n1; ++n)
+    for (int64_t o = 0; o < O; ++o) {
+      T* plane = y + (n * O + o) * L;
+      for (int64_t l = 0; l < L; ++l) plane[l] += b[o];
+    }
+}
+
 // x (N, C, H, W), w (O, C/G, kH, kW), b (O) or null -> y (N, O, H_out, W_out), as im2col + GEMM
 // (any shape; the reference for the Winograd path)
 template <class T> void conv2d_forward_reference(const T* x, const T* w, const T* b, const Conv2dShape& s, T* y) {
@@ -81,12 +97,21 @@ template <class T> void conv2d_forward_reference(const T* x, const T* w, const T
         im2col(x + (n * s.C + g * Cg) * s.H * s.W, geo, col.data());
         gemm(Og, L, K, w + g * Og * K, K, false, col.data(), L, false, y + (n * s.O + g * Og) * L, L, T(1), T(0));
       }
-      if (b)
-        for (int64_t o = 0; o < s.O; ++o) {
-          T* plane = y + (n * s.O + o) * L;
-          for (int64_t l = 0; l < L; ++l) plane[l] += b[o];
-        }
+      if (b) add_conv_bias(b, n, n + 1, s.O, L, y);
     }
+  });
+}
+
+// The same where conv2d_uses_1x1: per image and group, y[n, g] (O/G, L) = w[g] (O/G, C/G) · x[n, g]
+// (C/G, L), x read in place (the reference's GEMM on the reference's operands: the same bits)
+template <class T> void conv2d_forward_1x1(const T* x, const T* w, const T* b, const Conv2dShape& s, T* y) {
+  const int64_t Cg = s.C / s.groups, Og = s.O / s.groups, L = s.H * s.W;
+  parallel_for(s.N, conv_grain(s.O * Cg * L), [&](int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; ++n)
+      for (int64_t g = 0; g < s.groups; ++g)
+        gemm(Og, L, Cg, w + g * Og * Cg, Cg, false, x + (n * s.C + g * Cg) * L, L, false, y + (n * s.O + g * Og) * L, L,
+             T(1), T(0));
+    if (b) add_conv_bias(b, n0, n1, s.O, L, y);
   });
 }
 
@@ -96,6 +121,7 @@ template <class T> void conv2d_forward(const T* x, const T* w, const T* b, const
     if (conv2d_uses_winograd(s)) return conv3x3_winograd(x, w, b, s.N, s.C, s.H, s.W, s.O, s.pad_h, false, y);
     if (conv2d_uses_depthwise(s)) return conv2d_depthwise_forward(x, w, b, s, y);
   }
+  if (conv2d_uses_1x1(s)) return conv2d_forward_1x1(x, w, b, s, y);
   conv2d_forward_reference(x, w, b, s, y);
 }
 
@@ -164,6 +190,36 @@ void conv2d_backward_reference(const T* x, const T* w, const T* dy, const Conv2d
   if (db) conv2d_bias_grad(dy, s, db);
 }
 
+// The same gradients where conv2d_uses_1x1, x and dx in place of col and dcol (the reference's
+// GEMMs on the reference's operands, summed in the same blocks: the same bits):
+//   dw[g] += dy[n, g] (O/G, L) · x[n, g]^T (L, C/G);  dx[n, g] (C/G, L) = w[g]^T (C/G, O/G) · dy[n, g]
+template <class T>
+void conv2d_backward_1x1(const T* x, const T* w, const T* dy, const Conv2dShape& s, T* dx, T* dw, T* db) {
+  const int64_t Cg = s.C / s.groups, Og = s.O / s.groups, L = s.H * s.W, w_numel = s.O * Cg;
+  const int64_t per_block = std::max<int64_t>(1, (s.N + 15) / 16);  // the reference's blocks
+  const int64_t blocks = (s.N + per_block - 1) / per_block;
+  std::vector<T> partial(static_cast<size_t>(dw ? std::max<int64_t>(blocks, 1) * w_numel : 0), T(0));
+  parallel_for(blocks, conv_grain(2 * per_block * s.O * Cg * L), [&](int64_t k0, int64_t k1) {
+    for (int64_t k = k0; k < k1; ++k)
+      for (int64_t n = k * per_block; n < std::min(s.N, (k + 1) * per_block); ++n)
+        for (int64_t g = 0; g < s.groups; ++g) {
+          const T* dy_ng = dy + (n * s.O + g * Og) * L;  // (Og, L)
+          const int64_t x_off = (n * s.C + g * Cg) * L;
+          if (dw)
+            gemm(Og, Cg, L, dy_ng, L, false, x + x_off, L, true, partial.data() + k * w_numel + g * Og * Cg, Cg, T(1),
+                 T(1));
+          if (dx) gemm(Cg, L, Og, w + g * Og * Cg, Cg, true, dy_ng, L, false, dx + x_off, L, T(1), T(0));
+        }
+  });
+  if (dw)
+    for (int64_t i = 0; i < w_numel; ++i) {
+      T acc = T(0);
+      for (int64_t k = 0; k < blocks; ++k) acc += partial[static_cast<size_t>(k * w_numel + i)];
+      dw[i] = acc;
+    }
+  if (db) conv2d_bias_grad(dy, s, db);
+}
+
 // The same gradients, by Winograd where conv2d_uses_winograd (float): the weight and bias gradients
 // by conv3x3_winograd_weight_grad, the input gradient as the 3x3 convolution of dy with the flipped,
 // transposed weights and padding 2 - pad; the weight and bias gradients by the direct kernel where
@@ -183,6 +239,7 @@ void conv2d_backward(const T* x, const T* w, const T* dy, const Conv2dShape& s, 
       return;
     }
   }
+  if (conv2d_uses_1x1(s)) return conv2d_backward_1x1(x, w, dy, s, dx, dw, db);
   conv2d_backward_reference(x, w, dy, s, dx, dw, db);
 }
 

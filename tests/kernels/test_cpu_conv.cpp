@@ -4,6 +4,8 @@
 // kernels/cpu/conv2d.h): forward with and without bias, the input, weight and bias gradients, for
 // padding 0 to 3, odd image sizes (ragged tiles and vectors at the edges) and more images than
 // weight-gradient blocks; which shapes take which path; and the same bits with 1 and 2 threads.
+// The depthwise kernel (kernels/cpu/conv2d_depthwise.h) likewise, for any kernel size, stride 1 to
+// 3, padding 0 to 3 and channel multipliers; the 1x1 path (no im2col copy) bit for bit.
 // (tests/tensor/test_ops_conv.cpp checks the dispatching op against a naive direct convolution.)
 #include <gtest/gtest.h>
 
@@ -141,6 +143,44 @@ TEST(CpuConv, DepthwiseMatchesIm2colGemm) {
   }
 }
 
+// conv2d_forward_1x1 / conv2d_backward_1x1 run the reference's GEMMs on x itself instead of its
+// im2col copy: the same bits as the reference, in float and double
+template <class T> void expect_1x1_equals_reference(const Conv2dShape& s) {
+  SCOPED_TRACE(::testing::Message() << "N " << s.N << " C " << s.C << " H " << s.H << " W " << s.W << " O " << s.O
+                                    << " groups " << s.groups << (sizeof(T) == 8 ? " double" : " float"));
+  ASSERT_TRUE(minidl::kernels::cpu::conv2d_uses_1x1(s));
+  auto typed = [](const std::vector<float>& v) { return std::vector<T>(v.begin(), v.end()); };
+  const size_t x_n = static_cast<size_t>(s.N * s.C * s.H * s.W), y_n = static_cast<size_t>(s.N * s.O * s.H * s.W);
+  const std::vector<T> x = typed(values(x_n, 1)), w = typed(values(weight_numel(s), 2)),
+                       b = typed(values(static_cast<size_t>(s.O), 3)), dy = typed(values(y_n, 4));
+  std::vector<T> y(y_n, NAN), y_ref(y_n, NAN);
+  minidl::kernels::cpu::conv2d_forward(x.data(), w.data(), b.data(), s, y.data());
+  minidl::kernels::cpu::conv2d_forward_reference(x.data(), w.data(), b.data(), s, y_ref.data());
+  EXPECT_EQ(y, y_ref);
+  std::vector<T> dx(x_n, NAN), dw(w.size(), NAN), db(b.size(), NAN), dx_ref(x_n), dw_ref(w.size()), db_ref(b.size());
+  minidl::kernels::cpu::conv2d_backward(x.data(), w.data(), dy.data(), s, dx.data(), dw.data(), db.data());
+  minidl::kernels::cpu::conv2d_backward_reference(x.data(), w.data(), dy.data(), s, dx_ref.data(), dw_ref.data(),
+                                                  db_ref.data());
+  EXPECT_EQ(dx, dx_ref);
+  EXPECT_EQ(dw, dw_ref);
+  EXPECT_EQ(db, db_ref);
+  std::fill(dw.begin(), dw.end(), NAN);  // the weight gradient alone
+  minidl::kernels::cpu::conv2d_backward(x.data(), w.data(), dy.data(), s, static_cast<T*>(nullptr), dw.data(),
+                                        static_cast<T*>(nullptr));
+  EXPECT_EQ(dw, dw_ref);
+}
+
+TEST(CpuConv, OneByOneEqualsIm2colGemm) {
+  // (N, C, H, W, O, groups): the small MobileNet's pointwise layers, odd sizes, groups, a 1x1
+  // image, more images than weight-gradient blocks
+  const int64_t cases[][6] = {{3, 32, 8, 8, 64, 1}, {2, 6, 5, 7, 9, 3}, {2, 8, 1, 1, 4, 2}, {35, 4, 3, 3, 5, 1}};
+  for (const auto& c : cases) {
+    const Conv2dShape s{c[0], c[1], c[2], c[3], c[4], 1, 1, c[5], 1, 1, 0, 0, 1, 1, c[2], c[3]};
+    expect_1x1_equals_reference<float>(s);
+    expect_1x1_equals_reference<double>(s);
+  }
+}
+
 TEST(CpuConv, FastPathsAreUsedOnlyForTheirShapes) {
   using minidl::kernels::cpu::conv2d_uses_direct;
   using minidl::kernels::cpu::conv2d_uses_winograd;
@@ -193,6 +233,24 @@ TEST(CpuConv, FastPathsAreUsedOnlyForTheirShapes) {
   t.H_out = 7;
   EXPECT_FALSE(conv2d_uses_depthwise(t));
   EXPECT_FALSE(conv2d_uses_depthwise(depthwise_shape(2, 1, 9, 9, 4, 3, 3, 1, 1, 1, 1)));  // one channel: a plain conv
+  // 1x1: stride 1, no padding, not depthwise
+  using minidl::kernels::cpu::conv2d_uses_1x1;
+  const Conv2dShape one{2, 8, 5, 5, 16, 1, 1, 1, 1, 1, 0, 0, 1, 1, 5, 5};
+  EXPECT_TRUE(conv2d_uses_1x1(one));
+  EXPECT_FALSE(conv2d_uses_winograd(one) || conv2d_uses_direct(one) || conv2d_uses_depthwise(one));
+  t = one;
+  t.groups = 8;  // depthwise
+  EXPECT_FALSE(conv2d_uses_1x1(t));
+  EXPECT_TRUE(conv2d_uses_depthwise(t));
+  t = one;
+  t.stride_w = 2;
+  t.W_out = 3;
+  EXPECT_FALSE(conv2d_uses_1x1(t));
+  t = one;
+  t.pad_h = 1;
+  t.H_out = 7;
+  EXPECT_FALSE(conv2d_uses_1x1(t));
+  EXPECT_FALSE(conv2d_uses_1x1(s));
 }
 
 TEST(CpuConv, FastPathsSameBitsFor1And2Threads) {
