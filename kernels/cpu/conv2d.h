@@ -5,13 +5,23 @@
 // with K = (C/G)*kH*kW and L = H_out*W_out. Images run in parallel; the weight gradient is
 // summed in blocks of images fixed by N alone (at most 16 blocks, added in block order), so the
 // result does not depend on the thread count. GEMM is kernels/cpu/gemm.h.
-// Float 3x3 stride-1 convolutions with 8 or more channels run forward and backward as Winograd
-// F(2x2, 3x3) instead (kernels/cpu/conv2d_winograd.h; conv2d_uses_winograd), those with fewer
-// input channels their weight gradient by a direct kernel (kernels/cpu/conv2d_direct.h;
-// conv2d_uses_direct); the *_reference functions (im2col + GEMM) are the general path and the
-// reference both are tested against (tests/kernels/test_cpu_conv.cpp). Tested through tensor/ops_conv.cpp by
-// tests/tensor/test_ops_conv.cpp (naive direct convolution, float64 finite differences with
-// stride, padding, dilation and groups).
+// Faster paths for some shapes, each chosen by a predicate on the shape (never by model):
+//   - float 3x3 stride-1 convolutions with 8 or more channels: forward and backward as Winograd
+//     F(2x2, 3x3) (kernels/cpu/conv2d_winograd.h; conv2d_uses_winograd);
+//   - float 3x3 stride-1 ones with fewer input channels: the weight gradient by a direct kernel
+//     (kernels/cpu/conv2d_direct.h; conv2d_uses_direct);
+//   - float depthwise ones (groups == C, O a multiple of C, any kernel, stride and padding, no
+//     dilation): forward and backward by a kernel over phase planes (kernels/cpu/
+//     conv2d_depthwise.h; conv2d_uses_depthwise), where im2col + GEMM would run one GEMM with a
+//     single output row per channel;
+//   - 1x1 stride-1 unpadded ones (not depthwise; float and double): the same GEMMs on x and dx in
+//     place, without the im2col copy and col2im (conv2d_forward_1x1 / conv2d_backward_1x1;
+//     conv2d_uses_1x1; the same bits as the reference).
+// The *_reference functions (im2col + GEMM) are the general path and the reference all are
+// tested against (tests/kernels/test_cpu_conv.cpp). Strided 3x3 convolutions stay im2col + GEMM:
+// their GEMMs are most of their time (a branch-free strided im2col did not change it). Tested
+// through tensor/ops_conv.cpp by tests/tensor/test_ops_conv.cpp (naive direct convolution,
+// float64 finite differences with stride, padding, dilation and groups).
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -222,8 +232,10 @@ void conv2d_backward_1x1(const T* x, const T* w, const T* dy, const Conv2dShape&
 
 // The same gradients, by Winograd where conv2d_uses_winograd (float): the weight and bias gradients
 // by conv3x3_winograd_weight_grad, the input gradient as the 3x3 convolution of dy with the flipped,
-// transposed weights and padding 2 - pad; the weight and bias gradients by the direct kernel where
-// conv2d_uses_direct (the input gradient, when wanted, by im2col + GEMM).
+// transposed weights and padding 2 - pad; all three by the depthwise kernel where
+// conv2d_uses_depthwise (float); the weight and bias gradients by the direct kernel where
+// conv2d_uses_direct (the input gradient, when wanted, by im2col + GEMM); all three by
+// conv2d_backward_1x1 where conv2d_uses_1x1.
 template <class T>
 void conv2d_backward(const T* x, const T* w, const T* dy, const Conv2dShape& s, T* dx, T* dw, T* db) {
   if constexpr (std::is_same_v<T, float>) {

@@ -221,7 +221,7 @@ void conv2d_depthwise_backward(const float* x, const float* w, const float* dy, 
   const Phases p = phases_of(s);
   const int64_t k = s.O / s.C, phases = p.sh * p.sw, plane_in = s.H * s.W, plane_out = p.Ho * p.Wo;
   // Fixed blocks of images (depend on N only): item (block, c) sums its images into lanes per
-  // (output channel, tap), then the lanes in order into partial[block, o, tap].
+  // (output channel, tap), then its lanes (horizontal_sum) into partial (blocks, O, taps).
   const int64_t per_block = std::max<int64_t>(1, (s.N + kMaxBlocks - 1) / kMaxBlocks);
   const int64_t blocks = (s.N + per_block - 1) / per_block;
   std::vector<float> partial(static_cast<size_t>(dw ? blocks * s.O * p.taps : 0));

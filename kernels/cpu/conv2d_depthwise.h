@@ -8,14 +8,18 @@
 // (oh + kh / s_h, ow + kw / s_w). Phase planes and outputs are flattened over rows of one common
 // width Wq = W_out + (kW - 1) / s_w, so a tap is one fixed offset into a flat array and 16 outputs
 // (across row ends: the Wq - W_out extra columns are computed and dropped) are one 16-lane
-// vector: kH * kW loads and FMAs per 16 outputs, whatever W_out (4 or 32) is.
+// vector: kH * kW loads and FMAs per 16 outputs, whatever W_out (4 or 32) is. (Vectors along each
+// output row, the simpler layout, would leave 12 of 16 lanes idle on a 4-wide plane.)
 //   input gradient: per phase, dP[a, b][i, j] = sum over taps (kh, kw) of that phase and the k
-//     output channels of w[o, kh, kw] * dy[n, o, i - kh / s_h, j - kw / s_w] (a gather over dy laid
-//     out with width Wq, zero outside), then dx = the phases put back in place (the adjoint of the split);
+//     output channels of w[o, kh, kw] * dy[n, o, i - kh / s_h, j - kw / s_w] (a gather over dy
+//     laid out with width Wq, zero outside), then dx = the phases put back in place (the
+//     adjoint of the split);
 //   weight gradient: dw[o, kh, kw] = sum over n, flat j of dy[n, o, j] * P[tap](j + its offset),
-//     in 16 lanes per tap over the images of fixed blocks (at most 16, fixed by N), then lanes and
-//     blocks in order: the same bits whatever the thread count. The bias gradient is
-//     conv2d_bias_grad's.
+//     in 16 lanes per tap over the images of fixed blocks (at most 16, fixed by N), then the
+//     lanes (horizontal_sum's fixed tree) and the blocks in order: the same bits whatever the
+//     thread count. The bias gradient is conv2d_bias_grad's.
+// Cost: 2 kH kW flops per output against one read of x and one write of y (dx: reads of dy and
+// x, one write), so with 3x3 kernels the passes are bound by memory bandwidth, not the FMAs.
 // Work runs in parallel over (image, channel) planes (forward) and (block of images, channel)
 // (backward). Tested against im2col + GEMM (conv2d_forward_reference / conv2d_backward_reference)
 // by tests/kernels/test_cpu_conv.cpp.
