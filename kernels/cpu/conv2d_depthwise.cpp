@@ -3,11 +3,13 @@
 // vector that starts in the last row may read past it); dy of one output channel in the same
 // width Wq, after `front` zeros (so the input gradient's gather, which reads up to front floats
 // before a position, stays in the buffer) and with zeros in columns W_out .. Wq - 1 and after.
+// The buffers are zeroed once per chunk of planes; each plane then writes only the positions that
+// hold its data (the zeros around them are the same for every plane), with inline 16-lane copies:
+// a plane of 8 x 8 is a few hundred FMAs, and library memcpy / memset calls per row cost more.
 // 3x3 kernels (9 taps) run a loop unrolled at compile time, other sizes the same loop at run time.
 #include "minidl/kernels/cpu/conv2d_depthwise.h"
 
 #include <algorithm>
-#include <cstring>
 #include <vector>
 
 #include "minidl/kernels/cpu/conv2d.h"
@@ -68,48 +70,57 @@ inline void interleave(FloatLanes even, FloatLanes odd, FloatLanes& lo, FloatLan
   hi = __builtin_shufflevector(even, odd, 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
 }
 
-// x (H, W) -> the phase planes P[a, b][i, j] = xp[sh i + a, sw j + b] (zero in the padding).
-// With sw > 1 each row of xp is first laid out in `row` (sw * Wq rounded up to vectors, zero
-// outside x's columns), then split into the sw phases (sw = 2: 32 floats -> 2 x 16 by shuffles;
-// the vectors past Wq spill into the next row, written after, or the tail, zeroed last).
-void split(const float* x, const Phases& p, float* P, std::vector<float>& row) {
-  const int64_t n = std::clamp<int64_t>(p.sw * p.Wq - p.pw, 0, p.W);  // x's columns that some phase holds
-  if (p.sw > 1) row.assign(static_cast<size_t>(p.sw * ceil_div(p.Wq, kV) * kV), 0.0f);
+// dst[0 .. n) = src[0 .. n), 16 lanes at a time (masked for the last n % 16)
+void copy_floats(float* dst, const float* src, int64_t n) {
+  int64_t i = 0;
+  for (; i + kV <= n; i += kV) store_lanes(dst + i, load_lanes(src + i));
+  if (i < n) store_first_lanes(dst + i, load_first_lanes(src + i, n - i), n - i);
+}
+
+// x's columns that some phase holds: x[., w] sits at padded column w + pw, and the phases hold
+// padded columns 0 .. sw * Wq - 1
+int64_t held_columns(const Phases& p) { return std::clamp<int64_t>(p.sw * p.Wq - p.pw, 0, p.W); }
+
+// Sizes the buffers of a chunk of planes and zeroes them (split and widen write only data after):
+// P and dP (phases * len), `row` (one padded row, sw * Wq rounded up to vectors), dyw (k * dy_len).
+void zeroed(std::vector<float>& v, int64_t n) { v.assign(static_cast<size_t>(n), 0.0f); }
+int64_t row_len(const Phases& p) { return p.sw * ceil_div(p.Wq, kV) * kV; }
+
+// x (H, W) -> the phase planes P[a, b][i, j] = xp[sh i + a, sw j + b] (zero in the padding), into
+// P and `row` zeroed for this geometry (only the rows of x are written: the padding stays zero).
+// With sw > 1 each row of xp is first laid out in `row` (zero outside x's columns), then split into
+// the sw phases (sw = 2: 32 floats -> 2 x 16 by shuffles; the zeros past Wq that a last vector
+// writes land in the next row, written after if it holds data, or in the zero tail).
+void split(const float* x, const Phases& p, float* P, float* row) {
+  const int64_t n = held_columns(p);
   for (int64_t a = 0; a < p.sh; ++a)
-    for (int64_t i = 0; i < p.Hq; ++i) {
+    for (int64_t i = std::max<int64_t>(0, ceil_div(p.ph - a, p.sh)); i < p.Hq; ++i) {
+      const int64_t r = p.sh * i + a - p.ph;  // >= 0
+      if (r >= p.H) break;
       float* q = P + a * p.sw * p.len + i * p.Wq;  // phase (a, b)'s row i at q + b * len
-      const int64_t r = p.sh * i + a - p.ph;
-      if (r < 0 || r >= p.H) {
-        for (int64_t b = 0; b < p.sw; ++b) std::fill(q + b * p.len, q + b * p.len + p.Wq, 0.0f);
-        continue;
-      }
       if (p.sw == 1) {
-        std::fill(q, q + p.pw, 0.0f);
-        std::memcpy(q + p.pw, x + r * p.W, static_cast<size_t>(n) * sizeof(float));
-        std::fill(q + p.pw + n, q + p.Wq, 0.0f);
+        copy_floats(q + p.pw, x + r * p.W, n);
         continue;
       }
-      std::memcpy(row.data() + p.pw, x + r * p.W, static_cast<size_t>(n) * sizeof(float));
+      copy_floats(row + p.pw, x + r * p.W, n);
       if (p.sw == 2) {
         for (int64_t j = 0; j < p.Wq; j += kV) {
-          const FloatLanes lo = load_lanes(row.data() + 2 * j), hi = load_lanes(row.data() + 2 * j + kV);
+          const FloatLanes lo = load_lanes(row + 2 * j), hi = load_lanes(row + 2 * j + kV);
           store_lanes(q + j, even_lanes(lo, hi));
           store_lanes(q + p.len + j, odd_lanes(lo, hi));
         }
         continue;
       }
       for (int64_t b = 0; b < p.sw; ++b)
-        for (int64_t j = 0; j < p.Wq; ++j) q[b * p.len + j] = row[static_cast<size_t>(p.sw * j + b)];
+        for (int64_t j = 0; j < p.Wq; ++j) q[b * p.len + j] = row[p.sw * j + b];
     }
-  for (int64_t ph = 0; ph < p.sh * p.sw; ++ph) std::fill(P + ph * p.len + p.Hq * p.Wq, P + (ph + 1) * p.len, 0.0f);
 }
 
 // The adjoint of split, restricted to x's positions: dx[h, w] = dP[(h + ph) % sh, (w + pw) % sw]
 // at ((h + ph) / sh, (w + pw) / sw), 0 where that lies outside the phase plane (no output read
-// it). With sw > 1 the phases' rows are interleaved into `row` first.
-void merge(const float* dP, const Phases& p, float* dx, std::vector<float>& row) {
-  const int64_t n = std::clamp<int64_t>(p.sw * p.Wq - p.pw, 0, p.W);  // x's columns that some phase holds
-  if (p.sw > 1) row.resize(static_cast<size_t>(p.sw * ceil_div(p.Wq, kV) * kV));
+// it). With sw > 1 the phases' rows are interleaved into `row` (row_len(p) floats) first.
+void merge(const float* dP, const Phases& p, float* dx, float* row) {
+  const int64_t n = held_columns(p);
   for (int64_t h = 0; h < p.H; ++h) {
     float* out = dx + h * p.W;
     const int64_t a = (h + p.ph) % p.sh, i = (h + p.ph) / p.sh;
@@ -119,65 +130,79 @@ void merge(const float* dP, const Phases& p, float* dx, std::vector<float>& row)
     }
     const float* q = dP + a * p.sw * p.len + i * p.Wq;  // phase (a, b)'s row i at q + b * len
     if (p.sw == 1) {
-      std::memcpy(out, q + p.pw, static_cast<size_t>(n) * sizeof(float));
-    } else if (p.sw == 2) {
-      for (int64_t j = 0; j < p.Wq; j += kV) {
-        FloatLanes lo, hi;
-        interleave(load_lanes(q + j), load_lanes(q + p.len + j), lo, hi);
-        store_lanes(row.data() + 2 * j, lo);
-        store_lanes(row.data() + 2 * j + kV, hi);
-      }
+      copy_floats(out, q + p.pw, n);
     } else {
-      for (int64_t b = 0; b < p.sw; ++b)
-        for (int64_t j = 0; j < p.Wq; ++j) row[static_cast<size_t>(p.sw * j + b)] = q[b * p.len + j];
+      if (p.sw == 2) {
+        for (int64_t j = 0; j < p.Wq; j += kV) {
+          FloatLanes lo, hi;
+          interleave(load_lanes(q + j), load_lanes(q + p.len + j), lo, hi);
+          store_lanes(row + 2 * j, lo);
+          store_lanes(row + 2 * j + kV, hi);
+        }
+      } else {
+        for (int64_t b = 0; b < p.sw; ++b)
+          for (int64_t j = 0; j < p.Wq; ++j) row[p.sw * j + b] = q[b * p.len + j];
+      }
+      copy_floats(out, row + p.pw, n);
     }
-    if (p.sw > 1) std::memcpy(out, row.data() + p.pw, static_cast<size_t>(n) * sizeof(float));
-    std::fill(out + n, out + p.W, 0.0f);
+    if (n < p.W) std::fill(out + n, out + p.W, 0.0f);
   }
 }
 
-// dy (Ho, Wo) -> dyw: front zeros, then Hq rows of Wq (dy in the first Ho rows' first Wo columns,
-// zeros elsewhere), then kV zeros
+// dy (Ho, Wo) -> dyw, zeroed for this geometry: dy's rows at front + i * Wq (the zeros around
+// them, in front, in columns Wo .. Wq - 1, in rows Ho .. Hq - 1 and after, stay)
 void widen(const float* dy, const Phases& p, float* dyw) {
-  std::fill(dyw, dyw + p.front, 0.0f);
-  float* q = dyw + p.front;
-  for (int64_t i = 0; i < p.Ho; ++i) {
-    std::memcpy(q + i * p.Wq, dy + i * p.Wo, static_cast<size_t>(p.Wo) * sizeof(float));
-    std::fill(q + i * p.Wq + p.Wo, q + (i + 1) * p.Wq, 0.0f);
-  }
-  std::fill(q + p.Ho * p.Wq, dyw + p.dy_len, 0.0f);
+  for (int64_t i = 0; i < p.Ho; ++i) copy_floats(dyw + p.front + i * p.Wq, dy + i * p.Wo, p.Wo);
 }
 
-// sum over t < n of c[t] * the vector at base + offset[t], n = kTaps when that is not 0
-template <int kTaps> FloatLanes dot_taps(const float* c, const float* base, const int64_t* offset, int64_t n) {
-  if constexpr (kTaps > 0) n = kTaps;
-  FloatLanes acc = {};
-  for (int64_t t = 0; t < n; ++t) acc += c[t] * load_lanes(base + offset[t]);
-  return acc;
+// dst's vector v = bias + sum over t < n of c[t] * the vector at src + v * kV + offset[t], for v <
+// vectors (n = kTaps when that is not 0: then c and offset are first copied into locals, which
+// stay in registers; read through the pointers, they would be reloaded after every store)
+template <int kTaps>
+void apply_taps(const float* c, const int64_t* offset, int64_t n, float bias, const float* src, int64_t vectors,
+                float* dst) {
+  constexpr int kLocal = kTaps > 0 ? kTaps : 1;
+  float c_local[kLocal];
+  int64_t offset_local[kLocal];
+  if constexpr (kTaps > 0) {
+    n = kTaps;
+    for (int t = 0; t < kTaps; ++t) c_local[t] = c[t], offset_local[t] = offset[t];
+    c = c_local, offset = offset_local;
+  }
+  for (int64_t v = 0; v < vectors; ++v) {
+    FloatLanes acc = splat(bias);
+    for (int64_t t = 0; t < n; ++t) acc += c[t] * load_lanes(src + v * kV + offset[t]);
+    store_lanes(dst + v * kV, acc);
+  }
 }
 
 // One plane of output: y (Ho, Wo) = b + the taps wo over the phase planes P
 template <int kTaps>
 void plane_forward(const float* P, const float* wo, float bias, const Phases& p, float* yw, float* y) {
-  for (int64_t v = 0; v < p.vectors; ++v)
-    store_lanes(yw + v * kV, dot_taps<kTaps>(wo, P + v * kV, p.offset.data(), p.taps) + bias);
-  for (int64_t i = 0; i < p.Ho; ++i)
-    std::memcpy(y + i * p.Wo, yw + i * p.Wq, static_cast<size_t>(p.Wo) * sizeof(float));
+  apply_taps<kTaps>(wo, p.offset.data(), p.taps, bias, P, p.vectors, yw);
+  for (int64_t i = 0; i < p.Ho; ++i) copy_floats(y + i * p.Wo, yw + i * p.Wq, p.Wo);
 }
 
 // The block's lanes acc (taps, kV) += sum over the flat outputs of dyw * each tap's phase vector
+// (with kTaps fixed, the lanes and offsets in locals)
 template <int kTaps> void plane_weight_grad(const float* P, const float* dyw, const Phases& p, FloatLanes* acc) {
-  const int64_t n = kTaps > 0 ? kTaps : p.taps;
-  FloatLanes a[kTaps > 0 ? kTaps : 1];
-  FloatLanes* lanes = kTaps > 0 ? a : acc;
-  if constexpr (kTaps > 0)
-    for (int64_t t = 0; t < n; ++t) a[t] = acc[t];
+  constexpr int kLocal = kTaps > 0 ? kTaps : 1;
+  FloatLanes a[kLocal];
+  int64_t offset_local[kLocal];
+  FloatLanes* lanes = acc;
+  const int64_t* offset = p.offset.data();
+  int64_t n = p.taps;
+  if constexpr (kTaps > 0) {
+    n = kTaps;
+    for (int t = 0; t < kTaps; ++t) a[t] = acc[t], offset_local[t] = offset[t];
+    lanes = a, offset = offset_local;
+  }
   for (int64_t v = 0; v < p.vectors; ++v) {
     const FloatLanes d = load_lanes(dyw + v * kV);
-    for (int64_t t = 0; t < n; ++t) lanes[t] += d * load_lanes(P + v * kV + p.offset[static_cast<size_t>(t)]);
+    for (int64_t t = 0; t < n; ++t) lanes[t] += d * load_lanes(P + v * kV + offset[t]);
   }
   if constexpr (kTaps > 0)
-    for (int64_t t = 0; t < n; ++t) acc[t] = a[t];
+    for (int t = 0; t < kTaps; ++t) acc[t] = a[t];
 }
 
 // One phase of the input gradient: dP (Hq * Wq, whole vectors) = sum over the terms of
@@ -185,8 +210,7 @@ template <int kTaps> void plane_weight_grad(const float* P, const float* dyw, co
 template <int kTaps>
 void phase_input_grad(const float* dyw, const float* c, const int64_t* offset, int64_t terms, const Phases& p,
                       float* dP) {
-  const int64_t vectors = ceil_div(p.Hq * p.Wq, kV);
-  for (int64_t v = 0; v < vectors; ++v) store_lanes(dP + v * kV, dot_taps<kTaps>(c, dyw + v * kV, offset, terms));
+  apply_taps<kTaps>(c, offset, terms, 0.0f, dyw, ceil_div(p.Hq * p.Wq, kV), dP);
 }
 
 }  // namespace
@@ -196,10 +220,11 @@ void conv2d_depthwise_forward(const float* x, const float* w, const float* b, co
   const int64_t k = s.O / s.C, plane = p.vectors * kV;
   parallel_for(s.N * s.C, conv_grain(k * plane * p.taps), [&](int64_t i0, int64_t i1) {
     thread_local std::vector<float> P, yw, row;
-    P.resize(static_cast<size_t>(p.sh * p.sw * p.len));
+    zeroed(P, p.sh * p.sw * p.len);
+    zeroed(row, row_len(p));
     yw.resize(static_cast<size_t>(plane));
     for (int64_t i = i0; i < i1; ++i) {  // i = n * C + c
-      split(x + i * s.H * s.W, p, P.data(), row);
+      split(x + i * s.H * s.W, p, P.data(), row.data());
       const int64_t n = i / s.C, c = i % s.C;
       for (int64_t o = c * k; o < (c + 1) * k; ++o) {
         const float* wo = w + o * p.taps;
@@ -236,11 +261,13 @@ void conv2d_depthwise_backward(const float* x, const float* w, const float* dy, 
     }
   const int64_t work = per_block * k * p.vectors * kV * p.taps * 2;
   parallel_for(blocks * s.C, conv_grain(work), [&](int64_t i0, int64_t i1) {
-    thread_local std::vector<float> P, dyw, dP, coef, row;
+    thread_local std::vector<float> P, dyw, dP, coef, row, dx_row;  // row: split's (zeros kept); dx_row: merge's
     thread_local std::vector<FloatLanes> lanes;
-    P.resize(static_cast<size_t>(phases * p.len));
-    dyw.resize(static_cast<size_t>(k * p.dy_len));
+    zeroed(P, phases * p.len);
+    zeroed(row, row_len(p));
+    zeroed(dyw, k * p.dy_len);
     dP.resize(static_cast<size_t>(phases * p.len));
+    dx_row.resize(static_cast<size_t>(row_len(p)));
     coef.resize(static_cast<size_t>(phases * k * p.taps));
     lanes.resize(static_cast<size_t>(k * p.taps));
     for (int64_t i = i0; i < i1; ++i) {  // i = block * C + c
@@ -254,7 +281,7 @@ void conv2d_depthwise_backward(const float* x, const float* w, const float* dy, 
       for (int64_t n = blk * per_block; n < std::min(s.N, (blk + 1) * per_block); ++n) {
         for (int64_t m = 0; m < k; ++m) widen(dy + (n * s.O + c * k + m) * plane_out, p, dyw.data() + m * p.dy_len);
         if (dw) {
-          split(x + (n * s.C + c) * plane_in, p, P.data(), row);
+          split(x + (n * s.C + c) * plane_in, p, P.data(), row.data());
           for (int64_t m = 0; m < k; ++m) {
             const float* d = dyw.data() + m * p.dy_len + p.front;
             FloatLanes* acc = lanes.data() + m * p.taps;
@@ -275,7 +302,7 @@ void conv2d_depthwise_backward(const float* x, const float* w, const float* dy, 
           else
             phase_input_grad<0>(dyw.data(), c0, off.data(), terms, p, out);
         }
-        merge(dP.data(), p, dx + (n * s.C + c) * plane_in, row);
+        merge(dP.data(), p, dx + (n * s.C + c) * plane_in, dx_row.data());
       }
       if (dw)
         for (int64_t t = 0; t < k * p.taps; ++t)  // (m, tap) = output channel c * k + m's tap
