@@ -181,7 +181,9 @@ void bench_convs(int reps) {
       dw256{128, 256, 8, 8, 256, 3, 3, 256, 1, 1, 1, 1, 1, 1, 8, 8},
       pw32{128, 32, 32, 32, 64, 1, 1, 1, 1, 1, 0, 0, 1, 1, 32, 32},
       pw128{128, 128, 16, 16, 128, 1, 1, 1, 1, 1, 0, 0, 1, 1, 16, 16},
-      s2{128, 16, 32, 32, 32, 3, 3, 1, 2, 2, 1, 1, 1, 1, 16, 16};
+      s2{128, 16, 32, 32, 32, 3, 3, 1, 2, 2, 1, 1, 1, 1, 16, 16},
+      s2b{128, 32, 16, 16, 64, 3, 3, 1, 2, 2, 1, 1, 1, 1, 8, 8},
+      short2{128, 16, 32, 32, 32, 1, 1, 1, 2, 2, 0, 0, 1, 1, 16, 16};
   const ConvCase convs[] = {
       {"cnn conv2 forward (with bias)", conv2, false, false},  {"cnn conv2 backward (dx, dw, db)", conv2, true, true},
       {"cnn conv2 backward (dw, db)", conv2, true, false},     {"cnn conv1 forward (with bias)", conv1, false, false},
@@ -191,7 +193,9 @@ void bench_convs(int reps) {
       {"dw 256ch 8x8 backward (dx, dw)", dw256, true, true},   {"1x1 32->64 32x32 forward", pw32, false, false},
       {"1x1 32->64 32x32 backward", pw32, true, true},         {"1x1 128->128 16x16 forward", pw128, false, false},
       {"1x1 128->128 16x16 backward", pw128, true, true},      {"3x3 16->32 stride 2 forward", s2, false, false},
-      {"3x3 16->32 stride 2 backward", s2, true, true}};
+      {"3x3 16->32 stride 2 backward", s2, true, true},        {"3x3 32->64 stride 2 forward", s2b, false, false},
+      {"3x3 32->64 stride 2 backward", s2b, true, true},       {"1x1 16->32 stride 2 forward", short2, false, false},
+      {"1x1 16->32 stride 2 backward", short2, true, true}};
   std::printf("\n%-40s %14s %14s %7s\n", "convolution (batch 128)", "as run GF/s", "im2col GF/s", "ratio");
   for (const ConvCase& c : convs) {
     const auto& cs = c.shape;

@@ -17,11 +17,14 @@
 //   - 1x1 stride-1 unpadded ones (not depthwise; float and double): the same GEMMs on x and dx in
 //     place, without the im2col copy and col2im (conv2d_forward_1x1 / conv2d_backward_1x1;
 //     conv2d_uses_1x1; the same bits as the reference).
-// The *_reference functions (im2col + GEMM) are the general path and the reference all are
-// tested against (tests/kernels/test_cpu_conv.cpp). Strided 3x3 convolutions stay im2col + GEMM:
-// their GEMMs are most of their time (a branch-free strided im2col did not change it). Tested
-// through tensor/ops_conv.cpp by tests/tensor/test_ops_conv.cpp (naive direct convolution,
-// float64 finite differences with stride, padding, dilation and groups).
+// Other shapes (strided, dilated, grouped, larger kernels) run im2col + GEMM as the reference
+// does, but with float products whose sides are all at least 16 on the packed AVX-512 GEMM
+// whatever their size (conv2d_forward_im2col<true> / conv2d_backward_im2col<true>; conv_gemm):
+// gemm() gives products under 4 MFLOP, like a stride-2 3x3's per-image ones, to a loop built for
+// K = 9. The *_reference functions (im2col + gemm()) are the reference all paths are tested
+// against (tests/kernels/test_cpu_conv.cpp). Tested through tensor/ops_conv.cpp by
+// tests/tensor/test_ops_conv.cpp (naive direct convolution, float64 finite differences with
+// stride, padding, dilation and groups).
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -94,9 +97,24 @@ template <class T> void add_conv_bias(const T* b, int64_t n0, int64_t n1, int64_
     }
 }
 
+// The GEMMs of the im2col path. kPacked (float, every side at least 16): the packed AVX-512
+// kernel whatever the size, where gemm() sends products under 4 MFLOP to its small-product loop,
+// built for K = 9 and attention heads: on a stride-2 3x3 convolution's per-image products (e.g.
+// 32 x 256 x 144) the packed kernel runs 1.6-4x faster. Otherwise (the reference) gemm().
+template <bool kPacked, class T>
+void conv_gemm(int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, bool trans_a, const T* B, int64_t ldb,
+               bool trans_b, T* C, int64_t ldc, T beta) {
+  if constexpr (kPacked && std::is_same_v<T, float>) {
+    if (std::min({M, N, K}) >= 16 && gemm_avx512(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, 1.0f, beta)) return;
+  }
+  gemm(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, T(1), beta);
+}
+
 // x (N, C, H, W), w (O, C/G, kH, kW), b (O) or null -> y (N, O, H_out, W_out), as im2col + GEMM
-// (any shape; the reference for the Winograd path)
-template <class T> void conv2d_forward_reference(const T* x, const T* w, const T* b, const Conv2dShape& s, T* y) {
+// (any shape): conv2d_forward_im2col<false> is conv2d_forward_reference, the reference of every
+// other path; <true> the general path as run (conv_gemm's packed GEMMs)
+template <bool kPacked, class T>
+void conv2d_forward_im2col(const T* x, const T* w, const T* b, const Conv2dShape& s, T* y) {
   const ConvGeometry geo = s.group_geometry();
   const int64_t Cg = s.C / s.groups, Og = s.O / s.groups;
   const int64_t K = Cg * s.kH * s.kW, L = s.H_out * s.W_out;
@@ -105,11 +123,15 @@ template <class T> void conv2d_forward_reference(const T* x, const T* w, const T
     for (int64_t n = n0; n < n1; ++n) {
       for (int64_t g = 0; g < s.groups; ++g) {
         im2col(x + (n * s.C + g * Cg) * s.H * s.W, geo, col.data());
-        gemm(Og, L, K, w + g * Og * K, K, false, col.data(), L, false, y + (n * s.O + g * Og) * L, L, T(1), T(0));
+        conv_gemm<kPacked>(Og, L, K, w + g * Og * K, K, false, col.data(), L, false, y + (n * s.O + g * Og) * L, L,
+                           T(0));
       }
       if (b) add_conv_bias(b, n, n + 1, s.O, L, y);
     }
   });
+}
+template <class T> void conv2d_forward_reference(const T* x, const T* w, const T* b, const Conv2dShape& s, T* y) {
+  conv2d_forward_im2col<false>(x, w, b, s, y);
 }
 
 // The same where conv2d_uses_1x1: per image and group, y[n, g] (O/G, L) = w[g] (O/G, C/G) · x[n, g]
@@ -132,7 +154,7 @@ template <class T> void conv2d_forward(const T* x, const T* w, const T* b, const
     if (conv2d_uses_depthwise(s)) return conv2d_depthwise_forward(x, w, b, s, y);
   }
   if (conv2d_uses_1x1(s)) return conv2d_forward_1x1(x, w, b, s, y);
-  conv2d_forward_reference(x, w, b, s, y);
+  conv2d_forward_im2col<true>(x, w, b, s, y);
 }
 
 // dy (N, O, H_out, W_out) -> db (O): db[o] = sum over n, l of dy[n, o, l], in double, in a fixed order
@@ -157,9 +179,9 @@ template <class T> void conv2d_bias_grad(const T* dy, const Conv2dShape& s, T* d
 
 // dy (N, O, H_out, W_out) -> dx (N, C, H, W), dw (O, C/G, kH, kW), db (O) (db may be null: no
 // bias; dx may be null: no input gradient wanted; dw may be null: computed elsewhere), as im2col +
-// GEMM (any shape; the reference)
-template <class T>
-void conv2d_backward_reference(const T* x, const T* w, const T* dy, const Conv2dShape& s, T* dx, T* dw, T* db) {
+// GEMM (any shape): <false> is conv2d_backward_reference, <true> the general path as run
+template <bool kPacked, class T>
+void conv2d_backward_im2col(const T* x, const T* w, const T* dy, const Conv2dShape& s, T* dx, T* dw, T* db) {
   const ConvGeometry geo = s.group_geometry();
   const int64_t Cg = s.C / s.groups, Og = s.O / s.groups;
   const int64_t K = Cg * s.kH * s.kW, L = s.H_out * s.W_out;
@@ -179,11 +201,11 @@ void conv2d_backward_reference(const T* x, const T* w, const T* dy, const Conv2d
           const int64_t x_off = (n * s.C + g * Cg) * s.H * s.W;
           if (dw) {  // dw[g] (Og, K) += dy[n, g] (Og, L) · col^T (L, K)
             im2col(x + x_off, geo, col.data());
-            gemm(Og, K, L, dy_ng, L, false, col.data(), L, true, dw_k + g * Og * K, K, T(1), T(1));
+            conv_gemm<kPacked>(Og, K, L, dy_ng, L, false, col.data(), L, true, dw_k + g * Og * K, K, T(1));
           }
           if (!dx) continue;
           // dcol (K, L) = w[g]^T (K, Og) · dy[n, g] (Og, L), scattered back into dx
-          gemm(K, L, Og, w + g * Og * K, K, true, dy_ng, L, false, dcol.data(), L, T(1), T(0));
+          conv_gemm<kPacked>(K, L, Og, w + g * Og * K, K, true, dy_ng, L, false, dcol.data(), L, T(0));
           col2im(dcol.data(), geo, dx + x_off);
         }
       }
@@ -198,6 +220,10 @@ void conv2d_backward_reference(const T* x, const T* w, const T* dy, const Conv2d
       }
     });
   if (db) conv2d_bias_grad(dy, s, db);
+}
+template <class T>
+void conv2d_backward_reference(const T* x, const T* w, const T* dy, const Conv2dShape& s, T* dx, T* dw, T* db) {
+  conv2d_backward_im2col<false>(x, w, dy, s, dx, dw, db);
 }
 
 // The same gradients where conv2d_uses_1x1, x and dx in place of col and dcol (the reference's
@@ -247,12 +273,12 @@ void conv2d_backward(const T* x, const T* w, const T* dy, const Conv2dShape& s, 
     if (conv2d_uses_depthwise(s)) return conv2d_depthwise_backward(x, w, dy, s, dx, dw, db);
     if (conv2d_uses_direct(s)) {
       conv3x3_direct_weight_grad(x, dy, s.N, s.C, s.H, s.W, s.O, s.pad_h, s.pad_w, dw, db);
-      if (dx) conv2d_backward_reference(x, w, dy, s, dx, static_cast<T*>(nullptr), static_cast<T*>(nullptr));
+      if (dx) conv2d_backward_im2col<true>(x, w, dy, s, dx, static_cast<T*>(nullptr), static_cast<T*>(nullptr));
       return;
     }
   }
   if (conv2d_uses_1x1(s)) return conv2d_backward_1x1(x, w, dy, s, dx, dw, db);
-  conv2d_backward_reference(x, w, dy, s, dx, dw, db);
+  conv2d_backward_im2col<true>(x, w, dy, s, dx, dw, db);
 }
 
 }  // namespace minidl::kernels::cpu

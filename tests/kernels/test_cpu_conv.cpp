@@ -5,7 +5,8 @@
 // padding 0 to 3, odd image sizes (ragged tiles and vectors at the edges) and more images than
 // weight-gradient blocks; which shapes take which path; and the same bits with 1 and 2 threads.
 // The depthwise kernel (kernels/cpu/conv2d_depthwise.h) likewise, for any kernel size, stride 1 to
-// 3, padding 0 to 3 and channel multipliers; the 1x1 path (no im2col copy) bit for bit.
+// 3, padding 0 to 3 and channel multipliers; the 1x1 path (no im2col copy) bit for bit; the
+// general im2col path as run (packed GEMMs) on strided, 5x5, dilated and grouped shapes.
 // (tests/tensor/test_ops_conv.cpp checks the dispatching op against a naive direct convolution.)
 #include <gtest/gtest.h>
 
@@ -143,6 +144,24 @@ TEST(CpuConv, DepthwiseMatchesIm2colGemm) {
   }
 }
 
+TEST(CpuConv, Im2colWithPackedGemmsMatchesReference) {
+  // The general path as run (conv2d_forward_im2col<true>: float products with every side >= 16 on
+  // the packed GEMM) against the reference (gemm()'s choice): ResNet-20's stride-2 3x3 and 1x1
+  // convolutions, a 5x5, a dilated and a grouped one, and sides under 16 (gemm() for those)
+  using S = Conv2dShape;
+  // (N, C, H, W, O, kH, kW, groups, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, H_out, W_out)
+  const S cases[] = {
+      {3, 16, 32, 32, 32, 3, 3, 1, 2, 2, 1, 1, 1, 1, 16, 16}, {2, 32, 16, 16, 64, 3, 3, 1, 2, 2, 1, 1, 1, 1, 8, 8},
+      {2, 16, 15, 13, 32, 1, 1, 1, 2, 2, 0, 0, 1, 1, 8, 7},   {2, 6, 11, 12, 20, 5, 5, 1, 1, 1, 2, 2, 1, 1, 11, 12},
+      {2, 16, 12, 12, 24, 3, 3, 1, 1, 1, 2, 2, 2, 2, 12, 12}, {2, 32, 9, 9, 32, 3, 3, 2, 2, 1, 1, 1, 1, 1, 5, 9},
+      {17, 3, 8, 8, 5, 3, 3, 1, 2, 2, 1, 1, 1, 1, 4, 4}};
+  for (const S& s : cases) {
+    ASSERT_FALSE(minidl::kernels::cpu::conv2d_uses_winograd(s) || minidl::kernels::cpu::conv2d_uses_direct(s) ||
+                 minidl::kernels::cpu::conv2d_uses_depthwise(s) || minidl::kernels::cpu::conv2d_uses_1x1(s));
+    expect_matches_reference(s, true, 2e-5);
+  }
+}
+
 // conv2d_forward_1x1 / conv2d_backward_1x1 run the reference's GEMMs on x itself instead of its
 // im2col copy: the same bits as the reference, in float and double
 template <class T> void expect_1x1_equals_reference(const Conv2dShape& s) {
@@ -254,8 +273,8 @@ TEST(CpuConv, FastPathsAreUsedOnlyForTheirShapes) {
 }
 
 TEST(CpuConv, FastPathsSameBitsFor1And2Threads) {
-  // Winograd (3 chunks of images), direct (20 images: 10 weight-gradient blocks) and depthwise
-  // (stride 1 and 2, with a multiplier)
+  // Winograd (3 chunks of images), direct (20 images: 10 weight-gradient blocks), depthwise
+  // (stride 1 and 2, with a multiplier) and im2col with packed GEMMs (stride 2)
   for (const Conv2dShape& s :
        {shape(20, 16, 9, 9, 24, 1), shape(20, 1, 9, 21, 24, 1), depthwise_shape(20, 12, 9, 9, 1, 3, 3, 1, 1, 1, 1),
         depthwise_shape(20, 6, 11, 10, 2, 3, 3, 2, 2, 1, 1)}) {
@@ -264,8 +283,6 @@ TEST(CpuConv, FastPathsSameBitsFor1And2Threads) {
     const std::vector<float> x = values(x_n, 5), w = values(weight_numel(s), 6),
                              b = values(static_cast<size_t>(s.O), 7), dy = values(y_n, 8);
     const bool with_dx = !minidl::kernels::cpu::conv2d_uses_direct(s);  // direct: dx by im2col + GEMM
-    ASSERT_TRUE(minidl::kernels::cpu::conv2d_uses_winograd(s) || !with_dx ||
-                minidl::kernels::cpu::conv2d_uses_depthwise(s));
     const int saved = minidl::kernels::cpu::get_num_threads();
     std::vector<float> y[2], dx[2], dw[2], db[2];
     for (int t = 0; t < 2; ++t) {
