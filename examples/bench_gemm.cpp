@@ -9,10 +9,11 @@
 // the repetitions, so load changes on a shared machine hit all three alike. With one thread the
 // clock is the thread's CPU time (time spent descheduled by other processes does not count);
 // with more, wall time.
-// Then gemm() against gemm_reference, the plain triple loop, at 128^3.
+// Then gemm() against gemm_reference, the plain triple loop, at 128^3. The conv mode times only
+// the convolutions, also the small MobileNet's depthwise and 1x1 ones and ResNet-20's stride-2 ones.
 // The bf16 mode times instead the bfloat16 GEMM (kernels/cpu/gemm_bf16.h, bf16 operands, float32
 // C) against the float32 gemm() on the same values at 1024^3, and its plain reference loop at 128^3.
-//   ./build/examples/bench_gemm [bf16] [threads = 1] [repetitions = 31]
+//   ./build/examples/bench_gemm [bf16 | conv] [threads = 1] [repetitions = 31]
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -162,105 +163,50 @@ int bench_bf16(int threads, int reps) {
   return 0;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  const bool bf16 = argc > 1 && std::strcmp(argv[1], "bf16") == 0;
-  if (bf16) --argc, ++argv;
-  const int threads = argc > 1 ? std::atoi(argv[1]) : 1;
-  const int reps = argc > 2 ? std::atoi(argv[2]) : 31;
-  if (threads < 1 || reps < 1) {
-    std::fprintf(stderr, "usage: bench_gemm [bf16] [threads >= 1] [repetitions >= 1]\n");
-    return 2;
-  }
-  minidl::kernels::cpu::set_num_threads(threads);
-  minidl::examples::g_thread_cpu_clock = threads == 1;
-  if (bf16) return bench_bf16(threads, reps);
-  std::vector<double> peaks;
-  for (int r = 0; r < 15; ++r) peaks.push_back(fma_peak());
-  const double peak = median(peaks);
-  std::printf("threads %d, repetitions %d, %s; one core's FMA peak (AVX-512 FP32 loop): %.1f GFLOP/s\n", threads,
-              reps, minidl::examples::g_thread_cpu_clock ? "thread CPU time" : "wall time", peak);
-  if (peak == 0.0) {
-    std::printf("no AVX-512F on this CPU: gemm_avx512 is not used, nothing to compare\n");
-    return 0;
-  }
-  const Shape shapes[] = {
-      {"conv2 fwd   y = w col", 64, 196, 288, false, false},
-      {"conv2 dW   dw = dy col^T", 64, 288, 196, false, true},
-      {"conv2 dX  dcol = w^T dy", 288, 196, 64, true, false},
-      {"vit qkv     y = x W^T", 6400, 192, 64, false, true},
-      {"vit proj    y = x W^T", 6400, 64, 64, false, true},
-      {"vit fc1     y = x W^T", 6400, 128, 64, false, true},
-      {"vit fc2     y = x W^T", 6400, 64, 128, false, true},
-      {"vit qkv dX dx = dy W", 6400, 64, 192, false, false},
-      {"vit fc1 dX dx = dy W", 6400, 64, 128, false, false},
-      {"vit fc2 dX dx = dy W", 6400, 128, 64, false, false},
-      {"vit qkv dW dW = dy^T x", 192, 64, 6400, true, false},
-      {"vit fc1 dW dW = dy^T x", 128, 64, 6400, true, false},
-      {"vit fc2 dW dW = dy^T x", 64, 128, 6400, true, false},
-      {"square 512", 512, 512, 512, false, false},
-  };
-  std::printf("%-26s %5s %5s %5s %2s %2s %12s %12s %7s %8s\n", "shape", "M", "N", "K", "tA", "tB", "avx512 GF/s",
-              "Eigen GF/s", "ratio", "% peak");
-  for (const Shape& s : shapes) {
-    const size_t a_size = static_cast<size_t>(s.M * s.K), b_size = static_cast<size_t>(s.K * s.N);
-    std::vector<float> A(a_size), B(b_size), C(static_cast<size_t>(s.M * s.N));
-    for (size_t i = 0; i < a_size; ++i) A[i] = static_cast<float>((i * 7919) % 1000) * 1e-3f - 0.5f;
-    for (size_t i = 0; i < b_size; ++i) B[i] = static_cast<float>((i * 104729) % 1000) * 1e-3f - 0.5f;
-    const int64_t lda = s.ta ? s.M : s.K, ldb = s.tb ? s.K : s.N;
-    const double flops = 2.0 * static_cast<double>(s.M) * static_cast<double>(s.N) * static_cast<double>(s.K);
-    const int inner = std::max(1, static_cast<int>(5e8 / flops));  // ~5-10 ms per timed sample
-    auto time_one = [&](bool packed) {
-      const double t0 = now_s();
-      for (int i = 0; i < inner; ++i) {
-        if (packed)
-          minidl::kernels::cpu::gemm_avx512(s.M, s.N, s.K, A.data(), lda, s.ta, B.data(), ldb, s.tb, C.data(), s.N,
-                                            1.0f, 0.0f);
-        else
-          minidl::kernels::cpu::gemm_eigen(s.M, s.N, s.K, A.data(), lda, s.ta, B.data(), ldb, s.tb, C.data(), s.N,
-                                           1.0f, 0.0f);
-      }
-      return flops * inner / (now_s() - t0) / 1e9;
-    };
-    time_one(true);
-    time_one(false);  // warm-up: buffers, caches
-    std::vector<double> packed, eigen, of_peak;
-    for (int r = 0; r < reps; ++r) {
-      packed.push_back(time_one(true));
-      eigen.push_back(time_one(false));
-      of_peak.push_back(packed.back() / (fma_peak() * threads));
-    }
-    const double p = median(packed), e = median(eigen);
-    std::printf("%-26s %5lld %5lld %5lld %2d %2d %12.1f %12.1f %6.2fx %7.0f%%\n", s.what, static_cast<long long>(s.M),
-                static_cast<long long>(s.N), static_cast<long long>(s.K), s.ta, s.tb, p, e, p / e,
-                100.0 * median(of_peak));
-  }
-  bench_reference_square(128, std::max(3, reps / 3));
-
-  // the CNN's two convolutions, batch 128, as in a training step (conv1's input needs no gradient)
+// Convolutions as run (kernels/cpu/conv2d.h's dispatch) against im2col + GEMM, batch 128, as in a
+// training step: the reference CNN's two (conv1's input needs no gradient), then the small
+// MobileNet's depthwise and pointwise ones and ResNet-20's stride-2 ones (examples/zoo/).
+void bench_convs(int reps) {
   struct ConvCase {
     const char* what;
     minidl::kernels::cpu::Conv2dShape shape;
     bool backward, dx;
   };
-  const minidl::kernels::cpu::Conv2dShape conv1{128, 1, 28, 28, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 28, 28},
-      conv2{128, 32, 14, 14, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 14, 14};
-  const ConvCase convs[] = {{"conv2 forward (with bias)", conv2, false, false},
-                            {"conv2 backward (dx, dw, db)", conv2, true, true},
-                            {"conv2 backward (dw, db)", conv2, true, false},
-                            {"conv1 forward (with bias)", conv1, false, false},
-                            {"conv1 backward (dw, db)", conv1, true, false}};
-  std::printf("\n%-40s %14s %14s %7s\n", "convolution (batch 128, 3x3, pad 1)", "as run GF/s", "im2col GF/s", "ratio");
+  using Shape2d = minidl::kernels::cpu::Conv2dShape;
+  // (N, C, H, W, O, kH, kW, groups, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, H_out, W_out)
+  const Shape2d conv1{128, 1, 28, 28, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 28, 28},
+      conv2{128, 32, 14, 14, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 14, 14},
+      dw32{128, 32, 32, 32, 32, 3, 3, 32, 1, 1, 1, 1, 1, 1, 32, 32},
+      dw64s2{128, 64, 32, 32, 64, 3, 3, 64, 2, 2, 1, 1, 1, 1, 16, 16},
+      dw256{128, 256, 8, 8, 256, 3, 3, 256, 1, 1, 1, 1, 1, 1, 8, 8},
+      pw32{128, 32, 32, 32, 64, 1, 1, 1, 1, 1, 0, 0, 1, 1, 32, 32},
+      pw128{128, 128, 16, 16, 128, 1, 1, 1, 1, 1, 0, 0, 1, 1, 16, 16},
+      s2{128, 16, 32, 32, 32, 3, 3, 1, 2, 2, 1, 1, 1, 1, 16, 16},
+      s2b{128, 32, 16, 16, 64, 3, 3, 1, 2, 2, 1, 1, 1, 1, 8, 8},
+      short2{128, 16, 32, 32, 32, 1, 1, 1, 2, 2, 0, 0, 1, 1, 16, 16};
+  const ConvCase convs[] = {
+      {"cnn conv2 forward (with bias)", conv2, false, false},  {"cnn conv2 backward (dx, dw, db)", conv2, true, true},
+      {"cnn conv2 backward (dw, db)", conv2, true, false},     {"cnn conv1 forward (with bias)", conv1, false, false},
+      {"cnn conv1 backward (dw, db)", conv1, true, false},     {"dw 32ch 32x32 forward", dw32, false, false},
+      {"dw 32ch 32x32 backward (dx, dw)", dw32, true, true},   {"dw 64ch 32x32 stride 2 forward", dw64s2, false, false},
+      {"dw 64ch 32x32 stride 2 backward", dw64s2, true, true}, {"dw 256ch 8x8 forward", dw256, false, false},
+      {"dw 256ch 8x8 backward (dx, dw)", dw256, true, true},   {"1x1 32->64 32x32 forward", pw32, false, false},
+      {"1x1 32->64 32x32 backward", pw32, true, true},         {"1x1 128->128 16x16 forward", pw128, false, false},
+      {"1x1 128->128 16x16 backward", pw128, true, true},      {"3x3 16->32 stride 2 forward", s2, false, false},
+      {"3x3 16->32 stride 2 backward", s2, true, true},        {"3x3 32->64 stride 2 forward", s2b, false, false},
+      {"3x3 32->64 stride 2 backward", s2b, true, true},       {"1x1 16->32 stride 2 forward", short2, false, false},
+      {"1x1 16->32 stride 2 backward", short2, true, true}};
+  std::printf("\n%-40s %14s %14s %7s\n", "convolution (batch 128)", "as run GF/s", "im2col GF/s", "ratio");
   for (const ConvCase& c : convs) {
     const auto& cs = c.shape;
-    std::vector<float> x(static_cast<size_t>(cs.N * cs.C * cs.H * cs.W)), w(static_cast<size_t>(cs.O * cs.C * 9)),
+    const int64_t K = cs.C / cs.groups * cs.kH * cs.kW;  // multiply-adds per output
+    std::vector<float> x(static_cast<size_t>(cs.N * cs.C * cs.H * cs.W)), w(static_cast<size_t>(cs.O * K)),
         bias(static_cast<size_t>(cs.O)), y(static_cast<size_t>(cs.N * cs.O * cs.H_out * cs.W_out)), dx(x.size()),
         dw(w.size()), db(bias.size());
     for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 7919) % 1000) * 1e-3f - 0.5f;
     for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>((i * 104729) % 1000) * 1e-3f - 0.5f;
     const std::vector<float> dy(y.size(), 0.01f);
-    const double pass_flops = 2.0 * static_cast<double>(cs.N * cs.O * cs.C * 9 * cs.H_out * cs.W_out);
+    const double pass_flops = 2.0 * static_cast<double>(cs.N * cs.O * K * cs.H_out * cs.W_out);
     const double flops = pass_flops * (c.backward ? (c.dx ? 2 : 1) : 1);
     auto time_one = [&](bool fast) {
       const double t0 = now_s();
@@ -282,5 +228,84 @@ int main(int argc, char** argv) {
     }
     std::printf("%-40s %14.1f %14.1f %6.2fx\n", c.what, median(fast), median(ref), median(fast) / median(ref));
   }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool bf16 = argc > 1 && std::strcmp(argv[1], "bf16") == 0;
+  const bool conv = argc > 1 && std::strcmp(argv[1], "conv") == 0;
+  if (bf16 || conv) --argc, ++argv;
+  const int threads = argc > 1 ? std::atoi(argv[1]) : 1;
+  const int reps = argc > 2 ? std::atoi(argv[2]) : 31;
+  if (threads < 1 || reps < 1) {
+    std::fprintf(stderr, "usage: bench_gemm [bf16 | conv] [threads >= 1] [repetitions >= 1]\n");
+    return 2;
+  }
+  minidl::kernels::cpu::set_num_threads(threads);
+  minidl::examples::g_thread_cpu_clock = threads == 1;
+  if (bf16) return bench_bf16(threads, reps);
+  if (conv) {
+    std::printf("threads %d, repetitions %d, %s\n", threads, std::max(3, reps / 3),
+                minidl::examples::g_thread_cpu_clock ? "thread CPU time" : "wall time");
+    bench_convs(reps);
+    return 0;
+  }
+  std::vector<double> peaks;
+  for (int r = 0; r < 15; ++r) peaks.push_back(fma_peak());
+  const double peak = median(peaks);
+  std::printf("threads %d, repetitions %d, %s; one core's FMA peak (AVX-512 FP32 loop): %.1f GFLOP/s\n", threads, reps,
+              minidl::examples::g_thread_cpu_clock ? "thread CPU time" : "wall time", peak);
+  if (peak == 0.0) {
+    std::printf("no AVX-512F on this CPU: gemm_avx512 is not used, nothing to compare\n");
+    return 0;
+  }
+  const Shape shapes[] = {
+      {"conv2 fwd   y = w col", 64, 196, 288, false, false},  {"conv2 dW   dw = dy col^T", 64, 288, 196, false, true},
+      {"conv2 dX  dcol = w^T dy", 288, 196, 64, true, false}, {"vit qkv     y = x W^T", 6400, 192, 64, false, true},
+      {"vit proj    y = x W^T", 6400, 64, 64, false, true},   {"vit fc1     y = x W^T", 6400, 128, 64, false, true},
+      {"vit fc2     y = x W^T", 6400, 64, 128, false, true},  {"vit qkv dX dx = dy W", 6400, 64, 192, false, false},
+      {"vit fc1 dX dx = dy W", 6400, 64, 128, false, false},  {"vit fc2 dX dx = dy W", 6400, 128, 64, false, false},
+      {"vit qkv dW dW = dy^T x", 192, 64, 6400, true, false}, {"vit fc1 dW dW = dy^T x", 128, 64, 6400, true, false},
+      {"vit fc2 dW dW = dy^T x", 64, 128, 6400, true, false}, {"square 512", 512, 512, 512, false, false},
+  };
+  std::printf("%-26s %5s %5s %5s %2s %2s %12s %12s %7s %8s\n", "shape", "M", "N", "K", "tA", "tB", "avx512 GF/s",
+              "Eigen GF/s", "ratio", "% peak");
+  for (const Shape& s : shapes) {
+    const size_t a_size = static_cast<size_t>(s.M * s.K), b_size = static_cast<size_t>(s.K * s.N);
+    std::vector<float> A(a_size), B(b_size), C(static_cast<size_t>(s.M * s.N));
+    for (size_t i = 0; i < a_size; ++i) A[i] = static_cast<float>((i * 7919) % 1000) * 1e-3f - 0.5f;
+    for (size_t i = 0; i < b_size; ++i) B[i] = static_cast<float>((i * 104729) % 1000) * 1e-3f - 0.5f;
+    const int64_t lda = s.ta ? s.M : s.K, ldb = s.tb ? s.K : s.N;
+    const double flops = 2.0 * static_cast<double>(s.M) * static_cast<double>(s.N) * static_cast<double>(s.K);
+    const int inner = std::max(1, static_cast<int>(5e8 / flops));  // ~5-10 ms per timed sample
+    auto time_one = [&](bool packed) {
+      const double t0 = now_s();
+      for (int i = 0; i < inner; ++i) {
+        if (packed)
+          minidl::kernels::cpu::gemm_avx512(s.M, s.N, s.K, A.data(), lda, s.ta, B.data(), ldb, s.tb, C.data(), s.N,
+                                            1.0f, 0.0f);
+        else
+          minidl::kernels::cpu::gemm_eigen(s.M, s.N, s.K, A.data(), lda, s.ta, B.data(), ldb, s.tb, C.data(), s.N, 1.0f,
+                                           0.0f);
+      }
+      return flops * inner / (now_s() - t0) / 1e9;
+    };
+    time_one(true);
+    time_one(false);  // warm-up: buffers, caches
+    std::vector<double> packed, eigen, of_peak;
+    for (int r = 0; r < reps; ++r) {
+      packed.push_back(time_one(true));
+      eigen.push_back(time_one(false));
+      of_peak.push_back(packed.back() / (fma_peak() * threads));
+    }
+    const double p = median(packed), e = median(eigen);
+    std::printf("%-26s %5lld %5lld %5lld %2d %2d %12.1f %12.1f %6.2fx %7.0f%%\n", s.what, static_cast<long long>(s.M),
+                static_cast<long long>(s.N), static_cast<long long>(s.K), s.ta, s.tb, p, e, p / e,
+                100.0 * median(of_peak));
+  }
+  bench_reference_square(128, std::max(3, reps / 3));
+
+  bench_convs(reps);
   return 0;
 }

@@ -5,11 +5,24 @@
 // with K = (C/G)*kH*kW and L = H_out*W_out. Images run in parallel; the weight gradient is
 // summed in blocks of images fixed by N alone (at most 16 blocks, added in block order), so the
 // result does not depend on the thread count. GEMM is kernels/cpu/gemm.h.
-// Float 3x3 stride-1 convolutions with 8 or more channels run forward and backward as Winograd
-// F(2x2, 3x3) instead (kernels/cpu/conv2d_winograd.h; conv2d_uses_winograd), those with fewer
-// input channels their weight gradient by a direct kernel (kernels/cpu/conv2d_direct.h;
-// conv2d_uses_direct); the *_reference functions (im2col + GEMM) are the general path and the
-// reference both are tested against (tests/kernels/test_cpu_conv.cpp). Tested through tensor/ops_conv.cpp by
+// Faster paths for some shapes, each chosen by a predicate on the shape (never by model):
+//   - float 3x3 stride-1 convolutions with 8 or more channels: forward and backward as Winograd
+//     F(2x2, 3x3) (kernels/cpu/conv2d_winograd.h; conv2d_uses_winograd);
+//   - float 3x3 stride-1 ones with fewer input channels: the weight gradient by a direct kernel
+//     (kernels/cpu/conv2d_direct.h; conv2d_uses_direct);
+//   - float depthwise ones (groups == C, O a multiple of C, any kernel, stride and padding, no
+//     dilation): forward and backward by a kernel over phase planes (kernels/cpu/
+//     conv2d_depthwise.h; conv2d_uses_depthwise), where im2col + GEMM would run one GEMM with a
+//     single output row per channel;
+//   - 1x1 stride-1 unpadded ones (not depthwise; float and double): the same GEMMs on x and dx in
+//     place, without the im2col copy and col2im (conv2d_forward_1x1 / conv2d_backward_1x1;
+//     conv2d_uses_1x1; the same bits as the reference).
+// Other shapes (strided, dilated, grouped, larger kernels) run im2col + GEMM as the reference
+// does, but with float products whose sides are all at least 16 on the packed AVX-512 GEMM
+// whatever their size (conv2d_forward_im2col<true> / conv2d_backward_im2col<true>; conv_gemm):
+// gemm() gives products under 4 MFLOP, like a stride-2 3x3's per-image ones, to a loop built for
+// K = 9. The *_reference functions (im2col + gemm()) are the reference all paths are tested
+// against (tests/kernels/test_cpu_conv.cpp). Tested through tensor/ops_conv.cpp by
 // tests/tensor/test_ops_conv.cpp (naive direct convolution, float64 finite differences with
 // stride, padding, dilation and groups).
 #pragma once
@@ -18,6 +31,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "minidl/kernels/cpu/conv2d_depthwise.h"
 #include "minidl/kernels/cpu/conv2d_direct.h"
 #include "minidl/kernels/cpu/conv2d_winograd.h"
 #include "minidl/kernels/cpu/gemm.h"
@@ -60,9 +74,47 @@ inline bool conv2d_uses_direct(const Conv2dShape& s) {
          s.groups == 1 && s.C < 8 && s.H_out > 0 && s.W_out > 0;
 }
 
+// Whether a float convolution of this shape runs as the depthwise kernel (kernels/cpu/
+// conv2d_depthwise.h): one input channel per group (groups == C > 1), O a multiple of C, no
+// dilation; any kernel size, stride and padding.
+inline bool conv2d_uses_depthwise(const Conv2dShape& s) {
+  return s.groups == s.C && s.C > 1 && s.O % s.C == 0 && s.dil_h == 1 && s.dil_w == 1 && s.H_out > 0 && s.W_out > 0;
+}
+
+// Whether a convolution of this shape runs as conv2d_forward_1x1 / conv2d_backward_1x1: a 1x1
+// kernel, stride 1, no padding (im2col would copy x unchanged), any groups but the depthwise ones.
+inline bool conv2d_uses_1x1(const Conv2dShape& s) {
+  return s.kH == 1 && s.kW == 1 && s.stride_h == 1 && s.stride_w == 1 && s.pad_h == 0 && s.pad_w == 0 &&
+         !conv2d_uses_depthwise(s) && s.H_out > 0 && s.W_out > 0;
+}
+
+// y[n, o, l] += b[o] for the images n0 .. n1 - 1 of y (N, O, L)
+template <class T> void add_conv_bias(const T* b, int64_t n0, int64_t n1, int64_t O, int64_t L, T* y) {
+  for (int64_t n = n0; n < n1; ++n)
+    for (int64_t o = 0; o < O; ++o) {
+      T* plane = y + (n * O + o) * L;
+      for (int64_t l = 0; l < L; ++l) plane[l] += b[o];
+    }
+}
+
+// The GEMMs of the im2col path. kPacked (float, every side at least 16): the packed AVX-512
+// kernel whatever the size, where gemm() sends products under 4 MFLOP to its small-product loop,
+// built for K = 9 and attention heads: on a stride-2 3x3 convolution's per-image products (e.g.
+// 32 x 256 x 144) the packed kernel runs 1.6-4x faster. Otherwise (the reference) gemm().
+template <bool kPacked, class T>
+void conv_gemm(int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, bool trans_a, const T* B, int64_t ldb,
+               bool trans_b, T* C, int64_t ldc, T beta) {
+  if constexpr (kPacked && std::is_same_v<T, float>) {
+    if (std::min({M, N, K}) >= 16 && gemm_avx512(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, 1.0f, beta)) return;
+  }
+  gemm(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, T(1), beta);
+}
+
 // x (N, C, H, W), w (O, C/G, kH, kW), b (O) or null -> y (N, O, H_out, W_out), as im2col + GEMM
-// (any shape; the reference for the Winograd path)
-template <class T> void conv2d_forward_reference(const T* x, const T* w, const T* b, const Conv2dShape& s, T* y) {
+// (any shape): conv2d_forward_im2col<false> is conv2d_forward_reference, the reference of every
+// other path; <true> the general path as run (conv_gemm's packed GEMMs)
+template <bool kPacked, class T>
+void conv2d_forward_im2col(const T* x, const T* w, const T* b, const Conv2dShape& s, T* y) {
   const ConvGeometry geo = s.group_geometry();
   const int64_t Cg = s.C / s.groups, Og = s.O / s.groups;
   const int64_t K = Cg * s.kH * s.kW, L = s.H_out * s.W_out;
@@ -71,14 +123,27 @@ template <class T> void conv2d_forward_reference(const T* x, const T* w, const T
     for (int64_t n = n0; n < n1; ++n) {
       for (int64_t g = 0; g < s.groups; ++g) {
         im2col(x + (n * s.C + g * Cg) * s.H * s.W, geo, col.data());
-        gemm(Og, L, K, w + g * Og * K, K, false, col.data(), L, false, y + (n * s.O + g * Og) * L, L, T(1), T(0));
+        conv_gemm<kPacked>(Og, L, K, w + g * Og * K, K, false, col.data(), L, false, y + (n * s.O + g * Og) * L, L,
+                           T(0));
       }
-      if (b)
-        for (int64_t o = 0; o < s.O; ++o) {
-          T* plane = y + (n * s.O + o) * L;
-          for (int64_t l = 0; l < L; ++l) plane[l] += b[o];
-        }
+      if (b) add_conv_bias(b, n, n + 1, s.O, L, y);
     }
+  });
+}
+template <class T> void conv2d_forward_reference(const T* x, const T* w, const T* b, const Conv2dShape& s, T* y) {
+  conv2d_forward_im2col<false>(x, w, b, s, y);
+}
+
+// The same where conv2d_uses_1x1: per image and group, y[n, g] (O/G, L) = w[g] (O/G, C/G) · x[n, g]
+// (C/G, L), x read in place (the reference's GEMM on the reference's operands: the same bits)
+template <class T> void conv2d_forward_1x1(const T* x, const T* w, const T* b, const Conv2dShape& s, T* y) {
+  const int64_t Cg = s.C / s.groups, Og = s.O / s.groups, L = s.H * s.W;
+  parallel_for(s.N, conv_grain(s.O * Cg * L), [&](int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; ++n)
+      for (int64_t g = 0; g < s.groups; ++g)
+        gemm(Og, L, Cg, w + g * Og * Cg, Cg, false, x + (n * s.C + g * Cg) * L, L, false, y + (n * s.O + g * Og) * L, L,
+             T(1), T(0));
+    if (b) add_conv_bias(b, n0, n1, s.O, L, y);
   });
 }
 
@@ -86,8 +151,10 @@ template <class T> void conv2d_forward_reference(const T* x, const T* w, const T
 template <class T> void conv2d_forward(const T* x, const T* w, const T* b, const Conv2dShape& s, T* y) {
   if constexpr (std::is_same_v<T, float>) {
     if (conv2d_uses_winograd(s)) return conv3x3_winograd(x, w, b, s.N, s.C, s.H, s.W, s.O, s.pad_h, false, y);
+    if (conv2d_uses_depthwise(s)) return conv2d_depthwise_forward(x, w, b, s, y);
   }
-  conv2d_forward_reference(x, w, b, s, y);
+  if (conv2d_uses_1x1(s)) return conv2d_forward_1x1(x, w, b, s, y);
+  conv2d_forward_im2col<true>(x, w, b, s, y);
 }
 
 // dy (N, O, H_out, W_out) -> db (O): db[o] = sum over n, l of dy[n, o, l], in double, in a fixed order
@@ -112,9 +179,9 @@ template <class T> void conv2d_bias_grad(const T* dy, const Conv2dShape& s, T* d
 
 // dy (N, O, H_out, W_out) -> dx (N, C, H, W), dw (O, C/G, kH, kW), db (O) (db may be null: no
 // bias; dx may be null: no input gradient wanted; dw may be null: computed elsewhere), as im2col +
-// GEMM (any shape; the reference)
-template <class T>
-void conv2d_backward_reference(const T* x, const T* w, const T* dy, const Conv2dShape& s, T* dx, T* dw, T* db) {
+// GEMM (any shape): <false> is conv2d_backward_reference, <true> the general path as run
+template <bool kPacked, class T>
+void conv2d_backward_im2col(const T* x, const T* w, const T* dy, const Conv2dShape& s, T* dx, T* dw, T* db) {
   const ConvGeometry geo = s.group_geometry();
   const int64_t Cg = s.C / s.groups, Og = s.O / s.groups;
   const int64_t K = Cg * s.kH * s.kW, L = s.H_out * s.W_out;
@@ -134,11 +201,11 @@ void conv2d_backward_reference(const T* x, const T* w, const T* dy, const Conv2d
           const int64_t x_off = (n * s.C + g * Cg) * s.H * s.W;
           if (dw) {  // dw[g] (Og, K) += dy[n, g] (Og, L) · col^T (L, K)
             im2col(x + x_off, geo, col.data());
-            gemm(Og, K, L, dy_ng, L, false, col.data(), L, true, dw_k + g * Og * K, K, T(1), T(1));
+            conv_gemm<kPacked>(Og, K, L, dy_ng, L, false, col.data(), L, true, dw_k + g * Og * K, K, T(1));
           }
           if (!dx) continue;
           // dcol (K, L) = w[g]^T (K, Og) · dy[n, g] (Og, L), scattered back into dx
-          gemm(K, L, Og, w + g * Og * K, K, true, dy_ng, L, false, dcol.data(), L, T(1), T(0));
+          conv_gemm<kPacked>(K, L, Og, w + g * Og * K, K, true, dy_ng, L, false, dcol.data(), L, T(0));
           col2im(dcol.data(), geo, dx + x_off);
         }
       }
@@ -154,25 +221,64 @@ void conv2d_backward_reference(const T* x, const T* w, const T* dy, const Conv2d
     });
   if (db) conv2d_bias_grad(dy, s, db);
 }
+template <class T>
+void conv2d_backward_reference(const T* x, const T* w, const T* dy, const Conv2dShape& s, T* dx, T* dw, T* db) {
+  conv2d_backward_im2col<false>(x, w, dy, s, dx, dw, db);
+}
+
+// The same gradients where conv2d_uses_1x1, x and dx in place of col and dcol (the reference's
+// GEMMs on the reference's operands, summed in the same blocks: the same bits):
+//   dw[g] += dy[n, g] (O/G, L) · x[n, g]^T (L, C/G);  dx[n, g] (C/G, L) = w[g]^T (C/G, O/G) · dy[n, g]
+template <class T>
+void conv2d_backward_1x1(const T* x, const T* w, const T* dy, const Conv2dShape& s, T* dx, T* dw, T* db) {
+  const int64_t Cg = s.C / s.groups, Og = s.O / s.groups, L = s.H * s.W, w_numel = s.O * Cg;
+  const int64_t per_block = std::max<int64_t>(1, (s.N + 15) / 16);  // the reference's blocks
+  const int64_t blocks = (s.N + per_block - 1) / per_block;
+  std::vector<T> partial(static_cast<size_t>(dw ? std::max<int64_t>(blocks, 1) * w_numel : 0), T(0));
+  parallel_for(blocks, conv_grain(2 * per_block * s.O * Cg * L), [&](int64_t k0, int64_t k1) {
+    for (int64_t k = k0; k < k1; ++k)
+      for (int64_t n = k * per_block; n < std::min(s.N, (k + 1) * per_block); ++n)
+        for (int64_t g = 0; g < s.groups; ++g) {
+          const T* dy_ng = dy + (n * s.O + g * Og) * L;  // (Og, L)
+          const int64_t x_off = (n * s.C + g * Cg) * L;
+          if (dw)
+            gemm(Og, Cg, L, dy_ng, L, false, x + x_off, L, true, partial.data() + k * w_numel + g * Og * Cg, Cg, T(1),
+                 T(1));
+          if (dx) gemm(Cg, L, Og, w + g * Og * Cg, Cg, true, dy_ng, L, false, dx + x_off, L, T(1), T(0));
+        }
+  });
+  if (dw)
+    for (int64_t i = 0; i < w_numel; ++i) {
+      T acc = T(0);
+      for (int64_t k = 0; k < blocks; ++k) acc += partial[static_cast<size_t>(k * w_numel + i)];
+      dw[i] = acc;
+    }
+  if (db) conv2d_bias_grad(dy, s, db);
+}
 
 // The same gradients, by Winograd where conv2d_uses_winograd (float): the weight and bias gradients
 // by conv3x3_winograd_weight_grad, the input gradient as the 3x3 convolution of dy with the flipped,
-// transposed weights and padding 2 - pad; the weight and bias gradients by the direct kernel where
-// conv2d_uses_direct (the input gradient, when wanted, by im2col + GEMM).
-template <class T> void conv2d_backward(const T* x, const T* w, const T* dy, const Conv2dShape& s, T* dx, T* dw, T* db) {
+// transposed weights and padding 2 - pad; all three by the depthwise kernel where
+// conv2d_uses_depthwise (float); the weight and bias gradients by the direct kernel where
+// conv2d_uses_direct (the input gradient, when wanted, by im2col + GEMM); all three by
+// conv2d_backward_1x1 where conv2d_uses_1x1.
+template <class T>
+void conv2d_backward(const T* x, const T* w, const T* dy, const Conv2dShape& s, T* dx, T* dw, T* db) {
   if constexpr (std::is_same_v<T, float>) {
     if (conv2d_uses_winograd(s)) {
       conv3x3_winograd_weight_grad(x, dy, s.N, s.C, s.H, s.W, s.O, s.pad_h, dw, db);
       if (dx) conv3x3_winograd(dy, w, nullptr, s.N, s.O, s.H_out, s.W_out, s.C, 2 - s.pad_h, true, dx);
       return;
     }
+    if (conv2d_uses_depthwise(s)) return conv2d_depthwise_backward(x, w, dy, s, dx, dw, db);
     if (conv2d_uses_direct(s)) {
       conv3x3_direct_weight_grad(x, dy, s.N, s.C, s.H, s.W, s.O, s.pad_h, s.pad_w, dw, db);
-      if (dx) conv2d_backward_reference(x, w, dy, s, dx, static_cast<T*>(nullptr), static_cast<T*>(nullptr));
+      if (dx) conv2d_backward_im2col<true>(x, w, dy, s, dx, static_cast<T*>(nullptr), static_cast<T*>(nullptr));
       return;
     }
   }
-  conv2d_backward_reference(x, w, dy, s, dx, dw, db);
+  if (conv2d_uses_1x1(s)) return conv2d_backward_1x1(x, w, dy, s, dx, dw, db);
+  conv2d_backward_im2col<true>(x, w, dy, s, dx, dw, db);
 }
 
 }  // namespace minidl::kernels::cpu
