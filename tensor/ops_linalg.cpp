@@ -17,6 +17,8 @@
 
 #include "minidl/kernels/cpu/gemm.h"
 #include "minidl/kernels/cpu/gemm_bf16.h"
+#include "minidl/kernels/cpu/half.h"
+#include "minidl/kernels/cpu/half_span.h"
 #include "minidl/kernels/cpu/parallel.h"
 #include "minidl/kernels/cuda_ops.h"
 #include "minidl/tensor/ops.h"
@@ -225,15 +227,19 @@ std::pair<Tensor, Tensor> mm_and_row_sums(const Tensor& a, const Tensor& b) {
   if (a.device().is_cuda()) return {mm(a, b), sum(a, {1})};  // cuBLAS's product, then the reduction
   if (widen_bf16(a)) return mm_and_row_sums(a.to(DType::Float32), b.to(DType::Float32));
   if (a.dtype() == DType::BFloat16) {  // the product, then op(A)'s rows summed in double in k order
-    const Tensor a32 = a.to(DType::Float32).contiguous();
     std::pair<Tensor, Tensor> r{mm(a, b), Tensor({a.size(0)}, DType::Float32)};
-    const float* pa = a32.data<float>();
+    // op(A) as the transpose of a (k, n) matrix with rows `ld` apart (linear's dy^T): its row sums
+    // are that matrix's column sums, read in place; otherwise a contiguous copy's rows
+    const bool columns = a.stride(0) == 1 && a.stride(1) >= a.size(0);
+    const Tensor src = columns ? a : a.contiguous();
+    const uint16_t* pa = static_cast<const uint16_t*>(src.raw_data());
+    const int64_t n = a.size(0), k = a.size(1), ld = columns ? a.stride(1) : k;
     float* ps = r.second.data<float>();
-    const int64_t k = a.size(1);
-    kernels::cpu::parallel_for(a.size(0), 64, [&](int64_t i0, int64_t i1) {
+    kernels::cpu::parallel_for(n, 256, [&](int64_t i0, int64_t i1) {
+      if (columns) return kernels::cpu::bf16_column_sums(k, i1 - i0, pa + i0, ld, ps + i0);
       for (int64_t i = i0; i < i1; ++i) {
         double s = 0.0;
-        for (int64_t j = 0; j < k; ++j) s += pa[i * k + j];
+        for (int64_t j = 0; j < k; ++j) s += kernels::cpu::bf16_to_float(pa[i * k + j]);
         ps[i] = static_cast<float>(s);
       }
     });

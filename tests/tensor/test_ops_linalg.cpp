@@ -1,5 +1,7 @@
 // tests/tensor/test_ops_linalg.cpp — mm, addmm and matmul: hand-computed products, transposed and
 // sliced views (no copies needed), 1-d and batched broadcasting, dtypes, errors.
+#include <cmath>
+
 #include "tests/common/testing.h"
 
 using namespace minidl;
@@ -173,6 +175,24 @@ TEST(MmAndRowSums, Errors) {
 // products — bit for bit the float32 product of the widened operands on small integers (every
 // sum exact in any order), through transposed views, batches, the bias and the row sums; float16
 // has no product on the CPU.
+// Linear's bias gradient under autocast(BFloat16): the row sums of dy^T (a transposed view, read
+// in place as dy's column sums, 256 columns at a time) are each column's double sum in row order,
+// rounded once: 300 columns cross a block boundary, and the values are not integers.
+TEST(BFloat16Products, RowSumsOfATransposedViewAreEachColumnsDoubleSumInOrder) {
+  const int64_t rows = 70, cols = 300;
+  std::vector<float> v(static_cast<size_t>(rows * cols));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = std::sin(0.37f * static_cast<float>(i)) * 3.1f;
+  const Tensor dy = from_vector<float>(v, {rows, cols}).to(DType::BFloat16);  // (rows, out)
+  const Tensor x = ones({rows, 5}).to(DType::BFloat16);
+  const Tensor sums = mm_and_row_sums(dy.t(), x).second;  // (out)
+  const Tensor dy32 = dy.to(DType::Float32);
+  for (int64_t c = 0; c < cols; ++c) {
+    double s = 0.0;
+    for (int64_t r = 0; r < rows; ++r) s += dy32.data<float>()[r * cols + c];
+    ASSERT_EQ(sums.data<float>()[c], static_cast<float>(s)) << "column " << c;
+  }
+}
+
 TEST(BFloat16Products, AreFloat32ProductsOfTheWidenedOperands) {
   const auto ints = [](Shape s, int salt) {
     std::vector<float> v(static_cast<size_t>(shape_numel(s)));
@@ -189,6 +209,7 @@ TEST(BFloat16Products, AreFloat32ProductsOfTheWidenedOperands) {
   const auto [prod, sums] = mm_and_row_sums(bb.t(), ab.t());  // (21, 37) and op(A)'s 21 row sums
   expect_equal(prod, mm(b.t(), a.t()), "mm_and_row_sums product");
   expect_equal(sums, sum(b.t(), {1}), "mm_and_row_sums row sums");
+  expect_equal(mm_and_row_sums(bb.t().contiguous(), ab.t()).second, sum(b.t(), {1}), "row sums of a contiguous op(A)");
   const Tensor x = ints({3, 4, 50}, 4), y = ints({3, 50, 6}, 5);
   expect_equal(matmul(x.to(DType::BFloat16), y.to(DType::BFloat16)), matmul(x, y), "batched matmul");
   expect_equal(matmul(x.to(DType::BFloat16), y.to(DType::BFloat16).transpose(-1, -2).contiguous().transpose(-1, -2)),
