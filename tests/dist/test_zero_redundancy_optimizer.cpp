@@ -105,22 +105,23 @@ std::unique_ptr<nn::Module> fresh_mlp() {
 // sharded: DDP reduce-scatters for ZeRO (options.ddp); else DDP all-reduces and ZeRO takes the
 // averaged gradients as they are.
 void zero_matches_plain(int world, const Make& make, bool groups, const std::string& backend = "shm",
-                        bool sharded = true) {
+                        bool sharded = true, const dist::DDPOptions& ddp_options = {}) {
   dist::spawn(world, [&](int) {
     init_world(backend);
     auto plain_model = fresh_mlp();
-    dist::DistributedDataParallel plain_ddp(*plain_model);
+    dist::DistributedDataParallel plain_ddp(*plain_model, ddp_options);
     auto plain = groups ? make(two_groups(*plain_model, 1e-3)) : make(optim::single_group(plain_model->parameters()));
     optim::StepLR plain_lr(*plain, {.step_size = 2, .gamma = 0.5});
     train(*plain_model, &plain_ddp, *plain, 0, 4, &plain_lr);
 
     auto model = fresh_mlp();
-    dist::DistributedDataParallel ddp(*model);
+    dist::DistributedDataParallel ddp(*model, ddp_options);
     const dist::ZeroRedundancyOptimizerOptions options{.ddp = sharded ? &ddp : nullptr};
     std::unique_ptr<dist::ZeroRedundancyOptimizer> zero =
         groups ? std::make_unique<dist::ZeroRedundancyOptimizer>(two_groups(*model, 1e-3), make, options)
                : std::make_unique<dist::ZeroRedundancyOptimizer>(model->parameters(), make, options);
     require(ddp.gradients_sharded() == sharded, "DDP reduce-scatters exactly when ZeRO is given it");
+    require(ddp.num_buckets() >= (ddp_options.bucket_cap_mb < 1 ? 3u : 1u), "small caps make several buckets");
     optim::StepLR zero_lr(*zero, {.step_size = 2, .gamma = 0.5});
     train(*model, &ddp, *zero, 0, 4, &zero_lr);
 
@@ -139,6 +140,11 @@ TEST(ZeroRedundancyOptimizer, AdamThreeGlooRanksBitIdenticalToPlainAdam) {
 }
 TEST(ZeroRedundancyOptimizer, AdamThreeRanksOnAllReducedGradientsBitIdenticalToPlainAdam) {
   zero_matches_plain(3, adam(), false, "shm", /*sharded=*/false);
+}
+// Small buckets: several of them, each padded to a multiple of 3 and cut into 3 slabs, and
+// parameters split at their slab boundaries.
+TEST(ZeroRedundancyOptimizer, AdamWParamGroupsThreeRanksSmallBucketsBitIdenticalToPlainAdamW) {
+  zero_matches_plain(3, adamw(), true, "shm", true, {.bucket_cap_mb = 0.1, .first_bucket_cap_mb = 0.01});
 }
 TEST(ZeroRedundancyOptimizer, SgdMomentumThreeRanksBitIdenticalToPlainSgd) {
   zero_matches_plain(3, sgd_momentum(), false);
