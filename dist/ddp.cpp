@@ -68,12 +68,25 @@ void DistributedDataParallel::build_buckets() {
     bytes += nbytes;
   }
   // Each bucket, on its parameters' device, in memory the group reaches directly (shared memory:
-  // reduced in place between the ranks' buckets, no copies through the group's segment).
+  // reduced in place between the ranks' buckets, no copies through the group's segment), padded
+  // to equal slabs.
+  const int64_t world = group_->size();
   for (size_t j = 0; j < buckets_.size(); ++j) {
     const Variable& first = params_[buckets_[j].params.front()].var;
-    buckets_[j].buffer = group_->empty_symmetric({numel[j]}, first.dtype(), first.device());
+    const int64_t padded = (numel[j] + world - 1) / world * world;
+    buckets_[j].buffer = group_->empty_symmetric({padded}, first.dtype(), first.device());
+    buckets_[j].slab = buckets_[j].buffer.narrow(0, group_->rank() * (padded / world), padded / world);
   }
   ready_.assign(params_.size(), false);
+}
+
+std::vector<DistributedDataParallel::BucketLayout> DistributedDataParallel::bucket_layout() const {
+  std::vector<BucketLayout> out;
+  for (const auto& b : buckets_) {
+    out.push_back({b.buffer.numel(), {}});
+    for (size_t i : b.params) out.back().params.emplace_back(params_[i].var, slots_[i].offset);
+  }
+  return out;
 }
 
 std::vector<std::vector<std::string>> DistributedDataParallel::bucket_parameter_names() const {
@@ -163,7 +176,9 @@ void DistributedDataParallel::launch_ready_buckets() {
       p.var.set_grad(slot);
     }
     const autograd::trace::CollectiveLabel label("DDP bucket", static_cast<int64_t>(next_bucket_ - 1));  // tracing
-    b.work = group_->all_reduce_async(b.buffer, ReduceOp::AVG);  // the average over the ranks, in place
+    // the average over the ranks, in place: of this rank's slab alone when sharded
+    b.work = sharded_ ? group_->reduce_scatter_async(b.buffer, b.slab, ReduceOp::AVG)
+                      : group_->all_reduce_async(b.buffer, ReduceOp::AVG);
     if (num_ready_ < params_.size()) ++launched_early_;
   }
 }
@@ -237,6 +252,11 @@ void DistributedDataParallel::finish() {
 }
 
 void DistributedDataParallel::check_joinable() const {
+  if (sharded_)
+    throw std::logic_error(
+        "DistributedDataParallel::join: the gradients are sharded for a ZeroRedundancyOptimizer, whose "
+        "step (an all-gather of the parameters) a joined rank cannot shadow; give every rank the same "
+        "number of batches instead");
   if (has_collective_modules_)
     throw std::logic_error(
         "DistributedDataParallel::join: the model communicates in forward (SyncBatchNorm), which a "

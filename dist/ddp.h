@@ -20,6 +20,10 @@
 // backward() returns the gradients are synchronised. Each parameter's .grad is then a view of its slot in the bucket
 // (PyTorch's gradient_as_bucket_view, always on here): the average is made in place, with no copy
 // back, and a .grad tensor kept past the next backward changes with it (clone() it to keep it).
+// Each bucket's buffer is padded to a multiple of the number of ranks (at most size - 1 zeros),
+// so that it splits into equal slabs. Under a ZeroRedundancyOptimizer (shard_gradients()) each
+// bucket is reduce-scattered instead: rank r's slab r of every bucket holds the average, the rest
+// of its .grad stays this rank's own gradient — the same bytes as an all-reduce's first half.
 // The algorithm is PyTorch's alone; DeterministicDDP (deterministic_ddp.h) is the other
 // DataParallel (data_parallel.h), whose sums do not depend on the number of processes.
 #pragma once
@@ -79,6 +83,21 @@ class DistributedDataParallel : public DataParallel {
   // them.
   void join();
 
+  // ---- gradient sharding, for ZeroRedundancyOptimizer (zero_redundancy_optimizer.h) ----
+  // From the next backward on, each bucket is reduce-scattered (an average) instead of
+  // all-reduced: only this rank's slab of it — elements [rank * n, (rank + 1) * n) of a bucket of
+  // size * n — holds the averaged gradients. Chosen once, by the optimizer's constructor; join()
+  // is refused from then on (a joined rank cannot shadow the optimizer's all-gather).
+  void shard_gradients() { sharded_ = true; }
+  bool gradients_sharded() const { return sharded_; }
+  // Where the gradients lie: per bucket, in bucket order, its padded length and each of its
+  // parameters with the element offset of its gradient in the bucket.
+  struct BucketLayout {
+    int64_t numel = 0;
+    std::vector<std::pair<Variable, int64_t>> params;
+  };
+  std::vector<BucketLayout> bucket_layout() const;
+
   // ---- introspection (tests, profiling) ----
   size_t num_buckets() const { return buckets_.size(); }
   // Parameter names of each bucket, in bucket order.
@@ -95,7 +114,8 @@ class DistributedDataParallel : public DataParallel {
   };
   struct Bucket {
     std::vector<size_t> params;  // indices into params_
-    Tensor buffer;  // flat, float32/float64
+    Tensor buffer;  // flat, float32/float64; (size * n)
+    Tensor slab;  // (n): this rank's part of buffer, what a sharded step reduces
     int pending = 0;  // parameters not ready yet in this backward
     std::shared_ptr<Work> work;
   };
@@ -123,6 +143,7 @@ class DistributedDataParallel : public DataParallel {
   bool finalized_ = true;
   bool require_sync_ = true;
   bool has_collective_modules_ = false;
+  bool sharded_ = false;  // shard_gradients(): reduce-scatter the buckets
   bool join_enabled_ = false;  // inside a dist::Join scope: every training forward handshakes
   bool on_default_group_ = false;  // the default group: its store can name the ranks of a failed step
   std::vector<Tensor> synced_buffers_;  // what broadcast_buffers sends: buffers no layer keeps equal

@@ -79,6 +79,50 @@ Tensor ProcessGroup::reduce_scatter(const Tensor& input, ReduceOp op) {
   return out;
 }
 
+namespace {
+
+// all_gather_into_tensor's default: the all_gather's rows copied into `out` at wait().
+class GatherIntoWork : public Work {
+ public:
+  GatherIntoWork(std::shared_ptr<Work> inner, std::shared_ptr<std::vector<Tensor>> rows, Tensor out)
+      : inner_(std::move(inner)), rows_(std::move(rows)), out_(std::move(out)) {}
+  void wait() override {
+    inner_->wait();
+    if (copied_) return;
+    int64_t at = 0;
+    for (const Tensor& row : *rows_) {
+      const int64_t n = row.dim() == 0 ? 1 : row.size(0);
+      out_.narrow(0, at, n).copy_(row);
+      at += n;
+    }
+    copied_ = true;
+  }
+  bool is_completed() override { return copied_; }
+
+ private:
+  std::shared_ptr<Work> inner_;
+  std::shared_ptr<std::vector<Tensor>> rows_;
+  Tensor out_;
+  bool copied_ = false;
+};
+
+}  // namespace
+
+void check_all_gather_into_tensor(const Tensor& out, const Tensor& input, int world) {
+  if (input.dim() < 1 || out.dim() != input.dim() || out.dtype() != input.dtype() ||
+      out.size(0) != world * input.size(0) ||
+      !std::equal(out.shape().begin() + 1, out.shape().end(), input.shape().begin() + 1))
+    throw std::invalid_argument("all_gather_into_tensor: out " + out.desc() + " must be (" + std::to_string(world) +
+                                " * n, ...) for input " + input.desc() + " (n, ...), of its dtype");
+}
+
+std::shared_ptr<Work> ProcessGroup::all_gather_into_tensor_async(Tensor& out, const Tensor& input) {
+  check_all_gather_into_tensor(out, input, size_);
+  auto rows = std::make_shared<std::vector<Tensor>>();
+  std::shared_ptr<Work> inner = all_gather_async(input, *rows);
+  return std::make_shared<GatherIntoWork>(std::move(inner), std::move(rows), out);
+}
+
 Tensor ProcessGroup::empty_symmetric(const Shape& shape, DType dtype, Device device) {
   return zeros(shape, dtype, device);
 }

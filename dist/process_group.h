@@ -62,6 +62,8 @@ struct CollectiveDesc {
 // Empty when every rank's fingerprint of collective #seq equals rank 0's, else the message naming
 // the first rank that differs and both calls.
 std::string fingerprint_mismatch(int64_t seq, const std::vector<std::string>& per_rank);
+// A std::invalid_argument unless out is (world * n, ...) for input's (n, ...), of its dtype.
+void check_all_gather_into_tensor(const Tensor& out, const Tensor& input, int world);
 
 class ProcessGroup {
  public:
@@ -83,6 +85,11 @@ class ProcessGroup {
   // input (size() * n, ...) -> out (n, ...): rank r gets the reduction of every rank's r-th slab.
   virtual std::shared_ptr<Work> reduce_scatter_async(const Tensor& input, Tensor& out, ReduceOp op = ReduceOp::SUM) = 0;
   virtual std::shared_ptr<Work> barrier_async() = 0;
+  // out (size() * n, ...) <- every rank's input (n, ...), rank r's at slab r (PyTorch's
+  // all_gather_into_tensor); input may be slab rank() of out itself. Here: all_gather_async, then
+  // a copy into out at wait(); the shared-memory group copies a symmetric out straight between
+  // the ranks' tensors.
+  virtual std::shared_ptr<Work> all_gather_into_tensor_async(Tensor& out, const Tensor& input);
 
   // ---- blocking forms ----
   void all_reduce(Tensor& t, ReduceOp op = ReduceOp::SUM) { all_reduce_async(t, op)->wait(); }
@@ -90,6 +97,7 @@ class ProcessGroup {
   std::vector<Tensor> all_gather(const Tensor& t);
   Tensor reduce_scatter(const Tensor& input, ReduceOp op = ReduceOp::SUM);
   void barrier() { barrier_async()->wait(); }
+  void all_gather_into_tensor(Tensor& out, const Tensor& input) { all_gather_into_tensor_async(out, input)->wait(); }
 
   // ---- memory the group reaches directly ----
   // A zero-filled tensor that every rank's collectives can reach in place (PyTorch's symmetric

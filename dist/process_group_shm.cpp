@@ -344,8 +344,22 @@ std::shared_ptr<Work> ProcessGroupShm::all_gather_async(const Tensor& t, std::ve
 }
 
 std::shared_ptr<Work> ProcessGroupShm::reduce_scatter_async(const Tensor& input, Tensor& out, ReduceOp op) {
-  const CollectiveDesc desc = kChecks.reduce_scatter(input, out, op, size_);
-  return impl_->issue(desc, [this, input, out, op]() mutable {
+  CollectiveDesc desc = kChecks.reduce_scatter(input, out, op, size_);
+  // A symmetric input (every rank's or none: debug mode compares it) is reduced straight from
+  // the ranks' tensors, each rank its own slab.
+  std::optional<std::pair<SymmetricBuffer, size_t>> found;
+  const auto n = static_cast<size_t>(input.numel());
+  if (n > 0 && input.is_contiguous() && !is_half(input.dtype()))
+    found = impl_->find_symmetric(static_cast<const char*>(input.raw_data()), n * element_size(input.dtype()));
+  if (found) desc.extra += " symmetric";
+  return impl_->issue(desc, [this, input, out, op, n, found]() mutable {
+    if (found) {
+      Tensor target = out.is_contiguous() ? out : out.contiguous();
+      impl_->reduce_scatter_symmetric(found->first, found->second, input.dtype(), n / static_cast<size_t>(size_), op,
+                                      static_cast<char*>(target.raw_data()));
+      if (!target.is_same(out)) out.copy_(target);
+      return;
+    }
     // all_reduce a copy of the whole input, keep this rank's slab.
     Tensor reduced = reduction_buffer(input);
     if (reduced.is_same(input)) reduced = input.clone();
@@ -354,6 +368,22 @@ std::shared_ptr<Work> ProcessGroupShm::reduce_scatter_async(const Tensor& input,
                         op);
     const int64_t n = out.dim() == 0 ? 0 : out.size(0);
     out.copy_(reduced.narrow(0, rank_ * n, n));
+  });
+}
+
+std::shared_ptr<Work> ProcessGroupShm::all_gather_into_tensor_async(Tensor& out, const Tensor& input) {
+  check_all_gather_into_tensor(out, input, size_);
+  const size_t bytes = static_cast<size_t>(out.numel()) * element_size(out.dtype());
+  std::optional<std::pair<SymmetricBuffer, size_t>> found;
+  if (bytes > 0 && out.is_contiguous() && out.device().is_cpu())
+    found = impl_->find_symmetric(static_cast<const char*>(out.raw_data()), bytes);
+  if (!found) return ProcessGroup::all_gather_into_tensor_async(out, input);
+  const CollectiveDesc desc{"all_gather_into_tensor", dtype_name(out.dtype()), shape_str(out.shape()), "symmetric"};
+  return impl_->issue(desc, [this, out, input, found, bytes] {
+    const int64_t n = out.size(0) / size_;
+    Tensor slab = out.narrow(0, rank_ * n, n);
+    if (!slab.is_same(input)) slab.copy_(input);
+    impl_->all_gather_symmetric(found->first, found->second, bytes / static_cast<size_t>(size_));
   });
 }
 

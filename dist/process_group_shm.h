@@ -36,8 +36,13 @@
 //    the slot path, half its memory traffic. Every rank passes its symmetric tensor or none
 //    does (debug mode compares it). No room in /dev/shm: an ordinary tensor, said once.
 //  - broadcast, all_gather (ranks may contribute different first dims; a header exchange
-//    first) and barrier go through the same segment between barriers; reduce_scatter is an
-//    all_reduce of a copy of the input, keeping this rank's slab (as ProcessGroupGloo).
+//    first) and barrier go through the same segment between barriers. reduce_scatter of a
+//    symmetric tensor (DDP's buckets under ZeroRedundancyOptimizer) reduces like its all_reduce
+//    but writes only this rank's slab (`out` may be that slab, in place): the same bits, half
+//    the writes; of any other tensor it is an all_reduce of a copy of the input, keeping this
+//    rank's slab (as ProcessGroupGloo). all_gather_into_tensor into a symmetric tensor (the
+//    parameters under ZeroRedundancyOptimizer) copies every other rank's slab straight from its
+//    tensor between two barriers; into any other, it is the all_gather's copies.
 //  - Failure: a rank that exits, or does not arrive within options.timeout, makes the others
 //    throw std::runtime_error naming the collective, its number and the rank:
 //      "all_reduce #17 (float32[1024]): rank 1 (pid 1234) exited while the others waited"
@@ -107,6 +112,7 @@ class ProcessGroupShm : public ProcessGroup {
   std::shared_ptr<Work> all_gather_async(const Tensor& t, std::vector<Tensor>& out) override;
   std::shared_ptr<Work> reduce_scatter_async(const Tensor& input, Tensor& out, ReduceOp op = ReduceOp::SUM) override;
   std::shared_ptr<Work> barrier_async() override;
+  std::shared_ptr<Work> all_gather_into_tensor_async(Tensor& out, const Tensor& input) override;
   // A tensor in a segment of its own that every rank maps (Note [symmetric buffers] in
   // shm_segment.h): all_reduce of it, or of a contiguous part of it, reduces straight between the ranks'
   // copies. Blocking; CPU only.

@@ -98,6 +98,18 @@ struct ProcessGroupShm::Impl {
   // segment: half the memory traffic of all_reduce() above, and 2 barriers instead of pieces + 1.
   void all_reduce_symmetric(const SymmetricBuffer& buffer, size_t offset, DType dtype, size_t n, ReduceOp op);
 
+  // reduce_scatter of size * n elements at `offset` in every rank's tensor of `buffer`: after one
+  // barrier rank r reduces slab r over every rank's tensor, in rank order (the bits of
+  // all_reduce_symmetric), into `out` (n elements; it may be slab r of its own tensor); a second
+  // barrier ends it. Half the writes of all_reduce_symmetric: the other slabs stay as they were.
+  void reduce_scatter_symmetric(const SymmetricBuffer& buffer, size_t offset, DType dtype, size_t n, ReduceOp op,
+                                char* out);
+
+  // all_gather_into_tensor of slabs of `slab_bytes` at `offset` in every rank's tensor of
+  // `buffer`, each rank's own slab already in place: after one barrier every rank copies the
+  // other slabs from their owners' tensors; a second barrier ends it.
+  void all_gather_symmetric(const SymmetricBuffer& buffer, size_t offset, size_t slab_bytes);
+
   void broadcast(char* buf, size_t bytes, int root);
 
   void all_gather(const Tensor& in, std::vector<Tensor>& out);

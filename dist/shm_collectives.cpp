@@ -180,6 +180,34 @@ void ProcessGroupShm::Impl::all_reduce_symmetric(const SymmetricBuffer& buffer, 
   barrier();
 }
 
+void ProcessGroupShm::Impl::reduce_scatter_symmetric(const SymmetricBuffer& buffer, size_t offset, DType dtype,
+                                                     size_t n, ReduceOp op, char* out) {
+  barrier();
+  if (n > 0) {
+    dispatch(dtype, "reduce_scatter", [&](auto zero) {
+      using T = decltype(zero);
+      std::vector<const T*> src(static_cast<size_t>(size));
+      for (int r = 0; r < size; ++r)
+        src[static_cast<size_t>(r)] =
+            reinterpret_cast<const T*>(buffer.base + static_cast<size_t>(r) * buffer.per_rank + offset) +
+            static_cast<size_t>(rank) * n;
+      reduce_part<T>(op, size, src, {reinterpret_cast<T*>(out)}, n);
+    });
+  }
+  barrier();  // nobody writes its tensor again while another rank still reads it
+}
+
+void ProcessGroupShm::Impl::all_gather_symmetric(const SymmetricBuffer& buffer, size_t offset, size_t slab_bytes) {
+  barrier();
+  char* mine = buffer.base + static_cast<size_t>(rank) * buffer.per_rank + offset;
+  for (int r = 0; r < size; ++r)
+    if (r != rank)
+      std::memcpy(mine + static_cast<size_t>(r) * slab_bytes,
+                  buffer.base + static_cast<size_t>(r) * buffer.per_rank + offset + static_cast<size_t>(r) * slab_bytes,
+                  slab_bytes);
+  barrier();  // nobody writes its slab again while another rank still reads it
+}
+
 void ProcessGroupShm::Impl::broadcast(char* buf, size_t bytes, int root) {
   const size_t piece = data_bytes();
   barrier();

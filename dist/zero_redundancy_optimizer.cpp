@@ -1,12 +1,14 @@
-// dist/zero_redundancy_optimizer.cpp — ZeroRedundancyOptimizer: the greedy partition of the
-// parameters, the sharded step with one broadcast per owner, and the consolidated state_dict.
+// dist/zero_redundancy_optimizer.cpp — ZeroRedundancyOptimizer: the flat order cut into equal
+// slabs, the parameters bound to their buckets' buffers, the step over this rank's pieces with one
+// all-gather per bucket, and the state_dict joined from every rank's pieces.
 #include "minidl/dist/zero_redundancy_optimizer.h"
 
 #include <algorithm>
 #include <stdexcept>
+#include <unordered_map>
 #include <unordered_set>
 
-#include "minidl/dist/data_parallel.h"
+#include "minidl/dist/ddp.h"
 #include "minidl/dist/distributed.h"
 #include "minidl/tensor/creation.h"
 #include "minidl/tensor/serialize.h"
@@ -17,14 +19,15 @@ namespace {
 
 std::vector<optim::ParamGroupSpec> as_specs(const std::vector<optim::ParamGroup>& groups) {
   std::vector<optim::ParamGroupSpec> specs;
-  for (const optim::ParamGroup& g : groups) specs.push_back({.params = g.params, .lr = g.lr, .weight_decay = g.weight_decay});
+  for (const optim::ParamGroup& g : groups)
+    specs.push_back({.params = g.params, .lr = g.lr, .weight_decay = g.weight_decay});
   return specs;
 }
 
 // "param group 0, parameter 3 (float32[4, 4])": no device, which differs from rank to rank on GPUs
 std::string param_desc(size_t g, size_t j, const Variable& p) {
-  return "param group " + std::to_string(g) + ", parameter " + std::to_string(j) + " (" +
-         dtype_name(p.data().dtype()) + shape_str(p.data().shape()) + ")";
+  return "param group " + std::to_string(g) + ", parameter " + std::to_string(j) + " (" + dtype_name(p.data().dtype()) +
+         shape_str(p.data().shape()) + ")";
 }
 
 std::unique_ptr<optim::Optimizer> make_checked(const OptimizerFactory& make_optimizer,
@@ -65,10 +68,16 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(Reference reference, OptimizerF
       make_optimizer_(std::move(make_optimizer)),
       options_(options),
       has_momentum_(reference.has_momentum) {
+  for (size_t g = 0; g < groups_.size(); ++g)
+    for (const Variable& p : groups_[g].params) {
+      params_.push_back(p);
+      group_of_.push_back(g);
+    }
   check_same_parameters_on_every_rank();
   if (options_.module) check_parameters_in_module(*options_.module);
-  partition();
-  if (!local_params_.empty()) local_ = make_checked(make_optimizer_, group_specs(group().rank()));
+  cut(options_.ddp ? buckets_of_ddp(*options_.ddp) : buckets_in_order());
+  if (options_.ddp) options_.ddp->shard_gradients();
+  if (!local_pieces_.empty()) local_ = make_checked(make_optimizer_, group_specs(/*pieces=*/true));
 }
 
 ProcessGroup& ZeroRedundancyOptimizer::group() const { return options_.group ? *options_.group : default_group(); }
@@ -107,37 +116,96 @@ void ZeroRedundancyOptimizer::check_parameters_in_module(const nn::Module& modul
                                     " is not a parameter of the module (its gradient would not be averaged)");
 }
 
-void ZeroRedundancyOptimizer::partition() {
-  const int world = group().size(), rank = group().rank();
-  std::vector<int64_t> share(static_cast<size_t>(world), 0);  // elements so far, per rank
-  int64_t first = 0;  // global index of the group's first parameter
-  for (const optim::ParamGroup& g : groups_) {
-    std::vector<int64_t> order(g.params.size());
-    for (size_t j = 0; j < order.size(); ++j) order[j] = static_cast<int64_t>(j);
-    std::stable_sort(order.begin(), order.end(),
-                     [&](int64_t a, int64_t b) { return g.params[a].data().numel() > g.params[b].data().numel(); });
-    owner_.resize(owner_.size() + g.params.size());
-    for (int64_t j : order) {
-      const int r = static_cast<int>(std::min_element(share.begin(), share.end()) - share.begin());
-      share[static_cast<size_t>(r)] += g.params[j].data().numel();
-      owner_[static_cast<size_t>(first + j)] = r;
+std::vector<ZeroRedundancyOptimizer::Bucket> ZeroRedundancyOptimizer::buckets_of_ddp(
+    const DistributedDataParallel& ddp) const {
+  std::unordered_map<const VariableImpl*, int64_t> index;
+  for (size_t i = 0; i < params_.size(); ++i) index.emplace(params_[i].impl(), static_cast<int64_t>(i));
+  std::vector<Bucket> buckets;
+  size_t reduced = 0;
+  for (const DistributedDataParallel::BucketLayout& b : ddp.bucket_layout()) {
+    buckets.push_back({b.numel, {}});
+    for (const auto& [p, offset] : b.params) {
+      const auto it = index.find(p.impl());
+      if (it == index.end())
+        throw std::invalid_argument(name_ + ": DDP reduces a parameter (" + dtype_name(p.dtype()) +
+                                    shape_str(p.data().shape()) +
+                                    ") that this optimizer does not hold; its sharded gradient would not be whole "
+                                    "on any rank: give the optimizer every parameter of the DDP module");
+      buckets.back().params.emplace_back(it->second, offset);
+      ++reduced;
     }
-    first += static_cast<int64_t>(g.params.size());
   }
-  for (size_t i = 0; i < owner_.size(); ++i)
-    if (owner_[i] == rank) local_params_.push_back(static_cast<int64_t>(i));
+  if (reduced != params_.size()) {
+    std::unordered_set<const VariableImpl*> in_ddp;
+    for (const auto& b : buckets)
+      for (const auto& [i, offset] : b.params) in_ddp.insert(param(i).impl());
+    for (size_t g = 0, i = 0; g < groups_.size(); ++g)
+      for (size_t j = 0; j < groups_[g].params.size(); ++j, ++i)
+        if (!in_ddp.count(params_[i].impl()))
+          throw std::invalid_argument(name_ + ": " + param_desc(g, j, params_[i]) +
+                                      " is not a parameter that the DDP reduces");
+  }
+  return buckets;
 }
 
-std::vector<optim::ParamGroupSpec> ZeroRedundancyOptimizer::group_specs(std::optional<int> rank) const {
-  std::vector<optim::ParamGroupSpec> specs = as_specs(groups_);
-  if (!rank) return specs;
-  size_t i = 0;
-  for (optim::ParamGroupSpec& s : specs) {
-    std::vector<Variable> mine;
-    for (Variable& p : s.params)
-      if (owner_[i++] == *rank) mine.push_back(std::move(p));
-    s.params = std::move(mine);
+std::vector<ZeroRedundancyOptimizer::Bucket> ZeroRedundancyOptimizer::buckets_in_order() const {
+  std::vector<Bucket> buckets;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Tensor& p = params_[i].data();
+    if (buckets.empty() || p.dtype() != param(buckets.back().params.front().first).dtype() ||
+        p.device() != param(buckets.back().params.front().first).device())
+      buckets.push_back({});
+    buckets.back().params.emplace_back(static_cast<int64_t>(i), buckets.back().numel);
+    buckets.back().numel += p.numel();
   }
+  const int64_t world = group().size();
+  for (Bucket& b : buckets) b.numel = (b.numel + world - 1) / world * world;
+  return buckets;
+}
+
+// Slab r of a bucket of size * n elements is [r * n, (r + 1) * n); a parameter without elements
+// goes to rank 0, so that it is stepped (and has state) as in the unsharded optimizer.
+void ZeroRedundancyOptimizer::cut(std::vector<Bucket> buckets) {
+  const int world = group().size(), rank = group().rank();
+  buckets_ = std::move(buckets);
+  for (Bucket& b : buckets_) {
+    const Tensor& first = param(b.params.front().first).data();
+    b.buffer = group().empty_symmetric({b.numel}, first.dtype(), first.device());
+  }
+  bind_parameters();
+  for (size_t g = 0; g < groups_.size(); ++g)
+    for (const Bucket& b : buckets_) {
+      const int64_t n = b.numel / world;
+      for (const auto& [i, offset] : b.params) {
+        if (group_of_[static_cast<size_t>(i)] != g) continue;
+        const int64_t numel = param(i).data().numel();
+        const int64_t lo = std::max(offset, rank * n), hi = std::min(offset + numel, (rank + 1) * n);
+        if (lo < hi || (numel == 0 && rank == 0)) {
+          local_pieces_.push_back({i, lo - offset, std::max<int64_t>(hi - lo, 0)});
+          local_vars_.emplace_back(b.buffer.narrow(0, std::min(lo, b.numel), local_pieces_.back().numel),
+                                   /*requires_grad=*/true);
+        }
+      }
+    }
+}
+
+void ZeroRedundancyOptimizer::bind_parameters() {
+  for (Bucket& b : buckets_)
+    for (const auto& [i, offset] : b.params) {
+      Variable& p = param(i);
+      Tensor slot = b.buffer.narrow(0, offset, p.data().numel()).view(p.data().shape());
+      if (p.data().is_same(slot)) continue;
+      slot.copy_(p.data());
+      p.set_data(slot);
+    }
+}
+
+std::vector<optim::ParamGroupSpec> ZeroRedundancyOptimizer::group_specs(bool pieces) const {
+  std::vector<optim::ParamGroupSpec> specs = as_specs(groups_);
+  if (!pieces) return specs;
+  for (optim::ParamGroupSpec& s : specs) s.params.clear();
+  for (size_t j = 0; j < local_pieces_.size(); ++j)
+    specs[group_of_[static_cast<size_t>(local_pieces_[j].param)]].params.push_back(local_vars_[j]);
   return specs;
 }
 
@@ -153,33 +221,62 @@ void ZeroRedundancyOptimizer::copy_group_options_to(optim::Optimizer& to) const 
 
 void ZeroRedundancyOptimizer::step() {
   consolidated_.reset();
+  bind_parameters();
   if (local_) {
+    // Each piece's gradient: a view of its parameter's (a frozen parameter, or one without a
+    // gradient, is skipped as unsharded); its data is a view of the bucket's buffer already.
+    for (size_t j = 0; j < local_pieces_.size(); ++j) {
+      const Piece& s = local_pieces_[j];
+      const Variable& p = param(s.param);
+      const Tensor& g = p.grad();
+      local_vars_[j].set_grad(
+          p.requires_grad() && g.defined()
+              ? (g.is_contiguous() ? g : g.contiguous()).view({g.numel()}).narrow(0, s.offset, s.numel)
+              : Tensor());
+    }
     copy_group_options_to(*local_);
     local_->step();
+    local_->zero_grad();  // drops the views of the gradients
   }
-  std::vector<std::vector<Tensor>> owned(static_cast<size_t>(group().size()));
-  size_t i = 0;
-  for (const optim::ParamGroup& g : groups_)
-    for (const Variable& p : g.params) owned[static_cast<size_t>(owner_[i++])].push_back(p.data());
-  for (size_t r = 0; r < owned.size(); ++r)
-    if (!owned[r].empty()) broadcast_coalesced(group(), owned[r], static_cast<int>(r));
+  // every rank's slab of every bucket, into every rank's buffer: the parameters are views of it
+  const int world = group().size();
+  if (world == 1) return;
+  for (Bucket& b : buckets_) {
+    const int64_t n = b.numel / world;
+    group().all_gather_into_tensor(b.buffer, b.buffer.narrow(0, group().rank() * n, n));
+  }
 }
 
 void ZeroRedundancyOptimizer::consolidate_state_dict(int to) {
   const int world = group().size();
   if (to < 0 || to >= world)
-    throw std::invalid_argument(name_ + ".consolidate_state_dict: rank " + std::to_string(to) +
-                                " out of range for " + std::to_string(world) + " ranks");
-  // this rank's state under the global indices, on the host
+    throw std::invalid_argument(name_ + ".consolidate_state_dict: rank " + std::to_string(to) + " out of range for " +
+                                std::to_string(world) + " ranks");
+  // this rank's state as "<global index>.<offset>.<name>", on the host
   TensorMap shard;
-  for (size_t j = 0; j < local_params_.size(); ++j)
+  for (size_t j = 0; j < local_pieces_.size(); ++j)
     for (const auto& [name, t] : local_->state(static_cast<int64_t>(j)))
-      shard["state." + std::to_string(local_params_[j]) + "." + name] = t.cpu();
+      shard[std::to_string(local_pieces_[j].param) + "." + std::to_string(local_pieces_[j].offset) + "." + name] =
+          t.cpu();
   const std::vector<std::string> all = group().all_gather_object(serialize(shard));
   consolidated_.reset();
   if (group().rank() != to) return;
+  // "step" (0-d) is the parameter's, equal in every piece; any other state has the piece's
+  // elements of a tensor of the parameter's shape.
   TensorMap full;
-  for (const std::string& bytes : all) full.merge(deserialize(bytes, "rank's optimizer shard").tensors);
+  for (const std::string& bytes : all)
+    for (const auto& [key, t] : deserialize(bytes, "rank's optimizer shard").tensors) {
+      const size_t dot1 = key.find('.'), dot2 = key.find('.', dot1 + 1);
+      const int64_t i = std::stoll(key.substr(0, dot1)), offset = std::stoll(key.substr(dot1 + 1, dot2 - dot1 - 1));
+      const std::string name = "state." + std::to_string(i) + "." + key.substr(dot2 + 1);
+      if (t.dim() == 0) {
+        full.emplace(name, t);
+        continue;
+      }
+      auto it = full.find(name);
+      if (it == full.end()) it = full.emplace(name, zeros(param(i).data().shape(), t.dtype())).first;
+      it->second.view({it->second.numel()}).narrow(0, offset, t.numel()).copy_(t);
+    }
   consolidated_ = std::move(full);
 }
 
@@ -195,7 +292,7 @@ TensorMap ZeroRedundancyOptimizer::state_dict() const {
 
 void ZeroRedundancyOptimizer::load_state_dict(const TensorMap& dict) {
   // Checked in full on every rank, so that every rank accepts or refuses it alike.
-  std::unique_ptr<optim::Optimizer> all = make_checked(make_optimizer_, group_specs(std::nullopt));
+  std::unique_ptr<optim::Optimizer> all = make_checked(make_optimizer_, group_specs(/*pieces=*/false));
   all->load_state_dict(dict);
   for (size_t g = 0; g < groups_.size(); ++g) {
     const optim::ParamGroup& src = all->param_groups()[g];
@@ -209,8 +306,12 @@ void ZeroRedundancyOptimizer::load_state_dict(const TensorMap& dict) {
     for (size_t g = 0; g < groups_.size(); ++g)
       shard["param_groups." + std::to_string(g) + ".num_params"] =
           scalar_tensor(static_cast<double>(local_->param_groups()[g].params.size()), DType::Float64);
-    for (size_t j = 0; j < local_params_.size(); ++j)
-      for (const auto& [name, t] : all->state(local_params_[j])) shard["state." + std::to_string(j) + "." + name] = t;
+    for (size_t j = 0; j < local_pieces_.size(); ++j) {
+      const Piece& s = local_pieces_[j];
+      for (const auto& [name, t] : all->state(s.param))  // a copy of the piece: `all` goes away
+        shard["state." + std::to_string(j) + "." + name] =
+            t.dim() == 0 ? t : t.contiguous().view({t.numel()}).narrow(0, s.offset, s.numel).clone();
+    }
     local_->load_state_dict(shard);
   }
   consolidated_.reset();

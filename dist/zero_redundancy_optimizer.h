@@ -1,34 +1,57 @@
 // dist/zero_redundancy_optimizer.h — ZeroRedundancyOptimizer: ZeRO stage 1 (the optimizer state
-// sharded over the ranks), as PyTorch's torch.distributed.optim.ZeroRedundancyOptimizer. Every
-// rank keeps every parameter and, after DDP's all-reduce, every averaged gradient; but each rank
-// owns some of the parameters and runs the wrapped optimizer (SGD, Adam, AdamW) over those alone,
-// so its momentum buffers or Adam moments are about 1/N of the unsharded optimizer's.
+// sharded over the ranks), as in llm.c and DeepSpeed, with the interface of PyTorch's
+// torch.distributed.optim.ZeroRedundancyOptimizer. Every rank keeps every parameter; each rank
+// owns an equal contiguous slab of the flattened gradients and parameters and runs the wrapped
+// optimizer (SGD, Adam, AdamW) over that slab alone, so its momentum buffers or Adam moments are
+// 1/N of the unsharded optimizer's whatever the sizes of the parameters.
 //
 //   dist::DistributedDataParallel ddp(model);
 //   dist::ZeroRedundancyOptimizer opt(model.parameters(), [](std::vector<optim::ParamGroupSpec> groups) {
 //     return std::make_unique<optim::AdamW>(std::move(groups), optim::AdamWOptions{.lr = 1e-3});
-//   });
-//   opt.zero_grad(); loss.backward(); ddp.step(opt);  // own parameters updated, then broadcast
+//   }, {.ddp = &ddp});
+//   opt.zero_grad(); loss.backward(); ddp.step(opt);  // reduce-scatter, own slab updated, all-gather
 //
-// Partition (PyTorch's): whole parameters, group by group, largest first (ties in list order),
-// each to the rank whose share so far has the fewest elements (ties: the lowest rank). A rank's
-// share is then at most 1/N of all the elements plus one parameter.
-// step(): each group's lr, weight decay, initial_lr and momentum — what LR schedulers set, on this
-// optimizer's param_groups() — are copied to the wrapped optimizer, which updates this rank's
-// parameters with the same per-element arithmetic as the unsharded optimizer (so the same bits);
-// then each rank's parameters are broadcast from it, coalesced (dist::broadcast_coalesced: one
-// collective per rank, as PyTorch with parameters_as_bucket_view): DDP's all-reduce plus these
-// broadcasts move about 1.5x the bytes of plain DDP (gradients are not reduce-scattered here).
+// Algorithm. The flat order is DDP's buckets (options.ddp; without it, the parameters in order,
+// a new run at each change of dtype or device); each bucket of size * n elements (padded) is cut
+// into `size` slabs of n and rank r owns slab r of every bucket, which may begin or end inside a
+// parameter. The constructor makes every parameter a view of its slot in a flat buffer per
+// bucket, in memory the group reaches directly (ProcessGroup::empty_symmetric). With options.ddp,
+// DDP reduce-scatters each gradient bucket as backward goes (instead of all-reducing it;
+// DistributedDataParallel::shard_gradients), so when backward returns this rank's slabs hold the
+// averaged gradients. step(): the wrapped optimizer, built by the factory over one flat 1-d
+// Variable per (parameter, slab) piece — a view of the parameter buffer's elements, and of the
+// gradient's — updates them with the same per-element arithmetic as the unsharded optimizer (so
+// the same bits; the "step" counters are per piece, all equal); then one all_gather_into_tensor
+// per bucket, in place, brings every rank's slab into every rank's buffer (shared memory: copied
+// straight from the owner's buffer between two barriers). Each group's lr, weight decay,
+// initial_lr and momentum — what LR schedulers set, on this optimizer's param_groups() — are
+// copied to the wrapped optimizer first.
+// Cost: the reduce-scatter and the all-gather move the bytes of the one all-reduce of plain DDP
+// (each rank sends and receives (size - 1) / size of the gradients, then of the parameters); the
+// optimizer's arithmetic and state are 1/N; the all-gather is not overlapped with anything. After
+// step(), .grad outside this rank's slabs is this rank's own gradient, not the average. A
+// parameter whose tensor is replaced (Module::to, set_data) is bound to its slot again, with its
+// values, at the next step().
+// Without options.ddp the gradients are taken as they are (a DeterministicDDP, or any caller
+// that averaged them): only the all-gather then, after the caller's all-reduce.
+// Simpler option not taken: PyTorch's partition of whole parameters (each to the emptiest rank)
+// with DDP's all-reduce and then one broadcast per rank: 1.5x the bytes of plain DDP, and a model
+// whose largest parameter is most of it (the MLP's and the CNN's first Linear) saves almost no
+// memory. Nor one reduce-scatter of a flat copy of every gradient at step(): the buckets'
+// reduce-scatters overlap backward as the all-reduces did.
+// GradScaler: each rank checks its own gradients, averaged only in its slabs; use
+// dist::sync_grad_scaler so that every rank takes the same skip decision (step() is a collective).
+// For the same reason optim::clip_grad_norm over .grad does not see the averaged gradients.
 // zero_grad() clears every parameter's gradient.
 // Checkpoints, in the unsharded optimizer's layout (optim/optimizer.h: state.<i>.<name>, i the
 // parameter's global index), so they move freely to and from a plain optimizer at any world size:
-//   consolidate_state_dict(to)  a collective: every rank's shard gathered on rank `to`
+//   consolidate_state_dict(to)  a collective: every rank's pieces gathered and joined on rank `to`
 //   state_dict()                on rank `to` after that: the whole state (std::logic_error elsewhere,
 //                               or when a step or a load came after the consolidation)
 //   load_state_dict(dict)       on every rank: dict is checked in full (as the wrapped optimizer
 //                               over all the parameters would: a std::invalid_argument naming the
 //                               key, nothing changed; the check holds a full copy of the state
-//                               for its duration) and each rank keeps its share
+//                               for its duration) and each rank keeps its pieces
 // state(i) of the base class stays empty here; local_optimizer() holds this rank's state.
 #pragma once
 #include <functional>
@@ -43,6 +66,8 @@
 
 namespace minidl::dist {
 
+class DistributedDataParallel;
+
 // Makes the wrapped optimizer over the given groups (every option of each group set).
 using OptimizerFactory = std::function<std::unique_ptr<optim::Optimizer>(std::vector<optim::ParamGroupSpec>)>;
 
@@ -51,6 +76,9 @@ struct ZeroRedundancyOptimizerOptions {
   // The module whose gradients DDP averages: when set, every parameter must be one of its
   // parameters (one outside it would be updated from this rank's gradient alone).
   const nn::Module* module = nullptr;
+  // The DDP whose buckets hold the gradients: it reduce-scatters them from then on (its
+  // parameters must be exactly this optimizer's). nullptr: the gradients are taken as they are.
+  DistributedDataParallel* ddp = nullptr;
 };
 
 class ZeroRedundancyOptimizer : public optim::Optimizer {
@@ -62,7 +90,7 @@ class ZeroRedundancyOptimizer : public optim::Optimizer {
   ZeroRedundancyOptimizer(std::vector<optim::ParamGroupSpec> groups, OptimizerFactory make_optimizer,
                           ZeroRedundancyOptimizerOptions options = {});
 
-  // Updates this rank's parameters, then broadcasts every rank's from it (a collective).
+  // Updates this rank's slabs, then all-gathers every rank's (a collective).
   void step() override;
   bool has_momentum() const override { return has_momentum_; }
 
@@ -70,12 +98,17 @@ class ZeroRedundancyOptimizer : public optim::Optimizer {
   TensorMap state_dict() const override;
   void load_state_dict(const TensorMap& dict) override;
 
-  // The rank that owns the parameter with global index i.
-  int owner(int64_t i) const { return owner_.at(static_cast<size_t>(i)); }
-  // The global indices of this rank's parameters, ascending: the wrapped optimizer's parameter j
-  // is local_params()[j].
-  const std::vector<int64_t>& local_params() const { return local_params_; }
-  // The wrapped optimizer over this rank's parameters; nullptr when the rank owns none.
+  // Elements [offset, offset + numel) of the flattened parameter with global index `param`.
+  struct Piece {
+    int64_t param = 0;
+    int64_t offset = 0;
+    int64_t numel = 0;
+    bool operator==(const Piece& o) const { return param == o.param && offset == o.offset && numel == o.numel; }
+  };
+  // This rank's pieces, group by group, each group in flat order: the wrapped optimizer's
+  // parameter j is a 1-d view of local_pieces()[j].
+  const std::vector<Piece>& local_pieces() const { return local_pieces_; }
+  // The wrapped optimizer over this rank's pieces; nullptr when the rank owns none.
   const optim::Optimizer* local_optimizer() const { return local_.get(); }
 
  protected:
@@ -84,21 +117,37 @@ class ZeroRedundancyOptimizer : public optim::Optimizer {
 
  private:
   struct Reference;  // what the wrapped optimizer over all the parameters resolves
+  // One run of the flat order: a DDP bucket, or consecutive parameters of one dtype and device.
+  struct Bucket {
+    int64_t numel = 0;  // padded to a multiple of the number of ranks
+    std::vector<std::pair<int64_t, int64_t>> params;  // (global index, element offset), in order
+    Tensor buffer;  // (numel): the parameters, each a view of its slot (from the group's empty_symmetric)
+  };
   ZeroRedundancyOptimizer(Reference reference, OptimizerFactory make_optimizer, ZeroRedundancyOptimizerOptions options);
 
   ProcessGroup& group() const;
+  Variable& param(int64_t i) { return params_[static_cast<size_t>(i)]; }
+  const Variable& param(int64_t i) const { return params_[static_cast<size_t>(i)]; }
   void check_same_parameters_on_every_rank() const;
   void check_parameters_in_module(const nn::Module& module) const;
-  void partition();
-  // Every group as a spec with all options set; only the parameters of `rank` when given.
-  std::vector<optim::ParamGroupSpec> group_specs(std::optional<int> rank) const;
+  std::vector<Bucket> buckets_of_ddp(const DistributedDataParallel& ddp) const;
+  std::vector<Bucket> buckets_in_order() const;
+  void cut(std::vector<Bucket> buckets);
+  // Makes every parameter a view of its slot in its bucket's buffer (again, when something —
+  // Module::to, set_data — replaced its tensor since), its values kept.
+  void bind_parameters();
+  // Every group as a spec with all options set: over the parameters, or over this rank's pieces.
+  std::vector<optim::ParamGroupSpec> group_specs(bool pieces) const;
   void copy_group_options_to(optim::Optimizer& to) const;
 
   OptimizerFactory make_optimizer_;
   ZeroRedundancyOptimizerOptions options_;
   bool has_momentum_ = false;
-  std::vector<int> owner_;  // by global parameter index
-  std::vector<int64_t> local_params_;
+  std::vector<Variable> params_;  // by global index (handles of groups_' parameters)
+  std::vector<size_t> group_of_;  // by global index
+  std::vector<Bucket> buckets_;
+  std::vector<Piece> local_pieces_;
+  std::vector<Variable> local_vars_;  // the wrapped optimizer's parameters, by local index
   std::unique_ptr<optim::Optimizer> local_;
   std::optional<TensorMap> consolidated_;  // the gathered state, on rank `to` of the last consolidation
 };

@@ -1,9 +1,9 @@
 // examples/bench_zero.cpp — what ZeroRedundancyOptimizer saves and costs: a reference model with
 // Adam under DDP on N processes (shared memory, 1 thread each, global batch 128, synthetic
-// Fashion-MNIST-shaped data), with plain Adam against Adam sharded by ZeRO-1. Prints each one's
-// throughput and the bytes of Adam state the largest rank holds: about 1/N of plain Adam's for
-// the ViT, whose parameters are many and alike; the CNN's Linear(3136, 128) is 95% of it, and
-// whole parameters cannot be split finer than that.
+// Fashion-MNIST-shaped data), with plain Adam against Adam sharded by ZeRO-1, their steps taken
+// in turn in one process. Prints each one's throughput (its own steps' time) and the bytes of
+// Adam state the largest rank holds: 1/N of plain Adam's, the slabs splitting parameters (the
+// CNN's Linear(3136, 128) is 95% of it).
 //   ./build/examples/bench_zero [steps = 20] [processes = 2] [model = vit | cnn | mlp] [--json FILE]
 // --json FILE: what every rank holds, in bytes (parameters, gradients, optimizer state), under
 // plain Adam and under ZeRO-1, for tools/draw_zero_memory.py (the tutorial's picture).
@@ -43,45 +43,64 @@ int64_t bytes_of(const std::vector<Tensor>& tensors) {
   return n;
 }
 
-// Trains `steps` steps (after 3 warm-up steps) on this rank's `local` images per step; returns
-// "images_per_s state_bytes parameter_bytes gradient_bytes " for this rank (Adam's state it holds;
-// every parameter and its gradient, which DDP keeps in its buckets).
-std::string run(const std::string& model_name, int steps, int64_t local, bool zero) {
+// A fresh model (the same start for both) under DDP, with plain Adam or with ZeRO-1 around Adam.
+struct Setup {
+  std::unique_ptr<nn::Module> model;
+  std::unique_ptr<dist::DistributedDataParallel> ddp;
+  std::unique_ptr<optim::Optimizer> opt;
+  double seconds = 0;  // in the timed steps
+};
+
+Setup make_setup(const std::string& model_name, bool zero) {
+  Setup s;
   manual_seed(0);
-  std::unique_ptr<nn::Module> net = nn::make_model(model_name);
-  nn::Module& model = *net;
-  dist::DistributedDataParallel ddp(model);
+  s.model = nn::make_model(model_name);
+  s.ddp = std::make_unique<dist::DistributedDataParallel>(*s.model);
   auto make = [](std::vector<optim::ParamGroupSpec> groups) {
     return std::make_unique<optim::Adam>(std::move(groups), optim::AdamOptions{.lr = 1e-3});
   };
-  std::unique_ptr<optim::Optimizer> opt;
   if (zero) {
-    opt = std::make_unique<dist::ZeroRedundancyOptimizer>(model.parameters(), make);
+    s.opt = std::make_unique<dist::ZeroRedundancyOptimizer>(s.model->parameters(), make,
+                                                            dist::ZeroRedundancyOptimizerOptions{.ddp = s.ddp.get()});
   } else {
-    opt = make(optim::single_group(model.parameters()));
+    s.opt = make(optim::single_group(s.model->parameters()));
   }
-  const Tensor x = rand({local, 1, 28, 28}, RandomKey{1, 0});
-  const Tensor y = randint(0, 10, {local}, RandomKey{1, 1});
-  Clock::time_point t0;
-  for (int s = -3; s < steps; ++s) {
-    if (s == 0) t0 = Clock::now();
-    opt->zero_grad();
-    cross_entropy(ddp.forward(Variable(x)), y).backward();
-    ddp.step(*opt);
-  }
-  const double total = std::chrono::duration<double>(Clock::now() - t0).count();
-  const auto* z = dynamic_cast<const dist::ZeroRedundancyOptimizer*>(opt.get());
+  return s;
+}
+
+// "images_per_s state_bytes parameter_bytes gradient_bytes " for this rank (Adam's state it holds;
+// every parameter and its gradient, which DDP keeps in its buckets).
+std::string report(const Setup& s, int steps, int64_t local) {
+  const auto* z = dynamic_cast<const dist::ZeroRedundancyOptimizer*>(s.opt.get());
   std::vector<Tensor> params, grads;
-  for (const Variable& p : model.parameters()) {
+  for (const Variable& p : s.model->parameters()) {
     params.push_back(p.data());
     grads.push_back(p.grad());
   }
   char buf[160];
   std::snprintf(buf, sizeof buf, "%.1f %lld %lld %lld ",
-                static_cast<double>(steps * local * dist::world_size()) / total,
-                static_cast<long long>(state_bytes(z ? z->local_optimizer() : opt.get())),
+                static_cast<double>(steps * local * dist::world_size()) / s.seconds,
+                static_cast<long long>(state_bytes(z ? z->local_optimizer() : s.opt.get())),
                 static_cast<long long>(bytes_of(params)), static_cast<long long>(bytes_of(grads)));
   return buf;
+}
+
+// Trains plain Adam and ZeRO-1 `steps` steps each (after 3 warm-up steps) on this rank's `local`
+// images per step, in turn — plain then ZeRO, then ZeRO then plain, ... — so that a busy machine
+// slows both alike; returns plain's report, then ZeRO's.
+std::string run(const std::string& model_name, int steps, int64_t local) {
+  Setup plain = make_setup(model_name, false), zero = make_setup(model_name, true);
+  const Tensor x = rand({local, 1, 28, 28}, RandomKey{1, 0});
+  const Tensor y = randint(0, 10, {local}, RandomKey{1, 1});
+  for (int s = -3; s < steps; ++s)
+    for (Setup* one : s % 2 == 0 ? std::vector<Setup*>{&plain, &zero} : std::vector<Setup*>{&zero, &plain}) {
+      const auto t0 = Clock::now();
+      one->opt->zero_grad();
+      cross_entropy(one->ddp->forward(Variable(x)), y).backward();
+      one->ddp->step(*one->opt);
+      if (s >= 0) one->seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+    }
+  return report(plain, steps, local) + report(zero, steps, local);
 }
 
 }  // namespace
@@ -123,8 +142,7 @@ int main(int argc, char** argv) {
   const auto results = dist::spawn_with_results(nproc,
                                                 [&](int) {
                                                   dist::init({.backend = "shm"});
-                                                  std::string r = run(model, steps, 128 / nproc, false) +
-                                                                  run(model, steps, 128 / nproc, true);
+                                                  std::string r = run(model, steps, 128 / nproc);
                                                   dist::shutdown();
                                                   return r;
                                                 },

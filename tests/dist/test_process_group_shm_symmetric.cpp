@@ -1,6 +1,7 @@
 // tests/dist/test_process_group_shm_symmetric.cpp — ProcessGroupShm::empty_symmetric: tensors
 // that every rank maps, all-reduced in place between the ranks' copies. Checked bit for bit
-// against the rank-order sum and against the copying path, a part of a buffer, no name left in
+// against the rank-order sum and against the copying path, a part of a buffer, reduce_scatter
+// into this rank's slab, all_gather_into_tensor, no name left in
 // /dev/shm, a tensor that outlives its group, and debug mode naming a rank that passes an
 // ordinary tensor where the others pass symmetric ones.
 #include <dirent.h>
@@ -30,7 +31,10 @@ namespace {
 std::vector<std::string> run_world(int n, const std::function<std::string(ProcessGroupShm&)>& fn,
                                    dist::ProcessGroupOptions options = quick_options()) {
   return minidl::testing::run_world<ProcessGroupShm>(
-      n, [&](dist::TCPStore& store, int rank, int size) { return std::make_unique<ProcessGroupShm>(store, rank, size, options); },
+      n,
+      [&](dist::TCPStore& store, int rank, int size) {
+        return std::make_unique<ProcessGroupShm>(store, rank, size, options);
+      },
       fn);
 }
 
@@ -86,6 +90,61 @@ TEST(ProcessGroupShmSymmetric, AllReduceInPlaceGivesTheRankOrderSumAndTheCopying
     ints.fill_(static_cast<double>(10 * pg.rank()));
     pg.all_reduce(ints, ReduceOp::MAX);
     require_equal(ints, minidl::full({7}, 20.0, DType::Int64), "MAX of int64");
+    return std::string();
+  }));
+}
+
+// reduce_scatter of a symmetric tensor: slab r of the all_reduce's bits, AVG in place into this
+// rank's own slab (DDP's buckets under ZeroRedundancyOptimizer), the other slabs untouched.
+TEST(ProcessGroupShmSymmetric, ReduceScatterGivesTheAllReducesBitsInThisRanksSlab) {
+  const int64_t n = 100003;  // per rank: not a multiple of the parts' alignment
+  EXPECT_NO_THROW(run_world(3, [n](ProcessGroupShm& pg) {
+    Tensor sym = pg.empty_symmetric({3 * n}, DType::Float32);
+    const std::vector<float> mine = random_floats(pg.rank(), 3 * n);
+    std::memcpy(sym.data<float>(), mine.data(), mine.size() * sizeof(float));
+    Tensor reduced = sym.clone();  // the copying all_reduce's bits
+    pg.all_reduce(reduced, ReduceOp::AVG);
+    Tensor out = minidl::zeros({n});
+    pg.reduce_scatter_async(sym, out, ReduceOp::AVG)->wait();
+    const Tensor expected = reduced.narrow(0, pg.rank() * n, n);
+    require_equal(out, expected, "reduce_scatter into another tensor on rank " + std::to_string(pg.rank()));
+    Tensor slab = sym.narrow(0, pg.rank() * n, n);
+    pg.reduce_scatter_async(sym, slab, ReduceOp::AVG)->wait();  // in place
+    require_equal(slab, expected, "reduce_scatter into its own slab");
+    for (int r = 0; r < 3; ++r)
+      if (r != pg.rank())
+        require_equal(sym.narrow(0, r * n, n), minidl::from_vector(mine, {3 * n}).narrow(0, r * n, n),
+                      "the other slabs untouched");
+    return std::string();
+  }));
+}
+
+// all_gather_into_tensor: every rank's slab in every rank's tensor, from its own slab in place
+// (symmetric: straight between the ranks' tensors) or from another tensor (an ordinary out: the
+// all_gather's copies); the same result both ways.
+TEST(ProcessGroupShmSymmetric, AllGatherIntoTensorInPlaceAndFromAnotherTensor) {
+  const int64_t n = 70001;
+  EXPECT_NO_THROW(run_world(3, [n](ProcessGroupShm& pg) {
+    std::vector<float> expected;
+    for (int r = 0; r < 3; ++r) {
+      const std::vector<float> x = random_floats(r, n);
+      expected.insert(expected.end(), x.begin(), x.end());
+    }
+    const Tensor mine = minidl::from_vector(random_floats(pg.rank(), n), {n});
+    Tensor sym = pg.empty_symmetric({3 * n}, DType::Float32);
+    sym.narrow(0, pg.rank() * n, n).copy_(mine);
+    pg.all_gather_into_tensor(sym, sym.narrow(0, pg.rank() * n, n));
+    require_equal(sym, minidl::from_vector(expected, {3 * n}), "in place, symmetric");
+    Tensor sym2 = pg.empty_symmetric({3 * n}, DType::Float32);
+    pg.all_gather_into_tensor(sym2, mine);
+    require_equal(sym2, sym, "from another tensor, symmetric");
+    Tensor plain = minidl::zeros({3 * n});
+    pg.all_gather_into_tensor(plain, mine);
+    require_equal(plain, sym, "an ordinary out");
+    require(error_of([&] {
+              pg.all_gather_into_tensor(plain, minidl::zeros({n + 1}));
+            }).find("all_gather_into_tensor: out") != std::string::npos,
+            "a wrong shape is refused");
     return std::string();
   }));
 }

@@ -1,9 +1,10 @@
 // tests/dist/test_zero_redundancy_optimizer.cpp — ZeroRedundancyOptimizer against the unsharded
 // optimizer, with real ranks forked by dist::spawn (shared memory; one test over Gloo). Each rank
 // trains the MLP under DDP twice from the same start, once with the plain optimizer and once with
-// ZeRO around it: the wrapped optimizer does the same per-element arithmetic on its shard and the
-// broadcast copies the bits, so the parameters must be bit-identical. A failed expectation in a
-// child becomes an exception, which makes spawn() throw with that rank's message.
+// ZeRO around it: DDP's reduce-scatter sums in the order of its all-reduce, the wrapped optimizer
+// does the same per-element arithmetic on its pieces and the all-gather copies the bits, so the
+// parameters must be bit-identical. A failed expectation in a child becomes an exception, which
+// makes spawn() throw with that rank's message.
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -101,20 +102,26 @@ std::unique_ptr<nn::Module> fresh_mlp() {
 }
 
 // N ranks, 4 steps under DDP: ZeRO around `make` gives the parameters of `make` alone, bit for bit.
-void zero_matches_plain(int world, const Make& make, bool groups, const std::string& backend = "shm") {
+// sharded: DDP reduce-scatters for ZeRO (options.ddp); else DDP all-reduces and ZeRO takes the
+// averaged gradients as they are.
+void zero_matches_plain(int world, const Make& make, bool groups, const std::string& backend = "shm",
+                        bool sharded = true, const dist::DDPOptions& ddp_options = {}) {
   dist::spawn(world, [&](int) {
     init_world(backend);
     auto plain_model = fresh_mlp();
-    dist::DistributedDataParallel plain_ddp(*plain_model);
+    dist::DistributedDataParallel plain_ddp(*plain_model, ddp_options);
     auto plain = groups ? make(two_groups(*plain_model, 1e-3)) : make(optim::single_group(plain_model->parameters()));
     optim::StepLR plain_lr(*plain, /*step_size=*/2, /*gamma=*/0.5);
     train(*plain_model, &plain_ddp, *plain, 0, 4, &plain_lr);
 
     auto model = fresh_mlp();
-    dist::DistributedDataParallel ddp(*model);
+    dist::DistributedDataParallel ddp(*model, ddp_options);
+    const dist::ZeroRedundancyOptimizerOptions options{.ddp = sharded ? &ddp : nullptr};
     std::unique_ptr<dist::ZeroRedundancyOptimizer> zero =
-        groups ? std::make_unique<dist::ZeroRedundancyOptimizer>(two_groups(*model, 1e-3), make)
-               : std::make_unique<dist::ZeroRedundancyOptimizer>(model->parameters(), make);
+        groups ? std::make_unique<dist::ZeroRedundancyOptimizer>(two_groups(*model, 1e-3), make, options)
+               : std::make_unique<dist::ZeroRedundancyOptimizer>(model->parameters(), make, options);
+    require(ddp.gradients_sharded() == sharded, "DDP reduce-scatters exactly when ZeRO is given it");
+    require(ddp.num_buckets() >= (ddp_options.bucket_cap_mb < 1 ? 3u : 1u), "small caps make several buckets");
     optim::StepLR zero_lr(*zero, /*step_size=*/2, /*gamma=*/0.5);
     train(*model, &ddp, *zero, 0, 4, &zero_lr);
 
@@ -131,6 +138,14 @@ TEST(ZeroRedundancyOptimizer, AdamThreeRanksBitIdenticalToPlainAdam) { zero_matc
 TEST(ZeroRedundancyOptimizer, AdamThreeGlooRanksBitIdenticalToPlainAdam) {
   zero_matches_plain(3, adam(), false, "gloo");
 }
+TEST(ZeroRedundancyOptimizer, AdamThreeRanksOnAllReducedGradientsBitIdenticalToPlainAdam) {
+  zero_matches_plain(3, adam(), false, "shm", /*sharded=*/false);
+}
+// Small buckets: several of them, each padded to a multiple of 3 and cut into 3 slabs, and
+// parameters split at their slab boundaries.
+TEST(ZeroRedundancyOptimizer, AdamWParamGroupsThreeRanksSmallBucketsBitIdenticalToPlainAdamW) {
+  zero_matches_plain(3, adamw(), true, "shm", true, {.bucket_cap_mb = 0.1, .first_bucket_cap_mb = 0.01});
+}
 TEST(ZeroRedundancyOptimizer, SgdMomentumThreeRanksBitIdenticalToPlainSgd) {
   zero_matches_plain(3, sgd_momentum(), false);
 }
@@ -138,40 +153,34 @@ TEST(ZeroRedundancyOptimizer, AdamWParamGroupsWithTheirOwnLrBitIdenticalToPlainA
   zero_matches_plain(2, adamw(), true);
 }
 
-// After one step each rank's wrapped Adam holds at most 1/N of plain Adam's state plus one
-// parameter's (the greedy partition's bound), and the shards add up to the whole.
-TEST(ZeroRedundancyOptimizer, EachRankHoldsAboutOneNthOfTheAdamState) {
+// After one step each rank's wrapped Adam holds the moments of its slab of the MLP's one DDP
+// bucket — ceil(235146 / N) elements, fewer on the last rank — and a step count per piece; the
+// slabs add up to the whole.
+TEST(ZeroRedundancyOptimizer, EachRankHoldsOneNthOfTheAdamMoments) {
   for (int world : {2, 4}) {
     dist::spawn(world, [&](int rank) {
       init_world();
       auto model = fresh_mlp();
       dist::DistributedDataParallel ddp(*model);
-      dist::ZeroRedundancyOptimizer zero(model->parameters(), adam());
+      dist::ZeroRedundancyOptimizer zero(model->parameters(), adam(), {.ddp = &ddp});
       train(*model, &ddp, zero, 0, 1);
+      require(ddp.num_buckets() == 1, "the MLP's gradients fit in DDP's first bucket");
 
-      auto bytes = [](const optim::ParamState& s) {
-        int64_t n = 0;
-        for (const auto& [name, t] : s) n += t.numel() * static_cast<int64_t>(element_size(t.dtype()));
-        return n;
-      };
-      int64_t mine = 0;
-      if (zero.local_optimizer())
-        for (size_t j = 0; j < zero.local_params().size(); ++j)
-          mine += bytes(zero.local_optimizer()->state(static_cast<int64_t>(j)));
-      // plain Adam: exp_avg and exp_avg_sq of each float32 parameter, and an 8-byte step
-      int64_t whole = 0, largest = 0;
-      for (const Variable& p : model->parameters()) {
-        const int64_t b = 2 * 4 * p.data().numel() + 8;
-        whole += b;
-        largest = std::max(largest, b);
+      int64_t moments = 0, steps = 0, elements = 0;
+      for (size_t j = 0; j < zero.local_pieces().size(); ++j) {
+        elements += zero.local_pieces()[j].numel;
+        for (const auto& [name, t] : zero.local_optimizer()->state(static_cast<int64_t>(j)))
+          (name == "step" ? steps : moments) += t.numel() * static_cast<int64_t>(element_size(t.dtype()));
       }
-      require(whole == 2 * 4 * 235146 + 8 * 6, "the MLP's Adam state is " + std::to_string(whole) + " bytes");
-      require(mine <= whole / world + largest, "rank " + std::to_string(rank) + " holds " + std::to_string(mine) +
-                                                   " bytes of " + std::to_string(whole));
-      // the shards cover the state exactly once
-      Tensor total = from_vector<double>({static_cast<double>(mine)}, {1});
-      dist::all_reduce(total, dist::ReduceOp::SUM);
-      require(total.item() == static_cast<double>(whole), "the shards add up to " + std::to_string(total.item()));
+      const int64_t total = 235146, slab = (total + world - 1) / world;
+      const int64_t expected = rank < world - 1 ? slab : total - (world - 1) * slab;
+      require(elements == expected, "rank " + std::to_string(rank) + " owns " + std::to_string(elements) +
+                                        " elements, expected " + std::to_string(expected));
+      require(moments == 2 * 4 * elements, "exp_avg and exp_avg_sq of float32: " + std::to_string(moments));
+      require(steps == 8 * static_cast<int64_t>(zero.local_pieces().size()), "one 8-byte step per piece");
+      Tensor sum = from_vector<double>({static_cast<double>(elements)}, {1});
+      dist::all_reduce(sum, dist::ReduceOp::SUM);
+      require(sum.item() == static_cast<double>(total), "the slabs add up to " + std::to_string(sum.item()));
       dist::shutdown();
     });
   }
@@ -189,7 +198,7 @@ TEST(ZeroRedundancyOptimizer, StateDictFromTwoRanksLoadsIntoPlainAdamAndTraining
 
     auto model = fresh_mlp();
     dist::DistributedDataParallel ddp(*model);
-    dist::ZeroRedundancyOptimizer zero(model->parameters(), adam());
+    dist::ZeroRedundancyOptimizer zero(model->parameters(), adam(), {.ddp = &ddp});
     train(*model, &ddp, zero, 0, 3);
     zero.consolidate_state_dict(0);
     bool refused = false;
@@ -201,8 +210,7 @@ TEST(ZeroRedundancyOptimizer, StateDictFromTwoRanksLoadsIntoPlainAdamAndTraining
     require(refused == (rank != 0), "state_dict() only on the rank the state was consolidated on");
     if (rank == 0) {
       const TensorMap dict = zero.state_dict();
-      require(dict.count("state.5.exp_avg_sq") == 1 && dict.count("param_groups.0.lr") == 1,
-              "the unsharded layout");
+      require(dict.count("state.5.exp_avg_sq") == 1 && dict.count("param_groups.0.lr") == 1, "the unsharded layout");
       require_identical(dict, plain.state_dict(), "consolidated vs plain state_dict");
 
       auto a = fresh_mlp(), b = fresh_mlp();
@@ -240,12 +248,14 @@ TEST(ZeroRedundancyOptimizer, PlainStateDictLoadsIntoThreeRanks) {
     auto model = fresh_mlp();
     model->load_state_dict(model_dict);
     dist::DistributedDataParallel ddp(*model);
-    dist::ZeroRedundancyOptimizer zero(model->parameters(), adam());
+    dist::ZeroRedundancyOptimizer zero(model->parameters(), adam(), {.ddp = &ddp});
     zero.load_state_dict(opt_dict);
-    for (size_t j = 0; j < zero.local_params().size(); ++j)
+    for (size_t j = 0; j < zero.local_pieces().size(); ++j) {
+      const auto& piece = zero.local_pieces()[j];
+      const Tensor whole = opt_dict.at("state." + std::to_string(piece.param) + ".exp_avg");
       require_identical(zero.local_optimizer()->state(static_cast<int64_t>(j)).at("exp_avg"),
-                        opt_dict.at("state." + std::to_string(zero.local_params()[j]) + ".exp_avg"),
-                        "loaded shard");
+                        whole.reshape({whole.numel()}).narrow(0, piece.offset, piece.numel), "loaded piece");
+    }
     train(*model, &ddp, zero, 2, 2);
     require_identical(model->state_dict(), plain_model->state_dict(), "ZeRO vs plain after loading");
 
@@ -280,9 +290,41 @@ TEST(ZeroRedundancyOptimizer, AParameterOutsideTheDdpModuleIsNamed) {
     } catch (const std::invalid_argument& e) {
       message = e.what();
     }
-    require(message == "ZeroRedundancyOptimizer(Adam): param group 0, parameter 6 (float32[7, 5]) is not a parameter "
-                       "of the module (its gradient would not be averaged)",
+    require(message ==
+                "ZeroRedundancyOptimizer(Adam): param group 0, parameter 6 (float32[7, 5]) is not a parameter "
+                "of the module (its gradient would not be averaged)",
             "got '" + message + "'");
+    dist::shutdown();
+  });
+}
+
+TEST(ZeroRedundancyOptimizer, TheParametersMustBeThoseTheDdpReduces) {
+  dist::spawn(2, [](int) {
+    init_world();
+    auto model = fresh_mlp();
+    dist::DistributedDataParallel ddp(*model);
+    auto message_for = [&](std::vector<Variable> params) {
+      try {
+        dist::ZeroRedundancyOptimizer zero(std::move(params), adam(), {.ddp = &ddp});
+      } catch (const std::invalid_argument& e) {
+        return std::string(e.what());
+      }
+      return std::string();
+    };
+    std::vector<Variable> params = model->parameters();
+    params.push_back(Variable(zeros({7, 5}), /*requires_grad=*/true));
+    const std::string outside = message_for(params);
+    require(outside ==
+                "ZeroRedundancyOptimizer(Adam): param group 0, parameter 6 (float32[7, 5]) is not a "
+                "parameter that the DDP reduces",
+            "one outside: got '" + outside + "'");
+    params.pop_back();
+    params.erase(params.begin());
+    const std::string missing = message_for(params);
+    require(missing.find("DDP reduces a parameter (float32[256, 784]) that this optimizer does not hold") !=
+                std::string::npos,
+            "one missing: got '" + missing + "'");
+    require(!ddp.gradients_sharded(), "a refused optimizer leaves DDP all-reducing");
     dist::shutdown();
   });
 }
@@ -299,8 +341,9 @@ TEST(ZeroRedundancyOptimizer, RanksPassingDifferentParametersAreNamed) {
     } catch (const std::invalid_argument& e) {
       message = e.what();
     }
-    require(message == "ZeroRedundancyOptimizer(Adam): the ranks pass different parameters: rank 0 has param group 0, "
-                       "parameter 5 (float32[10]), rank 2 has 1 param groups",
+    require(message ==
+                "ZeroRedundancyOptimizer(Adam): the ranks pass different parameters: rank 0 has param group 0, "
+                "parameter 5 (float32[10]), rank 2 has 1 param groups",
             "got '" + message + "'");
     dist::shutdown();
   });
@@ -311,7 +354,7 @@ TEST(ZeroRedundancyOptimizer, ZeroGradClearsEveryParametersGradient) {
     init_world();
     auto model = fresh_mlp();
     dist::DistributedDataParallel ddp(*model);
-    dist::ZeroRedundancyOptimizer zero(model->parameters(), sgd_momentum());
+    dist::ZeroRedundancyOptimizer zero(model->parameters(), sgd_momentum(), {.ddp = &ddp});
     require(zero.has_momentum() && zero.num_params() == 6, "the wrapped SGD's momentum, 6 parameters");
     train(*model, &ddp, zero, 0, 1);
     cross_entropy(ddp.forward(Variable(rand({6, 1, 28, 28}, RandomKey{1, 2}))), randint(0, 10, {6}, RandomKey{3, 4}))
@@ -326,24 +369,74 @@ TEST(ZeroRedundancyOptimizer, ZeroGradClearsEveryParametersGradient) {
   });
 }
 
-// Parameters of 3, 5 and 2 elements on 4 ranks: largest first, each to the emptiest rank — 5 to
-// rank 0, 3 to rank 1, 2 to rank 2 — and rank 3 owns nothing, holds no optimizer, and still takes
-// part in the broadcasts. One SGD step of lr 0.5 on gradient 1: every element 1 - 0.5 on every rank.
-TEST(ZeroRedundancyOptimizer, GreedyPartitionAndARankThatOwnsNothing) {
+// Parameters of 3, 5 and 2 elements on 4 ranks, without DDP: 10 elements padded to 12, a slab of
+// 3 per rank — rank 0 p0[0:3], rank 1 p1[0:3], rank 2 p1[3:5] and p2[0:1], rank 3 p2[1:2] — so
+// p1 and p2 are each split over two ranks. One SGD step of lr 0.5 on gradient 1: every element
+// 1 - 0.5 on every rank, after the all-gather.
+TEST(ZeroRedundancyOptimizer, EqualSlabsSplitParameters) {
   dist::spawn(4, [](int rank) {
     init_world();
     std::vector<Variable> params = {Variable(ones({3}), true), Variable(ones({5}), true), Variable(ones({2}), true)};
     dist::ZeroRedundancyOptimizer zero(params, [](std::vector<optim::ParamGroupSpec> g) {
       return std::make_unique<optim::SGD>(std::move(g), optim::SGDOptions{.lr = 0.5});
     });
-    require(zero.owner(0) == 1 && zero.owner(1) == 0 && zero.owner(2) == 2, "owners 1, 0, 2");
-    const std::vector<std::vector<int64_t>> expected = {{1}, {0}, {2}, {}};
-    require(zero.local_params() == expected[static_cast<size_t>(rank)], "this rank's parameters");
-    require((zero.local_optimizer() == nullptr) == (rank == 3), "rank 3 holds no optimizer");
+    using Piece = dist::ZeroRedundancyOptimizer::Piece;
+    const std::vector<std::vector<Piece>> expected = {{{0, 0, 3}}, {{1, 0, 3}}, {{1, 3, 2}, {2, 0, 1}}, {{2, 1, 1}}};
+    require(zero.local_pieces() == expected[static_cast<size_t>(rank)], "this rank's pieces");
+    require(zero.local_optimizer()->num_params() == static_cast<int64_t>(expected[static_cast<size_t>(rank)].size()),
+            "the wrapped SGD holds one parameter per piece");
     for (Variable& p : params) p.set_grad(ones(p.data().shape()));
     zero.step();
     for (const Variable& p : params)
-      for (double v : p.data().to_vector<double>()) require(v == 0.5, "updated and broadcast: 0.5");
+      for (double v : p.data().to_vector<double>()) require(v == 0.5, "updated and gathered: 0.5");
+    dist::shutdown();
+  });
+}
+
+// Under ZeRO, DDP reduce-scatters its buckets: only this rank's slab of .grad is the average.
+// join() is refused then (a joined rank could not shadow the optimizer's all-gather).
+TEST(ZeroRedundancyOptimizer, DdpReduceScattersOnlyThisRanksSlabAndRefusesJoin) {
+  dist::spawn(2, [](int rank) {
+    init_world();
+    auto model = fresh_mlp();
+    dist::DistributedDataParallel ddp(*model);
+    dist::ZeroRedundancyOptimizer zero(model->parameters(), sgd_momentum(), {.ddp = &ddp});
+    const auto layout = ddp.bucket_layout();
+    require(layout.size() == 1 && layout[0].numel == 235146, "one bucket, an even length already");
+    // each rank's batch is its rank + 1 everywhere: gradients differ, and their average is known
+    auto model_local = fresh_mlp();
+    const Tensor x = full({4, 1, 28, 28}, static_cast<double>(rank + 1));
+    const Tensor y = randint(0, 10, {4}, RandomKey{5, 6});
+    cross_entropy(model_local->forward(Variable(x)), y).backward();  // this rank's own gradient
+    std::vector<Tensor> own;
+    for (const Variable& p : model_local->parameters()) own.push_back(p.grad().reshape({p.grad().numel()}));
+    {
+      auto m = fresh_mlp();  // the other rank's gradient, from its batch
+      cross_entropy(m->forward(Variable(full({4, 1, 28, 28}, static_cast<double>(2 - rank)))), y).backward();
+      std::vector<Tensor> theirs;
+      for (const Variable& p : m->parameters()) theirs.push_back(p.grad().reshape({p.grad().numel()}));
+      cross_entropy(ddp.forward(Variable(x)), y).backward();
+      const auto params = model->parameters();
+      const int64_t half = 235146 / 2;
+      for (const auto& [p, offset] : layout[0].params) {
+        size_t i = 0;
+        while (!params[i].is_same(p)) ++i;
+        const Tensor g = p.grad().reshape({p.grad().numel()});
+        for (int64_t e = 0; e < g.numel(); e += 997) {
+          const bool mine = (offset + e) / half == rank;
+          const double a = own[i].narrow(0, e, 1).item(), b = theirs[i].narrow(0, e, 1).item();
+          const double want = mine ? static_cast<double>(static_cast<float>((a + b) / 2)) : a;
+          require(g.narrow(0, e, 1).item() == want, "element " + std::to_string(e) + " of a gradient");
+        }
+      }
+    }
+    bool refused = false;
+    try {
+      ddp.join();
+    } catch (const std::logic_error&) {
+      refused = true;
+    }
+    require(refused, "join() refused under ZeRO");
     dist::shutdown();
   });
 }
@@ -360,7 +453,8 @@ TEST(ZeroRedundancyOptimizer, GradScalerSkipsAndStepsAsWithThePlainOptimizer) {
       dist::DistributedDataParallel ddp(*model);
       std::unique_ptr<optim::Optimizer> opt;
       if (zero) {
-        opt = std::make_unique<dist::ZeroRedundancyOptimizer>(model->parameters(), adam());
+        opt = std::make_unique<dist::ZeroRedundancyOptimizer>(model->parameters(), adam(),
+                                                              dist::ZeroRedundancyOptimizerOptions{.ddp = &ddp});
       } else {
         opt = adam()(optim::single_group(model->parameters()));
       }
