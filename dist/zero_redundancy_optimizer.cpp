@@ -123,7 +123,7 @@ std::vector<ZeroRedundancyOptimizer::Bucket> ZeroRedundancyOptimizer::buckets_of
   std::vector<Bucket> buckets;
   size_t reduced = 0;
   for (const DistributedDataParallel::BucketLayout& b : ddp.bucket_layout()) {
-    buckets.push_back({b.numel, {}});
+    buckets.push_back({.numel = b.numel, .params = {}, .buffer = Tensor()});
     for (const auto& [p, offset] : b.params) {
       const auto it = index.find(p.impl());
       if (it == index.end())
