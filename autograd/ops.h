@@ -140,11 +140,12 @@ struct AttentionResult {
 };
 AttentionResult attention_with_weights(const Variable& q, const Variable& k, const Variable& v, const Tensor& mask,
                                        double scale, double dropout_p, bool training);
-// Self-attention without mask or dropout on a packed projection qkv (B, L, 3E) (q, k, v side by
-// side, E = num_heads * D) -> the heads' contexts (B, L, E): one node whose backward writes the
-// gradient of qkv directly (CPU only; tensor/ops_nn.h). The same values as slicing q, k, v into
-// heads and calling attention_with_weights.
-Variable packed_self_attention(const Variable& qkv, int64_t num_heads, double scale);
+// Self-attention without dropout, unmasked or causal (is_causal: query i sees keys j <= i), on a
+// packed projection qkv (B, L, 3E) (q, k, v side by side, E = num_heads * D) -> the heads'
+// contexts (B, L, E): one node whose backward writes the gradient of qkv directly (CPU only;
+// tensor/ops_nn.h). The same values as slicing q, k, v into heads and calling
+// attention_with_weights (with causal_mask when is_causal).
+Variable packed_self_attention(const Variable& qkv, int64_t num_heads, double scale, bool is_causal = false);
 
 // ---- resampling (torch.nn.functional.interpolate) of x (N, C, H, W) ----
 enum class InterpolateMode { Nearest, Bilinear };

@@ -167,13 +167,15 @@ Tensor cross_entropy_backward(const Tensor& logits, const Tensor& target, double
                               const Tensor& grad_loss);  // grad_loss: 0-d
 
 // ---- self-attention on a packed projection (CPU; kernels/cpu/attention.h) ----
-// qkv (B, L, 3E): q, k, v side by side, E = num_heads * D. No mask, no dropout.
+// qkv (B, L, 3E): q, k, v side by side, E = num_heads * D. No dropout; no mask but, with
+// is_causal, the causal one (query i attends to keys j <= i; weights zero above the diagonal).
 struct PackedAttentionResult {
   Tensor out;  // (B, L, E): the heads' contexts side by side, as out_proj takes them
   Tensor weights;  // (B, H, L, L) softmax(scale * q k^T), saved for backward
 };
-PackedAttentionResult packed_attention_forward(const Tensor& qkv, int64_t num_heads, double scale);
+PackedAttentionResult packed_attention_forward(const Tensor& qkv, int64_t num_heads, double scale,
+                                               bool is_causal = false);
 Tensor packed_attention_backward(const Tensor& qkv, const Tensor& weights, const Tensor& dout, int64_t num_heads,
-                                 double scale);  // -> dqkv (B, L, 3E)
+                                 double scale, bool is_causal = false);  // -> dqkv (B, L, 3E)
 
 }  // namespace minidl
