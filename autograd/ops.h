@@ -189,7 +189,8 @@ Variable layer_norm(const Variable& x, const Shape& normalized_shape, const Vari
                     double eps);
 // Group norm, as torch.nn.functional.group_norm: x (N, C, *) normalised over each of num_groups
 // groups of C / num_groups channels (with *), then scaled and shifted per channel by weight /
-// bias (C) when defined. Composed from layer_norm and a per-channel affine.
+// bias (C) when defined. On the CPU one fused op (kernels/cpu/group_norm.h); on CUDA composed
+// from layer_norm and a per-channel affine.
 Variable group_norm(const Variable& x, int64_t num_groups, const Variable& weight, const Variable& bias,
                     double eps = 1e-5);
 // Transposed convolution, as torch.nn.functional.conv_transpose2d: x (N, C_in, H, W),

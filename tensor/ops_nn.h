@@ -155,6 +155,21 @@ struct LayerNormGrads {
 LayerNormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& invstd,
                                    const Shape& normalized_shape, const Tensor& weight);
 
+// ---- group norm of x (N, C, *) over num_groups groups of C / num_groups channels (CPU) ----
+struct GroupNormResult {
+  Tensor out;
+  Tensor mean;  // (N, num_groups) of x's dtype
+  Tensor rstd;  // (N, num_groups): 1 / sqrt(biased variance + eps)
+};
+// out = (x - mean) * rstd * weight[c] + bias[c]; weight / bias (C) or undefined
+GroupNormResult group_norm_forward(const Tensor& x, int64_t num_groups, const Tensor& weight, const Tensor& bias,
+                                   double eps);
+struct GroupNormGrads {
+  Tensor dx, dweight, dbias;  // dweight / dbias (C) always (as for a weight of ones when weight is undefined)
+};
+GroupNormGrads group_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                                   int64_t num_groups, const Tensor& weight);
+
 // ---- dropout: mask element i is keep iff philox_uniform(key, i) >= p; scale 1/(1-p) ----
 Tensor dropout_mask(const Shape& shape, double p, RandomKey key, DType dtype);  // values 0 or 1/(1-p)
 // The same mask made directly on `device` (on CUDA: the same Philox stream, the same values).
