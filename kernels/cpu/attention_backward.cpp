@@ -24,8 +24,8 @@ using namespace attention_tiles;
 // rows see: all L, or causal, i0 + R; dS's vectors NV..nl zero); P's rows read from p (rows L
 // apart, nothing past the keys a row sees read).
 template <class T, int R, int NV>
-void softmax_backward_tile(const T* g, int64_t ldg, const T* vt, int64_t Lp, int64_t D, const T* p, int64_t L,
-                           int64_t i0, bool causal, int64_t nl, T* ds) {
+[[gnu::noinline]] void softmax_backward_tile(const T* g, int64_t ldg, const T* vt, int64_t Lp, int64_t D, const T* p,
+                                             int64_t L, int64_t i0, bool causal, int64_t nl, T* ds) {
   constexpr int64_t W = kLanes<T>;
   Lanes<T> acc[R][NV];
   accumulate<T, R, NV>(g, ldg, 1, vt, Lp, D, acc);
@@ -34,7 +34,7 @@ void softmax_backward_tile(const T* g, int64_t ldg, const T* vt, int64_t Lp, int
     const int64_t n = causal ? i0 + r + 1 : L;
     Lanes<T> pr[NV];
 #pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) pr[v] = load_prefix(p + r * L, v, n);
+    for (int v = 0; v < NV; ++v) pr[v] = v + 2 < NV ? load_lanes(p + r * L + v * W) : load_prefix(p + r * L, v, n);
     const T sd = row_dot<T, NV>(acc[r], pr, NV, n);
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) store_lanes(ds + r * Lp + v * W, pr[v] * (acc[r][v] - sd));
@@ -101,7 +101,8 @@ void backward_head(const T* q, const T* k, const T* v, int64_t ld, const T* g, i
       const int64_t n = causal ? i + 1 : L, nv = (n + W - 1) / W;
       Lanes<T>* pr = reinterpret_cast<Lanes<T>*>(pp);
       Lanes<T>* dr = reinterpret_cast<Lanes<T>*>(ds + i * Lp);
-      for (int64_t c = 0; c < nv; ++c) pr[c] = load_prefix(p + i * L, c, n);
+      for (int64_t c = 0; c < nv; ++c)
+        pr[c] = c + 1 < nv ? load_lanes(p + i * L + c * W) : load_prefix(p + i * L, c, n);
       const T sd = row_dot<T, 0>(dr, pr, nv, n);
       for (int64_t c = 0; c < nv; ++c) dr[c] = pr[c] * (dr[c] - sd);
       for (int64_t c = nv; c < nl; ++c) dr[c] = Lanes<T>{};

@@ -22,8 +22,8 @@ using namespace attention_tiles;
 // R x NV block of S summed in registers as in `tile` and each row's softmax done there (NV
 // vectors span the keys these rows see: all L, or causal, i0 + R).
 template <class T, int R, int NV>
-void softmax_tile(const T* q, int64_t ld, const T* kt, int64_t Lp, int64_t D, int64_t L, int64_t i0, bool causal,
-                  T* p) {
+[[gnu::noinline]] void softmax_tile(const T* q, int64_t ld, const T* kt, int64_t Lp, int64_t D, int64_t L, int64_t i0,
+                                    bool causal, T* p) {
   Lanes<T> acc[R][NV];
   accumulate<T, R, NV>(q, ld, 1, kt, Lp, D, acc);
 #pragma GCC unroll 16

@@ -204,25 +204,28 @@ template <class T> void pad_rows(const T* src, int64_t ld, int64_t L, int64_t D,
 template <class T> void unpad_rows(const T* src, int64_t Dp, int64_t L, int64_t D, T* dst, int64_t ld) {
   for (int64_t j = 0; j < L; ++j) std::memcpy(dst + j * ld, src + j * Dp, sizeof(T) * D);
 }
-// Vector v of a row whose first n entries are read and the rest taken as zero.
+// Vector v of a row whose first n entries are read and the rest taken as zero (a masked load:
+// none of row[n..] is touched).
 template <class T> [[gnu::always_inline]] inline Lanes<T> load_prefix(const T* row, int64_t v, int64_t n) {
   constexpr int64_t W = kLanes<T>;
-  if ((v + 1) * W <= n) return load_lanes(row + v * W);
-  return load_first_lanes(row + v * W, n > v * W ? n - v * W : 0);
+  const int64_t k = n - v * W;
+  return load_first_lanes(row + v * W, k < 0 ? 0 : k < W ? k : W);
 }
 
-// p (len) = softmax of x's first n lanes (nv vectors, 0 < n <= nv * W), zeros after them: x's
-// lanes n.. ignored, x overwritten (n = len, or, for a causal row i, i + 1). Numerically stable
-// (the row max subtracted); all -inf gives NaN as in PyTorch. The sum is in T's lanes: the
-// vectors added in order, then the lanes as a fixed tree. NV: nv when known at compile time (x in
-// registers: always inlined, so that x stays there), 0 for scratch rows.
+// p (len) = softmax of x's first n lanes (nv vectors, (nv - 2) * W < n <= len, (nv - 1) * W <
+// len), zeros after them: x's lanes n.. ignored, x overwritten. n = len, or for a causal row i,
+// i + 1, which in a tile of rows that straddles a vector boundary can leave the last vector
+// all masked. Numerically stable (the row max subtracted); all -inf gives NaN as in PyTorch.
+// The sum is in T's lanes: the vectors added in order, then the lanes as a fixed tree. NV: nv
+// when known at compile time (x in registers: always inlined, so that x stays there), 0 for
+// scratch rows.
 template <class T, int NV>
 [[gnu::always_inline]] inline void softmax_lanes(Lanes<T>* x, int64_t nv_, int64_t n, int64_t len, T* p) {
   constexpr int64_t W = kLanes<T>;
-  const int64_t nv = NV ? NV : nv_;
+  const int64_t nv = NV ? NV : nv_, last = (nv - 1) * W;
   const T inf = std::numeric_limits<T>::infinity();
-  for (int64_t v = 0; v < nv; ++v)
-    if ((v + 1) * W > n) x[v] = keep_first_lanes(x[v], n - v * W, -inf);
+  x[nv - 1] = keep_first_lanes(x[nv - 1], n - last, -inf);
+  if (nv > 1 && n < last) x[nv - 2] = keep_first_lanes(x[nv - 2], n - last + W, -inf);
   Lanes<T> mv = x[0];
   for (int64_t v = 1; v < nv; ++v) mv = x[v] > mv ? x[v] : mv;
   T m = horizontal_max(mv);
@@ -233,28 +236,25 @@ template <class T, int NV>
     sum += x[v];
   }
   const T inv = T(1) / horizontal_sum(sum);
-  for (int64_t v = 0; v < nv; ++v) {
-    if ((v + 1) * W <= len) {
-      store_lanes(p + v * W, x[v] * inv);
-    } else if (v * W < len) {
-      store_first_lanes(p + v * W, x[v] * inv, len - v * W);
-    }
-  }
-  for (int64_t j = nv * W; j < len; ++j) p[j] = T(0);
+  for (int64_t v = 0; v + 1 < nv; ++v) store_lanes(p + v * W, x[v] * inv);
+  store_first_lanes(p + last, x[nv - 1] * inv, len - last < W ? len - last : W);
+  for (int64_t j = nv * W; j < len; j += W)  // a causal row's keys past its vectors
+    store_first_lanes(p + j, Lanes<T>{}, len - j < W ? len - j : W);
 }
 
-// sum of d * p over nv vectors, lanes n.. left out; in T's lanes, in a fixed order. For float it
-// is a few ulps of the terms from the reference's double sum, which shows where
-// dS = P * (dP - sum) cancels (peaked rows); test_cpu_attention.cpp bounds the effect on the
-// gradients. NV as in softmax_lanes.
+// sum of d * p over nv vectors, lanes n.. left out ((nv - 2) * W < n as in softmax_lanes); in
+// T's lanes, in a fixed order. For float it is a few ulps of the terms from the reference's
+// double sum, which shows where dS = P * (dP - sum) cancels (peaked rows);
+// test_cpu_attention.cpp bounds the effect on the gradients. NV as in softmax_lanes.
 template <class T, int NV>
 [[gnu::always_inline]] inline T row_dot(const Lanes<T>* d, const Lanes<T>* p, int64_t nv_, int64_t n) {
   constexpr int64_t W = kLanes<T>;
-  const int64_t nv = NV ? NV : nv_;
+  const int64_t nv = NV ? NV : nv_, last = (nv - 1) * W;
   Lanes<T> s = {};
   for (int64_t c = 0; c < nv; ++c) {
     Lanes<T> prod = d[c] * p[c];
-    if ((c + 1) * W > n) prod = keep_first_lanes(prod, n - c * W, T(0));
+    if (c == nv - 1) prod = keep_first_lanes(prod, n - last, T(0));
+    if (c == nv - 2 && n < last) prod = keep_first_lanes(prod, n - last + W, T(0));
     s += prod;
   }
   return horizontal_sum(s);

@@ -2,8 +2,9 @@
 // replace (the composed versions stay in the code base as the reference), and what the engine
 // keeps alive: packed self-attention, unmasked and causal, against slice + reshape + permute +
 // attention_with_weights (with causal_mask) (values, the gradient, float64 finite differences, the
-// same bits for 1 and 2 threads), and MultiheadAttention's fast path against its composed path; linear against matmul + add; batch
-// norm + ReLU (and Sequential's use of it) against the two ops; batch norm + ReLU + 2x2 max-pool
+// same bits for 1 and 2 threads), and MultiheadAttention's fast path (unmasked and causal) against
+// its composed path; linear against matmul + add; batch norm + ReLU (and Sequential's use of it)
+// against the two ops; batch norm + ReLU + 2x2 max-pool
 // (and Sequential's use of it, and where it falls back) against the three ops; the graph holding no
 // intermediate results, and a leaf's first gradient kept without a copy only when nothing else
 // holds it.

@@ -1,5 +1,6 @@
-// tests/kernels/test_cpu_attention.cpp — the packed self-attention kernels (kernels/cpu/attention.cpp)
-// against the reference that composes gemm() and the softmax rows (attention.h's *_reference):
+// tests/kernels/test_cpu_attention.cpp — the packed self-attention kernels
+// (kernels/cpu/attention_forward.cpp, attention_backward.cpp) against the reference that composes
+// gemm() and the softmax rows (attention.h's *_reference):
 // weights, context and all three gradients, float and double, head sizes that are and are not a
 // multiple of the vector width (16 floats, 8 doubles), sequences shorter and longer than one
 // vector, rows whose last vector is full (64) or holds one score (49), rows of up to 4 vectors
