@@ -42,7 +42,7 @@ AttentionResult attention_with_weights(const Variable& q, const Variable& k, con
 }
 
 // Under autocast qkv is rounded to its dtype first (autograd/autocast.h); the softmax stays float32.
-// The fused kernel (kernels/cpu/attention.cpp) multiplies the rounded operands in float32: its
+// The fused kernel (kernels/cpu/attention_forward.cpp) multiplies the rounded operands in float32: its
 // q k^T and weights v are small per-(batch, head) products in L1 scratch inside one pass, not
 // gemm() calls that gemm_bf16 could replace; a bfloat16 version of that kernel is still to write.
 // (scaled_dot_product_attention's products are autograd matmuls: the bfloat16 GEMM under autocast.)
