@@ -140,11 +140,12 @@ struct AttentionResult {
 };
 AttentionResult attention_with_weights(const Variable& q, const Variable& k, const Variable& v, const Tensor& mask,
                                        double scale, double dropout_p, bool training);
-// Self-attention without mask or dropout on a packed projection qkv (B, L, 3E) (q, k, v side by
-// side, E = num_heads * D) -> the heads' contexts (B, L, E): one node whose backward writes the
-// gradient of qkv directly (CPU only; tensor/ops_nn.h). The same values as slicing q, k, v into
-// heads and calling attention_with_weights.
-Variable packed_self_attention(const Variable& qkv, int64_t num_heads, double scale);
+// Self-attention without dropout, unmasked or causal (is_causal: query i sees keys j <= i), on a
+// packed projection qkv (B, L, 3E) (q, k, v side by side, E = num_heads * D) -> the heads'
+// contexts (B, L, E): one node whose backward writes the gradient of qkv directly (CPU only;
+// tensor/ops_nn.h). The same values as slicing q, k, v into heads and calling
+// attention_with_weights (with causal_mask when is_causal).
+Variable packed_self_attention(const Variable& qkv, int64_t num_heads, double scale, bool is_causal = false);
 
 // ---- resampling (torch.nn.functional.interpolate) of x (N, C, H, W) ----
 enum class InterpolateMode { Nearest, Bilinear };
@@ -188,7 +189,8 @@ Variable layer_norm(const Variable& x, const Shape& normalized_shape, const Vari
                     double eps);
 // Group norm, as torch.nn.functional.group_norm: x (N, C, *) normalised over each of num_groups
 // groups of C / num_groups channels (with *), then scaled and shifted per channel by weight /
-// bias (C) when defined. Composed from layer_norm and a per-channel affine.
+// bias (C) when defined. On the CPU one fused op (kernels/cpu/group_norm.h); on CUDA composed
+// from layer_norm and a per-channel affine.
 Variable group_norm(const Variable& x, int64_t num_groups, const Variable& weight, const Variable& bias,
                     double eps = 1e-5);
 // Transposed convolution, as torch.nn.functional.conv_transpose2d: x (N, C_in, H, W),

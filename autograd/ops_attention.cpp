@@ -1,6 +1,6 @@
 // autograd/ops_attention.cpp — scaled dot-product attention, composed from matmul, softmax and
 // dropout (so its backward is theirs), the mask helpers that nn::MultiheadAttention shares, and
-// its fast path without mask or dropout: packed_self_attention, one node over the packed qkv.
+// its fast path without dropout, unmasked or causal: packed_self_attention, one node over the packed qkv.
 // Masks become one additive float tensor: 0 where attending is allowed, -inf where it is not; a
 // row with every key masked gives NaN, as in PyTorch.
 #include <cmath>
@@ -42,17 +42,17 @@ AttentionResult attention_with_weights(const Variable& q, const Variable& k, con
 }
 
 // Under autocast qkv is rounded to its dtype first (autograd/autocast.h); the softmax stays float32.
-// The fused kernel (kernels/cpu/attention.cpp) multiplies the rounded operands in float32: its
+// The fused kernel (kernels/cpu/attention_forward.cpp) multiplies the rounded operands in float32: its
 // q k^T and weights v are small per-(batch, head) products in L1 scratch inside one pass, not
 // gemm() calls that gemm_bf16 could replace; a bfloat16 version of that kernel is still to write.
 // (scaled_dot_product_attention's products are autograd matmuls: the bfloat16 GEMM under autocast.)
-Variable packed_self_attention(const Variable& qkv_in, int64_t num_heads, double scale) {
+Variable packed_self_attention(const Variable& qkv_in, int64_t num_heads, double scale, bool is_causal) {
   const Variable qkv = autocast_operand(qkv_in);
-  PackedAttentionResult r = packed_attention_forward(qkv.data(), num_heads, scale);
+  PackedAttentionResult r = packed_attention_forward(qkv.data(), num_heads, scale, is_causal);
   return Variable::make_result(
       r.out, {qkv},
-      [x = qkv.data(), w = r.weights, num_heads, scale](const Tensor& dy) -> std::vector<Tensor> {
-        return {packed_attention_backward(x, w, dy, num_heads, scale)};
+      [x = qkv.data(), w = r.weights, num_heads, scale, is_causal](const Tensor& dy) -> std::vector<Tensor> {
+        return {packed_attention_backward(x, w, dy, num_heads, scale, is_causal)};
       },
       "PackedAttentionBackward");
 }

@@ -183,8 +183,9 @@ Variable layer_norm(const Variable& x, const Shape& normalized_shape, const Vari
       "LayerNormBackward");
 }
 
-// group_norm: layer_norm of x viewed as (N, G, C / G * prod(*)) (its fused kernel and backward),
-// then the per-channel affine by broadcasting ops, whose backward gives dweight and dbias
+// group_norm: on the CPU one node over the fused kernels (tensor/ops_nn.h's group_norm_forward /
+// _backward); on CUDA layer_norm of x viewed as (N, G, C / G * prod(*)) (its fused kernel and
+// backward), then the per-channel affine by broadcasting ops, whose backward gives dweight and dbias
 Variable group_norm(const Variable& x, int64_t num_groups, const Variable& weight, const Variable& bias, double eps) {
   if (x.dim() < 2) throw std::invalid_argument("group_norm: expected input (N, C, *), got " + x.data().desc());
   const int64_t N = x.size(0), C = x.size(1);
@@ -196,6 +197,17 @@ Variable group_norm(const Variable& x, int64_t num_groups, const Variable& weigh
     if (t->defined() && (t->dim() != 1 || t->size(0) != C))
       throw std::invalid_argument(std::string("group_norm: expected ") + name + " of shape [" + std::to_string(C) +
                                   "] for input " + x.data().desc() + ", got " + t->data().desc());
+  if (x.device().is_cpu()) {
+    const Tensor w = weight.defined() ? weight.data() : Tensor();
+    GroupNormResult r = group_norm_forward(x.data(), num_groups, w, bias.defined() ? bias.data() : Tensor(), eps);
+    return Variable::make_result(
+        r.out, {x, weight, bias},
+        [tx = x.data(), mean = r.mean, rstd = r.rstd, num_groups, w](const Tensor& dy) -> std::vector<Tensor> {
+          GroupNormGrads g = group_norm_backward(dy, tx, mean, rstd, num_groups, w);
+          return {g.dx, g.dweight, g.dbias};
+        },
+        "GroupNormBackward");
+  }
   int64_t group_size = C / num_groups;
   for (int64_t d = 2; d < x.dim(); ++d) group_size *= x.size(d);
   Variable y = reshape(layer_norm(reshape(x, {N, num_groups, group_size}), {group_size}, {}, {}, eps), x.shape());

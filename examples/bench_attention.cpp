@@ -1,8 +1,10 @@
-// examples/bench_attention.cpp — the packed self-attention kernels (kernels/cpu/attention.cpp)
-// against their reference (gemm() on each head's strided views + the softmax rows, attention.h)
-// on the reference ViT's attention (batch 128, 50 tokens, 4 heads of 16) and two other head
-// shapes, forward and backward, in GFLOP/s: forward S = q k^T and P v, 4 * L^2 * D per head;
-// backward dP, dq, dk, dv, 8 * L^2 * D per head (the softmax and its backward not counted).
+// examples/bench_attention.cpp — the packed self-attention kernels (kernels/cpu/attention_forward.cpp,
+// attention_backward.cpp) against their reference (gemm() on each head's strided views + the
+// softmax rows, attention.h) on the reference ViT's attention (batch 128, 50 tokens, 4 heads of 16), two other head shapes
+// and the zoo's TinyGPT's causal attention (64 tokens, 4 heads of 16; the reference masks, the
+// fast kernel skips the masked half), forward and backward, in GFLOP/s: forward S = q k^T and
+// P v, 4 * L^2 * D per head; backward dP, dq, dk, dv, 8 * L^2 * D per head (the softmax and its
+// backward not counted; causal heads counted as full ones, so the ratio is the time ratio).
 // The two alternate on the same operands and each figure is the median over the repetitions;
 // with one thread the clock is the thread's CPU time, with more, wall time.
 //   ./build/examples/bench_attention [threads = 1] [repetitions = 21]
@@ -23,6 +25,7 @@ using minidl::examples::now_s;
 struct Shape {
   const char* what;
   int64_t B, L, H, D;
+  bool causal = false;
 };
 
 }  // namespace
@@ -37,11 +40,13 @@ int main(int argc, char** argv) {
   }
   k::set_num_threads(threads);
   minidl::examples::g_thread_cpu_clock = threads == 1;
-  std::printf("threads %d, repetitions %d, %s\n", threads, reps, minidl::examples::g_thread_cpu_clock ? "thread CPU time" : "wall time");
+  std::printf("threads %d, repetitions %d, %s\n", threads, reps,
+              minidl::examples::g_thread_cpu_clock ? "thread CPU time" : "wall time");
   const Shape shapes[] = {
       {"vit (B 128, L 50, H 4, D 16)", 128, 50, 4, 16},
       {"L 197, H 3, D 64", 8, 197, 3, 64},
       {"L 64, H 8, D 8", 32, 64, 8, 8},
+      {"gpt causal (B 128, L 64, H 4)", 128, 64, 4, 16, true},
   };
   std::printf("%-30s %-9s %12s %12s %7s\n", "shape", "pass", "fast GF/s", "ref GF/s", "ratio");
   for (const Shape& s : shapes) {
@@ -59,11 +64,14 @@ int main(int argc, char** argv) {
       auto time_one = [&](bool fast) {
         const double t0 = now_s();
         for (int i = 0; i < inner; ++i) {
-          if (!backward && fast) k::packed_attention_forward(qkv.data(), s.B, s.L, s.H, s.D, scale, P.data(), ctx.data());
+          if (!backward && fast)
+            k::packed_attention_forward(qkv.data(), s.B, s.L, s.H, s.D, scale, P.data(), ctx.data(), s.causal);
           if (!backward && !fast)
-            k::packed_attention_forward_reference(qkv.data(), s.B, s.L, s.H, s.D, scale, P.data(), ctx.data());
+            k::packed_attention_forward_reference(qkv.data(), s.B, s.L, s.H, s.D, scale, P.data(), ctx.data(),
+                                                  s.causal);
           if (backward && fast)
-            k::packed_attention_backward(qkv.data(), P.data(), dctx.data(), s.B, s.L, s.H, s.D, scale, dqkv.data());
+            k::packed_attention_backward(qkv.data(), P.data(), dctx.data(), s.B, s.L, s.H, s.D, scale, dqkv.data(),
+                                         s.causal);
           if (backward && !fast)
             k::packed_attention_backward_reference(qkv.data(), P.data(), dctx.data(), s.B, s.L, s.H, s.D, scale,
                                                    work.data(), dqkv.data());

@@ -49,11 +49,13 @@ MultiheadAttentionOutput MultiheadAttention::forward(const Variable& query_in, c
   };
   const bool self_attention = query.is_same(key) && key.is_same(value);
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
-  const bool unmasked = !args.is_causal && !args.attn_mask.defined() && !args.key_padding_mask.defined();
-  if (self_attention && unmasked && !args.need_weights && !(training_ && options.dropout > 0.0) &&
+  const bool no_mask_tensor = !args.attn_mask.defined() && !args.key_padding_mask.defined();  // is_causal allowed
+  if (self_attention && no_mask_tensor && !args.need_weights && !(training_ && options.dropout > 0.0) &&
       query.device().is_cpu()) {
-    // CPU fast path: the heads are read in place from the packed projection (kernels/cpu/attention.h)
-    Variable ctx = packed_self_attention(linear(query, in_proj_weight, in_proj_bias), H, scale);  // (B, L, E)
+    // CPU fast path: the heads are read in place from the packed projection (kernels/cpu/attention.h);
+    // causal heads skip the masked half of the scores
+    Variable ctx =
+        packed_self_attention(linear(query, in_proj_weight, in_proj_bias), H, scale, args.is_causal);  // (B, L, E)
     Variable out = out_proj(ctx);
     return {options.batch_first ? out : transpose(out, 0, 1), Variable()};
   }

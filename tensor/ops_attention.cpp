@@ -25,7 +25,7 @@ int64_t check_packed(const Tensor& qkv, int64_t num_heads, const char* op) {
 }
 }  // namespace
 
-PackedAttentionResult packed_attention_forward(const Tensor& qkv_in, int64_t num_heads, double scale) {
+PackedAttentionResult packed_attention_forward(const Tensor& qkv_in, int64_t num_heads, double scale, bool is_causal) {
   const int64_t D = check_packed(qkv_in, num_heads, "packed_attention_forward");
   const Tensor qkv = qkv_in.contiguous();
   const int64_t B = qkv.size(0), L = qkv.size(1), H = num_heads;
@@ -33,13 +33,13 @@ PackedAttentionResult packed_attention_forward(const Tensor& qkv_in, int64_t num
   dispatch_floating(qkv.dtype(), "packed_attention_forward", [&](auto tag) {
     using T = decltype(tag);
     kernels::cpu::packed_attention_forward(qkv.data<T>(), B, L, H, D, static_cast<T>(scale), r.weights.data<T>(),
-                                           r.out.data<T>());
+                                           r.out.data<T>(), is_causal);
   });
   return r;
 }
 
 Tensor packed_attention_backward(const Tensor& qkv_in, const Tensor& weights_in, const Tensor& dout_in,
-                                 int64_t num_heads, double scale) {
+                                 int64_t num_heads, double scale, bool is_causal) {
   constexpr const char* op = "packed_attention_backward";
   const int64_t D = check_packed(qkv_in, num_heads, op);
   const int64_t B = qkv_in.size(0), L = qkv_in.size(1), H = num_heads;
@@ -53,7 +53,7 @@ Tensor packed_attention_backward(const Tensor& qkv_in, const Tensor& weights_in,
   dispatch_floating(qkv.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     kernels::cpu::packed_attention_backward(qkv.data<T>(), weights.data<T>(), dout.data<T>(), B, L, H, D,
-                                            static_cast<T>(scale), dqkv.data<T>());
+                                            static_cast<T>(scale), dqkv.data<T>(), is_causal);
   });
   return dqkv;
 }

@@ -155,6 +155,21 @@ struct LayerNormGrads {
 LayerNormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& invstd,
                                    const Shape& normalized_shape, const Tensor& weight);
 
+// ---- group norm of x (N, C, *) over num_groups groups of C / num_groups channels (CPU) ----
+struct GroupNormResult {
+  Tensor out;
+  Tensor mean;  // (N, num_groups) of x's dtype
+  Tensor rstd;  // (N, num_groups): 1 / sqrt(biased variance + eps)
+};
+// out = (x - mean) * rstd * weight[c] + bias[c]; weight / bias (C) or undefined
+GroupNormResult group_norm_forward(const Tensor& x, int64_t num_groups, const Tensor& weight, const Tensor& bias,
+                                   double eps);
+struct GroupNormGrads {
+  Tensor dx, dweight, dbias;  // dweight / dbias (C) always (as for a weight of ones when weight is undefined)
+};
+GroupNormGrads group_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                                   int64_t num_groups, const Tensor& weight);
+
 // ---- dropout: mask element i is keep iff philox_uniform(key, i) >= p; scale 1/(1-p) ----
 Tensor dropout_mask(const Shape& shape, double p, RandomKey key, DType dtype);  // values 0 or 1/(1-p)
 // The same mask made directly on `device` (on CUDA: the same Philox stream, the same values).
@@ -167,13 +182,15 @@ Tensor cross_entropy_backward(const Tensor& logits, const Tensor& target, double
                               const Tensor& grad_loss);  // grad_loss: 0-d
 
 // ---- self-attention on a packed projection (CPU; kernels/cpu/attention.h) ----
-// qkv (B, L, 3E): q, k, v side by side, E = num_heads * D. No mask, no dropout.
+// qkv (B, L, 3E): q, k, v side by side, E = num_heads * D. No dropout; no mask but, with
+// is_causal, the causal one (query i attends to keys j <= i; weights zero above the diagonal).
 struct PackedAttentionResult {
   Tensor out;  // (B, L, E): the heads' contexts side by side, as out_proj takes them
   Tensor weights;  // (B, H, L, L) softmax(scale * q k^T), saved for backward
 };
-PackedAttentionResult packed_attention_forward(const Tensor& qkv, int64_t num_heads, double scale);
+PackedAttentionResult packed_attention_forward(const Tensor& qkv, int64_t num_heads, double scale,
+                                               bool is_causal = false);
 Tensor packed_attention_backward(const Tensor& qkv, const Tensor& weights, const Tensor& dout, int64_t num_heads,
-                                 double scale);  // -> dqkv (B, L, 3E)
+                                 double scale, bool is_causal = false);  // -> dqkv (B, L, 3E)
 
 }  // namespace minidl

@@ -5,20 +5,24 @@
 // the kernels read each head in place and write the context straight into (B, L, E) at column
 // h*D: the head split and merge (reshape, permute, slice and their backward) copy nothing.
 //   forward:  P (B, H, L, L) = softmax(scale * q k^T)   ctx (B, L, E) = P v
+//             causal: query i attends to keys j <= i only (P zero above the diagonal)
 //   backward: dP = dctx v^T   dv = P^T dctx   dS = P * (dP - rowsum(dP * P))
 //             dq = scale * dS k   dk = scale * dS^T q     (into dqkv (B, L, 3E), q's/k's/v's columns)
 // One (b, h) pair is one task on one thread; tasks write disjoint memory, so every result is
 // the same whatever the thread count.
 //
-// packed_attention_forward / _backward (attention.cpp) do each (b, h) pair's small products in
-// L1-resident scratch with vector registers, without the general gemm(); the *_reference
-// templates below compose gemm() and the softmax rows, and are what
-// tests/kernels/test_cpu_attention.cpp checks the fast kernels against. The fast kernels are
-// faster because products this small (50 x 16 by 16 x 50) cost less than gemm()'s per-call
-// packing, and because the softmax (and its backward) runs on S's rows while they are still in
-// registers instead of in a second pass over memory (bench_attention times the two).
+// packed_attention_forward / _backward (attention_forward.cpp, attention_backward.cpp, their
+// shared tiles in attention_tiles.h) do each (b, h) pair's small products in L1-resident scratch
+// with vector registers, without the general gemm(); the *_reference templates below compose
+// gemm(), the causal mask and the softmax rows, and are what tests/kernels/test_cpu_attention.cpp
+// checks the fast kernels against. The fast kernels are faster because products this small
+// (50 x 16 by 16 x 50) cost less than gemm()'s per-call packing, because the softmax (and its
+// backward) runs on S's rows while they are still in registers instead of in a second pass over
+// memory (bench_attention times the two), and, causal, because they skip the masked half of
+// every product instead of computing it and masking it.
 #pragma once
 #include <cstdint>
+#include <limits>
 #include <type_traits>
 
 #include "minidl/kernels/cpu/gemm.h"
@@ -29,20 +33,22 @@ namespace minidl::kernels::cpu {
 
 // qkv (B, L, 3E) -> P (B, H, L, L), ctx (B, L, E)
 void packed_attention_forward(const float* qkv, int64_t B, int64_t L, int64_t H, int64_t D, float scale, float* P,
-                              float* ctx);
+                              float* ctx, bool causal = false);
 void packed_attention_forward(const double* qkv, int64_t B, int64_t L, int64_t H, int64_t D, double scale, double* P,
-                              double* ctx);
-// qkv (B, L, 3E), P (B, H, L, L), dctx (B, L, E) -> dqkv (B, L, 3E)
+                              double* ctx, bool causal = false);
+// qkv (B, L, 3E), P (B, H, L, L), dctx (B, L, E) -> dqkv (B, L, 3E). causal: P as the causal
+// forward writes it, zero above the diagonal (those zeros are read, the rest of that half is not).
 void packed_attention_backward(const float* qkv, const float* P, const float* dctx, int64_t B, int64_t L, int64_t H,
-                               int64_t D, float scale, float* dqkv);
-void packed_attention_backward(const double* qkv, const double* P, const double* dctx, int64_t B, int64_t L,
-                               int64_t H, int64_t D, double scale, double* dqkv);
+                               int64_t D, float scale, float* dqkv, bool causal = false);
+void packed_attention_backward(const double* qkv, const double* P, const double* dctx, int64_t B, int64_t L, int64_t H,
+                               int64_t D, double scale, double* dqkv, bool causal = false);
 
-// The reference: gemm() on each head's strided views and softmax_row; `work` is (B, H, L, L)
-// scratch for dP / dS.
+// The reference: gemm() on each head's strided views, the causal mask added to the scores
+// (-inf above the diagonal) and softmax_row; `work` is (B, H, L, L) scratch for dP / dS. The
+// backward needs no mask: softmax_backward_row gives dS = 0 where P = 0.
 template <class T>
-void packed_attention_forward_reference(const T* qkv, int64_t B, int64_t L, int64_t H, int64_t D, T scale, T* P,
-                                        T* ctx) {
+void packed_attention_forward_reference(const T* qkv, int64_t B, int64_t L, int64_t H, int64_t D, T scale, T* P, T* ctx,
+                                        bool causal = false) {
   const int64_t E = H * D, ld = 3 * E;
   parallel_for(B * H, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
@@ -50,6 +56,9 @@ void packed_attention_forward_reference(const T* qkv, int64_t B, int64_t L, int6
       const T* q = qkv + b * L * ld + h * D;
       T* p = P + t * L * L;
       gemm(L, L, D, q, ld, false, q + E, ld, true, p, L, scale, T(0));  // scale * q k^T
+      if (causal)
+        for (int64_t i = 0; i < L; ++i)
+          for (int64_t j = i + 1; j < L; ++j) p[i * L + j] = -std::numeric_limits<T>::infinity();
       for (int64_t i = 0; i < L; ++i) softmax_row(p + i * L, p + i * L, L, std::integral_constant<int64_t, 1>{}, false);
       gemm(L, D, L, p, L, false, q + 2 * E, ld, false, ctx + b * L * E + h * D, E);  // P v
     }
@@ -58,7 +67,7 @@ void packed_attention_forward_reference(const T* qkv, int64_t B, int64_t L, int6
 
 template <class T>
 void packed_attention_backward_reference(const T* qkv, const T* P, const T* dctx, int64_t B, int64_t L, int64_t H,
-                                         int64_t D, T scale, T* work, T* dqkv) {
+                                         int64_t D, T scale, T* work, T* dqkv) {  // causal or not
   const int64_t E = H * D, ld = 3 * E;
   parallel_for(B * H, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {

@@ -50,15 +50,10 @@ void layer_norm_forward_reference(const T* x, int64_t rows, int64_t M, const T* 
   });
 }
 
-// One float row of layer norm, 16 floats at a time as two 8-double halves (the ViT's rows are
-// 64 long: an omp simd reduction's set-up costs more than such a row, so this is faster than the
-// reference). The same double math as layer_norm_forward_reference; only the order of the row
-// sums differs (lanes, then the tail).
-template <bool kWeight, bool kBias>
-void layer_norm_row(const float* __restrict xp, int64_t M, const float* __restrict weight, const float* __restrict bias,
-                    double eps, float* __restrict yp, float* mean, float* invstd) {
+// sum of (x - m)^2 over M floats, in double: 16 at a time as two 8-double halves, the tail last
+// (also group norm's, group_norm.h)
+inline double centered_square_sum(const float* __restrict xp, int64_t M, double m) {
   const int64_t M16 = M - M % 16;
-  const double m = sum_span(xp, M) / static_cast<double>(M);
   DoubleLanes lo = {}, hi = {};
   for (int64_t j = 0; j < M16; j += 16) {
     DoubleLanes dlo, dhi;
@@ -73,6 +68,18 @@ void layer_norm_row(const float* __restrict xp, int64_t M, const float* __restri
     const double d = static_cast<double>(xp[j]) - m;
     ss += d * d;
   }
+  return ss;
+}
+
+// One float row of layer norm, 16 floats at a time as two 8-double halves (the ViT's rows are
+// 64 long: an omp simd reduction's set-up costs more than such a row, so this is faster than the
+// reference). The same double math as layer_norm_forward_reference; only the order of the row
+// sums differs (lanes, then the tail).
+template <bool kWeight, bool kBias>
+void layer_norm_row(const float* __restrict xp, int64_t M, const float* __restrict weight, const float* __restrict bias,
+                    double eps, float* __restrict yp, float* mean, float* invstd) {
+  const double m = sum_span(xp, M) / static_cast<double>(M);
+  const double ss = centered_square_sum(xp, M, m);
   const double is = 1.0 / std::sqrt(ss / static_cast<double>(M) + eps);
 #pragma omp simd
   for (int64_t j = 0; j < M; ++j) {

@@ -1,9 +1,10 @@
 // tests/autograd/test_fused_ops.cpp — the fused differentiable ops against the composed ops they
 // replace (the composed versions stay in the code base as the reference), and what the engine
-// keeps alive: packed self-attention against slice + reshape + permute + attention_with_weights
-// (values, the gradient, float64 finite differences, the same bits for 1 and 2 threads), and
-// MultiheadAttention's fast path against its composed path; linear against matmul + add; batch
-// norm + ReLU (and Sequential's use of it) against the two ops; batch norm + ReLU + 2x2 max-pool
+// keeps alive: packed self-attention, unmasked and causal, against slice + reshape + permute +
+// attention_with_weights (with causal_mask) (values, the gradient, float64 finite differences, the
+// same bits for 1 and 2 threads), and MultiheadAttention's fast path (unmasked and causal) against
+// its composed path; linear against matmul + add; batch norm + ReLU (and Sequential's use of it)
+// against the two ops; batch norm + ReLU + 2x2 max-pool
 // (and Sequential's use of it, and where it falls back) against the three ops; the graph holding no
 // intermediate results, and a leaf's first gradient kept without a copy only when nothing else
 // holds it.
@@ -26,13 +27,15 @@ using minidl::testing::expect_equal;
 
 namespace {
 
-// The composed reference: q, k, v sliced out of qkv (B, L, 3E), split into heads, attended, merged.
-Variable composed_attention(const Variable& qkv, int64_t H, double scale) {
+// The composed reference: q, k, v sliced out of qkv (B, L, 3E), split into heads, attended (with
+// the additive causal mask when causal), merged.
+Variable composed_attention(const Variable& qkv, int64_t H, double scale, bool causal = false) {
   const int64_t B = qkv.size(0), L = qkv.size(1), E = qkv.size(2) / 3, D = E / H;
   auto head = [&](int64_t i) {
     return permute(reshape(slice(qkv, 2, i * E, (i + 1) * E), {B, L, H, D}), {0, 2, 1, 3});
   };
-  AttentionResult a = attention_with_weights(head(0), head(1), head(2), Tensor(), scale, 0.0, false);
+  const Tensor mask = causal ? causal_mask(L, L, qkv.dtype()) : Tensor();
+  AttentionResult a = attention_with_weights(head(0), head(1), head(2), mask, scale, 0.0, false);
   return reshape(permute(a.output, {0, 2, 1, 3}), {B, L, E});
 }
 
@@ -82,6 +85,45 @@ TEST(FusedOps, PackedAttentionFloat32MatchesComposedAndIgnoresThreadCount) {
   expect_close(by_threads[0].grad, ref.grad, 1e-4, 1e-5, "dqkv");
 }
 
+TEST(FusedOps, PackedCausalAttentionMatchesMaskedComposedFloat64) {
+  manual_seed(6);
+  for (const int64_t H : {1, 3}) {
+    const int64_t B = 2, L = 9, D = 5, E = H * D;
+    const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+    const Tensor qkv = randn({B, L, 3 * E}, DType::Float64), w = randn({B, L, E}, DType::Float64);
+    const OutAndGrad fast = run([&](const Variable& x) { return packed_self_attention(x, H, scale, true); }, qkv, w);
+    const OutAndGrad ref = run([&](const Variable& x) { return composed_attention(x, H, scale, true); }, qkv, w);
+    const std::string heads = std::to_string(H) + " heads";
+    expect_close(fast.out, ref.out, 1e-12, 1e-12, "output, " + heads);
+    expect_close(fast.grad, ref.grad, 1e-12, 1e-12, "dqkv, " + heads);
+    EXPECT_TRUE(minidl::testing::gradcheck(
+        [&](const std::vector<Variable>& in) { return packed_self_attention(in[0], H, 0.7, true); },
+        {randn({1, 5, 3 * E}, DType::Float64)}, "causal packed_self_attention"));
+  }
+}
+
+// Rows of 4 vectors (63 tokens: the register path) and of 5 (65: the scratch rows).
+TEST(FusedOps, PackedCausalAttentionFloat32MatchesComposedAndIgnoresThreadCount) {
+  manual_seed(7);
+  for (const auto [L, H] : {std::pair<int64_t, int64_t>{63, 4}, {65, 2}}) {
+    const int64_t B = 2, D = 16, E = H * D;
+    const Tensor qkv = randn({B, L, 3 * E}), w = randn({B, L, E});
+    const int saved = kernels::cpu::get_num_threads();
+    OutAndGrad by_threads[2];
+    for (int t : {1, 2}) {
+      kernels::cpu::set_num_threads(t);
+      by_threads[t - 1] = run([&](const Variable& x) { return packed_self_attention(x, H, 0.25, true); }, qkv, w);
+    }
+    kernels::cpu::set_num_threads(saved);
+    const std::string what = "L = " + std::to_string(L);
+    expect_equal(by_threads[0].out, by_threads[1].out, "output, 1 vs 2 threads, " + what);
+    expect_equal(by_threads[0].grad, by_threads[1].grad, "dqkv, 1 vs 2 threads, " + what);
+    const OutAndGrad ref = run([&](const Variable& x) { return composed_attention(x, H, 0.25, true); }, qkv, w);
+    expect_close(by_threads[0].out, ref.out, 1e-5, 1e-6, "output, " + what);
+    expect_close(by_threads[0].grad, ref.grad, 1e-4, 1e-5, "dqkv, " + what);
+  }
+}
+
 TEST(FusedOps, PackedAttentionRejectsBadInput) {
   EXPECT_THROW_MSG(packed_self_attention(Variable(randn({2, 3, 10})), 4, 1.0), std::invalid_argument,
                    "divisible by 4 heads");
@@ -95,22 +137,28 @@ TEST(FusedOps, MultiheadAttentionFastPathMatchesComposedPath) {
   nn::MultiheadAttention mha({.embed_dim = 16, .num_heads = 4});
   for (auto& [name, p] : mha.named_parameters()) p.data().copy_(randn(p.shape()));
   const Tensor x = randn({3, 6, 16}), w = randn({3, 6, 16});
-  auto grads = [&](bool need_weights) {
+  auto grads = [&](bool need_weights, bool causal) {
     mha.zero_grad();
     Variable in(x.clone(), true);
-    Variable out = mha.forward(in, in, in, {.need_weights = need_weights}).output;
+    Variable out = mha.forward(in, in, in, {.need_weights = need_weights, .is_causal = causal}).output;
     sum(mul(out, Variable(w))).backward();
     std::vector<Tensor> g{out.data(), in.grad()};
     for (auto& [name, p] : mha.named_parameters()) g.push_back(p.grad());
     return g;
   };
-  const std::vector<Tensor> fast = grads(false), ref = grads(true);
+  const std::vector<Tensor> fast = grads(false, false), ref = grads(true, false);
   ASSERT_EQ(fast.size(), ref.size());
   // atol: 1e-6 of each tensor's largest entry (here 12 to 223), a few float ulps of the terms its
   // entries sum; those sums cancel (the key bias's gradient is zero in exact arithmetic), and the
   // two paths' softmax sums round differently (float lanes against double)
   for (size_t i = 0; i < fast.size(); ++i)
     expect_close(fast[i], ref[i], 1e-4, 1e-6 * max(abs(ref[i])).item<double>(), "tensor " + std::to_string(i));
+  // is_causal without a mask tensor takes the fused causal kernel; with need_weights, the composed path
+  const std::vector<Tensor> fast_causal = grads(false, true), ref_causal = grads(true, true);
+  for (size_t i = 0; i < fast_causal.size(); ++i)
+    expect_close(fast_causal[i], ref_causal[i], 1e-4, 1e-6 * max(abs(ref_causal[i])).item<double>(),
+                 "causal tensor " + std::to_string(i));
+  EXPECT_GT(max(abs(sub(fast_causal[0], fast[0]))).item<double>(), 0.1);  // the mask did something
 }
 
 // The graph keeps only what each backward saved: an intermediate nobody saved is freed as soon

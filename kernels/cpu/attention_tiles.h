@@ -1,0 +1,309 @@
+// kernels/cpu/attention_tiles.h — the pieces that attention_forward.cpp and
+// attention_backward.cpp (the kernels of attention.h) share; included by those two files only.
+//
+// Every product of one head is C = alpha * A · B where C's rows and B's rows are W lanes wide
+// (W = kLanes<T>: vec_math.h's Lanes<T>, 16 floats or 8 doubles) and A is read one element at a
+// time and broadcast:
+//   S   (L, L) = scale * q · kt     kt (D, L): k transposed once per head, keys in lanes
+//                                   (float: the scale folded into kt as it is transposed)
+//   ctx (L, D) = P · v              v's rows as they lie in qkv, D in lanes
+//   dP  (L, L) = dctx · vt
+//   dq = scale * dS · k    dk = scale * dS^T · q    dv = P^T · dctx    (dS^T, P^T: A read by columns)
+// `tile` keeps an R x NV block of C in R * NV vector registers for the whole sum over k, which
+// runs in order k = k0..k1-1 for every element (all of K, or for a causal head only the terms
+// that are not zero: `Terms`). The softmax rows (`softmax_lanes`) and the backward's row sum
+// (`row_dot`) are in T's lanes (float sums for float: against a float64 reference their results
+// err as much as the double-sum reference's), added in a fixed order that depends only on L and
+// the row. k and v are transposed 16 x 16 floats at a time in registers. When D is not a
+// multiple of W, the operands read as vector rows are copied into zero-padded scratch first and
+// the results copied out. The scratch is one buffer per thread, grown when a call needs more and
+// kept for the next call.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <new>
+#include <type_traits>
+
+#include "minidl/kernels/cpu/vec_math.h"
+
+namespace minidl::kernels::cpu::attention_tiles {
+
+// exp(x) for x <= 0 on every lane: the vectorised polynomial for float (vec_math.h), std::exp
+// for double (the float64 softmax's own function)
+inline FloatLanes exp_lanes(FloatLanes x) { return exp_nonpositive(x); }
+inline DoubleLanes exp_lanes(DoubleLanes x) {
+  for (int l = 0; l < 8; ++l) x[l] = std::exp(x[l]);
+  return x;
+}
+
+// Left alone, GCC folds the loads of B's row into each of the R FMAs that use it (R loads of a
+// whole vector instead of one, the load ports then the limit); an empty asm that takes and
+// gives back the register makes it load the row once.
+template <class V> void keep_in_register([[maybe_unused]] V& v) {
+#if defined(__AVX512F__)
+  __asm__("" : "+v"(v));
+#endif
+}
+
+// acc (R, NV * W) = A (R, K) · B (K, NV * W), A(r, k) at A[r * ars + k * aks], rows of B ldb
+// apart: the block of C that `tile` stores, left in registers (callers inline it).
+template <class T, int R, int NV>
+inline void accumulate(const T* A, int64_t ars, int64_t aks, const T* B, int64_t ldb, int64_t K,
+                       Lanes<T> (&acc)[R][NV]) {
+  constexpr int64_t W = kLanes<T>;
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) acc[r][v] = Lanes<T>{};
+  for (int64_t k = 0; k < K; ++k) {
+    const T* a = A + k * aks;
+    Lanes<T> b[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      b[v] = load_lanes(B + k * ldb + v * W);
+      keep_in_register(b[v]);
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      const T ar = a[r * ars];
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[r][v] += ar * b[v];
+    }
+  }
+}
+
+// C (R, NV * W) = alpha * A (R, K) · B (K, NV * W), rows of C ldc apart.
+template <class T, int R, int NV>
+void tile(const T* A, int64_t ars, int64_t aks, const T* B, int64_t ldb, int64_t K, T alpha, T* C, int64_t ldc) {
+  constexpr int64_t W = kLanes<T>;
+  Lanes<T> acc[R][NV];
+  accumulate<T, R, NV>(A, ars, aks, B, ldb, K, acc);
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) store_lanes(C + r * ldc + v * W, acc[r][v] * alpha);
+}
+
+// Which terms of C's row i the sum over k takes. A causal head's P and dS are zero above the
+// diagonal (A(i, k) = 0 for k > i: UpToRow), and so P^T and dS^T below it (k < i: FromRow); a
+// tile of rows i0..i1 then sums k < i1, or k >= i0, and skips the zero products of the other
+// rows (those left inside the tile add zeros, which leaves every sum's bits as they were).
+enum class Terms { All, UpToRow, FromRow };
+
+// C's rows i..i+R (C = alpha * A · B, A(i, k) at A[i * ars + k * aks]) for NV vector columns,
+// over the terms that `terms` keeps.
+template <class T, int R, int NV>
+void tile_rows(int64_t i, Terms terms, const T* A, int64_t ars, int64_t aks, const T* B, int64_t ldb, int64_t K,
+               T alpha, T* C, int64_t ldc) {
+  const int64_t k0 = terms == Terms::FromRow ? i : 0;
+  const int64_t k1 = terms == Terms::UpToRow && i + R < K ? i + R : K;
+  tile<T, R, NV>(A + i * ars + k0 * aks, ars, aks, B + k0 * ldb, ldb, k1 - k0, alpha, C + i * ldc, ldc);
+}
+
+// All M rows of C for NV vector columns: tiles of R rows (R * NV accumulators), then 8, 4, 2, 1.
+// One vector column takes R = 10 (10 independent sums keep both FMA ports busy), and when M >= R
+// is not a multiple of R the last tile is the R rows ending at M: it recomputes rows of the
+// previous tile (the same sums in the same order, so the same bits) instead of running a short
+// tile whose few sums wait on each other's FMA latency.
+template <class T, int NV>
+void panel(int64_t M, Terms terms, const T* A, int64_t ars, int64_t aks, const T* B, int64_t ldb, int64_t K, T alpha,
+           T* C, int64_t ldc) {
+  constexpr int R = NV == 1 ? 10 : 4;
+  int64_t i = 0;
+  for (; i + R <= M; i += R) tile_rows<T, R, NV>(i, terms, A, ars, aks, B, ldb, K, alpha, C, ldc);
+  if constexpr (NV == 1) {
+    if (i > 0 && i < M) {
+      tile_rows<T, R, NV>(M - R, terms, A, ars, aks, B, ldb, K, alpha, C, ldc);
+      return;
+    }
+    if (i + 8 <= M) {
+      tile_rows<T, 8, NV>(i, terms, A, ars, aks, B, ldb, K, alpha, C, ldc);
+      i += 8;
+    }
+  }
+  if constexpr (R > 4) {
+    if (i + 4 <= M) {
+      tile_rows<T, 4, NV>(i, terms, A, ars, aks, B, ldb, K, alpha, C, ldc);
+      i += 4;
+    }
+  }
+  if (i + 2 <= M) {
+    tile_rows<T, 2, NV>(i, terms, A, ars, aks, B, ldb, K, alpha, C, ldc);
+    i += 2;
+  }
+  if (i < M) tile_rows<T, 1, NV>(i, terms, A, ars, aks, B, ldb, K, alpha, C, ldc);
+}
+
+// C (M, nv * W) = alpha * A (M, K) · B (K, nv * W), in column blocks of up to 4 vectors.
+template <class T>
+void products(int64_t M, int64_t nv, const T* A, int64_t ars, int64_t aks, const T* B, int64_t ldb, int64_t K, T alpha,
+              T* C, int64_t ldc, Terms terms = Terms::All) {
+  constexpr int64_t W = kLanes<T>;
+  for (int64_t c = 0; c < nv; c += 4) {
+    const T* b = B + c * W;
+    T* out = C + c * W;
+    switch (nv - c < 4 ? nv - c : 4) {
+      case 1:
+        panel<T, 1>(M, terms, A, ars, aks, b, ldb, K, alpha, out, ldc);
+        break;
+      case 2:
+        panel<T, 2>(M, terms, A, ars, aks, b, ldb, K, alpha, out, ldc);
+        break;
+      case 3:
+        panel<T, 3>(M, terms, A, ars, aks, b, ldb, K, alpha, out, ldc);
+        break;
+      default:
+        panel<T, 4>(M, terms, A, ars, aks, b, ldb, K, alpha, out, ldc);
+        break;
+    }
+  }
+}
+
+// dst (D, Lp) = alpha * src (L, D; rows ld apart) transposed, columns L.. zero. Float: 16 x 16
+// blocks loaded as rows (masked past D, zero past L), transposed in registers and stored as
+// rows; double: element by element.
+template <class T> void transpose_padded(const T* src, int64_t ld, int64_t L, int64_t D, T alpha, T* dst, int64_t Lp) {
+  if constexpr (std::is_same_v<T, float>) {
+    for (int64_t d0 = 0; d0 < D; d0 += 16) {
+      const int64_t nd = D - d0 < 16 ? D - d0 : 16;
+      for (int64_t j0 = 0; j0 < Lp; j0 += 16) {
+        FloatLanes m[16];
+#pragma GCC unroll 16
+        for (int64_t jj = 0; jj < 16; ++jj) {  // rows past L: no lanes loaded
+          const bool real = j0 + jj < L;
+          m[jj] = load_first_lanes(src + (real ? j0 + jj : 0) * ld + d0, real ? nd : 0);
+        }
+        transpose16(m);
+#pragma GCC unroll 16
+        for (int64_t dd = 0; dd < 16; ++dd)
+          if (dd < nd) store_lanes(dst + (d0 + dd) * Lp + j0, m[dd] * alpha);
+      }
+    }
+  } else {
+    for (int64_t d = 0; d < D; ++d) {
+      T* row = dst + d * Lp;
+      for (int64_t j = 0; j < L; ++j) row[j] = alpha * src[j * ld + d];
+      for (int64_t j = L; j < Lp; ++j) row[j] = T(0);
+    }
+  }
+}
+
+// dst (L, Dp) = src (L, D; rows ld apart), columns D.. zero
+template <class T> void pad_rows(const T* src, int64_t ld, int64_t L, int64_t D, T* dst, int64_t Dp) {
+  for (int64_t j = 0; j < L; ++j) {
+    std::memcpy(dst + j * Dp, src + j * ld, sizeof(T) * D);
+    std::memset(dst + j * Dp + D, 0, sizeof(T) * (Dp - D));
+  }
+}
+
+// dst (L, D; rows ld apart) = the first D columns of src (L, Dp)
+template <class T> void unpad_rows(const T* src, int64_t Dp, int64_t L, int64_t D, T* dst, int64_t ld) {
+  for (int64_t j = 0; j < L; ++j) std::memcpy(dst + j * ld, src + j * Dp, sizeof(T) * D);
+}
+// Vector v of a row whose first n entries are read and the rest taken as zero (a masked load:
+// none of row[n..] is touched).
+template <class T> [[gnu::always_inline]] inline Lanes<T> load_prefix(const T* row, int64_t v, int64_t n) {
+  constexpr int64_t W = kLanes<T>;
+  const int64_t k = n - v * W;
+  return load_first_lanes(row + v * W, k < 0 ? 0 : k < W ? k : W);
+}
+
+// p (len) = softmax of x's first n lanes (nv vectors, (nv - 2) * W < n <= len, (nv - 1) * W <
+// len), zeros after them: x's lanes n.. ignored, x overwritten. n = len, or for a causal row i,
+// i + 1, which in a tile of rows that straddles a vector boundary can leave the last vector
+// all masked. Numerically stable (the row max subtracted); all -inf gives NaN as in PyTorch.
+// The sum is in T's lanes: the vectors added in order, then the lanes as a fixed tree. NV: nv
+// when known at compile time (x in registers: always inlined, so that x stays there), 0 for
+// scratch rows.
+template <class T, int NV>
+[[gnu::always_inline]] inline void softmax_lanes(Lanes<T>* x, int64_t nv_, int64_t n, int64_t len, T* p) {
+  constexpr int64_t W = kLanes<T>;
+  const int64_t nv = NV ? NV : nv_, last = (nv - 1) * W;
+  const T inf = std::numeric_limits<T>::infinity();
+  x[nv - 1] = keep_first_lanes(x[nv - 1], n - last, -inf);
+  if (nv > 1 && n < last) x[nv - 2] = keep_first_lanes(x[nv - 2], n - last + W, -inf);
+  Lanes<T> mv = x[0];
+  for (int64_t v = 1; v < nv; ++v) mv = x[v] > mv ? x[v] : mv;
+  T m = horizontal_max(mv);
+  if (std::isinf(m) && m < 0) m = T(0);  // all -inf: avoid (-inf) - (-inf) = NaN
+  Lanes<T> sum = {};
+  for (int64_t v = 0; v < nv; ++v) {
+    x[v] = exp_lanes(x[v] - m);  // lanes n..: exp(-inf) = 0
+    sum += x[v];
+  }
+  const T inv = T(1) / horizontal_sum(sum);
+  for (int64_t v = 0; v + 1 < nv; ++v) store_lanes(p + v * W, x[v] * inv);
+  store_first_lanes(p + last, x[nv - 1] * inv, len - last < W ? len - last : W);
+  for (int64_t j = nv * W; j < len; j += W)  // a causal row's keys past its vectors
+    store_first_lanes(p + j, Lanes<T>{}, len - j < W ? len - j : W);
+}
+
+// sum of d * p over nv vectors, lanes n.. left out ((nv - 2) * W < n as in softmax_lanes); in
+// T's lanes, in a fixed order. For float it is a few ulps of the terms from the reference's
+// double sum, which shows where dS = P * (dP - sum) cancels (peaked rows);
+// test_cpu_attention.cpp bounds the effect on the gradients. NV as in softmax_lanes.
+template <class T, int NV>
+[[gnu::always_inline]] inline T row_dot(const Lanes<T>* d, const Lanes<T>* p, int64_t nv_, int64_t n) {
+  constexpr int64_t W = kLanes<T>;
+  const int64_t nv = NV ? NV : nv_, last = (nv - 1) * W;
+  Lanes<T> s = {};
+  for (int64_t c = 0; c < nv; ++c) {
+    Lanes<T> prod = d[c] * p[c];
+    if (c == nv - 1) prod = keep_first_lanes(prod, n - last, T(0));
+    if (c == nv - 2 && n < last) prod = keep_first_lanes(prod, n - last + W, T(0));
+    s += prod;
+  }
+  return horizontal_sum(s);
+}
+
+// One buffer per thread, 64-byte aligned, grown on demand and kept.
+struct ScratchBuffer {
+  std::unique_ptr<void, decltype(&std::free)> data{nullptr, &std::free};
+  size_t bytes = 0;
+  void* get(size_t n) {
+    if (n > bytes) {
+      const size_t rounded = (n + 63) / 64 * 64;
+      data.reset(std::aligned_alloc(64, rounded));
+      if (!data) throw std::bad_alloc();
+      bytes = rounded;
+    }
+    return data.get();
+  }
+};
+template <class T> T* thread_scratch(int64_t elements) {
+  thread_local ScratchBuffer buffer;
+  return static_cast<T*>(buffer.get(static_cast<size_t>(elements) * sizeof(T)));
+}
+
+inline int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
+
+// Whether rows of up to 4 vectors take the register paths (softmax_tile, softmax_backward_tile):
+// float only; float64 keeps the scratch rows, whose sums round as they always have (the register
+// path's unrolled row_dot would contract into FMAs).
+template <class T> constexpr bool kRegisterRows = std::is_same_v<T, float>;
+
+// Asks for the cache lines of L rows of n elements, ld apart: the next head's operands, fetched
+// while this head computes (parallel_for's chunks are single heads, so "next" is t + 1 whichever
+// thread runs it). In a training step the operands come from memory, not cache, and their rows
+// (3E or E elements apart) were each head's first loads to wait: 1-thread ViT attention ~10%
+// faster. (Prefetching dqkv's lines for writing made it slower.)
+template <class T> void prefetch_rows(const T* p, int64_t ld, int64_t L, int64_t n) {
+  constexpr int64_t kLine = 64 / sizeof(T);
+  for (int64_t j = 0; j < L; ++j)
+    for (int64_t c = 0; c < n; c += kLine) __builtin_prefetch(p + j * ld + c);
+}
+// q, k and v of one head (E apart in its rows), as prefetch_rows asks for them
+template <class T> void prefetch_qkv(const T* q, int64_t ld, int64_t E, int64_t L, int64_t D) {
+  for (int64_t part = 0; part < 3; ++part) prefetch_rows(q + part * E, ld, L, D);
+}
+
+// Where head t = b * H + h starts in a (B, L, ...) tensor whose rows, ld apart, hold H heads of D.
+inline int64_t head_offset(int64_t t, int64_t H, int64_t L, int64_t D, int64_t ld) {
+  return t / H * L * ld + t % H * D;
+}
+
+}  // namespace minidl::kernels::cpu::attention_tiles
