@@ -101,14 +101,17 @@ Conv2dGrads conv_transpose2d_backward(const Tensor& x_in, const Tensor& w_in, co
     throw std::invalid_argument(std::string(op) + ": expected grad_output " + dtype_name(x_in.dtype()) +
                                 shape_str(y_shape) + " for input " + x_in.desc() + " and weight " +
                                 shape_str(w_in.shape()) + ", got " + dy_in.desc());
-  const Tensor x = x_in.contiguous(), w = w_in.contiguous(), dy = dy_in.contiguous();
+  // dy's images may lie apart (a slice of torch.cat's gradient) when each image's (C, H, W) is
+  // contiguous: the kernel reads them in place
+  const bool images_contiguous = dy_in.stride(3) == 1 && dy_in.stride(2) == s.W && dy_in.stride(1) == s.H * s.W;
+  const Tensor x = x_in.contiguous(), w = w_in.contiguous(), dy = images_contiguous ? dy_in : dy_in.contiguous();
   Conv2dGrads g;
   if (need_dx) g.dx = Tensor(x.shape(), x.dtype());
   g.dw = Tensor(w.shape(), w.dtype());
   if (has_bias) g.db = Tensor({s.C}, x.dtype());
   dispatch_floating(x.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
-    kernels::cpu::conv_transpose2d_backward(x.data<T>(), w.data<T>(), dy.data<T>(), s,
+    kernels::cpu::conv_transpose2d_backward(x.data<T>(), w.data<T>(), dy.data<T>(), dy.stride(0), s,
                                             need_dx ? g.dx.data<T>() : nullptr, g.dw.data<T>(),
                                             has_bias ? g.db.data<T>() : nullptr);
   });

@@ -106,10 +106,12 @@ void conv_transpose2d_backward_reference(const T* x, const T* w, const T* dy, co
   if (db) conv2d_bias_grad(dy, conv_transpose2d_bias_shape(s), db);
 }
 
-// The same where conv_transpose2d_uses_nonoverlapping: per image the gather, then the two GEMMs
+// The same where conv_transpose2d_uses_nonoverlapping: per image the gather, then the two GEMMs.
+// dy's images lie dy_image_stride elements apart, each (C_out, H, W) contiguous: a slice of the
+// channels of a larger gradient (torch.cat's backward in a U-Net) is read in place, not copied.
 template <class T>
-void conv_transpose2d_backward_nonoverlapping(const T* x, const T* w, const T* dy, const Conv2dShape& s, T* dx, T* dw,
-                                              T* db) {
+void conv_transpose2d_backward_nonoverlapping(const T* x, const T* w, const T* dy, int64_t dy_image_stride,
+                                              const Conv2dShape& s, T* dx, T* dw, T* db) {
   const int64_t C_in = s.O, C_out = s.C, kH = s.kH, kW = s.kW, H_in = s.H_out, W_in = s.W_out;
   const int64_t K = C_out * kH * kW, L = H_in * W_in, w_numel = C_in * K;
   const int64_t per_block = std::max<int64_t>(1, (s.N + 15) / 16);  // conv2d's blocks
@@ -122,7 +124,7 @@ void conv_transpose2d_backward_nonoverlapping(const T* x, const T* w, const T* d
         for (int64_t c = 0; c < C_out; ++c)
           for (int64_t h = 0; h < H_in; ++h)
             for (int64_t i = 0; i < kH; ++i) {  // the forward's scatter, reversed
-              const T* in = dy + ((n * C_out + c) * s.H + h * kH + i) * s.W;
+              const T* in = dy + n * dy_image_stride + (c * s.H + h * kH + i) * s.W;
               T* out = dcols.data() + (c * kH + i) * kW * L + h * W_in;
               if (kW == 2)
                 deinterleave_row<2>(in, W_in, kW, L, out);
@@ -141,7 +143,7 @@ void conv_transpose2d_backward_nonoverlapping(const T* x, const T* w, const T* d
       dw[i] = acc;
     }
   });
-  if (db) conv2d_bias_grad(dy, conv_transpose2d_bias_shape(s), db);
+  if (db) conv2d_bias_grad(dy, conv_transpose2d_bias_shape(s), db, dy_image_stride);
 }
 
 // The dispatching entry points: the fast path where conv_transpose2d_uses_nonoverlapping; otherwise
@@ -150,9 +152,19 @@ template <class T> void conv_transpose2d_forward(const T* x, const T* w, const T
   if (conv_transpose2d_uses_nonoverlapping(s)) return conv_transpose2d_forward_nonoverlapping(x, w, b, s, y);
   conv_transpose2d_forward_reference(x, w, b, s, y);
 }
+// (dy_image_stride as above: the fast path reads dy in place, the others take a contiguous copy)
 template <class T>
-void conv_transpose2d_backward(const T* x, const T* w, const T* dy, const Conv2dShape& s, T* dx, T* dw, T* db) {
-  if (conv_transpose2d_uses_nonoverlapping(s)) return conv_transpose2d_backward_nonoverlapping(x, w, dy, s, dx, dw, db);
+void conv_transpose2d_backward(const T* x, const T* w, const T* dy, int64_t dy_image_stride, const Conv2dShape& s,
+                               T* dx, T* dw, T* db) {
+  if (conv_transpose2d_uses_nonoverlapping(s))
+    return conv_transpose2d_backward_nonoverlapping(x, w, dy, dy_image_stride, s, dx, dw, db);
+  const int64_t image = s.C * s.H * s.W;
+  if (dy_image_stride != image) {
+    std::vector<T> packed(static_cast<size_t>(s.N * image));
+    for (int64_t n = 0; n < s.N; ++n)
+      std::copy(dy + n * dy_image_stride, dy + n * dy_image_stride + image, packed.data() + n * image);
+    return conv_transpose2d_backward(x, w, packed.data(), image, s, dx, dw, db);
+  }
   if (dx) conv2d_forward(dy, w, static_cast<const T*>(nullptr), s, dx);
   conv2d_backward(dy, w, x, s, static_cast<T*>(nullptr), dw, static_cast<T*>(nullptr));
   if (db) conv2d_bias_grad(dy, conv_transpose2d_bias_shape(s), db);

@@ -3,7 +3,8 @@
 // GEMMs) against its reference (conv2d's col2im input gradient, forward and weight gradient):
 // y with and without bias, dx (wanted or not), dw and db, in float and double, for kernels 2 and 3
 // (also 3x2), odd image sizes, U-Net's two upsamplings and more images than weight-gradient
-// blocks; which shapes take the path; and the same bits with 1 and 2 threads.
+// blocks; which shapes take the path; the same bits with 1 and 2 threads; and dy as a slice of a
+// larger gradient's channels.
 // (tests/autograd/test_layers.cpp checks the op's gradients by float64 finite differences.)
 #include <gtest/gtest.h>
 
@@ -66,7 +67,8 @@ template <class T> void expect_matches_reference(const Conv2dShape& s, double to
   k::conv_transpose2d_backward_reference(x.data(), w.data(), dy.data(), s, dx_ref.data(), dw_ref.data(), db_ref.data());
   for (bool with_dx : {true, false}) {
     std::vector<T> dx(n.x, NAN), dw(n.w, NAN), db(n.b, NAN);
-    k::conv_transpose2d_backward(x.data(), w.data(), dy.data(), s, with_dx ? dx.data() : nullptr, dw.data(), db.data());
+    k::conv_transpose2d_backward(x.data(), w.data(), dy.data(), static_cast<int64_t>(n.y) / s.N, s,
+                                 with_dx ? dx.data() : nullptr, dw.data(), db.data());
     if (with_dx) expect_close(dx, dx_ref, tol, "dx");
     expect_close(dw, dw_ref, tol, "dw");
     EXPECT_EQ(db, db_ref);  // conv2d_bias_grad on both paths
@@ -123,12 +125,37 @@ TEST(CpuConvTranspose, NonoverlappingSameBitsFor1And2Threads) {
       k::set_num_threads(t + 1);
       y[t].resize(n.y), dx[t].resize(n.x), dw[t].resize(n.w), db[t].resize(n.b);
       k::conv_transpose2d_forward(x.data(), w.data(), b.data(), s, y[t].data());
-      k::conv_transpose2d_backward(x.data(), w.data(), dy.data(), s, dx[t].data(), dw[t].data(), db[t].data());
+      k::conv_transpose2d_backward(x.data(), w.data(), dy.data(), static_cast<int64_t>(n.y) / s.N, s, dx[t].data(),
+                                   dw[t].data(), db[t].data());
     }
     k::set_num_threads(saved);
     EXPECT_EQ(y[0], y[1]);
     EXPECT_EQ(dx[0], dx[1]);
     EXPECT_EQ(dw[0], dw[1]);
     EXPECT_EQ(db[0], db[1]);
+  }
+}
+
+TEST(CpuConvTranspose, GradientOfAChannelSliceIsReadInPlace) {
+  // dy as channels [C_out, 2 C_out) of a (N, 3 C_out, H, W) gradient (torch.cat's backward): the
+  // same gradients as from its contiguous copy, on the fast path (read in place) and the general
+  // one (kernel 3, stride 2: copied first)
+  namespace k = minidl::kernels::cpu;
+  Conv2dShape general = upsampling(3, 4, 3, 5, 6, 3, 3);
+  general.stride_h = general.stride_w = 2, general.H = 7, general.W = 11;
+  for (const Conv2dShape& s : {upsampling(3, 4, 3, 5, 6, 2, 2), general}) {
+    SCOPED_TRACE(::testing::Message() << "kernel " << s.kH << " stride " << s.stride_h);
+    const Sizes n = sizes(s);
+    const int64_t image = s.C * s.H * s.W;
+    const std::vector<float> x = values(n.x, 9), w = values(n.w, 10), wide = values(n.y * 3, 11);
+    std::vector<float> dy(n.y);  // the slice, packed
+    for (int64_t i = 0; i < s.N; ++i) std::copy_n(wide.begin() + (3 * i + 1) * image, image, dy.begin() + i * image);
+    std::vector<float> dx(n.x, NAN), dw(n.w, NAN), db(n.b, NAN), dx_ref(n.x, NAN), dw_ref(n.w, NAN), db_ref(n.b, NAN);
+    k::conv_transpose2d_backward(x.data(), w.data(), wide.data() + image, 3 * image, s, dx.data(), dw.data(),
+                                 db.data());
+    k::conv_transpose2d_backward(x.data(), w.data(), dy.data(), image, s, dx_ref.data(), dw_ref.data(), db_ref.data());
+    EXPECT_EQ(dx, dx_ref);
+    EXPECT_EQ(dw, dw_ref);
+    EXPECT_EQ(db, db_ref);
   }
 }
