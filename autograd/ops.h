@@ -179,6 +179,11 @@ Variable adaptive_avg_pool2d(const Variable& x, int64_t out_h, int64_t out_w);
 // its mask into the backward's passes; the same values as the two ops).
 Variable batch_norm(const Variable& x, Tensor running_mean, Tensor running_var, const Variable& weight,
                     const Variable& bias, bool training, double momentum, double eps, bool relu = false);
+// relu(batch_norm(x, ...) + residual) as one node, the tail of a residual block (torchvision's
+// BasicBlock): one forward pass where the three ops take three, the same values and gradients.
+// An explicit choice of the model's code (nn::BatchNormBase::forward_add_relu), never a rewrite.
+Variable batch_norm_add_relu(const Variable& x, const Variable& residual, Tensor running_mean, Tensor running_var,
+                             const Variable& weight, const Variable& bias, bool training, double momentum, double eps);
 // max_pool2d(batch_norm(..., relu = true), p) as one node when training on the CPU with a 2x2
 // window, stride 2 and no padding (the same values and, up to the order of the per-channel sums,
 // the same gradients, without the full-resolution intermediates); otherwise the composed ops.

@@ -103,46 +103,70 @@ BatchNormStats batch_stats_updating_running(const Variable& x, Tensor& running_m
   }
   return s;
 }
+
+// The mean and invstd batch_norm normalises with: the batch's (running stats updated), or in eval
+// the running ones
+BatchNormStats normalising_stats(const Variable& x, Tensor& running_mean, Tensor& running_var, bool training,
+                                 double momentum, double eps, const char* op) {
+  if (x.dim() < 2) throw std::invalid_argument(std::string(op) + ": expected input (N, C, *), got " + x.data().desc());
+  if (training) return batch_stats_updating_running(x, running_mean, running_var, momentum, eps);
+  if (!running_mean.defined() || !running_var.defined())
+    throw std::invalid_argument(std::string(op) + ": eval mode needs running_mean and running_var");
+  return {running_mean, rsqrt(add(running_var, eps))};
+}
+
+// dy -> {dx, grad_weight, grad_bias} of batch_norm (relu_out: its ReLU's output, or undefined)
+std::vector<Tensor> batch_norm_grads(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& invstd,
+                                     const Tensor& w, bool training, const Tensor& relu_out) {
+  BatchNormReduce r = batch_norm_backward_reduce(dy, x, mean, invstd, w, relu_out);
+  Tensor dx;
+  if (training) {
+    const int64_t count = x.numel() / std::max<int64_t>(x.size(1), 1);
+    dx = batch_norm_backward_elemt(dy, x, mean, invstd, w, r.sum_dy, r.sum_dy_xmu, count, relu_out);
+  } else {  // dx = dy * weight * invstd, per channel
+    Tensor scale = w.defined() ? mul(w, invstd) : invstd;
+    Shape bshape(x.dim(), 1);
+    bshape[1] = x.size(1);
+    dx = mul(relu_out.defined() ? relu_backward(relu_out, dy) : dy, scale.reshape(bshape));
+  }
+  return {dx, r.grad_weight, r.grad_bias};
+}
 }  // namespace
 
 // batch_norm, training: normalise with the batch's mean and biased variance; backward through
 // the statistics (PyTorch's formula). Eval: normalise with running stats, which are constants.
 Variable batch_norm(const Variable& x, Tensor running_mean, Tensor running_var, const Variable& weight,
                     const Variable& bias, bool training, double momentum, double eps, bool relu) {
-  if (x.dim() < 2) throw std::invalid_argument("batch_norm: expected input (N, C, *), got " + x.data().desc());
-  const int64_t C = x.size(1);
-  const int64_t count = x.numel() / std::max<int64_t>(C, 1);
+  const BatchNormStats s = normalising_stats(x, running_mean, running_var, training, momentum, eps, "batch_norm");
   const Tensor w = weight.defined() ? weight.data() : Tensor();
   const Tensor b = bias.defined() ? bias.data() : Tensor();
-  Tensor mean_t, invstd_t;
-  if (training) {
-    BatchNormStats s = batch_stats_updating_running(x, running_mean, running_var, momentum, eps);
-    mean_t = s.mean;
-    invstd_t = s.invstd;
-  } else {
-    if (!running_mean.defined() || !running_var.defined())
-      throw std::invalid_argument("batch_norm: eval mode needs running_mean and running_var");
-    mean_t = running_mean;
-    invstd_t = rsqrt(add(running_var, eps));
-  }
-  Tensor y = batch_norm_elemt(x.data(), mean_t, invstd_t, w, b, relu);
+  Tensor y = batch_norm_elemt(x.data(), s.mean, s.invstd, w, b, relu);
   return Variable::make_result(
       y, {x, weight, bias},
-      [tx = x.data(), mean_t, invstd_t, w, training, count,
-       ty = relu ? y : Tensor()](const Tensor& dy) -> std::vector<Tensor> {
-        BatchNormReduce r = batch_norm_backward_reduce(dy, tx, mean_t, invstd_t, w, ty);
-        Tensor dx;
-        if (training) {
-          dx = batch_norm_backward_elemt(dy, tx, mean_t, invstd_t, w, r.sum_dy, r.sum_dy_xmu, count, ty);
-        } else {  // dx = dy * weight * invstd, per channel
-          Tensor scale = w.defined() ? mul(w, invstd_t) : invstd_t;
-          Shape bshape(tx.dim(), 1);
-          bshape[1] = tx.size(1);
-          dx = mul(ty.defined() ? relu_backward(ty, dy) : dy, scale.reshape(bshape));
-        }
-        return {dx, r.grad_weight, r.grad_bias};
+      [tx = x.data(), s, w, training, ty = relu ? y : Tensor()](const Tensor& dy) {
+        return batch_norm_grads(dy, tx, s.mean, s.invstd, w, training, ty);
       },
       relu ? "BatchNormReluBackward" : "BatchNormBackward");
+}
+
+// relu(batch_norm(x) + residual): one forward pass; backward, the ReLU's mask gives the residual's
+// gradient dz, and batch_norm's backward takes dz (the passes of the three ops, less the add's)
+Variable batch_norm_add_relu(const Variable& x, const Variable& residual, Tensor running_mean, Tensor running_var,
+                             const Variable& weight, const Variable& bias, bool training, double momentum, double eps) {
+  const BatchNormStats s =
+      normalising_stats(x, running_mean, running_var, training, momentum, eps, "batch_norm_add_relu");
+  const Tensor w = weight.defined() ? weight.data() : Tensor();
+  const Tensor b = bias.defined() ? bias.data() : Tensor();
+  Tensor y = batch_norm_add_relu_elemt(x.data(), residual.data(), s.mean, s.invstd, w, b);
+  return Variable::make_result(
+      y, {x, weight, bias, residual},
+      [tx = x.data(), s, w, training, y](const Tensor& dy) {
+        const Tensor dz = relu_backward(y, dy);
+        std::vector<Tensor> g = batch_norm_grads(dz, tx, s.mean, s.invstd, w, training, Tensor());
+        g.push_back(dz);
+        return g;
+      },
+      "BatchNormAddReluBackward");
 }
 
 // max_pool2d(relu(batch_norm(x)), 2) in training: one node, one pass each way at full resolution

@@ -71,6 +71,18 @@ Variable BatchNormBase::forward_relu(const Variable& x) {
   return override_ ? relu(override_(*this, x)) : local_forward(x, true);
 }
 
+Variable BatchNormBase::forward_add_relu(const Variable& x, const Variable& residual) {
+  if (override_) return relu(override_(*this, x) + residual);
+  check_input(x);
+  const bool batch_stats = uses_batch_stats();
+  const double momentum = next_momentum();
+  if (batch_stats)  // as local_forward
+    return batch_norm_add_relu(x, residual, training_ ? running_mean : Tensor(), training_ ? running_var : Tensor(),
+                               weight, bias, /*training=*/true, momentum, options.eps);
+  return batch_norm_add_relu(x, residual, running_mean, running_var, weight, bias, /*training=*/false, 0.0,
+                             options.eps);
+}
+
 Variable BatchNormBase::forward_relu_max_pool2d(const Variable& x, const Pool2dParams& p) {
   if (override_ || !uses_batch_stats()) return max_pool2d(forward_relu(x), p);
   check_input(x);

@@ -37,6 +37,10 @@ class BatchNormBase : public Module {
   // statistics are the batch's (autograd's batch_norm_relu_max_pool2d decides which pools and
   // devices it fuses), else forward_relu then the pool.
   Variable forward_relu_max_pool2d(const Variable& x, const Pool2dParams& p);
+  // relu(forward(x) + residual), the tail of a residual block: one node (autograd's
+  // batch_norm_add_relu) when no override is installed, else the three ops. Called explicitly by a
+  // model's forward (never substituted).
+  Variable forward_add_relu(const Variable& x, const Variable& residual);
   void reset_running_stats();
 
   using ForwardOverride = std::function<Variable(BatchNormBase&, const Variable&)>;

@@ -1,5 +1,5 @@
 // nn/conv.h — Conv2d: x (N, in, H, W) -> (N, out, H_out, W_out), im2col + GEMM underneath; and
-// ConvTranspose2d, its adjoint in the input (col2im underneath).
+// ConvTranspose2d, its adjoint in the input (col2im underneath; one GEMM and a scatter where kernel == stride).
 // PyTorch's default init: kaiming_uniform(a = sqrt(5)) weights, bias ~ U(-1/sqrt(fan_in), ...).
 // Padding as PyTorch's: a number, "same" (output size = input size; stride 1; an odd total goes
 // to the right / bottom) or "valid" (none); padding_mode zeros, reflect, replicate or circular

@@ -1,16 +1,15 @@
 // tensor/ops_conv_transpose.cpp — conv_transpose2d forward/backward on Tensors (declared in
 // tensor/ops_nn.h), as torch.nn.functional.conv_transpose2d. A transposed convolution is the
-// gradient of conv2d with respect to its input, so it is built from conv2d's pieces: with the
-// convolution that maps y's shape to x's shape (same weight, stride, padding, dilation, groups),
-//   forward   y  = conv2d input gradient of dy := x       (col2im; kernels/cpu/conv2d.h)
-//   backward  dx = conv2d_forward(dy, w)
-//             dw = conv2d weight gradient with input dy and output gradient x
-//             db = sum of dy over (N, H_out, W_out)
-// Shapes are checked here, once; the forward runs on the CPU only.
+// gradient of conv2d with respect to its input; kernels/cpu/conv_transpose2d.h runs it with the
+// geometry of the convolution that maps y's shape to x's shape (same weight, stride, padding,
+// dilation, groups): the forward as that convolution's input gradient (col2im), or, where kernel
+// == stride without padding (outputs that do not overlap), as one GEMM per image and a scatter;
+// the backward as conv2d's forward (dx) and weight gradient (dw), or the gather and two GEMMs.
+// Shapes are checked here, once; the op runs on the CPU only.
 #include <stdexcept>
 #include <string>
 
-#include "minidl/kernels/cpu/conv2d.h"
+#include "minidl/kernels/cpu/conv_transpose2d.h"
 #include "minidl/tensor/cuda_dispatch.h"
 #include "minidl/tensor/ops.h"
 #include "minidl/tensor/ops_nn.h"
@@ -25,16 +24,6 @@ std::string params_str(const ConvTranspose2dParams& p) {
   return "stride " + pair(p.stride_h, p.stride_w) + ", padding " + pair(p.pad_h, p.pad_w) + ", output_padding " +
          pair(p.output_padding_h, p.output_padding_w) + ", dilation " + pair(p.dilation_h, p.dilation_w) + ", groups " +
          std::to_string(p.groups);
-}
-
-Conv2dParams conv_params(const ConvTranspose2dParams& p) {
-  return {.stride_h = p.stride_h,
-          .stride_w = p.stride_w,
-          .pad_h = p.pad_h,
-          .pad_w = p.pad_w,
-          .dilation_h = p.dilation_h,
-          .dilation_w = p.dilation_w,
-          .groups = p.groups};
 }
 
 // Checks x, w (and b when defined) against each other and p; returns the geometry of the
@@ -92,32 +81,40 @@ Tensor conv_transpose2d_forward(const Tensor& x_in, const Tensor& w_in, const Te
     throw std::invalid_argument("conv_transpose2d is not implemented on CUDA (input " + x_in.desc() + ")");
   const kernels::cpu::Conv2dShape s = transposed_shape(x_in, w_in, b_in, p, op);
   const Tensor x = x_in.contiguous(), w = w_in.contiguous();
+  const Tensor b = b_in.defined() ? b_in.contiguous() : Tensor();
   Tensor y({s.N, s.C, s.H, s.W}, x.dtype());
   dispatch_floating(x.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
-    // conv2d's input gradient alone: no input (its im2col is only for the weight gradient), no dw, no db
-    kernels::cpu::conv2d_backward_reference(static_cast<const T*>(nullptr), w.data<T>(), x.data<T>(), s, y.data<T>(),
-                                            static_cast<T*>(nullptr), static_cast<T*>(nullptr));
+    kernels::cpu::conv_transpose2d_forward(x.data<T>(), w.data<T>(), b.defined() ? b.data<T>() : nullptr, s,
+                                           y.data<T>());
   });
-  if (b_in.defined()) y = add(y, b_in.reshape({1, s.C, 1, 1}));
   return y;
 }
 
-Conv2dGrads conv_transpose2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, bool has_bias,
+Conv2dGrads conv_transpose2d_backward(const Tensor& x_in, const Tensor& w_in, const Tensor& dy_in, bool has_bias,
                                       const ConvTranspose2dParams& p, bool need_dx) {
   constexpr const char* op = "conv_transpose2d_backward";
-  const kernels::cpu::Conv2dShape s = transposed_shape(x, w, Tensor(), p, op);
-  nn_checks::require_float(dy, op, "grad_output");
+  const kernels::cpu::Conv2dShape s = transposed_shape(x_in, w_in, Tensor(), p, op);
+  nn_checks::require_float(dy_in, op, "grad_output");
   const Shape y_shape{s.N, s.C, s.H, s.W};
-  if (dy.shape() != y_shape || dy.dtype() != x.dtype())
-    throw std::invalid_argument(std::string(op) + ": expected grad_output " + dtype_name(x.dtype()) +
-                                shape_str(y_shape) + " for input " + x.desc() + " and weight " + shape_str(w.shape()) +
-                                ", got " + dy.desc());
-  const Conv2dParams cp = conv_params(p);
+  if (dy_in.shape() != y_shape || dy_in.dtype() != x_in.dtype())
+    throw std::invalid_argument(std::string(op) + ": expected grad_output " + dtype_name(x_in.dtype()) +
+                                shape_str(y_shape) + " for input " + x_in.desc() + " and weight " +
+                                shape_str(w_in.shape()) + ", got " + dy_in.desc());
+  // dy's images may lie apart (a slice of torch.cat's gradient) when each image's (C, H, W) is
+  // contiguous: the kernel reads them in place
+  const bool images_contiguous = dy_in.stride(3) == 1 && dy_in.stride(2) == s.W && dy_in.stride(1) == s.H * s.W;
+  const Tensor x = x_in.contiguous(), w = w_in.contiguous(), dy = images_contiguous ? dy_in : dy_in.contiguous();
   Conv2dGrads g;
-  if (need_dx) g.dx = conv2d_forward(dy, w, Tensor(), cp);
-  g.dw = conv2d_backward(dy, w, x, false, cp, /*need_dx=*/false).dw;
-  if (has_bias) g.db = sum(dy, {0, 2, 3});
+  if (need_dx) g.dx = Tensor(x.shape(), x.dtype());
+  g.dw = Tensor(w.shape(), w.dtype());
+  if (has_bias) g.db = Tensor({s.C}, x.dtype());
+  dispatch_floating(x.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    kernels::cpu::conv_transpose2d_backward(x.data<T>(), w.data<T>(), dy.data<T>(), dy.stride(0), s,
+                                            need_dx ? g.dx.data<T>() : nullptr, g.dw.data<T>(),
+                                            has_bias ? g.db.data<T>() : nullptr);
+  });
   return g;
 }
 

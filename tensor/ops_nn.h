@@ -90,6 +90,10 @@ void batch_norm_update_running_stats_(Tensor& running_mean, Tensor& running_var,
 // (undefined: no ReLU) and mask dy with it, as relu_backward does.
 Tensor batch_norm_elemt(const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& weight,
                         const Tensor& bias, bool relu = false);
+// relu(batch_norm_elemt(x, ...) + residual), residual shaped like x: one pass on the CPU
+// (kernels/cpu/batch_norm_add_relu.h; the same bits as the three ops), the three ops on CUDA.
+Tensor batch_norm_add_relu_elemt(const Tensor& x, const Tensor& residual, const Tensor& mean, const Tensor& invstd,
+                                 const Tensor& weight, const Tensor& bias);
 struct BatchNormReduce {
   Tensor sum_dy;  // (C) sum over N, * of dy
   Tensor sum_dy_xmu;  // (C) sum of dy * (x - mean)

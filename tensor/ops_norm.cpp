@@ -1,7 +1,7 @@
 // tensor/ops_norm.cpp — batch norm pieces (batch_norm_stats / _elemt / _backward_reduce /
-// _backward_elemt, as PyTorch splits them), batch norm + ReLU + 2x2 max-pool as one op (CPU) and
-// layer norm forward/backward on Tensors (declared in tensor/ops_nn.h). Shapes are checked here,
-// once; then the loops run on the CPU (kernels/cpu/norm.h, kernels/cpu/layer_norm.h) or on CUDA
+// _backward_elemt, as PyTorch splits them), batch norm + ReLU + 2x2 max-pool and batch norm +
+// residual + ReLU as one op each (CPU), and layer norm forward/backward on Tensors (declared in
+// tensor/ops_nn.h). Shapes are checked here, once; then the loops run on the CPU (kernels/cpu/norm.h, kernels/cpu/layer_norm.h) or on CUDA
 // (kernels/cuda/norm.cu, the same math in double).
 // The batch norm pieces are pure per-rank computations: dist's SyncBatchNorm all-reduces their
 // per-channel outputs between calls. Per-channel outputs have x's dtype; sums run in double.
@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "minidl/kernels/cpu/batch_norm_add_relu.h"
 #include "minidl/kernels/cpu/layer_norm.h"
 #include "minidl/kernels/cpu/norm.h"
 #include "minidl/tensor/creation.h"
@@ -113,6 +114,31 @@ Tensor batch_norm_elemt(const Tensor& x_in, const Tensor& mean, const Tensor& in
     using T = decltype(tag);
     kernels::cpu::batch_norm_elemt(x.data<T>(), d.N, d.C, d.S, m.data(), is.data(), ptr_or_null(w), ptr_or_null(b),
                                    y.data<T>(), relu);
+  });
+  return y;
+}
+
+Tensor batch_norm_add_relu_elemt(const Tensor& x_in, const Tensor& residual_in, const Tensor& mean,
+                                 const Tensor& invstd, const Tensor& weight, const Tensor& bias) {
+  constexpr const char* op = "batch_norm_add_relu_elemt";
+  const bool cuda = cuda_dispatch::on_cuda({&x_in, &residual_in, &mean, &invstd, &weight, &bias}, op);
+  if (residual_in.shape() != x_in.shape() || residual_in.dtype() != x_in.dtype())
+    throw std::invalid_argument(std::string(op) + ": expected a residual shaped and typed like input " + x_in.desc() +
+                                ", got " + residual_in.desc());
+  if (cuda) return minidl::relu(add(batch_norm_elemt(x_in, mean, invstd, weight, bias), residual_in));
+  const NCS d = batch_norm_layout(x_in, op);
+  require_channel_vector(mean, d.C, op, "mean", false);
+  require_channel_vector(invstd, d.C, op, "invstd", false);
+  require_channel_vector(weight, d.C, op, "weight", true);
+  require_channel_vector(bias, d.C, op, "bias", true);
+  const Tensor x = x_in.contiguous(), residual = residual_in.contiguous();
+  const auto m = detail::cpu_values(mean), is = detail::cpu_values(invstd);
+  const auto w = values_or_empty(weight), b = values_or_empty(bias);
+  Tensor y(x.shape(), x.dtype());
+  dispatch_floating(x.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    kernels::cpu::batch_norm_add_relu_elemt(x.data<T>(), residual.data<T>(), d.N, d.C, d.S, m.data(), is.data(),
+                                            ptr_or_null(w), ptr_or_null(b), y.data<T>());
   });
   return y;
 }

@@ -28,8 +28,8 @@ BasicBlock::BasicBlock(int64_t in, int64_t out, int64_t stride)
 }
 
 Variable BasicBlock::forward(const Variable& x) {
-  Variable y = bn2(conv2(bn1.forward_relu(conv1(x))));  // (N, out, H / stride, W / stride)
-  return relu(y + shortcut(x));
+  Variable y = conv2(bn1.forward_relu(conv1(x)));  // (N, out, H / stride, W / stride)
+  return bn2.forward_add_relu(y, shortcut(x));  // relu(bn2(y) + shortcut(x)) as one node
 }
 
 ResNet20::ResNet20() : fc({.in = 64, .out = 10}) {

@@ -157,14 +157,16 @@ template <class T> void conv2d_forward(const T* x, const T* w, const T* b, const
   conv2d_forward_im2col<true>(x, w, b, s, y);
 }
 
-// dy (N, O, H_out, W_out) -> db (O): db[o] = sum over n, l of dy[n, o, l], in double, in a fixed order
-template <class T> void conv2d_bias_grad(const T* dy, const Conv2dShape& s, T* db) {
+// dy (N, O, H_out, W_out) -> db (O): db[o] = sum over n, l of dy[n, o, l], in double, in a fixed
+// order; image_stride: the elements between dy's images (O L when dy is contiguous; more when dy is
+// a slice of a larger tensor's channels)
+template <class T> void conv2d_bias_grad(const T* dy, const Conv2dShape& s, T* db, int64_t image_stride) {
   const int64_t L = s.H_out * s.W_out;
   parallel_for(s.O, conv_grain(s.N * L), [&](int64_t o0, int64_t o1) {
     for (int64_t o = o0; o < o1; ++o) {
       double acc[8] = {};  // 8 interleaved partial sums (one vector), added in order at the end
       for (int64_t n = 0; n < s.N; ++n) {
-        const T* plane = dy + (n * s.O + o) * L;
+        const T* plane = dy + n * image_stride + o * L;
         int64_t l = 0;
         for (; l + 8 <= L; l += 8)
           for (int j = 0; j < 8; ++j) acc[j] += static_cast<double>(plane[l + j]);
@@ -175,6 +177,9 @@ template <class T> void conv2d_bias_grad(const T* dy, const Conv2dShape& s, T* d
       db[o] = static_cast<T>(sum);
     }
   });
+}
+template <class T> void conv2d_bias_grad(const T* dy, const Conv2dShape& s, T* db) {
+  conv2d_bias_grad(dy, s, db, s.O * s.H_out * s.W_out);
 }
 
 // dy (N, O, H_out, W_out) -> dx (N, C, H, W), dw (O, C/G, kH, kW), db (O) (db may be null: no

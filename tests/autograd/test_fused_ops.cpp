@@ -4,8 +4,9 @@
 // attention_with_weights (with causal_mask) (values, the gradient, float64 finite differences, the
 // same bits for 1 and 2 threads), and MultiheadAttention's fast path (unmasked and causal) against
 // its composed path; linear against matmul + add; batch norm + ReLU (and Sequential's use of it)
-// against the two ops; batch norm + ReLU + 2x2 max-pool
-// (and Sequential's use of it, and where it falls back) against the three ops; the graph holding no
+// against the two ops; batch norm + ReLU + 2x2 max-pool (and Sequential's use of it, and where it
+// falls back) against the three ops; batch norm + residual + ReLU (and
+// BatchNorm2d::forward_add_relu) against the three ops; the graph holding no
 // intermediate results, and a leaf's first gradient kept without a copy only when nothing else
 // holds it.
 #include <cmath>
@@ -305,6 +306,56 @@ std::vector<Tensor> bn_relu_pool(bool fused, const Tensor& x0, const Tensor& w0,
 // windows' winners instead of every element, the others being exact zeros), so dx, dweight and
 // dbias agree to the rounding of those sums: 1e-12 in float64, and in float32 (where the sums
 // are rounded to float before dx, as the composed pieces pass them) to a few float ulps.
+TEST(FusedOps, BatchNormAddReluMatchesTheThreeOps) {
+  // relu(batch_norm(x) + residual): the same bits as the three ops, forward and backward (the
+  // backward runs the same pieces on the same dz), and the same running statistics
+  manual_seed(11);
+  for (bool training : {true, false}) {
+    for (DType dt : {DType::Float64, DType::Float32}) {
+      const Tensor x0 = randn({4, 3, 5, 5}, dt), res0 = randn({4, 3, 5, 5}, dt), w0 = randn({3}, dt),
+                   b0 = randn({3}, dt), r = randn({4, 3, 5, 5}, dt);
+      const Tensor rm = randn({3}, dt), rv = rand({3}, dt) + 0.5;
+      auto grads = [&](bool fused) {
+        Variable x(x0.clone(), true), res(res0.clone(), true), w(w0.clone(), true), b(b0.clone(), true);
+        Tensor m = rm.clone(), v = rv.clone();
+        Variable y = fused ? batch_norm_add_relu(x, res, m, v, w, b, training, 0.1, 1e-5)
+                           : relu(batch_norm(x, m, v, w, b, training, 0.1, 1e-5) + res);
+        sum(mul(y, Variable(r))).backward();
+        return std::vector<Tensor>{y.data(), x.grad(), res.grad(), w.grad(), b.grad(), m, v};
+      };
+      const auto fast = grads(true), ref = grads(false);
+      for (size_t i = 0; i < fast.size(); ++i) {
+        SCOPED_TRACE(std::string(training ? "training" : "eval") + ", tensor " + std::to_string(i));
+        expect_equal(fast[i], ref[i]);
+      }
+    }
+  }
+  EXPECT_TRUE(minidl::testing::gradcheck(
+      [](const std::vector<Variable>& in) {
+        return batch_norm_add_relu(in[0], in[1], Tensor(), Tensor(), in[2], in[3], true, 0.1, 1e-5);
+      },
+      {randn({3, 2, 2, 2}, DType::Float64), randn({3, 2, 2, 2}, DType::Float64), randn({2}, DType::Float64),
+       randn({2}, DType::Float64)},
+      "batch_norm_add_relu"));
+
+  // the layer's opt-in: BatchNorm2d::forward_add_relu against relu(bn(x) + residual), running stats included
+  nn::BatchNorm2d fused({.num_features = 3}), plain({.num_features = 3});
+  const Tensor w1 = randn({3}), b1 = randn({3});
+  for (auto* bn : {&fused, &plain}) {
+    bn->weight.data().copy_(w1);
+    bn->bias.data().copy_(b1);
+  }
+  const Tensor x0 = randn({4, 3, 6, 6}), res0 = randn({4, 3, 6, 6});
+  for (bool train : {true, false}) {
+    fused.train(train);
+    plain.train(train);
+    expect_equal(fused.forward_add_relu(Variable(x0), Variable(res0)).data(),
+                 relu(plain(Variable(x0)) + Variable(res0)).data());
+    expect_equal(fused.running_mean, plain.running_mean);
+    expect_equal(fused.running_var, plain.running_var);
+  }
+}
+
 TEST(FusedOps, BatchNormReluMaxPoolMatchesTheComposedOps) {
   manual_seed(11);
   for (DType dt : {DType::Float64, DType::Float32}) {

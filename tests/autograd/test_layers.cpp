@@ -100,6 +100,17 @@ TEST(ConvTranspose2d, Gradcheck) {
       .stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1, .dilation_h = 2, .dilation_w = 1, .groups = 2};
   gradcheck([q](const V& v) { return conv_transpose2d(v[0], v[1], {}, q); },
             {rn({1, 4, 3, 3}, 16), rn({4, 2, 2, 3}, 17)}, "conv_transpose2d dilation, groups");
+  // kernel == stride, no padding: the outputs do not overlap (one GEMM and a scatter per image)
+  const ConvTranspose2dParams u{.stride_h = 2, .stride_w = 3};
+  gradcheck([u](const V& v) { return conv_transpose2d(v[0], v[1], v[2], u); },
+            {rn({2, 3, 3, 2}, 25), rn({3, 2, 2, 3}, 26), rn({2}, 27)}, "conv_transpose2d kernel == stride");
+  // ... and concatenated (as in a U-Net): its gradient is a slice of cat's, read in place
+  gradcheck(
+      [u](const V& v) {
+        return cat({v[3], conv_transpose2d(v[0], v[1], v[2], u)}, 1);
+      },
+      {rn({2, 3, 3, 2}, 28), rn({3, 2, 2, 3}, 29), rn({2}, 30), rn({2, 1, 6, 6}, 31)},
+      "cat(x, conv_transpose2d kernel == stride)");
 }
 
 TEST(ConvTranspose2d, IsTheAdjointOfConv2d) {

@@ -111,7 +111,9 @@ template <class T> void check_against_reference(double rtol, double atol, bool c
         double sum = 0;
         for (int64_t j = 0; j < s.L; ++j) {
           const T pij = got.P[size_t((t * s.L + i) * s.L + j)];
-          if (j > i) ASSERT_EQ(pij, T(0)) << what << " head " << t << " row " << i << " key " << j;
+          if (j > i) {
+            ASSERT_EQ(pij, T(0)) << what << " head " << t << " row " << i << " key " << j;
+          }
           sum += double(pij);
         }
         EXPECT_NEAR(sum, 1.0, 1e-5) << what << " head " << t << " row " << i;
