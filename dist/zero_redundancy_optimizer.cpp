@@ -4,12 +4,14 @@
 #include "minidl/dist/zero_redundancy_optimizer.h"
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "minidl/dist/ddp.h"
 #include "minidl/dist/distributed.h"
+#include "minidl/optim/clip_grad.h"
 #include "minidl/tensor/creation.h"
 #include "minidl/tensor/serialize.h"
 
@@ -245,6 +247,26 @@ void ZeroRedundancyOptimizer::step() {
     const int64_t n = b.numel / world;
     group().all_gather_into_tensor(b.buffer, b.buffer.narrow(0, group().rank() * n, n));
   }
+}
+
+double ZeroRedundancyOptimizer::clip_grad_norm(double max_norm, double norm_type) {
+  if (!options_.ddp) return optim::clip_grad_norm(params_, max_norm, norm_type);
+  std::vector<Tensor> slabs;  // this rank's pieces of the averaged gradients, views
+  for (const Piece& s : local_pieces_) {
+    const Variable& p = param(s.param);
+    const Tensor& g = p.grad();
+    if (!p.requires_grad() || !g.defined()) continue;
+    if (!g.is_contiguous())  // DDP's gradients are views of its buckets: contiguous
+      throw std::logic_error(name_ + ".clip_grad_norm: the gradient of parameter " + std::to_string(s.param) +
+                             " is not contiguous (not DDP's bucket view); it cannot be scaled in place");
+    slabs.push_back(g.view({g.numel()}).narrow(0, s.offset, s.numel));
+  }
+  const ReduceOp op = std::isinf(norm_type) ? ReduceOp::MAX : ReduceOp::SUM;
+  return optim::clip_grad_norm(std::move(slabs), max_norm, norm_type, [&](double local) {
+    Tensor t = full({1}, local, DType::Float64);
+    group().all_reduce(t, op);
+    return t.item();
+  });
 }
 
 void ZeroRedundancyOptimizer::consolidate_state_dict(int to) {

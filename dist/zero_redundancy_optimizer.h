@@ -41,7 +41,8 @@
 // reduce-scatters overlap backward as the all-reduces did.
 // GradScaler: each rank checks its own gradients, averaged only in its slabs; use
 // dist::sync_grad_scaler so that every rank takes the same skip decision (step() is a collective).
-// For the same reason optim::clip_grad_norm over .grad does not see the averaged gradients.
+// For the same reason optim::clip_grad_norm over .grad does not see the averaged gradients: clip
+// with this class's clip_grad_norm, which sums the norm over every rank's slabs.
 // zero_grad() clears every parameter's gradient.
 // Checkpoints, in the unsharded optimizer's layout (optim/optimizer.h: state.<i>.<name>, i the
 // parameter's global index), so they move freely to and from a plain optimizer at any world size:
@@ -92,6 +93,13 @@ class ZeroRedundancyOptimizer : public optim::Optimizer {
 
   // Updates this rank's slabs, then all-gathers every rank's (a collective).
   void step() override;
+  // torch.nn.utils.clip_grad_norm_ over the gradients step() will use (as PyTorch's FSDP has
+  // its own clip_grad_norm_): with options.ddp, each rank's slabs of the averaged gradients are
+  // the pieces of the norm, summed (max for p = infinity) over the ranks by one all-reduce (a
+  // collective), then scaled; without it, optim::clip_grad_norm over every parameter (each rank
+  // holds the averaged gradients whole). Returns the total norm before clipping, the same on
+  // every rank. After backward (and GradScaler::unscale_), before step().
+  double clip_grad_norm(double max_norm, double norm_type = 2.0);
   bool has_momentum() const override { return has_momentum_; }
 
   void consolidate_state_dict(int to = 0);

@@ -36,23 +36,26 @@ template <class T> double grad_norm(const T* g, int64_t n, double p) {
 }  // namespace
 
 double clip_grad_norm(const std::vector<Variable>& params, double max_norm, double norm_type) {
+  std::vector<Tensor> grads;
+  for (const Variable& p : params)
+    if (p.grad().defined()) grads.push_back(p.grad());
+  return clip_grad_norm(std::move(grads), max_norm, norm_type, [](double local) { return local; });
+}
+
+double clip_grad_norm(std::vector<Tensor> grads, double max_norm, double norm_type,
+                      const std::function<double(double)>& combine) {
   if (!(norm_type > 0.0))
     throw std::invalid_argument("clip_grad_norm: norm_type must be > 0 (or infinity), got " +
                                 std::to_string(norm_type));
   if (!(max_norm >= 0.0))
     throw std::invalid_argument("clip_grad_norm: max_norm must be >= 0, got " + std::to_string(max_norm));
   NoGradGuard no_grad;
-  std::vector<Tensor> grads;
-  for (size_t i = 0; i < params.size(); ++i) {
-    const Tensor& g = params[i].grad();
-    if (!g.defined()) continue;
-    if (!g.is_floating_point())
-      throw std::invalid_argument("clip_grad_norm: gradient of parameter " + std::to_string(i) + " is " + g.desc() +
+  for (size_t i = 0; i < grads.size(); ++i)
+    if (!grads[i].is_floating_point())
+      throw std::invalid_argument("clip_grad_norm: gradient " + std::to_string(i) + " is " + grads[i].desc() +
                                   "; expected a floating tensor");
-    grads.push_back(g);
-  }
-  if (grads.empty()) return 0.0;
 
+  // sum of ||g||_p^p (max for p = inf), each gradient's norm accumulated in double
   const bool inf = std::isinf(norm_type);
   double total = 0.0;
   for (const Tensor& g : grads) {
@@ -71,6 +74,7 @@ double clip_grad_norm(const std::vector<Variable>& params, double max_norm, doub
       total += std::pow(norm, norm_type);
     }
   }
+  total = combine(total);
   if (!inf && norm_type != 1.0) total = norm_type == 2.0 ? std::sqrt(total) : std::pow(total, 1.0 / norm_type);
 
   const double clip_coef = max_norm / (total + 1e-6);

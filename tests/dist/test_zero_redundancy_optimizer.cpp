@@ -479,3 +479,76 @@ TEST(ZeroRedundancyOptimizer, GradScalerSkipsAndStepsAsWithThePlainOptimizer) {
     dist::shutdown();
   });
 }
+
+// clip_grad_norm under ZeRO sees the averaged gradients, as optim::clip_grad_norm does without
+// it: 3 ranks (the MLP's slabs split parameters), 2 steps of Adam, each clipped to 0.05 (the
+// MLP's gradient norms here are 3x (max) to 10x (2-norm) that, so every step clips). The infinity norm is a max,
+// the same whatever the order: the norms and the parameters are bit-identical. The 2-norm sums
+// the slabs' squares in another order than the parameters': the norms agree to 1e-12 and the
+// parameters to float rounding. optim::clip_grad_norm over .grad under ZeRO would see this rank's
+// own gradient outside its slabs: the first check shows its 2-norm differs.
+namespace {
+void clip_matches_plain(double norm_type) {
+  dist::spawn(3, [&](int rank) {
+    init_world();
+    auto run = [&](bool zero, std::vector<double>& norms) {
+      auto model = fresh_mlp();
+      dist::DistributedDataParallel ddp(*model);
+      std::unique_ptr<dist::ZeroRedundancyOptimizer> zopt;
+      std::unique_ptr<optim::Optimizer> plain;
+      if (zero) {
+        zopt = std::make_unique<dist::ZeroRedundancyOptimizer>(model->parameters(), adam(),
+                                                               dist::ZeroRedundancyOptimizerOptions{.ddp = &ddp});
+      } else {
+        plain = adam()(optim::single_group(model->parameters()));
+      }
+      optim::Optimizer& opt = zero ? *zopt : *plain;
+      for (int s = 0; s < 2; ++s) {
+        const Tensor x = rand({4, 1, 28, 28}, RandomKey{95, static_cast<uint64_t>(3 * s + rank)});
+        const Tensor y = randint(0, 10, {4}, RandomKey{96, static_cast<uint64_t>(3 * s + rank)});
+        opt.zero_grad();
+        cross_entropy(ddp.forward(Variable(x)), y).backward();
+        ddp.finish();
+        if (zero && s == 0) {
+          std::vector<Variable> params = model->parameters();
+          const double local_view = optim::clip_grad_norm(params, 1e30, norm_type);  // no clipping: the norm only
+          norms.push_back(local_view);
+        }
+        norms.push_back(zero ? zopt->clip_grad_norm(0.05, norm_type)
+                             : optim::clip_grad_norm(model->parameters(), 0.05, norm_type));
+        opt.step();
+      }
+      return model->state_dict();
+    };
+    std::vector<double> zn, pn;
+    const TensorMap z = run(true, zn), p = run(false, pn);
+    require(zn.size() == 3 && pn.size() == 2, "three norms with ZeRO, two without");
+    require(pn[0] > 0.1 && pn[1] > 0.1, "every step clips: norm " + std::to_string(pn[0]));
+    if (!std::isinf(norm_type)) {  // a max can land in this rank's own slab and agree by chance
+      require(std::abs(zn[0] - pn[0]) > 1e-6 * pn[0], "optim::clip_grad_norm over .grad differs under ZeRO");
+    }
+    for (int s = 0; s < 2; ++s) {
+      const double got = zn[static_cast<size_t>(s) + 1], want = pn[static_cast<size_t>(s)];
+      if (std::isinf(norm_type)) {
+        require(got == want, "step " + std::to_string(s) + ": max norm " + std::to_string(got) + " vs " +
+                                 std::to_string(want));
+      } else {
+        require(std::abs(got - want) <= 1e-12 * want, "step " + std::to_string(s) + ": norm " +
+                                                           std::to_string(got) + " vs " + std::to_string(want));
+      }
+    }
+    if (std::isinf(norm_type)) {
+      require_identical(z, p, "ZeRO vs plain, clipped by the max norm");
+    } else {
+      for (const auto& [key, t] : p) {
+        const double worst = max(abs(z.at(key) - t)).item(), scale = max(abs(t)).item();
+        require(worst <= 1e-6 * std::max(scale, 1.0), key + ": ZeRO vs plain differ by " + std::to_string(worst));
+      }
+    }
+    dist::shutdown();
+  });
+}
+}  // namespace
+
+TEST(ZeroRedundancyOptimizer, ClipGradNormOverTheSlabsEqualsThePlainOneForTheMaxNorm) { clip_matches_plain(INFINITY); }
+TEST(ZeroRedundancyOptimizer, ClipGradNormOverTheSlabsEqualsThePlainOneForTheTwoNorm) { clip_matches_plain(2.0); }
