@@ -13,6 +13,7 @@
 // build cannot), and a portable build matches PyTorch as closely as a native one.
 #pragma once
 #include <cmath>
+#include <limits>
 
 #include "minidl/kernels/functors.h"  // MINIDL_HD
 
@@ -68,7 +69,7 @@ struct AdamStep {
   double weight_decay = 0.0;
   bool decoupled_weight_decay = false;  // AdamW
   bool amsgrad = false;
-  double step_size = 0.0;  // lr / (1 - beta1^t)
+  double step_size = std::numeric_limits<double>::quiet_NaN();  // lr / (1 - beta1^t): set by set_step
   double bias_correction2_sqrt = 1.0;  // sqrt(1 - beta2^t)
 
   // Fills the per-step scalars for step t (t >= 1).

@@ -59,14 +59,14 @@ void Adam::step() {
     const double t = *step_count + 1.0;
     *step_count = t;
 
-    const AdamStepOptions op{.lr = group.lr,
-                             .beta1 = group.momentum.value_or(options_.beta1),
-                             .beta2 = options_.beta2,
-                             .eps = options_.eps,
-                             .weight_decay = group.weight_decay,
-                             .decoupled_weight_decay = decoupled_weight_decay_,
-                             .amsgrad = options_.amsgrad,
-                             .step = t};
+    AdamStepOptions op{.lr = group.lr,
+                       .beta1 = group.momentum.value_or(options_.beta1),
+                       .beta2 = options_.beta2,
+                       .eps = options_.eps,
+                       .weight_decay = group.weight_decay,
+                       .decoupled_weight_decay = decoupled_weight_decay_,
+                       .amsgrad = options_.amsgrad};
+    op.set_step(t);
     adam_step_(p.data(), grad, state.at("exp_avg"), state.at("exp_avg_sq"),
                options_.amsgrad ? state.at("max_exp_avg_sq") : Tensor(), op, name_.c_str());
   });

@@ -2,6 +2,7 @@
 // fused update on the CPU or on CUDA, both from the same functor (kernels/optim_functors.h).
 #include "minidl/tensor/ops_optim.h"
 
+#include <cmath>
 #include <stdexcept>
 #include <string>
 
@@ -39,16 +40,15 @@ void sgd_step_(const Tensor& param, const Tensor& grad_in, const Tensor& buffer,
     throw std::invalid_argument(std::string(op) + ": a momentum buffer is needed exactly when momentum != 0");
   check_state(param, buffer, op, "momentum_buffer");
   const Tensor grad = grad_in.contiguous();
-  const kernels::SgdStep& step = o;
   if (cuda_dispatch::on_cuda({&param, &grad, &buffer}, op)) {  // the same SgdStep, one thread per element
     cuda_dispatch::use_device(param);
     kernels::cuda::sgd_step(cuda_dispatch::elem(param.dtype()), param.raw_data(), grad.raw_data(),
-                            buffer.defined() ? buffer.raw_data() : nullptr, param.numel(), step);
+                            buffer.defined() ? buffer.raw_data() : nullptr, param.numel(), o);
     return;
   }
   dispatch_floating(param.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
-    kernels::cpu::sgd_step<T>(param.data<T>(), grad.data<T>(), data_or_null<T>(buffer), param.numel(), step);
+    kernels::cpu::sgd_step<T>(param.data<T>(), grad.data<T>(), data_or_null<T>(buffer), param.numel(), o);
   });
 }
 
@@ -62,26 +62,20 @@ void adam_step_(const Tensor& param, const Tensor& grad_in, const Tensor& exp_av
   check_state(param, exp_avg, op, "exp_avg");
   check_state(param, exp_avg_sq, op, "exp_avg_sq");
   check_state(param, max_exp_avg_sq, op, "max_exp_avg_sq");
+  if (std::isnan(o.step_size))
+    throw std::invalid_argument(std::string(op) + ": the options' set_step(t) was not called (the update number)");
   const Tensor grad = grad_in.contiguous();
-  kernels::AdamStep step{.lr = o.lr,
-                         .beta1 = o.beta1,
-                         .beta2 = o.beta2,
-                         .eps = o.eps,
-                         .weight_decay = o.weight_decay,
-                         .decoupled_weight_decay = o.decoupled_weight_decay,
-                         .amsgrad = o.amsgrad};
-  step.set_step(o.step);
   if (cuda_dispatch::on_cuda({&param, &grad, &exp_avg, &exp_avg_sq, &max_exp_avg_sq}, op)) {
     cuda_dispatch::use_device(param);
     kernels::cuda::adam_step(cuda_dispatch::elem(param.dtype()), param.raw_data(), grad.raw_data(), exp_avg.raw_data(),
                              exp_avg_sq.raw_data(), max_exp_avg_sq.defined() ? max_exp_avg_sq.raw_data() : nullptr,
-                             param.numel(), step);
+                             param.numel(), o);
     return;
   }
   dispatch_floating(param.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     kernels::cpu::adam_step<T>(param.data<T>(), grad.data<T>(), exp_avg.data<T>(), exp_avg_sq.data<T>(),
-                               data_or_null<T>(max_exp_avg_sq), param.numel(), step);
+                               data_or_null<T>(max_exp_avg_sq), param.numel(), o);
   });
 }
 

@@ -18,17 +18,9 @@ using SgdStepOptions = kernels::SgdStep;
 // buffer contiguous (updated in place). momentum_buffer is undefined when momentum == 0.
 void sgd_step_(const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer, const SgdStepOptions& o);
 
-// torch.optim.Adam / AdamW's hyper-parameters for update number `step` (counted from 1).
-struct AdamStepOptions {
-  double lr = 1e-3;
-  double beta1 = 0.9;
-  double beta2 = 0.999;
-  double eps = 1e-8;
-  double weight_decay = 0.0;
-  bool decoupled_weight_decay = false;  // AdamW
-  bool amsgrad = false;
-  double step = 1.0;
-};
+// torch.optim.Adam / AdamW's hyper-parameters for one update: the per-element functor itself,
+// whose set_step(t) fills the scalars of update number t (counted from 1) before the call.
+using AdamStepOptions = kernels::AdamStep;
 // As sgd_step_; max_exp_avg_sq is defined exactly when amsgrad is set. `op` names the caller
 // ("Adam", "AdamW") in errors.
 void adam_step_(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,

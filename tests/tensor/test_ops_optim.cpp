@@ -28,7 +28,9 @@ TEST(OpsOptim, AdamFirstStepMovesEachElementByLr) {
   // step 1: m = (1 - b1) g, v = (1 - b2) g^2, so m_hat / sqrt(v_hat) = sign(g) (eps aside)
   Tensor p = from_vector<double>({1.0, -1.0}, {2}), g = from_vector<double>({3.0, -0.25}, {2});
   Tensor m = zeros_like(p), v = zeros_like(p);
-  adam_step_(p, g, m, v, Tensor(), {.lr = 0.01, .eps = 0.0, .step = 1.0});
+  AdamStepOptions o{.lr = 0.01, .eps = 0.0};
+  o.set_step(1.0);
+  adam_step_(p, g, m, v, Tensor(), o);
   EXPECT_NEAR(p.to_vector<double>()[0], 0.99, 1e-15);
   EXPECT_NEAR(p.to_vector<double>()[1], -0.99, 1e-15);
   EXPECT_NEAR(m.to_vector<double>()[0], 0.3, 1e-15);
@@ -46,6 +48,8 @@ TEST(OpsOptim, BadStateIsAnErrorNamingIt) {
                    "SGD.step: expected momentum_buffer contiguous");
   EXPECT_THROW_MSG(adam_step_(p, g, zeros({4}), zeros({4}), Tensor(), {.amsgrad = true}, "AdamW"),
                    std::invalid_argument, "AdamW: expected exp_avg, exp_avg_sq and (exactly when amsgrad)");
+  EXPECT_THROW_MSG(adam_step_(p, g, zeros({4}), zeros({4}), Tensor(), {.lr = 0.1}), std::invalid_argument,
+                   "Adam: the options' set_step(t) was not called");
   EXPECT_THROW_MSG(sgd_step_(zeros({4}, DType::Int64), zeros({4}, DType::Int64), Tensor(), {.lr = 0.1}),
                    std::invalid_argument, "SGD.step: expected a floating dtype");
 }
