@@ -4,7 +4,8 @@
 // convolution (groups = channels) then a 1x1 pointwise one, each followed by BatchNorm and ReLU —
 // with the first six blocks of that table (64, 128 s2, 128, 256 s2, 256, 512 s2) and a stride-1
 // stem for 32x32 inputs, as CIFAR ports of the network do. ReLU where the paper's v2 has ReLU6:
-// minidl has no ReLU6 (nor a clamp op). Built from minidl's public API only.
+// minidl has no ReLU6 (nor a clamp op). Built from minidl's public API only; the constructor calls
+// nn::fuse_for_training, so each BatchNorm2d + ReLU runs as one node (the same values).
 #pragma once
 #include "minidl/minidl.h"
 
