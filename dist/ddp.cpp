@@ -251,20 +251,20 @@ void DistributedDataParallel::finish() {
   finalize();
 }
 
-void DistributedDataParallel::check_joinable() const {
-  if (sharded_)
+void DistributedDataParallel::check_joinable(bool with_optimizer_step) const {
+  if (sharded_ && !with_optimizer_step)
     throw std::logic_error(
         "DistributedDataParallel::join: the gradients are sharded for a ZeroRedundancyOptimizer, whose "
-        "step (an all-gather of the parameters) a joined rank cannot shadow; give every rank the same "
-        "number of batches instead");
+        "step (an all-gather of the parameters) a joined rank must shadow too; pass the optimizer: "
+        "dist::Join join(ddp, optimizer)");
   if (has_collective_modules_)
     throw std::logic_error(
         "DistributedDataParallel::join: the model communicates in forward (SyncBatchNorm), which a "
         "joined rank cannot shadow; give every rank the same number of batches instead");
 }
 
-void DistributedDataParallel::join() {
-  check_joinable();
+void DistributedDataParallel::join(const std::function<void()>& shadow_optimizer_step) {
+  check_joinable(static_cast<bool>(shadow_optimizer_step));
   if (!join_enabled_)
     throw std::logic_error(
         "DistributedDataParallel::join: the ranks still training answer the join handshake only inside "
@@ -276,9 +276,18 @@ void DistributedDataParallel::join() {
     if (options_.broadcast_buffers) broadcast_buffers(0);
     for (auto& b : buckets_) {
       b.buffer.fill_(0.0);
-      group_->all_reduce(b.buffer, ReduceOp::AVG);  // the same collective as the active ranks' buckets
+      if (sharded_) {  // this rank's slab gets the others' average; its .grad views it for the step
+        for (size_t i : b.params)
+          params_[i].var.set_grad(b.buffer.narrow(0, slots_[i].offset, params_[i].var.numel()).view(params_[i].var.shape()));
+        group_->reduce_scatter_async(b.buffer, b.slab, ReduceOp::AVG)->wait();
+      } else {
+        group_->all_reduce(b.buffer, ReduceOp::AVG);  // the same collective as the active ranks' buckets
+      }
     }
+    if (shadow_optimizer_step) shadow_optimizer_step();
   }
+  // Under ZeRO every rank took every step (its own slabs, then the all-gather): the models agree.
+  if (shadow_optimizer_step) return;
   // Joined ranks skipped the last optimizer steps: take the model of the rank that trained
   // longest (the highest rank among them), as PyTorch's Join does.
   const int64_t world = group_->size();

@@ -28,6 +28,7 @@
 // DataParallel (data_parallel.h), whose sums do not depend on the number of processes.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -80,14 +81,18 @@ class DistributedDataParallel : public DataParallel {
   // (DistributedSampler sees to it), and a rank that stops early makes the others' next gradient
   // all-reduce fail within the collective timeout, naming the ranks that did not reach that step.
   // Models whose forward itself communicates (SyncBatchNorm) cannot be shadowed: join() refuses
-  // them.
-  void join();
+  // them. Under a ZeroRedundancyOptimizer each shadowed step also runs the optimizer's step (its
+  // collectives: this rank updates its own slabs from the reduce-scattered gradients, then the
+  // all-gather), passed as shadow_optimizer_step — dist::Join(ddp, optimizer) does it; every rank
+  // then takes every step and no model is copied at the end.
+  void join(const std::function<void()>& shadow_optimizer_step = {});
+  bool join_enabled() const { return join_enabled_; }  // inside a dist::Join scope
 
   // ---- gradient sharding, for ZeroRedundancyOptimizer (zero_redundancy_optimizer.h) ----
   // From the next backward on, each bucket is reduce-scattered (an average) instead of
   // all-reduced: only this rank's slab of it — elements [rank * n, (rank + 1) * n) of a bucket of
   // size * n — holds the averaged gradients. Chosen once, by the optimizer's constructor; join()
-  // is refused from then on (a joined rank cannot shadow the optimizer's all-gather).
+  // then needs the optimizer's step to shadow (dist::Join(ddp, optimizer)).
   void shard_gradients() { sharded_ = true; }
   bool gradients_sharded() const { return sharded_; }
   // Where the gradients lie: per bucket, in bucket order, its padded length and each of its
@@ -122,7 +127,8 @@ class DistributedDataParallel : public DataParallel {
 
   friend class Join;  // switches the join handshake on and off
 
-  void check_joinable() const;  // join() and dist::Join: a logic_error when they cannot apply
+  // join() and dist::Join: a logic_error when they cannot apply (with_optimizer_step: join's argument)
+  void check_joinable(bool with_optimizer_step) const;
   void broadcast_buffers(int root);  // the synced buffers, coalesced
   // A gradient all-reduce failed: names the step and the ranks that did not reach it.
   [[noreturn]] void throw_step_failure(const std::exception& e);

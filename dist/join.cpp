@@ -2,11 +2,22 @@
 #include "minidl/dist/join.h"
 
 #include <exception>
+#include <stdexcept>
 
 namespace minidl::dist {
 
 Join::Join(DistributedDataParallel& ddp) : ddp_(ddp), exceptions_at_entry_(std::uncaught_exceptions()) {
-  ddp_.check_joinable();
+  ddp_.check_joinable(false);
+  ddp_.join_enabled_ = true;
+}
+
+Join::Join(DistributedDataParallel& ddp, ZeroRedundancyOptimizer& optimizer)
+    : ddp_(ddp), optimizer_(&optimizer), exceptions_at_entry_(std::uncaught_exceptions()) {
+  if (optimizer.ddp() != &ddp)
+    throw std::invalid_argument(
+        "dist::Join: the ZeroRedundancyOptimizer does not shard this DistributedDataParallel's gradients "
+        "(build it with {.ddp = &ddp})");
+  ddp_.check_joinable(true);
   ddp_.join_enabled_ = true;
 }
 
@@ -19,7 +30,11 @@ Join::~Join() noexcept(false) {
     DistributedDataParallel& ddp;
     ~Off() { ddp.join_enabled_ = false; }
   } off{ddp_};
-  ddp_.join();
+  if (optimizer_) {
+    ddp_.join([this] { optimizer_->step(); });
+  } else {
+    ddp_.join();
+  }
 }
 
 }  // namespace minidl::dist

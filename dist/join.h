@@ -20,14 +20,25 @@
 // is no handshake, and every rank must run the same number of steps (see ddp.h). Refused
 // (std::logic_error) for deterministic DDP and for models whose forward communicates
 // (SyncBatchNorm), which a joined rank cannot shadow.
+//
+// With a ZeroRedundancyOptimizer, pass it too (PyTorch: Join([model, optimizer])):
+//     dist::Join join(ddp, optimizer);
+// A joined rank then also shadows the optimizer's step: its slabs get the averaged gradients of
+// the ranks still training (zeros from the joined ones, divided by the world size as above), it
+// updates them and takes part in the all-gather, so every rank's model and optimizer shard stay
+// those of an uninterrupted run of the same steps. Collectives of the step that the joined rank
+// cannot know of are refused inside the scope: the optimizer's clip_grad_norm throws.
 #pragma once
 #include "minidl/dist/ddp.h"
+#include "minidl/dist/zero_redundancy_optimizer.h"
 
 namespace minidl::dist {
 
 class Join {
  public:
   explicit Join(DistributedDataParallel& ddp);
+  // `optimizer` must have been built with {.ddp = &ddp}: a std::invalid_argument otherwise.
+  Join(DistributedDataParallel& ddp, ZeroRedundancyOptimizer& optimizer);
   // Joins (collectives with the ranks still training); may throw their errors.
   ~Join() noexcept(false);
   Join(const Join&) = delete;
@@ -35,6 +46,7 @@ class Join {
 
  private:
   DistributedDataParallel& ddp_;
+  ZeroRedundancyOptimizer* optimizer_ = nullptr;  // shadowed too, when given
   int exceptions_at_entry_;
 };
 

@@ -251,6 +251,9 @@ void ZeroRedundancyOptimizer::step() {
 
 double ZeroRedundancyOptimizer::clip_grad_norm(double max_norm, double norm_type) {
   if (!options_.ddp) return optim::clip_grad_norm(params_, max_norm, norm_type);
+  if (options_.ddp->join_enabled())  // a joined rank would answer the norm's all-reduce with its step's collectives
+    throw std::logic_error(name_ + ".clip_grad_norm inside a dist::Join scope: a joined rank cannot shadow the "
+                                   "norm's all-reduce; clip outside Join, or give every rank the same number of batches");
   std::vector<Tensor> slabs;  // this rank's pieces of the averaged gradients, views
   for (const Piece& s : local_pieces_) {
     const Variable& p = param(s.param);

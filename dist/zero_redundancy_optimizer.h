@@ -43,6 +43,7 @@
 // dist::sync_grad_scaler so that every rank takes the same skip decision (step() is a collective).
 // For the same reason optim::clip_grad_norm over .grad does not see the averaged gradients: clip
 // with this class's clip_grad_norm, which sums the norm over every rank's slabs.
+// Uneven inputs: dist::Join(ddp, optimizer) (dist/join.h) — a joined rank shadows step() too.
 // zero_grad() clears every parameter's gradient.
 // Checkpoints, in the unsharded optimizer's layout (optim/optimizer.h: state.<i>.<name>, i the
 // parameter's global index), so they move freely to and from a plain optimizer at any world size:
@@ -101,6 +102,8 @@ class ZeroRedundancyOptimizer : public optim::Optimizer {
   // every rank. After backward (and GradScaler::unscale_), before step().
   double clip_grad_norm(double max_norm, double norm_type = 2.0);
   bool has_momentum() const override { return has_momentum_; }
+  // The DDP whose gradients this optimizer shards (options.ddp; nullptr without one).
+  const DistributedDataParallel* ddp() const { return options_.ddp; }
 
   void consolidate_state_dict(int to = 0);
   TensorMap state_dict() const override;

@@ -5,6 +5,8 @@
 // does the same per-element arithmetic on its pieces and the all-gather copies the bits, so the
 // parameters must be bit-identical. A failed expectation in a child becomes an exception, which
 // makes spawn() throw with that rank's message.
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -12,6 +14,7 @@
 #include "minidl/dist/ddp.h"
 #include "minidl/dist/distributed.h"
 #include "minidl/dist/grad_scaler_sync.h"
+#include "minidl/dist/join.h"
 #include "minidl/dist/spawn.h"
 #include "minidl/dist/zero_redundancy_optimizer.h"
 #include "minidl/nn/nn_all.h"
@@ -394,8 +397,8 @@ TEST(ZeroRedundancyOptimizer, EqualSlabsSplitParameters) {
 }
 
 // Under ZeRO, DDP reduce-scatters its buckets: only this rank's slab of .grad is the average.
-// join() is refused then (a joined rank could not shadow the optimizer's all-gather).
-TEST(ZeroRedundancyOptimizer, DdpReduceScattersOnlyThisRanksSlabAndRefusesJoin) {
+// join() without the optimizer's step is refused then (a joined rank must shadow its all-gather).
+TEST(ZeroRedundancyOptimizer, DdpReduceScattersOnlyThisRanksSlabAndRefusesJoinWithoutTheOptimizer) {
   dist::spawn(2, [](int rank) {
     init_world();
     auto model = fresh_mlp();
@@ -430,13 +433,14 @@ TEST(ZeroRedundancyOptimizer, DdpReduceScattersOnlyThisRanksSlabAndRefusesJoin) 
         }
       }
     }
-    bool refused = false;
+    std::string err;
     try {
       ddp.join();
-    } catch (const std::logic_error&) {
-      refused = true;
+    } catch (const std::logic_error& e) {
+      err = e.what();
     }
-    require(refused, "join() refused under ZeRO");
+    require(err.find("pass the optimizer: dist::Join join(ddp, optimizer)") != std::string::npos,
+            "join() without the optimizer refused under ZeRO: got '" + err + "'");
     dist::shutdown();
   });
 }
@@ -552,3 +556,99 @@ void clip_matches_plain(double norm_type) {
 
 TEST(ZeroRedundancyOptimizer, ClipGradNormOverTheSlabsEqualsThePlainOneForTheMaxNorm) { clip_matches_plain(INFINITY); }
 TEST(ZeroRedundancyOptimizer, ClipGradNormOverTheSlabsEqualsThePlainOneForTheTwoNorm) { clip_matches_plain(2.0); }
+
+// Uneven inputs under ZeRO: dist::Join(ddp, optimizer). Ranks 0, 1, 2 have batches[r] batches
+// of 4 samples. A joined rank contributes zero gradients (the average still divides by the world
+// size, as PyTorch's Join) and shadows the optimizer's step: it updates its own slabs and takes
+// part in the all-gather. So step b of every rank is one step of the plain optimizer on the union
+// of the samples present, with the loss scaled by their count / 12 — and the model and the
+// (consolidated) momentum buffers at the end are those of that single-process run on every rank.
+// A rank with no batch at all never had a gradient: its slabs are still updated.
+namespace {
+void join_takes_every_step(const std::array<int, 3>& batches) {
+  const int steps = *std::max_element(batches.begin(), batches.end());
+  auto batch_x = [](int r, int b) { return rand({4, 1, 28, 28}, RandomKey{90, static_cast<uint64_t>(10 * b + r)}); };
+  auto batch_y = [](int r, int b) { return randint(0, 10, {4}, RandomKey{91, static_cast<uint64_t>(10 * b + r)}); };
+  dist::spawn(3, [&](int rank) {
+    init_world();
+    auto ref = fresh_mlp();
+    auto ref_opt = sgd_momentum()(optim::single_group(ref->parameters()));
+    for (int b = 0; b < steps; ++b) {
+      std::vector<Tensor> xs, ys;
+      for (int r = 0; r < 3; ++r)
+        if (b < batches[static_cast<size_t>(r)]) {
+          xs.push_back(batch_x(r, b));
+          ys.push_back(batch_y(r, b));
+        }
+      const Tensor x = cat(xs, 0), y = cat(ys, 0);
+      ref_opt->zero_grad();
+      mul(cross_entropy(ref->forward(Variable(x)), y), static_cast<double>(x.size(0)) / 12.0).backward();
+      ref_opt->step();
+    }
+
+    auto model = fresh_mlp();
+    dist::DistributedDataParallel ddp(*model);
+    dist::ZeroRedundancyOptimizer opt(model->parameters(), sgd_momentum(), {.ddp = &ddp});
+    {
+      dist::Join join(ddp, opt);
+      for (int b = 0; b < batches[static_cast<size_t>(rank)]; ++b) {
+        opt.zero_grad();
+        cross_entropy(ddp.forward(Variable(batch_x(rank, b))), batch_y(rank, b)).backward();
+        ddp.step(opt);
+        if (b == 0) {  // the norm's all-reduce could not be shadowed: refused inside the scope
+          std::string err;
+          try {
+            opt.clip_grad_norm(1.0);
+          } catch (const std::logic_error& e) {
+            err = e.what();
+          }
+          require(err.find("clip_grad_norm inside a dist::Join scope") != std::string::npos,
+                  "clip_grad_norm refused in Join: got '" + err + "'");
+        }
+      }
+    }
+    const TensorMap want = ref->state_dict(), got = model->state_dict();
+    for (const auto& [key, t] : want) {
+      const double worst = max(abs(got.at(key) - t)).item(), scale = max(abs(t)).item();
+      require(worst <= 1e-5 * std::max(scale, 1.0),
+              "rank " + std::to_string(rank) + " " + key + ": differs from the single process by " + std::to_string(worst));
+    }
+    opt.consolidate_state_dict(0);
+    if (rank == 0) {
+      const TensorMap want_state = ref_opt->state_dict(), got_state = opt.state_dict();
+      int buffers = 0;
+      for (const auto& [key, t] : want_state) {
+        if (key.find("momentum_buffer") == std::string::npos) continue;
+        ++buffers;
+        const double worst = max(abs(got_state.at(key) - t)).item(), scale = max(abs(t)).item();
+        require(worst <= 1e-5 * std::max(scale, 1.0), key + ": momentum differs by " + std::to_string(worst));
+      }
+      require(buffers == 6, "the MLP's 6 momentum buffers compared, got " + std::to_string(buffers));
+    }
+    dist::shutdown();
+  });
+}
+}  // namespace
+
+TEST(ZeroRedundancyOptimizer, JoinWithTheOptimizerLetsRanksWithUnevenBatchesTakeEveryStep) {
+  join_takes_every_step({2, 4, 3});
+}
+TEST(ZeroRedundancyOptimizer, JoinWithTheOptimizerUpdatesTheSlabsOfARankWithNoBatch) { join_takes_every_step({0, 3, 2}); }
+
+TEST(ZeroRedundancyOptimizer, JoinRefusesAnOptimizerThatDoesNotShardThisDdp) {
+  dist::spawn(2, [](int) {
+    init_world();
+    auto model = fresh_mlp();
+    dist::DistributedDataParallel ddp(*model);
+    dist::ZeroRedundancyOptimizer opt(model->parameters(), sgd_momentum());  // no .ddp
+    std::string err;
+    try {
+      dist::Join join(ddp, opt);
+    } catch (const std::invalid_argument& e) {
+      err = e.what();
+    }
+    require(err.find("does not shard this DistributedDataParallel's gradients") != std::string::npos,
+            "got '" + err + "'");
+    dist::shutdown();
+  });
+}
