@@ -37,8 +37,7 @@ Variable autocast_operand(const Variable& x) {
 }
 
 Variable autocast_gemm_operand(const Variable& x) {
-  if (autocast_on && autocast_low == DType::BFloat16 && x.defined() && x.dtype() == DType::Float32 &&
-      x.data().device().is_cpu())
+  if (autocast_on && autocast_low == DType::BFloat16 && x.defined() && x.dtype() == DType::Float32)
     return to(x, DType::BFloat16);
   return autocast_operand(x);
 }

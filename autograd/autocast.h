@@ -9,8 +9,9 @@
 // Inside the guard the matrix products — linear, matmul (and so attention's q k^T and weights v),
 // conv2d, packed_self_attention — take their float32 operands rounded to the low dtype (bfloat16
 // or float16, round to nearest even) through a differentiable cast (autograd `to`): float32
-// accumulation, float32 output. Under bfloat16, linear and matmul on the CPU multiply the
-// bfloat16 bit patterns themselves (kernels::cpu::gemm_bf16, through tensor mm / addmm / matmul),
+// accumulation, float32 output. Under bfloat16, linear and matmul multiply the bfloat16 bit
+// patterns themselves (kernels::cpu::gemm_bf16 on the CPU, cuBLAS's bfloat16 GEMM with float32
+// compute on CUDA, through tensor mm / addmm / matmul),
 // and their backward rounds dy to bfloat16 once and multiplies it the same way, as PyTorch's
 // backward of its autocast products runs in bfloat16; each gradient is rounded to its operand's
 // dtype, and the cast's backward widens it. conv2d, packed_self_attention and float16 multiply
@@ -47,8 +48,8 @@ DType autocast_dtype();  // the low dtype of the innermost enabled guard; Float3
 Variable autocast_operand(const Variable& x);
 
 // The operand of a product with a bfloat16 kernel (linear, matmul): under autocast(BFloat16) a
-// float32 CPU x rounded to bfloat16 (one differentiable cast; the product's result is float32);
-// otherwise (CUDA tensors included) autocast_operand(x).
+// float32 x (CPU or CUDA) rounded to bfloat16 (one differentiable cast; the product's result is
+// float32); otherwise autocast_operand(x).
 Variable autocast_gemm_operand(const Variable& x);
 
 }  // namespace minidl

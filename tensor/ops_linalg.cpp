@@ -7,9 +7,10 @@
 // a contiguous matrix, a row slice, or a transposed view — is passed as a pointer plus a
 // leading dimension and a transpose flag, so transposes are never copied.
 // bfloat16 operands (autocast's products, autograd/autocast.h) give a float32 result: float32
-// sums of the exact products, never rounded back (kernels::cpu::gemm_bf16); on a CPU without
-// AVX512_BF16 the same product runs through the float32 kernel on the widened operands (said
-// once on stderr). float16 operands are refused (no float16 GEMM on the CPU).
+// sums of the exact products, never rounded back (kernels::cpu::gemm_bf16; on CUDA cuBLAS's
+// bfloat16 GEMM with float32 compute); on a CPU without AVX512_BF16 the same product runs through
+// the float32 kernel on the widened operands (said once on stderr). float16 operands are refused
+// (no float16 GEMM on the CPU).
 #include <cstdio>
 #include <mutex>
 #include <stdexcept>
@@ -64,16 +65,16 @@ void check_operands(const Tensor& a, const Tensor& b, const char* op) {
   if (!a.is_floating_point())
     throw std::invalid_argument(std::string(op) + ": expected a floating dtype (float32 or float64), got " +
                                 dtype_name(a.dtype()));
-  if (a.dtype() == DType::Float16 || (a.dtype() == DType::BFloat16 && a.device().is_cuda()))
-    throw half_unsupported(op, a.dtype());
+  if (a.dtype() == DType::Float16) throw half_unsupported(op, a.dtype());
 }
 
 // The dtype of a product: float32 for bfloat16 operands, else the operands'.
 DType product_dtype(DType t) { return t == DType::BFloat16 ? DType::Float32 : t; }
 
-// True when bfloat16 operands must be widened to float32 first: this CPU has no bfloat16 GEMM.
+// True when bfloat16 operands must be widened to float32 first: this CPU has no bfloat16 GEMM
+// (cuBLAS always has one).
 bool widen_bf16(const Tensor& a) {
-  if (a.dtype() != DType::BFloat16 || kernels::cpu::gemm_bf16_supported()) return false;
+  if (a.dtype() != DType::BFloat16 || a.device().is_cuda() || kernels::cpu::gemm_bf16_supported()) return false;
   static std::once_flag once;
   std::call_once(once, [] {
     std::fprintf(stderr,
@@ -189,9 +190,9 @@ Tensor addmm(const Tensor& bias, const Tensor& a, const Tensor& b) {
   if (bias.dim() != 1 || bias.size(0) != b.size(1))
     throw std::invalid_argument("addmm: bias " + shape_str(bias.shape()) + " does not match the product's " +
                                 std::to_string(b.size(1)) + " columns (expected (" + std::to_string(b.size(1)) + "))");
-  if (a.device().is_cuda()) {  // cuBLAS's product, then the broadcast add
+  if (a.device().is_cuda()) {  // cuBLAS's product, then the broadcast add (of the widened bias: bfloat16)
     Tensor out = mm(a, b);
-    add_(out, bias);
+    add_(out, bias.to(out.dtype()));
     return out;
   }
   if (widen_bf16(a)) return addmm(bias.to(DType::Float32), a.to(DType::Float32), b.to(DType::Float32));
@@ -224,7 +225,10 @@ std::pair<Tensor, Tensor> mm_and_row_sums(const Tensor& a, const Tensor& b) {
     throw std::invalid_argument("mm_and_row_sums: expected 2-d matrices, got shapes " + shape_str(a.shape()) + " and " +
                                 shape_str(b.shape()));
   if (a.size(1) != b.size(0)) shape_error(a, b, "mm_and_row_sums", a.size(1), b.size(0));
-  if (a.device().is_cuda()) return {mm(a, b), sum(a, {1})};  // cuBLAS's product, then the reduction
+  if (a.device().is_cuda()) {  // cuBLAS's product, then the reduction (float32 for bfloat16, as on the CPU)
+    Tensor out = mm(a, b);
+    return {out, sum(a.to(out.dtype()), {1})};
+  }
   if (widen_bf16(a)) return mm_and_row_sums(a.to(DType::Float32), b.to(DType::Float32));
   if (a.dtype() == DType::BFloat16) {  // the product, then op(A)'s rows summed in double in k order
     std::pair<Tensor, Tensor> r{mm(a, b), Tensor({a.size(0)}, DType::Float32)};

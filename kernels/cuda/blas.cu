@@ -3,6 +3,9 @@
 // so no operand is copied or transposed. Batched products use cublas*gemmStridedBatched (stride 0
 // broadcasts one operand; K = 0 gives zeros without calling cuBLAS). float32 runs in exact FP32 unless set_allow_tf32(true), which switches
 // cuBLAS to TF32 tensor-core math (and cuDNN convolutions, see conv.cu). float64: cublasDgemm*.
+// bfloat16 (autocast's products): cublasGemmStridedBatchedEx with bfloat16 operands, float32
+// compute and a float32 C — the contract of the CPU's gemm_bf16 (the exact products summed in
+// float32), on the tensor cores.
 // Tested by tests/kernels/test_cuda_ops.cpp (mm / matmul / batched matmul against the CPU GEMM)
 // and measured by examples/bench_gpu.cpp (TF/s next to cuBLAS called directly).
 #include <cublas_v2.h>
@@ -48,8 +51,8 @@ bool allow_tf32() { return g_allow_tf32; }
 void gemm(ElemType t, int64_t M, int64_t N, int64_t K, const void* A, int64_t lda, bool trans_a, const void* B,
           int64_t ldb, bool trans_b, void* C, int64_t ldc, int64_t batch, int64_t stride_a, int64_t stride_b,
           int64_t stride_c) {
-  if (t != ElemType::F32 && t != ElemType::F64)
-    throw std::invalid_argument("matmul: expected a floating dtype (float32 or float64) on CUDA");
+  if (t != ElemType::F32 && t != ElemType::F64 && t != ElemType::BF16)
+    throw std::invalid_argument("matmul: expected float32, float64 or bfloat16 operands on CUDA");
   if (M == 0 || N == 0 || batch == 0) return;
   if (K == 0) {  // an empty sum: C = 0 (cuBLAS rejects the ld = 0 such operands may carry)
     const size_t es = t == ElemType::F64 ? sizeof(double) : sizeof(float), pitch = size_t(ldc) * es;
@@ -71,7 +74,13 @@ void gemm(ElemType t, int64_t M, int64_t N, int64_t K, const void* A, int64_t ld
   const cublasOperation_t ob = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t oa = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   const int m = int(N), n = int(M), k = int(K);
-  if (t == ElemType::F32) {
+  if (t == ElemType::BF16) {  // bfloat16 operands, float32 C
+    const float one = 1.0f, zero = 0.0f;
+    check_cublas(cublasGemmStridedBatchedEx(h, ob, oa, m, n, k, &one, B, CUDA_R_16BF, int(ldb), stride_b, A, CUDA_R_16BF,
+                                            int(lda), stride_a, &zero, C, CUDA_R_32F, int(ldc), stride_c, int(batch),
+                                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                 "matmul (cublasGemmStridedBatchedEx, bfloat16)");
+  } else if (t == ElemType::F32) {
     const float one = 1.0f, zero = 0.0f;
     check_cublas(cublasSgemmStridedBatched(h, ob, oa, m, n, k, &one, static_cast<const float*>(B), int(ldb), stride_b,
                                            static_cast<const float*>(A), int(lda), stride_a, &zero,

@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 
+#include "minidl/autograd/autocast.h"
 #include "minidl/nn/nn_all.h"
 #include "minidl/optim/optim_all.h"
 #include "minidl/tensor/tensor_all.h"
@@ -91,6 +92,23 @@ TEST(CudaLayers, LinearMatchesCpu) {
   check_module_parity("Linear (3-d input, no bias)",
                       maker<nn::Linear>(nn::LinearOptions{.in = 16, .out = 24, .bias = false}), rnd({2, 5, 16}, 3),
                       true, {});
+}
+
+// Under autocast(BFloat16) Linear multiplies bfloat16 operands into float32 on both devices
+// (cuBLAS's bfloat16 GEMM, the CPU's gemm_bf16): the same rounded operands, sums in another
+// order; backward rounds dy to bfloat16 on both. A 3-d input takes matmul's folded path.
+TEST(CudaLayers, LinearUnderBfloat16AutocastMatchesCpu) {
+  MINIDL_SKIP_WITHOUT_GPU();
+  const Forward bf16 = [](nn::Module& m, const Variable& x) {
+    autocast guard(DType::BFloat16);
+    return m.forward(x);
+  };
+  check_module_parity("Linear (bf16 autocast)", maker<nn::Linear>(nn::LinearOptions{.in = 64, .out = 24}),
+                      rnd({16, 64}, 30), true, {.rtol = 1e-4, .atol = 1e-4, .grad_rtol = 1e-2, .grad_atol = 1e-2},
+                      bf16);
+  check_module_parity("Linear (bf16 autocast, 3-d input)", maker<nn::Linear>(nn::LinearOptions{.in = 40, .out = 8}),
+                      rnd({2, 5, 40}, 31), true, {.rtol = 1e-4, .atol = 1e-4, .grad_rtol = 1e-2, .grad_atol = 1e-2},
+                      bf16);
 }
 
 TEST(CudaLayers, Conv2dMatchesCpu) {
