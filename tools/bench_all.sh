@@ -2,7 +2,7 @@
 # tools/bench_all.sh — every figure of docs/benchmarks.md, from one build of one commit, in one run.
 #
 #   tools/bench_all.sh OUT_DIR [SECTION ...]     sections (default: all, in this order):
-#     step zoo profile scaling precision zero core deterministic dataloader accuracy restart
+#     step zoo profile scaling trainer precision zero core deterministic dataloader accuracy restart
 #
 # Each section writes OUT_DIR/SECTION.txt (its commands, their output, its wall time); OUT_DIR/machine.txt
 # holds the commit, date, CPU and build flags the figures belong to. Run it on a quiet machine (nothing
@@ -20,7 +20,7 @@ fi
 out=$1
 shift
 sections=("$@")
-[[ ${#sections[@]} -gt 0 ]] || sections=(step zoo profile scaling precision zero core deterministic dataloader accuracy restart)
+[[ ${#sections[@]} -gt 0 ]] || sections=(step zoo profile scaling trainer precision zero core deterministic dataloader accuracy restart)
 build=${BUILD:-build}
 torch_python=${TORCH_PYTHON:-/tmp/torch-peer/python}
 ex=$build/examples
@@ -65,6 +65,13 @@ for s in "${sections[@]}"; do
     scaling)  # data parallelism: the four layouts, PyTorch DDP, the all-reduce over Gloo and shm
       run "$s" "${py[@]}" tools/scaling.py --reps 3 --bench "$ex/bench" --torch-python "$torch_python" \
         --allreduce "$ex/bench_allreduce" ;;
+    trainer)  # ./run.sh train's default (cnn, 2 processes x 1 thread) against 1 process x 2 threads, per epoch
+      for rep in 1 2 3; do
+        for n in 2 1; do
+          run "$s" /usr/bin/time -f "wall %e s" "$ex/train" --model cnn --epochs 1 --nproc "$n" \
+            --out "$out/runs/trainer_${n}p_$rep" --plot none
+        done
+      done ;;
     precision)  # bf16 against fp32, alternating, and the bf16 GEMM
       for rep in 1 2 3; do
         for m in mlp cnn vit; do
