@@ -158,6 +158,11 @@ void DistributedDataParallel::mark_ready(size_t i) {
   if (num_ready_ == params_.size()) finalize();
 }
 
+Tensor DistributedDataParallel::grad_slot(const Bucket& b, size_t i) const {
+  const Variable& v = params_[i].var;
+  return b.buffer.narrow(0, slots_[i].offset, v.numel()).view(v.shape());
+}
+
 // Launches complete buckets strictly in bucket order: bucket k never starts before bucket k-1.
 void DistributedDataParallel::launch_ready_buckets() {
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) {
@@ -166,7 +171,7 @@ void DistributedDataParallel::launch_ready_buckets() {
     // gradient_as_bucket_view): the average is then made in place, with no copy back.
     for (size_t i : b.params) {
       Param& p = params_[i];
-      Tensor slot = b.buffer.narrow(0, slots_[i].offset, p.var.numel()).view(p.var.shape());
+      Tensor slot = grad_slot(b, i);
       const Tensor& grad = p.var.grad();
       if (!grad.defined()) {
         slot.fill_(0.0);  // unused in this forward (find_unused_parameters)
@@ -277,8 +282,7 @@ void DistributedDataParallel::join(const std::function<void()>& shadow_optimizer
     for (auto& b : buckets_) {
       b.buffer.fill_(0.0);
       if (sharded_) {  // this rank's slab gets the others' average; its .grad views it for the step
-        for (size_t i : b.params)
-          params_[i].var.set_grad(b.buffer.narrow(0, slots_[i].offset, params_[i].var.numel()).view(params_[i].var.shape()));
+        for (size_t i : b.params) params_[i].var.set_grad(grad_slot(b, i));
         group_->reduce_scatter_async(b.buffer, b.slab, ReduceOp::AVG)->wait();
       } else {
         group_->all_reduce(b.buffer, ReduceOp::AVG);  // the same collective as the active ranks' buckets

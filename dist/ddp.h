@@ -130,6 +130,7 @@ class DistributedDataParallel : public DataParallel {
   // join() and dist::Join: a logic_error when they cannot apply (with_optimizer_step: join's argument)
   void check_joinable(bool with_optimizer_step) const;
   void broadcast_buffers(int root);  // the synced buffers, coalesced
+  Tensor grad_slot(const Bucket& b, size_t i) const;  // parameter i's gradient slot in b.buffer, its shape
   // A gradient all-reduce failed: names the step and the ranks that did not reach it.
   [[noreturn]] void throw_step_failure(const std::exception& e);
   void build_buckets();

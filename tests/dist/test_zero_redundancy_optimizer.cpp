@@ -45,6 +45,12 @@ void require_identical(const TensorMap& a, const TensorMap& b, const std::string
   }
 }
 
+// Throws unless every element of got is within rel * max(max |want|, 1) of want's.
+void require_close(const Tensor& got, const Tensor& want, double rel, const std::string& what) {
+  const double worst = max(abs(got - want)).item(), scale = max(abs(want)).item();
+  require(worst <= rel * std::max(scale, 1.0), what + ": differs by " + std::to_string(worst));
+}
+
 void init_world(const std::string& backend = "shm") {
   dist::init({.backend = backend, .timeout = std::chrono::seconds(30)});
 }
@@ -102,6 +108,14 @@ void train(nn::Module& model, dist::DistributedDataParallel* ddp, optim::Optimiz
 std::unique_ptr<nn::Module> fresh_mlp() {
   manual_seed(0);
   return nn::make_model("mlp");
+}
+
+// adam() over the model's parameters under ddp: ZeRO-1 sharding ddp's gradients, or the plain one.
+std::unique_ptr<optim::Optimizer> adam_under(dist::DistributedDataParallel& ddp, const nn::Module& model, bool zero) {
+  if (zero)
+    return std::make_unique<dist::ZeroRedundancyOptimizer>(model.parameters(), adam(),
+                                                           dist::ZeroRedundancyOptimizerOptions{.ddp = &ddp});
+  return adam()(optim::single_group(model.parameters()));
 }
 
 // N ranks, 4 steps under DDP: ZeRO around `make` gives the parameters of `make` alone, bit for bit.
@@ -455,13 +469,7 @@ TEST(ZeroRedundancyOptimizer, GradScalerSkipsAndStepsAsWithThePlainOptimizer) {
     auto run = [&](bool zero) {
       auto model = fresh_mlp();
       dist::DistributedDataParallel ddp(*model);
-      std::unique_ptr<optim::Optimizer> opt;
-      if (zero) {
-        opt = std::make_unique<dist::ZeroRedundancyOptimizer>(model->parameters(), adam(),
-                                                              dist::ZeroRedundancyOptimizerOptions{.ddp = &ddp});
-      } else {
-        opt = adam()(optim::single_group(model->parameters()));
-      }
+      std::unique_ptr<optim::Optimizer> opt = adam_under(ddp, *model, zero);
       optim::GradScaler scaler({.init_scale = 1024.0, .growth_interval = 2});
       dist::sync_grad_scaler(scaler);
       std::vector<bool> stepped;
@@ -498,15 +506,9 @@ void clip_matches_plain(double norm_type) {
     auto run = [&](bool zero, std::vector<double>& norms) {
       auto model = fresh_mlp();
       dist::DistributedDataParallel ddp(*model);
-      std::unique_ptr<dist::ZeroRedundancyOptimizer> zopt;
-      std::unique_ptr<optim::Optimizer> plain;
-      if (zero) {
-        zopt = std::make_unique<dist::ZeroRedundancyOptimizer>(model->parameters(), adam(),
-                                                               dist::ZeroRedundancyOptimizerOptions{.ddp = &ddp});
-      } else {
-        plain = adam()(optim::single_group(model->parameters()));
-      }
-      optim::Optimizer& opt = zero ? *zopt : *plain;
+      const std::unique_ptr<optim::Optimizer> owned = adam_under(ddp, *model, zero);
+      optim::Optimizer& opt = *owned;
+      auto* zopt = zero ? static_cast<dist::ZeroRedundancyOptimizer*>(owned.get()) : nullptr;
       for (int s = 0; s < 2; ++s) {
         const Tensor x = rand({4, 1, 28, 28}, RandomKey{95, static_cast<uint64_t>(3 * s + rank)});
         const Tensor y = randint(0, 10, {4}, RandomKey{96, static_cast<uint64_t>(3 * s + rank)});
@@ -544,10 +546,7 @@ void clip_matches_plain(double norm_type) {
     if (std::isinf(norm_type)) {
       require_identical(z, p, "ZeRO vs plain, clipped by the max norm");
     } else {
-      for (const auto& [key, t] : p) {
-        const double worst = max(abs(z.at(key) - t)).item(), scale = max(abs(t)).item();
-        require(worst <= 1e-6 * std::max(scale, 1.0), key + ": ZeRO vs plain differ by " + std::to_string(worst));
-      }
+      for (const auto& [key, t] : p) require_close(z.at(key), t, 1e-6, key + ": ZeRO vs plain");
     }
     dist::shutdown();
   });
@@ -608,11 +607,8 @@ void join_takes_every_step(const std::array<int, 3>& batches) {
       }
     }
     const TensorMap want = ref->state_dict(), got = model->state_dict();
-    for (const auto& [key, t] : want) {
-      const double worst = max(abs(got.at(key) - t)).item(), scale = max(abs(t)).item();
-      require(worst <= 1e-5 * std::max(scale, 1.0),
-              "rank " + std::to_string(rank) + " " + key + ": differs from the single process by " + std::to_string(worst));
-    }
+    for (const auto& [key, t] : want)
+      require_close(got.at(key), t, 1e-5, "rank " + std::to_string(rank) + " " + key + " against the single process");
     opt.consolidate_state_dict(0);
     if (rank == 0) {
       const TensorMap want_state = ref_opt->state_dict(), got_state = opt.state_dict();
@@ -620,8 +616,7 @@ void join_takes_every_step(const std::array<int, 3>& batches) {
       for (const auto& [key, t] : want_state) {
         if (key.find("momentum_buffer") == std::string::npos) continue;
         ++buffers;
-        const double worst = max(abs(got_state.at(key) - t)).item(), scale = max(abs(t)).item();
-        require(worst <= 1e-5 * std::max(scale, 1.0), key + ": momentum differs by " + std::to_string(worst));
+        require_close(got_state.at(key), t, 1e-5, key + " (momentum) against the single process");
       }
       require(buffers == 6, "the MLP's 6 momentum buffers compared, got " + std::to_string(buffers));
     }
