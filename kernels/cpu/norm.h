@@ -24,6 +24,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "minidl/kernels/batch_norm_gather.h"
 #include "minidl/kernels/cpu/parallel.h"
 #include "minidl/kernels/cpu/pool.h"
 
@@ -212,37 +213,12 @@ void batch_norm_backward_elemt(const T* dy, const T* x, int64_t N, int64_t C, in
   });
 }
 
-// SyncBatchNorm's merge of every rank's statistics (PyTorch's batch_norm_gather_stats_with_counts).
-// rows (R, 2C + 1): rank r's (mean (C), invstd (C), count); rows with count 0 are skipped.
-// Chan's formula: N = sum n_r; mean = sum n_r m_r / N; var = sum n_r (v_r + (m_r - mean)^2) / N
-// with v_r = 1 / invstd_r^2 - eps; invstd = 1 / sqrt(var + eps), unbiased_var = var N / (N - 1).
-// Ranks are added in order, one channel at a time. total: N.
+// SyncBatchNorm's merge of every rank's statistics, channel by channel (kernels/batch_norm_gather.h).
+// rows (R, 2C + 1): rank r's (mean (C), invstd (C), count). total: the ranks' summed count.
 inline void batch_norm_gather_stats(const double* rows, int64_t R, int64_t C, double eps, double* mean, double* invstd,
                                     double* unbiased_var, double* total) {
-  const int64_t W = 2 * C + 1;
-  double n_all = 0;
-  for (int64_t r = 0; r < R; ++r) n_all += rows[r * W + 2 * C];
-  for (int64_t c = 0; c < C; ++c) {
-    double sum_n_m = 0;
-    for (int64_t r = 0; r < R; ++r) {
-      const double* p = rows + r * W;
-      if (p[2 * C] != 0) sum_n_m += p[2 * C] * p[c];
-    }
-    const double m = sum_n_m / n_all;
-    double sum_n_var = 0;
-    for (int64_t r = 0; r < R; ++r) {
-      const double* p = rows + r * W;
-      const double n = p[2 * C];
-      if (n == 0) continue;
-      const double var_r = 1.0 / (p[C + c] * p[C + c]) - eps;
-      const double d = p[c] - m;
-      sum_n_var += n * (var_r + d * d);
-    }
-    const double var = sum_n_var / n_all;
-    mean[c] = m;
-    invstd[c] = 1.0 / std::sqrt(var + eps);
-    unbiased_var[c] = var * n_all / (n_all - 1);
-  }
+  const double n_all = batch_norm_gather_count(rows, R, C);
+  for (int64_t c = 0; c < C; ++c) batch_norm_gather_channel(rows, R, C, c, eps, n_all, mean, invstd, unbiased_var);
   *total = n_all;
 }
 

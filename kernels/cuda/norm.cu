@@ -10,6 +10,7 @@
 // Tested by tests/kernels/test_cuda_nn.cpp against the CPU ops (forward and backward).
 #include <algorithm>
 
+#include "minidl/kernels/batch_norm_gather.h"
 #include "minidl/kernels/cuda/common.cuh"
 
 namespace minidl::kernels::cuda {
@@ -220,33 +221,13 @@ __global__ void batch_norm_backward_elemt_kernel(const T* dy, const T* x, int64_
   batch_norm_backward_elemt_body(dy, x, n, C, S, mean, invstd, weight, sum_dy, sum_dy_xmu, inv_count, dx);
 }
 
-// SyncBatchNorm's merge, one thread per channel adding the ranks in order: kernels/cpu/layer_norm.h's
-// batch_norm_gather_stats on the device (the same up to fused multiply-adds).
+// SyncBatchNorm's merge, one thread per channel adding the ranks in order (kernels/batch_norm_gather.h,
+// the formula the CPU loop runs).
 __global__ void batch_norm_gather_stats_kernel(const double* rows, int64_t R, int64_t C, double eps, double* mean,
                                                double* invstd, double* unbiased_var, double* total) {
-  const int64_t W = 2 * C + 1;
   MINIDL_GRID_STRIDE(c, C) {
-    double n_all = 0;
-    for (int64_t r = 0; r < R; ++r) n_all += rows[r * W + 2 * C];
-    double sum_n_m = 0;
-    for (int64_t r = 0; r < R; ++r) {
-      const double* p = rows + r * W;
-      if (p[2 * C] != 0) sum_n_m += p[2 * C] * p[c];
-    }
-    const double m = sum_n_m / n_all;
-    double sum_n_var = 0;
-    for (int64_t r = 0; r < R; ++r) {
-      const double* p = rows + r * W;
-      const double n = p[2 * C];
-      if (n == 0) continue;
-      const double var_r = 1.0 / (p[C + c] * p[C + c]) - eps;
-      const double d = p[c] - m;
-      sum_n_var += n * (var_r + d * d);
-    }
-    const double var = sum_n_var / n_all;
-    mean[c] = m;
-    invstd[c] = 1.0 / sqrt(var + eps);
-    unbiased_var[c] = var * n_all / (n_all - 1);
+    const double n_all = batch_norm_gather_count(rows, R, C);
+    batch_norm_gather_channel(rows, R, C, c, eps, n_all, mean, invstd, unbiased_var);
     if (c == 0) *total = n_all;
   }
 }
