@@ -45,7 +45,7 @@ TEST(Cifar10, DirectoryLayoutTrainIsFiveBatchesTestIsOne) {
     write_file(dir.file("cifar-10-batches-bin/data_batch_" + std::to_string(b) + ".bin"),
                cifar_records({static_cast<uint8_t>(b), 0}));
   write_file(dir.file("cifar-10-batches-bin/test_batch.bin"), cifar_records({4}));
-  const Cifar10Dataset train(dir.str(), true), test(dir.str(), false);
+  const Cifar10Dataset train(dir.path(), true), test(dir.path(), false);
   EXPECT_EQ(train.size(), 10);
   EXPECT_EQ(test.size(), 1);
   EXPECT_EQ(train.get(4).target.item<int64_t>(), 3);  // first record of data_batch_3
@@ -73,7 +73,7 @@ TEST(Cifar10, EmptyAndMissingFilesAreErrors) {
   TempDir dir;
   write_file(dir.file("empty.bin"), {});
   EXPECT_THROW_MSG(read_cifar10_batch(dir.file("empty.bin")), std::runtime_error, "empty file");
-  EXPECT_THROW_MSG(Cifar10Dataset(dir.str(), false), std::runtime_error,
+  EXPECT_THROW_MSG(Cifar10Dataset(dir.path(), false), std::runtime_error,
                    dir.file("test_batch.bin") + " does not exist");
 }
 

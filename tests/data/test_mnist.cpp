@@ -122,7 +122,7 @@ TEST(IdxReader, MissingFileNamesThePath) {
 TEST(MnistDataset, LoadsGzipSplitNormalisesAndReturnsInt64Targets) {
   TempDir dir;
   write_small_mnist(dir, /*gz=*/true);
-  const MnistDataset ds(dir.str(), /*train=*/true, {.mean = 0.5, .std = 0.25});
+  const MnistDataset ds(dir.path(), /*train=*/true, {.mean = 0.5, .std = 0.25});
   ASSERT_EQ(ds.size(), 3);
   const Example ex = ds.get(1);
   EXPECT_EQ(ex.input.dtype(), DType::Float32);
@@ -138,7 +138,7 @@ TEST(MnistDataset, LoadsGzipSplitNormalisesAndReturnsInt64Targets) {
 TEST(MnistDataset, ReadsPlainFilesAndTheTestSplit) {
   TempDir dir;
   write_small_mnist(dir, /*gz=*/false, "t10k");
-  const MnistDataset ds(dir.str(), /*train=*/false, {.mean = 0.0, .std = 1.0});
+  const MnistDataset ds(dir.path(), /*train=*/false, {.mean = 0.0, .std = 1.0});
   ASSERT_EQ(ds.size(), 3);
   EXPECT_NEAR(ds.get(0).input.data<float>()[1], idx_pixel(1) / 255.0, 1e-6);
   EXPECT_EQ(ds.images().dtype(), DType::UInt8);  // raw bytes kept in memory
@@ -148,7 +148,7 @@ TEST(MnistDataset, ImageAndLabelCountMismatchNamesBothFiles) {
   TempDir dir;
   write_gz(dir.file("train-images-idx3-ubyte.gz"), idx_images(3, 4, 5));
   write_gz(dir.file("train-labels-idx1-ubyte.gz"), idx_labels({1, 2}));
-  EXPECT_THROW_MSG(MnistDataset(dir.str(), true), std::runtime_error,
+  EXPECT_THROW_MSG(MnistDataset(dir.path(), true), std::runtime_error,
                    dir.file("train-images-idx3-ubyte.gz") + " holds 3 images but " +
                        dir.file("train-labels-idx1-ubyte.gz") + " holds 2 labels");
 }
@@ -157,7 +157,7 @@ TEST(MnistDataset, LabelAboveNineIsAnError) {
   TempDir dir;
   write_gz(dir.file("train-images-idx3-ubyte.gz"), idx_images(2, 4, 5));
   write_gz(dir.file("train-labels-idx1-ubyte.gz"), idx_labels({1, 200}));
-  EXPECT_THROW_MSG(MnistDataset(dir.str(), true), std::runtime_error, "label 200 at index 1 is out of range 0..9");
+  EXPECT_THROW_MSG(MnistDataset(dir.path(), true), std::runtime_error, "label 200 at index 1 is out of range 0..9");
 }
 
 TEST(MnistDataset, MissingDirectorySuggestsTheDebianPackage) {
@@ -171,14 +171,14 @@ TEST(MnistDataset, MissingFileNamesBothCandidatePaths) {
   TempDir dir;
   write_gz(dir.file("train-images-idx3-ubyte.gz"), idx_images(3, 4, 5));
   EXPECT_THROW_MSG(
-      MnistDataset(dir.str(), true), std::runtime_error,
+      MnistDataset(dir.path(), true), std::runtime_error,
       "neither " + dir.file("train-labels-idx1-ubyte") + " nor " + dir.file("train-labels-idx1-ubyte.gz") + " exists");
 }
 
 TEST(MnistDataset, OutOfRangeIndexIsAnError) {
   TempDir dir;
   write_small_mnist(dir, true);
-  const MnistDataset ds(dir.str(), true);
+  const MnistDataset ds(dir.path(), true);
   EXPECT_THROW_MSG(ds.get(3), std::out_of_range, "index 3 out of range for a dataset of 3 examples");
 }
 

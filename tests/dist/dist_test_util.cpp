@@ -163,23 +163,6 @@ std::vector<pid_t> read_pid_files(const std::string& dir, const std::string& pre
   return pids;
 }
 
-TempDir::TempDir() {
-  char tmpl[] = "/tmp/minidl_dist_test_XXXXXX";
-  if (::mkdtemp(tmpl) == nullptr) throw std::runtime_error("mkdtemp failed");
-  path_ = tmpl;
-}
-
-TempDir::~TempDir() {
-  if (DIR* d = ::opendir(path_.c_str())) {
-    while (dirent* e = ::readdir(d)) {
-      std::string name = e->d_name;
-      if (name != "." && name != "..") ::unlink((path_ + "/" + name).c_str());
-    }
-    ::closedir(d);
-  }
-  ::rmdir(path_.c_str());
-}
-
 std::string launcher_path() { return std::string(MINIDL_BINARY_DIR) + "/tools/minidl-run"; }
 
 std::string self_path() {

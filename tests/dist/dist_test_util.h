@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "minidl/dist/store.h"
+#include "tests/common/temp_dir.h"
 
 namespace minidl::testing {
 
@@ -49,18 +50,6 @@ bool process_alive(pid_t pid);
 // Pids written as files "<prefix><rank>" (contents: a pid) in dir.
 std::vector<pid_t> read_pid_files(const std::string& dir, const std::string& prefix = "pid.");
 
-// A fresh empty directory under /tmp, removed with its files on destruction.
-class TempDir {
- public:
-  TempDir();
-  ~TempDir();
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 // Path of the minidl-run binary in the build tree, and of this test executable.
 std::string launcher_path();

@@ -11,6 +11,7 @@
 #include "minidl/nn/nn_all.h"
 #include "minidl/optim/optim_all.h"
 #include "minidl/tensor/checkpoint.h"
+#include "tests/common/temp_dir.h"
 #include "tests/common/testing.h"
 
 using namespace minidl;
@@ -67,9 +68,8 @@ struct TrainingRun {
 };
 
 std::string temp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() /
-          ("minidl_test_checkpoint_" + std::to_string(::getpid()) + "_" + name))
-      .string();
+  static const minidl::testing::TempDir dir;  // removed when the test binary exits
+  return dir.file(name);
 }
 
 void expect_same_bytes(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {

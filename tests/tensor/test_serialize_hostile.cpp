@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "minidl/tensor/serialize.h"
+#include "tests/common/temp_dir.h"
 #include "tests/common/testing.h"
 
 using namespace minidl;
@@ -17,9 +18,8 @@ namespace fs = std::filesystem;
 namespace {
 
 std::string temp_path(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("minidl_test_hostile_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  return (dir / name).string();
+  static const minidl::testing::TempDir dir;  // removed when the test binary exits
+  return dir.file(name);
 }
 
 void write_bytes(const std::string& path, const std::string& bytes) { std::ofstream(path, std::ios::binary) << bytes; }
