@@ -344,7 +344,8 @@ def main():
             steps = args.steps or STEPS[m]
             for t in (1, 2):
                 common = ["--batch-size", str(args.batch_size), "--threads", str(t), "--steps", str(steps)]
-                for side in sides:
+                # the order rotates rep by rep, so no side always runs right after the same other one
+                for side in sides[rep % len(sides):] + sides[:rep % len(sides)]:
                     if side == "pytorch":  # the best of eager and compiled, each in a fresh process
                         cmd = [args.torch_python, os.path.abspath(__file__), "--peer", m] + common
                         tries = [run_json(cmd + extra, peer_env(t))
