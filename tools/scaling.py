@@ -11,6 +11,8 @@ Per model, each repetition runs (in this order, so a slow phase of the machine h
   B  2 processes x 1 thread, global batch 128       (data parallel, the same work)
   C  1 process x 1 thread, batch 128                (one core)
   D  2 processes x 1 thread, global batch 256       (128 per process: twice C's work)
+  E  2 independent 1-thread processes at once, batch 64 each   (B's work, no communication)
+  F  2 independent 1-thread processes at once, batch 128 each  (D's work, no communication)
 and, with --torch-python, PyTorch's DDP (Gloo) as 1 and 2 processes x 1 thread at global batch
 128. Each figure is the median of its runs (images/s). The table gives
   strong  B / A      2 processes against one process with both cores (target: cnn, vit >= 0.95,
@@ -19,6 +21,9 @@ and, with --torch-python, PyTorch's DDP (Gloo) as 1 and 2 processes x 1 thread a
                      cnn, vit >= 0.95, mlp >= 0.90)
   2p/1p   B / C      the 2-process speed-up over one single-threaded process, and PyTorch's
                      (its 2 / its 1 process); minidl's must be the higher.
+  ceilings  E / A and F / (2 C): what strong and weak scaling would be if the all-reduce cost
+                     nothing, the machine's own limit (two busy cores share caches, memory
+                     bandwidth and, on a VM, the host); B / E and D / F: what DDP keeps of it.
 With --allreduce it also prints bench_allreduce's table (4 KB latency, 64 MB bus bandwidth).
 The peer runs with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE removed from its environment, like
 tools/compare_pytorch.py's, and OMP_NUM_THREADS=1.
@@ -39,6 +44,10 @@ LAYOUTS = [  # name, processes, threads, global batch
     ("B", 2, 1, 128),
     ("C", 1, 1, 128),
     ("D", 2, 1, 256),
+]
+INDEPENDENT = [  # name, batch of each of the two processes that run at once without talking
+    ("E", 64),
+    ("F", 128),
 ]
 
 
@@ -95,6 +104,20 @@ def run_peer(python, model, world, global_batch, steps):
     sys.exit("scaling: no JSON line from the PyTorch DDP peer")
 
 
+def run_independent(bench, model, batch, steps):
+    """Two 1-thread `bench` processes started together, no communication: their summed images/s."""
+    cmd = [bench, "--model", model, "--batch-size", str(batch), "--threads", "1", "--steps", str(steps),
+           "--warmup", str(WARMUP)]
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    total = 0.0
+    for p in procs:
+        out, err = p.communicate()
+        if p.returncode != 0:
+            sys.exit(f"scaling: {' '.join(cmd)} failed (exit {p.returncode}):\n{err}")
+        total += next(json.loads(line) for line in out.splitlines() if line.startswith("{"))["images_per_s"]
+    return total
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--bench", default="build/examples/bench")
@@ -118,19 +141,23 @@ def main():
     rows = []
     for model in args.models:
         steps = STEPS[model]
-        runs = {name: [] for name, *_ in LAYOUTS}
+        runs = {name: [] for name, *_ in LAYOUTS + INDEPENDENT}
         peer = {1: [], 2: []}
         for _ in range(args.reps):
             for name, nproc, threads, batch in LAYOUTS:
                 j = run_json([args.bench, "--model", model, "--batch-size", str(batch), "--threads", str(threads),
                               "--nproc", str(nproc), "--steps", str(steps), "--warmup", str(WARMUP)])
                 runs[name].append(j["images_per_s"])
+            for name, batch in INDEPENDENT:
+                runs[name].append(run_independent(args.bench, model, batch, steps))
             if args.torch_python:
                 for world in (1, 2):
                     peer[world].append(run_peer(args.torch_python, model, world, 128, steps))
         med = {k: statistics.median(v) for k, v in runs.items()}
         row = {"model": model, **med, "strong": med["B"] / med["A"], "weak": med["D"] / (2 * med["C"]),
-               "speedup": med["B"] / med["C"]}
+               "speedup": med["B"] / med["C"], "strong_ceiling": med["E"] / med["A"],
+               "weak_ceiling": med["F"] / (2 * med["C"]), "strong_kept": med["B"] / med["E"],
+               "weak_kept": med["D"] / med["F"]}
         if args.torch_python:
             row["torch_1p"] = statistics.median(peer[1])
             row["torch_2p"] = statistics.median(peer[2])
@@ -138,14 +165,16 @@ def main():
         rows.append(row)
 
     print(f"# {args.reps} repetitions, medians, images/s (A 1p x 2t @128, B 2p x 1t @128, C 1p x 1t @128, "
-          f"D 2p x 1t @256)")
-    head = f"{'model':6} {'A':>9} {'B':>9} {'C':>9} {'D':>9}  {'strong B/A':>10} {'weak D/2C':>9} {'2p/1p':>6}"
+          f"D 2p x 1t @256, E 2 x 1p x 1t @64, F 2 x 1p x 1t @128)")
+    head = (f"{'model':6} {'A':>9} {'B':>9} {'C':>9} {'D':>9} {'E':>9} {'F':>9}  {'strong B/A':>10} "
+            f"{'weak D/2C':>9} {'2p/1p':>6}  {'ceil E/A':>8} {'F/2C':>5} {'kept B/E':>8} {'D/F':>5}")
     if args.torch_python:
         head += f"  {'torch 1p':>9} {'torch 2p':>9} {'torch 2p/1p':>11}"
     print(head)
     for r in rows:
-        line = (f"{r['model']:6} {r['A']:9.0f} {r['B']:9.0f} {r['C']:9.0f} {r['D']:9.0f}  {r['strong']:10.2f} "
-                f"{r['weak']:9.2f} {r['speedup']:6.2f}")
+        line = (f"{r['model']:6} {r['A']:9.0f} {r['B']:9.0f} {r['C']:9.0f} {r['D']:9.0f} {r['E']:9.0f} "
+                f"{r['F']:9.0f}  {r['strong']:10.2f} {r['weak']:9.2f} {r['speedup']:6.2f}  "
+                f"{r['strong_ceiling']:8.2f} {r['weak_ceiling']:5.2f} {r['strong_kept']:8.2f} {r['weak_kept']:5.2f}")
         if args.torch_python:
             line += f"  {r['torch_1p']:9.0f} {r['torch_2p']:9.0f} {r['torch_speedup']:11.2f}"
         print(line)
