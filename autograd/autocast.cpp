@@ -37,8 +37,9 @@ Variable autocast_operand(const Variable& x) {
 }
 
 Variable autocast_gemm_operand(const Variable& x) {
-  if (autocast_on && autocast_low == DType::BFloat16 && x.defined() && x.dtype() == DType::Float32)
-    return to(x, DType::BFloat16);
+  if (!autocast_on || !x.defined() || x.dtype() != DType::Float32) return x;
+  // the products take bfloat16 on either device, float16 on CUDA only (cuBLAS)
+  if (autocast_low == DType::BFloat16 || x.data().device().is_cuda()) return to(x, autocast_low);
   return autocast_operand(x);
 }
 

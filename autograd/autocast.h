@@ -11,11 +11,12 @@
 // or float16, round to nearest even) through a differentiable cast (autograd `to`): float32
 // accumulation, float32 output. Under bfloat16, linear and matmul multiply the bfloat16 bit
 // patterns themselves (kernels::cpu::gemm_bf16 on the CPU, cuBLAS's bfloat16 GEMM with float32
-// compute on CUDA, through tensor mm / addmm / matmul),
-// and their backward rounds dy to bfloat16 once and multiplies it the same way, as PyTorch's
-// backward of its autocast products runs in bfloat16; each gradient is rounded to its operand's
-// dtype, and the cast's backward widens it. conv2d, packed_self_attention and float16 multiply
-// the rounded operands widened back to float32 with the float32 kernels. Everything else (softmax,
+// compute on CUDA, through tensor mm / addmm / matmul), and so do they under float16 on CUDA
+// (cuBLAS's float16 GEMM); their backward rounds dy to the low dtype once and multiplies it the
+// same way, as PyTorch's backward of its autocast products runs in the low dtype; each gradient is
+// rounded to its operand's dtype, and the cast's backward widens it. conv2d,
+// packed_self_attention and float16 on the CPU multiply the rounded operands widened back to
+// float32 with the float32 kernels. Everything else (softmax,
 // norms, losses, reductions, element-wise ops) stays float32, and so do the parameters and the
 // optimizer's state (master weights): the cast happens in the forward, and its backward casts the
 // gradient back to float32. The state is thread-local; guards nest, each restoring the state it
@@ -47,9 +48,10 @@ DType autocast_dtype();  // the low dtype of the innermost enabled guard; Float3
 // not float32.
 Variable autocast_operand(const Variable& x);
 
-// The operand of a product with a bfloat16 kernel (linear, matmul): under autocast(BFloat16) a
-// float32 x (CPU or CUDA) rounded to bfloat16 (one differentiable cast; the product's result is
-// float32); otherwise autocast_operand(x).
+// The operand of a product with a 16-bit kernel (linear, matmul): under autocast(BFloat16) a
+// float32 x (CPU or CUDA) rounded to bfloat16, under autocast(Float16) a float32 CUDA x rounded
+// to float16 (one differentiable cast; the product's result is float32); otherwise
+// autocast_operand(x) (float16 on the CPU, which has no float16 GEMM).
 Variable autocast_gemm_operand(const Variable& x);
 
 }  // namespace minidl

@@ -10,9 +10,10 @@ namespace minidl {
 
 // C = A B: dA = dC B^T, dB = A^T dC (batch dims summed back to each input's shape).
 // 1-d operands are promoted to matrices as torch.matmul does, and their gradients squeezed back.
-// Under autocast the operands are rounded to its dtype first (autograd/autocast.h); bfloat16
-// operands (autocast(BFloat16)) are multiplied as bfloat16 into a float32 result, and so are
-// their gradients' products: dy rounded to bfloat16 once, each gradient rounded to its operand's dtype.
+// Under autocast the operands are rounded to its dtype first (autograd/autocast.h); 16-bit
+// operands (autocast(BFloat16); autocast(Float16) on CUDA) are multiplied as such into a float32
+// result, and so are their gradients' products: dy rounded to that dtype once, each gradient
+// rounded to its operand's dtype.
 Variable matmul(const Variable& a_in, const Variable& b_in) {
   const Variable a = autocast_gemm_operand(a_in), b = autocast_gemm_operand(b_in);
   Tensor y = matmul(a.data(), b.data());
@@ -53,9 +54,10 @@ Variable matmul(const Variable& a_in, const Variable& b_in) {
 // y = x W^T + b, one node: leading dims of x are flattened into rows so the layer is one GEMM,
 // the bias is added into the GEMM's output in place; backward: dx = dy W, dW = dy^T x (one GEMM
 // over all rows) and db = column sums of dy (summed by that GEMM as it reads dy). The same as matmul(x, transpose(w)) + b (tested).
-// Under autocast x, W and b are rounded to its dtype first (autograd/autocast.h); bfloat16 x and W
-// (autocast(BFloat16)) are multiplied as bfloat16 into a float32 result, the widened bias added;
-// backward rounds dy to bfloat16 once for its products and each gradient to its operand's dtype.
+// Under autocast x, W and b are rounded to its dtype first (autograd/autocast.h); 16-bit x and W
+// (autocast(BFloat16); autocast(Float16) on CUDA) are multiplied as such into a float32 result,
+// the widened bias added; backward rounds dy to that dtype once for its products and each
+// gradient to its operand's dtype.
 Variable linear(const Variable& x_in, const Variable& w_in, const Variable& b_in) {
   const Variable x = autocast_gemm_operand(x_in), w = autocast_gemm_operand(w_in), b = autocast_gemm_operand(b_in);
   if (w.dim() != 2 || x.dim() < 1 || x.size(-1) != w.size(1))

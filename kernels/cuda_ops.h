@@ -173,7 +173,7 @@ void adam_step(ElemType t, void* param, const void* grad, void* exp_avg, void* e
 // ---- GEMM through cuBLAS (blas.cu); the same contract as kernels::cpu::gemm (row-major):
 // C (M, N) = op(A) (M, K) · op(B) (K, N), repeated `batch` times with element strides
 // stride_a / stride_b / stride_c between the matrices (stride 0 broadcasts one operand).
-// t = BF16: A and B hold bfloat16, C is float32 (float32 accumulation, as cpu::gemm_bf16).
+// t = BF16 or F16: A and B hold 16-bit floats, C is float32 (float32 accumulation, as cpu::gemm_bf16).
 void gemm(ElemType t, int64_t M, int64_t N, int64_t K, const void* A, int64_t lda, bool trans_a, const void* B,
           int64_t ldb, bool trans_b, void* C, int64_t ldc, int64_t batch = 1, int64_t stride_a = 0,
           int64_t stride_b = 0, int64_t stride_c = 0);

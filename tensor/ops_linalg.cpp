@@ -9,8 +9,9 @@
 // bfloat16 operands (autocast's products, autograd/autocast.h) give a float32 result: float32
 // sums of the exact products, never rounded back (kernels::cpu::gemm_bf16; on CUDA cuBLAS's
 // bfloat16 GEMM with float32 compute); on a CPU without AVX512_BF16 the same product runs through
-// the float32 kernel on the widened operands (said once on stderr). float16 operands are refused
-// (no float16 GEMM on the CPU).
+// the float32 kernel on the widened operands (said once on stderr). float16 operands: the same on
+// CUDA (cuBLAS's float16 GEMM, float32 compute and result); refused on the CPU, which has no
+// float16 GEMM (autocast(Float16) widens the rounded operands there).
 #include <cstdio>
 #include <mutex>
 #include <stdexcept>
@@ -65,11 +66,11 @@ void check_operands(const Tensor& a, const Tensor& b, const char* op) {
   if (!a.is_floating_point())
     throw std::invalid_argument(std::string(op) + ": expected a floating dtype (float32 or float64), got " +
                                 dtype_name(a.dtype()));
-  if (a.dtype() == DType::Float16) throw half_unsupported(op, a.dtype());
+  if (a.dtype() == DType::Float16 && a.device().is_cpu()) throw half_unsupported(op, a.dtype());
 }
 
-// The dtype of a product: float32 for bfloat16 operands, else the operands'.
-DType product_dtype(DType t) { return t == DType::BFloat16 ? DType::Float32 : t; }
+// The dtype of a product: float32 for 16-bit operands, else the operands'.
+DType product_dtype(DType t) { return is_half(t) ? DType::Float32 : t; }
 
 // True when bfloat16 operands must be widened to float32 first: this CPU has no bfloat16 GEMM
 // (cuBLAS always has one).

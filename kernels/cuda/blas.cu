@@ -3,9 +3,9 @@
 // so no operand is copied or transposed. Batched products use cublas*gemmStridedBatched (stride 0
 // broadcasts one operand; K = 0 gives zeros without calling cuBLAS). float32 runs in exact FP32 unless set_allow_tf32(true), which switches
 // cuBLAS to TF32 tensor-core math (and cuDNN convolutions, see conv.cu). float64: cublasDgemm*.
-// bfloat16 (autocast's products): cublasGemmStridedBatchedEx with bfloat16 operands, float32
-// compute and a float32 C — the contract of the CPU's gemm_bf16 (the exact products summed in
-// float32), on the tensor cores.
+// bfloat16 and float16 (autocast's products): cublasGemmStridedBatchedEx with 16-bit operands,
+// float32 compute and a float32 C — the contract of the CPU's gemm_bf16 (the exact products summed
+// in float32), on the tensor cores.
 // Tested by tests/kernels/test_cuda_ops.cpp (mm / matmul / batched matmul against the CPU GEMM)
 // and measured by examples/bench_gpu.cpp (TF/s next to cuBLAS called directly).
 #include <cublas_v2.h>
@@ -51,8 +51,8 @@ bool allow_tf32() { return g_allow_tf32; }
 void gemm(ElemType t, int64_t M, int64_t N, int64_t K, const void* A, int64_t lda, bool trans_a, const void* B,
           int64_t ldb, bool trans_b, void* C, int64_t ldc, int64_t batch, int64_t stride_a, int64_t stride_b,
           int64_t stride_c) {
-  if (t != ElemType::F32 && t != ElemType::F64 && t != ElemType::BF16)
-    throw std::invalid_argument("matmul: expected float32, float64 or bfloat16 operands on CUDA");
+  if (t != ElemType::F32 && t != ElemType::F64 && t != ElemType::BF16 && t != ElemType::F16)
+    throw std::invalid_argument("matmul: expected float32, float64, bfloat16 or float16 operands on CUDA");
   if (M == 0 || N == 0 || batch == 0) return;
   if (K == 0) {  // an empty sum: C = 0 (cuBLAS rejects the ld = 0 such operands may carry)
     const size_t es = t == ElemType::F64 ? sizeof(double) : sizeof(float), pitch = size_t(ldc) * es;
@@ -74,12 +74,14 @@ void gemm(ElemType t, int64_t M, int64_t N, int64_t K, const void* A, int64_t ld
   const cublasOperation_t ob = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t oa = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   const int m = int(N), n = int(M), k = int(K);
-  if (t == ElemType::BF16) {  // bfloat16 operands, float32 C
+  if (t == ElemType::BF16 || t == ElemType::F16) {  // 16-bit operands, float32 C
     const float one = 1.0f, zero = 0.0f;
-    check_cublas(cublasGemmStridedBatchedEx(h, ob, oa, m, n, k, &one, B, CUDA_R_16BF, int(ldb), stride_b, A, CUDA_R_16BF,
-                                            int(lda), stride_a, &zero, C, CUDA_R_32F, int(ldc), stride_c, int(batch),
+    const cudaDataType_t in = t == ElemType::BF16 ? CUDA_R_16BF : CUDA_R_16F;
+    check_cublas(cublasGemmStridedBatchedEx(h, ob, oa, m, n, k, &one, B, in, int(ldb), stride_b, A, in, int(lda),
+                                            stride_a, &zero, C, CUDA_R_32F, int(ldc), stride_c, int(batch),
                                             CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-                 "matmul (cublasGemmStridedBatchedEx, bfloat16)");
+                 t == ElemType::BF16 ? "matmul (cublasGemmStridedBatchedEx, bfloat16)"
+                                     : "matmul (cublasGemmStridedBatchedEx, float16)");
   } else if (t == ElemType::F32) {
     const float one = 1.0f, zero = 0.0f;
     check_cublas(cublasSgemmStridedBatched(h, ob, oa, m, n, k, &one, static_cast<const float*>(B), int(ldb), stride_b,

@@ -95,20 +95,25 @@ TEST(CudaLayers, LinearMatchesCpu) {
 }
 
 // Under autocast(BFloat16) Linear multiplies bfloat16 operands into float32 on both devices
-// (cuBLAS's bfloat16 GEMM, the CPU's gemm_bf16): the same rounded operands, sums in another
-// order; backward rounds dy to bfloat16 on both. A 3-d input takes matmul's folded path.
-TEST(CudaLayers, LinearUnderBfloat16AutocastMatchesCpu) {
+// (cuBLAS's bfloat16 GEMM, the CPU's gemm_bf16); under autocast(Float16) CUDA multiplies float16
+// operands (cuBLAS's float16 GEMM) and the CPU the same rounded operands widened to float32. The
+// same rounded values, sums in another order; backward rounds dy to the low dtype on both. A 3-d
+// input takes matmul's folded path.
+TEST(CudaLayers, LinearUnderHalfAutocastMatchesCpu) {
   MINIDL_SKIP_WITHOUT_GPU();
-  const Forward bf16 = [](nn::Module& m, const Variable& x) {
-    autocast guard(DType::BFloat16);
-    return m.forward(x);
-  };
-  check_module_parity("Linear (bf16 autocast)", maker<nn::Linear>(nn::LinearOptions{.in = 64, .out = 24}),
-                      rnd({16, 64}, 30), true, {.rtol = 1e-4, .atol = 1e-4, .grad_rtol = 1e-2, .grad_atol = 1e-2},
-                      bf16);
-  check_module_parity("Linear (bf16 autocast, 3-d input)", maker<nn::Linear>(nn::LinearOptions{.in = 40, .out = 8}),
-                      rnd({2, 5, 40}, 31), true, {.rtol = 1e-4, .atol = 1e-4, .grad_rtol = 1e-2, .grad_atol = 1e-2},
-                      bf16);
+  for (const DType half : {DType::BFloat16, DType::Float16}) {
+    const std::string name = dtype_name(half);
+    const Forward under_autocast = [half](nn::Module& m, const Variable& x) {
+      autocast guard(half);
+      return m.forward(x);
+    };
+    check_module_parity("Linear (" + name + " autocast)", maker<nn::Linear>(nn::LinearOptions{.in = 64, .out = 24}),
+                        rnd({16, 64}, 30), true, {.rtol = 1e-4, .atol = 1e-4, .grad_rtol = 1e-2, .grad_atol = 1e-2},
+                        under_autocast);
+    check_module_parity("Linear (" + name + " autocast, 3-d input)",
+                        maker<nn::Linear>(nn::LinearOptions{.in = 40, .out = 8}), rnd({2, 5, 40}, 31), true,
+                        {.rtol = 1e-4, .atol = 1e-4, .grad_rtol = 1e-2, .grad_atol = 1e-2}, under_autocast);
+  }
 }
 
 TEST(CudaLayers, Conv2dMatchesCpu) {

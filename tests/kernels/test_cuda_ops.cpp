@@ -285,27 +285,37 @@ TEST(CudaOps, MatmulMatchesCpuGemm) {
   expect_cuda_matches_cpu(matmul(on_gpu(d), on_gpu(e)), matmul(d, e), 1e-12, 1e-12, "float64 batched matmul");
 }
 
-// bfloat16 products (autocast's) on CUDA: cuBLAS's bfloat16 GEMM with float32 compute against
-// the CPU's gemm_bf16 (both sum the exact products in float32, in different orders): mm, a
-// transposed view, a batched matmul, addmm with a bfloat16 bias, and mm_and_row_sums.
-TEST(CudaOps, Bfloat16ProductsMatchTheCpu) {
+// 16-bit products (autocast's) on CUDA: cuBLAS's bfloat16 / float16 GEMM with float32 compute
+// against the CPU — its gemm_bf16 for bfloat16, the float32 GEMM of the widened operands for
+// float16 (the CPU has no float16 GEMM); all sum the exact products in float32, in different
+// orders: mm, a transposed view, a batched matmul, addmm with a 16-bit bias, and mm_and_row_sums.
+TEST(CudaOps, HalfProductsMatchTheCpu) {
   MINIDL_SKIP_WITHOUT_GPU();
-  const DType bf = DType::BFloat16;
-  const Tensor a = rnd({33, 40}, 40).to(bf), b = rnd({40, 17}, 41).to(bf), c = rnd({17, 40}, 42).to(bf);
-  auto check = [](const Tensor& gpu, const Tensor& cpu, const std::string& what) {
-    ASSERT_EQ(gpu.dtype(), DType::Float32) << what << ": a float32 product";
-    expect_cuda_matches_cpu(gpu, cpu, 1e-5, 1e-5, what);
-  };
-  check(mm(on_gpu(a), on_gpu(b)), mm(a, b), "mm");
-  check(mm(on_gpu(a), on_gpu(c).t()), mm(a, c.t()), "mm with a transposed view");
-  const Tensor x = rnd({3, 9, 40}, 43).to(bf), y = rnd({3, 40, 5}, 44).to(bf);
-  check(matmul(on_gpu(x), on_gpu(y)), matmul(x, y), "batched matmul");
-  const Tensor bias = rnd({17}, 45).to(bf);
-  check(addmm(on_gpu(bias), on_gpu(a), on_gpu(b)), addmm(bias, a, b), "addmm");
-  const auto [gp, gs] = mm_and_row_sums(on_gpu(a), on_gpu(b));
-  const auto [cp, cs] = mm_and_row_sums(a, b);
-  check(gp, cp, "mm_and_row_sums: the product");
-  check(gs, cs, "mm_and_row_sums: the row sums");
+  for (const DType half : {DType::BFloat16, DType::Float16}) {
+    const std::string name = dtype_name(half);
+    auto cpu = [&](const Tensor& t) { return half == DType::BFloat16 ? t : t.to(DType::Float32); };
+    const Tensor a = rnd({33, 40}, 40).to(half), b = rnd({40, 17}, 41).to(half), c = rnd({17, 40}, 42).to(half);
+    auto check = [&](const Tensor& gpu, const Tensor& on_cpu, const std::string& what) {
+      ASSERT_EQ(gpu.dtype(), DType::Float32) << name << " " << what << ": a float32 product";
+      expect_cuda_matches_cpu(gpu, on_cpu, 1e-5, 1e-5, name + " " + what);
+    };
+    check(mm(on_gpu(a), on_gpu(b)), mm(cpu(a), cpu(b)), "mm");
+    check(mm(on_gpu(a), on_gpu(c).t()), mm(cpu(a), cpu(c).t()), "mm with a transposed view");
+    const Tensor x = rnd({3, 9, 40}, 43).to(half), y = rnd({3, 40, 5}, 44).to(half);
+    check(matmul(on_gpu(x), on_gpu(y)), matmul(cpu(x), cpu(y)), "batched matmul");
+    const Tensor bias = rnd({17}, 45).to(half);
+    check(addmm(on_gpu(bias), on_gpu(a), on_gpu(b)), addmm(cpu(bias), cpu(a), cpu(b)), "addmm");
+    const auto [gp, gs] = mm_and_row_sums(on_gpu(a), on_gpu(b));
+    const auto [cp, cs] = mm_and_row_sums(cpu(a), cpu(b));
+    check(gp, cp, "mm_and_row_sums: the product");
+    check(gs, cs, "mm_and_row_sums: the row sums");
+  }
+}
+
+// float16 products are CUDA's alone: the CPU refuses them by name (autocast widens there instead).
+TEST(CudaOpsContract, Float16ProductsAreRefusedOnTheCpu) {
+  const Tensor a = rnd({3, 4}, 46).to(DType::Float16);
+  EXPECT_THROW_MSG(mm(a, a.t()), std::invalid_argument, "mm: not implemented for float16");
 }
 
 // A K = 0 product is an empty sum: zeros, not an error (cuBLAS itself rejects the ld = 0 such
