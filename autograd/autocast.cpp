@@ -36,10 +36,14 @@ Variable autocast_operand(const Variable& x) {
   return to(to(x, autocast_low), DType::Float32);
 }
 
-Variable autocast_gemm_operand(const Variable& x) {
+Variable autocast_low_operand(const Variable& x) {
   if (!autocast_on || !x.defined() || x.dtype() != DType::Float32) return x;
+  return to(x, autocast_low);
+}
+
+Variable autocast_gemm_operand(const Variable& x) {
   // the products take bfloat16 on either device, float16 on CUDA only (cuBLAS)
-  if (autocast_low == DType::BFloat16 || x.data().device().is_cuda()) return to(x, autocast_low);
+  if (autocast_low == DType::BFloat16 || (x.defined() && x.data().device().is_cuda())) return autocast_low_operand(x);
   return autocast_operand(x);
 }
 

@@ -48,6 +48,11 @@ DType autocast_dtype();  // the low dtype of the innermost enabled guard; Float3
 // not float32.
 Variable autocast_operand(const Variable& x);
 
+// A float32 x rounded to autocast_dtype() and kept in it (one differentiable cast), for an op that
+// keeps its operands in the low dtype and widens them itself (conv2d); x itself when autocast is
+// off, x is undefined or not float32.
+Variable autocast_low_operand(const Variable& x);
+
 // The operand of a product with a 16-bit kernel (linear, matmul): under autocast(BFloat16) a
 // float32 x (CPU or CUDA) rounded to bfloat16, under autocast(Float16) a float32 CUDA x rounded
 // to float16 (one differentiable cast; the product's result is float32); otherwise
