@@ -22,8 +22,22 @@ namespace {
 using nn_checks::require_float;
 namespace kc = kernels::cuda;
 
-// Planes per parallel chunk: about 16K elements of work each.
-int64_t plane_grain(int64_t plane_elems) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(plane_elems, 1)); }
+// The CPU loop every op here shares: body(src, dst, pl) for each of the `planes` planes, with src
+// plane pl of `in` (in_plane elements each) and dst plane pl of `out` (out_plane elements each),
+// float or double, planes in parallel in chunks of about 16K elements of the larger planes.
+template <class F>
+void for_each_plane(const Tensor& in, int64_t in_plane, Tensor& out, int64_t out_plane, int64_t planes, const char* op,
+                    F&& body) {
+  dispatch_floating(in.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    const T* src = in.data<T>();
+    T* dst = out.data<T>();
+    const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>({in_plane, out_plane, 1}));
+    kernels::cpu::parallel_for(planes, grain, [&](int64_t b, int64_t e) {
+      for (int64_t pl = b; pl < e; ++pl) body(src + pl * in_plane, dst + pl * out_plane, pl);
+    });
+  });
+}
 
 void require_image(const Tensor& x, const char* op) {
   require_float(x, op, "input");
@@ -110,24 +124,16 @@ MaxPool2dResult max_pool2d_forward(const Tensor& x_in, const Pool2dParams& param
     return {out, indices};
   }
   const auto win = window_of(p);
-  dispatch_floating(x.dtype(), op, [&](auto tag) {
-    using T = decltype(tag);
-    const T* xp = x.data<T>();
-    T* yp = out.data<T>();
-    int64_t* ip = indices.data<int64_t>();
-    // 2x2 windows at stride 2 without padding (the reference CNN's) take the unrolled path.
-    const bool two_by_two =
-        p.kernel_h == 2 && p.kernel_w == 2 && p.stride_h == 2 && p.stride_w == 2 && p.pad_h == 0 && p.pad_w == 0;
-    kernels::cpu::parallel_for(planes, plane_grain(H * W), [&](int64_t b, int64_t e) {
-      for (int64_t pl = b; pl < e; ++pl) {
-        if (two_by_two)
-          kernels::cpu::max_pool2d_plane_forward_2x2(xp + pl * H * W, H, W, yp + pl * H_out * W_out,
-                                                     ip + pl * H_out * W_out, H_out, W_out);
-        else
-          kernels::cpu::max_pool2d_plane_forward(xp + pl * H * W, H, W, yp + pl * H_out * W_out,
-                                                 ip + pl * H_out * W_out, H_out, W_out, win);
-      }
-    });
+  int64_t* ip = indices.data<int64_t>();
+  // 2x2 windows at stride 2 without padding (the reference CNN's) take the unrolled path.
+  const bool two_by_two =
+      p.kernel_h == 2 && p.kernel_w == 2 && p.stride_h == 2 && p.stride_w == 2 && p.pad_h == 0 && p.pad_w == 0;
+  const int64_t n_out = H_out * W_out;
+  for_each_plane(x, H * W, out, n_out, planes, op, [&](const auto* xp, auto* yp, int64_t pl) {
+    if (two_by_two)
+      kernels::cpu::max_pool2d_plane_forward_2x2(xp, H, W, yp, ip + pl * n_out, H_out, W_out);
+    else
+      kernels::cpu::max_pool2d_plane_forward(xp, H, W, yp, ip + pl * n_out, H_out, W_out, win);
   });
   return {out, indices};
 }
@@ -159,15 +165,8 @@ Tensor max_pool2d_backward(const Tensor& dy_in, const Tensor& indices_in, const 
     return dx;
   }
   std::atomic<bool> ok{true};
-  dispatch_floating(dy.dtype(), op, [&](auto tag) {
-    using T = decltype(tag);
-    const T* gp = dy.data<T>();
-    T* dxp = dx.data<T>();
-    kernels::cpu::parallel_for(planes, plane_grain(H * W), [&](int64_t b, int64_t e) {
-      for (int64_t pl = b; pl < e; ++pl)
-        if (!kernels::cpu::max_pool2d_plane_backward(gp + pl * n_out, ip + pl * n_out, n_out, dxp + pl * H * W, H * W))
-          ok = false;
-    });
+  for_each_plane(dy, n_out, dx, H * W, planes, op, [&](const auto* gp, auto* dxp, int64_t pl) {
+    if (!kernels::cpu::max_pool2d_plane_backward(gp, ip + pl * n_out, n_out, dxp, H * W)) ok = false;
   });
   if (!ok)
     for (int64_t i = 0; i < indices.numel(); ++i)
@@ -198,15 +197,8 @@ Tensor avg_pool2d_forward(const Tensor& x_in, const Pool2dParams& params) {
     return out;
   }
   const auto win = window_of(p);
-  dispatch_floating(x.dtype(), op, [&](auto tag) {
-    using T = decltype(tag);
-    const T* xp = x.data<T>();
-    T* yp = out.data<T>();
-    kernels::cpu::parallel_for(planes, plane_grain(H * W), [&](int64_t b, int64_t e) {
-      for (int64_t pl = b; pl < e; ++pl)
-        kernels::cpu::avg_pool2d_plane_forward(xp + pl * H * W, H, W, yp + pl * H_out * W_out, H_out, W_out, win,
-                                               p.count_include_pad);
-    });
+  for_each_plane(x, H * W, out, H_out * W_out, planes, op, [&](const auto* xp, auto* yp, int64_t) {
+    kernels::cpu::avg_pool2d_plane_forward(xp, H, W, yp, H_out, W_out, win, p.count_include_pad);
   });
   return out;
 }
@@ -232,15 +224,8 @@ Tensor avg_pool2d_backward(const Tensor& dy_in, const Shape& x_shape, const Pool
   }
   Tensor dx = zeros(x_shape, dy.dtype());
   const auto win = window_of(p);
-  dispatch_floating(dy.dtype(), op, [&](auto tag) {
-    using T = decltype(tag);
-    const T* gp = dy.data<T>();
-    T* dxp = dx.data<T>();
-    kernels::cpu::parallel_for(planes, plane_grain(H * W), [&](int64_t b, int64_t e) {
-      for (int64_t pl = b; pl < e; ++pl)
-        kernels::cpu::avg_pool2d_plane_backward(gp + pl * H_out * W_out, H_out, W_out, dxp + pl * H * W, H, W, win,
-                                                p.count_include_pad);
-    });
+  for_each_plane(dy, H_out * W_out, dx, H * W, planes, op, [&](const auto* gp, auto* dxp, int64_t) {
+    kernels::cpu::avg_pool2d_plane_backward(gp, H_out, W_out, dxp, H, W, win, p.count_include_pad);
   });
   return dx;
 }
@@ -266,14 +251,8 @@ Tensor adaptive_avg_pool2d_forward(const Tensor& x_in, int64_t out_h, int64_t ou
                                     out_w);
     return out;
   }
-  dispatch_floating(x.dtype(), op, [&](auto tag) {
-    using T = decltype(tag);
-    const T* xp = x.data<T>();
-    T* yp = out.data<T>();
-    kernels::cpu::parallel_for(planes, plane_grain(H * W), [&](int64_t b, int64_t e) {
-      for (int64_t pl = b; pl < e; ++pl)
-        kernels::cpu::adaptive_avg_pool2d_plane_forward(xp + pl * H * W, H, W, yp + pl * out_h * out_w, out_h, out_w);
-    });
+  for_each_plane(x, H * W, out, out_h * out_w, planes, op, [&](const auto* xp, auto* yp, int64_t) {
+    kernels::cpu::adaptive_avg_pool2d_plane_forward(xp, H, W, yp, out_h, out_w);
   });
   return out;
 }
@@ -299,14 +278,8 @@ Tensor adaptive_avg_pool2d_backward(const Tensor& dy_in, const Shape& x_shape) {
                                      dx.raw_data(), H, W);
     return dx;
   }
-  dispatch_floating(dy.dtype(), op, [&](auto tag) {
-    using T = decltype(tag);
-    const T* gp = dy.data<T>();
-    T* dxp = dx.data<T>();
-    kernels::cpu::parallel_for(planes, plane_grain(H * W), [&](int64_t b, int64_t e) {
-      for (int64_t pl = b; pl < e; ++pl)
-        kernels::cpu::adaptive_avg_pool2d_plane_backward(gp + pl * out_h * out_w, out_h, out_w, dxp + pl * H * W, H, W);
-    });
+  for_each_plane(dy, out_h * out_w, dx, H * W, planes, op, [&](const auto* gp, auto* dxp, int64_t) {
+    kernels::cpu::adaptive_avg_pool2d_plane_backward(gp, out_h, out_w, dxp, H, W);
   });
   return dx;
 }
