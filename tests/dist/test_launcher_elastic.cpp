@@ -85,12 +85,15 @@ TEST(ElasticMembership, NamesNodes) {
 
 namespace {
 
-// A launcher for node `id` of an elastic 1:2 run of 2 workers per node on `port`.
+// A launcher for node `id` of an elastic 1:2 run of 2 workers per node on `port`. Its TMPDIR is a
+// directory of this test's, so what a launcher killed here leaves behind is removed with it.
 Subprocess elastic_node(const std::string& port, const std::string& id, const std::string& script,
                         const std::string& restarts = "1") {
+  static const minidl::testing::TempDir tmp;
   return start_process({launcher_path(), "--nproc-per-node", "2", "--nnodes", "1:2", "--node-rank", id, "--master-port",
                         port, "--max-restarts", restarts, "--rdzv-conf", "last_call_timeout=1", "/bin/sh", "-c",
-                        script});
+                        script},
+                       {{"TMPDIR", tmp.path()}});
 }
 
 }  // namespace

@@ -137,12 +137,15 @@ TEST(LauncherRestart, TorchrunFlagsWork) {
 
 namespace {
 
-// Two launchers, nodes 0 and 1 of a 2x2 world, with --max-restarts 1, running `script`.
+// Two launchers, nodes 0 and 1 of a 2x2 world, with --max-restarts 1, running `script`. Their
+// TMPDIR is a directory of this test's, so what a launcher killed here leaves behind is removed.
 std::pair<Subprocess, Subprocess> start_two_nodes(const std::string& script) {
+  static const minidl::testing::TempDir tmp;
   const std::string port = std::to_string(minidl::dist::find_free_port());
   auto node = [&](const std::string& rank) {
     return start_process({launcher_path(), "--nproc-per-node", "2", "--nnodes", "2", "--node-rank", rank,
-                          "--master-port", port, "--max-restarts", "1", "/bin/sh", "-c", script});
+                          "--master-port", port, "--max-restarts", "1", "/bin/sh", "-c", script},
+                         {{"TMPDIR", tmp.path()}});
   };
   Subprocess node0 = node("0");
   Subprocess node1 = node("1");
