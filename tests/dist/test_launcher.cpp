@@ -58,8 +58,9 @@ class Launcher : public ::testing::Test {
   // recorded (at most 5 s).
   static void start_two_workers(const std::string& dir, const std::string& prologue, const std::string& rest,
                                 Subprocess& p, std::vector<pid_t>& pids) {
-    p = start_process(
-        {launcher_path(), "--nproc-per-node", "2", "/bin/sh", "-c", prologue + record_pid_and_wait(dir, 2) + rest});
+    p = start_process(  // TMPDIR: what a launcher killed by a test leaves behind goes with dir
+        {launcher_path(), "--nproc-per-node", "2", "/bin/sh", "-c", prologue + record_pid_and_wait(dir, 2) + rest},
+        {{"TMPDIR", dir}});
     for (int i = 0; i < 250 && read_pid_files(dir).size() < 2; ++i) std::this_thread::sleep_for(20ms);
     pids = read_pid_files(dir);
     ASSERT_EQ(pids.size(), 2u);
