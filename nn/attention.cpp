@@ -128,14 +128,14 @@ TransformerEncoderLayer::TransformerEncoderLayer(const TransformerEncoderLayerOp
 
 Variable TransformerEncoderLayer::forward(const Variable& x) {
   Variable n = norm1(x);
-  return forward_from_attention(x, self_attn.forward(n, n, n, {.need_weights = false}).output);
+  return forward_from_attention(x, self_attn(n, n, n, {.need_weights = false}).output);
 }
 
 Variable TransformerEncoderLayer::forward(const Variable& x, const MultiheadAttentionArgs& args) {
   Variable n = norm1(x);
   MultiheadAttentionArgs a = args;
   a.need_weights = false;
-  return forward_from_attention(x, self_attn.forward(n, n, n, a).output);
+  return forward_from_attention(x, self_attn(n, n, n, a).output);
 }
 
 Variable TransformerEncoderLayer::forward_from_attention(const Variable& x, const Variable& attended) {

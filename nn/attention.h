@@ -39,6 +39,13 @@ class MultiheadAttention : public Module {
   // query (B, L, E), key and value (B, S, E) (sequence-first when !batch_first).
   MultiheadAttentionOutput forward(const Variable& query, const Variable& key, const Variable& value,
                                    const MultiheadAttentionArgs& args = {});
+  // As PyTorch's self_attn(query, key, value, ...): the forward pre-hooks (given the query), then forward.
+  using Module::operator();
+  MultiheadAttentionOutput operator()(const Variable& query, const Variable& key, const Variable& value,
+                                      const MultiheadAttentionArgs& args = {}) {
+    run_forward_pre_hooks(query);
+    return forward(query, key, value, args);
+  }
 
   MultiheadAttentionOptions options;
   Variable in_proj_weight;  // (3E, E)

@@ -1,4 +1,5 @@
-// nn/module.cpp — Module registration, traversal, train/eval, state_dict and the printed tree.
+// nn/module.cpp — Module registration, traversal, train/eval, state_dict, the printed tree and the
+// forward pre-hooks.
 #include "minidl/nn/module.h"
 
 #include <algorithm>
@@ -34,6 +35,44 @@ std::string Module::type_name() const {
 }
 
 Variable Module::forward(const Variable&) { throw std::logic_error(type_name() + " has no single-input forward(x)"); }
+
+struct RemovableHandle::Hooks {
+  uint64_t next_id = 1;
+  std::vector<std::pair<uint64_t, Module::ForwardPreHook>> list;  // in registration order
+};
+
+RemovableHandle& RemovableHandle::operator=(RemovableHandle&& o) noexcept {
+  if (this != &o) {
+    remove();
+    hooks_ = std::move(o.hooks_);
+    id_ = o.id_;
+    o.hooks_.reset();
+  }
+  return *this;
+}
+
+void RemovableHandle::remove() {
+  if (const std::shared_ptr<Hooks> hooks = hooks_.lock())
+    std::erase_if(hooks->list, [this](const auto& h) { return h.first == id_; });
+  hooks_.reset();
+}
+
+RemovableHandle Module::register_forward_pre_hook(ForwardPreHook hook) {
+  if (!hook) throw std::invalid_argument(type_name() + ".register_forward_pre_hook: an empty hook");
+  if (!pre_hooks_) pre_hooks_ = std::make_shared<RemovableHandle::Hooks>();
+  const uint64_t id = pre_hooks_->next_id++;
+  pre_hooks_->list.emplace_back(id, std::move(hook));
+  return RemovableHandle(pre_hooks_, id);
+}
+
+bool Module::has_forward_pre_hooks() const { return pre_hooks_ && !pre_hooks_->list.empty(); }
+
+void Module::run_forward_pre_hooks(const Variable& input) {
+  if (!has_forward_pre_hooks()) return;
+  // a copy: what a hook registers or removes takes effect from the next call on
+  const std::vector<std::pair<uint64_t, ForwardPreHook>> hooks = pre_hooks_->list;
+  for (const auto& [id, hook] : hooks) hook(*this, input);
+}
 
 void Module::check_new_name(const std::string& name, const char* what) const {
   if (name.empty() || name.find('.') != std::string::npos)

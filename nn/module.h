@@ -12,9 +12,14 @@
 //   };
 // (type_name() is "Net" by default; override it to print another name.)
 //
+// Forward pre-hooks (PyTorch's register_forward_pre_hook): calling a module as module(x) runs its
+// hooks, then forward(x); calling forward(x) itself runs none, so a forward calls its children as
+// fc1(x), not fc1.forward(x). Sequential does, its fused runs included (nn/sequential.h).
+//
 // Names are dotted as in PyTorch ("features.0.weight"), so state_dict() keys line up with a
 // PyTorch model of the same structure.
 #pragma once
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -27,6 +32,26 @@
 
 namespace minidl::nn {
 
+// What register_forward_pre_hook returns (PyTorch's torch.utils.hooks.RemovableHandle): remove(),
+// or the destructor, unregisters the hook; both are no-ops once the hook or its module is gone.
+// Movable, not copyable; an empty handle (default-constructed, moved from) holds nothing.
+class RemovableHandle {
+ public:
+  struct Hooks;  // a module's list of hooks, shared with its handles
+  RemovableHandle() = default;
+  RemovableHandle(std::weak_ptr<Hooks> hooks, uint64_t id) : hooks_(std::move(hooks)), id_(id) {}
+  ~RemovableHandle() { remove(); }
+  RemovableHandle(RemovableHandle&& o) noexcept : hooks_(std::move(o.hooks_)), id_(o.id_) { o.hooks_.reset(); }
+  RemovableHandle& operator=(RemovableHandle&& o) noexcept;
+  RemovableHandle(const RemovableHandle&) = delete;
+  RemovableHandle& operator=(const RemovableHandle&) = delete;
+  void remove();
+
+ private:
+  std::weak_ptr<Hooks> hooks_;
+  uint64_t id_ = 0;
+};
+
 class Module {
  public:
   Module() = default;
@@ -38,7 +63,22 @@ class Module {
 
   // The single-input forward most layers have; modules without one throw.
   virtual Variable forward(const Variable& x);
-  Variable operator()(const Variable& x) { return forward(x); }
+  // Runs the forward pre-hooks, then forward(x).
+  Variable operator()(const Variable& x) {
+    if (pre_hooks_) run_forward_pre_hooks(x);
+    return forward(x);
+  }
+
+  // ---- forward pre-hooks ----
+  // hook(module, input) runs before forward each time the module is called as module(x), hooks in
+  // the order they were registered. It observes (a wait, a check, a count); PyTorch's may also
+  // return a replacement input, this one cannot. Keep the handle: dropping it removes the hook.
+  using ForwardPreHook = std::function<void(Module& module, const Variable& input)>;
+  [[nodiscard]] RemovableHandle register_forward_pre_hook(ForwardPreHook hook);
+  bool has_forward_pre_hooks() const;
+  // What operator() runs before forward: for a caller that runs this module's computation another
+  // way (Sequential's fused runs; a forward with several inputs, given the first).
+  void run_forward_pre_hooks(const Variable& input);
 
   // "Linear"; used by the printed tree and in messages. The default is the C++ class name
   // without namespaces ("Net" for struct Net), so a user module needs no override.
@@ -118,6 +158,7 @@ class Module {
   std::vector<std::pair<std::string, Tensor*>> buffers_;
   std::vector<std::pair<std::string, Module*>> children_;
   std::vector<std::unique_ptr<Module>> owned_;
+  std::shared_ptr<RemovableHandle::Hooks> pre_hooks_;  // made by the first register_forward_pre_hook
 };
 
 std::ostream& operator<<(std::ostream& os, const Module& m);

@@ -1,5 +1,5 @@
-// nn/sequential.cpp — Sequential's forward: each child in order, except the runs that
-// nn::fuse_for_training marked, each of which is one call.
+// nn/sequential.cpp — Sequential's forward: each child in order (called as child(x), so its forward
+// pre-hooks run), except the runs that nn::fuse_for_training marked, each of which is one call.
 #include "minidl/nn/sequential.h"
 
 #include <algorithm>
@@ -12,14 +12,22 @@ Variable Sequential::forward(const Variable& x) {
   const std::vector<Module*> ms = children();
   auto run = fused_.begin();
   for (size_t i = 0; i < ms.size();) {
-    if (run != fused_.end() && run->first == i) {  // fused: one call for the whole run
-      y = run->forward(y);
-      i += run->length;
-      ++run;
-    } else {
-      y = ms[i]->forward(y);
-      ++i;
+    if (run != fused_.end() && run->first == i) {
+      const FusedRun& r = *run++;
+      // One call for the whole run, given the run's input: its first child's hooks run before it.
+      // A later child's hooks would need that child's own input, which the fused call never
+      // makes: with any, the run's children run one by one instead (the same values, nn/fuse.h).
+      const auto first = ms.begin() + static_cast<std::ptrdiff_t>(i);
+      if (std::none_of(first + 1, first + static_cast<std::ptrdiff_t>(r.length),
+                       [](const Module* m) { return m->has_forward_pre_hooks(); })) {
+        ms[i]->run_forward_pre_hooks(y);
+        y = r.forward(y);
+        i += r.length;
+        continue;
+      }
     }
+    y = (*ms[i])(y);
+    ++i;
   }
   return y;
 }

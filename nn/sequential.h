@@ -2,9 +2,11 @@
 //   nn::Sequential net;
 //   net.push_back<nn::Linear>(nn::LinearOptions{.in = 784, .out = 10});
 //   net.push_back<nn::ReLU>();
-// forward runs each child in order. The one exception is chosen explicitly: nn::fuse_for_training
-// (nn/fuse.h) may mark runs of consecutive children (BatchNorm + ReLU [+ MaxPool2d]) to run as one
-// fused call; the children, their names and the state_dict stay as they are.
+// forward calls each child in order, as child(x), so the children's forward pre-hooks run. The one
+// exception is chosen explicitly: nn::fuse_for_training (nn/fuse.h) may mark runs of consecutive
+// children (BatchNorm + ReLU [+ MaxPool2d]) to run as one fused call; the children, their names
+// and the state_dict stay as they are. A fused run calls its first child's hooks before it; when a
+// later child of the run has hooks, the run's children are called one by one instead.
 #pragma once
 #include <functional>
 #include <memory>
