@@ -113,7 +113,7 @@ Variable DistributedDataParallel::forward(const Variable& x) {
     ++synced_steps_;
     if (options_.broadcast_buffers) broadcast_buffers(0);
   }
-  Variable out = module_.forward(x);
+  Variable out = module_(x);  // as module(x): its forward pre-hooks run
   if (sync) prepare_for_backward(out);
   times_.forward = seconds_since(t0);
   forward_end_ = Clock::now();

@@ -50,13 +50,13 @@ DeterministicDDP::DeterministicDDP(nn::Module& module, const DeterministicDDPOpt
 
 Variable DeterministicDDP::forward(const Variable& x) {
   const auto t0 = Clock::now();
-  if (!module_.is_training() || !is_grad_enabled()) return module_.forward(x);
+  if (!module_.is_training() || !is_grad_enabled()) return module_(x);
   if (expect_backward_) {
     capture_shard();  // the previous shard's backward is done
   } else if (shard_values_.empty()) {
     for (Param& p : params_) p.var.set_grad(Tensor());  // a step starts from no gradient
   }
-  Variable out = module_.forward(x);
+  Variable out = module_(x);  // as module(x): its forward pre-hooks run
   expect_backward_ = true;
   times_.forward = seconds_since(t0);
   forward_end_ = Clock::now();
