@@ -32,6 +32,7 @@ Join::~Join() noexcept(false) {
   } off{ddp_};
   if (optimizer_) {
     ddp_.join([this] { optimizer_->step(); });
+    optimizer_->wait_for_parameters();  // the model whole when the scope ends, as without ZeRO
   } else {
     ddp_.join();
   }

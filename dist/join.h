@@ -27,7 +27,8 @@
 // the ranks still training (zeros from the joined ones, divided by the world size as above), it
 // updates them and takes part in the all-gather, so every rank's model and optimizer shard stay
 // those of an uninterrupted run of the same steps. Collectives of the step that the joined rank
-// cannot know of are refused inside the scope: the optimizer's clip_grad_norm throws.
+// cannot know of are refused inside the scope: the optimizer's clip_grad_norm throws. When the
+// scope ends, the optimizer's last all-gather is done (wait_for_parameters): the model is whole.
 #pragma once
 #include "minidl/dist/ddp.h"
 #include "minidl/dist/zero_redundancy_optimizer.h"

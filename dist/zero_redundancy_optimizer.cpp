@@ -78,6 +78,13 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(Reference reference, OptimizerF
   check_same_parameters_on_every_rank();
   if (options_.module) check_parameters_in_module(*options_.module);
   cut(options_.ddp ? buckets_of_ddp(*options_.ddp) : buckets_in_order());
+  std::vector<GatherBucket> gather_buckets;
+  for (const Bucket& b : buckets_) {
+    gather_buckets.push_back({.buffer = b.buffer, .params = {}});
+    for (const auto& [i, offset] : b.params) gather_buckets.back().params.push_back(param(i));
+  }
+  nn::Module* model = options_.module ? options_.module : options_.ddp ? &options_.ddp->module() : nullptr;
+  gather_ = make_parameter_gatherer(options_.gather, group(), std::move(gather_buckets), model, name_);
   if (options_.ddp) options_.ddp->shard_gradients();
   if (!local_pieces_.empty()) local_ = make_checked(make_optimizer_, group_specs(/*pieces=*/true));
 }
@@ -221,7 +228,10 @@ void ZeroRedundancyOptimizer::copy_group_options_to(optim::Optimizer& to) const 
   }
 }
 
+void ZeroRedundancyOptimizer::wait_for_parameters() { gather_->wait(); }
+
 void ZeroRedundancyOptimizer::step() {
+  wait_for_parameters();
   consolidated_.reset();
   bind_parameters();
   if (local_) {
@@ -240,16 +250,11 @@ void ZeroRedundancyOptimizer::step() {
     local_->step();
     local_->zero_grad();  // drops the views of the gradients
   }
-  // every rank's slab of every bucket, into every rank's buffer: the parameters are views of it
-  const int world = group().size();
-  if (world == 1) return;
-  for (Bucket& b : buckets_) {
-    const int64_t n = b.numel / world;
-    group().all_gather_into_tensor(b.buffer, b.buffer.narrow(0, group().rank() * n, n));
-  }
+  gather_->start();  // every rank's slab of every bucket, into every rank's buffer: the parameters are views of it
 }
 
 double ZeroRedundancyOptimizer::clip_grad_norm(double max_norm, double norm_type) {
+  wait_for_parameters();
   if (!options_.ddp) return optim::clip_grad_norm(params_, max_norm, norm_type);
   if (options_.ddp->join_enabled())  // a joined rank would answer the norm's all-reduce with its step's collectives
     throw std::logic_error(name_ + ".clip_grad_norm inside a dist::Join scope: a joined rank cannot shadow the "
@@ -273,6 +278,7 @@ double ZeroRedundancyOptimizer::clip_grad_norm(double max_norm, double norm_type
 }
 
 void ZeroRedundancyOptimizer::consolidate_state_dict(int to) {
+  wait_for_parameters();
   const int world = group().size();
   if (to < 0 || to >= world)
     throw std::invalid_argument(name_ + ".consolidate_state_dict: rank " + std::to_string(to) + " out of range for " +
@@ -306,6 +312,7 @@ void ZeroRedundancyOptimizer::consolidate_state_dict(int to) {
 }
 
 TensorMap ZeroRedundancyOptimizer::state_dict() const {
+  gather_->wait();
   if (!consolidated_)
     throw std::logic_error(name_ + ".state_dict: no consolidated state on rank " + std::to_string(group().rank()) +
                            ": call consolidate_state_dict(to) on every rank after the last step, then state_dict() "
@@ -316,6 +323,7 @@ TensorMap ZeroRedundancyOptimizer::state_dict() const {
 }
 
 void ZeroRedundancyOptimizer::load_state_dict(const TensorMap& dict) {
+  wait_for_parameters();
   // Checked in full on every rank, so that every rank accepts or refuses it alike.
   std::unique_ptr<optim::Optimizer> all = make_checked(make_optimizer_, group_specs(/*pieces=*/false));
   all->load_state_dict(dict);

@@ -26,19 +26,33 @@
 // straight from the owner's buffer between two barriers). Each group's lr, weight decay,
 // initial_lr and momentum — what LR schedulers set, on this optimizer's param_groups() — are
 // copied to the wrapped optimizer first.
+// When the all-gather happens is options.gather (dist/zero_parameter_gather.h), chosen once:
+// ParameterGather::AtStep runs it, bucket by bucket, before step() returns; BeforeUse starts the
+// buckets' all-gathers (async, in the order the forward uses them) and returns, and the next
+// forward waits for each bucket in a forward pre-hook of the first module that uses one of its
+// parameters, so the later buckets' all-gathers run beside the first layers' forward. Under
+// BeforeUse every method here that reads the parameters or the optimizer state waits first
+// (step, clip_grad_norm, consolidate_state_dict, state_dict, load_state_dict, the destructor,
+// dist::Join's shadow step and the end of its scope); anything else that reads the model outside
+// its forward — model.state_dict() for a checkpoint, an evaluation through model.forward(x) —
+// calls wait_for_parameters() first. zero_grad() touches only gradients and does not wait.
 // Cost: the reduce-scatter and the all-gather move the bytes of the one all-reduce of plain DDP
 // (each rank sends and receives (size - 1) / size of the gradients, then of the parameters); the
-// optimizer's arithmetic and state are 1/N; the all-gather is not overlapped with anything. After
-// step(), .grad outside this rank's slabs is this rank's own gradient, not the average. A
-// parameter whose tensor is replaced (Module::to, set_data) is bound to its slot again, with its
-// values, at the next step().
+// optimizer's arithmetic and state are 1/N; the reduce-scatters overlap backward, the all-gather
+// overlaps nothing under AtStep and the next forward under BeforeUse (up to the first collective
+// that forward issues — DDP's buffer broadcast for a model with buffers, Join's handshake — which
+// runs after the all-gathers in the group's queue). After step(), .grad outside this rank's slabs
+// is this rank's own gradient, not the average. A parameter whose tensor is replaced (Module::to,
+// set_data) is bound to its slot again, with its values, at the next step().
 // Without options.ddp the gradients are taken as they are (a DeterministicDDP, or any caller
 // that averaged them): only the all-gather then, after the caller's all-reduce.
 // Simpler option not taken: PyTorch's partition of whole parameters (each to the emptiest rank)
 // with DDP's all-reduce and then one broadcast per rank: 1.5x the bytes of plain DDP, and a model
 // whose largest parameter is most of it (the MLP's and the CNN's first Linear) saves almost no
 // memory. Nor one reduce-scatter of a flat copy of every gradient at step(): the buckets'
-// reduce-scatters overlap backward as the all-reduces did.
+// reduce-scatters overlap backward as the all-reduces did. Nor, for BeforeUse, one wait for every
+// bucket at the start of the next forward (one hook on the model): simpler, but no layer would
+// run beside any all-gather.
 // GradScaler: each rank checks its own gradients, averaged only in its slabs; use
 // dist::sync_grad_scaler so that every rank takes the same skip decision (step() is a collective).
 // For the same reason optim::clip_grad_norm over .grad does not see the averaged gradients: clip
@@ -63,6 +77,7 @@
 #include <vector>
 
 #include "minidl/dist/process_group.h"
+#include "minidl/dist/zero_parameter_gather.h"
 #include "minidl/nn/module.h"
 #include "minidl/optim/optimizer.h"
 
@@ -77,10 +92,14 @@ struct ZeroRedundancyOptimizerOptions {
   ProcessGroup* group = nullptr;  // nullptr: the default group of dist::init()
   // The module whose gradients DDP averages: when set, every parameter must be one of its
   // parameters (one outside it would be updated from this rank's gradient alone).
-  const nn::Module* module = nullptr;
+  nn::Module* module = nullptr;
   // The DDP whose buckets hold the gradients: it reduce-scatters them from then on (its
   // parameters must be exactly this optimizer's). nullptr: the gradients are taken as they are.
   DistributedDataParallel* ddp = nullptr;
+  // When the all-gather brings the parameters back (dist/zero_parameter_gather.h): at the end of
+  // step(), or before the next forward's first use of each bucket (needs .module or .ddp: its
+  // module's forward pre-hooks wait; read the model any other way after wait_for_parameters()).
+  ParameterGather gather = ParameterGather::AtStep;
 };
 
 class ZeroRedundancyOptimizer : public optim::Optimizer {
@@ -92,8 +111,15 @@ class ZeroRedundancyOptimizer : public optim::Optimizer {
   ZeroRedundancyOptimizer(std::vector<optim::ParamGroupSpec> groups, OptimizerFactory make_optimizer,
                           ZeroRedundancyOptimizerOptions options = {});
 
-  // Updates this rank's slabs, then all-gathers every rank's (a collective).
+  // Updates this rank's slabs, then all-gathers every rank's (a collective): done when it returns
+  // (ParameterGather::AtStep), or started (BeforeUse).
   void step() override;
+  // Returns once every parameter holds every rank's update of the last step (rethrows a failed
+  // all-gather); at once under ParameterGather::AtStep. Under BeforeUse, call it before reading
+  // the model other than through its forward: model.state_dict() for a checkpoint, an evaluation
+  // that calls model.forward(x) itself. Every method of this class that reads the parameters or
+  // the state calls it first.
+  void wait_for_parameters();
   // torch.nn.utils.clip_grad_norm_ over the gradients step() will use (as PyTorch's FSDP has
   // its own clip_grad_norm_): with options.ddp, each rank's slabs of the averaged gradients are
   // the pieces of the norm, summed (max for p = infinity) over the ranks by one all-reduce (a
@@ -161,6 +187,7 @@ class ZeroRedundancyOptimizer : public optim::Optimizer {
   std::vector<Variable> local_vars_;  // the wrapped optimizer's parameters, by local index
   std::unique_ptr<optim::Optimizer> local_;
   std::optional<TensorMap> consolidated_;  // the gathered state, on rank `to` of the last consolidation
+  std::unique_ptr<ParameterGatherer> gather_;  // last: a pending all-gather is waited for before the buffers go
 };
 
 }  // namespace minidl::dist

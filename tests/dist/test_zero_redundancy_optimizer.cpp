@@ -111,10 +111,11 @@ std::unique_ptr<nn::Module> fresh_mlp() {
 }
 
 // adam() over the model's parameters under ddp: ZeRO-1 sharding ddp's gradients, or the plain one.
-std::unique_ptr<optim::Optimizer> adam_under(dist::DistributedDataParallel& ddp, const nn::Module& model, bool zero) {
+std::unique_ptr<optim::Optimizer> adam_under(dist::DistributedDataParallel& ddp, const nn::Module& model, bool zero,
+                                             dist::ParameterGather gather = dist::ParameterGather::AtStep) {
   if (zero)
-    return std::make_unique<dist::ZeroRedundancyOptimizer>(model.parameters(), adam(),
-                                                           dist::ZeroRedundancyOptimizerOptions{.ddp = &ddp});
+    return std::make_unique<dist::ZeroRedundancyOptimizer>(
+        model.parameters(), adam(), dist::ZeroRedundancyOptimizerOptions{.ddp = &ddp, .gather = gather});
   return adam()(optim::single_group(model.parameters()));
 }
 
@@ -500,13 +501,13 @@ TEST(ZeroRedundancyOptimizer, GradScalerSkipsAndStepsAsWithThePlainOptimizer) {
 // parameters to float rounding. optim::clip_grad_norm over .grad under ZeRO would see this rank's
 // own gradient outside its slabs: the first check shows its 2-norm differs.
 namespace {
-void clip_matches_plain(double norm_type) {
+void clip_matches_plain(double norm_type, dist::ParameterGather gather = dist::ParameterGather::AtStep) {
   dist::spawn(3, [&](int rank) {
     init_world();
     auto run = [&](bool zero, std::vector<double>& norms) {
       auto model = fresh_mlp();
       dist::DistributedDataParallel ddp(*model);
-      const std::unique_ptr<optim::Optimizer> owned = adam_under(ddp, *model, zero);
+      const std::unique_ptr<optim::Optimizer> owned = adam_under(ddp, *model, zero, gather);
       optim::Optimizer& opt = *owned;
       auto* zopt = zero ? static_cast<dist::ZeroRedundancyOptimizer*>(owned.get()) : nullptr;
       for (int s = 0; s < 2; ++s) {
@@ -524,6 +525,7 @@ void clip_matches_plain(double norm_type) {
                              : optim::clip_grad_norm(model->parameters(), 0.05, norm_type));
         opt.step();
       }
+      if (zopt) zopt->wait_for_parameters();
       return model->state_dict();
     };
     std::vector<double> zn, pn;
@@ -555,6 +557,9 @@ void clip_matches_plain(double norm_type) {
 
 TEST(ZeroRedundancyOptimizer, ClipGradNormOverTheSlabsEqualsThePlainOneForTheMaxNorm) { clip_matches_plain(INFINITY); }
 TEST(ZeroRedundancyOptimizer, ClipGradNormOverTheSlabsEqualsThePlainOneForTheTwoNorm) { clip_matches_plain(2.0); }
+TEST(ZeroRedundancyOptimizer, ClipGradNormEqualsThePlainOneWithTheGatherBeforeUse) {
+  clip_matches_plain(INFINITY, dist::ParameterGather::BeforeUse);
+}
 
 // Uneven inputs under ZeRO: dist::Join(ddp, optimizer). Ranks 0, 1, 2 have batches[r] batches
 // of 4 samples. A joined rank contributes zero gradients (the average still divides by the world
@@ -564,7 +569,8 @@ TEST(ZeroRedundancyOptimizer, ClipGradNormOverTheSlabsEqualsThePlainOneForTheTwo
 // (consolidated) momentum buffers at the end are those of that single-process run on every rank.
 // A rank with no batch at all never had a gradient: its slabs are still updated.
 namespace {
-void join_takes_every_step(const std::array<int, 3>& batches) {
+void join_takes_every_step(const std::array<int, 3>& batches,
+                           dist::ParameterGather gather = dist::ParameterGather::AtStep) {
   const int steps = *std::max_element(batches.begin(), batches.end());
   auto batch_x = [](int r, int b) { return rand({4, 1, 28, 28}, RandomKey{90, static_cast<uint64_t>(10 * b + r)}); };
   auto batch_y = [](int r, int b) { return randint(0, 10, {4}, RandomKey{91, static_cast<uint64_t>(10 * b + r)}); };
@@ -587,7 +593,7 @@ void join_takes_every_step(const std::array<int, 3>& batches) {
 
     auto model = fresh_mlp();
     dist::DistributedDataParallel ddp(*model);
-    dist::ZeroRedundancyOptimizer opt(model->parameters(), sgd_momentum(), {.ddp = &ddp});
+    dist::ZeroRedundancyOptimizer opt(model->parameters(), sgd_momentum(), {.ddp = &ddp, .gather = gather});
     {
       dist::Join join(ddp, opt);
       for (int b = 0; b < batches[static_cast<size_t>(rank)]; ++b) {
@@ -629,6 +635,11 @@ TEST(ZeroRedundancyOptimizer, JoinWithTheOptimizerLetsRanksWithUnevenBatchesTake
   join_takes_every_step({2, 4, 3});
 }
 TEST(ZeroRedundancyOptimizer, JoinWithTheOptimizerUpdatesTheSlabsOfARankWithNoBatch) { join_takes_every_step({0, 3, 2}); }
+// With the gather before use, the scope's end waits for the last all-gather: the model read right
+// after it is whole.
+TEST(ZeroRedundancyOptimizer, JoinWithTheGatherBeforeUseTakesEveryStepAndLeavesTheModelWhole) {
+  join_takes_every_step({2, 4, 3}, dist::ParameterGather::BeforeUse);
+}
 
 TEST(ZeroRedundancyOptimizer, JoinRefusesAnOptimizerThatDoesNotShardThisDdp) {
   dist::spawn(2, [](int) {
@@ -644,6 +655,232 @@ TEST(ZeroRedundancyOptimizer, JoinRefusesAnOptimizerThatDoesNotShardThisDdp) {
     }
     require(err.find("does not shard this DistributedDataParallel's gradients") != std::string::npos,
             "got '" + err + "'");
+    dist::shutdown();
+  });
+}
+
+// ---- the all-gather before use (ParameterGather::BeforeUse) ----
+// step() starts the all-gathers and the next forward's pre-hooks wait for each bucket before the
+// first module that uses it; every other reader waits first (wait_for_parameters()).
+namespace {
+
+std::unique_ptr<nn::Module> fresh(const std::string& name) {
+  manual_seed(0);
+  return nn::make_model(name);
+}
+
+// Buckets of at most ~26k elements: the MLP's parameters span several, and its 784x256 weight is
+// split over buckets' slabs.
+const dist::DDPOptions kSmallBuckets{.bucket_cap_mb = 0.1, .first_bucket_cap_mb = 0.01};
+
+// N ranks, 4 steps of `make` under DDP with small buckets, three ways in the same ranks: the plain
+// optimizer, ZeRO gathering at step, ZeRO gathering before use. The parameters (read after
+// wait_for_parameters()) and the optimizer state (consolidated on rank 0) are bit-identical.
+void gathers_match_plain(int world, const Make& make, const std::string& model_name) {
+  dist::spawn(world, [&](int rank) {
+    init_world();
+    auto plain_model = fresh(model_name);
+    dist::DistributedDataParallel plain_ddp(*plain_model, kSmallBuckets);
+    auto plain = make(optim::single_group(plain_model->parameters()));
+    train(*plain_model, &plain_ddp, *plain, 0, 4);
+
+    std::vector<TensorMap> states;
+    for (const dist::ParameterGather gather : {dist::ParameterGather::AtStep, dist::ParameterGather::BeforeUse}) {
+      auto model = fresh(model_name);
+      dist::DistributedDataParallel ddp(*model, kSmallBuckets);
+      dist::ZeroRedundancyOptimizer zero(model->parameters(), make, {.ddp = &ddp, .gather = gather});
+      require(ddp.num_buckets() >= 3, "several buckets: " + std::to_string(ddp.num_buckets()));
+      if (model_name == "cnn") {  // hooks on the modules with parameters only: the fused runs stay fused
+        const nn::Sequential& features = static_cast<nn::CNN&>(*model).features;
+        require(features[1].has_forward_pre_hooks() == (gather == dist::ParameterGather::BeforeUse) &&
+                    !features[2].has_forward_pre_hooks(),
+                "a hook on BatchNorm2d (with the gather before use), none on ReLU");
+      }
+      train(*model, &ddp, zero, 0, 4);
+      zero.wait_for_parameters();
+      const std::string what = gather == dist::ParameterGather::AtStep ? "gather at step" : "gather before use";
+      require_identical(model->state_dict(), plain_model->state_dict(), what + " vs plain, parameters");
+      zero.consolidate_state_dict(0);
+      if (rank == 0) {
+        states.push_back(zero.state_dict());
+        require_identical(states.back(), plain->state_dict(), what + " vs plain, optimizer state");
+      }
+    }
+    if (rank == 0) require_identical(states[1], states[0], "before use vs at step, optimizer state");
+    dist::shutdown();
+  });
+}
+
+// The ranks' group, except that all_gather_into_tensor_async runs nothing until its Work is
+// waited for (and then runs the collective, blocking): a read that does not wait sees the
+// parameters of before the step, every time. With `fail`, that wait throws instead.
+class GatherAtWaitGroup : public dist::ProcessGroup {
+ public:
+  explicit GatherAtWaitGroup(dist::ProcessGroup& inner, bool fail = false)
+      : ProcessGroup(inner.rank(), inner.size()), inner_(inner), fail_(fail) {}
+  std::string backend_name() const override { return "gather-at-wait(" + inner_.backend_name() + ")"; }
+  std::shared_ptr<dist::Work> all_reduce_async(Tensor& t, dist::ReduceOp op) override {
+    return inner_.all_reduce_async(t, op);
+  }
+  std::shared_ptr<dist::Work> broadcast_async(Tensor& t, int root) override { return inner_.broadcast_async(t, root); }
+  std::shared_ptr<dist::Work> all_gather_async(const Tensor& t, std::vector<Tensor>& out) override {
+    return inner_.all_gather_async(t, out);
+  }
+  std::shared_ptr<dist::Work> reduce_scatter_async(const Tensor& input, Tensor& out, dist::ReduceOp op) override {
+    return inner_.reduce_scatter_async(input, out, op);
+  }
+  std::shared_ptr<dist::Work> barrier_async() override { return inner_.barrier_async(); }
+  Tensor empty_symmetric(const Shape& shape, DType dtype, Device device) override {
+    return inner_.empty_symmetric(shape, dtype, device);
+  }
+  std::shared_ptr<dist::Work> all_gather_into_tensor_async(Tensor& out, const Tensor& input) override {
+    ++started;
+    return std::make_shared<AtWait>(*this, out, input);
+  }
+  int started = 0;  // all-gathers started
+  int run = 0;  // and run (waited for)
+
+ private:
+  struct AtWait : dist::Work {
+    AtWait(GatherAtWaitGroup& g, Tensor out, Tensor input) : g(g), out(std::move(out)), input(std::move(input)) {}
+    void wait() override {
+      if (done) return;
+      if (g.fail_) throw std::runtime_error("all_gather_into_tensor #" + std::to_string(g.run) + ": injected failure");
+      g.inner_.all_gather_into_tensor(out, input);
+      ++g.run;
+      done = true;
+    }
+    bool is_completed() override { return done; }
+    GatherAtWaitGroup& g;
+    Tensor out, input;
+    bool done = false;
+  };
+  dist::ProcessGroup& inner_;
+  bool fail_;
+};
+
+}  // namespace
+
+TEST(ZeroRedundancyOptimizer, GatherBeforeUseSgdMomentumTwoRanksBitIdenticalToGatherAtStepAndPlain) {
+  gathers_match_plain(2, sgd_momentum(), "mlp");
+}
+TEST(ZeroRedundancyOptimizer, GatherBeforeUseAdamWThreeRanksBitIdenticalToGatherAtStepAndPlain) {
+  gathers_match_plain(3, adamw(), "mlp");
+}
+TEST(ZeroRedundancyOptimizer, GatherBeforeUseSgdMomentumThreeRanksBitIdenticalToGatherAtStepAndPlain) {
+  gathers_match_plain(3, sgd_momentum(), "mlp");
+}
+// The CNN: fused BatchNorm runs in its Sequentials (their first child hooked), and buffers.
+TEST(ZeroRedundancyOptimizer, GatherBeforeUseAdamWTwoRanksCnnBitIdenticalToGatherAtStepAndPlain) {
+  gathers_match_plain(2, adamw(), "cnn");
+}
+
+// Over a group whose all-gathers run only when waited for: right after step() the parameters
+// outside this rank's slabs are still the old ones; each forward's loss is plain DDP's, bit for
+// bit (its pre-hooks waited for every bucket it read), and wait_for_parameters() makes the
+// parameters plain DDP's. Without the waits the losses of steps 1 and 2 would differ.
+TEST(ZeroRedundancyOptimizer, GatherBeforeUseWaitsInTheForwardAndInWaitForParameters) {
+  dist::spawn(2, [](int) {
+    init_world();
+    auto losses = [](dist::DistributedDataParallel& ddp, optim::Optimizer& opt,
+                     const std::function<void(int)>& after_step) {
+      std::vector<double> out;
+      for (int s = 0; s < 3; ++s) {
+        const Tensor x = rand({6, 1, 28, 28}, RandomKey{60, static_cast<uint64_t>(2 * s + dist::rank())});
+        const Tensor y = randint(0, 10, {6}, RandomKey{61, static_cast<uint64_t>(2 * s + dist::rank())});
+        opt.zero_grad();
+        Variable loss = cross_entropy(ddp.forward(Variable(x)), y);
+        out.push_back(loss.item());
+        loss.backward();
+        ddp.step(opt);
+        after_step(s);
+      }
+      return out;
+    };
+    auto plain_model = fresh("mlp");
+    dist::DistributedDataParallel plain_ddp(*plain_model, kSmallBuckets);
+    auto plain = sgd_momentum()(optim::single_group(plain_model->parameters()));
+    std::vector<TensorMap> plain_after;  // the parameters after each step (copies)
+    const std::vector<double> want = losses(plain_ddp, *plain, [&](int) {
+      TensorMap copy;
+      for (const auto& [k, t] : plain_model->state_dict()) copy[k] = t.clone();
+      plain_after.push_back(copy);
+    });
+
+    GatherAtWaitGroup group(dist::default_group());
+    auto model = fresh("mlp");
+    dist::DistributedDataParallel ddp(*model, kSmallBuckets);
+    dist::ZeroRedundancyOptimizer zero(model->parameters(), sgd_momentum(),
+                                       {.group = &group, .ddp = &ddp, .gather = dist::ParameterGather::BeforeUse});
+    const int buckets = static_cast<int>(ddp.num_buckets());
+    const std::vector<double> got = losses(ddp, zero, [&](int s) {
+      require(group.started == buckets * (s + 1), "step " + std::to_string(s) + " started every bucket's all-gather");
+      require(group.run == buckets * s, "and ran none of them yet");
+      bool stale = false;
+      for (const auto& [k, t] : model->state_dict()) {
+        const Tensor a = t.contiguous(), b = plain_after[static_cast<size_t>(s)].at(k).contiguous();
+        stale = stale || std::memcmp(a.raw_data(), b.raw_data(), static_cast<size_t>(a.numel()) * 4) != 0;
+      }
+      require(stale, "before any wait some parameter is not yet the step's");
+    });
+    require(got == want, "every forward read whole parameters: losses " + std::to_string(got[1]) + ", " +
+                             std::to_string(got[2]) + " vs " + std::to_string(want[1]) + ", " + std::to_string(want[2]));
+    zero.wait_for_parameters();
+    require(group.run == 3 * buckets, "every all-gather ran");
+    require_identical(model->state_dict(), plain_model->state_dict(), "after wait_for_parameters()");
+    dist::shutdown();
+  });
+}
+
+// A failed all-gather surfaces from the wait that meets it — the forward's pre-hook, then
+// wait_for_parameters() and the next step() — naming the optimizer, the bucket and the
+// collective; it is never swallowed.
+TEST(ZeroRedundancyOptimizer, GatherBeforeUseRethrowsAFailedAllGatherFromEveryWait) {
+  dist::spawn(2, [](int) {
+    init_world();
+    GatherAtWaitGroup group(dist::default_group(), /*fail=*/true);
+    auto model = fresh("mlp");
+    dist::DistributedDataParallel ddp(*model, kSmallBuckets);
+    dist::ZeroRedundancyOptimizer zero(model->parameters(), sgd_momentum(),
+                                       {.group = &group, .ddp = &ddp, .gather = dist::ParameterGather::BeforeUse});
+    cross_entropy(ddp.forward(Variable(rand({6, 1, 28, 28}, RandomKey{1, 2}))), randint(0, 10, {6}, RandomKey{3, 4}))
+        .backward();
+    ddp.step(zero);  // starts the all-gathers: nothing has failed yet
+    auto message_of = [](const std::function<void()>& f) {
+      try {
+        f();
+      } catch (const std::runtime_error& e) {
+        return std::string(e.what());
+      }
+      return std::string("no error");
+    };
+    const std::string in_forward = message_of([&] { (void)ddp.forward(Variable(rand({6, 1, 28, 28}, RandomKey{1, 3}))); });
+    require(in_forward.find("ZeroRedundancyOptimizer(SGD): the all-gather of the parameters of bucket ") == 0 &&
+                in_forward.find("(all_gather_into_tensor) failed: all_gather_into_tensor #0: injected failure") !=
+                    std::string::npos,
+            "the forward's wait: got '" + in_forward + "'");
+    require(message_of([&] { zero.wait_for_parameters(); }) == in_forward, "wait_for_parameters() throws it again");
+    require(message_of([&] { zero.step(); }) == in_forward, "and so does the next step()");
+    dist::shutdown();
+  });
+}
+
+TEST(ZeroRedundancyOptimizer, GatherBeforeUseNeedsTheModel) {
+  dist::spawn(2, [](int) {
+    init_world();
+    auto model = fresh("mlp");
+    std::string message;
+    try {
+      dist::ZeroRedundancyOptimizer zero(model->parameters(), adam(), {.gather = dist::ParameterGather::BeforeUse});
+    } catch (const std::invalid_argument& e) {
+      message = e.what();
+    }
+    require(message == "ZeroRedundancyOptimizer(Adam): ParameterGather::BeforeUse waits in the model's forward: give "
+                       "the optimizer the model (.ddp or .module)",
+            "got '" + message + "'");
+    // with .module (gradients averaged by the caller) it is accepted
+    dist::ZeroRedundancyOptimizer zero(model->parameters(), adam(),
+                                       {.module = model.get(), .gather = dist::ParameterGather::BeforeUse});
     dist::shutdown();
   });
 }
