@@ -4,14 +4,22 @@
 // in turn in one process. Prints each one's throughput (its own steps' time) and the bytes of
 // Adam state the largest rank holds: 1/N of plain Adam's, the slabs splitting parameters (the
 // CNN's Linear(3136, 128) is 95% of it).
-//   ./build/examples/bench_zero [steps = 20] [processes = 2] [model = vit | cnn | mlp] [--json FILE]
+//   ./build/examples/bench_zero [steps = 20] [processes = 2] [model = vit | cnn | mlp] [--json FILE | --gather]
+//                               [--bucket-cap-mb MB]
 // --json FILE: what every rank holds, in bytes (parameters, gradients, optimizer state), under
 // plain Adam and under ZeRO-1, for tools/draw_zero_memory.py (the tutorial's picture).
+// --gather: instead, ZeRO-1 gathering the parameters at step() against gathering them before use
+// (dist::ParameterGather), in blocks of 5 steps taken in turn, each block ending with
+// wait_for_parameters() so that no all-gather is left for the other one's time; prints each one's
+// time per step on rank 0.
+// --bucket-cap-mb MB: DDP's bucket_cap_mb (and first_bucket_cap_mb, at most 1) instead of 25 (and
+// 1), so that the gather before use has several buckets to wait for one by one.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -51,17 +59,18 @@ struct Setup {
   double seconds = 0;  // in the timed steps
 };
 
-Setup make_setup(const std::string& model_name, bool zero) {
+Setup make_setup(const std::string& model_name, bool zero, const dist::DDPOptions& ddp_options = {},
+                 dist::ParameterGather gather = dist::ParameterGather::AtStep) {
   Setup s;
   manual_seed(0);
   s.model = nn::make_model(model_name);
-  s.ddp = std::make_unique<dist::DistributedDataParallel>(*s.model);
+  s.ddp = std::make_unique<dist::DistributedDataParallel>(*s.model, ddp_options);
   auto make = [](std::vector<optim::ParamGroupSpec> groups) {
     return std::make_unique<optim::Adam>(std::move(groups), optim::AdamOptions{.lr = 1e-3});
   };
   if (zero) {
-    s.opt = std::make_unique<dist::ZeroRedundancyOptimizer>(s.model->parameters(), make,
-                                                            dist::ZeroRedundancyOptimizerOptions{.ddp = s.ddp.get()});
+    s.opt = std::make_unique<dist::ZeroRedundancyOptimizer>(
+        s.model->parameters(), make, dist::ZeroRedundancyOptimizerOptions{.ddp = s.ddp.get(), .gather = gather});
   } else {
     s.opt = make(optim::single_group(s.model->parameters()));
   }
@@ -88,8 +97,8 @@ std::string report(const Setup& s, int steps, int64_t local) {
 // Trains plain Adam and ZeRO-1 `steps` steps each (after 3 warm-up steps) on this rank's `local`
 // images per step, in turn — plain then ZeRO, then ZeRO then plain, ... — so that a busy machine
 // slows both alike; returns plain's report, then ZeRO's.
-std::string run(const std::string& model_name, int steps, int64_t local) {
-  Setup plain = make_setup(model_name, false), zero = make_setup(model_name, true);
+std::string run(const std::string& model_name, int steps, int64_t local, const dist::DDPOptions& ddp_options) {
+  Setup plain = make_setup(model_name, false, ddp_options), zero = make_setup(model_name, true, ddp_options);
   const Tensor x = rand({local, 1, 28, 28}, RandomKey{1, 0});
   const Tensor y = randint(0, 10, {local}, RandomKey{1, 1});
   for (int s = -3; s < steps; ++s)
@@ -101,6 +110,45 @@ std::string run(const std::string& model_name, int steps, int64_t local) {
       if (s >= 0) one->seconds += std::chrono::duration<double>(Clock::now() - t0).count();
     }
   return report(plain, steps, local) + report(zero, steps, local);
+}
+
+// --gather: ZeRO-1 gathering at step against gathering before use, `steps` steps each (rounded up
+// to blocks of 5, after a block of warm-up), blocks in turn; "seconds_per_step_at_step
+// seconds_per_step_before_use".
+std::string run_gather(const std::string& model_name, int steps, int64_t local, const dist::DDPOptions& ddp_options) {
+  constexpr int kBlock = 5;
+  Setup at_step = make_setup(model_name, true, ddp_options, dist::ParameterGather::AtStep),
+        before_use = make_setup(model_name, true, ddp_options, dist::ParameterGather::BeforeUse);
+  const Tensor x = rand({local, 1, 28, 28}, RandomKey{1, 0});
+  const Tensor y = randint(0, 10, {local}, RandomKey{1, 1});
+  const int blocks = (steps + kBlock - 1) / kBlock;
+  for (int b = -1; b < blocks; ++b)
+    for (Setup* one : b % 2 == 0 ? std::vector<Setup*>{&at_step, &before_use} : std::vector<Setup*>{&before_use, &at_step}) {
+      const auto t0 = Clock::now();
+      for (int s = 0; s < kBlock; ++s) {
+        one->opt->zero_grad();
+        cross_entropy(one->ddp->forward(Variable(x)), y).backward();
+        one->ddp->step(*one->opt);
+      }
+      static_cast<dist::ZeroRedundancyOptimizer&>(*one->opt).wait_for_parameters();
+      if (b >= 0) one->seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+    }
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "%.9f %.9f %zu", at_step.seconds / (blocks * kBlock),
+                before_use.seconds / (blocks * kBlock), at_step.ddp->num_buckets());
+  return buf;
+}
+
+// body() on `nproc` processes (shared memory, 1 thread each); every rank's result.
+std::vector<std::string> on_ranks(int nproc, const std::function<std::string()>& body) {
+  return dist::spawn_with_results(nproc,
+                                  [&](int) {
+                                    dist::init({.backend = "shm"});
+                                    std::string r = body();
+                                    dist::shutdown();
+                                    return r;
+                                  },
+                                  {.omp_threads = 1});
 }
 
 }  // namespace
@@ -120,10 +168,17 @@ std::string json_ranks(const std::vector<std::vector<long long>>& per_rank) {
 int main(int argc, char** argv) {
   std::vector<std::string> positional;
   std::string json_path;
+  bool gather = false;
+  dist::DDPOptions ddp_options;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--json" && i + 1 < argc) {
       json_path = argv[++i];
+    } else if (a == "--gather") {
+      gather = true;
+    } else if (a == "--bucket-cap-mb" && i + 1 < argc) {
+      ddp_options.bucket_cap_mb = std::atof(argv[++i]);
+      ddp_options.first_bucket_cap_mb = std::min(1.0, ddp_options.bucket_cap_mb);
     } else if (a.rfind("--", 0) == 0) {
       std::fprintf(stderr, "bench_zero: unknown flag '%s'\n", a.c_str());
       return 2;
@@ -135,18 +190,24 @@ int main(int argc, char** argv) {
   const int nproc = positional.size() > 1 ? std::atoi(positional[1].c_str()) : 2;
   const std::string model = positional.size() > 2 ? positional[2] : "vit";
   if (steps < 1 || nproc < 1 || 128 % nproc != 0 || (model != "vit" && model != "cnn" && model != "mlp") ||
-      positional.size() > 3) {
-    std::fprintf(stderr, "usage: bench_zero [steps >= 1] [processes dividing 128] [vit | cnn | mlp] [--json FILE]\n");
+      positional.size() > 3 || (gather && !json_path.empty()) || !(ddp_options.bucket_cap_mb > 0)) {
+    std::fprintf(stderr,
+                 "usage: bench_zero [steps >= 1] [processes dividing 128] [vit | cnn | mlp] [--json FILE | --gather] "
+                 "[--bucket-cap-mb MB > 0]\n");
     return 2;
   }
-  const auto results = dist::spawn_with_results(nproc,
-                                                [&](int) {
-                                                  dist::init({.backend = "shm"});
-                                                  std::string r = run(model, steps, 128 / nproc);
-                                                  dist::shutdown();
-                                                  return r;
-                                                },
-                                                {.omp_threads = 1});
+  if (gather) {
+    const auto results = on_ranks(nproc, [&] { return run_gather(model, steps, 128 / nproc, ddp_options); });
+    double at_step = 0, before_use = 0;  // rank 0's
+    int buckets = 0;
+    std::sscanf(results.front().c_str(), "%lf %lf %d", &at_step, &before_use, &buckets);
+    std::printf("%s + Adam under ZeRO-1, %d processes x 1 thread (DDP, shm, %d buckets), global batch 128, %d steps each\n",
+                model.c_str(), nproc, buckets, steps);
+    std::printf("  gather at step   : %8.3f ms/step\n", 1e3 * at_step);
+    std::printf("  gather before use: %8.3f ms/step (%.3f of at step)\n", 1e3 * before_use, before_use / at_step);
+    return 0;
+  }
+  const auto results = on_ranks(nproc, [&] { return run(model, steps, 128 / nproc, ddp_options); });
   double ips_plain = 0, ips_zero = 0;  // rank 0's
   long long largest_plain = 0, largest_zero = 0;
   std::vector<std::vector<long long>> plain_bytes, zero_bytes;  // per rank: parameters, gradients, state
