@@ -674,8 +674,9 @@ std::unique_ptr<nn::Module> fresh(const std::string& name) {
 const dist::DDPOptions kSmallBuckets{.bucket_cap_mb = 0.1, .first_bucket_cap_mb = 0.01};
 
 // N ranks, 4 steps of `make` under DDP with small buckets, three ways in the same ranks: the plain
-// optimizer, ZeRO gathering at step, ZeRO gathering before use. The parameters (read after
-// wait_for_parameters()) and the optimizer state (consolidated on rank 0) are bit-identical.
+// optimizer, ZeRO gathering at step, ZeRO gathering before use. The optimizer state (consolidated
+// on rank 0 right after the last step) and the parameters (whole once the consolidation waited)
+// are bit-identical.
 void gathers_match_plain(int world, const Make& make, const std::string& model_name) {
   dist::spawn(world, [&](int rank) {
     init_world();
@@ -697,10 +698,9 @@ void gathers_match_plain(int world, const Make& make, const std::string& model_n
                 "a hook on BatchNorm2d (with the gather before use), none on ReLU");
       }
       train(*model, &ddp, zero, 0, 4);
-      zero.wait_for_parameters();
+      zero.consolidate_state_dict(0);  // right after the step: it waits for the all-gathers itself
       const std::string what = gather == dist::ParameterGather::AtStep ? "gather at step" : "gather before use";
       require_identical(model->state_dict(), plain_model->state_dict(), what + " vs plain, parameters");
-      zero.consolidate_state_dict(0);
       if (rank == 0) {
         states.push_back(zero.state_dict());
         require_identical(states.back(), plain->state_dict(), what + " vs plain, optimizer state");
@@ -828,6 +828,28 @@ TEST(ZeroRedundancyOptimizer, GatherBeforeUseWaitsInTheForwardAndInWaitForParame
     zero.wait_for_parameters();
     require(group.run == 3 * buckets, "every all-gather ran");
     require_identical(model->state_dict(), plain_model->state_dict(), "after wait_for_parameters()");
+    dist::shutdown();
+  });
+}
+
+// The destructor waits for the all-gathers still pending: over the group that runs them only
+// when waited for, destroying the optimizer right after step() runs every one of them.
+TEST(ZeroRedundancyOptimizer, GatherBeforeUseDestructorWaitsForThePendingAllGathers) {
+  dist::spawn(2, [](int) {
+    init_world();
+    GatherAtWaitGroup group(dist::default_group());
+    auto model = fresh("mlp");
+    dist::DistributedDataParallel ddp(*model, kSmallBuckets);
+    auto zero = std::make_unique<dist::ZeroRedundancyOptimizer>(
+        model->parameters(), sgd_momentum(),
+        dist::ZeroRedundancyOptimizerOptions{.group = &group, .ddp = &ddp, .gather = dist::ParameterGather::BeforeUse});
+    cross_entropy(ddp.forward(Variable(rand({6, 1, 28, 28}, RandomKey{1, 2}))), randint(0, 10, {6}, RandomKey{3, 4}))
+        .backward();
+    ddp.step(*zero);
+    const int buckets = static_cast<int>(ddp.num_buckets());
+    require(group.started == buckets && group.run == 0, "started, none run");
+    zero.reset();
+    require(group.run == buckets, "the destructor ran every pending all-gather: " + std::to_string(group.run));
     dist::shutdown();
   });
 }
