@@ -677,9 +677,10 @@ const dist::DDPOptions kSmallBuckets{.bucket_cap_mb = 0.1, .first_bucket_cap_mb 
 // optimizer, ZeRO gathering at step, ZeRO gathering before use. The optimizer state (consolidated
 // on rank 0 right after the last step) and the parameters (whole once the consolidation waited)
 // are bit-identical.
-void gathers_match_plain(int world, const Make& make, const std::string& model_name) {
+void gathers_match_plain(int world, const Make& make, const std::string& model_name,
+                         const std::string& backend = "shm") {
   dist::spawn(world, [&](int rank) {
-    init_world();
+    init_world(backend);
     auto plain_model = fresh(model_name);
     dist::DistributedDataParallel plain_ddp(*plain_model, kSmallBuckets);
     auto plain = make(optim::single_group(plain_model->parameters()));
@@ -769,6 +770,10 @@ TEST(ZeroRedundancyOptimizer, GatherBeforeUseAdamWThreeRanksBitIdenticalToGather
 }
 TEST(ZeroRedundancyOptimizer, GatherBeforeUseSgdMomentumThreeRanksBitIdenticalToGatherAtStepAndPlain) {
   gathers_match_plain(3, sgd_momentum(), "mlp");
+}
+// Over Gloo an all_gather_into_tensor copies the gathered rows into the buffer at its wait().
+TEST(ZeroRedundancyOptimizer, GatherBeforeUseAdamWThreeGlooRanksBitIdenticalToGatherAtStepAndPlain) {
+  gathers_match_plain(3, adamw(), "mlp", "gloo");
 }
 // The CNN: fused BatchNorm runs in its Sequentials (their first child hooked), and buffers.
 TEST(ZeroRedundancyOptimizer, GatherBeforeUseAdamWTwoRanksCnnBitIdenticalToGatherAtStepAndPlain) {
