@@ -29,8 +29,11 @@ StepDir::StepDir() {
 }
 
 StepDir::~StepDir() {
+  if (!own_) return;
   std::error_code ec;
-  if (own_) std::filesystem::remove_all(path_, ec);
+  std::filesystem::remove_all(path_, ec);
+  // remove_all opens the directory: a launcher out of file descriptors still removes it when empty
+  if (ec) ::rmdir(path_.c_str());
 }
 
 StepFile::StepFile(int rank) {

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <csignal>
+#include <filesystem>
 #include <thread>
 
 #include "minidl/dist/socket.h"
@@ -188,9 +189,12 @@ TEST_F(Launcher, AProgramThatCannotStartIsAFailure) {
 }
 
 TEST_F(Launcher, OutOfDescriptorsItSaysSoWithTheLimit) {
-  Subprocess p =
-      start_process({"/bin/sh", "-c", "ulimit -n 8 && exec " + launcher_path() + " --nproc-per-node 2 /bin/true"});
+  minidl::testing::TempDir tmp;  // the launcher's TMPDIR: it must leave nothing there
+  Subprocess p = start_process(
+      {"/bin/sh", "-c", "ulimit -n 8 && exec " + launcher_path() + " --nproc-per-node 2 /bin/true"},
+      {{"TMPDIR", tmp.path()}});
   ASSERT_TRUE(wait_process(p, 10s));
+  EXPECT_TRUE(std::filesystem::is_empty(tmp.path())) << "the launcher left its step directory in " << tmp.path();
   EXPECT_NE(exit_code(p), 0);
   EXPECT_THAT(p.err, HasSubstr("minidl-run: cannot create the pipe"));
   EXPECT_THAT(p.err, HasSubstr(": this process is out of file descriptors (Too many open files; its limit is 8 open "
