@@ -16,7 +16,8 @@
 //     single output row per channel;
 //   - 1x1 stride-1 unpadded ones (not depthwise; float and double): the same GEMMs on x and dx in
 //     place, without the im2col copy and col2im (conv2d_forward_1x1 / conv2d_backward_1x1;
-//     conv2d_uses_1x1; the same bits as the reference).
+//     conv2d_uses_1x1; the same bits as the reference, but for the weight gradient of images
+//     smaller than 256 pixels, summed over several images per GEMM).
 // Other shapes (strided, dilated, grouped, larger kernels) run im2col + GEMM as the reference
 // does, but with float products whose sides are all at least 16 on the packed AVX-512 GEMM
 // whatever their size (conv2d_forward_im2col<true> / conv2d_backward_im2col<true>; conv_gemm):
@@ -44,6 +45,19 @@ namespace minidl::kernels::cpu {
 // on one thread). Chunking changes which thread runs what, never the arithmetic.
 inline int64_t conv_grain(int64_t work_per_item) {
   return std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(work_per_item, 1));
+}
+
+// out[i] = partial[0][i] + partial[1][i] + ... + partial[blocks - 1][i], added in block order
+// (partial: blocks rows of n; the fixed blocks of images a weight gradient is summed in). Row by
+// row over runs of i, so the adds run along memory in vectors, not down a column of 16 rows.
+template <class T> void sum_blocks_in_order(const T* partial, int64_t blocks, int64_t n, T* out) {
+  parallel_for(n, 4096, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) out[i] = T(0) + partial[i];
+    for (int64_t k = 1; k < blocks; ++k) {
+      const T* row = partial + k * n;
+      for (int64_t i = i0; i < i1; ++i) out[i] += row[i];
+    }
+  });
 }
 
 struct Conv2dShape {
@@ -216,14 +230,7 @@ void conv2d_backward_im2col(const T* x, const T* w, const T* dy, const Conv2dSha
       }
     }
   });
-  if (dw)
-    parallel_for(w_numel, 4096, [&](int64_t i0, int64_t i1) {
-      for (int64_t i = i0; i < i1; ++i) {
-        T acc = T(0);
-        for (int64_t k = 0; k < blocks; ++k) acc += partial[static_cast<size_t>(k * w_numel + i)];
-        dw[i] = acc;
-      }
-    });
+  if (dw) sum_blocks_in_order(partial.data(), blocks, w_numel, dw);
   if (db) conv2d_bias_grad(dy, s, db);
 }
 template <class T>
@@ -231,33 +238,59 @@ void conv2d_backward_reference(const T* x, const T* w, const T* dy, const Conv2d
   conv2d_backward_im2col<false>(x, w, dy, s, dx, dw, db);
 }
 
-// The same gradients where conv2d_uses_1x1, x and dx in place of col and dcol (the reference's
-// GEMMs on the reference's operands, summed in the same blocks: the same bits):
-//   dw[g] += dy[n, g] (O/G, L) · x[n, g]^T (L, C/G);  dx[n, g] (C/G, L) = w[g]^T (C/G, O/G) · dy[n, g]
+// Images per weight-gradient GEMM of conv2d_backward_1x1: one where an image's L = H W is a long
+// enough sum (256, one K block of the packed GEMM); otherwise enough images of a block that their
+// L's together are, up to the whole block. Each image's own GEMM of a 4x4 layer sums over 16 values
+// only, and reads and writes its (O/G, C/G) block of dw for every 16 multiply-adds per element.
+inline int64_t conv1x1_images_per_gemm(int64_t L, int64_t per_block) {
+  return L >= 256 ? 1 : std::min(per_block, (255 + L) / L);
+}
+
+// The same gradients where conv2d_uses_1x1, x and dx in place of col and dcol, summed in the
+// reference's blocks of images:
+//   dx[n, g] (C/G, L) = w[g]^T (C/G, O/G) · dy[n, g]     (the reference's GEMM: the same bits)
+//   dw[g] += dy[n, g] (O/G, L) · x[n, g]^T (L, C/G)      for L >= 256 (the reference's GEMMs: the same bits)
+//   dw[g] += dy[n0:n1, g] (O/G, q L) · x[n0:n1, g]^T     for smaller L, q = conv1x1_images_per_gemm
+// images at a time, their rows copied side by side (O/G, q L) and (C/G, q L): one GEMM summing
+// over q L in place of q GEMMs over L (the same sum in another order: rounding apart, the same).
 template <class T>
 void conv2d_backward_1x1(const T* x, const T* w, const T* dy, const Conv2dShape& s, T* dx, T* dw, T* db) {
   const int64_t Cg = s.C / s.groups, Og = s.O / s.groups, L = s.H * s.W, w_numel = s.O * Cg;
   const int64_t per_block = std::max<int64_t>(1, (s.N + 15) / 16);  // the reference's blocks
   const int64_t blocks = (s.N + per_block - 1) / per_block;
+  const int64_t q_max = conv1x1_images_per_gemm(L, per_block);
   std::vector<T> partial(static_cast<size_t>(dw ? std::max<int64_t>(blocks, 1) * w_numel : 0), T(0));
   parallel_for(blocks, conv_grain(2 * per_block * s.O * Cg * L), [&](int64_t k0, int64_t k1) {
-    for (int64_t k = k0; k < k1; ++k)
-      for (int64_t n = k * per_block; n < std::min(s.N, (k + 1) * per_block); ++n)
+    std::vector<T> dy_rows(static_cast<size_t>(dw && q_max > 1 ? Og * q_max * L : 0)),
+        x_rows(static_cast<size_t>(dw && q_max > 1 ? Cg * q_max * L : 0));
+    for (int64_t k = k0; k < k1; ++k) {
+      const int64_t n_end = std::min(s.N, (k + 1) * per_block);
+      for (int64_t n0 = k * per_block; n0 < n_end; n0 += q_max) {
+        const int64_t q = std::min(q_max, n_end - n0);
         for (int64_t g = 0; g < s.groups; ++g) {
-          const T* dy_ng = dy + (n * s.O + g * Og) * L;  // (Og, L)
-          const int64_t x_off = (n * s.C + g * Cg) * L;
-          if (dw)
-            gemm(Og, Cg, L, dy_ng, L, false, x + x_off, L, true, partial.data() + k * w_numel + g * Og * Cg, Cg, T(1),
-                 T(1));
-          if (dx) gemm(Cg, L, Og, w + g * Og * Cg, Cg, true, dy_ng, L, false, dx + x_off, L, T(1), T(0));
+          T* dw_kg = dw ? partial.data() + k * w_numel + g * Og * Cg : nullptr;
+          if (dw && q_max == 1) {
+            const int64_t off_y = (n0 * s.O + g * Og) * L, off_x = (n0 * s.C + g * Cg) * L;
+            gemm(Og, Cg, L, dy + off_y, L, false, x + off_x, L, true, dw_kg, Cg, T(1), T(1));
+          } else if (dw) {  // rows of q images side by side: dy_rows (Og, q L), x_rows (Cg, q L)
+            for (int64_t j = 0; j < q; ++j) {
+              const T* dy_n = dy + ((n0 + j) * s.O + g * Og) * L;
+              const T* x_n = x + ((n0 + j) * s.C + g * Cg) * L;
+              for (int64_t o = 0; o < Og; ++o) std::copy_n(dy_n + o * L, L, dy_rows.data() + (o * q + j) * L);
+              for (int64_t c = 0; c < Cg; ++c) std::copy_n(x_n + c * L, L, x_rows.data() + (c * q + j) * L);
+            }
+            gemm(Og, Cg, q * L, dy_rows.data(), q * L, false, x_rows.data(), q * L, true, dw_kg, Cg, T(1), T(1));
+          }
+          if (dx)
+            for (int64_t n = n0; n < n0 + q; ++n) {
+              const T* dy_ng = dy + (n * s.O + g * Og) * L;  // (Og, L)
+              gemm(Cg, L, Og, w + g * Og * Cg, Cg, true, dy_ng, L, false, dx + (n * s.C + g * Cg) * L, L, T(1), T(0));
+            }
         }
-  });
-  if (dw)
-    for (int64_t i = 0; i < w_numel; ++i) {
-      T acc = T(0);
-      for (int64_t k = 0; k < blocks; ++k) acc += partial[static_cast<size_t>(k * w_numel + i)];
-      dw[i] = acc;
+      }
     }
+  });
+  if (dw) sum_blocks_in_order(partial.data(), blocks, w_numel, dw);
   if (db) conv2d_bias_grad(dy, s, db);
 }
 

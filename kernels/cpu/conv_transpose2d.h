@@ -136,13 +136,7 @@ void conv_transpose2d_backward_nonoverlapping(const T* x, const T* w, const T* d
         if (dx) conv_gemm<true>(C_in, L, K, w, K, false, dcols.data(), L, false, dx + n * C_in * L, L, T(0));
       }
   });
-  parallel_for(w_numel, 4096, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) {
-      T acc = T(0);
-      for (int64_t k = 0; k < blocks; ++k) acc += partial[static_cast<size_t>(k * w_numel + i)];
-      dw[i] = acc;
-    }
-  });
+  sum_blocks_in_order(partial.data(), blocks, w_numel, dw);
   if (db) conv2d_bias_grad(dy, conv_transpose2d_bias_shape(s), db, dy_image_stride);
 }
 
