@@ -27,6 +27,11 @@ constexpr int64_t kChunk = 8;  // images per unit of work (bounds the V and M bu
 constexpr int64_t kW = kLanes<float>;  // channels per vector (vec_math.h's FloatLanes)
 constexpr int64_t kMaxBlocks = 16;  // weight gradient: at most this many partial sums over blocks of images
 
+// The distance between the 16 matrices of V, M or E (positions ξ), each (rows, cols): one vector
+// more than a matrix, so that the transforms' 16 streams, one per ξ, do not all fall into the same
+// cache sets when a matrix is a power of two bytes (8 images of 32 x 32 with 16 channels: 128 KB).
+int64_t xi_stride(int64_t rows, int64_t cols) { return rows * cols + kW; }
+
 // u (4x4) = G g G^T for one 3x3 kernel g (row-major).
 void transform_kernel(const float g[9], float u[16]) {
   float t[4][3];  // G g
@@ -106,7 +111,7 @@ void from_channels_last(const float* src, int64_t ld_row, int64_t ld_ch, int64_t
 void transform_input(const float* x, int64_t images, int64_t Ci, int64_t H, int64_t W, int64_t pad, int64_t th,
                      int64_t tw, int64_t Cip, std::vector<float>& plane, std::vector<float>& V) {
   const int64_t Hp = 2 * th + 2, Wp = 2 * tw + 2;  // the zero-padded input plane every tile reads
-  const int64_t tiles = th * tw, v_stride = images * tiles * Cip;  // between the 16 positions ξ
+  const int64_t tiles = th * tw, v_stride = xi_stride(images * tiles, Cip);
   plane.assign(static_cast<size_t>(Hp * Wp * Cip), 0.0f);  // the padding stays zero for every image
   for (int64_t img = 0; img < images; ++img) {
     // (Ci, H, W) -> the interior of (Hp, Wp, Cip)
@@ -144,7 +149,7 @@ void transform_input(const float* x, int64_t images, int64_t Ci, int64_t H, int6
 void transform_output_grad(const float* dy, int64_t images, int64_t Co, int64_t Ho, int64_t Wo, int64_t th, int64_t tw,
                            int64_t Cop, std::vector<float>& plane, std::vector<float>& sums, std::vector<float>& E,
                            double* db) {
-  const int64_t Wq = 2 * tw, tiles = th * tw, e_stride = images * tiles * Cop;
+  const int64_t Wq = 2 * tw, tiles = th * tw, e_stride = xi_stride(images * tiles, Cop);
   plane.assign(static_cast<size_t>(2 * th * Wq * Cop), 0.0f);  // (2 th, 2 tw, Cop); the edges stay zero
   for (int64_t img = 0; img < images; ++img) {
     sums.assign(static_cast<size_t>(Cop), 0.0f);
@@ -205,10 +210,10 @@ void conv3x3_winograd(const float* x, const float* k, const float* b, int64_t N,
     thread_local std::vector<float> plane, V, Mb, out;
     for (int64_t chunk = c0; chunk < c1; ++chunk) {
       const int64_t n0 = chunk * kChunk, images = std::min(kChunk, N - n0), T = images * tiles;
-      V.resize(static_cast<size_t>(16 * T * Cip));
-      Mb.resize(static_cast<size_t>(16 * T * Cop));
+      const int64_t v_stride = xi_stride(T, Cip), m_stride = xi_stride(T, Cop);  // between the 16 positions ξ
+      V.resize(static_cast<size_t>(16 * v_stride));
+      Mb.resize(static_cast<size_t>(16 * m_stride));
       out.resize(static_cast<size_t>(2 * th * 2 * tw * Cop));
-      const int64_t v_stride = T * Cip, m_stride = T * Cop;  // between the 16 positions ξ
       transform_input(x + n0 * Ci * H * W, images, Ci, H, W, pad, th, tw, Cip, plane, V);
       // M[ξ] (T, Cop) = V[ξ] (T, Cip) · U[ξ] (Cip, Cop)
       for (int64_t xi = 0; xi < 16; ++xi)
@@ -270,15 +275,15 @@ void conv3x3_winograd_weight_grad(const float* x, const float* dy, int64_t N, in
       double* db_k = db ? partial_db.data() + k * Co : nullptr;
       for (int64_t chunk = k * per_block; chunk < std::min(chunks, (k + 1) * per_block); ++chunk) {
         const int64_t n0 = chunk * kChunk, images = std::min(kChunk, N - n0), T = images * tiles;
-        V.resize(static_cast<size_t>(16 * T * Cip));
-        E.resize(static_cast<size_t>(16 * T * Cop));
+        V.resize(static_cast<size_t>(16 * xi_stride(T, Cip)));
+        E.resize(static_cast<size_t>(16 * xi_stride(T, Cop)));
         transform_input(x + n0 * Ci * H * W, images, Ci, H, W, pad, th, tw, Cip, plane, V);
         transform_output_grad(dy + n0 * Co * Ho * Wo, images, Co, Ho, Wo, th, tw, Cop, plane, sums, E, db_k);
         // dU[ξ] (Cip, Cop) (+)= V[ξ]^T (Cip, T) · E[ξ] (T, Cop)
         const float beta = chunk == k * per_block ? 0.0f : 1.0f;
         for (int64_t xi = 0; xi < 16; ++xi) {
-          const float* v = V.data() + xi * T * Cip;
-          const float* e = E.data() + xi * T * Cop;
+          const float* v = V.data() + xi * xi_stride(T, Cip);
+          const float* e = E.data() + xi * xi_stride(T, Cop);
           float* u = dU + xi * Cip * Cop;
           if (!gemm_avx512(Cip, Cop, T, v, Cip, true, e, Cop, false, u, Cop, 1.0f, beta))
             gemm(Cip, Cop, T, v, Cip, true, e, Cop, false, u, Cop, 1.0f, beta);
