@@ -1,28 +1,21 @@
 // dist/zero_parameter_gather.h — how ZeroRedundancyOptimizer brings the parameters back after its
 // step: every rank's slab of every bucket all-gathered into every rank's bucket buffer, of which
-// the parameters are views. Two ways, chosen once by ZeroRedundancyOptimizerOptions::gather:
+// the parameters are views. The interface, ParameterGatherer, and its factory; one algorithm per
+// file, chosen once by ZeroRedundancyOptimizerOptions::gather:
 //
 //   ParameterGather::AtStep     one blocking all_gather_into_tensor per bucket at the end of step():
 //                               the parameters are whole when step() returns.
+//                               GatherAtStep, dist/zero_gather_at_step.h.
 //   ParameterGather::BeforeUse  step() starts every bucket's all-gather (async) and returns; the
 //                               next forward waits for a bucket only right before the first
 //                               module that uses one of its parameters runs (a forward pre-hook,
 //                               nn/module.h), so the all-gathers of later buckets run beside the
 //                               forward of the first layers.
+//                               GatherBeforeUse, dist/zero_gather_before_use.h (the order of the
+//                               buckets, the hooks, what a failure does).
 //
-// BeforeUse, in detail. The buckets are all-gathered in the order the forward needs them: by the
-// model's parameter order of their first parameter (DDP's buckets are in reverse parameter order,
-// so the first layers' parameters are usually in its last bucket). A collective group runs its
-// collectives in order, so bucket k is done only after every bucket started before it: the waits
-// go in that order too. Every module that holds parameters gets a hook, which waits for the
-// buckets up to the last one holding a parameter of its own or of a module above it (so a
-// container whose forward is called directly, model.forward(x), has its own parameters whole once
-// any child with parameters runs); modules without parameters get none, so fused runs stay fused.
-// A module the forward reaches without operator() (child.forward(x)) runs no hook: read such a
-// model only after wait(). The gather of a step is always waited for before the next one starts. A failed
-// all-gather throws from the wait that meets it — a std::runtime_error naming the optimizer, the
-// bucket and the collective's own message — and from every wait after it: the parameters are
-// never read half-gathered.
+// Either way a failed all-gather throws a std::runtime_error naming the optimizer, the bucket and
+// the collective's own message (dist/zero_gather_common.h).
 #pragma once
 #include <memory>
 #include <string>
