@@ -8,6 +8,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -15,10 +16,13 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <memory>
+#include <random>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 
 namespace minidl::dist {
 
@@ -84,6 +88,57 @@ int try_connect(const addrinfo* ai, Clock::time_point deadline) {
   return fd;
 }
 
+// A listening socket on the first of `addrs` that binds (SO_REUSEADDR set); an invalid Socket when
+// none does, the errno of the last failure in last_err (it stops at the first EMFILE or ENFILE).
+Socket listen_first(const addrinfo* addrs, int backlog, int& last_err) {
+  for (const addrinfo* ai = addrs; ai != nullptr; ai = ai->ai_next) {
+    Socket s(::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol));
+    if (!s.valid()) {
+      last_err = errno;
+      if (is_out_of_descriptors(last_err)) break;
+      continue;
+    }
+    int one = 1;
+    setsockopt(s.fd(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (::bind(s.fd(), ai->ai_addr, ai->ai_addrlen) == 0 && ::listen(s.fd(), backlog) == 0) return s;
+    last_err = errno;
+  }
+  return Socket();
+}
+
+// The kernel's ephemeral port range, [first, last], from /proc/sys/net/ipv4/ip_local_port_range
+// (IPv6 uses it too); Linux's default 32768-60999 when it cannot be read.
+std::pair<int, int> ephemeral_port_range() {
+  std::ifstream in("/proc/sys/net/ipv4/ip_local_port_range");
+  int first = 0, last = 0;
+  if (in >> first >> last && 1 <= first && first <= last && last <= 65535) return {first, last};
+  return {32768, 60999};
+}
+
+// The ports find_free_port picks from, [lo, hi] (lo > hi: none): below the ephemeral range, from
+// 10000 (or 1000 ports below it, or 1024, when it starts lower) to its first port - 1, away from
+// the well-known and the common services' ports; above it when nothing is below.
+std::pair<int, int> ports_outside_the_ephemeral_range() {
+  const auto [first, last] = ephemeral_port_range();
+  const int lo = std::max(1024, std::min(10000, first - 1000));
+  if (lo <= first - 1) return {lo, first - 1};
+  return {last + 1, 65535};
+}
+
+void set_port(addrinfo* ai, uint16_t port) {
+  if (ai->ai_family == AF_INET) reinterpret_cast<sockaddr_in*>(ai->ai_addr)->sin_port = htons(port);
+  if (ai->ai_family == AF_INET6) reinterpret_cast<sockaddr_in6*>(ai->ai_addr)->sin6_port = htons(port);
+}
+
+// A seed that differs between calls and between processes forked from one parent (a generator
+// kept across calls would make two forked children pick the same ports).
+uint64_t fresh_seed() {
+  uint64_t seed = 0;
+  if (::getrandom(&seed, sizeof(seed), GRND_NONBLOCK) == static_cast<ssize_t>(sizeof(seed))) return seed;
+  return (static_cast<uint64_t>(::getpid()) << 32) ^
+         static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+}
+
 }  // namespace
 
 bool is_out_of_descriptors(int err) { return err == EMFILE || err == ENFILE; }
@@ -116,18 +171,8 @@ void Socket::close() {
 Socket listen_tcp(const std::string& host, uint16_t port, bool bind_all, int backlog) {
   auto addrs = resolve(bind_all ? std::string() : host, port, /*passive=*/true);
   int last_err = 0;
-  for (addrinfo* ai = addrs.get(); ai != nullptr; ai = ai->ai_next) {
-    Socket s(::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol));
-    if (!s.valid()) {
-      last_err = errno;
-      if (is_out_of_descriptors(last_err)) break;
-      continue;
-    }
-    int one = 1;
-    setsockopt(s.fd(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (::bind(s.fd(), ai->ai_addr, ai->ai_addrlen) == 0 && ::listen(s.fd(), backlog) == 0) return s;
-    last_err = errno;
-  }
+  Socket s = listen_first(addrs.get(), backlog, last_err);
+  if (s.valid()) return s;
   const std::string where = "cannot listen on " + (bind_all ? std::string("*") : host) + ":" + std::to_string(port);
   if (is_out_of_descriptors(last_err)) throw OutOfDescriptors(where + ": " + out_of_descriptors_message(last_err));
   throw std::runtime_error(where + ": " + errno_str(last_err));
@@ -216,7 +261,30 @@ bool recv_all(int fd, void* data, size_t size, Clock::time_point deadline) {
   return true;
 }
 
+// Not bind(port 0): the kernel hands out port 0's ports from the ephemeral range, which is also
+// where the source port of every outgoing connection on the host comes from (Gloo opens many).
+// Between this function's close and the caller's bind, such a connection can be given the very
+// port, and the caller's bind fails with "Address already in use". A port outside that range is
+// never given to an outgoing connection, so only a process that binds it on purpose can take it.
 uint16_t find_free_port(const std::string& host) {
+  constexpr int kAttempts = 64;
+  const auto [lo, hi] = ports_outside_the_ephemeral_range();
+  if (lo <= hi) {
+    auto addrs = resolve(host, 0, /*passive=*/true);
+    std::mt19937_64 gen(fresh_seed());
+    std::uniform_int_distribution<int> pick(lo, hi);
+    for (int attempt = 0; attempt < kAttempts; ++attempt) {
+      const auto port = static_cast<uint16_t>(pick(gen));
+      for (addrinfo* ai = addrs.get(); ai != nullptr; ai = ai->ai_next) set_port(ai, port);
+      int err = 0;
+      if (Socket s = listen_first(addrs.get(), 1, err); s.valid()) return port;
+      if (is_out_of_descriptors(err))
+        throw OutOfDescriptors("cannot listen on " + host + ":" + std::to_string(port) + ": " +
+                               out_of_descriptors_message(err));
+      // in use (or refused for another reason): another port
+    }
+  }
+  // none outside the range bound (or there is none): any free port, as the kernel picks it
   Socket s = listen_tcp(host, 0, /*bind_all=*/false, 1);
   return local_port(s.fd());
 }

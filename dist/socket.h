@@ -70,8 +70,13 @@ void send_all(int fd, const void* data, size_t size);
 // stream in the middle, or on a socket error.
 bool recv_all(int fd, void* data, size_t size, Clock::time_point deadline);
 
-// A port that was free on host a moment ago (bind to port 0, read it, close). Another process
-// can take it before you bind it again; good enough for tests and for picking MASTER_PORT.
+// A port that was free on host a moment ago (bound, then closed), outside the kernel's ephemeral
+// port range (/proc/sys/net/ipv4/ip_local_port_range; 32768-60999 when unreadable): a random port
+// below it (from 10000 up), tried until one binds. Port 0's port would come from that range, from
+// which the kernel also takes the source port of every outgoing connection on the host (Gloo
+// opens many), so one of them could take it before the caller binds it. Outside the range only a
+// process that binds it on purpose can; good enough for tests and for picking MASTER_PORT. Falls
+// back to port 0's port when none of 64 tries binds.
 uint16_t find_free_port(const std::string& host = "127.0.0.1");
 
 // "30 s", "0.25 s": a duration for error messages.

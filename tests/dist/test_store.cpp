@@ -1,11 +1,13 @@
 // tests/dist/test_store.cpp — TCPStore: set/get/add/wait/check/delete from threads and forked
 // processes, timeouts that name the key, connect retries, and a server that survives malformed
-// and oversized messages. Everything on 127.0.0.1.
+// and oversized messages; and find_free_port, which the store's tests and the launcher use: a
+// port outside the kernel's ephemeral range. Everything on 127.0.0.1.
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <fstream>
 #include <set>
 #include <thread>
 
@@ -185,6 +187,28 @@ TEST(TCPStore, ForkedProcessesMeetThroughTheStore) {
     ASSERT_EQ(waitpid(pid, &status, 0), pid);
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
   }
+}
+
+// Outgoing connections (Gloo opens many) take their source ports from the ephemeral range: a
+// port of that range, free when find_free_port closes it, could be taken before the caller binds
+// it. Its ports are outside the range read from /proc, bind, and are not one fixed port.
+TEST(Socket, FindFreePortIsOutsideTheEphemeralRangeAndBinds) {
+  int first = 32768, last = 60999;  // find_free_port's fallback when /proc cannot be read
+  if (int a = 0, b = 0; std::ifstream("/proc/sys/net/ipv4/ip_local_port_range") >> a >> b) {
+    first = a;
+    last = b;
+  }
+  if (first <= 1024 && last >= 65535)
+    GTEST_SKIP() << "the ephemeral range " << first << "-" << last << " is every port";
+  std::set<uint16_t> ports;
+  for (int i = 0; i < 20; ++i) {
+    const uint16_t port = minidl::dist::find_free_port(kHost);
+    EXPECT_TRUE(port < first || port > last) << port << " is in the ephemeral range " << first << "-" << last;
+    EXPECT_GE(port, 1024);
+    EXPECT_NO_THROW(minidl::dist::listen_tcp(kHost, port, /*bind_all=*/false)) << port;
+    ports.insert(port);
+  }
+  EXPECT_GT(ports.size(), 1u);
 }
 
 TEST(TCPStore, ClientRetriesUntilTheServerIsUp) {
