@@ -1,9 +1,11 @@
 // kernels/cpu/im2col.h — im2col and its adjoint col2im, the data movement that turns a 2-d
 // convolution into one GEMM per image (and group):
 //   col[(c*kH + kh)*kW + kw, oh*W_out + ow] = x[c, oh*stride_h - pad_h + kh*dil_h, ow*stride_w - pad_w + kw*dil_w]
-// (0 where that position falls in the padding). With stride_w == 1 each row of col is a shifted
-// copy of an input row, so the inner loops become plain copies/adds over the valid range (the
-// general loop, kept for other strides, is the reference: tests/tensor/test_cpu_fast_paths.cpp).
+// (0 where that position falls in the padding). Each row of col takes, from one input row, the
+// outputs ow in [lo, hi) (valid_outputs: the columns ow * stride_w + w0 inside the row) and zeros
+// outside, so the inner loops are plain strided copies/adds without a bounds test per element;
+// stride 1 (a shifted copy) and 2 get loops whose stride the compiler knows, so they vectorise.
+// (tests/tensor/test_cpu_fast_paths.cpp checks both against their definition, strides 1 to 3.)
 // col2im scatters-adds col back into x's layout,
 // so col2im(dcol) is the gradient of im2col. One image at a time, single-threaded: callers run
 // images in parallel. Tested through tensor/ops_conv.cpp by tests/tensor/test_ops_conv.cpp
@@ -21,6 +23,39 @@ struct ConvGeometry {
   int64_t H_out, W_out;
 };
 
+// The outputs [lo, hi) of a row of W_out whose column ow reads input column ow * stride + w0 of
+// a row of W: those with 0 <= ow * stride + w0 < W.
+struct ValidOutputs {
+  int64_t lo, hi;
+};
+inline ValidOutputs valid_outputs(int64_t w0, int64_t stride, int64_t W, int64_t W_out) {
+  const int64_t lo = w0 >= 0 ? 0 : (-w0 + stride - 1) / stride;
+  const int64_t hi = W - w0 <= 0 ? 0 : (W - w0 + stride - 1) / stride;
+  const int64_t lo_c = std::clamp<int64_t>(lo, 0, W_out);
+  return {lo_c, std::clamp<int64_t>(hi, lo_c, W_out)};
+}
+
+// out[ow] = in[ow * stride] for ow in [0, n), with the strides 1 and 2 as constants
+template <class T> void strided_copy(const T* in, int64_t stride, int64_t n, T* out) {
+  if (stride == 1) {
+    for (int64_t i = 0; i < n; ++i) out[i] = in[i];
+  } else if (stride == 2) {
+    for (int64_t i = 0; i < n; ++i) out[i] = in[2 * i];
+  } else {
+    for (int64_t i = 0; i < n; ++i) out[i] = in[i * stride];
+  }
+}
+// out[ow * stride] += in[ow] for ow in [0, n), likewise
+template <class T> void strided_add(const T* in, int64_t stride, int64_t n, T* out) {
+  if (stride == 1) {
+    for (int64_t i = 0; i < n; ++i) out[i] += in[i];
+  } else if (stride == 2) {
+    for (int64_t i = 0; i < n; ++i) out[2 * i] += in[i];
+  } else {
+    for (int64_t i = 0; i < n; ++i) out[i * stride] += in[i];
+  }
+}
+
 // x (C, H, W) -> col (C*kH*kW, H_out*W_out)
 template <class T> void im2col(const T* x, const ConvGeometry& g, T* col) {
   const int64_t L = g.H_out * g.W_out;
@@ -29,26 +64,18 @@ template <class T> void im2col(const T* x, const ConvGeometry& g, T* col) {
       for (int64_t kw = 0; kw < g.kW; ++kw) {
         T* row = col + ((c * g.kH + kh) * g.kW + kw) * L;
         const T* plane = x + c * g.H * g.W;
+        const int64_t w0 = kw * g.dil_w - g.pad_w;
+        const auto [lo, hi] = valid_outputs(w0, g.stride_w, g.W, g.W_out);  // zeros where it hangs over the edges
         for (int64_t oh = 0; oh < g.H_out; ++oh) {
           const int64_t h = oh * g.stride_h - g.pad_h + kh * g.dil_h;
           T* out = row + oh * g.W_out;
           if (h < 0 || h >= g.H) {
-            for (int64_t ow = 0; ow < g.W_out; ++ow) out[ow] = T(0);
+            std::fill(out, out + g.W_out, T(0));
             continue;
           }
-          const T* in = plane + h * g.W;
-          const int64_t w0 = kw * g.dil_w - g.pad_w;
-          if (g.stride_w == 1) {  // a shifted copy of the row, zeros where it hangs over the edges
-            const int64_t lo = std::clamp<int64_t>(-w0, 0, g.W_out), hi = std::clamp<int64_t>(g.W - w0, lo, g.W_out);
-            for (int64_t ow = 0; ow < lo; ++ow) out[ow] = T(0);
-            for (int64_t ow = lo; ow < hi; ++ow) out[ow] = in[ow + w0];
-            for (int64_t ow = hi; ow < g.W_out; ++ow) out[ow] = T(0);
-            continue;
-          }
-          for (int64_t ow = 0; ow < g.W_out; ++ow) {
-            const int64_t w = ow * g.stride_w + w0;
-            out[ow] = (w >= 0 && w < g.W) ? in[w] : T(0);
-          }
+          std::fill(out, out + lo, T(0));
+          if (hi > lo) strided_copy(plane + h * g.W + lo * g.stride_w + w0, g.stride_w, hi - lo, out + lo);
+          std::fill(out + hi, out + g.W_out, T(0));
         }
       }
 }
@@ -61,21 +88,13 @@ template <class T> void col2im(const T* col, const ConvGeometry& g, T* dx) {
       for (int64_t kw = 0; kw < g.kW; ++kw) {
         const T* row = col + ((c * g.kH + kh) * g.kW + kw) * L;
         T* plane = dx + c * g.H * g.W;
+        const int64_t w0 = kw * g.dil_w - g.pad_w;
+        const auto [lo, hi] = valid_outputs(w0, g.stride_w, g.W, g.W_out);  // the same columns, added back
+        if (hi <= lo) continue;
         for (int64_t oh = 0; oh < g.H_out; ++oh) {
           const int64_t h = oh * g.stride_h - g.pad_h + kh * g.dil_h;
           if (h < 0 || h >= g.H) continue;
-          const T* in = row + oh * g.W_out;
-          T* out = plane + h * g.W;
-          const int64_t w0 = kw * g.dil_w - g.pad_w;
-          if (g.stride_w == 1) {  // the same shifted row, added back
-            const int64_t lo = std::clamp<int64_t>(-w0, 0, g.W_out), hi = std::clamp<int64_t>(g.W - w0, lo, g.W_out);
-            for (int64_t ow = lo; ow < hi; ++ow) out[ow + w0] += in[ow];
-            continue;
-          }
-          for (int64_t ow = 0; ow < g.W_out; ++ow) {
-            const int64_t w = ow * g.stride_w + w0;
-            if (w >= 0 && w < g.W) out[w] += in[ow];
-          }
+          strided_add(row + oh * g.W_out + lo, g.stride_w, hi - lo, plane + h * g.W + lo * g.stride_w + w0);
         }
       }
 }

@@ -3,7 +3,7 @@
 // the general window loop (NaNs, -inf and ties included), the one-pass batch-norm statistics
 // against a two-pass long-double computation, the vectorised exp / erf against std::exp /
 // std::erf, GELU and softmax fast rows against the shared functors and float64, the small-GEMM
-// loop against gemm_reference, the stride-1 im2col / col2im against their definition, a
+// loop against gemm_reference, im2col / col2im (strides 1 to 3) against their definition, a
 // convolution's backward without the input gradient, the float layer-norm rows against
 // layer_norm_forward_reference, the one-pass layer-norm backward against
 // layer_norm_backward_reference (its two passes), the bit-mask ReLU of the fused batch norm + ReLU
@@ -202,29 +202,35 @@ TEST(FastPaths, SmallGemmMatchesTheReference) {
   }
 }
 
-TEST(FastPaths, StrideOneIm2colAndCol2imMatchTheirDefinition) {
-  for (int64_t pad : {0, 1, 2})
-    for (int64_t dil : {1, 2}) {
-      const int64_t C = 2, H = 6, W = 7, k = 3;
-      const int64_t Ho = H + 2 * pad - dil * (k - 1), Wo = W + 2 * pad - dil * (k - 1);
-      const kernels::cpu::ConvGeometry g{C, H, W, k, k, 1, 1, pad, pad, dil, dil, Ho, Wo};
-      const std::vector<float> x = randn({C * H * W}, RandomKey{8, 1}).to_vector<float>();
-      std::vector<float> col(C * k * k * Ho * Wo, -1.0f), back(C * H * W, 0.0f), back_ref(C * H * W, 0.0f);
-      kernels::cpu::im2col(x.data(), g, col.data());
-      kernels::cpu::col2im(col.data(), g, back.data());
-      for (int64_t c = 0; c < C; ++c)
-        for (int64_t kh = 0; kh < k; ++kh)
-          for (int64_t kw = 0; kw < k; ++kw)
-            for (int64_t oh = 0; oh < Ho; ++oh)
-              for (int64_t ow = 0; ow < Wo; ++ow) {
-                const int64_t h = oh - pad + kh * dil, w = ow - pad + kw * dil;
-                const bool in = h >= 0 && h < H && w >= 0 && w < W;
-                const float v = in ? x[(c * H + h) * W + w] : 0.0f;
-                EXPECT_EQ(col[(((c * k + kh) * k + kw) * Ho + oh) * Wo + ow], v) << "pad " << pad << " dil " << dil;
-                if (in) back_ref[(c * H + h) * W + w] += v;
-              }
-      for (int64_t i = 0; i < C * H * W; ++i) EXPECT_FLOAT_EQ(back[i], back_ref[i]) << "col2im, element " << i;
-    }
+TEST(FastPaths, Im2colAndCol2imMatchTheirDefinition) {
+  // strides 1 and 2 (their own loops) and 3, with padding 0 to 2, dilation 1 and 2, rows whose
+  // first and last outputs read padding, and an odd width
+  for (int64_t stride : {1, 2, 3})
+    for (int64_t pad : {0, 1, 2})
+      for (int64_t dil : {1, 2}) {
+        const int64_t C = 2, H = 6, W = 7, k = 3;
+        const int64_t Ho = (H + 2 * pad - dil * (k - 1) - 1) / stride + 1;
+        const int64_t Wo = (W + 2 * pad - dil * (k - 1) - 1) / stride + 1;
+        const kernels::cpu::ConvGeometry g{C, H, W, k, k, stride, stride, pad, pad, dil, dil, Ho, Wo};
+        const std::vector<float> x = randn({C * H * W}, RandomKey{8, 1}).to_vector<float>();
+        std::vector<float> col(C * k * k * Ho * Wo, -1.0f), back(C * H * W, 0.0f), back_ref(C * H * W, 0.0f);
+        kernels::cpu::im2col(x.data(), g, col.data());
+        kernels::cpu::col2im(col.data(), g, back.data());
+        for (int64_t c = 0; c < C; ++c)
+          for (int64_t kh = 0; kh < k; ++kh)
+            for (int64_t kw = 0; kw < k; ++kw)
+              for (int64_t oh = 0; oh < Ho; ++oh)
+                for (int64_t ow = 0; ow < Wo; ++ow) {
+                  const int64_t h = oh * stride - pad + kh * dil, w = ow * stride - pad + kw * dil;
+                  const bool in = h >= 0 && h < H && w >= 0 && w < W;
+                  const float v = in ? x[(c * H + h) * W + w] : 0.0f;
+                  EXPECT_EQ(col[(((c * k + kh) * k + kw) * Ho + oh) * Wo + ow], v)
+                      << "stride " << stride << " pad " << pad << " dil " << dil;
+                  if (in) back_ref[(c * H + h) * W + w] += v;
+                }
+        for (int64_t i = 0; i < C * H * W; ++i)
+          EXPECT_FLOAT_EQ(back[i], back_ref[i]) << "col2im, stride " << stride << ", element " << i;
+      }
 }
 
 TEST(FastPaths, ConvBackwardWithoutInputGradientKeepsWeightGradients) {
