@@ -55,9 +55,9 @@ for s in "${sections[@]}"; do
     step)  # the reference models against PyTorch, 1 and 2 threads (and BASELINE's bench, when given)
       run "$s" "${py[@]}" tools/compare_pytorch.py --bench "$ex/bench" --torch-python "$torch_python" \
         --models mlp cnn vit --reps 3 --json "$out/step.jsonl" ${BASELINE:+--baseline "$BASELINE"} ;;
-    zoo)  # the model zoo against PyTorch
+    zoo)  # the model zoo against PyTorch (and BASELINE's bench, when given)
       run "$s" "${py[@]}" tools/compare_pytorch.py --bench "$ex/bench" --torch-python "$torch_python" \
-        --models resnet20 mobilenet unet mixer tinygpt --reps 3 --json "$out/zoo.jsonl" ;;
+        --models resnet20 mobilenet unet mixer tinygpt --reps 3 --json "$out/zoo.jsonl" ${BASELINE:+--baseline "$BASELINE"} ;;
     profile)  # where each model's one-thread step goes
       for m in mlp cnn vit resnet20 mobilenet unet mixer tinygpt; do
         run "$s" "$ex/bench" --model "$m" --threads 1 --steps 5 --warmup 2 --profile
