@@ -198,6 +198,10 @@ Variable layer_norm(const Variable& x, const Shape& normalized_shape, const Vari
 // from layer_norm and a per-channel affine.
 Variable group_norm(const Variable& x, int64_t num_groups, const Variable& weight, const Variable& bias,
                     double eps = 1e-5);
+// relu(group_norm(x, ...)): on the CPU one node (the two ops' values, one pass fewer each way;
+// nn::fuse_for_training runs a GroupNorm + ReLU of a Sequential through it), on CUDA the two ops.
+Variable group_norm_relu(const Variable& x, int64_t num_groups, const Variable& weight, const Variable& bias,
+                         double eps = 1e-5);
 // Transposed convolution, as torch.nn.functional.conv_transpose2d: x (N, C_in, H, W),
 // w (C_in, C_out / groups, kH, kW), b (C_out) or undefined -> (N, C_out, H_out, W_out); the
 // gradient of conv2d with respect to its input (tensor/ops_nn.h).

@@ -214,9 +214,11 @@ Variable layer_norm(const Variable& x, const Shape& normalized_shape, const Vari
 // group_norm: on the CPU one node over the fused kernels (tensor/ops_nn.h's group_norm_forward /
 // _backward); on CUDA layer_norm of x viewed as (N, G, C / G * prod(*)) (its fused kernel and
 // backward), then the per-channel affine by broadcasting ops, whose backward gives dweight and dbias
-Variable group_norm(const Variable& x, int64_t num_groups, const Variable& weight, const Variable& bias, double eps) {
+namespace {
+// group_norm's checks of its arguments (the CPU op checks them again, the CUDA composition not)
+void check_group_norm(const Variable& x, int64_t num_groups, const Variable& weight, const Variable& bias) {
   if (x.dim() < 2) throw std::invalid_argument("group_norm: expected input (N, C, *), got " + x.data().desc());
-  const int64_t N = x.size(0), C = x.size(1);
+  const int64_t C = x.size(1);
   if (num_groups <= 0 || C % num_groups != 0)
     throw std::invalid_argument("group_norm: num_groups = " + std::to_string(num_groups) +
                                 " must be positive and divide the number of channels C = " + std::to_string(C) +
@@ -225,17 +227,30 @@ Variable group_norm(const Variable& x, int64_t num_groups, const Variable& weigh
     if (t->defined() && (t->dim() != 1 || t->size(0) != C))
       throw std::invalid_argument(std::string("group_norm: expected ") + name + " of shape [" + std::to_string(C) +
                                   "] for input " + x.data().desc() + ", got " + t->data().desc());
-  if (x.device().is_cpu()) {
-    const Tensor w = weight.defined() ? weight.data() : Tensor();
-    GroupNormResult r = group_norm_forward(x.data(), num_groups, w, bias.defined() ? bias.data() : Tensor(), eps);
-    return Variable::make_result(
-        r.out, {x, weight, bias},
-        [tx = x.data(), mean = r.mean, rstd = r.rstd, num_groups, w](const Tensor& dy) -> std::vector<Tensor> {
-          GroupNormGrads g = group_norm_backward(dy, tx, mean, rstd, num_groups, w);
-          return {g.dx, g.dweight, g.dbias};
-        },
-        "GroupNormBackward");
-  }
+}
+
+// The CPU node of group_norm (relu: of group_norm_relu, whose backward masks dy with the output
+// first, as relu's backward does: the two ops' bits)
+Variable group_norm_cpu(const Variable& x, int64_t num_groups, const Variable& weight, const Variable& bias,
+                        double eps, bool relu) {
+  const Tensor w = weight.defined() ? weight.data() : Tensor();
+  GroupNormResult r = group_norm_forward(x.data(), num_groups, w, bias.defined() ? bias.data() : Tensor(), eps, relu);
+  return Variable::make_result(
+      r.out, {x, weight, bias},
+      [tx = x.data(), mean = r.mean, rstd = r.rstd, num_groups, w,
+       relu_out = relu ? r.out : Tensor()](const Tensor& dy) -> std::vector<Tensor> {
+        GroupNormGrads g =
+            group_norm_backward(relu_out.defined() ? relu_backward(relu_out, dy) : dy, tx, mean, rstd, num_groups, w);
+        return {g.dx, g.dweight, g.dbias};
+      },
+      relu ? "GroupNormReluBackward" : "GroupNormBackward");
+}
+}  // namespace
+
+Variable group_norm(const Variable& x, int64_t num_groups, const Variable& weight, const Variable& bias, double eps) {
+  check_group_norm(x, num_groups, weight, bias);
+  if (x.device().is_cpu()) return group_norm_cpu(x, num_groups, weight, bias, eps, false);
+  const int64_t N = x.size(0), C = x.size(1);
   int64_t group_size = C / num_groups;
   for (int64_t d = 2; d < x.dim(); ++d) group_size *= x.size(d);
   Variable y = reshape(layer_norm(reshape(x, {N, num_groups, group_size}), {group_size}, {}, {}, eps), x.shape());
@@ -244,6 +259,13 @@ Variable group_norm(const Variable& x, int64_t num_groups, const Variable& weigh
   if (weight.defined()) y = mul(y, reshape(weight, channel_shape));
   if (bias.defined()) y = add(y, reshape(bias, channel_shape));
   return y;
+}
+
+Variable group_norm_relu(const Variable& x, int64_t num_groups, const Variable& weight, const Variable& bias,
+                         double eps) {
+  check_group_norm(x, num_groups, weight, bias);
+  if (x.device().is_cpu()) return group_norm_cpu(x, num_groups, weight, bias, eps, true);
+  return relu(group_norm(x, num_groups, weight, bias, eps));
 }
 
 // dropout: y = x * mask, dx = dy * mask (mask holds 0 or 1/(1-p))

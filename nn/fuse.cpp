@@ -1,4 +1,5 @@
-// nn/fuse.cpp — fuse_for_training: find BatchNorm + ReLU (+ MaxPool2d) runs in every Sequential.
+// nn/fuse.cpp — fuse_for_training: find BatchNorm + ReLU (+ MaxPool2d) and GroupNorm + ReLU runs
+// in every Sequential.
 #include "minidl/nn/fuse.h"
 
 #include <typeinfo>
@@ -19,6 +20,15 @@ bool is_plain_batchnorm(const Module& m) {
 int fuse_sequential(Sequential& seq) {
   int fused = 0;
   for (size_t i = 0; i + 1 < seq.size(); ++i) {
+    if (typeid(seq[i]) == typeid(GroupNorm) && typeid(seq[i + 1]) == typeid(ReLU)) {
+      auto* gn = static_cast<GroupNorm*>(&seq[i]);
+      seq.add_fused_run({.first = i, .length = 2, .name = "GroupNorm+ReLU", .forward = [gn](const Variable& x) {
+                           return gn->forward_relu(x);
+                         }});
+      ++i;
+      ++fused;
+      continue;
+    }
     if (!is_plain_batchnorm(seq[i]) || typeid(seq[i + 1]) != typeid(ReLU)) continue;
     auto* bn = static_cast<BatchNormBase*>(&seq[i]);
     if (i + 2 < seq.size() && typeid(seq[i + 2]) == typeid(MaxPool2d)) {

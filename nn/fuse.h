@@ -1,6 +1,6 @@
 // nn/fuse.h — fuse_for_training: the explicit step that lets a model's BatchNorm + ReLU
-// (+ max-pool) run as the fused CPU nodes, as PyTorch's torch.ao.quantization.fuse_modules is the
-// explicit step for its fused modules.
+// (+ max-pool) and GroupNorm + ReLU run as the fused CPU nodes, as PyTorch's
+// torch.ao.quantization.fuse_modules is the explicit step for its fused modules.
 //
 //   nn::Sequential features;  // ... Conv2d, BatchNorm2d, ReLU, MaxPool2d, ...
 //   int n = nn::fuse_for_training(model);  // once, after building the model
@@ -9,7 +9,9 @@
 // as one node (BatchNormBase::forward_relu: the same values, one pass fewer each way), and
 // followed by a ReLU and a MaxPool2d as one node too (BatchNormBase::forward_relu_max_pool2d: in
 // training a 2x2 pool never writes the normalised values at full resolution; other pools run
-// composed inside it). Exact types only: a subclass (SyncBatchNorm) may compute something else.
+// composed inside it). A GroupNorm directly followed by a ReLU runs as one node as well
+// (GroupNorm::forward_relu, the same values and passes saved). Exact types only: a subclass
+// (SyncBatchNorm) may compute something else.
 // The modules, their names and the state_dict do not change; only Sequential::forward calls the
 // fused node in place of the run (Sequential::fused_runs() lists them). Replacing a fused child
 // afterwards (convert_sync_batchnorm) unfuses its run. Returns the number of runs fused.

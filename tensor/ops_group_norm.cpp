@@ -48,7 +48,7 @@ template <class T> const T* data_or_null(const Tensor& t) { return t.defined() ?
 }  // namespace
 
 GroupNormResult group_norm_forward(const Tensor& x_in, int64_t num_groups, const Tensor& weight_in,
-                                   const Tensor& bias_in, double eps) {
+                                   const Tensor& bias_in, double eps, bool relu) {
   constexpr const char* op = "group_norm";
   const int64_t S = group_norm_layout(x_in, num_groups, weight_in, bias_in, op);
   const Tensor x = x_in.contiguous();
@@ -60,7 +60,7 @@ GroupNormResult group_norm_forward(const Tensor& x_in, int64_t num_groups, const
   dispatch_floating(x.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     kernels::cpu::group_norm_forward(x.data<T>(), N, C, S, G, data_or_null<T>(weight), data_or_null<T>(bias), eps,
-                                     r.out.data<T>(), r.mean.data<T>(), r.rstd.data<T>());
+                                     r.out.data<T>(), r.mean.data<T>(), r.rstd.data<T>(), relu);
   });
   return r;
 }

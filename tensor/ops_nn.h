@@ -165,9 +165,10 @@ struct GroupNormResult {
   Tensor mean;  // (N, num_groups) of x's dtype
   Tensor rstd;  // (N, num_groups): 1 / sqrt(biased variance + eps)
 };
-// out = (x - mean) * rstd * weight[c] + bias[c]; weight / bias (C) or undefined
+// out = (x - mean) * rstd * weight[c] + bias[c]; weight / bias (C) or undefined. relu: out =
+// relu(that) in the same pass (the backward's dy is then relu_backward(out, dy)).
 GroupNormResult group_norm_forward(const Tensor& x, int64_t num_groups, const Tensor& weight, const Tensor& bias,
-                                   double eps);
+                                   double eps, bool relu = false);
 struct GroupNormGrads {
   Tensor dx, dweight, dbias;  // dweight / dbias (C) always (as for a weight of ones when weight is undefined)
 };

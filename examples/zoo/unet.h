@@ -12,6 +12,7 @@
 namespace zoo {
 
 // conv3x3(in, out) GroupNorm(4, out) ReLU conv3x3(out, out) GroupNorm(4, out) ReLU, no biases
+// (each GroupNorm + ReLU runs as one node: UNet's constructor calls nn::fuse_for_training)
 class DoubleConv : public minidl::nn::Sequential {
  public:
   DoubleConv(int64_t in, int64_t out);

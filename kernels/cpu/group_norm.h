@@ -14,7 +14,9 @@
 // double). That replaces reshape + layer_norm + mul + add (three passes over memory forward, six
 // backward) by one pass each way over a group held in cache. The *_reference templates are the
 // plain loops in double (also the float64 path), which tests/kernels/test_cpu_group_norm.cpp
-// compares the fast kernels with. Reproducibility: every sum runs in an order fixed by the
+// compares the fast kernels with. relu (forward): a ReLU after the group norm in the same pass,
+// y = relu(that) as relu_bits (kernels/cpu/norm.h) computes it: the two ops' bits with one pass over
+// memory fewer (autograd's group_norm_relu; its backward masks dy with y first). Reproducibility: every sum runs in an order fixed by the
 // shape; dweight / dbias add the per-(n, c) terms in n order after the parallel loop: no result
 // depends on the thread count.
 #pragma once
@@ -32,7 +34,7 @@ namespace minidl::kernels::cpu {
 // x (N, C, S) -> y (N, C, S), mean (N, G), rstd (N, G); weight / bias (C) or null.
 template <class T>
 void group_norm_forward_reference(const T* x, int64_t N, int64_t C, int64_t S, int64_t G, const T* weight,
-                                  const T* bias, double eps, T* y, T* mean, T* rstd) {
+                                  const T* bias, double eps, T* y, T* mean, T* rstd, bool relu = false) {
   const int64_t Cg = C / G, M = Cg * S;
   parallel_for(N * G, norm_grain(M), [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
@@ -48,7 +50,7 @@ void group_norm_forward_reference(const T* x, int64_t N, int64_t C, int64_t S, i
         double v = (xp[j] - m) * is;
         if (weight) v *= weight[c];
         if (bias) v += bias[c];
-        yp[j] = static_cast<T>(v);
+        yp[j] = relu ? relu_bits(static_cast<T>(v)) : static_cast<T>(v);
       }
       mean[t] = static_cast<T>(m);
       rstd[t] = static_cast<T>(is);
@@ -94,7 +96,7 @@ void group_norm_backward_reference(const T* dy, const T* x, int64_t N, int64_t C
 
 // One float group: x, y (Cg, S), weight / bias its Cg channels' (or null).
 inline void group_norm_group(const float* __restrict x, int64_t Cg, int64_t S, const float* weight, const float* bias,
-                             double eps, float* __restrict y, float* mean, float* rstd) {
+                             double eps, float* __restrict y, float* mean, float* rstd, bool relu) {
   const int64_t M = Cg * S;
   const double m = sum_span(x, M) / static_cast<double>(M);
   const double is = 1.0 / std::sqrt(centered_square_sum(x, M, m) / static_cast<double>(M) + eps);
@@ -103,8 +105,13 @@ inline void group_norm_group(const float* __restrict x, int64_t Cg, int64_t S, c
     const float af = static_cast<float>(a), bf = static_cast<float>((bias ? bias[c] : 0.0) - m * a);
     const float* __restrict xc = x + c * S;
     float* __restrict yc = y + c * S;
+    if (relu) {
 #pragma omp simd
-    for (int64_t s = 0; s < S; ++s) yc[s] = xc[s] * af + bf;
+      for (int64_t s = 0; s < S; ++s) yc[s] = relu_bits(xc[s] * af + bf);
+    } else {
+#pragma omp simd
+      for (int64_t s = 0; s < S; ++s) yc[s] = xc[s] * af + bf;
+    }
   }
   *mean = static_cast<float>(m);
   *rstd = static_cast<float>(is);
@@ -112,18 +119,18 @@ inline void group_norm_group(const float* __restrict x, int64_t Cg, int64_t S, c
 
 template <class T>
 void group_norm_forward(const T* x, int64_t N, int64_t C, int64_t S, int64_t G, const T* weight, const T* bias,
-                        double eps, T* y, T* mean, T* rstd) {
+                        double eps, T* y, T* mean, T* rstd, bool relu = false) {
   if constexpr (std::is_same_v<T, float>) {
     const int64_t Cg = C / G, M = Cg * S;
     parallel_for(N * G, norm_grain(M), [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t) {
         const int64_t c0 = t % G * Cg;
         group_norm_group(x + t * M, Cg, S, weight ? weight + c0 : nullptr, bias ? bias + c0 : nullptr, eps, y + t * M,
-                         mean + t, rstd + t);
+                         mean + t, rstd + t, relu);
       }
     });
   } else {
-    group_norm_forward_reference(x, N, C, S, G, weight, bias, eps, y, mean, rstd);
+    group_norm_forward_reference(x, N, C, S, G, weight, bias, eps, y, mean, rstd, relu);
   }
 }
 

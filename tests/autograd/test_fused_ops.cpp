@@ -6,7 +6,8 @@
 // its composed path; linear against matmul + add; batch norm + ReLU (and Sequential's use of it)
 // against the two ops; batch norm + ReLU + 2x2 max-pool (and Sequential's use of it, and where it
 // falls back) against the three ops; batch norm + residual + ReLU (and
-// BatchNorm2d::forward_add_relu) against the three ops; the graph holding no
+// BatchNorm2d::forward_add_relu) against the three ops; group norm + ReLU (and Sequential's use
+// of it) against the two ops, bit for bit; the graph holding no
 // intermediate results, and a leaf's first gradient kept without a copy only when nothing else
 // holds it.
 #include <cmath>
@@ -16,6 +17,7 @@
 #include "minidl/kernels/cpu/parallel.h"
 #include "minidl/nn/attention.h"
 #include "minidl/nn/batchnorm.h"
+#include "minidl/nn/conv.h"
 #include "minidl/nn/fuse.h"
 #include "minidl/nn/layers.h"
 #include "minidl/nn/sequential.h"
@@ -306,6 +308,68 @@ std::vector<Tensor> bn_relu_pool(bool fused, const Tensor& x0, const Tensor& w0,
 // windows' winners instead of every element, the others being exact zeros), so dx, dweight and
 // dbias agree to the rounding of those sums: 1e-12 in float64, and in float32 (where the sums
 // are rounded to float before dx, as the composed pieces pass them) to a few float ulps.
+TEST(FusedOps, GroupNormReluIsGroupNormThenReluBitForBit) {
+  // The fused node computes the same values as the two ops, in float32 (the fast kernels) and
+  // float64 (the reference loops), with and without the affine, for 1 and 2 threads; exact zeros
+  // in the input put values on the ReLU's edge.
+  manual_seed(11);
+  const int saved = kernels::cpu::get_num_threads();
+  for (DType dt : {DType::Float32, DType::Float64})
+    for (bool affine : {true, false})
+      for (int threads : {1, 2}) {
+        kernels::cpu::set_num_threads(threads);
+        Tensor x0 = randn({5, 6, 7, 3}, dt);
+        x0.narrow(0, 0, 1).fill_(0.0);  // a constant group: every normalised value is 0
+        const Tensor w0 = randn({6}, dt), b0 = randn({6}, dt), r = randn({5, 6, 7, 3}, dt);
+        auto grads = [&](bool fused) {
+          Variable x(x0.clone(), true), w(w0.clone(), true), b(b0.clone(), true);
+          const Variable wv = affine ? w : Variable(), bv = affine ? b : Variable();
+          Variable y = fused ? group_norm_relu(x, 3, wv, bv) : relu(group_norm(x, 3, wv, bv));
+          sum(mul(y, Variable(r))).backward();
+          std::vector<Tensor> out{y.data(), x.grad()};
+          if (affine) out.insert(out.end(), {w.grad(), b.grad()});
+          return out;
+        };
+        const auto fast = grads(true), ref = grads(false);
+        ASSERT_EQ(fast.size(), ref.size());
+        for (size_t i = 0; i < fast.size(); ++i)
+          expect_equal(fast[i], ref[i],
+                       std::string(dtype_name(dt)) + (affine ? " affine" : "") + ", " + std::to_string(threads) +
+                           " threads, tensor " + std::to_string(i));
+      }
+  kernels::cpu::set_num_threads(saved);
+  EXPECT_TRUE(minidl::testing::gradcheck(
+      [](const std::vector<Variable>& in) { return group_norm_relu(in[0], 2, in[1], in[2]); },
+      {randn({3, 4, 2, 2}, DType::Float64), randn({4}, DType::Float64), randn({4}, DType::Float64)},
+      "group_norm_relu"));
+  EXPECT_THROW(group_norm_relu(Variable(randn({2, 6, 3})), 4, Variable(), Variable()), std::invalid_argument);
+
+  // Sequential runs a GroupNorm + ReLU as the fused node after fuse_for_training: the same bits
+  nn::Sequential net;
+  net.push_back<nn::Conv2d>(nn::Conv2dOptions{.in = 2, .out = 8, .kernel = 3, .padding = 1});
+  net.push_back<nn::GroupNorm>(nn::GroupNormOptions{.num_groups = 4, .num_channels = 8});
+  net.push_back<nn::ReLU>();
+  for (auto& [name, p] : net.named_parameters()) p.data().copy_(randn(p.shape()));
+  const Tensor x0 = randn({3, 2, 6, 6}), r = randn({3, 8, 6, 6});
+  auto run_net = [&](std::string* node) {
+    net.zero_grad();
+    Variable x(x0.clone(), true);
+    Variable y = net.forward(x);
+    *node = y.grad_fn() ? y.grad_fn()->name : "";
+    sum(mul(y, Variable(r))).backward();
+    return std::vector<Tensor>{y.data(), x.grad(), net[1].named_parameters()[0].second.grad().clone()};
+  };
+  std::string plain_node, fused_node;
+  const auto plain = run_net(&plain_node);
+  ASSERT_EQ(nn::fuse_for_training(net), 1);
+  ASSERT_EQ(net.fused_runs().size(), 1u);
+  EXPECT_EQ(net.fused_runs()[0].name, "GroupNorm+ReLU");
+  const auto fused = run_net(&fused_node);
+  EXPECT_EQ(plain_node, "ReluBackward");
+  EXPECT_EQ(fused_node, "GroupNormReluBackward");
+  for (size_t i = 0; i < plain.size(); ++i) expect_equal(fused[i], plain[i], "Sequential, tensor " + std::to_string(i));
+}
+
 TEST(FusedOps, BatchNormAddReluMatchesTheThreeOps) {
   // relu(batch_norm(x) + residual): the same bits as the three ops, forward and backward (the
   // backward runs the same pieces on the same dz), and the same running statistics
