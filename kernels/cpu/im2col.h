@@ -36,7 +36,7 @@ inline ValidOutputs valid_outputs(int64_t w0, int64_t stride, int64_t W, int64_t
 }
 
 // out[ow] = in[ow * stride] for ow in [0, n), with the strides 1 and 2 as constants
-template <class T> void strided_copy(const T* in, int64_t stride, int64_t n, T* out) {
+template <class T> void gather_strided(const T* in, int64_t stride, int64_t n, T* out) {
   if (stride == 1) {
     for (int64_t i = 0; i < n; ++i) out[i] = in[i];
   } else if (stride == 2) {
@@ -46,7 +46,7 @@ template <class T> void strided_copy(const T* in, int64_t stride, int64_t n, T* 
   }
 }
 // out[ow * stride] += in[ow] for ow in [0, n), likewise
-template <class T> void strided_add(const T* in, int64_t stride, int64_t n, T* out) {
+template <class T> void scatter_add_strided(const T* in, int64_t stride, int64_t n, T* out) {
   if (stride == 1) {
     for (int64_t i = 0; i < n; ++i) out[i] += in[i];
   } else if (stride == 2) {
@@ -74,7 +74,7 @@ template <class T> void im2col(const T* x, const ConvGeometry& g, T* col) {
             continue;
           }
           std::fill(out, out + lo, T(0));
-          if (hi > lo) strided_copy(plane + h * g.W + lo * g.stride_w + w0, g.stride_w, hi - lo, out + lo);
+          if (hi > lo) gather_strided(plane + h * g.W + lo * g.stride_w + w0, g.stride_w, hi - lo, out + lo);
           std::fill(out + hi, out + g.W_out, T(0));
         }
       }
@@ -94,7 +94,7 @@ template <class T> void col2im(const T* col, const ConvGeometry& g, T* dx) {
         for (int64_t oh = 0; oh < g.H_out; ++oh) {
           const int64_t h = oh * g.stride_h - g.pad_h + kh * g.dil_h;
           if (h < 0 || h >= g.H) continue;
-          strided_add(row + oh * g.W_out + lo, g.stride_w, hi - lo, plane + h * g.W + lo * g.stride_w + w0);
+          scatter_add_strided(row + oh * g.W_out + lo, g.stride_w, hi - lo, plane + h * g.W + lo * g.stride_w + w0);
         }
       }
 }
