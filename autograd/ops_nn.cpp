@@ -231,8 +231,8 @@ void check_group_norm(const Variable& x, int64_t num_groups, const Variable& wei
 
 // The CPU node of group_norm (relu: of group_norm_relu, whose backward masks dy with the output
 // first, as relu's backward does: the two ops' bits)
-Variable group_norm_cpu(const Variable& x, int64_t num_groups, const Variable& weight, const Variable& bias,
-                        double eps, bool relu) {
+Variable group_norm_cpu(const Variable& x, int64_t num_groups, const Variable& weight, const Variable& bias, double eps,
+                        bool relu) {
   const Tensor w = weight.defined() ? weight.data() : Tensor();
   GroupNormResult r = group_norm_forward(x.data(), num_groups, w, bias.defined() ? bias.data() : Tensor(), eps, relu);
   return Variable::make_result(

@@ -58,9 +58,7 @@ class GroupNorm : public Module {
   Variable forward(const Variable& x) override { return group_norm(x, options.num_groups, weight, bias, options.eps); }
   // relu(forward(x)) as one node on the CPU (autograd's group_norm_relu): what Sequential runs for
   // a GroupNorm followed by a ReLU after nn::fuse_for_training.
-  Variable forward_relu(const Variable& x) {
-    return group_norm_relu(x, options.num_groups, weight, bias, options.eps);
-  }
+  Variable forward_relu(const Variable& x) { return group_norm_relu(x, options.num_groups, weight, bias, options.eps); }
   GroupNormOptions options;
   Variable weight, bias;  // (num_channels), when affine
 };

@@ -53,8 +53,7 @@ void strided_copy(const S* src, const std::vector<int64_t>& src_strides_in, D* d
     return;
   }
   const CopyLayout layout = coalesce_copy_layout(shape_in, src_strides_in, dst_strides_in);
-  const std::vector<int64_t>&shape = layout.shape, &src_strides = layout.src_strides,
-                             &dst_strides = layout.dst_strides;
+  const std::vector<int64_t>&shape = layout.shape, &src_strides = layout.src_strides, &dst_strides = layout.dst_strides;
   const int64_t nd = static_cast<int64_t>(shape.size());
   int64_t n = 1;
   for (int64_t d : shape) n *= d;

@@ -207,9 +207,9 @@ TEST(CpuConv, OneByOneEqualsIm2colGemm) {
   // image, more images than weight-gradient blocks, images whose weight gradients are summed one
   // per GEMM (16 x 16) and several per GEMM: 4 x 4 (blocks of 9 images, one GEMM each, the last
   // block 4), 7 x 9 (5 images, a whole block), 8 x 8 (blocks of 13 images in runs of 4, 4, 4, 1)
-  const int64_t cases[][6] = {{3, 32, 8, 8, 64, 1},   {2, 6, 5, 7, 9, 3},  {2, 8, 1, 1, 4, 2},
-                              {35, 4, 3, 3, 5, 1},    {40, 16, 16, 16, 8, 1}, {130, 24, 4, 4, 40, 1},
-                              {70, 6, 7, 9, 10, 2},   {200, 8, 8, 8, 12, 1}};
+  const int64_t cases[][6] = {{3, 32, 8, 8, 64, 1}, {2, 6, 5, 7, 9, 3},     {2, 8, 1, 1, 4, 2},
+                              {35, 4, 3, 3, 5, 1},  {40, 16, 16, 16, 8, 1}, {130, 24, 4, 4, 40, 1},
+                              {70, 6, 7, 9, 10, 2}, {200, 8, 8, 8, 12, 1}};
   for (const auto& c : cases) {
     const Conv2dShape s{c[0], c[1], c[2], c[3], c[4], 1, 1, c[5], 1, 1, 0, 0, 1, 1, c[2], c[3]};
     expect_1x1_equals_reference<float>(s);
@@ -294,7 +294,8 @@ TEST(CpuConv, FastPathsSameBitsFor1And2Threads) {
   // (stride 1 and 2, with a multiplier), 1x1 (40 images of 4 x 4: two per weight-gradient GEMM)
   for (const Conv2dShape& s :
        {shape(20, 16, 9, 9, 24, 1), shape(20, 1, 9, 21, 24, 1), depthwise_shape(20, 12, 9, 9, 1, 3, 3, 1, 1, 1, 1),
-        depthwise_shape(20, 6, 11, 10, 2, 3, 3, 2, 2, 1, 1), Conv2dShape{40, 16, 4, 4, 24, 1, 1, 1, 1, 1, 0, 0, 1, 1, 4, 4}}) {
+        depthwise_shape(20, 6, 11, 10, 2, 3, 3, 2, 2, 1, 1),
+        Conv2dShape{40, 16, 4, 4, 24, 1, 1, 1, 1, 1, 0, 0, 1, 1, 4, 4}}) {
     const size_t x_n = static_cast<size_t>(s.N * s.C * s.H * s.W),
                  y_n = static_cast<size_t>(s.N * s.O * s.H_out * s.W_out);
     const std::vector<float> x = values(x_n, 5), w = values(weight_numel(s), 6),
