@@ -173,8 +173,8 @@ TEST(FastPaths, SoftmaxFastRowsMatchFloat64) {
     minidl::testing::expect_close(softmax(xs, 1), softmax(xs64, 1).to(DType::Float32), 1e-6, 1e-8,
                                   "softmax, len " + std::to_string(len));
     minidl::testing::expect_close(softmax_backward(softmax(xs, 1), gs, 1),
-                                  softmax_backward(softmax(xs64, 1), gs.to(DType::Float64), 1).to(DType::Float32),
-                                  1e-5, 1e-7, "softmax backward, len " + std::to_string(len));
+                                  softmax_backward(softmax(xs64, 1), gs.to(DType::Float64), 1).to(DType::Float32), 1e-5,
+                                  1e-7, "softmax backward, len " + std::to_string(len));
   }
   // masked (-inf) entries give exact zeros
   x.narrow(1, 7, 3).fill_(-std::numeric_limits<double>::infinity());
@@ -203,34 +203,39 @@ TEST(FastPaths, SmallGemmMatchesTheReference) {
 }
 
 TEST(FastPaths, Im2colAndCol2imMatchTheirDefinition) {
-  // strides 1 and 2 (their own loops) and 3, with padding 0 to 2, dilation 1 and 2, rows whose
-  // first and last outputs read padding, and an odd width
-  for (int64_t stride : {1, 2, 3})
-    for (int64_t pad : {0, 1, 2})
-      for (int64_t dil : {1, 2}) {
-        const int64_t C = 2, H = 6, W = 7, k = 3;
-        const int64_t Ho = (H + 2 * pad - dil * (k - 1) - 1) / stride + 1;
-        const int64_t Wo = (W + 2 * pad - dil * (k - 1) - 1) / stride + 1;
-        const kernels::cpu::ConvGeometry g{C, H, W, k, k, stride, stride, pad, pad, dil, dil, Ho, Wo};
-        const std::vector<float> x = randn({C * H * W}, RandomKey{8, 1}).to_vector<float>();
-        std::vector<float> col(C * k * k * Ho * Wo, -1.0f), back(C * H * W, 0.0f), back_ref(C * H * W, 0.0f);
-        kernels::cpu::im2col(x.data(), g, col.data());
-        kernels::cpu::col2im(col.data(), g, back.data());
-        for (int64_t c = 0; c < C; ++c)
-          for (int64_t kh = 0; kh < k; ++kh)
-            for (int64_t kw = 0; kw < k; ++kw)
-              for (int64_t oh = 0; oh < Ho; ++oh)
-                for (int64_t ow = 0; ow < Wo; ++ow) {
-                  const int64_t h = oh * stride - pad + kh * dil, w = ow * stride - pad + kw * dil;
-                  const bool in = h >= 0 && h < H && w >= 0 && w < W;
-                  const float v = in ? x[(c * H + h) * W + w] : 0.0f;
-                  EXPECT_EQ(col[(((c * k + kh) * k + kw) * Ho + oh) * Wo + ow], v)
-                      << "stride " << stride << " pad " << pad << " dil " << dil;
-                  if (in) back_ref[(c * H + h) * W + w] += v;
-                }
-        for (int64_t i = 0; i < C * H * W; ++i)
-          EXPECT_FLOAT_EQ(back[i], back_ref[i]) << "col2im, stride " << stride << ", element " << i;
-      }
+  // strides 1 and 2 (their own loops) and 3, with padding 0 to 2,
+  // dilation 1 and 2, rows whose first and last outputs read padding, an odd width and rows of
+  // more than 16 outputs; dx starts at -0.0, which col2im must leave where it adds nothing
+  for (int64_t W : {7, 41})
+    for (int64_t stride : {1, 2, 3})
+      for (int64_t pad : {0, 1, 2})
+        for (int64_t dil : {1, 2}) {
+          const int64_t C = 2, H = 6, k = 3;
+          const int64_t Ho = (H + 2 * pad - dil * (k - 1) - 1) / stride + 1;
+          const int64_t Wo = (W + 2 * pad - dil * (k - 1) - 1) / stride + 1;
+          const kernels::cpu::ConvGeometry g{C, H, W, k, k, stride, stride, pad, pad, dil, dil, Ho, Wo};
+          const std::vector<float> x = randn({C * H * W}, RandomKey{8, 1}).to_vector<float>();
+          std::vector<float> col(C * k * k * Ho * Wo, -1.0f), back(C * H * W, -0.0f), back_ref(C * H * W, -0.0f);
+          kernels::cpu::im2col(x.data(), g, col.data());
+          kernels::cpu::col2im(col.data(), g, back.data());
+          for (int64_t c = 0; c < C; ++c)
+            for (int64_t kh = 0; kh < k; ++kh)
+              for (int64_t kw = 0; kw < k; ++kw)
+                for (int64_t oh = 0; oh < Ho; ++oh)
+                  for (int64_t ow = 0; ow < Wo; ++ow) {
+                    const int64_t h = oh * stride - pad + kh * dil, w = ow * stride - pad + kw * dil;
+                    const bool in = h >= 0 && h < H && w >= 0 && w < W;
+                    const float v = in ? x[(c * H + h) * W + w] : 0.0f;
+                    EXPECT_EQ(col[(((c * k + kh) * k + kw) * Ho + oh) * Wo + ow], v)
+                        << "W " << W << " stride " << stride << " pad " << pad << " dil " << dil;
+                    if (in) back_ref[(c * H + h) * W + w] += v;
+                  }
+          for (int64_t i = 0; i < C * H * W; ++i) {
+            EXPECT_FLOAT_EQ(back[i], back_ref[i]) << "col2im, stride " << stride << ", element " << i;
+            EXPECT_EQ(std::signbit(back[i]), std::signbit(back_ref[i]))
+                << "col2im, stride " << stride << ", element " << i;
+          }
+        }
 }
 
 TEST(FastPaths, ConvBackwardWithoutInputGradientKeepsWeightGradients) {
@@ -275,7 +280,8 @@ TEST(FastPaths, LayerNormFloatRowsMatchTheReference) {
         std::vector<float> y(rows * M), m(rows), is(rows);
         kernels::cpu::layer_norm_forward(x.data(), rows, M, wp, bp, 1e-5, y.data(), m.data(), is.data());
         for (int64_t i = 0; i < rows * M; ++i)
-          ASSERT_NEAR(y[i], y_ref[i], 1e-6 * (1.0 + std::fabs(y_ref[i]))) << "M " << M << " affine " << affine << " at " << i;
+          ASSERT_NEAR(y[i], y_ref[i], 1e-6 * (1.0 + std::fabs(y_ref[i])))
+              << "M " << M << " affine " << affine << " at " << i;
         for (int64_t r = 0; r < rows; ++r) {
           ASSERT_NEAR(m[r], m_ref[r], 1e-6 * (1.0 + std::fabs(m_ref[r]))) << "mean, M " << M << " row " << r;
           ASSERT_NEAR(is[r], is_ref[r], 1e-6 * std::fabs(is_ref[r])) << "invstd, M " << M << " row " << r;
@@ -308,7 +314,8 @@ template <class T> void check_layer_norm_one_pass(bool with_weight) {
   const double tol = std::is_same_v<T, float> ? 1e-5 : 1e-12;
   auto close = [&](const auto& a, const auto& b, const char* what) {
     for (size_t i = 0; i < a.size(); ++i)
-      ASSERT_NEAR(a[i], b[i], tol * (1.0 + std::fabs(double(b[i])))) << what << " at " << i << ", weight " << with_weight;
+      ASSERT_NEAR(a[i], b[i], tol * (1.0 + std::fabs(double(b[i]))))
+          << what << " at " << i << ", weight " << with_weight;
   };
   const int saved = kernels::cpu::get_num_threads();
   std::vector<T> dx_by_threads[2];
