@@ -275,15 +275,16 @@ void conv3x3_winograd_weight_grad(const float* x, const float* dy, int64_t N, in
       double* db_k = db ? partial_db.data() + k * Co : nullptr;
       for (int64_t chunk = k * per_block; chunk < std::min(chunks, (k + 1) * per_block); ++chunk) {
         const int64_t n0 = chunk * kChunk, images = std::min(kChunk, N - n0), T = images * tiles;
-        V.resize(static_cast<size_t>(16 * xi_stride(T, Cip)));
-        E.resize(static_cast<size_t>(16 * xi_stride(T, Cop)));
+        const int64_t v_stride = xi_stride(T, Cip), e_stride = xi_stride(T, Cop);  // between the 16 positions ξ
+        V.resize(static_cast<size_t>(16 * v_stride));
+        E.resize(static_cast<size_t>(16 * e_stride));
         transform_input(x + n0 * Ci * H * W, images, Ci, H, W, pad, th, tw, Cip, plane, V);
         transform_output_grad(dy + n0 * Co * Ho * Wo, images, Co, Ho, Wo, th, tw, Cop, plane, sums, E, db_k);
         // dU[ξ] (Cip, Cop) (+)= V[ξ]^T (Cip, T) · E[ξ] (T, Cop)
         const float beta = chunk == k * per_block ? 0.0f : 1.0f;
         for (int64_t xi = 0; xi < 16; ++xi) {
-          const float* v = V.data() + xi * xi_stride(T, Cip);
-          const float* e = E.data() + xi * xi_stride(T, Cop);
+          const float* v = V.data() + xi * v_stride;
+          const float* e = E.data() + xi * e_stride;
           float* u = dU + xi * Cip * Cop;
           if (!gemm_avx512(Cip, Cop, T, v, Cip, true, e, Cop, false, u, Cop, 1.0f, beta))
             gemm(Cip, Cop, T, v, Cip, true, e, Cop, false, u, Cop, 1.0f, beta);

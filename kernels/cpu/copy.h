@@ -48,10 +48,6 @@ void strided_copy(const S* src, const std::vector<int64_t>& src_strides_in, D* d
                   Convert convert = {}) {
   for (int64_t d : shape_in)
     if (d == 0) return;
-  if (shape_in.empty()) {
-    dst[0] = convert(src[0]);
-    return;
-  }
   const CopyLayout layout = coalesce_copy_layout(shape_in, src_strides_in, dst_strides_in);
   const std::vector<int64_t>&shape = layout.shape, &src_strides = layout.src_strides, &dst_strides = layout.dst_strides;
   const int64_t nd = static_cast<int64_t>(shape.size());

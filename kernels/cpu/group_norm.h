@@ -15,10 +15,10 @@
 // backward) by one pass each way over a group held in cache. The *_reference templates are the
 // plain loops in double (also the float64 path), which tests/kernels/test_cpu_group_norm.cpp
 // compares the fast kernels with. relu (forward): a ReLU after the group norm in the same pass,
-// y = relu(that) as relu_bits (kernels/cpu/norm.h) computes it: the two ops' bits with one pass over
-// memory fewer (autograd's group_norm_relu; its backward masks dy with y first). Reproducibility: every sum runs in an order fixed by the
-// shape; dweight / dbias add the per-(n, c) terms in n order after the parallel loop: no result
-// depends on the thread count.
+// y = relu(that) as relu_bits (kernels/cpu/norm.h) computes it: the two ops' bits with one pass
+// over memory fewer (autograd's group_norm_relu; its backward masks dy with y first).
+// Reproducibility: every sum runs in an order fixed by the shape; dweight / dbias add the
+// per-(n, c) terms in n order after the parallel loop: no result depends on the thread count.
 #pragma once
 #include <cmath>
 #include <cstdint>
