@@ -194,15 +194,7 @@ void group_norm_backward(const T* dy, const T* x, int64_t N, int64_t C, int64_t 
         group_norm_backward_group(dy + t * M, x + t * M, Cg, S, mean[t], rstd[t],
                                   weight ? weight + t % G * Cg : nullptr, dx + t * M, part + 2 * t * Cg);
     });
-    for (int64_t c = 0; c < C; ++c) {
-      double w = 0, b = 0;
-      for (int64_t n = 0; n < N; ++n) {
-        w += part[2 * (n * C + c)];
-        b += part[2 * (n * C + c) + 1];
-      }
-      dweight[c] = w;
-      dbias[c] = b;
-    }
+    add_planes_in_n_order(part, N, C, dweight, dbias);
   } else {
     group_norm_backward_reference(dy, x, N, C, S, G, mean, rstd, weight, dx, dweight, dbias);
   }

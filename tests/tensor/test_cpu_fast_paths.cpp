@@ -1,7 +1,8 @@
 // tests/tensor/test_cpu_fast_paths.cpp — every specialised CPU kernel against the plain version
 // it replaces (the reference stays in the code base for that): the unrolled 2x2 max-pool against
 // the general window loop (NaNs, -inf and ties included), the one-pass batch-norm statistics
-// against a two-pass long-double computation, the vectorised exp / erf against std::exp /
+// against a two-pass long-double computation (and its backward sums against long-double sums,
+// walked by channel or in memory order: the same bits), the vectorised exp / erf against std::exp /
 // std::erf, GELU and softmax fast rows against the shared functors and float64, the small-GEMM
 // loop against gemm_reference, im2col / col2im (strides 1 to 3) against their definition, a
 // convolution's backward without the input gradient, the float layer-norm rows against
@@ -21,6 +22,7 @@
 #include "minidl/kernels/cpu/gemm.h"
 #include "minidl/kernels/cpu/im2col.h"
 #include "minidl/kernels/cpu/layer_norm.h"
+#include "minidl/kernels/cpu/norm.h"
 #include "minidl/kernels/cpu/parallel.h"
 #include "minidl/kernels/cpu/pool.h"
 #include "minidl/kernels/cpu/vec_math.h"
@@ -69,22 +71,84 @@ TEST(FastPaths, MaxPool2x2MatchesTheGeneralWindowLoop) {
 
 TEST(FastPaths, BatchNormStatsMatchTwoPassReference) {
   // (N, C, S) with a large offset and a small spread: the one-pass shifted sums must not cancel.
-  const int64_t N = 5, C = 3, S = 37;
-  std::vector<double> x = randn({N * C * S}, DType::Float64).to_vector<double>();
-  for (int64_t i = 0; i < N * C * S; ++i) x[i] = 1000.0 + 1e-2 * x[i] + (i / S % C);
-  std::vector<double> mean(C), invstd(C);
-  kernels::cpu::batch_norm_stats(x.data(), N, C, S, 1e-5, mean.data(), invstd.data());
-  for (int64_t c = 0; c < C; ++c) {
-    long double s = 0, ss = 0;
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t i = 0; i < S; ++i) s += x[(n * C + c) * S + i];
-    const long double m = s / (N * S);
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t i = 0; i < S; ++i) ss += (x[(n * C + c) * S + i] - m) * (x[(n * C + c) * S + i] - m);
-    const double ref_invstd = static_cast<double>(1.0L / std::sqrt(ss / (N * S) + 1e-5L));
-    EXPECT_NEAR(mean[c], static_cast<double>(m), 1e-12) << "channel " << c;
-    EXPECT_NEAR(invstd[c], ref_invstd, 1e-9 * ref_invstd) << "channel " << c;
+  // Planes of 37 are walked channel by channel, planes of 100 in memory order.
+  static_assert(37 < kernels::cpu::kMemoryOrderMinPlane && 100 >= kernels::cpu::kMemoryOrderMinPlane);
+  for (const int64_t S : {37, 100}) {
+    const int64_t N = 5, C = 3;
+    std::vector<double> x = randn({N * C * S}, DType::Float64).to_vector<double>();
+    for (int64_t i = 0; i < N * C * S; ++i) x[i] = 1000.0 + 1e-2 * x[i] + (i / S % C);
+    std::vector<double> mean(C), invstd(C);
+    kernels::cpu::batch_norm_stats(x.data(), N, C, S, 1e-5, mean.data(), invstd.data());
+    for (int64_t c = 0; c < C; ++c) {
+      long double s = 0, ss = 0;
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t i = 0; i < S; ++i) s += x[(n * C + c) * S + i];
+      const long double m = s / (N * S);
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t i = 0; i < S; ++i) ss += (x[(n * C + c) * S + i] - m) * (x[(n * C + c) * S + i] - m);
+      const double ref_invstd = static_cast<double>(1.0L / std::sqrt(ss / (N * S) + 1e-5L));
+      EXPECT_NEAR(mean[c], static_cast<double>(m), 1e-12) << "S " << S << " channel " << c;
+      EXPECT_NEAR(invstd[c], ref_invstd, 1e-9 * ref_invstd) << "S " << S << " channel " << c;
+    }
   }
+}
+
+TEST(FastPaths, BatchNormBackwardReduceMatchesLongDoubleSums) {
+  // Masked by a ReLU's output, in both traversal orders (planes of 37 and of 100).
+  for (const int64_t S : {37, 100}) {
+    const int64_t N = 6, C = 4;
+    const std::vector<float> x = randn({N * C * S}, RandomKey{11, 1}).to_vector<float>();
+    const std::vector<float> dy = randn({N * C * S}, RandomKey{11, 2}).to_vector<float>();
+    std::vector<float> relu_out(x.size());
+    for (size_t i = 0; i < x.size(); ++i) relu_out[i] = x[i] > 0.25f ? x[i] : 0.0f;
+    const std::vector<double> mean = {0.1, -0.2, 0.0, 0.3};
+    std::vector<double> sum_dy(C), sum_dy_xmu(C);
+    kernels::cpu::batch_norm_backward_reduce(dy.data(), x.data(), N, C, S, mean.data(), sum_dy.data(),
+                                             sum_dy_xmu.data(), relu_out.data());
+    for (int64_t c = 0; c < C; ++c) {
+      long double a = 0, b = 0;
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t i = 0; i < S; ++i) {
+          const size_t k = static_cast<size_t>((n * C + c) * S + i);
+          const long double g = relu_out[k] > 0 ? dy[k] : 0.0f;
+          a += g;
+          b += g * (static_cast<long double>(x[k]) - mean[c]);
+        }
+      EXPECT_NEAR(sum_dy[c], static_cast<double>(a), 1e-12) << "S " << S << " channel " << c;
+      EXPECT_NEAR(sum_dy_xmu[c], static_cast<double>(b), 1e-12) << "S " << S << " channel " << c;
+    }
+  }
+}
+
+TEST(FastPaths, ChannelSumsGiveTheSameBitsInEitherOrder) {
+  // The same planes' sums, walked channel by channel (a plane size below the threshold) or in
+  // memory order (at it), with 1 and 2 threads: every channel's sum has the same bits. (The planes'
+  // sums use no multiplication: GCC may contract a multiply-add into an FMA in one inlined copy
+  // only, which norm.h's comment allows.)
+  const int64_t N = 37, C = 5, L = 11;
+  const std::vector<double> v = randn({N * C * L}, DType::Float64).to_vector<double>();
+  auto sums = [&](int64_t plane_size) {
+    std::vector<double> a(C), b(C);
+    kernels::cpu::channel_sums_in_n_order(
+        N, C, plane_size,
+        [&](int64_t pl) {
+          double s = 0, q = 0;
+          for (int64_t i = 0; i < L; ++i) {
+            s += v[static_cast<size_t>(pl * L + i)];
+            q += std::abs(v[static_cast<size_t>(pl * L + i)]);
+          }
+          return kernels::cpu::PlaneSums{s, q};
+        },
+        a.data(), b.data());
+    a.insert(a.end(), b.begin(), b.end());
+    return from_vector<double>(a, {2 * C});
+  };
+  const int64_t threshold = kernels::cpu::kMemoryOrderMinPlane;
+  auto [by_channel1, by_channel2] = with_1_and_2_threads([&] { return sums(threshold - 1); });
+  auto [in_order1, in_order2] = with_1_and_2_threads([&] { return sums(threshold); });
+  expect_equal(by_channel1, in_order1, "by channel / in memory order");
+  expect_equal(by_channel1, by_channel2, "by channel, 1 / 2 threads");
+  expect_equal(in_order1, in_order2, "in memory order, 1 / 2 threads");
 }
 
 TEST(FastPaths, PoolAndBatchNormSameBitsFor1And2Threads) {
