@@ -93,11 +93,21 @@ int64_t held_columns(const Phases& p) { return std::clamp<int64_t>(p.sw * p.Wq -
 void zeroed(std::vector<float>& v, int64_t n) { v.assign(static_cast<size_t>(n), 0.0f); }
 int64_t row_len(const Phases& p) { return p.sw * ceil_div(p.Wq, kV) * kV; }
 
+// Vector k of x's row xr padded: lanes 16 k .. 16 k + 15 of (pw zeros, xr[0 .. n), zeros), built
+// from xr's whole vectors around it (lanes_from; pw <= 16) with masked loads past n.
+FloatLanes padded_row_vector(const float* xr, int64_t n, int64_t pw, int64_t k) {
+  auto part = [&](int64_t m) {  // xr's vector m, zero outside xr[0 .. n)
+    return m < 0 || m * kV >= n ? FloatLanes{} : load_first_lanes(xr + m * kV, std::min(kV, n - m * kV));
+  };
+  return lanes_from(part(k - 1), part(k), kV - pw);
+}
+
 // x (H, W) -> the phase planes P[a, b][i, j] = xp[sh i + a, sw j + b] (zero in the padding), into
 // P and `row` zeroed for this geometry (only the rows of x are written: the padding stays zero).
-// With sw > 1 each row of xp is first laid out in `row` (zero outside x's columns), then split into
-// the sw phases (sw = 2: 32 floats -> 2 x 16 by shuffles; the zeros past Wq that a last vector
-// writes land in the next row, written after if it holds data, or in the zero tail).
+// sw = 2 (with pw <= 16): each padded row's 32 floats are built in registers from x's vectors
+// (padded_row_vector) and split into the 2 phases by shuffles (the zeros past Wq that a last
+// vector writes land in the next row, written after if it holds data, or in the zero tail).
+// Other sw: each row of xp is first laid out in `row` (zero outside x's columns), then split.
 void split(const float* x, const Phases& p, float* P, float* row) {
   const int64_t n = held_columns(p);
   for (int64_t a = 0; a < p.sh; ++a)
@@ -109,15 +119,16 @@ void split(const float* x, const Phases& p, float* P, float* row) {
         copy_floats(q + p.pw, x + r * p.W, n);
         continue;
       }
-      copy_floats(row + p.pw, x + r * p.W, n);
-      if (p.sw == 2) {
+      if (p.sw == 2 && p.pw <= kV) {
         for (int64_t j = 0; j < p.Wq; j += kV) {
-          const FloatLanes lo = load_lanes(row + 2 * j), hi = load_lanes(row + 2 * j + kV);
+          const FloatLanes lo = padded_row_vector(x + r * p.W, n, p.pw, 2 * j / kV);
+          const FloatLanes hi = padded_row_vector(x + r * p.W, n, p.pw, 2 * j / kV + 1);
           store_lanes(q + j, even_lanes(lo, hi));
           store_lanes(q + p.len + j, odd_lanes(lo, hi));
         }
         continue;
       }
+      copy_floats(row + p.pw, x + r * p.W, n);
       for (int64_t b = 0; b < p.sw; ++b)
         for (int64_t j = 0; j < p.Wq; ++j) q[b * p.len + j] = row[p.sw * j + b];
     }
@@ -125,7 +136,8 @@ void split(const float* x, const Phases& p, float* P, float* row) {
 
 // The adjoint of split, restricted to x's positions: dx[h, w] = dP[(h + ph) % sh, (w + pw) % sw]
 // at ((h + ph) / sh, (w + pw) / sw), 0 where that lies outside the phase plane (no output read
-// it). With sw > 1 the phases' rows are interleaved into `row` (row_len(p) floats) first.
+// it). sw = 2 (with pw <= 16): the phases' rows are interleaved in registers, each output vector
+// taken from the two interleaved vectors around it (lanes_from). Other sw: through `row`.
 void merge(const float* dP, const Phases& p, float* dx, float* row) {
   const int64_t n = held_columns(p);
   for (int64_t h = 0; h < p.H; ++h) {
@@ -138,18 +150,25 @@ void merge(const float* dP, const Phases& p, float* dx, float* row) {
     const float* q = dP + a * p.sw * p.len + i * p.Wq;  // phase (a, b)'s row i at q + b * len
     if (p.sw == 1) {
       copy_floats(out, q + p.pw, n);
-    } else {
-      if (p.sw == 2) {
-        for (int64_t j = 0; j < p.Wq; j += kV) {
-          FloatLanes lo, hi;
-          interleave(load_lanes(q + j), load_lanes(q + p.len + j), lo, hi);
-          store_lanes(row + 2 * j, lo);
-          store_lanes(row + 2 * j + kV, hi);
-        }
-      } else {
-        for (int64_t b = 0; b < p.sw; ++b)
-          for (int64_t j = 0; j < p.Wq; ++j) row[p.sw * j + b] = q[b * p.len + j];
+    } else if (p.sw == 2 && p.pw <= kV) {
+      // the padded row's vector k: interleaved from the phases' vector k / 2 (lanes past the
+      // phase rows' ends are other rows' values, which land only past n)
+      auto padded = [&](int64_t k) {
+        FloatLanes lo, hi;
+        interleave(load_lanes(q + k / 2 * kV), load_lanes(q + p.len + k / 2 * kV), lo, hi);
+        return k % 2 == 0 ? lo : hi;
+      };
+      const int64_t vectors = ceil_div(2 * p.Wq, kV);  // the padded row's vectors
+      for (int64_t m = 0; m * kV < n; ++m) {  // out[16 m ..] = padded[16 m + pw ..]
+        const FloatLanes v = lanes_from(padded(m), m + 1 < vectors ? padded(m + 1) : FloatLanes{}, p.pw);
+        if (n - m * kV >= kV)
+          store_lanes(out + m * kV, v);
+        else
+          store_first_lanes(out + m * kV, v, n - m * kV);
       }
+    } else {
+      for (int64_t b = 0; b < p.sw; ++b)
+        for (int64_t j = 0; j < p.Wq; ++j) row[p.sw * j + b] = q[b * p.len + j];
       copy_floats(out, row + p.pw, n);
     }
     if (n < p.W) std::fill(out + n, out + p.W, 0.0f);
@@ -253,8 +272,8 @@ void conv2d_depthwise_backward(const float* x, const float* w, const float* dy, 
   if (!dx && !dw) return;
   const Phases p = phases_of(s);
   const int64_t k = s.O / s.C, phases = p.sh * p.sw, plane_in = s.H * s.W, plane_out = p.Ho * p.Wo;
-  // Fixed blocks of images (depend on N only): item (block, c) sums its images into lanes per
-  // (output channel, tap), then its lanes (horizontal_sum) into partial (blocks, O, taps).
+  // Fixed blocks of images (depend on N only): channel c sums the images of each block into lanes
+  // per (output channel, tap), then its lanes (horizontal_sum) into partial (blocks, O, taps).
   const int64_t per_block = std::max<int64_t>(1, (s.N + kMaxBlocks - 1) / kMaxBlocks);
   const int64_t blocks = (s.N + per_block - 1) / per_block;
   std::vector<float> partial(static_cast<size_t>(dw ? blocks * s.O * p.taps : 0));
@@ -267,8 +286,14 @@ void conv2d_depthwise_backward(const float* x, const float* w, const float* dy, 
       term[ph].push_back(m * p.taps + t);
       offset[ph].push_back(m * p.dy_len + p.front - p.back[static_cast<size_t>(t)]);
     }
-  const int64_t work = per_block * k * p.vectors * kV * p.taps * 2;
-  parallel_for(blocks * s.C, conv_grain(work), [&](int64_t i0, int64_t i1) {
+  // Items: (block, group of up to kGroup channels); each walks its images in order and, in each
+  // image, its channels in order, so that consecutive planes of x, dy and dx are neighbours in
+  // memory (one channel through the images would jump C planes after each). Every channel's
+  // lanes still add its images in order: the same bits as any other split.
+  constexpr int64_t kGroup = 16;
+  const int64_t groups = ceil_div(s.C, kGroup), kt = k * p.taps;
+  const int64_t work = per_block * std::min(kGroup, s.C) * k * p.vectors * kV * p.taps * 2;
+  parallel_for(blocks * groups, conv_grain(work), [&](int64_t i0, int64_t i1) {
     thread_local std::vector<float> P, dyw, dP, coef, row, dx_row;  // row: split's (zeros kept); dx_row: merge's
     thread_local std::vector<FloatLanes> lanes;
     zeroed(P, phases * p.len);
@@ -276,51 +301,67 @@ void conv2d_depthwise_backward(const float* x, const float* w, const float* dy, 
     zeroed(dyw, k * p.dy_len);
     dP.resize(static_cast<size_t>(phases * p.len));
     dx_row.resize(static_cast<size_t>(row_len(p)));
-    coef.resize(static_cast<size_t>(phases * k * p.taps));
-    lanes.resize(static_cast<size_t>(k * p.taps));
-    for (int64_t i = i0; i < i1; ++i) {  // i = block * C + c
-      const int64_t blk = i / s.C, c = i % s.C;
+    coef.resize(static_cast<size_t>(kGroup * phases * kt));
+    lanes.resize(static_cast<size_t>(kGroup * kt));
+    for (int64_t i = i0; i < i1; ++i) {  // i = block * groups + group
+      const int64_t blk = i / groups, c0 = i % groups * kGroup, c1 = std::min(s.C, c0 + kGroup);
       std::fill(lanes.begin(), lanes.end(), FloatLanes{});
-      for (int64_t ph = 0; dx && ph < phases; ++ph) {  // this channel's weights, in each phase's term order
-        const std::vector<int64_t>& tm = term[static_cast<size_t>(ph)];
-        for (size_t j = 0; j < tm.size(); ++j)
-          coef[static_cast<size_t>(ph * k * p.taps) + j] = w[c * k * p.taps + tm[j]];
-      }
-      const int64_t n_end = std::min(s.N, (blk + 1) * per_block);
-      for (int64_t n = blk * per_block; n < n_end; ++n) {
-        if (n + 1 < n_end) {  // the next image's planes of this channel
-          prefetch_floats(dy + ((n + 1) * s.O + c * k) * plane_out, k * plane_out);
-          if (dw) prefetch_floats(x + ((n + 1) * s.C + c) * plane_in, plane_in);
-        }
-        for (int64_t m = 0; m < k; ++m) widen(dy + (n * s.O + c * k + m) * plane_out, p, dyw.data() + m * p.dy_len);
-        if (dw) {
-          split(x + (n * s.C + c) * plane_in, p, P.data(), row.data());
-          for (int64_t m = 0; m < k; ++m) {
-            const float* d = dyw.data() + m * p.dy_len + p.front;
-            FloatLanes* acc = lanes.data() + m * p.taps;
-            if (p.taps == 9)
-              plane_weight_grad<9>(P.data(), d, p, acc);
-            else
-              plane_weight_grad<0>(P.data(), d, p, acc);
-          }
-        }
-        if (!dx) continue;
+      for (int64_t c = c0; dx && c < c1; ++c)  // each channel's weights, in each phase's term order
         for (int64_t ph = 0; ph < phases; ++ph) {
-          const float* c0 = coef.data() + ph * k * p.taps;
-          const std::vector<int64_t>& off = offset[static_cast<size_t>(ph)];
-          const int64_t terms = static_cast<int64_t>(off.size());
-          float* out = dP.data() + ph * p.len;
-          if (terms == 9)
-            phase_input_grad<9>(dyw.data(), c0, off.data(), terms, p, out);
-          else
-            phase_input_grad<0>(dyw.data(), c0, off.data(), terms, p, out);
+          const std::vector<int64_t>& tm = term[static_cast<size_t>(ph)];
+          for (size_t j = 0; j < tm.size(); ++j)
+            coef[static_cast<size_t>(((c - c0) * phases + ph) * kt) + j] = w[c * kt + tm[j]];
         }
-        merge(dP.data(), p, dx + (n * s.C + c) * plane_in, dx_row.data());
-      }
+      const int64_t n_end = std::min(s.N, (blk + 1) * per_block);
+      for (int64_t n = blk * per_block; n < n_end; ++n)
+        for (int64_t c = c0; c < c1; ++c) {
+          const int64_t next_n = c + 1 < c1 ? n : n + 1, next_c = c + 1 < c1 ? c + 1 : c0;
+          if (next_n < n_end) {  // the next planes this item reads
+            prefetch_floats(dy + (next_n * s.O + next_c * k) * plane_out, k * plane_out);
+            if (dw) prefetch_floats(x + (next_n * s.C + next_c) * plane_in, plane_in);
+          }
+          for (int64_t m = 0; m < k; ++m) widen(dy + (n * s.O + c * k + m) * plane_out, p, dyw.data() + m * p.dy_len);
+          if (dw) {
+            split(x + (n * s.C + c) * plane_in, p, P.data(), row.data());
+            for (int64_t m = 0; m < k; ++m) {
+              const float* d = dyw.data() + m * p.dy_len + p.front;
+              FloatLanes* acc = lanes.data() + (c - c0) * kt + m * p.taps;
+              if (p.taps == 9)
+                plane_weight_grad<9>(P.data(), d, p, acc);
+              else
+                plane_weight_grad<0>(P.data(), d, p, acc);
+            }
+          }
+          if (!dx) continue;
+          for (int64_t ph = 0; ph < phases; ++ph) {
+            const float* cw = coef.data() + ((c - c0) * phases + ph) * kt;
+            const std::vector<int64_t>& off = offset[static_cast<size_t>(ph)];
+            const int64_t terms = static_cast<int64_t>(off.size());
+            float* out = dP.data() + ph * p.len;
+            switch (terms) {  // 3x3: 9 terms at stride 1; 4, 2, 2 and 1 in the four phases of stride 2
+              case 9:
+                phase_input_grad<9>(dyw.data(), cw, off.data(), terms, p, out);
+                break;
+              case 4:
+                phase_input_grad<4>(dyw.data(), cw, off.data(), terms, p, out);
+                break;
+              case 2:
+                phase_input_grad<2>(dyw.data(), cw, off.data(), terms, p, out);
+                break;
+              case 1:
+                phase_input_grad<1>(dyw.data(), cw, off.data(), terms, p, out);
+                break;
+              default:
+                phase_input_grad<0>(dyw.data(), cw, off.data(), terms, p, out);
+            }
+          }
+          merge(dP.data(), p, dx + (n * s.C + c) * plane_in, dx_row.data());
+        }
       if (dw)
-        for (int64_t t = 0; t < k * p.taps; ++t)  // (m, tap) = output channel c * k + m's tap
-          partial[static_cast<size_t>((blk * s.O + c * k) * p.taps + t)] =
-              horizontal_sum(lanes[static_cast<size_t>(t)]);
+        for (int64_t c = c0; c < c1; ++c)
+          for (int64_t t = 0; t < kt; ++t)  // (m, tap) = output channel c * k + m's tap
+            partial[static_cast<size_t>((blk * s.O + c * k) * p.taps + t)] =
+                horizontal_sum(lanes[static_cast<size_t>((c - c0) * kt + t)]);
     }
   });
   if (dw)

@@ -156,6 +156,14 @@ inline void transpose16(FloatLanes (&m)[16]) {
   exchange_all<1>(m);
 }
 
+// The 16 floats from lane `shift` (0 <= shift <= 16) of the 32 in lo, then hi: a run of a row that
+// starts anywhere, from the two whole vectors around it (one two-source permute with AVX-512),
+// instead of an unaligned load that would straddle two recent stores and wait for them to reach
+// the cache (store-to-load forwarding serves only a load inside one store).
+inline FloatLanes lanes_from(FloatLanes lo, FloatLanes hi, int64_t shift) {
+  return __builtin_shuffle(lo, hi, lane_index<float>() + static_cast<int32_t>(shift));
+}
+
 // exp(x) for x <= 0: 2^n * p(r), n = round(x / ln 2), r = x - n ln 2 (in two parts, Cody-Waite),
 // p Cephes' degree-6 polynomial for expf. Below ln(FLT_MIN) the result flushes to 0 (exp(-inf)
 // is 0); NaN stays NaN.

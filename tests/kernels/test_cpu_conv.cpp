@@ -131,8 +131,10 @@ TEST(CpuConv, DepthwiseMatchesIm2colGemm) {
   // (N, C, H, W, multiplier, kH, kW, stride_h, stride_w, pad_h, pad_w): the small MobileNet's
   // shapes (3x3, stride 1 and 2, padding 1), odd sizes, no padding and padding 2 and 3 (outputs
   // that read only padding), channel multipliers 2 and 3, 5x5 and 1x3 kernels, unequal strides,
-  // stride 3 over a 2x2 kernel (inputs no output reads: dx 0 there), more images than blocks
+  // stride 3 over a 2x2 kernel (inputs no output reads: dx 0 there), more images than blocks,
+  // stride 2 on rows of more than 32 (padded rows of several vectors) with padding 1, 2 and 3
   const int64_t cases[][11] = {
+      {2, 3, 9, 37, 1, 3, 3, 2, 2, 1, 1},   {2, 2, 8, 40, 1, 5, 5, 2, 2, 2, 2},   {1, 2, 7, 35, 1, 7, 7, 2, 2, 3, 3},
       {2, 32, 32, 32, 1, 3, 3, 1, 1, 1, 1}, {2, 16, 16, 16, 1, 3, 3, 2, 2, 1, 1}, {3, 5, 7, 9, 1, 3, 3, 2, 2, 1, 1},
       {2, 4, 8, 8, 1, 3, 3, 2, 2, 0, 0},    {2, 3, 9, 7, 1, 3, 3, 1, 1, 0, 0},    {1, 3, 6, 5, 2, 3, 3, 1, 1, 2, 2},
       {2, 6, 9, 11, 1, 5, 5, 1, 1, 2, 2},   {2, 3, 10, 7, 3, 3, 3, 2, 1, 1, 0},   {2, 4, 7, 7, 1, 1, 3, 1, 2, 0, 1},
