@@ -60,8 +60,8 @@ bool max_pool2d_row_2x2_avx512(const float* r0, const float* r1, float* y, int64
 // The same rule on a plane z (rows of W values) for the fused batch norm + ReLU + max-pool of
 // kernels/cpu/norm.h: y = the max, arg = the winner's place 2 * dh + dw, x_at = x there
 // (y, arg, x_at: (H_out, W_out)).
-bool max_pool2d_plane_2x2_arg_avx512(const float* z, const float* x, int64_t W, int64_t H_out, int64_t W_out,
-                                     float* y, uint8_t* arg, float* x_at);
+bool max_pool2d_plane_2x2_arg_avx512(const float* z, const float* x, int64_t W, int64_t H_out, int64_t W_out, float* y,
+                                     uint8_t* arg, float* x_at);
 // Its backward's input gradient for one plane: g (rows of W values) = v at the place arg names
 // and 0 elsewhere in each window, v = relu_grad_bits(out, 0 + dout) (kernels/cpu/norm.h); what no
 // window covers (a last odd row / column) is left as it was. Needs AVX-512 F, BW and VL.
@@ -189,6 +189,27 @@ void adaptive_avg_pool2d_plane_backward(const T* dy, int64_t H_out, int64_t W_ou
         for (int64_t w = ws; w < we; ++w) dx[h * W + w] += g;
     }
   }
+}
+
+// Whether adaptive pooling's windows tile the plane (each size a multiple of its output's): every
+// input then lies in exactly one window.
+inline bool adaptive_windows_tile(int64_t H, int64_t H_out, int64_t W, int64_t W_out) {
+  return H_out > 0 && W_out > 0 && H % H_out == 0 && W % W_out == 0;
+}
+
+// dx (H, W) = 0 + dy / window size where the windows tile the plane (adaptive_windows_tile): each
+// input written once, the bits adaptive_avg_pool2d_plane_backward adds onto zeros, without the
+// zeroing pass (global average pooling's backward is one broadcast per plane).
+template <class T>
+void adaptive_avg_pool2d_plane_backward_tiled(const T* dy, int64_t H_out, int64_t W_out, T* dx, int64_t H, int64_t W) {
+  const int64_t kh = H / H_out, kw = W / W_out;
+  for (int64_t oh = 0; oh < H_out; ++oh)
+    for (int64_t ow = 0; ow < W_out; ++ow) {
+      const T g = static_cast<T>(static_cast<double>(dy[oh * W_out + ow]) / static_cast<double>(kh * kw));
+      const T v = T(0) + g;  // as added onto a zeroed dx (-0.0 becomes +0.0)
+      for (int64_t h = oh * kh; h < (oh + 1) * kh; ++h)
+        for (int64_t w = ow * kw; w < (ow + 1) * kw; ++w) dx[h * W + w] = v;
+    }
 }
 
 }  // namespace minidl::kernels::cpu

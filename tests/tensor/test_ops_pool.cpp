@@ -1,6 +1,7 @@
 // tests/tensor/test_ops_pool.cpp — max_pool2d, avg_pool2d, adaptive_avg_pool2d forward/backward
 // (tensor/ops_pool.cpp, kernels/cpu/pool.h): hand-computed windows, float64 finite differences of
 // every backward (with padding and overlapping windows), error messages.
+#include <array>
 #include <cmath>
 #include <limits>
 
@@ -100,6 +101,23 @@ TEST(AdaptiveAvgPool2d, BackwardMatchesFiniteDifferences) {
   Tensor dy = randn64({2, 3, 3, 4}, 6);
   expect_close(adaptive_avg_pool2d_backward(dy, x.shape()),
                numeric_grad([&](const Tensor& v) { return adaptive_avg_pool2d_forward(v, 3, 4); }, x, dy), 1e-6, 1e-7);
+}
+
+TEST(AdaptiveAvgPool2d, BackwardOfWindowsThatTileThePlane) {
+  // 6 x 8 -> 3 x 4 and global pooling (4 x 4 -> 1 x 1): each input in one window, written once
+  for (const auto& [h, w, oh, ow] : {std::array<int64_t, 4>{6, 8, 3, 4}, std::array<int64_t, 4>{4, 4, 1, 1}}) {
+    Tensor x = randn64({2, 3, h, w}, 8);
+    Tensor dy = randn64({2, 3, oh, ow}, 9);
+    expect_close(adaptive_avg_pool2d_backward(dy, x.shape()),
+                 numeric_grad([&](const Tensor& v) { return adaptive_avg_pool2d_forward(v, oh, ow); }, x, dy), 1e-6,
+                 1e-7);
+  }
+  // as if added onto zeros: a -0.0 gradient gives +0.0
+  Tensor dx = adaptive_avg_pool2d_backward(from_vector<float>({-0.0f}, {1, 1, 1, 1}), {1, 1, 2, 2});
+  for (float v : dx.to_vector<float>()) {
+    EXPECT_EQ(v, 0.0f);
+    EXPECT_FALSE(std::signbit(v));
+  }
 }
 
 TEST(Pool2d, AcceptsNonContiguousInput) {
