@@ -1,7 +1,8 @@
 // tests/kernels/test_cpu_vec_math.cpp — the lane vocabulary of kernels/cpu/vec_math.h that the
 // CPU kernels share: transpose16 against a plain index transpose (every one of the 256 values in
 // its place), the masked loads and stores on every count 0..16 (lanes past n zero when loaded,
-// the floats past n untouched when stored), keep_first_lanes, and the horizontal sum's fixed tree
+// the floats past n untouched when stored), keep_first_lanes, lanes_from on every shift 0..16
+// against the lanes it names, and the horizontal sum's fixed tree
 // order (lanes l and l + 8 first), which its callers' bits depend on.
 #include <gtest/gtest.h>
 
@@ -43,6 +44,15 @@ TEST(CpuVecMath, MaskedLoadsAndStoresTouchOnlyTheFirstLanes) {
   const DoubleLanes d = load_first_lanes(std::vector<double>{1, 2, 3}.data(), 3);
   EXPECT_EQ(d[2], 3.0);
   EXPECT_EQ(d[3], 0.0);
+}
+
+TEST(CpuVecMath, LanesFromTakesSixteenConsecutiveLanesOfTwoVectors) {
+  float lo[16], hi[16];
+  for (int l = 0; l < 16; ++l) lo[l] = static_cast<float>(l), hi[l] = static_cast<float>(16 + l);
+  for (int64_t shift = 0; shift <= 16; ++shift) {
+    const FloatLanes v = lanes_from(load_lanes(lo), load_lanes(hi), shift);
+    for (int64_t l = 0; l < 16; ++l) ASSERT_EQ(v[l], static_cast<float>(shift + l)) << "shift " << shift;
+  }
 }
 
 TEST(CpuVecMath, HorizontalSumAddsInAFixedTree) {

@@ -1,10 +1,14 @@
 // tests/tensor/test_ops_pool.cpp — max_pool2d, avg_pool2d, adaptive_avg_pool2d forward/backward
 // (tensor/ops_pool.cpp, kernels/cpu/pool.h): hand-computed windows, float64 finite differences of
-// every backward (with padding and overlapping windows), error messages.
+// every backward (with padding and overlapping windows), the tiled adaptive backward against the
+// adding loop bit for bit, error messages.
 #include <array>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <limits>
 
+#include "minidl/kernels/cpu/pool.h"
 #include "tests/common/testing.h"
 #include "tests/tensor/finite_difference.h"
 
@@ -112,7 +116,18 @@ TEST(AdaptiveAvgPool2d, BackwardOfWindowsThatTileThePlane) {
                  numeric_grad([&](const Tensor& v) { return adaptive_avg_pool2d_forward(v, oh, ow); }, x, dy), 1e-6,
                  1e-7);
   }
-  // as if added onto zeros: a -0.0 gradient gives +0.0
+  // the kernel against the adding loop on a zeroed plane, bit for bit (-0.0 and a NaN included)
+  const std::vector<float> dy = {0.5f, -0.0f, -3.0f, std::numeric_limits<float>::quiet_NaN(), 1e-30f, 7.0f};
+  std::vector<float> tiled(6 * 9, 123.0f), added(6 * 9, 0.0f);  // (6, 9) -> (2, 3): windows of 3 x 3
+  kernels::cpu::adaptive_avg_pool2d_plane_backward_tiled(dy.data(), 2, 3, tiled.data(), 6, 9);
+  kernels::cpu::adaptive_avg_pool2d_plane_backward(dy.data(), 2, 3, added.data(), 6, 9);
+  for (size_t i = 0; i < tiled.size(); ++i) {
+    uint32_t a, b;
+    std::memcpy(&a, &tiled[i], 4);
+    std::memcpy(&b, &added[i], 4);
+    EXPECT_EQ(a, b) << "element " << i;
+  }
+  // through the op: a -0.0 gradient gives +0.0
   Tensor dx = adaptive_avg_pool2d_backward(from_vector<float>({-0.0f}, {1, 1, 1, 1}), {1, 1, 2, 2});
   for (float v : dx.to_vector<float>()) {
     EXPECT_EQ(v, 0.0f);
