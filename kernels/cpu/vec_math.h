@@ -53,6 +53,16 @@ template <class T> constexpr int64_t kLanes = 64 / sizeof(T);  // 16 or 8
 template <class T> constexpr typename LaneTraits<T>::Index lane_index() { return LaneTraits<T>::kIndex; }  // 0, 1, ...
 
 template <class T> Lanes<T> splat(T x) { return Lanes<T>{} + x; }
+// Every lane = *p, exactly (-0.0 stays -0.0, where splat adds it to +0.0): one broadcast, which
+// the compiler folds into an FMA's memory operand.
+inline FloatLanes broadcast_lanes(const float* p) {
+  const FloatLanes v = {*p};
+  return __builtin_shufflevector(v, v, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+}
+inline DoubleLanes broadcast_lanes(const double* p) {
+  const DoubleLanes v = {*p};
+  return __builtin_shufflevector(v, v, 0, 0, 0, 0, 0, 0, 0, 0);
+}
 inline FloatLanes load_lanes(const float* p) {
   FloatLanes v;
   std::memcpy(&v, p, sizeof v);  // unaligned

@@ -99,10 +99,13 @@ void expect_matches_reference(const Conv2dShape& s, bool with_dx, double tol) {
 }  // namespace
 
 TEST(CpuConv, WinogradMatchesIm2colGemm) {
-  // (N, C, H, W, O, pad): the reference CNN's second layer, odd sizes, every padding, and more
-  // chunks of images (8 each) than weight-gradient blocks (16)
-  const int64_t cases[][6] = {{2, 32, 14, 14, 64, 1}, {3, 9, 7, 10, 12, 1}, {2, 8, 5, 6, 8, 0},  {1, 10, 6, 5, 9, 2},
-                              {9, 8, 3, 3, 8, 1},     {2, 16, 3, 9, 11, 0}, {137, 8, 3, 4, 9, 1}};
+  // (N, C, H, W, O, pad): the reference CNN's second layer, odd sizes, every padding, more chunks
+  // of images (8 each) than weight-gradient blocks (16), and 16 output channels over 32 and 48
+  // inputs (the narrow products' several blocks of k, forward and input gradient, with rows left
+  // over after the blocks of eight)
+  const int64_t cases[][6] = {{2, 32, 14, 14, 64, 1}, {3, 9, 7, 10, 12, 1}, {2, 8, 5, 6, 8, 0},
+                              {1, 10, 6, 5, 9, 2},    {9, 8, 3, 3, 8, 1},   {2, 16, 3, 9, 11, 0},
+                              {137, 8, 3, 4, 9, 1},   {2, 32, 9, 9, 16, 1}, {3, 16, 7, 9, 40, 1}};
   for (const auto& c : cases) {
     const Conv2dShape s = shape(c[0], c[1], c[2], c[3], c[4], c[5]);
     ASSERT_TRUE(minidl::kernels::cpu::conv2d_uses_winograd(s));

@@ -1,12 +1,16 @@
 // tests/kernels/test_cpu_vec_math.cpp — the lane vocabulary of kernels/cpu/vec_math.h that the
 // CPU kernels share: transpose16 against a plain index transpose (every one of the 256 values in
 // its place), the masked loads and stores on every count 0..16 (lanes past n zero when loaded,
-// the floats past n untouched when stored), keep_first_lanes, lanes_from on every shift 0..16
+// the floats past n untouched when stored), keep_first_lanes, broadcast_lanes bit for bit (-0.0,
+// NaN, a denormal), lanes_from on every shift 0..16
 // against the lanes it names, and the horizontal sum's fixed tree
 // order (lanes l and l + 8 first), which its callers' bits depend on.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <limits>
 #include <vector>
 
 #include "minidl/kernels/cpu/vec_math.h"
@@ -53,6 +57,16 @@ TEST(CpuVecMath, LanesFromTakesSixteenConsecutiveLanesOfTwoVectors) {
     const FloatLanes v = lanes_from(load_lanes(lo), load_lanes(hi), shift);
     for (int64_t l = 0; l < 16; ++l) ASSERT_EQ(v[l], static_cast<float>(shift + l)) << "shift " << shift;
   }
+}
+
+TEST(CpuVecMath, BroadcastLanesCopiesTheValueExactly) {
+  for (const float x : {1.5f, -0.0f, std::numeric_limits<float>::quiet_NaN(), -3e-40f}) {
+    const FloatLanes v = broadcast_lanes(&x);
+    for (int64_t l = 0; l < 16; ++l) ASSERT_EQ(std::memcmp(&v[l], &x, sizeof x), 0) << "lane " << l << " of " << x;
+  }
+  const double d = -0.0;
+  const DoubleLanes w = broadcast_lanes(&d);
+  for (int64_t l = 0; l < 8; ++l) ASSERT_TRUE(std::signbit(w[l])) << "lane " << l;
 }
 
 TEST(CpuVecMath, HorizontalSumAddsInAFixedTree) {
