@@ -5,7 +5,8 @@
 //   per chunk of kChunk images, in parallel over chunks:
 //     input:  P = each image zero-padded, (Hp, Wp, Cip);  V[ξ][t][ci] = (B^T d(t, ci) B)[ξ]
 //             (t: the chunk's tiles, image-major, row-major)
-//     GEMMs:  M[ξ] (T, Cop) = V[ξ] (T, Cip) · U[ξ] (Cip, Cop)               (kernels/cpu/gemm.h)
+//     GEMMs:  M[ξ] (T, Cop) = V[ξ] (T, Cip) · U[ξ] (Cip, Cop)   (kernels/cpu/gemm.h; gemm_narrow
+//             below when Cop = 16)
 //     output: (A^T M[.][t][co] A + b[co]) -> (2 th, 2 tw, Cop) per image -> y (Co, Ho, Wo), clipped
 // with B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1], G = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1],
 // A^T = [1 1 1 0; 0 1 -1 -1]. Padded channels are zero in U and V and are never written out.
