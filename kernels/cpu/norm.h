@@ -55,6 +55,13 @@ struct PlaneSums {
   double a, b;
 };
 
+// The (N, C, 2) scratch of channel_sums_in_n_order: one per thread, shared by every instantiation,
+// and reused (a fresh one would be page-faulted in every call)
+inline std::vector<double>& plane_sums_scratch() {
+  thread_local std::vector<double> scratch;
+  return scratch;
+}
+
 // For every channel c: sum_a[c], sum_b[c] = the sums over n, in n order, of plane_sums(n * C + c)
 // (a PlaneSums of plane (n, c), S elements, computed from that plane alone). Large planes are
 // summed in memory order, in parallel over the N*C planes, into a scratch (N, C, 2) that is then
@@ -82,7 +89,7 @@ void channel_sums_in_n_order(int64_t N, int64_t C, int64_t S, const F& plane_sum
     });
     return;
   }
-  thread_local std::vector<double> scratch;  // reused: a fresh one would be page-faulted in every call
+  std::vector<double>& scratch = plane_sums_scratch();
   scratch.resize(static_cast<size_t>(2 * N * C));
   double* part = scratch.data();
   parallel_for(N * C, norm_grain(S), [&](int64_t p0, int64_t p1) {
