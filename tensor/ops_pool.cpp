@@ -269,17 +269,16 @@ Tensor adaptive_avg_pool2d_backward(const Tensor& dy_in, const Shape& x_shape) {
   const Tensor dy = dy_in.contiguous();
   const int64_t H = x_shape[x_shape.size() - 2], W = x_shape.back();
   const int64_t out_h = dy.size(dy.dim() - 2), out_w = dy.size(dy.dim() - 1);
+  if (H <= 0 || W <= 0 || out_h <= 0 || out_w <= 0) return zeros(x_shape, dy.dtype(), dy.device());
+  const int64_t planes = shape_numel(x_shape) / (H * W);
   if (!cuda && kernels::cpu::adaptive_windows_tile(H, out_h, W, out_w)) {  // each input written once
     Tensor dx(x_shape, dy.dtype());
-    for_each_plane(dy, out_h * out_w, dx, H * W, shape_numel(x_shape) / (H * W), op,
-                   [&](const auto* gp, auto* dxp, int64_t) {
-                     kernels::cpu::adaptive_avg_pool2d_plane_backward_tiled(gp, out_h, out_w, dxp, H, W);
-                   });
+    for_each_plane(dy, out_h * out_w, dx, H * W, planes, op, [&](const auto* gp, auto* dxp, int64_t) {
+      kernels::cpu::adaptive_avg_pool2d_plane_backward_tiled(gp, out_h, out_w, dxp, H, W);
+    });
     return dx;
   }
   Tensor dx = zeros(x_shape, dy.dtype(), dy.device());
-  if (H <= 0 || W <= 0 || out_h <= 0 || out_w <= 0) return dx;
-  const int64_t planes = shape_numel(x_shape) / (H * W);
   if (cuda) {
     cuda_dispatch::use_device(dy);
     kc::adaptive_avg_pool2d_backward(cuda_dispatch::elem(dy.dtype()), dy.raw_data(), planes, out_h, out_w,

@@ -135,6 +135,12 @@ TEST(AdaptiveAvgPool2d, BackwardOfWindowsThatTileThePlane) {
   }
 }
 
+TEST(AdaptiveAvgPool2d, BackwardOfAnEmptyPlaneIsEmpty) {
+  // H = 0 tiles any output in the divisibility sense: the empty check comes first
+  const Tensor dx = adaptive_avg_pool2d_backward(zeros({1, 2, 1, 1}), {1, 2, 0, 4});
+  EXPECT_EQ(dx.shape(), (Shape{1, 2, 0, 4}));
+}
+
 TEST(Pool2d, AcceptsNonContiguousInput) {
   Tensor x = randn64({2, 6, 5, 3}, 7).permute({0, 3, 1, 2});  // (2, 3, 6, 5), strided
   const Pool2dParams p{.kernel_h = 2, .kernel_w = 2, .stride_h = 2, .stride_w = 2};
