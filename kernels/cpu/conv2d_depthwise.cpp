@@ -93,20 +93,12 @@ int64_t held_columns(const Phases& p) { return std::clamp<int64_t>(p.sw * p.Wq -
 void zeroed(std::vector<float>& v, int64_t n) { v.assign(static_cast<size_t>(n), 0.0f); }
 int64_t row_len(const Phases& p) { return p.sw * ceil_div(p.Wq, kV) * kV; }
 
-// Vector k of x's row xr padded: lanes 16 k .. 16 k + 15 of (pw zeros, xr[0 .. n), zeros), built
-// from xr's whole vectors around it (lanes_from; pw <= 16) with masked loads past n.
-FloatLanes padded_row_vector(const float* xr, int64_t n, int64_t pw, int64_t k) {
-  auto part = [&](int64_t m) {  // xr's vector m, zero outside xr[0 .. n)
-    return m < 0 || m * kV >= n ? FloatLanes{} : load_first_lanes(xr + m * kV, std::min(kV, n - m * kV));
-  };
-  return lanes_from(part(k - 1), part(k), kV - pw);
-}
-
 // x (H, W) -> the phase planes P[a, b][i, j] = xp[sh i + a, sw j + b] (zero in the padding), into
 // P and `row` zeroed for this geometry (only the rows of x are written: the padding stays zero).
-// sw = 2 (with pw <= 16): each padded row's 32 floats are built in registers from x's vectors
-// (padded_row_vector) and split into the 2 phases by shuffles (the zeros past Wq that a last
-// vector writes land in the next row, written after if it holds data, or in the zero tail).
+// sw = 2 (with pw <= 16): each padded row's vectors are built in registers, vector k of (pw zeros,
+// x's row, zeros) from x's vectors k - 1 and k (lanes_from; masked loads past the row), and split
+// into the 2 phases by shuffles (the zeros past Wq that a last vector writes land in the next row,
+// written after if it holds data, or in the zero tail).
 // Other sw: each row of xp is first laid out in `row` (zero outside x's columns), then split.
 void split(const float* x, const Phases& p, float* P, float* row) {
   const int64_t n = held_columns(p);
@@ -120,11 +112,17 @@ void split(const float* x, const Phases& p, float* P, float* row) {
         continue;
       }
       if (p.sw == 2 && p.pw <= kV) {
+        const float* xr = x + r * p.W;
+        auto part = [&](int64_t m) {  // x's row's vector m, zero past n
+          return m * kV >= n ? FloatLanes{} : load_first_lanes(xr + m * kV, std::min(kV, n - m * kV));
+        };
+        FloatLanes prev = {};  // the row's vector before the padded pair's first
         for (int64_t j = 0; j < p.Wq; j += kV) {
-          const FloatLanes lo = padded_row_vector(x + r * p.W, n, p.pw, 2 * j / kV);
-          const FloatLanes hi = padded_row_vector(x + r * p.W, n, p.pw, 2 * j / kV + 1);
+          const FloatLanes x0 = part(2 * j / kV), x1 = part(2 * j / kV + 1);
+          const FloatLanes lo = lanes_from(prev, x0, kV - p.pw), hi = lanes_from(x0, x1, kV - p.pw);
           store_lanes(q + j, even_lanes(lo, hi));
           store_lanes(q + p.len + j, odd_lanes(lo, hi));
+          prev = x1;
         }
         continue;
       }
@@ -151,20 +149,26 @@ void merge(const float* dP, const Phases& p, float* dx, float* row) {
     if (p.sw == 1) {
       copy_floats(out, q + p.pw, n);
     } else if (p.sw == 2 && p.pw <= kV) {
-      // the padded row's vector k: interleaved from the phases' vector k / 2 (lanes past the
+      // the padded row's vectors 2 j and 2 j + 1: the phases' vectors j interleaved (lanes past the
       // phase rows' ends are other rows' values, which land only past n)
-      auto padded = [&](int64_t k) {
-        FloatLanes lo, hi;
-        interleave(load_lanes(q + k / 2 * kV), load_lanes(q + p.len + k / 2 * kV), lo, hi);
-        return k % 2 == 0 ? lo : hi;
-      };
       const int64_t vectors = ceil_div(2 * p.Wq, kV);  // the padded row's vectors
+      FloatLanes lo, hi;  // the pair of padded vectors that holds vector m
+      interleave(load_lanes(q), load_lanes(q + p.len), lo, hi);
+      FloatLanes cur = lo;  // the padded row's vector m
       for (int64_t m = 0; m * kV < n; ++m) {  // out[16 m ..] = padded[16 m + pw ..]
-        const FloatLanes v = lanes_from(padded(m), m + 1 < vectors ? padded(m + 1) : FloatLanes{}, p.pw);
+        FloatLanes next = {};  // vector m + 1, zero past the row
+        if (m % 2 == 0) {
+          next = hi;
+        } else if (m + 1 < vectors) {
+          interleave(load_lanes(q + (m + 1) / 2 * kV), load_lanes(q + p.len + (m + 1) / 2 * kV), lo, hi);
+          next = lo;
+        }
+        const FloatLanes v = lanes_from(cur, m + 1 < vectors ? next : FloatLanes{}, p.pw);
         if (n - m * kV >= kV)
           store_lanes(out + m * kV, v);
         else
           store_first_lanes(out + m * kV, v, n - m * kV);
+        cur = next;
       }
     } else {
       for (int64_t b = 0; b < p.sw; ++b)
@@ -238,6 +242,23 @@ void phase_input_grad(const float* dyw, const float* c, const int64_t* offset, i
                       float* dP) {
   apply_taps<kTaps>(c, offset, terms, 0.0f, dyw, ceil_div(p.Hq * p.Wq, kV), dP);
 }
+// The same with the term counts of 3x3 kernels fixed at compile time: 9 at stride 1; 4, 2, 2 and 1
+// in the four phases of stride 2
+void phase_input_grad(const float* dyw, const float* c, const int64_t* offset, int64_t terms, const Phases& p,
+                      float* dP) {
+  switch (terms) {
+    case 9:
+      return phase_input_grad<9>(dyw, c, offset, terms, p, dP);
+    case 4:
+      return phase_input_grad<4>(dyw, c, offset, terms, p, dP);
+    case 2:
+      return phase_input_grad<2>(dyw, c, offset, terms, p, dP);
+    case 1:
+      return phase_input_grad<1>(dyw, c, offset, terms, p, dP);
+    default:
+      return phase_input_grad<0>(dyw, c, offset, terms, p, dP);
+  }
+}
 
 }  // namespace
 
@@ -276,7 +297,7 @@ void conv2d_depthwise_backward(const float* x, const float* w, const float* dy, 
   // per (output channel, tap), then its lanes (horizontal_sum) into partial (blocks, O, taps).
   const int64_t per_block = std::max<int64_t>(1, (s.N + kMaxBlocks - 1) / kMaxBlocks);
   const int64_t blocks = (s.N + per_block - 1) / per_block;
-  std::vector<float> partial(static_cast<size_t>(dw ? blocks * s.O * p.taps : 0));
+  std::vector<float> partial(static_cast<size_t>(dw ? std::max<int64_t>(blocks, 1) * s.O * p.taps : 0));
   // The input gradient's terms per phase: (k output channels) x (that phase's taps), as indices
   // into a channel's k * taps weights and where they read in its k wide dy planes.
   std::vector<std::vector<int64_t>> term(static_cast<size_t>(phases)), offset(static_cast<size_t>(phases));
@@ -334,26 +355,9 @@ void conv2d_depthwise_backward(const float* x, const float* w, const float* dy, 
           }
           if (!dx) continue;
           for (int64_t ph = 0; ph < phases; ++ph) {
-            const float* cw = coef.data() + ((c - c0) * phases + ph) * kt;
             const std::vector<int64_t>& off = offset[static_cast<size_t>(ph)];
-            const int64_t terms = static_cast<int64_t>(off.size());
-            float* out = dP.data() + ph * p.len;
-            switch (terms) {  // 3x3: 9 terms at stride 1; 4, 2, 2 and 1 in the four phases of stride 2
-              case 9:
-                phase_input_grad<9>(dyw.data(), cw, off.data(), terms, p, out);
-                break;
-              case 4:
-                phase_input_grad<4>(dyw.data(), cw, off.data(), terms, p, out);
-                break;
-              case 2:
-                phase_input_grad<2>(dyw.data(), cw, off.data(), terms, p, out);
-                break;
-              case 1:
-                phase_input_grad<1>(dyw.data(), cw, off.data(), terms, p, out);
-                break;
-              default:
-                phase_input_grad<0>(dyw.data(), cw, off.data(), terms, p, out);
-            }
+            phase_input_grad(dyw.data(), coef.data() + ((c - c0) * phases + ph) * kt, off.data(),
+                             static_cast<int64_t>(off.size()), p, dP.data() + ph * p.len);
           }
           merge(dP.data(), p, dx + (n * s.C + c) * plane_in, dx_row.data());
         }
@@ -364,12 +368,7 @@ void conv2d_depthwise_backward(const float* x, const float* w, const float* dy, 
                 horizontal_sum(lanes[static_cast<size_t>((c - c0) * kt + t)]);
     }
   });
-  if (dw)
-    for (int64_t j = 0; j < s.O * p.taps; ++j) {
-      float acc = 0.0f;
-      for (int64_t blk = 0; blk < blocks; ++blk) acc += partial[static_cast<size_t>(blk * s.O * p.taps + j)];
-      dw[j] = acc;
-    }
+  if (dw) sum_blocks_in_order(partial.data(), std::max<int64_t>(blocks, 1), s.O * p.taps, dw);  // N = 0: zeros
 }
 
 }  // namespace minidl::kernels::cpu
