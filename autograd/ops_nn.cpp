@@ -28,9 +28,10 @@ Variable log_softmax(const Variable& x, int64_t dim) {
 
 // conv2d: dx by col2im, dw and db by GEMM/reduction (tensor/ops_conv.cpp); under autocast x, w
 // and b are rounded to its dtype first (autograd/autocast.h) and the float32 kernels multiply
-// them: the 3x3 stride-1 layers run as Winograd F(2x2, 3x3), 2.25x fewer multiplies than the
-// im2col GEMM — about what a bfloat16 im2col GEMM would gain, before its im2col copies — and
-// Winograd's transformed operands are no longer bfloat16 numbers, so they stay float32. x and w
+// them: the 3x3 stride-1 layers run as Winograd (kernels/cpu/conv2d_winograd.h), 2.25-4x fewer
+// multiplies than the im2col GEMM — more than a bfloat16 im2col GEMM would gain, before its
+// im2col copies — and Winograd's transformed operands are no longer bfloat16 numbers, so they
+// stay float32. x and w
 // stay in the low dtype between forward and backward (half the bytes a float32 copy would keep)
 // and are widened inside each pass; dx and dw are rounded to it, as the round trip's cast would.
 Variable conv2d(const Variable& x_in, const Variable& w_in, const Variable& b_in, const Conv2dParams& p) {

@@ -7,7 +7,8 @@
 // result does not depend on the thread count. GEMM is kernels/cpu/gemm.h.
 // Faster paths for some shapes, each chosen by a predicate on the shape (never by model):
 //   - float 3x3 stride-1 convolutions with 8 or more channels: forward and backward as Winograd
-//     F(2x2, 3x3) (kernels/cpu/conv2d_winograd.h; conv2d_uses_winograd);
+//     F(4x4, 3x3) and, for the weight gradient, F(2x2, 3x3) (kernels/cpu/conv2d_winograd.h;
+//     conv2d_uses_winograd);
 //   - float 3x3 stride-1 ones with fewer input channels: the weight gradient by a direct kernel
 //     (kernels/cpu/conv2d_direct.h; conv2d_uses_direct);
 //   - float depthwise ones (groups == C, O a multiple of C, any kernel, stride and padding, no
@@ -72,7 +73,7 @@ struct Conv2dShape {
   }
 };
 
-// Whether a float convolution of this shape runs as Winograd F(2x2, 3x3) (kernels/cpu/conv2d_winograd.h):
+// Whether a float convolution of this shape runs as Winograd (kernels/cpu/conv2d_winograd.h):
 // 3x3, stride 1, no dilation, one group, the same padding (at most 2) on both axes, and at least 8
 // channels on each side (with fewer, the transforms cost more than the GEMMs save).
 inline bool conv2d_uses_winograd(const Conv2dShape& s) {

@@ -1,15 +1,15 @@
-// kernels/cpu/conv2d_winograd.cpp — F(2x2, 3x3) Winograd convolution (see conv2d_winograd.h).
+// kernels/cpu/conv2d_winograd.cpp — Winograd convolution (see conv2d_winograd.h): the forward
+// pass and the input gradient as F(4x4, 3x3), the weight gradient as F(2x2, 3x3).
 // Inside, channels are innermost (padded to a multiple of 16, so every transform step is one
-// 16-lane vector operation over channels):
+// 16-lane vector operation over channels). With m the tile size and α = m + 2:
 //   weights:  U[ξ][ci][co] = (G g(co, ci) G^T)[ξ]                        once per call
 //   per chunk of kChunk images, in parallel over chunks:
 //     input:  P = each image zero-padded, (Hp, Wp, Cip);  V[ξ][t][ci] = (B^T d(t, ci) B)[ξ]
-//             (t: the chunk's tiles, image-major, row-major)
+//             (t: the chunk's tiles, image-major, row-major; ξ: the α² positions)
 //     GEMMs:  M[ξ] (T, Cop) = V[ξ] (T, Cip) · U[ξ] (Cip, Cop)   (kernels/cpu/gemm.h; gemm_narrow
 //             below when Cop = 16)
-//     output: (A^T M[.][t][co] A + b[co]) -> (2 th, 2 tw, Cop) per image -> y (Co, Ho, Wo), clipped
-// with B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1], G = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1],
-// A^T = [1 1 1 0; 0 1 -1 -1]. Padded channels are zero in U and V and are never written out.
+//     output: (A^T M[.][t][co] A + b[co]) -> (m th, m tw, Cop) per image -> y (Co, Ho, Wo), clipped
+// Padded channels are zero in U and V and are never written out.
 #include "minidl/kernels/cpu/conv2d_winograd.h"
 
 #include <algorithm>
@@ -33,20 +33,79 @@ constexpr int64_t kMaxBlocks = 16;  // weight gradient: at most this many partia
 // cache sets when a matrix is a power of two bytes (8 images of 32 x 32 with 16 channels: 128 KB).
 int64_t xi_stride(int64_t rows, int64_t cols) { return rows * cols + kW; }
 
-// u (4x4) = G g G^T for one 3x3 kernel g (row-major).
-void transform_kernel(const float g[9], float u[16]) {
-  float t[4][3];  // G g
-  for (int j = 0; j < 3; ++j) {
-    t[0][j] = g[j];
-    t[1][j] = 0.5f * (g[j] + g[3 + j] + g[6 + j]);
-    t[2][j] = 0.5f * (g[j] - g[3 + j] + g[6 + j]);
-    t[3][j] = g[6 + j];
+// The 1-d transforms of F(m, 3) (α = m + 2 values per transformed row), applied along columns
+// and then along rows; each tile size holds the ones its pass uses (F(4, 3) the forward's, F(2, 3)
+// the weight gradient's):
+//   input:       o (α) = B^T d (α)        output:       y (m) = A^T o (α)
+//   kernel:      u (α) = G g (3)          output grad:  o (α) = A e (m)
+//   kernel grad: t (3) = G^T u (α)
+// F(2, 3) (points 0, 1, -1, ∞) has B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1],
+// G = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1], A^T = [1 1 1 0; 0 1 -1 -1]. F(4, 3) (points 0,
+// ±1, ±2, ∞) has B^T = [4 0 -5 0 1 0; 0 -4 -4 1 1 0; 0 4 -4 -1 1 0; 0 -2 -1 2 1 0; 0 2 -1 -2 1 0;
+// 0 4 0 -5 0 1], G = [1/4 0 0; -1/6 -1/6 -1/6; -1/6 1/6 -1/6; 1/24 1/12 1/6; 1/24 -1/12 1/6;
+// 0 0 1], A^T = [1 1 1 1 1 0; 0 1 -1 2 -2 0; 0 1 1 4 4 0; 0 1 -1 8 -8 1].
+template <int M> struct Tile;
+
+template <> struct Tile<2> {
+  template <class V> static void input(const V (&d)[4], V (&o)[4]) {
+    o[0] = d[0] - d[2];
+    o[1] = d[1] + d[2];
+    o[2] = d[2] - d[1];
+    o[3] = d[1] - d[3];
   }
-  for (int i = 0; i < 4; ++i) {  // (G g) G^T
-    u[4 * i + 0] = t[i][0];
-    u[4 * i + 1] = 0.5f * (t[i][0] + t[i][1] + t[i][2]);
-    u[4 * i + 2] = 0.5f * (t[i][0] - t[i][1] + t[i][2]);
-    u[4 * i + 3] = t[i][2];
+  template <class V> static void output_grad(const V (&e)[2], V (&o)[4]) {
+    o[0] = e[0];
+    o[1] = e[0] + e[1];
+    o[2] = e[0] - e[1];
+    o[3] = -e[1];
+  }
+  static void kernel_grad(const float (&u)[4], float (&t)[3]) {
+    t[0] = u[0] + 0.5f * (u[1] + u[2]);
+    t[1] = 0.5f * (u[1] - u[2]);
+    t[2] = 0.5f * (u[1] + u[2]) + u[3];
+  }
+};
+
+template <> struct Tile<4> {
+  template <class V> static void input(const V (&d)[6], V (&o)[6]) {
+    const V d42 = d[4] - d[2], d31 = d[3] - d[1];
+    o[0] = d42 + 4.0f * (d[0] - d[2]);
+    o[1] = (d[3] + d[4]) - 4.0f * (d[1] + d[2]);
+    o[2] = (d[4] - d[3]) + 4.0f * (d[1] - d[2]);
+    o[3] = d42 + 2.0f * d31;
+    o[4] = d42 - 2.0f * d31;
+    o[5] = (d[5] - d[3]) + 4.0f * (d[1] - d[3]);
+  }
+  template <class V> static void output(const V (&m)[6], V (&y)[4]) {
+    const V a = m[1] + m[2], b = m[1] - m[2], c = m[3] + m[4], d = m[3] - m[4];
+    y[0] = m[0] + a + c;
+    y[1] = b + 2.0f * d;
+    y[2] = a + 4.0f * c;
+    y[3] = b + 8.0f * d + m[5];
+  }
+  static void kernel(const float (&g)[3], float (&u)[6]) {
+    u[0] = g[0] / 4.0f;
+    u[1] = -(g[0] + g[1] + g[2]) / 6.0f;
+    u[2] = -(g[0] - g[1] + g[2]) / 6.0f;
+    u[3] = (g[0] + 2.0f * g[1] + 4.0f * g[2]) / 24.0f;
+    u[4] = (g[0] - 2.0f * g[1] + 4.0f * g[2]) / 24.0f;
+    u[5] = g[2];
+  }
+};
+
+// u (α x α) = G g G^T for one 3x3 kernel g (row-major).
+template <int M> void transform_kernel(const float g[9], float u[(M + 2) * (M + 2)]) {
+  constexpr int kA = M + 2;
+  float t[3][kA];  // (G g)^T: column j of g transformed
+  for (int j = 0; j < 3; ++j) {
+    const float col[3] = {g[j], g[3 + j], g[6 + j]};
+    Tile<M>::kernel(col, t[j]);
+  }
+  for (int i = 0; i < kA; ++i) {  // (G g) G^T
+    const float row[3] = {t[0][i], t[1][i], t[2][i]};
+    float out[kA];
+    Tile<M>::kernel(row, out);
+    for (int j = 0; j < kA; ++j) u[kA * i + j] = out[j];
   }
 }
 
@@ -156,12 +215,14 @@ void from_channels_last(const float* src, int64_t ld_row, int64_t ld_ch, int64_t
   }
 }
 
-// V (16, images * th * tw, Cip) = B^T d B for every 4x4 input patch d of the images x (images, Ci,
-// H, W), zero-padded by pad on the top and left (and as far as the tiles reach on the bottom and
-// right); tiles image-major, row-major. plane is scratch.
+// V (α², images * th * tw, Cip) = B^T d B for every α x α input patch d of the images x (images,
+// Ci, H, W), one every m rows and columns, zero-padded by pad on the top and left (and as far as
+// the tiles reach on the bottom and right); tiles image-major, row-major. plane is scratch.
+template <int M>
 void transform_input(const float* x, int64_t images, int64_t Ci, int64_t H, int64_t W, int64_t pad, int64_t th,
                      int64_t tw, int64_t Cip, std::vector<float>& plane, std::vector<float>& V) {
-  const int64_t Hp = 2 * th + 2, Wp = 2 * tw + 2;  // the zero-padded input plane every tile reads
+  constexpr int kA = M + 2;
+  const int64_t Hp = M * th + 2, Wp = M * tw + 2;  // the zero-padded input plane every tile reads
   const int64_t tiles = th * tw, v_stride = xi_stride(images * tiles, Cip);
   plane.assign(static_cast<size_t>(Hp * Wp * Cip), 0.0f);  // the padding stays zero for every image
   for (int64_t img = 0; img < images; ++img) {
@@ -171,37 +232,51 @@ void transform_input(const float* x, int64_t images, int64_t Ci, int64_t H, int6
       for (int64_t tx = 0; tx < tw; ++tx) {
         const int64_t t = img * tiles + ty * tw + tx;
         for (int64_t cv = 0; cv < Cip; cv += kW) {
-          const float* p = plane.data() + (2 * ty * Wp + 2 * tx) * Cip + cv;
-          FloatLanes s[4][4];  // B^T d
-          for (int j = 0; j < 4; ++j) {
-            const FloatLanes d0 = load_lanes(p + j * Cip), d1 = load_lanes(p + (Wp + j) * Cip),
-                             d2 = load_lanes(p + (2 * Wp + j) * Cip), d3 = load_lanes(p + (3 * Wp + j) * Cip);
-            s[0][j] = d0 - d2;
-            s[1][j] = d1 + d2;
-            s[2][j] = d2 - d1;
-            s[3][j] = d1 - d3;
+          const float* p = plane.data() + (M * ty * Wp + M * tx) * Cip + cv;
+          FloatLanes s[kA][kA];  // s[j] = B^T (column j of d)
+          for (int j = 0; j < kA; ++j) {
+            FloatLanes d[kA];
+            for (int i = 0; i < kA; ++i) d[i] = load_lanes(p + (i * Wp + j) * Cip);
+            Tile<M>::input(d, s[j]);
           }
           float* v = V.data() + t * Cip + cv;
-          for (int i = 0; i < 4; ++i) {  // (B^T d) B
-            store_lanes(v + (4 * i + 0) * v_stride, s[i][0] - s[i][2]);
-            store_lanes(v + (4 * i + 1) * v_stride, s[i][1] + s[i][2]);
-            store_lanes(v + (4 * i + 2) * v_stride, s[i][2] - s[i][1]);
-            store_lanes(v + (4 * i + 3) * v_stride, s[i][1] - s[i][3]);
+          for (int i = 0; i < kA; ++i) {  // (B^T d) B, row i
+            FloatLanes row[kA], o[kA];
+            for (int j = 0; j < kA; ++j) row[j] = s[j][i];
+            Tile<M>::input(row, o);
+            for (int j = 0; j < kA; ++j) store_lanes(v + (kA * i + j) * v_stride, o[j]);
           }
         }
       }
   }
 }
 
-// E (16, images * th * tw, Cop) = A e A^T for every 2x2 tile e of the output gradients dy
+// The sum of a tile's m x m values, by halves (a fixed tree)
+template <int M> FloatLanes tile_sum(const FloatLanes (&e)[M][M]) {
+  FloatLanes rows[M];
+  for (int i = 0; i < M; ++i) {
+    FloatLanes r[M];
+    for (int j = 0; j < M; ++j) r[j] = e[i][j];
+    for (int h = M / 2; h >= 1; h /= 2)
+      for (int j = 0; j < h; ++j) r[j] = r[2 * j] + r[2 * j + 1];
+    rows[i] = r[0];
+  }
+  for (int h = M / 2; h >= 1; h /= 2)
+    for (int i = 0; i < h; ++i) rows[i] = rows[2 * i] + rows[2 * i + 1];
+  return rows[0];
+}
+
+// E (α², images * th * tw, Cop) = A e A^T for every m x m tile e of the output gradients dy
 // (images, Co, Ho, Wo), zero past the edges (the gradient of M[ξ] when y = A^T M A); and, when db
 // is not null, db[co] += each image's sum of dy[., co] (the tiles' sums in float, then in double).
 // plane and sums are scratch.
+template <int M>
 void transform_output_grad(const float* dy, int64_t images, int64_t Co, int64_t Ho, int64_t Wo, int64_t th, int64_t tw,
                            int64_t Cop, std::vector<float>& plane, std::vector<float>& sums, std::vector<float>& E,
                            double* db) {
-  const int64_t Wq = 2 * tw, tiles = th * tw, e_stride = xi_stride(images * tiles, Cop);
-  plane.assign(static_cast<size_t>(2 * th * Wq * Cop), 0.0f);  // (2 th, 2 tw, Cop); the edges stay zero
+  constexpr int kA = M + 2;
+  const int64_t Wq = M * tw, tiles = th * tw, e_stride = xi_stride(images * tiles, Cop);
+  plane.assign(static_cast<size_t>(M * th * Wq * Cop), 0.0f);  // (m th, m tw, Cop); the edges stay zero
   for (int64_t img = 0; img < images; ++img) {
     sums.assign(static_cast<size_t>(Cop), 0.0f);
     // (Co, Ho, Wo) -> (Ho, Wo, Cop) at the top left of the plane
@@ -210,24 +285,24 @@ void transform_output_grad(const float* dy, int64_t images, int64_t Co, int64_t 
       for (int64_t tx = 0; tx < tw; ++tx) {
         const int64_t t = img * tiles + ty * tw + tx;
         for (int64_t cv = 0; cv < Cop; cv += kW) {
-          const float* p = plane.data() + (2 * ty * Wq + 2 * tx) * Cop + cv;
-          const FloatLanes e00 = load_lanes(p);
-          const FloatLanes e01 = load_lanes(p + Cop);
-          const FloatLanes e10 = load_lanes(p + Wq * Cop);
-          const FloatLanes e11 = load_lanes(p + (Wq + 1) * Cop);
-          // A e, rows (4, 2), with A = [1 0; 1 1; 1 -1; 0 -1]
-          const FloatLanes s[4][2] = {{e00, e01}, {e00 + e10, e01 + e11}, {e00 - e10, e01 - e11}, {-e10, -e11}};
+          const float* p = plane.data() + (M * ty * Wq + M * tx) * Cop + cv;
+          FloatLanes e[M][M];
+          for (int i = 0; i < M; ++i)
+            for (int j = 0; j < M; ++j) e[i][j] = load_lanes(p + (i * Wq + j) * Cop);
+          FloatLanes s[M][kA];  // s[j] = A (column j of e)
+          for (int j = 0; j < M; ++j) {
+            FloatLanes col[M];
+            for (int i = 0; i < M; ++i) col[i] = e[i][j];
+            Tile<M>::output_grad(col, s[j]);
+          }
           float* o = E.data() + t * Cop + cv;
-          for (int i = 0; i < 4; ++i) {  // (A e) A^T
-            store_lanes(o + (4 * i + 0) * e_stride, s[i][0]);
-            store_lanes(o + (4 * i + 1) * e_stride, s[i][0] + s[i][1]);
-            store_lanes(o + (4 * i + 2) * e_stride, s[i][0] - s[i][1]);
-            store_lanes(o + (4 * i + 3) * e_stride, -s[i][1]);
+          for (int i = 0; i < kA; ++i) {  // (A e) A^T, row i
+            FloatLanes row[M], r[kA];
+            for (int j = 0; j < M; ++j) row[j] = s[j][i];
+            Tile<M>::output_grad(row, r);
+            for (int j = 0; j < kA; ++j) store_lanes(o + (kA * i + j) * e_stride, r[j]);
           }
-          if (db) {
-            const FloatLanes sum = load_lanes(sums.data() + cv);
-            store_lanes(sums.data() + cv, sum + ((e00 + e01) + (e10 + e11)));
-          }
+          if (db) store_lanes(sums.data() + cv, load_lanes(sums.data() + cv) + tile_sum<M>(e));
         }
       }
     if (db)
@@ -235,24 +310,23 @@ void transform_output_grad(const float* dy, int64_t images, int64_t Co, int64_t 
   }
 }
 
-}  // namespace
-
-void conv3x3_winograd(const float* x, const float* k, const float* b, int64_t N, int64_t Ci, int64_t H, int64_t W,
+template <int M>
+void winograd_forward(const float* x, const float* k, const float* b, int64_t N, int64_t Ci, int64_t H, int64_t W,
                       int64_t Co, int64_t pad, bool flip, float* y) {
+  constexpr int kA = M + 2, kXi = kA * kA;
   const int64_t Ho = H + 2 * pad - 2, Wo = W + 2 * pad - 2;
-  if (N <= 0 || Co <= 0 || Ho <= 0 || Wo <= 0) return;
-  const int64_t th = (Ho + 1) / 2, tw = (Wo + 1) / 2, tiles = th * tw;
+  const int64_t th = (Ho + M - 1) / M, tw = (Wo + M - 1) / M, tiles = th * tw;
   const int64_t Cip = (Ci + kW - 1) / kW * kW, Cop = (Co + kW - 1) / kW * kW;
 
-  // U (16, Cip, Cop), zero in the padding
-  std::vector<float> U(static_cast<size_t>(16 * Cip * Cop), 0.0f);
+  // U (α², Cip, Cop), zero in the padding
+  std::vector<float> U(static_cast<size_t>(kXi * Cip * Cop), 0.0f);
   parallel_for(Co, std::max<int64_t>(1, 4096 / std::max<int64_t>(Ci, 1)), [&](int64_t o0, int64_t o1) {
     for (int64_t co = o0; co < o1; ++co)
       for (int64_t ci = 0; ci < Ci; ++ci) {
-        float g[9], u[16];
+        float g[9], u[kXi];
         for (int i = 0; i < 9; ++i) g[i] = flip ? k[(ci * Co + co) * 9 + 8 - i] : k[(co * Ci + ci) * 9 + i];
-        transform_kernel(g, u);
-        for (int xi = 0; xi < 16; ++xi) U[static_cast<size_t>((xi * Cip + ci) * Cop + co)] = u[xi];
+        transform_kernel<M>(g, u);
+        for (int xi = 0; xi < kXi; ++xi) U[static_cast<size_t>((xi * Cip + ci) * Cop + co)] = u[xi];
       }
   });
 
@@ -261,20 +335,20 @@ void conv3x3_winograd(const float* x, const float* k, const float* b, int64_t N,
     thread_local std::vector<float> plane, V, Mb, out;
     for (int64_t chunk = c0; chunk < c1; ++chunk) {
       const int64_t n0 = chunk * kChunk, images = std::min(kChunk, N - n0), T = images * tiles;
-      const int64_t v_stride = xi_stride(T, Cip), m_stride = xi_stride(T, Cop);  // between the 16 positions ξ
-      V.resize(static_cast<size_t>(16 * v_stride));
-      Mb.resize(static_cast<size_t>(16 * m_stride));
-      out.resize(static_cast<size_t>(2 * th * 2 * tw * Cop));
-      transform_input(x + n0 * Ci * H * W, images, Ci, H, W, pad, th, tw, Cip, plane, V);
+      const int64_t v_stride = xi_stride(T, Cip), m_stride = xi_stride(T, Cop);  // between the positions ξ
+      V.resize(static_cast<size_t>(kXi * v_stride));
+      Mb.resize(static_cast<size_t>(kXi * m_stride));
+      out.resize(static_cast<size_t>(M * th * M * tw * Cop));
+      transform_input<M>(x + n0 * Ci * H * W, images, Ci, H, W, pad, th, tw, Cip, plane, V);
       // M[ξ] (T, Cop) = V[ξ] (T, Cip) · U[ξ] (Cip, Cop)
-      for (int64_t xi = 0; xi < 16; ++xi) {
+      for (int64_t xi = 0; xi < kXi; ++xi) {
         const float *v = V.data() + xi * v_stride, *u = U.data() + xi * Cip * Cop;
         if (Cop == kW)
           gemm_narrow(T, Cip, v, u, Mb.data() + xi * m_stride);
         else
           gemm_fast(T, Cop, Cip, v, u, Mb.data() + xi * m_stride);
       }
-      // y = A^T M A (+ b): (2 th, 2 tw, Cop) per image, then clipped into (Co, Ho, Wo)
+      // y = A^T M A (+ b): (m th, m tw, Cop) per image, then clipped into (Co, Ho, Wo)
       for (int64_t img = 0; img < images; ++img) {
         for (int64_t ty = 0; ty < th; ++ty)
           for (int64_t tx = 0; tx < tw; ++tx) {
@@ -284,41 +358,36 @@ void conv3x3_winograd(const float* x, const float* k, const float* b, int64_t N,
               FloatLanes bias = {};
               if (b)
                 for (int64_t l = 0; l < kW && cv + l < Co; ++l) bias[l] = b[cv + l];
-              FloatLanes s[2][4];  // A^T M
-              for (int j = 0; j < 4; ++j) {
-                const FloatLanes m0 = load_lanes(m + j * m_stride);
-                const FloatLanes m1 = load_lanes(m + (4 + j) * m_stride);
-                const FloatLanes m2 = load_lanes(m + (8 + j) * m_stride);
-                const FloatLanes m3 = load_lanes(m + (12 + j) * m_stride);
-                s[0][j] = m0 + m1 + m2;
-                s[1][j] = m1 - m2 - m3;
+              FloatLanes s[kA][M];  // s[j] = A^T (column j of M)
+              for (int j = 0; j < kA; ++j) {
+                FloatLanes col[kA];
+                for (int i = 0; i < kA; ++i) col[i] = load_lanes(m + (kA * i + j) * m_stride);
+                Tile<M>::output(col, s[j]);
               }
-              for (int i = 0; i < 2; ++i) {  // (A^T M) A
-                float* o = out.data() + ((2 * ty + i) * 2 * tw + 2 * tx) * Cop + cv;
-                store_lanes(o, s[i][0] + s[i][1] + s[i][2] + bias);
-                store_lanes(o + Cop, s[i][1] - s[i][2] - s[i][3] + bias);
+              for (int i = 0; i < M; ++i) {  // (A^T M) A, row i
+                FloatLanes row[kA], r[M];
+                for (int j = 0; j < kA; ++j) row[j] = s[j][i];
+                Tile<M>::output(row, r);
+                float* o = out.data() + ((M * ty + i) * M * tw + M * tx) * Cop + cv;
+                for (int j = 0; j < M; ++j) store_lanes(o + j * Cop, r[j] + bias);
               }
             }
           }
-        // (Ho, 2 tw, Cop) -> (Co, Ho, Wo)
-        from_channels_last(out.data(), 2 * tw, Cop, Co, Ho, Wo, y + (n0 + img) * Co * Ho * Wo);
+        // (Ho, m tw, Cop) -> (Co, Ho, Wo)
+        from_channels_last(out.data(), M * tw, Cop, Co, Ho, Wo, y + (n0 + img) * Co * Ho * Wo);
       }
     }
   });
 }
 
-void conv3x3_winograd_weight_grad(const float* x, const float* dy, int64_t N, int64_t Ci, int64_t H, int64_t W,
-                                  int64_t Co, int64_t pad, float* dw, float* db) {
+template <int M>
+void winograd_weight_grad(const float* x, const float* dy, int64_t N, int64_t Ci, int64_t H, int64_t W, int64_t Co,
+                          int64_t pad, float* dw, float* db) {
+  constexpr int kA = M + 2, kXi = kA * kA;
   const int64_t Ho = H + 2 * pad - 2, Wo = W + 2 * pad - 2;
-  if (Co <= 0 || Ci <= 0) return;
-  if (N <= 0 || Ho <= 0 || Wo <= 0) {
-    std::fill(dw, dw + Co * Ci * 9, 0.0f);
-    if (db) std::fill(db, db + Co, 0.0f);
-    return;
-  }
-  const int64_t th = (Ho + 1) / 2, tw = (Wo + 1) / 2, tiles = th * tw;
+  const int64_t th = (Ho + M - 1) / M, tw = (Wo + M - 1) / M, tiles = th * tw;
   const int64_t Cip = (Ci + kW - 1) / kW * kW, Cop = (Co + kW - 1) / kW * kW;
-  const int64_t u_numel = 16 * Cip * Cop;
+  const int64_t u_numel = kXi * Cip * Cop;
   // Fixed blocks of chunks (depend on N only): block k sums its chunks' dU into partial[k].
   const int64_t chunks = (N + kChunk - 1) / kChunk, per_block = (chunks + kMaxBlocks - 1) / kMaxBlocks;
   const int64_t blocks = (chunks + per_block - 1) / per_block;
@@ -327,18 +396,18 @@ void conv3x3_winograd_weight_grad(const float* x, const float* dy, int64_t N, in
   parallel_for(blocks, 1, [&](int64_t k0, int64_t k1) {
     thread_local std::vector<float> plane, sums, V, E;
     for (int64_t k = k0; k < k1; ++k) {
-      float* dU = partial.data() + k * u_numel;  // (16, Cip, Cop)
+      float* dU = partial.data() + k * u_numel;  // (α², Cip, Cop)
       double* db_k = db ? partial_db.data() + k * Co : nullptr;
       for (int64_t chunk = k * per_block; chunk < std::min(chunks, (k + 1) * per_block); ++chunk) {
         const int64_t n0 = chunk * kChunk, images = std::min(kChunk, N - n0), T = images * tiles;
-        const int64_t v_stride = xi_stride(T, Cip), e_stride = xi_stride(T, Cop);  // between the 16 positions ξ
-        V.resize(static_cast<size_t>(16 * v_stride));
-        E.resize(static_cast<size_t>(16 * e_stride));
-        transform_input(x + n0 * Ci * H * W, images, Ci, H, W, pad, th, tw, Cip, plane, V);
-        transform_output_grad(dy + n0 * Co * Ho * Wo, images, Co, Ho, Wo, th, tw, Cop, plane, sums, E, db_k);
+        const int64_t v_stride = xi_stride(T, Cip), e_stride = xi_stride(T, Cop);  // between the positions ξ
+        V.resize(static_cast<size_t>(kXi * v_stride));
+        E.resize(static_cast<size_t>(kXi * e_stride));
+        transform_input<M>(x + n0 * Ci * H * W, images, Ci, H, W, pad, th, tw, Cip, plane, V);
+        transform_output_grad<M>(dy + n0 * Co * Ho * Wo, images, Co, Ho, Wo, th, tw, Cop, plane, sums, E, db_k);
         // dU[ξ] (Cip, Cop) (+)= V[ξ]^T (Cip, T) · E[ξ] (T, Cop)
         const float beta = chunk == k * per_block ? 0.0f : 1.0f;
-        for (int64_t xi = 0; xi < 16; ++xi) {
+        for (int64_t xi = 0; xi < kXi; ++xi) {
           const float* v = V.data() + xi * v_stride;
           const float* e = E.data() + xi * e_stride;
           float* u = dU + xi * Cip * Cop;
@@ -366,22 +435,42 @@ void conv3x3_winograd_weight_grad(const float* x, const float* dy, int64_t N, in
   parallel_for(Co, std::max<int64_t>(1, 256 / std::max<int64_t>(Ci, 1)), [&](int64_t o0, int64_t o1) {
     for (int64_t co = o0; co < o1; ++co)
       for (int64_t ci = 0; ci < Ci; ++ci) {
-        float u[16];
-        for (int xi = 0; xi < 16; ++xi) u[xi] = dU[(xi * Cip + ci) * Cop + co];
-        float t[3][4];  // G^T u
-        for (int j = 0; j < 4; ++j) {
-          t[0][j] = u[j] + 0.5f * (u[4 + j] + u[8 + j]);
-          t[1][j] = 0.5f * (u[4 + j] - u[8 + j]);
-          t[2][j] = 0.5f * (u[4 + j] + u[8 + j]) + u[12 + j];
+        float t[kA][3];  // t[j] = G^T (column j of dU(ci, co))
+        for (int j = 0; j < kA; ++j) {
+          float col[kA];
+          for (int i = 0; i < kA; ++i) col[i] = dU[((kA * i + j) * Cip + ci) * Cop + co];
+          Tile<M>::kernel_grad(col, t[j]);
         }
         float* g = dw + (co * Ci + ci) * 9;
-        for (int i = 0; i < 3; ++i) {  // (G^T u) G
-          g[3 * i + 0] = t[i][0] + 0.5f * (t[i][1] + t[i][2]);
-          g[3 * i + 1] = 0.5f * (t[i][1] - t[i][2]);
-          g[3 * i + 2] = 0.5f * (t[i][1] + t[i][2]) + t[i][3];
+        for (int i = 0; i < 3; ++i) {  // (G^T dU) G, row i
+          float row[kA], r[3];
+          for (int j = 0; j < kA; ++j) row[j] = t[j][i];
+          Tile<M>::kernel_grad(row, r);
+          for (int j = 0; j < 3; ++j) g[3 * i + j] = r[j];
         }
       }
   });
+}
+
+}  // namespace
+
+void conv3x3_winograd(const float* x, const float* k, const float* b, int64_t N, int64_t Ci, int64_t H, int64_t W,
+                      int64_t Co, int64_t pad, bool flip, float* y) {
+  const int64_t Ho = H + 2 * pad - 2, Wo = W + 2 * pad - 2;
+  if (N <= 0 || Co <= 0 || Ho <= 0 || Wo <= 0) return;
+  winograd_forward<4>(x, k, b, N, Ci, H, W, Co, pad, flip, y);
+}
+
+void conv3x3_winograd_weight_grad(const float* x, const float* dy, int64_t N, int64_t Ci, int64_t H, int64_t W,
+                                  int64_t Co, int64_t pad, float* dw, float* db) {
+  const int64_t Ho = H + 2 * pad - 2, Wo = W + 2 * pad - 2;
+  if (Co <= 0 || Ci <= 0) return;
+  if (N <= 0 || Ho <= 0 || Wo <= 0) {
+    std::fill(dw, dw + Co * Ci * 9, 0.0f);
+    if (db) std::fill(db, db + Co, 0.0f);
+    return;
+  }
+  winograd_weight_grad<2>(x, dy, N, Ci, H, W, Co, pad, dw, db);
 }
 
 }  // namespace minidl::kernels::cpu

@@ -1,5 +1,5 @@
-// tests/kernels/test_cpu_conv.cpp — the Winograd F(2x2, 3x3) convolution (kernels/cpu/
-// conv2d_winograd.h) and the direct few-channel weight gradient (kernels/cpu/conv2d_direct.h)
+// tests/kernels/test_cpu_conv.cpp — the Winograd convolution (kernels/cpu/conv2d_winograd.h:
+// F(4x4, 3x3) forward and input gradient, F(2x2, 3x3) weight gradient) and the direct few-channel weight gradient (kernels/cpu/conv2d_direct.h)
 // against im2col + GEMM (conv2d_forward_reference / conv2d_backward_reference in
 // kernels/cpu/conv2d.h): forward with and without bias, the input, weight and bias gradients, for
 // padding 0 to 3, odd image sizes (ragged tiles and vectors at the edges) and more images than
@@ -69,8 +69,9 @@ void expect_close_to_max(const std::vector<float>& a, const std::vector<float>& 
 }
 
 // Runs conv2d_forward / conv2d_backward (the dispatching paths) and the im2col + GEMM reference on
-// seeded values and compares y (with and without bias), dx (when with_dx), dw and db.
-void expect_matches_reference(const Conv2dShape& s, bool with_dx, double tol) {
+// seeded values and compares y (with and without bias), dx (when with_dx), dw and db; y and dx
+// within tol, dw within dw_tol (tol when not given).
+void expect_matches_reference(const Conv2dShape& s, bool with_dx, double tol, double dw_tol = 0) {
   SCOPED_TRACE(::testing::Message() << "N " << s.N << " C " << s.C << " H " << s.H << " W " << s.W << " O " << s.O
                                     << " kernel " << s.kH << "x" << s.kW << " groups " << s.groups << " stride "
                                     << s.stride_h << "," << s.stride_w << " pad " << s.pad_h << "," << s.pad_w
@@ -92,7 +93,7 @@ void expect_matches_reference(const Conv2dShape& s, bool with_dx, double tol) {
   minidl::kernels::cpu::conv2d_backward_reference(x.data(), w.data(), dy.data(), s, dx_ref.data(), dw_ref.data(),
                                                   db_ref.data());
   if (with_dx) expect_close(dx, dx_ref, tol, "dx");
-  expect_close_to_max(dw, dw_ref, tol, "dw");
+  expect_close_to_max(dw, dw_ref, dw_tol > 0 ? dw_tol : tol, "dw");
   expect_close_to_max(db, db_ref, 1e-6, "db");  // summed in double on every path
 }
 
@@ -109,8 +110,10 @@ TEST(CpuConv, WinogradMatchesIm2colGemm) {
   for (const auto& c : cases) {
     const Conv2dShape s = shape(c[0], c[1], c[2], c[3], c[4], c[5]);
     ASSERT_TRUE(minidl::kernels::cpu::conv2d_uses_winograd(s));
-    expect_matches_reference(s, true, 2e-5);
-    expect_matches_reference(s, false, 2e-5);
+    // y and dx by F(4x4, 3x3), whose transforms scale by up to 8 (their rounding: up to 1e-4 of
+    // outputs near 1 here); dw by F(2x2, 3x3)
+    expect_matches_reference(s, true, 2e-4, 2e-5);
+    expect_matches_reference(s, false, 2e-4, 2e-5);
   }
 }
 
