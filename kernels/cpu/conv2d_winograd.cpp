@@ -320,7 +320,7 @@ void winograd_forward(const float* x, const float* k, const float* b, int64_t N,
 
   // U (α², Cip, Cop), zero in the padding
   std::vector<float> U(static_cast<size_t>(kXi * Cip * Cop), 0.0f);
-  parallel_for(Co, std::max<int64_t>(1, 4096 / std::max<int64_t>(Ci, 1)), [&](int64_t o0, int64_t o1) {
+  parallel_for(Co, std::max<int64_t>(1, 256 / std::max<int64_t>(Ci, 1)), [&](int64_t o0, int64_t o1) {
     for (int64_t co = o0; co < o1; ++co)
       for (int64_t ci = 0; ci < Ci; ++ci) {
         float g[9], u[kXi];
