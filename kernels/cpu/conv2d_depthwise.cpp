@@ -58,18 +58,6 @@ Phases phases_of(const Conv2dShape& s) {
   return p;
 }
 
-// The even and the odd lanes of the 32 floats lo, hi; and back
-inline FloatLanes even_lanes(FloatLanes lo, FloatLanes hi) {
-  return __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-}
-inline FloatLanes odd_lanes(FloatLanes lo, FloatLanes hi) {
-  return __builtin_shufflevector(lo, hi, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-}
-inline void interleave(FloatLanes even, FloatLanes odd, FloatLanes& lo, FloatLanes& hi) {
-  lo = __builtin_shufflevector(even, odd, 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
-  hi = __builtin_shufflevector(even, odd, 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
-}
-
 // Asks for the n floats at p to be brought into the caches, one prefetch per 64-byte line: the
 // next plane is often on another page (in the backward pass C planes away), where the hardware
 // prefetchers, which stop at page boundaries, would leave its first reads waiting on memory.

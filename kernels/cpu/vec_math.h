@@ -6,8 +6,9 @@
 //     and lane_index<T>() for kernels written once for float and double;
 //   - load_lanes / store_lanes (whole vectors), load_first_lanes / store_first_lanes (the first n
 //     lanes, masked: nothing past p + n is touched), keep_first_lanes, splat;
-//   - horizontal_sum / horizontal_max (reduce_lanes: a fixed tree of halves) and transpose16 (a
-//     16 x 16 block of floats transposed in registers);
+//   - horizontal_sum / horizontal_max (reduce_lanes: a fixed tree of halves), transpose16 (a
+//     16 x 16 block of floats transposed in registers), even_lanes / odd_lanes / interleave and
+//     lanes_from (two-source permutes);
 //   - float exp and erf as straight-line arithmetic (no library calls, no branches), so that loops
 //     calling them vectorise, a vectorised double sum, and max / sum / dot reductions for short
 //     float rows. The float64 paths keep std::exp / std::erf.
@@ -164,6 +165,18 @@ inline void transpose16(FloatLanes (&m)[16]) {
   exchange_all<4>(m);
   exchange_all<2>(m);
   exchange_all<1>(m);
+}
+
+// The even and the odd lanes of the 32 floats lo, hi (a stride-2 row split in two); and back
+inline FloatLanes even_lanes(FloatLanes lo, FloatLanes hi) {
+  return __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+}
+inline FloatLanes odd_lanes(FloatLanes lo, FloatLanes hi) {
+  return __builtin_shufflevector(lo, hi, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+}
+inline void interleave(FloatLanes even, FloatLanes odd, FloatLanes& lo, FloatLanes& hi) {
+  lo = __builtin_shufflevector(even, odd, 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+  hi = __builtin_shufflevector(even, odd, 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
 }
 
 // The 16 floats from lane `shift` (0 <= shift <= 16) of the 32 in lo, then hi: a run of a row that
