@@ -65,8 +65,28 @@ template <class T> void gather_strided(const T* in, int64_t stride, int64_t n, T
     for (int64_t i = 0; i < n; ++i) out[i] = in[i * stride];
   }
 }
-// out[ow * stride] += in[ow] for ow in [0, n), likewise
+// out[2 i] += in[i] for i in [0, n), 16 floats at a time: in's lanes interleaved with -0.0 (x +
+// -0.0 is x for every x, -0.0 included, so the odd positions keep their bits) and added to the 32
+// floats of out, loaded and stored masked up to out[2 n - 2]
+inline void scatter_add_stride2(const float* in, int64_t n, float* out) {
+  constexpr int64_t kW = kLanes<float>;
+  constexpr float kNegativeZero = -0.0f;
+  const FloatLanes negative_zeros = broadcast_lanes(&kNegativeZero);  // (splat(-0.0f) is +0.0)
+  for (int64_t i = 0; i < n; i += kW) {
+    const int64_t m = std::min(n - i, kW), avail = 2 * m - 1;  // out[2 i .. 2 (i + m - 1)]
+    FloatLanes lo, hi;
+    interleave(load_first_lanes(in + i, m), negative_zeros, lo, hi);
+    float* o = out + 2 * i;
+    store_first_lanes(o, load_first_lanes(o, std::min(avail, kW)) + lo, std::min(avail, kW));
+    if (avail > kW) store_first_lanes(o + kW, load_first_lanes(o + kW, avail - kW) + hi, avail - kW);
+  }
+}
+
+// out[ow * stride] += in[ow] for ow in [0, n), likewise (float's stride 2: scatter_add_stride2)
 template <class T> void scatter_add_strided(const T* in, int64_t stride, int64_t n, T* out) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (stride == 2) return scatter_add_stride2(in, n, out);
+  }
   if (stride == 1) {
     for (int64_t i = 0; i < n; ++i) out[i] += in[i];
   } else if (stride == 2) {
