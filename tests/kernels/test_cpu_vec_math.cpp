@@ -3,7 +3,7 @@
 // its place), the masked loads and stores on every count 0..16 (lanes past n zero when loaded,
 // the floats past n untouched when stored), keep_first_lanes, broadcast_lanes bit for bit (-0.0,
 // NaN, a denormal), lanes_from on every shift 0..16
-// against the lanes it names, and the horizontal sum's fixed tree
+// against the lanes it names, even_lanes / odd_lanes / interleave on 32 numbered floats, and the horizontal sum's fixed tree
 // order (lanes l and l + 8 first), which its callers' bits depend on.
 #include <gtest/gtest.h>
 
@@ -56,6 +56,22 @@ TEST(CpuVecMath, LanesFromTakesSixteenConsecutiveLanesOfTwoVectors) {
   for (int64_t shift = 0; shift <= 16; ++shift) {
     const FloatLanes v = lanes_from(load_lanes(lo), load_lanes(hi), shift);
     for (int64_t l = 0; l < 16; ++l) ASSERT_EQ(v[l], static_cast<float>(shift + l)) << "shift " << shift;
+  }
+}
+
+TEST(CpuVecMath, EvenAndOddLanesSplitThirtyTwoFloatsAndInterleaveJoinsThem) {
+  float lo[16], hi[16];
+  for (int l = 0; l < 16; ++l) lo[l] = static_cast<float>(l), hi[l] = static_cast<float>(16 + l);
+  const FloatLanes even = even_lanes(load_lanes(lo), load_lanes(hi)), odd = odd_lanes(load_lanes(lo), load_lanes(hi));
+  for (int l = 0; l < 16; ++l) {
+    ASSERT_EQ(even[l], static_cast<float>(2 * l)) << "lane " << l;
+    ASSERT_EQ(odd[l], static_cast<float>(2 * l + 1)) << "lane " << l;
+  }
+  FloatLanes back_lo, back_hi;
+  interleave(even, odd, back_lo, back_hi);
+  for (int l = 0; l < 16; ++l) {
+    ASSERT_EQ(back_lo[l], lo[l]) << "lane " << l;
+    ASSERT_EQ(back_hi[l], hi[l]) << "lane " << l;
   }
 }
 
