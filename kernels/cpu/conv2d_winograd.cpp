@@ -148,20 +148,22 @@ void gemm_narrow(int64_t T, int64_t K, const float* A, const float* B, float* C)
   }
 }
 
-// D (Ci, 16) (+)= A^T · E, A (T, Ci) and E (T, 16) row-major, Ci a multiple of 16 (the weight
-// gradient's dU[ξ] = V[ξ]^T E[ξ]): for each block of 16 rows of D, its 16 vectors in registers,
-// adding each t's outer product in t order; accumulate: D's old values are the start.
-void gemm_narrow_at(int64_t T, int64_t Ci, const float* A, const float* E, float* D, bool accumulate) {
-  for (int64_t c0 = 0; c0 < Ci; c0 += kW) {
-    FloatLanes acc[kW];
-    for (int64_t c = 0; c < kW; ++c) acc[c] = accumulate ? load_lanes(D + (c0 + c) * kW) : FloatLanes{};
-    for (int64_t t = 0; t < T; ++t) {
-      const FloatLanes e = load_lanes(E + t * kW);
+// D (Ci, Co) (+)= A^T · E, A (T, Ci), E (T, Co) and D row-major, Ci and Co multiples of 16 (the
+// weight gradient's dU[ξ] = V[ξ]^T E[ξ]): one 16 x 16 block of D at a time, its 16 vectors in
+// registers, adding each t's outer product in t order; accumulate: D's old values are the start.
+// (The packed GEMM's tile spends a broadcast load per FMA too, and packs A^T and E first.)
+void gemm_narrow_at(int64_t T, int64_t Ci, int64_t Co, const float* A, const float* E, float* D, bool accumulate) {
+  for (int64_t c0 = 0; c0 < Ci; c0 += kW)
+    for (int64_t j0 = 0; j0 < Co; j0 += kW) {
+      FloatLanes acc[kW];
+      for (int64_t c = 0; c < kW; ++c) acc[c] = accumulate ? load_lanes(D + (c0 + c) * Co + j0) : FloatLanes{};
+      for (int64_t t = 0; t < T; ++t) {
+        const FloatLanes e = load_lanes(E + t * Co + j0);
 #pragma GCC unroll 16
-      for (int64_t c = 0; c < kW; ++c) acc[c] += broadcast_lanes(A + t * Ci + c0 + c) * e;
+        for (int64_t c = 0; c < kW; ++c) acc[c] += broadcast_lanes(A + t * Ci + c0 + c) * e;
+      }
+      for (int64_t c = 0; c < kW; ++c) store_lanes(D + (c0 + c) * Co + j0, acc[c]);
     }
-    for (int64_t c = 0; c < kW; ++c) store_lanes(D + (c0 + c) * kW, acc[c]);
-  }
 }
 
 // Planes (C, H, W) -> channels innermost: dst[(r * ld_row + j) * ld_ch + c] = src[(c * H + r) * W + j],
@@ -406,15 +408,12 @@ void winograd_weight_grad(const float* x, const float* dy, int64_t N, int64_t Ci
         transform_input<M>(x + n0 * Ci * H * W, images, Ci, H, W, pad, th, tw, Cip, plane, V);
         transform_output_grad<M>(dy + n0 * Co * Ho * Wo, images, Co, Ho, Wo, th, tw, Cop, plane, sums, E, db_k);
         // dU[ξ] (Cip, Cop) (+)= V[ξ]^T (Cip, T) · E[ξ] (T, Cop)
-        const float beta = chunk == k * per_block ? 0.0f : 1.0f;
+        const bool accumulate = chunk != k * per_block;  // the block's first chunk starts its sums
         for (int64_t xi = 0; xi < kXi; ++xi) {
           const float* v = V.data() + xi * v_stride;
           const float* e = E.data() + xi * e_stride;
           float* u = dU + xi * Cip * Cop;
-          if (Cop == kW)
-            gemm_narrow_at(T, Cip, v, e, u, beta != 0.0f);
-          else if (!gemm_avx512(Cip, Cop, T, v, Cip, true, e, Cop, false, u, Cop, 1.0f, beta))
-            gemm(Cip, Cop, T, v, Cip, true, e, Cop, false, u, Cop, 1.0f, beta);
+          gemm_narrow_at(T, Cip, Cop, v, e, u, accumulate);
         }
       }
     }
