@@ -1,5 +1,6 @@
 // examples/bench_core.cpp — Google Benchmark figures for the core: GEMM GFLOP/s (256..2048),
-// conv2d forward/backward of the reference CNN's layers, element-wise bandwidth (GB/s), and the
+// conv2d forward/backward of the reference CNN's layers, element-wise bandwidth (GB/s), the
+// transposing copy against strided_copy_reference (GB/s), and the
 // cost of one tiny op with and without autograd (µs/op). tools/bench_torch.py measures the same
 // things with PyTorch on the same machine; docs/benchmarks.md records both.
 //   ./build/examples/bench_core --benchmark_min_time=0.5
@@ -7,6 +8,7 @@
 #include <benchmark/benchmark.h>
 
 #include "minidl/autograd/autograd_all.h"
+#include "minidl/kernels/cpu/copy.h"
 #include "minidl/tensor/tensor_all.h"
 
 using namespace minidl;
@@ -56,6 +58,24 @@ void BM_AddBandwidth(benchmark::State& state) {
       benchmark::Counter(12.0 * n * static_cast<double>(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_AddBandwidth)->Arg(1 << 20)->Arg(1 << 24)->UseRealTime();
+
+// x.transpose(1, 2).contiguous() for x (128, 49, 128) (an MLP-Mixer's token mixing): strided_copy's
+// 16 x 16 tiles (arg 1) against strided_copy_reference's element loop (arg 0); reads and writes n
+void BM_TransposedCopy(benchmark::State& state) {
+  const std::vector<int64_t> shape{128, 128, 49}, src_strides{6272, 1, 128}, dst_strides{6272, 49, 1};
+  Tensor x = randn({128, 49, 128}, RandomKey{4, 0}), y = empty({128, 128, 49});
+  for (auto _ : state) {
+    if (state.range(0)) {
+      kernels::cpu::strided_copy(x.data<float>(), src_strides, y.data<float>(), dst_strides, shape);
+    } else {
+      kernels::cpu::strided_copy_reference(x.data<float>(), src_strides, y.data<float>(), dst_strides, shape);
+    }
+    benchmark::ClobberMemory();
+  }
+  state.counters["GB/s"] =
+      benchmark::Counter(8.0 * x.numel() * static_cast<double>(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_TransposedCopy)->Arg(0)->Arg(1)->UseRealTime();
 
 // One tiny op (add of two 1-element tensors): the per-op overhead of dispatch and allocation.
 void BM_TinyOpTensor(benchmark::State& state) {

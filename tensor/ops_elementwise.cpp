@@ -70,6 +70,17 @@ Tensor expand_to(const Tensor& b, const Tensor& a, const char* op) {
   return b.expand(a.shape());
 }
 
+// A CPU operand read across its rows (a transposed view: innermost stride neither 1 nor 0, and
+// broadcast nowhere) made contiguous first. The tiled transposing copy (kernels/cpu/copy.h) and a
+// stride-1 loop cost a fraction of the element loop gathering it one cache line per element.
+Tensor rows_in_order(const Tensor& t) {
+  const int64_t last = t.dim() - 1;
+  if (t.device().is_cuda() || last < 0 || t.size(last) == 1 || t.stride(last) == 1) return t;
+  for (int64_t d = 0; d <= last; ++d)
+    if (t.stride(d) == 0 && t.size(d) > 1) return t;
+  return t.contiguous();
+}
+
 enum class Kinds { Any, Floating };
 
 template <class F> void dispatch_kind(DType t, const char* op, Kinds kinds, F&& f) {
@@ -91,8 +102,8 @@ template <class Op> Tensor binary_op(const Tensor& a, const Tensor& b, const cha
   if (is_half(a.dtype())) return binary_op(a.to(DType::Float32), b.to(DType::Float32), op, f, kinds).to(a.dtype());
   const Shape shape = broadcast_shapes(a.shape(), b.shape(), op);
   Tensor out(shape, a.dtype(), a.device());
-  const Tensor ea = a.shape() == shape ? a : a.expand(shape);
-  const Tensor eb = b.shape() == shape ? b : b.expand(shape);
+  const Tensor ea = a.shape() == shape ? rows_in_order(a) : a.expand(shape);
+  const Tensor eb = b.shape() == shape ? rows_in_order(b) : b.expand(shape);
   dispatch_kind(a.dtype(), op, kinds, [&](auto tag) {
     using T = decltype(tag);
     if (cuda) return cuda_dispatch::binary(out, ea, eb, f, op);
@@ -103,9 +114,10 @@ template <class Op> Tensor binary_op(const Tensor& a, const Tensor& b, const cha
 }
 
 // out (x's shape, contiguous) = f(x)
-template <class Op> Tensor unary_op(const Tensor& x, const char* op, Op f, Kinds kinds = Kinds::Floating) {
-  const bool cuda = cuda_dispatch::on_cuda({&x}, op);
-  check_defined(x, op);
+template <class Op> Tensor unary_op(const Tensor& x_in, const char* op, Op f, Kinds kinds = Kinds::Floating) {
+  const bool cuda = cuda_dispatch::on_cuda({&x_in}, op);
+  check_defined(x_in, op);
+  const Tensor x = rows_in_order(x_in);
   if (is_half(x.dtype())) return unary_op(x.to(DType::Float32), op, f, kinds).to(x.dtype());
   Tensor out(x.shape(), x.dtype(), x.device());
   dispatch_kind(x.dtype(), op, kinds, [&](auto tag) {

@@ -2,7 +2,9 @@
 // definition (every element by its index), for the layouts its dimension merging and row
 // splitting meet: a slice along dim 1 (what cat and narrow write: merged into rows of C * H * W),
 // a permutation (nothing merges), a broadcast source (stride 0), size-1 dimensions, one contiguous
-// row longer than a work piece, with 1 and 2 threads; and coalesce_copy_layout's result itself.
+// row longer than a work piece, transposing copies (whole and partial 16 x 16 tiles, the
+// transposed dimension outermost or between others, into a slice), with 1 and 2 threads, float
+// and double; and coalesce_copy_layout's and transposed_dim's results themselves.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -16,10 +18,12 @@ namespace {
 
 using minidl::kernels::cpu::coalesce_copy_layout;
 using minidl::kernels::cpu::strided_copy;
+using minidl::kernels::cpu::strided_copy_reference;
+using minidl::kernels::cpu::transposed_dim;
 using V = std::vector<int64_t>;
 
 // dst[offset of index i] = src[offset of index i] for every index of shape, one element at a time
-void reference_copy(const float* src, const V& ss, float* dst, const V& ds, const V& shape) {
+template <class T> void reference_copy(const T* src, const V& ss, T* dst, const V& ds, const V& shape) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   for (int64_t e = 0; e < n; ++e) {
@@ -51,6 +55,13 @@ TEST(CpuCopy, StridedCopyMatchesTheDefinition) {
       {"size-1 dimensions", {1, 5, 1, 7}, {35, 7, 7, 1}, {70, 14, 9, 2}, 35, 70},
       {"a long contiguous row", {3, 20000}, {20000, 1}, {20000, 1}, 60000, 60000},
       {"one element", {1, 1}, {1, 1}, {1, 1}, 1, 1},
+      // (2, 49, 128).transpose(1, 2): three whole tiles and a 1-wide one along each row of 49
+      {"transpose of the last two dimensions", {2, 128, 49}, {6272, 1, 128}, {6272, 49, 1}, 12544, 12544},
+      {"transpose with partial tiles both ways", {37, 21}, {1, 37}, {21, 1}, 777, 777},
+      // a (3, 4, 18, 5) tensor read as (3, 5, 4, 18): src contiguous along dim 1, between others
+      {"permutation, the transposed dimension inside", {3, 5, 4, 18}, {360, 1, 90, 5}, {360, 72, 18, 1}, 1080, 1080},
+      // a (16, 16) transpose into rows of 20 (a slice of a wider tensor)
+      {"transpose into a slice", {16, 16}, {1, 16}, {20, 1}, 256, 320},
   };
   const int saved = minidl::kernels::cpu::get_num_threads();
   for (const Case& c : cases)
@@ -58,12 +69,29 @@ TEST(CpuCopy, StridedCopyMatchesTheDefinition) {
       minidl::kernels::cpu::set_num_threads(threads);
       std::vector<float> src(static_cast<size_t>(c.src_size));
       std::iota(src.begin(), src.end(), 1.0f);
-      std::vector<float> dst(static_cast<size_t>(c.dst_size), -1.0f), want = dst;
+      std::vector<float> dst(static_cast<size_t>(c.dst_size), -1.0f), want = dst, plain = dst;
       strided_copy(src.data(), c.src_strides, dst.data(), c.dst_strides, c.shape);
+      strided_copy_reference(src.data(), c.src_strides, plain.data(), c.dst_strides, c.shape);
       reference_copy(src.data(), c.src_strides, want.data(), c.dst_strides, c.shape);
       EXPECT_EQ(dst, want) << c.what << ", " << threads << " threads";
+      EXPECT_EQ(plain, want) << c.what << " (strided_copy_reference), " << threads << " threads";
+      // double takes the element-by-element tile
+      std::vector<double> srcd(src.begin(), src.end()), dstd(static_cast<size_t>(c.dst_size), -1.0), wantd = dstd;
+      strided_copy(srcd.data(), c.src_strides, dstd.data(), c.dst_strides, c.shape);
+      reference_copy(srcd.data(), c.src_strides, wantd.data(), c.dst_strides, c.shape);
+      EXPECT_EQ(dstd, wantd) << c.what << " (double), " << threads << " threads";
     }
   minidl::kernels::cpu::set_num_threads(saved);
+}
+
+TEST(CpuCopy, TransposingCopiesAreFound) {
+  // src contiguous along dim 1 of the coalesced layout, dst along the last: transposed
+  EXPECT_EQ(transposed_dim(coalesce_copy_layout({2, 128, 49}, {6272, 1, 128}, {6272, 49, 1})), 1);
+  EXPECT_EQ(transposed_dim(coalesce_copy_layout({3, 5, 4, 18}, {360, 1, 90, 5}, {360, 72, 18, 1})), 1);
+  // a slice (both contiguous along the last), a broadcast source, a source with no unit stride: not
+  EXPECT_EQ(transposed_dim(coalesce_copy_layout({2, 3, 4, 5}, {60, 20, 5, 1}, {140, 20, 5, 1})), -1);
+  EXPECT_EQ(transposed_dim(coalesce_copy_layout({6, 4, 3}, {0, 3, 1}, {12, 3, 1})), -1);
+  EXPECT_EQ(transposed_dim(coalesce_copy_layout({4, 6}, {2, 8}, {6, 1})), -1);
 }
 
 TEST(CpuCopy, DimensionsLaidOutAsOneAreMerged) {

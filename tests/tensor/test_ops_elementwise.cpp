@@ -55,6 +55,25 @@ TEST(Elementwise, LargeContiguousAndBroadcastMatchScalarLoop) {
     for (int64_t j = 0; j < 257; ++j) ASSERT_EQ(vc[i * 257 + j], va[i * 257 + j] + vb[j]);
 }
 
+// A transposed operand (innermost stride 37) is made contiguous by the tiled copy before the
+// loop: whole and partial 16 x 16 tiles, beside a broadcast row and under a unary op.
+TEST(Elementwise, LargeTransposedOperandMatchesScalarLoop) {
+  Tensor a = randn({3, 37, 49}), b = randn({3, 49, 37}), row = randn({37});
+  Tensor t = b.transpose(1, 2);  // (3, 37, 49), strides (1813, 1, 37)
+  auto va = a.to_vector<float>(), vb = b.to_vector<float>(), vr = row.to_vector<float>();
+  auto vc = add(a, t).to_vector<float>(), vd = mul(t, row.view({37, 1})).to_vector<float>(),
+       ve = neg(t).to_vector<float>();
+  for (int64_t n = 0; n < 3; ++n)
+    for (int64_t i = 0; i < 37; ++i)
+      for (int64_t j = 0; j < 49; ++j) {
+        const int64_t e = (n * 37 + i) * 49 + j;
+        const float bt = vb[(n * 49 + j) * 37 + i];
+        ASSERT_EQ(vc[e], va[e] + bt);
+        ASSERT_EQ(vd[e], bt * vr[i]);
+        ASSERT_EQ(ve[e], -bt);
+      }
+}
+
 TEST(Elementwise, Int64Arithmetic) {
   Tensor a = i64({5, -2, 7}), b = i64({3, 4, 7});
   expect_equal(add(a, b), i64({8, 2, 14}));
@@ -87,8 +106,7 @@ TEST(Elementwise, IsFiniteIsZeroOnNanAndInfOnly) {
 TEST(Elementwise, WherePicksAWhereCondIsNonZeroAndBroadcastsAllThree) {
   expect_equal(where(f32({1, 0, 2, 0}), f32({10, 20, 30, 40}), f32({-1, -2, -3, -4})), f32({10, -2, 30, -4}));
   // cond (2, 1), a (1, 3), b 0-d -> (2, 3); NaN in the unpicked operand does not leak
-  expect_equal(where(f32({0, 1}, {2, 1}), f32({1, NAN, 3}, {1, 3}), f32({7})),
-               f32({7, 7, 7, 1, NAN, 3}, {2, 3}));
+  expect_equal(where(f32({0, 1}, {2, 1}), f32({1, NAN, 3}, {1, 3}), f32({7})), f32({7, 7, 7, 1, NAN, 3}, {2, 3}));
   expect_equal(where(f32({0, 1}), f32({NAN, 1}), f32({5, NAN})), f32({5, 1}));
   expect_equal(where(i64({0, 3}), i64({1, 2}), i64({8, 9})), i64({8, 2}));
   EXPECT_THROW(where(f64({1}), f32({1}), f32({2})), std::invalid_argument);  // cond in the operands' dtype
