@@ -48,10 +48,21 @@ void set_num_threads(int n) {
 int get_num_threads() { return current_threads(); }
 
 #if defined(MINIDL_PARALLEL_STD_THREADS)
+namespace {
+thread_local bool in_chunks = false;  // set while this thread runs chunks of run_chunks_on_std_threads
+}
+bool in_parallel() { return in_chunks; }
+#else
+bool in_parallel() { return omp_in_parallel() != 0; }
+#endif
+
+#if defined(MINIDL_PARALLEL_STD_THREADS)
 void detail::run_chunks_on_std_threads(int64_t chunks, void (*body)(void*, int64_t), void* ctx) {
   const int64_t threads = std::min<int64_t>(get_num_threads(), chunks);
   auto block = [&](int64_t t) {  // chunks [t * chunks / T, (t + 1) * chunks / T)
+    in_chunks = true;
     for (int64_t c = t * chunks / threads; c < (t + 1) * chunks / threads; ++c) body(ctx, c);
+    in_chunks = false;
   };
   std::vector<std::thread> workers;
   workers.reserve(static_cast<size_t>(threads - 1));

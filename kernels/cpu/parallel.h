@@ -14,6 +14,10 @@ namespace minidl::kernels::cpu {
 void set_num_threads(int n);  // n >= 1; also sets Eigen's thread count
 int get_num_threads();
 int default_num_threads();  // cores / LOCAL_WORLD_SIZE (at least 1)
+// True inside a parallel_for's chunk that runs on a team of threads: a nested parallel_for then
+// runs its chunks on the calling thread (a nested OpenMP region would only add a team of one,
+// set up and torn down on every call: the GEMMs inside the Winograd convolution's chunks).
+bool in_parallel();
 
 #if defined(MINIDL_PARALLEL_STD_THREADS)
 namespace detail {
@@ -33,7 +37,7 @@ template <class F> void parallel_for(int64_t n, int64_t grain, F&& fn) {
     const int64_t e = b + grain < n ? b + grain : n;
     fn(b, e);
   };
-  if (chunks == 1 || get_num_threads() == 1) {
+  if (chunks == 1 || get_num_threads() == 1 || in_parallel()) {
     for (int64_t c = 0; c < chunks; ++c) run_chunk(c);
     return;
   }
