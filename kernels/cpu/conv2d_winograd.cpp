@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "minidl/kernels/cpu/gemm.h"
@@ -320,8 +321,10 @@ void winograd_forward(const float* x, const float* k, const float* b, int64_t N,
   const int64_t th = (Ho + M - 1) / M, tw = (Wo + M - 1) / M, tiles = th * tw;
   const int64_t Cip = (Ci + kW - 1) / kW * kW, Cop = (Co + kW - 1) / kW * kW;
 
-  // U (α², Cip, Cop), zero in the padding
-  std::vector<float> U(static_cast<size_t>(kXi * Cip * Cop), 0.0f);
+  // U (α², Cip, Cop), zero in the padding (written below for every unpadded ci, co; a serial
+  // zero fill of the whole buffer would cost more than the parallel transform on two threads)
+  const auto U = std::make_unique_for_overwrite<float[]>(static_cast<size_t>(kXi * Cip * Cop));
+  if (Cip != Ci || Cop != Co) std::fill_n(U.get(), kXi * Cip * Cop, 0.0f);
   parallel_for(Co, std::max<int64_t>(1, 256 / std::max<int64_t>(Ci, 1)), [&](int64_t o0, int64_t o1) {
     for (int64_t co = o0; co < o1; ++co)
       for (int64_t ci = 0; ci < Ci; ++ci) {
@@ -344,7 +347,7 @@ void winograd_forward(const float* x, const float* k, const float* b, int64_t N,
       transform_input<M>(x + n0 * Ci * H * W, images, Ci, H, W, pad, th, tw, Cip, plane, V);
       // M[ξ] (T, Cop) = V[ξ] (T, Cip) · U[ξ] (Cip, Cop)
       for (int64_t xi = 0; xi < kXi; ++xi) {
-        const float *v = V.data() + xi * v_stride, *u = U.data() + xi * Cip * Cop;
+        const float *v = V.data() + xi * v_stride, *u = U.get() + xi * Cip * Cop;
         if (Cop == kW)
           gemm_narrow(T, Cip, v, u, Mb.data() + xi * m_stride);
         else
@@ -393,12 +396,13 @@ void winograd_weight_grad(const float* x, const float* dy, int64_t N, int64_t Ci
   // Fixed blocks of chunks (depend on N only): block k sums its chunks' dU into partial[k].
   const int64_t chunks = (N + kChunk - 1) / kChunk, per_block = (chunks + kMaxBlocks - 1) / kMaxBlocks;
   const int64_t blocks = (chunks + per_block - 1) / per_block;
-  std::vector<float> partial(static_cast<size_t>(blocks * u_numel));
+  // not zeroed: each block's first chunk overwrites its whole partial sum
+  const auto partial = std::make_unique_for_overwrite<float[]>(static_cast<size_t>(blocks * u_numel));
   std::vector<double> partial_db(static_cast<size_t>(db ? blocks * Co : 0), 0.0);  // (blocks, Co)
   parallel_for(blocks, 1, [&](int64_t k0, int64_t k1) {
     thread_local std::vector<float> plane, sums, V, E;
     for (int64_t k = k0; k < k1; ++k) {
-      float* dU = partial.data() + k * u_numel;  // (α², Cip, Cop)
+      float* dU = partial.get() + k * u_numel;  // (α², Cip, Cop)
       double* db_k = db ? partial_db.data() + k * Co : nullptr;
       for (int64_t chunk = k * per_block; chunk < std::min(chunks, (k + 1) * per_block); ++chunk) {
         const int64_t n0 = chunk * kChunk, images = std::min(kChunk, N - n0), T = images * tiles;
@@ -425,7 +429,7 @@ void winograd_weight_grad(const float* x, const float* dy, int64_t N, int64_t Ci
       db[co] = static_cast<float>(acc);
     }
   // partial[0] = the blocks' dU summed in block order
-  float* dU = partial.data();
+  float* dU = partial.get();
   parallel_for(u_numel, 4096, [&](int64_t i0, int64_t i1) {
     for (int64_t k = 1; k < blocks; ++k)
       for (int64_t i = i0; i < i1; ++i) dU[i] += partial[static_cast<size_t>(k * u_numel + i)];
