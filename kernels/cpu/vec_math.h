@@ -10,8 +10,8 @@
 //     16 x 16 block of floats transposed in registers), even_lanes / odd_lanes / interleave and
 //     lanes_from (two-source permutes);
 //   - float exp and erf as straight-line arithmetic (no library calls, no branches), so that loops
-//     calling them vectorise, a vectorised double sum, and max / sum / dot reductions for short
-//     float rows. The float64 paths keep std::exp / std::erf.
+//     calling them vectorise, a vectorised double sum, and max / sum / dot / sum-of-exp reductions
+//     for short float rows. The float64 paths keep std::exp / std::erf.
 // fma is written as a * b + c (under gnu++20, GCC's -ffp-contract=fast makes it one FMA where the
 // target has them, the same way in every kernel). Only code that needs an instruction
 // these types cannot express (masked loads, vscalefps, bf16 dot products) uses intrinsics.
@@ -331,6 +331,17 @@ inline double sum_span(const float* p, int64_t n) {
   for (; i + 16 <= n; i += 16) add_as_doubles(load_lanes(p + i), lo, hi);
   double s = lanes_sum(lo, hi);
   for (; i < n; ++i) s += static_cast<double>(p[i]);
+  return s;
+}
+
+// sum of double(exp_nonpositive(p[i] - m)), m >= every p[i] (the row's max): a softmax's
+// denominator without storing the exponentials
+inline double sum_exp_span(const float* p, int64_t n, float m) {
+  DoubleLanes lo = {}, hi = {};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) add_as_doubles(exp_nonpositive(load_lanes(p + i) - m), lo, hi);
+  double s = lanes_sum(lo, hi);
+  for (; i < n; ++i) s += static_cast<double>(exp_nonpositive(p[i] - m));
   return s;
 }
 

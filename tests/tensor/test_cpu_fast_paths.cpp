@@ -3,7 +3,7 @@
 // the general window loop (NaNs, -inf and ties included), the one-pass batch-norm statistics
 // against a two-pass long-double computation (and its backward sums against long-double sums,
 // walked by channel or in memory order: the same bits), the vectorised exp / erf against std::exp /
-// std::erf, GELU and softmax fast rows against the shared functors and float64, the small-GEMM
+// std::erf, GELU, softmax and cross-entropy fast rows against the shared functors and float64, the small-GEMM
 // loop against gemm_reference, im2col / col2im (strides 1 to 3) against their definition, a
 // convolution's backward without the input gradient, the float layer-norm rows against
 // layer_norm_forward_reference, the one-pass layer-norm backward against
@@ -245,6 +245,36 @@ TEST(FastPaths, SoftmaxFastRowsMatchFloat64) {
   const std::vector<float> y = softmax(x, 1).to_vector<float>();
   for (int64_t r = 0; r < 37; ++r)
     for (int64_t c = 7; c < 10; ++c) EXPECT_EQ(y[r * 50 + c], 0.0f) << r << ", " << c;
+}
+
+// Float logits take the vectorised rows (max, exp, sums on 16 lanes; softmax in float); float64
+// logits, and float rows holding an infinity, the reference's double loop.
+TEST(FastPaths, CrossEntropyFastRowsMatchFloat64) {
+  for (int64_t C : {1, 5, 16, 17, 96, 1000})
+    for (double eps : {0.0, 0.1}) {
+      const Tensor x = randn({33, C}, RandomKey{7, static_cast<uint64_t>(C)}) * 4.0;
+      const Tensor t = randint(0, C, {33}, RandomKey{8, static_cast<uint64_t>(C)});
+      const Tensor g = scalar_tensor(0.75, DType::Float32);
+      const Tensor x64 = x.to(DType::Float64);
+      const std::string what = "C " + std::to_string(C) + ", eps " + std::to_string(eps);
+      EXPECT_NEAR(cross_entropy_forward(x, t, eps).item(), cross_entropy_forward(x64, t, eps).item(), 1e-6) << what;
+      minidl::testing::expect_close(cross_entropy_backward(x, t, eps, g),
+                                    cross_entropy_backward(x64, t, eps, g.to(DType::Float64)).to(DType::Float32), 1e-5,
+                                    1e-8, "cross-entropy backward, " + what);
+    }
+  // a row with +inf takes the reference: NaN where the reference has NaN, its other entries finite
+  Tensor x = randn({2, 20});
+  x.narrow(1, 3, 1).narrow(0, 0, 1).fill_(std::numeric_limits<double>::infinity());
+  const Tensor t = from_vector<int64_t>({0, 1}, {2});
+  const std::vector<float> d = cross_entropy_backward(x, t, 0.0, scalar_tensor(1.0, DType::Float32)).to_vector<float>();
+  const std::vector<double> d64 =
+      cross_entropy_backward(x.to(DType::Float64), t, 0.0, scalar_tensor(1.0, DType::Float64)).to_vector<double>();
+  for (size_t i = 0; i < d.size(); ++i) {
+    EXPECT_EQ(std::isnan(d[i]), std::isnan(d64[i])) << i;
+    if (!std::isnan(d64[i])) {
+      EXPECT_NEAR(d[i], d64[i], 1e-7) << i;
+    }
+  }
 }
 
 TEST(FastPaths, SmallGemmMatchesTheReference) {
