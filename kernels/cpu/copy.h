@@ -1,7 +1,7 @@
 // kernels/cpu/copy.h — strided copy with dtype conversion: dst[i] = convert(src[i]) over a shape,
 // convert being static_cast<D> unless given (the 16-bit floats pass their kernels/cpu/half.h
 // conversions). Dimensions that both sides lay out as one are merged first (coalesce_copy_layout);
-// the innermost dimension is then a tight loop, and outer rows run in parallel (OpenMP):
+// the innermost dimension is then a tight loop, and outer rows run in parallel (OpenMP, copy_rows):
 // strided_copy_reference. strided_copy runs it too, except for a transposing copy (dst contiguous
 // along its innermost dimension, src along another one: x.transpose(1, 2).contiguous()), which
 // goes in 16 x 16 tiles (transposing_copy).
@@ -47,20 +47,13 @@ inline CopyLayout coalesce_copy_layout(const std::vector<int64_t>& shape, const 
   return l;
 }
 
-// Each row of the innermost coalesced dimension as one plain loop, rows in parallel.
-template <class S, class D, class Convert = StaticCast<S, D>>
-void strided_copy_reference(const S* src, const std::vector<int64_t>& src_strides_in, D* dst,
-                            const std::vector<int64_t>& dst_strides_in, const std::vector<int64_t>& shape_in,
-                            Convert convert = {}) {
-  for (int64_t d : shape_in)
-    if (d == 0) return;
-  const CopyLayout layout = coalesce_copy_layout(shape_in, src_strides_in, dst_strides_in);
-  const std::vector<int64_t>&shape = layout.shape, &src_strides = layout.src_strides, &dst_strides = layout.dst_strides;
-  const int64_t nd = static_cast<int64_t>(shape.size());
+// Each row of the innermost dimension of a coalesced layout as one plain loop, rows in parallel.
+template <class S, class D, class Convert> void copy_rows(const S* src, D* dst, const CopyLayout& l, Convert convert) {
+  const int64_t nd = static_cast<int64_t>(l.shape.size());
   int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  const int64_t inner = shape[nd - 1];
-  const int64_t ss = src_strides[nd - 1], ds = dst_strides[nd - 1];
+  for (int64_t d : l.shape) n *= d;
+  const int64_t inner = l.shape[nd - 1];
+  const int64_t ss = l.src_strides[nd - 1], ds = l.dst_strides[nd - 1];
   const int64_t rows = n / inner;
   // Work items: pieces of at most kPiece elements of a row (a long coalesced row is split, so a
   // contiguous copy still runs on every thread), about kPiece elements per chunk of items.
@@ -71,10 +64,10 @@ void strided_copy_reference(const S* src, const std::vector<int64_t>& src_stride
       const int64_t r = item / pieces, j0 = item % pieces * piece, j1 = std::min(inner, j0 + piece);
       int64_t so = 0, dof = 0, rem = r;
       for (int64_t d = nd - 2; d >= 0; --d) {
-        const int64_t i = rem % shape[d];
-        rem /= shape[d];
-        so += i * src_strides[d];
-        dof += i * dst_strides[d];
+        const int64_t i = rem % l.shape[d];
+        rem /= l.shape[d];
+        so += i * l.src_strides[d];
+        dof += i * l.dst_strides[d];
       }
       const S* s = src + so;
       D* o = dst + dof;
@@ -85,6 +78,16 @@ void strided_copy_reference(const S* src, const std::vector<int64_t>& src_stride
       }
     }
   });
+}
+
+// dst = convert(src) over the shape, row by row whatever the layout: the copy a student writes.
+template <class S, class D, class Convert = StaticCast<S, D>>
+void strided_copy_reference(const S* src, const std::vector<int64_t>& src_strides, D* dst,
+                            const std::vector<int64_t>& dst_strides, const std::vector<int64_t>& shape,
+                            Convert convert = {}) {
+  for (int64_t d : shape)
+    if (d == 0) return;
+  copy_rows(src, dst, coalesce_copy_layout(shape, src_strides, dst_strides), convert);
 }
 
 // One tile of a transposing copy: t[kk * dst_stride + jj] = convert(s[jj * src_stride + kk]) for
@@ -147,7 +150,8 @@ void transposing_copy(const S* src, D* dst, const CopyLayout& l, int64_t k, Conv
   });
 }
 
-// dst = convert(src) over the shape: transposing_copy where it applies, else the reference's rows.
+// dst = convert(src) over the shape: transposing_copy where it applies, else the reference's rows
+// (copy_rows), the layout coalesced once for both.
 template <class S, class D, class Convert = StaticCast<S, D>>
 void strided_copy(const S* src, const std::vector<int64_t>& src_strides, D* dst,
                   const std::vector<int64_t>& dst_strides, const std::vector<int64_t>& shape, Convert convert = {}) {
@@ -155,7 +159,7 @@ void strided_copy(const S* src, const std::vector<int64_t>& src_strides, D* dst,
     if (d == 0) return;
   const CopyLayout layout = coalesce_copy_layout(shape, src_strides, dst_strides);
   if (const int64_t k = transposed_dim(layout); k >= 0) return transposing_copy(src, dst, layout, k, convert);
-  strided_copy_reference(src, src_strides, dst, dst_strides, shape, convert);
+  copy_rows(src, dst, layout, convert);
 }
 
 }  // namespace minidl::kernels::cpu
