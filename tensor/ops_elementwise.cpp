@@ -53,12 +53,18 @@ Tensor sum_to(const Tensor& t, const Shape& shape) {
 
 namespace {
 
-// Throws when an in-place destination has a broadcast (stride 0) dim: its elements alias.
+// Whether t is broadcast (stride 0, size > 1) along some dimension: its elements alias.
+bool has_broadcast_dim(const Tensor& t) {
+  for (int64_t d = 0; d < t.dim(); ++d)
+    if (t.stride(d) == 0 && t.size(d) > 1) return true;
+  return false;
+}
+
+// Throws when an in-place destination has a broadcast dim.
 void check_writable(const Tensor& a, const char* op) {
-  for (int64_t d = 0; d < a.dim(); ++d)
-    if (a.stride(d) == 0 && a.size(d) > 1)
-      throw std::invalid_argument(std::string(op) + ": cannot write in place into an expanded (broadcast) tensor " +
-                                  a.desc());
+  if (has_broadcast_dim(a))
+    throw std::invalid_argument(std::string(op) + ": cannot write in place into an expanded (broadcast) tensor " +
+                                a.desc());
 }
 
 // b viewed with a's shape (for in-place ops, where `a` keeps its shape).
@@ -75,9 +81,7 @@ Tensor expand_to(const Tensor& b, const Tensor& a, const char* op) {
 // stride-1 loop cost a fraction of the element loop gathering it one cache line per element.
 Tensor rows_in_order(const Tensor& t) {
   const int64_t last = t.dim() - 1;
-  if (t.device().is_cuda() || last < 0 || t.size(last) == 1 || t.stride(last) == 1) return t;
-  for (int64_t d = 0; d <= last; ++d)
-    if (t.stride(d) == 0 && t.size(d) > 1) return t;
+  if (t.device().is_cuda() || last < 0 || t.size(last) == 1 || t.stride(last) == 1 || has_broadcast_dim(t)) return t;
   return t.contiguous();
 }
 
@@ -117,8 +121,8 @@ template <class Op> Tensor binary_op(const Tensor& a, const Tensor& b, const cha
 template <class Op> Tensor unary_op(const Tensor& x_in, const char* op, Op f, Kinds kinds = Kinds::Floating) {
   const bool cuda = cuda_dispatch::on_cuda({&x_in}, op);
   check_defined(x_in, op);
+  if (is_half(x_in.dtype())) return unary_op(x_in.to(DType::Float32), op, f, kinds).to(x_in.dtype());
   const Tensor x = rows_in_order(x_in);
-  if (is_half(x.dtype())) return unary_op(x.to(DType::Float32), op, f, kinds).to(x.dtype());
   Tensor out(x.shape(), x.dtype(), x.device());
   dispatch_kind(x.dtype(), op, kinds, [&](auto tag) {
     using T = decltype(tag);
