@@ -32,11 +32,13 @@ using std::chrono::milliseconds;
 constexpr uint64_t kMagic = 0x31764d48534c444dULL;  // "MDLSHMv1"
 constexpr size_t kFingerprintBytes = 448;
 // A waiter spins this long (yielding the core between rounds of a microsecond or two) before
-// sleeping in the kernel: about what a peer needs to finish copying a piece. Measured on two
-// cores (docs/benchmarks.md): without the yields, a longer spin took the core from a peer that
-// had been preempted and made a 4 KB all-reduce 3x slower when other processes ran; with them,
-// the wait costs nothing when the machine is quiet.
-constexpr auto kSpin = std::chrono::microseconds(20);
+// sleeping in the kernel. Without the yields, a spin took the core from a peer that had been
+// preempted and made a 4 KB all-reduce 3x slower when other processes ran; with them, a spin
+// costs little even then. A sleeping rank is expensive to wake in a virtual machine (its idle
+// vCPU halts and the host must resume it): on two vCPUs, 1 ms instead of 20 us made a 1 MB
+// all-reduce 4x faster (bench_allreduce, median 602 -> 130 us), the mlp's two-process step
+// 1.39 -> 1.14 ms (mean), and did not slow a 4 KB all-reduce beside a busy loop (docs/benchmarks.md).
+constexpr auto kSpin = std::chrono::microseconds(1000);
 // While asleep, wake this often to check the deadline and whether the awaited ranks still live.
 constexpr auto kCheckEvery = milliseconds(5);
 // all_reduce of at most this many bytes takes one barrier (each rank reduces the whole tensor)
