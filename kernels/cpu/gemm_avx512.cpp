@@ -18,7 +18,9 @@
 // The micro-kernel keeps an 8x32 block of C in 16 vector registers and, for k = 0..kc-1 in order,
 // adds A(i, k) * B(k, j) with one FMA per 16 elements; panels past the edges of A and B are
 // zero-padded when packed, and the stores are masked (a panel with at most 16 columns left uses
-// the 8x16 variant). C = alpha * (the first K block) + beta * C, then C += alpha * (each further
+// the 8x16 variant). When op(A) and C outgrow L2, each micro-kernel also prefetches the next
+// tile's C rows and, for an A read in place, its A rows (software prefetch: the hardware's
+// does not follow 8 rows 1 KB apart in time). C = alpha * (the first K block) + beta * C, then C += alpha * (each further
 // K block); a bias (one value per column of C, gemm_bias) is added where the first K block is
 // written. The row sums of a transposed A (gemm_row_sums) are added up by the micro-kernel of
 // C's first columns from the values it broadcasts, in double and in k order across the K blocks.
@@ -56,6 +58,7 @@ constexpr int64_t kMr = 8, kNr = 32;  // micro-kernel tile of C
 constexpr int64_t kKcMax = 256;  // K blocks: the A block (mc, kc) stays in L2, a B panel (kc, 32) in L1
 constexpr int64_t kNc = 4096;  // columns of C per packed B block (bounds the B buffer to 8 MB)
 constexpr int64_t kMcMax = 128;  // rows of C per unit of parallel work (bounds the A buffer to 256 KB)
+constexpr int64_t kPrefetchBytes = 1 << 20;  // op(A) and C together larger than this: prefetch
 constexpr int64_t kColumnSplitMaxM = 256;  // at most this many rows of C: threads split columns (K blocks > 1)
 // A transposed A is read in place rather than packed when its rows are at most this many floats
 // apart (1 KB): a panel's kc rows then touch few pages, and packing would copy all of A once for
@@ -157,8 +160,8 @@ MINIDL_AVX512 void pack_b_panel(const float* B, int64_t ldb, bool trans_b, int64
 // from the values the broadcasts read; sums holds 8 doubles, zeroed here on the first K block.
 template <int NV, bool kRowsA, bool kRowSums = false>
 MINIDL_AVX512 void micro_kernel(int64_t kc, const float* a, int64_t a_step, const float* b, float* c, int64_t ldc,
-                                int64_t mr, int64_t nr, bool first, float alpha, float beta, const float* bias,
-                                double* sums = nullptr) {
+                                int64_t mr, int64_t nr, bool first, bool prefetch, float alpha, float beta,
+                                const float* bias, double* sums = nullptr) {
   static_assert(!(kRowSums && kRowsA), "row sums are read from a k-major A");
   __m512 acc[kMr][NV];
   for (int r = 0; r < kMr; ++r)
@@ -166,7 +169,17 @@ MINIDL_AVX512 void micro_kernel(int64_t kc, const float* a, int64_t a_step, cons
   __m512d row_sums = _mm512_setzero_pd();
   if constexpr (kRowSums)
     if (!first) row_sums = _mm512_loadu_pd(sums);
+  // prefetch: the next tile down (8 rows on): its C rows, and its A rows when read in place,
+  // requested while this one computes; from DRAM, a first touch otherwise stalls the FMAs.
+  if (prefetch)
+    for (int r = 0; r < kMr; ++r) {
+      __builtin_prefetch(c + (kMr + r) * ldc, 1, 3);
+      if (NV == 2) __builtin_prefetch(c + (kMr + r) * ldc + 16, 1, 3);
+    }
   for (int64_t k = 0; k < kc; ++k) {
+    if constexpr (kRowsA)
+      if (prefetch && k % 16 == 0)  // a line of each of the next tile's 8 rows every 16 k
+        for (int r = 0; r < kMr; ++r) __builtin_prefetch(a + (kMr + r) * a_step + k, 0, 3);
     __m512 bv[NV];
     for (int v = 0; v < NV; ++v) bv[v] = _mm512_load_ps(b + k * kNr + 16 * v);
     if constexpr (kRowSums) row_sums = _mm512_add_pd(row_sums, _mm512_cvtps_pd(_mm256_loadu_ps(a + k * a_step)));
@@ -210,6 +223,9 @@ MINIDL_AVX512 void packed_gemm(int64_t M, int64_t N, int64_t K, const float* A, 
   // Rows of C per unit of work: a multiple of 8, at most kMcMax, about 4 units when M is small.
   const int64_t mc = std::clamp<int64_t>(((M + 3) / 4 + kMr - 1) / kMr * kMr, kMr, kMcMax);
   const int64_t m_blocks = (M + mc - 1) / mc;
+  // Prefetch ahead in the micro-kernel only when op(A) and C outgrow L2: for operands already in
+  // cache the extra instructions cost a few percent.
+  const bool prefetch = (M * K + M * N) * static_cast<int64_t>(sizeof(float)) > kPrefetchBytes;
   // One unit of work: rows i0.. of C (one block of mc) times the K block pc.. (kc long) of op(B),
   // packed at bp (panels of kNr columns, kc rows each); ap: this thread's A packing buffer.
   auto block = [&](int64_t blk, int64_t jc, int64_t nc, int64_t pc, int64_t kc, const float* bp, float* ap) {
@@ -232,21 +248,23 @@ MINIDL_AVX512 void packed_gemm(int64_t M, int64_t N, int64_t K, const float* A, 
         if (direct_a(q) && !trans_a) {
           const float* a = A + i * lda + pc;
           if (nr > 16)
-            micro_kernel<2, true>(kc, a, lda, bpanel, c, ldc, mr, nr, first, alpha, beta, bj);
+            micro_kernel<2, true>(kc, a, lda, bpanel, c, ldc, mr, nr, first, prefetch, alpha, beta, bj);
           else
-            micro_kernel<1, true>(kc, a, lda, bpanel, c, ldc, mr, nr, first, alpha, beta, bj);
+            micro_kernel<1, true>(kc, a, lda, bpanel, c, ldc, mr, nr, first, prefetch, alpha, beta, bj);
         } else {
           const bool in_place = direct_a(q);  // transposed A: column i of row pc onwards
           const float* a = in_place ? A + pc * lda + i : ap + q * kMr * kc;
           const int64_t a_step = in_place ? lda : kMr;
           if (row_sums && j == 0 && nr > 16)  // the row sums ride along with C's first columns
-            micro_kernel<2, false, true>(kc, a, a_step, bpanel, c, ldc, mr, nr, first, alpha, beta, bj, row_sums + i);
+            micro_kernel<2, false, true>(kc, a, a_step, bpanel, c, ldc, mr, nr, first, prefetch, alpha, beta, bj,
+                                         row_sums + i);
           else if (row_sums && j == 0)
-            micro_kernel<1, false, true>(kc, a, a_step, bpanel, c, ldc, mr, nr, first, alpha, beta, bj, row_sums + i);
+            micro_kernel<1, false, true>(kc, a, a_step, bpanel, c, ldc, mr, nr, first, prefetch, alpha, beta, bj,
+                                         row_sums + i);
           else if (nr > 16)
-            micro_kernel<2, false>(kc, a, a_step, bpanel, c, ldc, mr, nr, first, alpha, beta, bj);
+            micro_kernel<2, false>(kc, a, a_step, bpanel, c, ldc, mr, nr, first, prefetch, alpha, beta, bj);
           else
-            micro_kernel<1, false>(kc, a, a_step, bpanel, c, ldc, mr, nr, first, alpha, beta, bj);
+            micro_kernel<1, false>(kc, a, a_step, bpanel, c, ldc, mr, nr, first, prefetch, alpha, beta, bj);
         }
       }
     }
