@@ -1,7 +1,8 @@
 // tests/kernels/test_cpu_gemm.cpp — the packed AVX-512 float GEMM (kernels/cpu/gemm_avx512.cpp)
 // and Eigen's path (gemm_eigen) against gemm_reference (the plain triple loop, here on float64
 // copies of the operands): all four transpose combinations, sizes that are not multiples of the
-// 8x32 tile, K = 1 and K = 0, K past one K block and N past one column block, alpha and beta (0:
+// 8x32 tile, K = 1 and K = 0, K past one K block and N past one column block, operands large
+// enough for the micro-kernel's prefetching, alpha and beta (0:
 // C is write-only, a NaN there is ignored; 1; other), leading dimensions wider than the matrices
 // (the gaps stay untouched), and the same bits with 1 and 2 threads. Skipped, saying so, on a CPU
 // without AVX-512F (gemm() then never uses the kernel). gemm_bias (a bias added to every row of
@@ -106,6 +107,10 @@ TEST(CpuGemm, PackedHandlesWideLeadingDimensionsAndBlockEdges) {
     check({40, 70, 30}, true, false, 1.0f, 0.5f, pad);
     check({24, 64, 700}, true, false, 1.0f, 0.0f, pad);
   }
+  // op(A) and C together past 1 MB: the micro-kernel prefetches the next tile's rows (past the
+  // last row of C too, which must stay harmless), ragged in M and N
+  for (bool ta : {false, true})
+    for (float beta : {0.0f, 0.5f}) check({1003, 200, 70}, ta, true, 1.0f, beta, 0);
 }
 
 TEST(CpuGemm, PackedWithEmptyKOrZeroAlphaScalesC) {
