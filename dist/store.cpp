@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <stdexcept>
+#include <thread>
 
 #include "minidl/dist/store_protocol.h"
 
@@ -20,6 +21,7 @@ namespace {
 // How long a client waits for a reply beyond the server-side timeout of a blocking request,
 // before it decides the server is gone.
 constexpr auto kReplyGrace = std::chrono::seconds(10);
+constexpr auto kHelloRetryMax = std::chrono::milliseconds(500);  // the longest pause between hellos
 
 // 'a', 'b', 'c' — the first 10 keys, then how many more.
 std::string quoted_keys(const std::vector<std::string>& keys) {
@@ -74,17 +76,30 @@ TCPStore::TCPStore(std::string host, TCPStoreOptions options)
   } else if (port_ == 0) {
     throw std::runtime_error("TCPStore: a client needs the server's port (options.port is 0)");
   }
-  try {
-    socket_ = connect_tcp(host_, port_, Clock::now() + timeout_);
-  } catch (const OutOfDescriptors& e) {
-    throw OutOfDescriptors(std::string("TCPStore: ") + e.what());  // at once: no waiting helps
-  } catch (const std::exception& e) {
-    throw std::runtime_error(std::string("TCPStore: ") + e.what() + " (gave up after " + format_seconds(timeout_) +
-                             ")");
+  // Connect and say hello; again on a fresh connection, while the timeout lasts, when the server
+  // closes this one unanswered: a server short of descriptors, or crowded by connections that
+  // never say hello, closes the oldest one still waiting for its hello to make room, and that
+  // may be ours. An answer (the token refused) is final.
+  const auto deadline = Clock::now() + timeout_;
+  for (auto backoff = std::chrono::milliseconds(10);; backoff = std::min(2 * backoff, kHelloRetryMax)) {
+    try {
+      socket_ = connect_tcp(host_, port_, deadline);
+    } catch (const OutOfDescriptors& e) {
+      throw OutOfDescriptors(std::string("TCPStore: ") + e.what());  // at once: no waiting helps
+    } catch (const std::exception& e) {
+      throw std::runtime_error(std::string("TCPStore: ") + e.what() + " (gave up after " + format_seconds(timeout_) +
+                               ")");
+    }
+    try {
+      uint8_t status = 0;
+      request(Writer().u8(kHello).str(token).body(), std::chrono::milliseconds(0),
+              "TCPStore: the store at " + host_ + ":" + std::to_string(port_) + " refused this client", &status);
+      return;
+    } catch (const std::runtime_error&) {
+      if (socket_.valid() || Clock::now() + backoff >= deadline) throw;  // answered, or out of time
+    }
+    std::this_thread::sleep_for(backoff);
   }
-  uint8_t status = 0;
-  request(Writer().u8(kHello).str(token).body(), std::chrono::milliseconds(0),
-          "TCPStore: the store at " + host_ + ":" + std::to_string(port_) + " refused this client", &status);
 }
 
 TCPStore::~TCPStore() {

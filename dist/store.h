@@ -52,7 +52,8 @@ std::string generate_store_token();
 class TCPStore {
  public:
   // host: the server's address (MASTER_ADDR). Throws std::runtime_error if the server cannot
-  // listen or the client cannot connect within options.timeout.
+  // listen, or the client is not admitted within options.timeout: a connection the server closes
+  // before answering its hello (one evicted to make room) is made again until then.
   TCPStore(std::string host, TCPStoreOptions options);
   ~TCPStore();
   TCPStore(const TCPStore&) = delete;

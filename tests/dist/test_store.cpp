@@ -1,5 +1,6 @@
 // tests/dist/test_store.cpp — TCPStore: set/get/add/wait/check/delete from threads and forked
-// processes, timeouts that name the key, connect retries, and a server that survives malformed
+// processes, timeouts that name the key, connect retries (also after a connection closed before
+// its hello was answered), and a server that survives malformed
 // and oversized messages; and find_free_port, which the store's tests and the launcher use: a
 // port outside the kernel's ephemeral range. Everything on 127.0.0.1.
 #include <sys/socket.h>
@@ -223,6 +224,38 @@ TEST(TCPStore, ClientRetriesUntilTheServerIsUp) {
   server.set("hello", "world");
   client_thread.join();
   EXPECT_EQ(got, "world");
+}
+
+// A server crowded by connections that never say hello closes the oldest one still waiting for
+// its hello, which can be a real client's whose hello is not in yet: the client connects again.
+// Here a stand-in server closes the first connection unread and answers the second one's hello.
+TEST(TCPStore, ClientWhoseConnectionIsClosedBeforeItsHelloConnectsAgain) {
+  using namespace minidl::dist::protocol;
+  auto listener = minidl::dist::listen_tcp(kHost, 0, /*bind_all=*/false);
+  const uint16_t port = minidl::dist::local_port(listener.fd());
+  const timeval five_seconds{5, 0};  // accept() gives up after this (a client that never comes back)
+  ASSERT_EQ(::setsockopt(listener.fd(), SOL_SOCKET, SO_RCVTIMEO, &five_seconds, sizeof(five_seconds)), 0);
+  std::atomic<int> accepted{0};
+  std::thread server([&] {
+    const int first = ::accept(listener.fd(), nullptr, nullptr);
+    if (first < 0) return;
+    ::close(first);  // evicted before its hello is read
+    ++accepted;
+    minidl::dist::Socket second(::accept(listener.fd(), nullptr, nullptr));
+    if (!second.valid()) return;
+    ++accepted;
+    try {
+      std::string hello;
+      if (recv_frame(second.fd(), hello, minidl::dist::Clock::now() + 5s) &&
+          hello == Writer().u8(kHello).str("").body())
+        send_frame(second.fd(), Writer().u8(kOk).body());
+      char c;  // until the client closes
+      (void)!minidl::dist::recv_all(second.fd(), &c, 1, minidl::dist::Clock::now() + 5s);
+    } catch (const std::exception&) {}
+  });
+  EXPECT_NO_THROW(TCPStore(kHost, {.port = port, .timeout = 5s, .token = ""}));
+  server.join();
+  EXPECT_EQ(accepted.load(), 2);
 }
 
 TEST(TCPStore, ConnectTimeoutNamesTheAddress) {
