@@ -36,8 +36,9 @@ constexpr size_t kFingerprintBytes = 448;
 // preempted and made a 4 KB all-reduce 3x slower when other processes ran; with them, a spin
 // costs little even then. A sleeping rank is expensive to wake in a virtual machine (its idle
 // vCPU halts and the host must resume it): on two vCPUs, 1 ms instead of 20 us made a 1 MB
-// all-reduce 4x faster (bench_allreduce, median 602 -> 130 us), the mlp's two-process step
-// 1.39 -> 1.14 ms (mean), and did not slow a 4 KB all-reduce beside a busy loop (docs/benchmarks.md).
+// all-reduce 4x faster (bench_allreduce, median 602 -> 130 us) and the mlp's two-process step
+// 1.39 -> 1.14 ms (mean); beside a busy loop a 4 KB all-reduce's mean went 13.7 -> 10.8 us and
+// its median 9.9 -> 11.9 us (docs/benchmarks.md).
 constexpr auto kSpin = std::chrono::microseconds(1000);
 // While asleep, wake this often to check the deadline and whether the awaited ranks still live.
 constexpr auto kCheckEvery = milliseconds(5);

@@ -17,15 +17,15 @@
 //
 // The micro-kernel keeps an 8x32 block of C in 16 vector registers and, for k = 0..kc-1 in order,
 // adds A(i, k) * B(k, j) with one FMA per 16 elements; panels past the edges of A and B are
-// zero-padded when packed, and the stores are masked (a panel with at most 16 columns left uses
-// the 8x16 variant). When op(A) and C outgrow L2, each micro-kernel also prefetches the next
-// tile's C rows and, for an A read in place, its A rows (software prefetch: the hardware's
-// does not follow 8 rows 1 KB apart in time). C = alpha * (the first K block) + beta * C, then C += alpha * (each further
-// K block); a bias (one value per column of C, gemm_bias) is added where the first K block is
-// written. The row sums of a transposed A (gemm_row_sums) are added up by the micro-kernel of
-// C's first columns from the values it broadcasts, in double and in k order across the K blocks.
-// So every element of C is summed in the same order whatever the thread count, and whatever the
-// split (rows or columns are only units of work): bit-identical for any thread count.
+// zero-padded when packed, and the stores are masked (a panel with at most 16 columns left uses the
+// 8x16 variant). When op(A) and C outgrow L2, each micro-kernel also prefetches the next tile's C
+// rows and, for an A read in place, its A rows (software prefetch: the hardware's does not follow 8
+// rows a row's length apart). C = alpha * (the first K block) + beta * C, then C += alpha * (each
+// further K block); a bias (one value per column of C, gemm_bias) is added where the first K block
+// is written. The row sums of a transposed A (gemm_row_sums) are added up by the micro-kernel of
+// C's first columns from the values it broadcasts, in double and in k order across the K blocks. So
+// every element of C is summed in the same order whatever the thread count, and whatever the split
+// (rows or columns are only units of work): bit-identical for any thread count.
 // Tested against Eigen's path and gemm_reference by tests/kernels/test_cpu_gemm.cpp; GFLOP/s
 // against Eigen (and gemm() against gemm_reference): examples/bench_gemm.cpp.
 // GCC 12 reports false "maybe-uninitialized" warnings inside its own AVX-512 headers.

@@ -1,13 +1,12 @@
-// tests/kernels/test_cpu_gemm.cpp — the packed AVX-512 float GEMM (kernels/cpu/gemm_avx512.cpp)
-// and Eigen's path (gemm_eigen) against gemm_reference (the plain triple loop, here on float64
-// copies of the operands): all four transpose combinations, sizes that are not multiples of the
-// 8x32 tile, K = 1 and K = 0, K past one K block and N past one column block, operands large
-// enough for the micro-kernel's prefetching, alpha and beta (0:
-// C is write-only, a NaN there is ignored; 1; other), leading dimensions wider than the matrices
-// (the gaps stay untouched), and the same bits with 1 and 2 threads. Skipped, saying so, on a CPU
-// without AVX-512F (gemm() then never uses the kernel). gemm_bias (a bias added to every row of
-// C) on every path; gemm_row_sums (the row sums of op(A) alongside the product) against
-// gemm_row_sums_reference, on every path.
+// tests/kernels/test_cpu_gemm.cpp — the packed AVX-512 float GEMM (kernels/cpu/gemm_avx512.cpp) and
+// Eigen's path (gemm_eigen) against gemm_reference (the plain triple loop, here on float64 copies
+// of the operands): all four transpose combinations, sizes that are not multiples of the 8x32 tile,
+// K = 1 and K = 0, K past one K block and N past one column block, operands large enough for the
+// micro-kernel's prefetching, alpha and beta (0: C is write-only, a NaN there is ignored; 1;
+// other), leading dimensions wider than the matrices (the gaps stay untouched), and the same bits
+// with 1 and 2 threads. Skipped, saying so, on a CPU without AVX-512F (gemm() then never uses the
+// kernel). gemm_bias (a bias added to every row of C) on every path; gemm_row_sums (the row sums of
+// op(A) alongside the product) against gemm_row_sums_reference, on every path.
 #include <gtest/gtest.h>
 
 #include <cmath>
