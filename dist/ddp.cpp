@@ -44,28 +44,37 @@ void DistributedDataParallel::broadcast_buffers(int root) {
   broadcast_coalesced(*group_, synced_buffers_, root);
 }
 
-// Reverse registration order; a new bucket when the cap is reached or the dtype changes.
+// Reverse registration order, PyTorch's rule (compute_bucket_assignment_by_size): a parameter
+// joins the open bucket, and the bucket closes once it holds at least its cap — the first bucket's
+// cap is first_bucket_cap_mb, the others' bucket_cap_mb. So a parameter larger than the cap closes
+// the bucket it lands in (the CNN's 1.6 MB fc1 weight rides in the first bucket, launched early in
+// backward, instead of waiting for the convolutions). A parameter of another dtype or device
+// closes the open bucket first (PyTorch keeps one open bucket per dtype and device instead).
 void DistributedDataParallel::build_buckets() {
   double cap = options_.first_bucket_cap_mb * 1024 * 1024;
   double bytes = 0;
+  bool open = false;  // the last bucket still takes parameters
   std::vector<int64_t> numel;  // numel[j]: bucket j's elements so far
   for (size_t k = params_.size(); k-- > 0;) {
     const Param& p = params_[k];
     const double nbytes = static_cast<double>(p.var.numel() * static_cast<int64_t>(element_size(p.var.dtype())));
-    const Variable* first = buckets_.empty() ? nullptr : &params_[buckets_.back().params.front()].var;
-    const bool new_bucket = first == nullptr || (bytes > 0 && bytes + nbytes > cap) ||
-                            first->dtype() != p.var.dtype() || first->device() != p.var.device();
-    if (new_bucket) {
+    if (open) {
+      const Variable& first = params_[buckets_.back().params.front()].var;
+      open = first.dtype() == p.var.dtype() && first.device() == p.var.device();
+    }
+    if (!open) {
       if (!buckets_.empty()) cap = options_.bucket_cap_mb * 1024 * 1024;
       buckets_.push_back({});
       numel.push_back(0);
       bytes = 0;
+      open = true;
     }
     slots_[k].bucket = buckets_.size() - 1;
     slots_[k].offset = numel.back();
     numel.back() += p.var.numel();
     buckets_.back().params.push_back(k);
     bytes += nbytes;
+    if (bytes >= cap) open = false;
   }
   // Each bucket, on its parameters' device, in memory the group reaches directly (shared memory:
   // reduced in place between the ranks' buckets, no copies through the group's segment), padded

@@ -139,27 +139,32 @@ TEST(DDP, TinyBucketsGiveIdenticalGradientsAndOverlapBackward) {
     int early_default, early_tiny;
     size_t n_default, n_tiny;
     auto a = grads(25.0, &early_default, &n_default);
-    auto b = grads(1e-4, &early_tiny, &n_tiny);  // ~100 bytes: one bucket per parameter
-    require(n_tiny == 6, "one bucket per parameter, got " + std::to_string(n_tiny));
+    // ~100-byte caps: each parameter reaches the cap and closes its bucket, except the 40-byte last
+    // bias, which shares the last weight's: 5 buckets, as PyTorch's rule gives
+    // (torch.distributed._compute_bucket_assignment_by_size: [[0, 1], [2], [3], [4], [5]])
+    auto b = grads(1e-4, &early_tiny, &n_tiny);
+    require(n_tiny == 5, "5 buckets, got " + std::to_string(n_tiny));
     for (size_t i = 0; i < a.size(); ++i) require_close(b[i], a[i], 0, 0, "gradient " + std::to_string(i));
     require(early_tiny >= 1, "the first bucket's all-reduce started before backward ended");
     dist::shutdown();
   });
 }
 
-TEST(DDP, BucketsFollowReverseRegistrationOrderWithAOneMegabyteFirstBucket) {
+TEST(DDP, BucketsFollowReverseRegistrationOrderAndCloseOnceTheyReachTheirCap) {
   dist::spawn(2, [](int) {
     init_world();
     nn::CNN model;  // classifier.1.weight is 3136*128*4 bytes = 1.6 MB
     dist::DistributedDataParallel ddp(model);
     auto names = ddp.bucket_parameter_names();
-    // first bucket (cap 1 MB): classifier.3.bias, classifier.3.weight, classifier.1.bias; the
-    // 1.6 MB classifier.1.weight opens the second (cap 25 MB), which takes everything else
+    // PyTorch's rule (torch.distributed._compute_bucket_assignment_by_size with the caps 1 MB, 25 MB
+    // on these sizes: [[0, 1, 2, 3], [4, ..., 11]]): the first bucket takes parameters until it
+    // holds 1 MB, so the 1.6 MB classifier.1.weight closes it; the second takes the rest.
     require(names.size() == 2, "2 buckets, got " + std::to_string(names.size()));
-    require(names[0] == std::vector<std::string>{"classifier.3.bias", "classifier.3.weight", "classifier.1.bias"},
-            "first bucket holds the last three parameters");
-    require(names[1].front() == "classifier.1.weight", "the 1.6 MB weight does not fit the 1 MB first bucket");
-    require(names[1].back() == "features.0.weight", "last bucket ends with the first parameter");
+    require(names[0] == std::vector<std::string>{"classifier.3.bias", "classifier.3.weight", "classifier.1.bias",
+                                                 "classifier.1.weight"},
+            "the first bucket holds the classifier");
+    require(names[1].size() == 8 && names[1].back() == "features.0.weight",
+            "the second bucket holds the 8 feature parameters, ending with the first parameter");
     dist::shutdown();
   });
 }

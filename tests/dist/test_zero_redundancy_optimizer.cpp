@@ -162,7 +162,7 @@ TEST(ZeroRedundancyOptimizer, AdamThreeRanksOnAllReducedGradientsBitIdenticalToP
 // Small buckets: several of them, each padded to a multiple of 3 and cut into 3 slabs, and
 // parameters split at their slab boundaries.
 TEST(ZeroRedundancyOptimizer, AdamWParamGroupsThreeRanksSmallBucketsBitIdenticalToPlainAdamW) {
-  zero_matches_plain(3, adamw(), true, "shm", true, {.bucket_cap_mb = 0.1, .first_bucket_cap_mb = 0.01});
+  zero_matches_plain(3, adamw(), true, "shm", true, {.bucket_cap_mb = 0.1, .first_bucket_cap_mb = 0.001});
 }
 TEST(ZeroRedundancyOptimizer, SgdMomentumThreeRanksBitIdenticalToPlainSgd) {
   zero_matches_plain(3, sgd_momentum(), false);
@@ -669,9 +669,9 @@ std::unique_ptr<nn::Module> fresh(const std::string& name) {
   return nn::make_model(name);
 }
 
-// Buckets of at most ~26k elements: the MLP's parameters span several, and its 784x256 weight is
-// split over buckets' slabs.
-const dist::DDPOptions kSmallBuckets{.bucket_cap_mb = 0.1, .first_bucket_cap_mb = 0.01};
+// Small caps: the MLP's parameters fall into three buckets of two parameters each, and its 784x256
+// weight is split over its bucket's slabs.
+const dist::DDPOptions kSmallBuckets{.bucket_cap_mb = 0.1, .first_bucket_cap_mb = 0.001};
 
 // N ranks, 4 steps of `make` under DDP with small buckets, three ways in the same ranks: the plain
 // optimizer, ZeRO gathering at step, ZeRO gathering before use. The optimizer state (consolidated
