@@ -18,10 +18,11 @@
 //    rank has mapped it (a store barrier) rank 0 unlinks the name: a killed job leaves nothing in
 //    /dev/shm. Each rank writes its pid into the segment.
 //  - Barriers: a counter of arrivals and a 32-bit generation word in the segment. The last rank
-//    to arrive bumps the generation; the others spin on it for a few µs, then sleep in
+//    to arrive bumps the generation; the others spin on it for up to 1 ms, yielding the core
+//    between rounds of a microsecond or two (dist/shm_segment.h says why so long), then sleep in
 //    futex(FUTEX_WAIT) (shared, not FUTEX_PRIVATE_FLAG: the word is in another process's mapping
 //    too), waking every few ms to check the timeout and whether a rank they wait for has exited
-//    (kill(pid, 0) / a zombie in /proc/<pid>/stat). Nothing spins for more than 20 µs at a time.
+//    (kill(pid, 0) / a zombie in /proc/<pid>/stat).
 //  - all_reduce: reduce-scatter + all-gather in pieces of slot_bytes per rank (so any size goes
 //    through a bounded segment, and one piece stays in cache). Rank r copies the parts of its
 //    piece that other ranks reduce into its slot, all wait, rank r reduces part r over every
