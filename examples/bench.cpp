@@ -27,8 +27,11 @@
 // Element-wise ops, norms, softmax and the optimizer are not counted. peak_rss_mb is the
 // process's peak resident memory (ru_maxrss; summed over processes with --nproc); step_mem_mb is
 // that peak minus the resident memory just before the first step (what training adds on top of
-// the model, its optimizer state and the input batch); page_faults_per_step counts minor page
-// faults during the timed steps (fresh memory being mapped).
+// the model, its optimizer state and the input batch); step_alloc_mb is the same for the bytes
+// CPU tensors hold (the caching allocator's peak, tensor/cpu_allocator.h, as PyTorch's
+// torch.cuda.max_memory_allocated; summed over processes), without what the allocator keeps
+// cached beside them; page_faults_per_step counts minor page faults during the timed steps (fresh
+// memory being mapped).
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -52,6 +55,7 @@
 #include "minidl/kernels/cpu/parallel.h"
 #include "minidl/nn/models.h"
 #include "minidl/optim/sgd.h"
+#include "minidl/tensor/cpu_allocator.h"
 #include "minidl/tensor/tensor_all.h"
 #include "zoo/zoo.h"
 
@@ -180,6 +184,7 @@ long minor_faults() {
 struct Result {
   double seconds = 0;  // timed steps
   long rss_before_kb = 0, peak_kb = 0;
+  double alloc_before = 0, alloc_peak = 0;  // bytes CPU tensors hold: before the first step, peak
   long faults = 0;  // minor page faults during the timed steps
   std::string profile;  // one "name fwd_ms bwd_ms fwd_calls bwd_calls" line per op kind
 };
@@ -224,6 +229,8 @@ Result run(const Args& a, int64_t local, bool use_ddp) {
   const Tensor &x = batch.x, &y = batch.y;
   Result r;
   r.rss_before_kb = rss_kb_now();
+  r.alloc_before = static_cast<double>(cpu_allocator_stats().allocated);
+  cpu_reset_peak_memory_stats();
   Clock::time_point t0;
   for (int s = -a.warmup; s < a.steps; ++s) {
     if (s == 0) {
@@ -256,19 +263,22 @@ Result run(const Args& a, int64_t local, bool use_ddp) {
     autograd::profiler::enable(false);
   }
   r.peak_kb = peak_rss_kb();
+  r.alloc_peak = static_cast<double>(cpu_allocator_stats().peak_allocated);
   return r;
 }
 
 std::string to_message(const Result& r) {
   std::ostringstream os;
   os.precision(17);
-  os << r.seconds << ' ' << r.rss_before_kb << ' ' << r.peak_kb << ' ' << r.faults << '\n' << r.profile;
+  os << r.seconds << ' ' << r.rss_before_kb << ' ' << r.peak_kb << ' ' << r.alloc_before << ' ' << r.alloc_peak << ' '
+     << r.faults << '\n'
+     << r.profile;
   return os.str();
 }
 Result from_message(const std::string& s) {
   std::istringstream is(s);
   Result r;
-  is >> r.seconds >> r.rss_before_kb >> r.peak_kb >> r.faults;
+  is >> r.seconds >> r.rss_before_kb >> r.peak_kb >> r.alloc_before >> r.alloc_peak >> r.faults;
   is.get();
   std::getline(is, r.profile, '\0');
   return r;
@@ -300,8 +310,10 @@ int main(int argc, char** argv) {
   }
   double seconds = 0;  // the slowest rank sets the pace
   long peak = 0, before = 0, faults = 0;
+  double alloc = 0;  // bytes
   for (const auto& r : results) {
     faults += r.faults;
+    alloc += r.alloc_peak - r.alloc_before;
     seconds = std::max(seconds, r.seconds);
     peak += r.peak_kb;
     before += r.rss_before_kb;
@@ -311,9 +323,10 @@ int main(int argc, char** argv) {
   std::printf(
       "{\"model\": \"%s\", \"batch\": %lld, \"threads\": %d, \"processes\": %d, \"steps\": %d, "
       "\"step_ms\": %.3f, \"images_per_s\": %.1f, \"gflops_per_s\": %.2f, \"peak_rss_mb\": %.1f, "
-      "\"step_mem_mb\": %.1f, \"page_faults_per_step\": %.1f, \"precision\": \"%s\"}\n",
+      "\"step_mem_mb\": %.1f, \"step_alloc_mb\": %.1f, \"page_faults_per_step\": %.1f, \"precision\": \"%s\"}\n",
       a.model.c_str(), static_cast<long long>(a.batch), a.threads, a.nproc, a.steps, 1e3 * seconds / a.steps, ips,
-      gflops, peak / 1024.0, (peak - before) / 1024.0, static_cast<double>(faults) / a.steps, a.bf16 ? "bf16" : "fp32");
+      gflops, peak / 1024.0, (peak - before) / 1024.0, alloc / (1024.0 * 1024.0), static_cast<double>(faults) / a.steps,
+      a.bf16 ? "bf16" : "fp32");
   if (a.profile) std::printf("profile of rank 0, %d steps:\n%s", a.steps, results[0].profile.c_str());
   return 0;
 }

@@ -8,5 +8,8 @@ namespace minidl {
 
 kernels::CachingAllocatorStats cpu_allocator_stats();
 void cpu_empty_cache();
+// peak_allocated and peak_reserved start again from what is allocated and reserved now (PyTorch's
+// torch.cuda.reset_peak_memory_stats, for the CPU cache).
+void cpu_reset_peak_memory_stats();
 
 }  // namespace minidl

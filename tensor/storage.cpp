@@ -59,6 +59,7 @@ CpuOutOfMemoryError::CpuOutOfMemoryError(size_t nbytes, const std::string& detai
 
 kernels::CachingAllocatorStats cpu_allocator_stats() { return cpu_cache().stats(); }
 void cpu_empty_cache() { cpu_cache().empty_cache(); }
+void cpu_reset_peak_memory_stats() { cpu_cache().reset_peak(); }
 
 Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), device_(device) {
   if (device.is_cpu()) {

@@ -185,6 +185,18 @@ TEST(FastPaths, SteadyStateTrainingStepMapsNoNewMemory) {
   EXPECT_GT(after.cache_hits, before.cache_hits);
 }
 
+// cpu_reset_peak_memory_stats: the peak starts again from what is held now, then follows new highs.
+TEST(FastPaths, ResetPeakMemoryStatsStartsThePeakFromWhatIsHeldNow) {
+  { const Tensor big = zeros({1 << 20}); }  // 4 MiB held and freed: the peak is at least that
+  ASSERT_GE(cpu_allocator_stats().peak_allocated, cpu_allocator_stats().allocated + (size_t(4) << 20));
+  cpu_reset_peak_memory_stats();
+  const auto now = cpu_allocator_stats();
+  EXPECT_EQ(now.peak_allocated, now.allocated);
+  EXPECT_EQ(now.peak_reserved, now.reserved);
+  { const Tensor two = zeros({1 << 19}); }  // 2 MiB
+  EXPECT_EQ(cpu_allocator_stats().peak_allocated, now.allocated + (size_t(2) << 20));
+}
+
 TEST(FastPaths, ExpAndErfMatchTheLibrary) {
   double worst_exp = 0, worst_erf = 0;
   for (int i = 0; i <= 400000; ++i) {
