@@ -175,7 +175,9 @@ Variable batch_norm_add_relu(const Variable& x, const Variable& residual, Tensor
 }
 
 // max_pool2d(relu(batch_norm(x)), 2) in training: one node, one pass each way at full resolution
-// (tensor/ops_nn.h); other pools, eval mode and CUDA run the composed ops.
+// (tensor/ops_nn.h); other pools, eval mode and CUDA run the composed ops. The node keeps x, the
+// winners' places (with the ReLU's mask) and x at them, not its output: under autocast the next
+// layer keeps a 16-bit copy of that output, and the float32 one is freed.
 Variable batch_norm_relu_max_pool2d(const Variable& x, Tensor running_mean, Tensor running_var, const Variable& weight,
                                     const Variable& bias, bool training, double momentum, double eps,
                                     const Pool2dParams& p) {
@@ -191,8 +193,8 @@ Variable batch_norm_relu_max_pool2d(const Variable& x, Tensor running_mean, Tens
   const BatchNormReluPoolResult r = batch_norm_relu_max_pool2d_forward(x.data(), s.mean, s.invstd, w, b);
   return Variable::make_result(
       r.out, {x, weight, bias},
-      [tx = x.data(), r, s, w](const Tensor& dy) -> std::vector<Tensor> {
-        BatchNormReluPoolGrads g = batch_norm_relu_max_pool2d_backward(dy, tx, r, s.mean, s.invstd, w);
+      [tx = x.data(), saved = r.saved, s, w](const Tensor& dy) -> std::vector<Tensor> {
+        BatchNormReluPoolGrads g = batch_norm_relu_max_pool2d_backward(dy, tx, saved, s.mean, s.invstd, w);
         return {g.dx, g.grad_weight, g.grad_bias};
       },
       "BatchNormReluMaxPool2dBackward");

@@ -129,10 +129,16 @@ BatchNormGatheredStats batch_norm_gather_stats_with_counts(const Tensor& rows, d
 // ---- batch norm + ReLU + 2x2 max-pool, stride 2, no padding, as one op (CPU) ----
 // x (N, C, H, W) -> max_pool2d(relu(batch_norm_elemt(x, ...)), 2), the same bits, without writing
 // the full-resolution normalised values. H, W >= 2 (a last odd row / column is dropped).
+// What the backward needs of the forward (not its output: the ReLU's mask rides in window_argmax).
+struct BatchNormReluPoolSaved {
+  // uint8 (N, C, H/2, W/2): the winner's place in its window, 2 * dh + dw, plus 4 where the ReLU
+  // passes the gradient (the output is > 0 or NaN)
+  Tensor window_argmax;
+  Tensor x_at_max;  // (N, C, H/2, W/2): x at the winner
+};
 struct BatchNormReluPoolResult {
   Tensor out;  // (N, C, H/2, W/2)
-  Tensor window_argmax;  // uint8 (N, C, H/2, W/2): the winner's place in its window, 2 * dh + dw
-  Tensor x_at_max;  // (N, C, H/2, W/2): x at the winner
+  BatchNormReluPoolSaved saved;
 };
 BatchNormReluPoolResult batch_norm_relu_max_pool2d_forward(const Tensor& x, const Tensor& mean, const Tensor& invstd,
                                                            const Tensor& weight, const Tensor& bias);
@@ -142,7 +148,7 @@ struct BatchNormReluPoolGrads {
 // Training-mode backward (mean / invstd are the batch's): the gradients of the composed
 // batch_norm (batch statistics) -> relu -> max_pool2d, summing only the windows' winners.
 BatchNormReluPoolGrads batch_norm_relu_max_pool2d_backward(const Tensor& dout, const Tensor& x,
-                                                           const BatchNormReluPoolResult& fwd, const Tensor& mean,
+                                                           const BatchNormReluPoolSaved& saved, const Tensor& mean,
                                                            const Tensor& invstd, const Tensor& weight);
 
 // ---- layer norm over the last `normalized` dims ----

@@ -330,32 +330,31 @@ BatchNormReluPoolResult batch_norm_relu_max_pool2d_forward(const Tensor& x_in, c
   const auto m = detail::cpu_values(mean), is = detail::cpu_values(invstd);
   const auto w = values_or_empty(weight), b = values_or_empty(bias);
   const Shape pooled{N, C, H / 2, W / 2};
-  BatchNormReluPoolResult r{Tensor(pooled, x.dtype()), Tensor(pooled, DType::UInt8), Tensor(pooled, x.dtype())};
+  BatchNormReluPoolResult r{Tensor(pooled, x.dtype()), {Tensor(pooled, DType::UInt8), Tensor(pooled, x.dtype())}};
   dispatch_floating(x.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     kernels::cpu::batch_norm_relu_max_pool2d_forward(x.data<T>(), N, C, H, W, m.data(), is.data(), ptr_or_null(w),
-                                                     ptr_or_null(b), r.out.data<T>(), r.window_argmax.data<uint8_t>(),
-                                                     r.x_at_max.data<T>());
+                                                     ptr_or_null(b), r.out.data<T>(),
+                                                     r.saved.window_argmax.data<uint8_t>(), r.saved.x_at_max.data<T>());
   });
   return r;
 }
 
 BatchNormReluPoolGrads batch_norm_relu_max_pool2d_backward(const Tensor& dout_in, const Tensor& x_in,
-                                                           const BatchNormReluPoolResult& fwd, const Tensor& mean,
+                                                           const BatchNormReluPoolSaved& fwd, const Tensor& mean,
                                                            const Tensor& invstd, const Tensor& weight) {
   constexpr const char* op = "batch_norm_relu_max_pool2d_backward";
   require_pool_input(x_in, op);
   const int64_t N = x_in.size(0), C = x_in.size(1), H = x_in.size(2), W = x_in.size(3);
   const Shape pooled{N, C, H / 2, W / 2};
-  require_like_input(fwd.out, fwd.x_at_max, op);
-  if (fwd.out.shape() != pooled || fwd.out.dtype() != x_in.dtype() || !fwd.window_argmax.defined() ||
-      fwd.window_argmax.shape() != pooled || fwd.window_argmax.dtype() != DType::UInt8)
+  if (!fwd.x_at_max.defined() || fwd.x_at_max.shape() != pooled || fwd.x_at_max.dtype() != x_in.dtype() ||
+      !fwd.window_argmax.defined() || fwd.window_argmax.shape() != pooled || fwd.window_argmax.dtype() != DType::UInt8)
     throw std::invalid_argument(std::string(op) + ": the saved forward results do not belong to input " + x_in.desc());
-  require_like_input(dout_in, fwd.out, op);
+  require_like_input(dout_in, fwd.x_at_max, op);
   require_channel_vector(mean, C, op, "mean", false);
   require_channel_vector(invstd, C, op, "invstd", false);
   require_channel_vector(weight, C, op, "weight", true);
-  const Tensor x = x_in.contiguous(), dout = dout_in.contiguous(), out = fwd.out.contiguous();
+  const Tensor x = x_in.contiguous(), dout = dout_in.contiguous();
   const Tensor arg = fwd.window_argmax.contiguous(), x_at = fwd.x_at_max.contiguous();
   const auto m = detail::cpu_values(mean), is = detail::cpu_values(invstd), w = values_or_empty(weight);
   std::vector<double> sum_dy(static_cast<size_t>(C)), sum_dy_xmu(static_cast<size_t>(C));
@@ -363,19 +362,20 @@ BatchNormReluPoolGrads batch_norm_relu_max_pool2d_backward(const Tensor& dout_in
   dispatch_floating(x.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     // the sums over the input's gradient: dout at each window's winner (0 where the ReLU's out is
-    // <= 0) and 0 elsewhere, so only the winners count: the plain reduce over the pooled planes,
-    // with x_at (x at each winner) as x and out as the ReLU's output
-    kernels::cpu::batch_norm_backward_reduce(dout.data<T>(), x_at.data<T>(), N, C, (H / 2) * (W / 2), m.data(),
-                                             sum_dy.data(), sum_dy_xmu.data(), out.data<T>());
+    // <= 0) and 0 elsewhere, so only the winners count: a reduce over the pooled planes, with
+    // x_at (x at each winner) as x and the ReLU's bit of arg as its mask
+    kernels::cpu::batch_norm_relu_max_pool2d_backward_reduce(dout.data<T>(), arg.data<uint8_t>(), x_at.data<T>(), N, C,
+                                                             (H / 2) * (W / 2), m.data(), sum_dy.data(),
+                                                             sum_dy_xmu.data());
     // the sums in x's dtype, as the separate pieces pass them (BatchNormReduce holds tensors)
     std::vector<double> sd(sum_dy.size()), sdx(sum_dy.size());
     for (int64_t c = 0; c < C; ++c) {
       sd[c] = static_cast<T>(sum_dy[c]);
       sdx[c] = static_cast<T>(sum_dy_xmu[c]);
     }
-    kernels::cpu::batch_norm_relu_max_pool2d_backward_elemt(
-        dout.data<T>(), out.data<T>(), arg.data<uint8_t>(), x.data<T>(), N, C, H, W, m.data(), is.data(),
-        ptr_or_null(w), sd.data(), sdx.data(), N * H * W, g.dx.data<T>());
+    kernels::cpu::batch_norm_relu_max_pool2d_backward_elemt(dout.data<T>(), arg.data<uint8_t>(), x.data<T>(), N, C, H,
+                                                            W, m.data(), is.data(), ptr_or_null(w), sd.data(),
+                                                            sdx.data(), N * H * W, g.dx.data<T>());
   });
   if (weight.defined()) {
     std::vector<double> gw(static_cast<size_t>(C));

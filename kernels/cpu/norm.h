@@ -162,6 +162,21 @@ template <class T> inline T relu_grad_bits(T r, T g) {
   std::memcpy(&out, &gb, sizeof out);
   return out;
 }
+// Whether relu_grad_bits(r, g) passes g: r > 0, or r is a NaN.
+template <class T> inline bool relu_keeps(T r) {
+  const T one(1);
+  return relu_grad_bits(r, one) == one;
+}
+// g where bit number `bit` of `flags` is set, else +0, without a branch.
+template <class T> inline T keep_if_bit(uint8_t flags, int bit, T g) {
+  using I = std::conditional_t<sizeof(T) == 4, int32_t, int64_t>;
+  I gb;
+  std::memcpy(&gb, &g, sizeof gb);
+  gb &= -((static_cast<I>(flags) >> bit) & 1);
+  T out;
+  std::memcpy(&out, &gb, sizeof out);
+  return out;
+}
 
 // y[i] = relu((x[i] - m) * scale + b), i < n: batch_norm_elemt's ReLU loop, shared with the fused
 // batch norm + ReLU + max-pool below so that both compute the same bits.
@@ -288,10 +303,16 @@ inline void batch_norm_gather_stats(const double* rows, int64_t R, int64_t C, do
 // batch_norm_elemt(relu) computes them (batch_norm_relu_row) and compared as
 // max_pool2d_plane_forward_2x2 compares them (kernels/cpu/pool.h: row-major order, a later
 // candidate wins if greater, or a NaN while the best is not), so out is the composed ops' output
-// bit for bit. arg (N, C, H/2, W/2) records the winner's place in its window, 2 * dh + dw, and
-// x_at the input there (what the backward's sums need, at a quarter of the input's size).
+// bit for bit. arg (N, C, H/2, W/2) records the winner's place in its window, 2 * dh + dw, in its
+// low two bits, and kReluKeeps when the ReLU passes the gradient there (relu_keeps(out)); x_at
+// the input at the winner (what the backward's sums need, at a quarter of the input's size). The
+// backward needs neither out nor the ReLU's output: autograd keeps x, arg and x_at, not out.
 // A last odd row / column is outside every window (as max_pool2d drops it). Float rows use
 // AVX-512 when the CPU has it (kernels/cpu/pool_avx512.cpp, the same rule 16 outputs at a time).
+inline constexpr int kReluKeepsBit = 2;  // bit 2 of arg: the ReLU passes the winner's gradient
+inline constexpr uint8_t kReluKeeps = 1 << kReluKeepsBit;
+inline constexpr uint8_t kWindowPlace = 3;  // in arg: the winner's place 2 * dh + dw
+
 template <class T>
 void batch_norm_relu_max_pool2d_forward(const T* x, int64_t N, int64_t C, int64_t H, int64_t W, const double* mean,
                                         const double* invstd, const double* weight, const double* bias, T* out,
@@ -328,7 +349,7 @@ void batch_norm_relu_max_pool2d_forward(const T* x, int64_t N, int64_t C, int64_
           consider(z1[2 * ow], x1[2 * ow], 2);
           consider(z1[2 * ow + 1], x1[2 * ow + 1], 3);
           yo[oh * Wo + ow] = best;
-          ao[oh * Wo + ow] = bi;
+          ao[oh * Wo + ow] = static_cast<uint8_t>(bi | (relu_keeps(best) ? kReluKeeps : 0));
           xo[oh * Wo + ow] = bx;
         }
       }
@@ -336,13 +357,40 @@ void batch_norm_relu_max_pool2d_forward(const T* x, int64_t N, int64_t C, int64_
   });
 }
 
+// The backward's per-channel sums over the pooled planes: only the windows' winners have a
+// non-zero input gradient, dout masked by the ReLU (arg's kReluKeeps), at x_at. The loop of
+// batch_norm_backward_reduce with that mask for relu_out's.
+template <class T>
+void batch_norm_relu_max_pool2d_backward_reduce(const T* dout, const uint8_t* arg, const T* x_at, int64_t N, int64_t C,
+                                                int64_t S, const double* mean, double* sum_dy, double* sum_dy_xmu) {
+  channel_sums_in_n_order(
+      N, C, S,
+      [&](int64_t pl) {
+        const double m = mean[pl % C];
+        const T* g = dout + pl * S;
+        const uint8_t* keep = arg + pl * S;
+        const T* xp = x_at + pl * S;
+        double a = 0, b = 0;
+    // 16 lanes, as the relu_out loop gets: left alone, the uint8 flags make GCC take 64 at a
+    // time, and planes of 49 or 196 values then run mostly in the remainder loop (3x slower)
+#pragma omp simd simdlen(16) reduction(+ : a, b)
+        for (int64_t i = 0; i < S; ++i) {
+          const double gi = static_cast<double>(keep_if_bit(keep[i], kReluKeepsBit, g[i]));
+          a += gi;
+          b += gi * (static_cast<double>(xp[i]) - m);
+        }
+        return PlaneSums{a, b};
+      },
+      sum_dy, sum_dy_xmu);
+}
+
 // dx (N, C, H, W) as batch_norm_backward_elemt computes it from the input's gradient (rebuilt row
 // by row: dout, ReLU-masked, at the winner arg names, 0 elsewhere), x and the sums; one pass.
 template <class T>
-void batch_norm_relu_max_pool2d_backward_elemt(const T* dout, const T* out, const uint8_t* arg, const T* x, int64_t N,
-                                               int64_t C, int64_t H, int64_t W, const double* mean,
-                                               const double* invstd, const double* weight, const double* sum_dy,
-                                               const double* sum_dy_xmu, int64_t count, T* dx) {
+void batch_norm_relu_max_pool2d_backward_elemt(const T* dout, const uint8_t* arg, const T* x, int64_t N, int64_t C,
+                                               int64_t H, int64_t W, const double* mean, const double* invstd,
+                                               const double* weight, const double* sum_dy, const double* sum_dy_xmu,
+                                               int64_t count, T* dx) {
   const int64_t Ho = H / 2, Wo = W / 2;
   const double inv_count = 1.0 / static_cast<double>(count);
   parallel_for(N * C, norm_grain(H * W), [&](int64_t p0, int64_t p1) {
@@ -351,23 +399,23 @@ void batch_norm_relu_max_pool2d_backward_elemt(const T* dout, const T* out, cons
     for (int64_t pl = p0; pl < p1; ++pl) {
       const auto [m, mean_dy, xmu_coef, scale] =
           batch_norm_backward_coefficients(pl % C, mean, invstd, weight, sum_dy, sum_dy_xmu, inv_count);
-      const T* const ro = out + pl * Ho * Wo;
       const T* const dr = dout + pl * Ho * Wo;
       const uint8_t* const ar = arg + pl * Ho * Wo;
       bool done = false;
       if constexpr (std::is_same_v<T, float>)
-        done = pool_detail::relu_max_pool2d_grad_plane_2x2_avx512(ro, dr, ar, W, Ho, Wo, g.data());
+        done = pool_detail::relu_max_pool2d_grad_plane_2x2_avx512(dr, ar, W, Ho, Wo, g.data());
       for (int64_t oh = 0; oh < Ho && !done; ++oh) {
         T* const g0 = g.data() + 2 * oh * W;
         T* const g1 = g0 + W;
         for (int64_t ow = 0; ow < Wo; ++ow) {
           // as max_pool2d_plane_backward (0 + dout) then relu_backward
           const int64_t j = oh * Wo + ow;
-          const T v = relu_grad_bits(ro[j], static_cast<T>(T(0) + dr[j]));
-          g0[2 * ow] = ar[j] == 0 ? v : T(0);
-          g0[2 * ow + 1] = ar[j] == 1 ? v : T(0);
-          g1[2 * ow] = ar[j] == 2 ? v : T(0);
-          g1[2 * ow + 1] = ar[j] == 3 ? v : T(0);
+          const T v = keep_if_bit(ar[j], kReluKeepsBit, static_cast<T>(T(0) + dr[j]));
+          const int place = ar[j] & kWindowPlace;
+          g0[2 * ow] = place == 0 ? v : T(0);
+          g0[2 * ow + 1] = place == 1 ? v : T(0);
+          g1[2 * ow] = place == 2 ? v : T(0);
+          g1[2 * ow + 1] = place == 3 ? v : T(0);
         }
       }
       batch_norm_backward_row(g.data(), x + pl * H * W, H * W, m, mean_dy, xmu_coef, scale, dx + pl * H * W);

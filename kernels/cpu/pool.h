@@ -58,15 +58,15 @@ namespace pool_detail {
 bool max_pool2d_row_2x2_avx512(const float* r0, const float* r1, float* y, int64_t* idx, int64_t W_out, int64_t W,
                                int64_t base);
 // The same rule on a plane z (rows of W values) for the fused batch norm + ReLU + max-pool of
-// kernels/cpu/norm.h: y = the max, arg = the winner's place 2 * dh + dw, x_at = x there
-// (y, arg, x_at: (H_out, W_out)).
+// kernels/cpu/norm.h: y = the max, arg = the winner's place 2 * dh + dw, plus 4 where the ReLU
+// passes the gradient (y > 0 or NaN: norm.h's relu_keeps), x_at = x there (y, arg, x_at: (H_out, W_out)).
 bool max_pool2d_plane_2x2_arg_avx512(const float* z, const float* x, int64_t W, int64_t H_out, int64_t W_out, float* y,
                                      uint8_t* arg, float* x_at);
 // Its backward's input gradient for one plane: g (rows of W values) = v at the place arg names
-// and 0 elsewhere in each window, v = relu_grad_bits(out, 0 + dout) (kernels/cpu/norm.h); what no
+// and 0 elsewhere in each window, v = 0 + dout where arg has the ReLU's bit 4, else 0; what no
 // window covers (a last odd row / column) is left as it was. Needs AVX-512 F, BW and VL.
-bool relu_max_pool2d_grad_plane_2x2_avx512(const float* out, const float* dout, const uint8_t* arg, int64_t W,
-                                           int64_t H_out, int64_t W_out, float* g);
+bool relu_max_pool2d_grad_plane_2x2_avx512(const float* dout, const uint8_t* arg, int64_t W, int64_t H_out,
+                                           int64_t W_out, float* g);
 }  // namespace pool_detail
 
 template <class T>

@@ -105,6 +105,9 @@ __attribute__((target("avx512f"))) void arg_plane_avx512(const float* z, const f
       take_if_better(best, bi, bx, a.odd, xa.odd, 1);
       take_if_better(best, bi, bx, b.even, xb.even, 2);
       take_if_better(best, bi, bx, b.odd, xb.odd, 3);
+      // the ReLU's bit: kept where best > 0 or NaN (not <= 0, unordered true), as relu_keeps
+      bi = _mm512_mask_or_epi32(bi, _mm512_cmp_ps_mask(best, _mm512_setzero_ps(), _CMP_NLE_UQ), bi,
+                                _mm512_set1_epi32(4));
       _mm512_mask_storeu_ps(y + o + ow, k.out, best);
       _mm512_mask_storeu_ps(x_at + o + ow, k.out, bx);
       _mm512_mask_cvtepi32_storeu_epi8(arg + o + ow, k.out, bi);
@@ -113,9 +116,9 @@ __attribute__((target("avx512f"))) void arg_plane_avx512(const float* z, const f
 }
 
 // One plane of the input gradient g (rows of W values; what no window covers is left alone).
-__attribute__((target("avx512f,avx512bw,avx512vl"))) void relu_grad_plane_avx512(const float* out, const float* dout,
-                                                               const uint8_t* arg, int64_t W, int64_t H_out,
-                                                               int64_t W_out, float* g) {
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void relu_grad_plane_avx512(const float* dout, const uint8_t* arg,
+                                                                                 int64_t W, int64_t H_out,
+                                                                                 int64_t W_out, float* g) {
   const __m512i lo_idx = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
   const __m512i hi_idx = _mm512_add_epi32(lo_idx, _mm512_set1_epi32(8));
   const __m512 zero = _mm512_setzero_ps();
@@ -125,11 +128,11 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void relu_grad_plane_avx512
     const int64_t o = oh * W_out;
     for (int64_t ow = 0; ow < W_out; ow += 16) {
       const StepMasks k = step_masks(std::min<int64_t>(16, W_out - ow));
-      const __m512i a = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(k.out, arg + o + ow));
-      const __m512 r = _mm512_maskz_loadu_ps(k.out, out + o + ow);
+      const __m512i packed = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(k.out, arg + o + ow));
+      const __m512i a = _mm512_and_si512(packed, _mm512_set1_epi32(3));  // the winner's place
       const __m512 d = _mm512_add_ps(zero, _mm512_maskz_loadu_ps(k.out, dout + o + ow));  // 0 + dout, as scattered
-      // relu_grad_bits: 0 where out <= 0 (-0 and -inf included), kept where out > 0 or NaN
-      const __m512 v = _mm512_mask_mov_ps(zero, _mm512_cmp_ps_mask(r, zero, _CMP_NLE_UQ), d);
+      // the ReLU's bit (set where out > 0 or NaN): dout kept, else 0
+      const __m512 v = _mm512_mask_mov_ps(zero, _mm512_test_epi32_mask(packed, _mm512_set1_epi32(4)), d);
       const __m512 e0 = _mm512_maskz_mov_ps(_mm512_cmpeq_epi32_mask(a, _mm512_set1_epi32(0)), v);
       const __m512 o0 = _mm512_maskz_mov_ps(_mm512_cmpeq_epi32_mask(a, _mm512_set1_epi32(1)), v);
       const __m512 e1 = _mm512_maskz_mov_ps(_mm512_cmpeq_epi32_mask(a, _mm512_set1_epi32(2)), v);
@@ -151,12 +154,12 @@ bool max_pool2d_plane_2x2_arg_avx512(const float* z, const float* x, int64_t W, 
   return true;
 }
 
-bool relu_max_pool2d_grad_plane_2x2_avx512(const float* out, const float* dout, const uint8_t* arg, int64_t W,
-                                           int64_t H_out, int64_t W_out, float* g) {
+bool relu_max_pool2d_grad_plane_2x2_avx512(const float* dout, const uint8_t* arg, int64_t W, int64_t H_out,
+                                           int64_t W_out, float* g) {
   static const bool have = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                            __builtin_cpu_supports("avx512vl");
   if (!have) return false;
-  relu_grad_plane_avx512(out, dout, arg, W, H_out, W_out, g);
+  relu_grad_plane_avx512(dout, arg, W, H_out, W_out, g);
   return true;
 }
 
@@ -174,8 +177,7 @@ bool max_pool2d_row_2x2_avx512(const float*, const float*, float*, int64_t*, int
 bool max_pool2d_plane_2x2_arg_avx512(const float*, const float*, int64_t, int64_t, int64_t, float*, uint8_t*, float*) {
   return false;
 }
-bool relu_max_pool2d_grad_plane_2x2_avx512(const float*, const float*, const uint8_t*, int64_t, int64_t, int64_t,
-                                           float*) {
+bool relu_max_pool2d_grad_plane_2x2_avx512(const float*, const uint8_t*, int64_t, int64_t, int64_t, float*) {
   return false;
 }
 #endif

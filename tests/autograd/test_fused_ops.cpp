@@ -448,6 +448,23 @@ TEST(FusedOps, BatchNormReluMaxPoolMatchesTheComposedOps) {
       "batch_norm relu max_pool2d"));
 }
 
+// The node's backward needs x, the winners' places with the ReLU's mask, and x at the winners, not
+// the output: the output's storage is referenced by the result alone, so that under autocast the
+// float32 output is freed once the next layer has its 16-bit copy.
+TEST(FusedOps, BatchNormReluMaxPoolDoesNotKeepItsOutput) {
+  manual_seed(15);
+  Variable x(randn({2, 3, 4, 6}), true), w(randn({3}), true), b(randn({3}), true);
+  Variable y = batch_norm_relu_max_pool2d(x, Tensor(), Tensor(), w, b, true, 0.1, 1e-5, kPool2);
+  ASSERT_EQ(y.grad_fn()->name, "BatchNormReluMaxPool2dBackward");
+  EXPECT_EQ(y.data().storage().use_count(), 1);
+  Variable ref = max_pool2d(batch_norm(x, Tensor(), Tensor(), w, b, true, 0.1, 1e-5, true), kPool2);
+  sum(y).backward();
+  const Tensor dx = x.grad().clone();
+  x.zero_grad();
+  sum(ref).backward();
+  expect_close(dx, x.grad(), 1e-6, 1e-6, "dx without the saved output");
+}
+
 // Big enough that every pass splits over 2 threads: the same bits with 1 and 2 threads.
 TEST(FusedOps, BatchNormReluMaxPoolSameBitsForOneAndTwoThreads) {
   manual_seed(12);

@@ -161,10 +161,10 @@ TEST(BatchNorm, ReluMaxPoolRejectsBadShapes) {
   const BatchNormReluPoolResult r =
       batch_norm_relu_max_pool2d_forward(zeros({2, 3, 4, 5}), zeros({3}), ones({3}), Tensor(), Tensor());
   EXPECT_EQ(r.out.shape(), (Shape{2, 3, 2, 2}));
-  EXPECT_THROW_MSG(batch_norm_relu_max_pool2d_backward(zeros({2, 3, 4, 4}), zeros({2, 3, 4, 5}), r, zeros({3}),
+  EXPECT_THROW_MSG(batch_norm_relu_max_pool2d_backward(zeros({2, 3, 4, 4}), zeros({2, 3, 4, 5}), r.saved, zeros({3}),
                                                        ones({3}), Tensor()),
                    std::invalid_argument, "expected grad_output shaped and typed like input float32[2, 3, 2, 2]");
-  EXPECT_THROW_MSG(batch_norm_relu_max_pool2d_backward(zeros({2, 3, 2, 2}), zeros({2, 3, 6, 6}), r, zeros({3}),
+  EXPECT_THROW_MSG(batch_norm_relu_max_pool2d_backward(zeros({2, 3, 2, 2}), zeros({2, 3, 6, 6}), r.saved, zeros({3}),
                                                        ones({3}), Tensor()),
                    std::invalid_argument, "the saved forward results do not belong to input float32[2, 3, 6, 6]");
 }
