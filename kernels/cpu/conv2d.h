@@ -39,6 +39,7 @@
 #include "minidl/kernels/cpu/gemm.h"
 #include "minidl/kernels/cpu/im2col.h"
 #include "minidl/kernels/cpu/parallel.h"
+#include "minidl/kernels/cpu/reduce.h"
 
 namespace minidl::kernels::cpu {
 
@@ -46,19 +47,6 @@ namespace minidl::kernels::cpu {
 // on one thread). Chunking changes which thread runs what, never the arithmetic.
 inline int64_t conv_grain(int64_t work_per_item) {
   return std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(work_per_item, 1));
-}
-
-// out[i] = partial[0][i] + partial[1][i] + ... + partial[blocks - 1][i], added in block order
-// (partial: blocks rows of n; the fixed blocks of images a weight gradient is summed in). Row by
-// row over runs of i, so the adds run along memory in vectors, not down a column of 16 rows.
-template <class T> void sum_blocks_in_order(const T* partial, int64_t blocks, int64_t n, T* out) {
-  parallel_for(n, 4096, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) out[i] = T(0) + partial[i];
-    for (int64_t k = 1; k < blocks; ++k) {
-      const T* row = partial + k * n;
-      for (int64_t i = i0; i < i1; ++i) out[i] += row[i];
-    }
-  });
 }
 
 struct Conv2dShape {

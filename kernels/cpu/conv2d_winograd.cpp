@@ -19,6 +19,7 @@
 
 #include "minidl/kernels/cpu/gemm.h"
 #include "minidl/kernels/cpu/parallel.h"
+#include "minidl/kernels/cpu/reduce.h"
 #include "minidl/kernels/cpu/vec_math.h"
 
 namespace minidl::kernels::cpu {
@@ -430,10 +431,7 @@ void winograd_weight_grad(const float* x, const float* dy, int64_t N, int64_t Ci
     }
   // partial[0] = the blocks' dU summed in block order
   float* dU = partial.get();
-  parallel_for(u_numel, 4096, [&](int64_t i0, int64_t i1) {
-    for (int64_t k = 1; k < blocks; ++k)
-      for (int64_t i = i0; i < i1; ++i) dU[i] += partial[static_cast<size_t>(k * u_numel + i)];
-  });
+  sum_blocks_in_order(partial.get(), blocks, u_numel, dU);
   // dw(co, ci) = G^T dU(ci, co) G
   parallel_for(Co, std::max<int64_t>(1, 256 / std::max<int64_t>(Ci, 1)), [&](int64_t o0, int64_t o1) {
     for (int64_t co = o0; co < o1; ++co)

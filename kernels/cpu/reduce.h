@@ -6,7 +6,9 @@
 // Determinism: work is cut into fixed chunks (kReduceChunk elements of a row, or
 // kColumnChunk rows of a column) whose boundaries never depend on the thread count; each chunk
 // is reduced sequentially into a partial, and partials are combined in chunk order. So the result
-// is bit-identical for any number of threads. Float sums accumulate in double.
+// is bit-identical for any number of threads. Float sums accumulate in double. Beside them,
+// sum_blocks_in_order adds rows of partial sums element by element in row order (the
+// convolutions' weight gradients, summed over fixed blocks of images).
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -18,6 +20,20 @@ namespace minidl::kernels::cpu {
 
 inline constexpr int64_t kReduceChunk = 4096;  // elements of a row per partial
 inline constexpr int64_t kColumnChunk = 256;  // rows per partial in column reductions
+
+// out[i] = partial[0][i] + partial[1][i] + ... + partial[blocks - 1][i], added in block order
+// (partial: blocks rows of n; the fixed blocks of images a weight gradient is summed in). Row by
+// row over runs of i, so the adds run along memory in vectors, not down a column of 16 rows.
+// out may be partial itself (its first row): each out[i] is written after partial[i] is read.
+template <class T> void sum_blocks_in_order(const T* partial, int64_t blocks, int64_t n, T* out) {
+  parallel_for(n, 4096, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) out[i] = T(0) + partial[i];
+    for (int64_t k = 1; k < blocks; ++k) {
+      const T* row = partial + k * n;
+      for (int64_t i = i0; i < i1; ++i) out[i] += row[i];
+    }
+  });
+}
 
 // Sum of f(p[i]) for i in [0, n), accumulated in A with 8 fixed lanes (vectorisable, and
 // always the same order for the same n).
