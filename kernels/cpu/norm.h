@@ -358,8 +358,8 @@ void batch_norm_relu_max_pool2d_forward(const T* x, int64_t N, int64_t C, int64_
 }
 
 // The backward's per-channel sums over the pooled planes: only the windows' winners have a
-// non-zero input gradient, dout masked by the ReLU (arg's kReluKeeps), at x_at. The loop of
-// batch_norm_backward_reduce with that mask for relu_out's.
+// non-zero input gradient, dout masked by the ReLU (arg's kReluKeeps), at x_at: the loop of
+// batch_norm_backward_reduce, with this mask in place of relu_out's.
 template <class T>
 void batch_norm_relu_max_pool2d_backward_reduce(const T* dout, const uint8_t* arg, const T* x_at, int64_t N, int64_t C,
                                                 int64_t S, const double* mean, double* sum_dy, double* sum_dy_xmu) {
@@ -370,9 +370,9 @@ void batch_norm_relu_max_pool2d_backward_reduce(const T* dout, const uint8_t* ar
         const T* g = dout + pl * S;
         const uint8_t* keep = arg + pl * S;
         const T* xp = x_at + pl * S;
+        // 16 lanes, as the relu_out loop gets: left alone, the uint8 flags make GCC take 64 at a
+        // time, and planes of 49 or 196 values then run mostly in the remainder loop (3x slower)
         double a = 0, b = 0;
-    // 16 lanes, as the relu_out loop gets: left alone, the uint8 flags make GCC take 64 at a
-    // time, and planes of 49 or 196 values then run mostly in the remainder loop (3x slower)
 #pragma omp simd simdlen(16) reduction(+ : a, b)
         for (int64_t i = 0; i < S; ++i) {
           const double gi = static_cast<double>(keep_if_bit(keep[i], kReluKeepsBit, g[i]));
