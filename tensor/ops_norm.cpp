@@ -475,14 +475,14 @@ LayerNormGrads layer_norm_backward(const Tensor& dy_in, const Tensor& x_in, cons
   if (weight.defined()) {
     dw.assign(static_cast<size_t>(M), 0.0);
     db.assign(static_cast<size_t>(M), 0.0);
-    part = zeros({kernels::cpu::layer_norm_chunks(rows), 2, M}, DType::Float64);
+    part = Tensor({kernels::cpu::layer_norm_chunks(rows), 2, M}, x.dtype());
   }
   if (M > 0) {
     dispatch_floating(x.dtype(), op, [&](auto tag) {
       using T = decltype(tag);
       kernels::cpu::layer_norm_backward(dy.data<T>(), x.data<T>(), rows, M, mean.data<T>(), invstd.data<T>(),
                                         weight.defined() ? weight.data<T>() : nullptr, g.dx.data<T>(),
-                                        weight.defined() ? part.data<double>() : nullptr, dw.data(), db.data());
+                                        weight.defined() ? part.data<T>() : nullptr, dw.data(), db.data());
     });
   }
   if (weight.defined()) {

@@ -1,13 +1,15 @@
 // kernels/cpu/layer_norm.h — layer norm on raw pointers: x seen as (rows, M), each row normalised
 // (mean and biased variance over its M values), forward beside backward, each fast loop next to
 // the reference it is tested against (tests/tensor/test_cpu_fast_paths.cpp):
-//   layer_norm_forward   float rows: 16 lanes at a time in two 8-double halves (layer_norm_row);
-//                        float64: layer_norm_forward_reference itself
+//   layer_norm_forward   float rows: the row sums 16 lanes at a time in two 8-double halves, the
+//                        element loop in float (layer_norm_row); float64: layer_norm_forward_reference
 //   layer_norm_backward  one pass over dy and x for dx and the weight / bias gradients, against
 //                        layer_norm_backward_reference (a pass for dx, then one for the sums)
-// Reproducibility: sums accumulate in double; the row sums are fixed-order lane sums
-// (kernels/cpu/vec_math.h); the weight gradient sums fixed 32-row chunks, then the chunks in order:
-// no result depends on the thread count. Also tested through tensor/ops_norm.cpp by
+// Precision: the references compute in double; the fast float paths sum each row in double and
+// compute the elements in float, as PyTorch does (equal to float rounding, tested).
+// Reproducibility: the row sums are fixed-order lane sums (kernels/cpu/vec_math.h); the weight
+// gradient sums fixed 32-row chunks, then the chunks in order: no result depends on the thread
+// count. Also tested through tensor/ops_norm.cpp by
 // tests/tensor/test_ops_norm.cpp (hand-computed values, float64 finite differences).
 #pragma once
 #include <algorithm>
@@ -71,25 +73,29 @@ inline double centered_square_sum(const float* __restrict xp, int64_t M, double 
   return ss;
 }
 
-// One float row of layer norm, 16 floats at a time as two 8-double halves (the ViT's rows are
-// 64 long: an omp simd reduction's set-up costs more than such a row, so this is faster than the
-// reference). The same double math as layer_norm_forward_reference; only the order of the row
-// sums differs (lanes, then the tail).
+// One float row of layer norm (the ViT's rows are 64 long: an omp simd reduction's set-up costs
+// more than such a row, so this is faster than the reference). The mean and the centred sum of
+// squares in double, 16 floats at a time as two 8-double halves (the order of the row sums
+// differs from the reference's: lanes, then the tail); the element loop in float, as PyTorch
+// computes it, with the mean split into two floats (mh + ml) so that x - mean loses nothing to a
+// mean far from zero. The loop would be compute-bound in double (four conversions an element);
+// in float it runs at memory speed.
 template <bool kWeight, bool kBias>
 void layer_norm_row(const float* __restrict xp, int64_t M, const float* __restrict weight, const float* __restrict bias,
                     double eps, float* __restrict yp, float* mean, float* invstd) {
   const double m = sum_span(xp, M) / static_cast<double>(M);
   const double ss = centered_square_sum(xp, M, m);
   const double is = 1.0 / std::sqrt(ss / static_cast<double>(M) + eps);
+  const float mh = static_cast<float>(m), ml = static_cast<float>(m - mh), a = static_cast<float>(is);
 #pragma omp simd
   for (int64_t j = 0; j < M; ++j) {
-    double v = (static_cast<double>(xp[j]) - m) * is;
-    if constexpr (kWeight) v *= static_cast<double>(weight[j]);
-    if constexpr (kBias) v += static_cast<double>(bias[j]);
-    yp[j] = static_cast<float>(v);
+    float v = ((xp[j] - mh) - ml) * a;
+    if constexpr (kWeight) v *= weight[j];
+    if constexpr (kBias) v += bias[j];
+    yp[j] = v;
   }
-  *mean = static_cast<float>(m);
-  *invstd = static_cast<float>(is);
+  *mean = mh;
+  *invstd = a;
 }
 
 template <bool kWeight, bool kBias>
@@ -184,58 +190,54 @@ void layer_norm_backward_reference(const T* dy, const T* x, int64_t rows, int64_
 // Layer norm's whole backward in one pass over dy and x: dx and, when weight is given, dweight /
 // dbias, as layer_norm_backward_reference computes them (equal to rounding). Faster than the
 // reference because dy and x are read once, not twice: a row's two sums in one vectorised loop,
-// then dx and the chunk's column sums in a second; column sums in fixed 32-row chunks, the chunks
-// added in order (no dependence on the thread count). part: (layer_norm_chunks(rows), 2, M) zeroed doubles, the
-// caller's scratch (from the tensor allocator: a steady-state step then maps no memory).
+// then dx and the chunk's column sums in a second. The row sums accumulate in double; the element
+// loop computes in T (float rows in float, as PyTorch does: in double the loop is compute-bound);
+// the column sums of a chunk of 32 rows in T into part, then the chunks in order in double (no
+// dependence on the thread count). part: (layer_norm_chunks(rows), 2, M) values of T, the caller's
+// scratch (from the tensor allocator: a steady-state step then maps no memory), written here.
 inline constexpr int64_t kLayerNormChunk = 32;
 inline int64_t layer_norm_chunks(int64_t rows) { return (rows + kLayerNormChunk - 1) / kLayerNormChunk; }
 
-// One chunk of rows of layer_norm_backward; kWeight: weight given (else 1, and no affine sums).
+// One chunk of rows of layer_norm_backward; kWeight: weight given (else 1, and no affine sums;
+// pw / pb, the chunk's column sums, are then null).
 template <bool kWeight, class T>
 void layer_norm_backward_rows(const T* __restrict dy, const T* __restrict x, int64_t r0, int64_t r1, int64_t M,
                               const T* mean, const T* invstd, const T* __restrict weight, T* __restrict dx,
-                              double* __restrict pw, double* __restrict pb) {
+                              T* __restrict pw, T* __restrict pb) {
+  if constexpr (kWeight) std::fill(pw, pw + M, T(0)), std::fill(pb, pb + M, T(0));
   for (int64_t r = r0; r < r1; ++r) {
     const T* __restrict g = dy + r * M;
     const T* __restrict xp = x + r * M;
     T* __restrict o = dx + r * M;
-    const double m = mean[r], is = invstd[r];
-    double sg = 0, sgx = 0;  // sums of g * w and g * w * (x - mean)
+    const T m = mean[r], is = invstd[r];
+    double sg = 0, sgx = 0;  // sums of g * w and g * w * xhat, xhat = (x - mean) * invstd
     int64_t j0 = 0;
-    if constexpr (std::is_same_v<T, float>) {  // 16 lanes as two 8-double halves (see layer_norm_row)
+    if constexpr (std::is_same_v<T, float>) {  // 16 lanes, each sum as two 8-double halves
       DoubleLanes sg_lo = {}, sg_hi = {}, sgx_lo = {}, sgx_hi = {};
       for (; j0 + 16 <= M; j0 += 16) {
-        DoubleLanes glo, ghi, xlo, xhi;
-        as_doubles(load_lanes(g + j0), glo, ghi);
-        if constexpr (kWeight) {
-          DoubleLanes wlo, whi;
-          as_doubles(load_lanes(weight + j0), wlo, whi);
-          glo *= wlo;
-          ghi *= whi;
-        }
-        as_doubles(load_lanes(xp + j0), xlo, xhi);
-        sg_lo += glo;
-        sg_hi += ghi;
-        sgx_lo += glo * (xlo - m);
-        sgx_hi += ghi * (xhi - m);
+        FloatLanes gw = load_lanes(g + j0);
+        if constexpr (kWeight) gw *= load_lanes(weight + j0);
+        const FloatLanes xhat = (load_lanes(xp + j0) - m) * is;
+        add_as_doubles(gw, sg_lo, sg_hi);
+        add_as_doubles(gw * xhat, sgx_lo, sgx_hi);
       }
       sg = lanes_sum(sg_lo, sg_hi);
       sgx = lanes_sum(sgx_lo, sgx_hi);
     }
     for (int64_t j = j0; j < M; ++j) {
-      const double gj = kWeight ? static_cast<double>(g[j]) * weight[j] : static_cast<double>(g[j]);
-      sg += gj;
-      sgx += gj * (static_cast<double>(xp[j]) - m);
+      const T gw = kWeight ? g[j] * weight[j] : g[j];
+      sg += gw;
+      sgx += gw * ((xp[j] - m) * is);
     }
-    // dx = invstd * (g w - mean(g w) - (x - mean) * xmu_coef), xmu_coef = invstd^2 * mean(g w (x - mean))
-    const double mg = sg / static_cast<double>(M), xmu_coef = sgx * is * is / static_cast<double>(M);
+    // dx = invstd * (g w - mean(g w) - xhat * mean(g w xhat))
+    const T mg = static_cast<T>(sg / static_cast<double>(M)), mgx = static_cast<T>(sgx / static_cast<double>(M));
 #pragma omp simd
     for (int64_t j = 0; j < M; ++j) {
-      const double d = static_cast<double>(xp[j]) - m;
-      const double gj = static_cast<double>(g[j]);
-      o[j] = static_cast<T>(is * ((kWeight ? gj * weight[j] : gj) - mg - d * xmu_coef));
+      const T xhat = (xp[j] - m) * is;
+      const T gj = g[j];
+      o[j] = is * ((kWeight ? gj * weight[j] : gj) - mg - xhat * mgx);
       if constexpr (kWeight) {
-        pw[j] += gj * (d * is);
+        pw[j] += gj * xhat;
         pb[j] += gj;
       }
     }
@@ -244,7 +246,7 @@ void layer_norm_backward_rows(const T* __restrict dy, const T* __restrict x, int
 
 template <class T>
 void layer_norm_backward(const T* dy, const T* x, int64_t rows, int64_t M, const T* mean, const T* invstd,
-                         const T* weight, T* dx, double* part, double* dweight, double* dbias) {
+                         const T* weight, T* dx, T* part, double* dweight, double* dbias) {
   const int64_t chunks = layer_norm_chunks(rows);
   parallel_for(chunks, norm_grain(kLayerNormChunk * M), [&](int64_t k0, int64_t k1) {
     for (int64_t k = k0; k < k1; ++k) {
@@ -253,7 +255,8 @@ void layer_norm_backward(const T* dy, const T* x, int64_t rows, int64_t M, const
         layer_norm_backward_rows<true>(dy, x, r0, r1, M, mean, invstd, weight, dx, part + 2 * k * M,
                                        part + (2 * k + 1) * M);
       } else {
-        layer_norm_backward_rows<false>(dy, x, r0, r1, M, mean, invstd, weight, dx, nullptr, nullptr);
+        layer_norm_backward_rows<false>(dy, x, r0, r1, M, mean, invstd, weight, dx, static_cast<T*>(nullptr),
+                                        static_cast<T*>(nullptr));
       }
     }
   });

@@ -364,13 +364,16 @@ TEST(FastPaths, VitPiecesSameBitsFor1And2Threads) {
   expect_equal(e, f, "batched small matmul");
 }
 
-// The float layer-norm rows (16-lane sums) against layer_norm_forward_reference, with and without weight and
-// bias, on row lengths with and without a tail: the same double math with the row sums in
-// another order, so equal to a float rounding; and the same bits for 1 and 2 threads.
+// The float layer-norm rows (double row sums, float element loop) against
+// layer_norm_forward_reference (all double), with and without weight and bias, on row lengths with
+// and without a tail, and on rows whose mean is far from zero (1000, spread 1: x - mean in float
+// from a mean rounded to one float would be off by about 6e-5): equal to a float rounding; and the
+// same bits for 1 and 2 threads.
 TEST(FastPaths, LayerNormFloatRowsMatchTheReference) {
   const int64_t rows = 77;
+  for (double offset : {0.0, 1000.0})
   for (int64_t M : {64, 48, 50, 7, 1}) {
-    const std::vector<float> x = randn({rows * M}, DType::Float64).to_vector<float>();
+    const std::vector<float> x = (randn({rows * M}, DType::Float64) + offset).to_vector<float>();
     const std::vector<float> w = randn({M}, DType::Float64).to_vector<float>();
     const std::vector<float> b = randn({M}, DType::Float64).to_vector<float>();
     for (int affine = 0; affine < 4; ++affine) {
@@ -387,7 +390,7 @@ TEST(FastPaths, LayerNormFloatRowsMatchTheReference) {
         kernels::cpu::layer_norm_forward(x.data(), rows, M, wp, bp, 1e-5, y.data(), m.data(), is.data());
         for (int64_t i = 0; i < rows * M; ++i)
           ASSERT_NEAR(y[i], y_ref[i], 1e-6 * (1.0 + std::fabs(y_ref[i])))
-              << "M " << M << " affine " << affine << " at " << i;
+              << "offset " << offset << " M " << M << " affine " << affine << " at " << i;
         for (int64_t r = 0; r < rows; ++r) {
           ASSERT_NEAR(m[r], m_ref[r], 1e-6 * (1.0 + std::fabs(m_ref[r]))) << "mean, M " << M << " row " << r;
           ASSERT_NEAR(is[r], is_ref[r], 1e-6 * std::fabs(is_ref[r])) << "invstd, M " << M << " row " << r;
@@ -429,7 +432,8 @@ template <class T> void check_layer_norm_one_pass(bool with_weight) {
   for (int threads : {1, 2}) {
     kernels::cpu::set_num_threads(threads);
     std::vector<T> dx(rows * M);
-    std::vector<double> part(2 * kernels::cpu::layer_norm_chunks(rows) * M, 0.0), dw(M, 0.0), db(M, 0.0);
+    std::vector<T> part(2 * kernels::cpu::layer_norm_chunks(rows) * M);
+    std::vector<double> dw(M, 0.0), db(M, 0.0);
     kernels::cpu::layer_norm_backward(dy.data(), x.data(), rows, M, mean.data(), invstd.data(), wp, dx.data(),
                                       with_weight ? part.data() : nullptr, dw.data(), db.data());
     close(dx, dx_ref, "dx");
