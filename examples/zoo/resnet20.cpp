@@ -46,6 +46,7 @@ ResNet20::ResNet20() : fc({.in = 64, .out = 10}) {
   register_module("stem", stem);
   register_module("blocks", blocks);
   register_module("fc", fc);
+  nn::fuse_for_training(*this);  // the stem's BatchNorm2d + ReLU as one node (nn/fuse.h)
 }
 
 Variable ResNet20::forward(const Variable& x) {

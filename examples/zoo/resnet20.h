@@ -23,7 +23,7 @@ class BasicBlock : public minidl::nn::Module {
   minidl::nn::Sequential shortcut;  // empty: identity
 };
 
-// stem: conv3x3(3, 16) BN ReLU                            (N, 16, 32, 32)
+// stem: conv3x3(3, 16) BN ReLU (BN + ReLU one node: nn::fuse_for_training)   (N, 16, 32, 32)
 // blocks: 3 x BasicBlock(16), 3 x BasicBlock(32) from stride 2, 3 x BasicBlock(64) from stride 2
 //                                                         (N, 16, 32, 32) (N, 32, 16, 16) (N, 64, 8, 8)
 // global average pool (N, 64) -> fc Linear(64, 10)        (N, 10)
