@@ -204,7 +204,10 @@ template <bool kWeight, class T>
 void layer_norm_backward_rows(const T* __restrict dy, const T* __restrict x, int64_t r0, int64_t r1, int64_t M,
                               const T* mean, const T* invstd, const T* __restrict weight, T* __restrict dx,
                               T* __restrict pw, T* __restrict pb) {
-  if constexpr (kWeight) std::fill(pw, pw + M, T(0)), std::fill(pb, pb + M, T(0));
+  if constexpr (kWeight) {
+    std::fill(pw, pw + M, T(0));
+    std::fill(pb, pb + M, T(0));
+  }
   for (int64_t r = r0; r < r1; ++r) {
     const T* __restrict g = dy + r * M;
     const T* __restrict xp = x + r * M;
@@ -255,8 +258,7 @@ void layer_norm_backward(const T* dy, const T* x, int64_t rows, int64_t M, const
         layer_norm_backward_rows<true>(dy, x, r0, r1, M, mean, invstd, weight, dx, part + 2 * k * M,
                                        part + (2 * k + 1) * M);
       } else {
-        layer_norm_backward_rows<false>(dy, x, r0, r1, M, mean, invstd, weight, dx, static_cast<T*>(nullptr),
-                                        static_cast<T*>(nullptr));
+        layer_norm_backward_rows<false, T>(dy, x, r0, r1, M, mean, invstd, weight, dx, nullptr, nullptr);
       }
     }
   });
