@@ -12,7 +12,9 @@
 // Then gemm() against gemm_reference, the plain triple loop, at 128^3. The conv mode times only
 // the convolutions, also the small MobileNet's depthwise and 1x1 ones and ResNet-20's stride-2 ones.
 // The bf16 mode times instead the bfloat16 GEMM (kernels/cpu/gemm_bf16.h, bf16 operands, float32
-// C) against the float32 gemm() on the same values at 1024^3, and its plain reference loop at 128^3.
+// C; the kernel gemm_bf16 chose, named) against the float32 gemm() on the same values at 1024^3,
+// where it chose AMX against the AVX512_BF16 kernel too, and against its plain reference loop at
+// 128^3.
 //   ./build/examples/bench_gemm [bf16 | conv] [threads = 1] [repetitions = 31]
 #include <algorithm>
 #include <cstdio>
@@ -72,10 +74,13 @@ struct Shape {
   bool ta, tb;
 };
 
-// GFLOP/s of gemm_bf16 against a second kernel (the float32 gemm() on the same values rounded to
-// bf16, or gemm_bf16_reference) on (n, n) row-major matrices, alternating the two; medians over
-// the repetitions. Returns false when the CPU lacks AVX512_BF16.
-bool bench_bf16_square(int64_t n, bool against_reference, int reps) {
+// What gemm_bf16 is timed against: the float32 gemm() on the same values rounded to bf16, the
+// AVX512_BF16 kernel, or gemm_bf16_reference.
+enum class Bf16Peer { Float32, Avx512Bf16, Reference };
+
+// GFLOP/s of gemm_bf16 against a peer on (n, n) row-major matrices, alternating the two; medians
+// over the repetitions. Returns false when the CPU has no bf16 kernel.
+bool bench_bf16_square(int64_t n, Bf16Peer peer, int reps) {
   namespace k = minidl::kernels::cpu;
   const size_t size = static_cast<size_t>(n * n);
   std::vector<float> A(size), B(size), C(size);
@@ -88,15 +93,17 @@ bool bench_bf16_square(int64_t n, bool against_reference, int reps) {
   }
   const double flops = 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n);
   // ~5-10 ms per timed sample of the slower kernel (the reference runs a few GFLOP/s)
-  const int inner = std::max(1, static_cast<int>((against_reference ? 2e7 : 5e8) / flops));
+  const int inner = std::max(1, static_cast<int>((peer == Bf16Peer::Reference ? 2e7 : 5e8) / flops));
   bool ok = true;
   auto time_one = [&](bool bf16) {
     const double t0 = now_s();
     for (int i = 0; i < inner; ++i) {
       if (bf16)
         ok = k::gemm_bf16(n, n, n, A16.data(), n, false, B16.data(), n, false, C.data(), n);
-      else if (against_reference)
+      else if (peer == Bf16Peer::Reference)
         k::gemm_bf16_reference(n, n, n, A16.data(), n, false, B16.data(), n, false, C.data(), n);
+      else if (peer == Bf16Peer::Avx512Bf16)
+        k::gemm_bf16_avx512(n, n, n, A16.data(), n, false, B16.data(), n, false, C.data(), n);
       else
         k::gemm(n, n, n, A.data(), n, false, B.data(), n, false, C.data(), n);
     }
@@ -111,8 +118,10 @@ bool bench_bf16_square(int64_t n, bool against_reference, int reps) {
     other.push_back(time_one(false));
   }
   const double f = median(fast), o = median(other);
-  std::printf("%5lld^3 %14.1f %14.1f %-24s %6.2fx\n", static_cast<long long>(n), f, o,
-              against_reference ? "(gemm_bf16_reference)" : "(float32 gemm)", f / o);
+  const char* peer_name = peer == Bf16Peer::Reference    ? "(gemm_bf16_reference)"
+                          : peer == Bf16Peer::Avx512Bf16 ? "(gemm_bf16_avx512)"
+                                                         : "(float32 gemm)";
+  std::printf("%5lld^3 %14.1f %14.1f %-24s %6.2fx\n", static_cast<long long>(n), f, o, peer_name, f / o);
   return true;
 }
 
@@ -152,14 +161,17 @@ void bench_reference_square(int64_t n, int reps) {
 }
 
 int bench_bf16(int threads, int reps) {
-  std::printf("bf16 GEMM, threads %d, repetitions %d, %s\n%7s %14s %14s %-24s %7s\n", threads, reps,
+  namespace k = minidl::kernels::cpu;
+  std::printf("bf16 GEMM (%s kernel), threads %d, repetitions %d, %s\n%7s %14s %14s %-24s %7s\n",
+              k::gemm_bf16_amx_supported() ? "AMX" : "AVX512_BF16", threads, reps,
               minidl::examples::g_thread_cpu_clock ? "thread CPU time" : "wall time", "size", "gemm_bf16 GF/s",
               "other GF/s", "other", "ratio");
-  if (!bench_bf16_square(1024, false, reps)) {
-    std::printf("no AVX512_BF16 on this CPU: gemm_bf16 returns false, nothing to time\n");
+  if (!bench_bf16_square(1024, Bf16Peer::Float32, reps)) {
+    std::printf("neither AMX nor AVX512_BF16 on this CPU: gemm_bf16 returns false, nothing to time\n");
     return 0;
   }
-  bench_bf16_square(128, true, std::max(3, reps / 3));
+  if (k::gemm_bf16_amx_supported()) bench_bf16_square(1024, Bf16Peer::Avx512Bf16, reps);
+  bench_bf16_square(128, Bf16Peer::Reference, std::max(3, reps / 3));
   return 0;
 }
 

@@ -38,16 +38,10 @@
 #include "minidl/kernels/cpu/gemm_bf16.h"
 
 #include <algorithm>
-#include <cstdlib>
-#include <memory>
-#include <new>
 
+#include "minidl/kernels/cpu/gemm_bf16_pack.h"
 #include "minidl/kernels/cpu/half.h"
 #include "minidl/kernels/cpu/parallel.h"
-
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#endif
 
 namespace minidl::kernels::cpu {
 
@@ -67,88 +61,17 @@ void gemm_bf16_reference(int64_t M, int64_t N, int64_t K, const uint16_t* A, int
 #if defined(__x86_64__) && defined(__GNUC__)
 namespace {
 
-#define MINIDL_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+using namespace bf16_pack;
 
-constexpr int64_t kMr = 14, kNr = 32;  // micro-kernel tile of C: 14 x 2 accumulators of 16 floats
+constexpr int64_t kMr = 14, kNr = kPanelCols;  // micro-kernel tile of C: 14 x 2 accumulators of 16 floats
 constexpr int64_t kKcMax = 512;  // K blocks: a B panel (256 pairs x 32 columns, 32 KB) stays in L1
 constexpr int64_t kNc = 4096;  // columns of C per packed B block (bounds the B buffer to 4 MB)
 constexpr int64_t kMcMax = 9 * kMr;  // rows of C per unit of parallel work (an A block of 126 KB)
 
-// A 64-byte aligned buffer of 32-bit words that only grows (one per thread, reused by every call).
-struct PackBuffer {
-  std::unique_ptr<uint32_t, decltype(&std::free)> data{nullptr, &std::free};
-  size_t size = 0;
-  uint32_t* get(size_t n) {
-    if (n > size) {
-      const size_t bytes = (n * sizeof(uint32_t) + 63) / 64 * 64;
-      data.reset(static_cast<uint32_t*>(std::aligned_alloc(64, bytes)));
-      if (!data) throw std::bad_alloc();
-      size = bytes / sizeof(uint32_t);
-    }
-    return data.get();
-  }
-};
-
-inline __mmask16 first_n(int64_t n) {
-  return n >= 16 ? __mmask16(0xFFFF) : n <= 0 ? __mmask16(0) : static_cast<__mmask16>((1u << n) - 1);
-}
-
-// The pair word (p[0], p[1]) of two consecutive k, or (p[0], 0) past the end of K.
-inline uint32_t pair_at(const uint16_t* p, bool has_second) {
-  return p[0] | (has_second ? static_cast<uint32_t>(p[1]) << 16 : 0u);
-}
-
-// Rows whose k pairs are contiguous (op(A)'s rows when A is not transposed, op(B)'s columns when B
-// is) into a panel: dst[p * ldd + r] = the pair word of k0 + 2p, k0 + 2p + 1 of row r (at
-// src + r * lds) for p < ceil(kc / 2) and r < width <= 16, zero for rows r >= rows. Whole runs of
-// 16 pairs go as one 16x16 transpose of 32-bit words; the rest (and an odd K's last k) one by one.
-MINIDL_BF16 void pack_pair_rows(const uint16_t* src, int64_t lds, int64_t rows, int64_t kc, uint32_t* dst, int64_t ldd,
-                                int64_t width) {
-  const int64_t whole = kc / 2, kp = (kc + 1) / 2;  // pairs with both k; all pairs
-  const __mmask16 keep = first_n(width);
-  int64_t p0 = 0;
-  for (; p0 + 16 <= whole; p0 += 16) {
-    __m512i r[16], t[16];
-    for (int i = 0; i < 16; ++i) r[i] = i < rows ? _mm512_loadu_si512(src + i * lds + 2 * p0) : _mm512_setzero_si512();
-    for (int i = 0; i < 8; ++i) {  // t[2i] = a0 b0 a1 b1 | a4 b4 a5 b5 | ..., t[2i+1] = a2 b2 a3 b3 | ... (rows a, b)
-      t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-      t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-    }
-    for (int i = 0; i < 4; ++i) {  // r[4i + c]: rows 4i..4i+3 of columns c | c + 4 | c + 8 | c + 12
-      r[4 * i + 0] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
-      r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
-      r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
-      r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
-    }
-    for (int c = 0; c < 4; ++c) {  // column c + 4l: 128-bit lane l of r[c], r[4 + c], r[8 + c], r[12 + c]
-      const __m512i lo01 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0x44),
-                    lo23 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0x44);
-      const __m512i hi01 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0xEE),
-                    hi23 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0xEE);
-      _mm512_mask_storeu_epi32(dst + (p0 + c) * ldd, keep, _mm512_shuffle_i32x4(lo01, lo23, 0x88));
-      _mm512_mask_storeu_epi32(dst + (p0 + c + 4) * ldd, keep, _mm512_shuffle_i32x4(lo01, lo23, 0xDD));
-      _mm512_mask_storeu_epi32(dst + (p0 + c + 8) * ldd, keep, _mm512_shuffle_i32x4(hi01, hi23, 0x88));
-      _mm512_mask_storeu_epi32(dst + (p0 + c + 12) * ldd, keep, _mm512_shuffle_i32x4(hi01, hi23, 0xDD));
-    }
-  }
-  for (int64_t r = 0; r < width; ++r) {
-    const uint16_t* row = r < rows ? src + r * lds : nullptr;
-    for (int64_t p = p0; p < kp; ++p) dst[p * ldd + r] = row ? pair_at(row + 2 * p, 2 * p + 1 < kc) : 0u;
-  }
-}
-
-// The pair words (row[j], next[j]) of the first n <= 16 columns of row and next (null past the
-// end of K: zeros), lanes past n zero.
-MINIDL_BF16 inline __m512i pair_rows(const uint16_t* row, const uint16_t* next, int64_t n) {
-  const __mmask16 m = first_n(n);
-  const __m512i lo = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, row));
-  if (!next) return lo;
-  return _mm512_or_si512(lo, _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, next)), 16));
-}
 
 // One A panel: dst (kp = ceil(kc / 2), 14) = the pairs of op(A) rows i0..i0+mr-1, columns
 // k0..k0+kc-1; rows past mr zero. op(A)(i, k) = A[i * lda + k], or A[k * lda + i] when trans_a.
-MINIDL_BF16 void pack_a_panel(const uint16_t* A, int64_t lda, bool trans_a, int64_t i0, int64_t mr, int64_t k0,
+MINIDL_BF16_TARGET void pack_a_panel(const uint16_t* A, int64_t lda, bool trans_a, int64_t i0, int64_t mr, int64_t k0,
                               int64_t kc, uint32_t* dst) {
   const int64_t kp = (kc + 1) / 2;
   if (trans_a) {  // each k: mr contiguous values
@@ -161,31 +84,12 @@ MINIDL_BF16 void pack_a_panel(const uint16_t* A, int64_t lda, bool trans_a, int6
   pack_pair_rows(A + i0 * lda + k0, lda, mr, kc, dst, kMr, kMr);  // each row's pairs are contiguous
 }
 
-// One B panel: dst (kp = ceil(kc / 2), 32) = the pairs of op(B) rows k0..k0+kc-1, columns
-// j0..j0+nr-1; columns past nr zero. op(B)(k, j) = B[k * ldb + j], or B[j * ldb + k] when trans_b.
-MINIDL_BF16 void pack_b_panel(const uint16_t* B, int64_t ldb, bool trans_b, int64_t j0, int64_t nr, int64_t k0,
-                              int64_t kc, uint32_t* dst) {
-  const int64_t kp = (kc + 1) / 2;
-  if (!trans_b) {  // each k: nr contiguous values
-    for (int64_t p = 0; p < kp; ++p) {
-      const uint16_t* row = B + (k0 + 2 * p) * ldb + j0;
-      const uint16_t* next = 2 * p + 1 < kc ? row + ldb : nullptr;
-      _mm512_store_si512(dst + p * kNr, pair_rows(row, next, nr));
-      _mm512_store_si512(dst + p * kNr + 16,
-                         nr > 16 ? pair_rows(row + 16, next ? next + 16 : nullptr, nr - 16) : _mm512_setzero_si512());
-    }
-    return;
-  }
-  // each column of op(B) is a row of B, whose pairs are contiguous: 16 of them at a time
-  pack_pair_rows(B + j0 * ldb + k0, ldb, nr, kc, dst, kNr, 16);
-  pack_pair_rows(nr > 16 ? B + (j0 + 16) * ldb + k0 : B, ldb, nr - 16, kc, dst + 16, kNr, 16);
-}
 
 // C (mr <= 14, nr <= 16 * NV) = alpha * op(A) (14 rows, kp pairs) · op(B) (kp pairs, 32) [+ beta *
 // C on the first K block, or + C on the others], from a packed A panel a (kp, 14) and B panel b
 // (kp, 32); NV = 1 reads only the first 16 columns of each B row.
 template <int NV>
-MINIDL_BF16 void micro_kernel(int64_t kp, const uint32_t* a, const uint32_t* b, float* c, int64_t ldc, int64_t mr,
+MINIDL_BF16_TARGET void micro_kernel(int64_t kp, const uint32_t* a, const uint32_t* b, float* c, int64_t ldc, int64_t mr,
                               int64_t nr, bool first, float alpha, float beta) {
   __m512 acc[kMr][NV];
   for (int r = 0; r < kMr; ++r)
@@ -198,23 +102,10 @@ MINIDL_BF16 void micro_kernel(int64_t kp, const uint32_t* a, const uint32_t* b, 
       for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], ar, bv[v]);
     }
   }
-  const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
   __mmask16 mask[NV];
   for (int v = 0; v < NV; ++v) mask[v] = first_n(nr - 16 * v);
-  for (int r = 0; r < kMr; ++r) {
-    if (r >= mr) break;
-    float* cr = c + r * ldc;
-    for (int v = 0; v < NV; ++v) {
-      __m512 out;
-      if (first && beta == 0.0f) {  // C is write-only: its old contents (even NaN) are not read
-        out = _mm512_mul_ps(va, acc[r][v]);
-      } else {
-        const __m512 old = _mm512_maskz_loadu_ps(mask[v], cr + 16 * v);
-        out = _mm512_fmadd_ps(va, acc[r][v], first ? _mm512_mul_ps(vb, old) : old);
-      }
-      _mm512_mask_storeu_ps(cr + 16 * v, mask[v], out);
-    }
-  }
+  for (int r = 0; r < kMr && r < mr; ++r)
+    for (int v = 0; v < NV; ++v) add_into_c(acc[r][v], c + r * ldc + 16 * v, mask[v], first, alpha, beta);
 }
 
 void packed_gemm(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a, const uint16_t* B,
@@ -261,31 +152,38 @@ void packed_gemm(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda
 
 }  // namespace
 
-bool gemm_bf16_supported() {
+bool gemm_bf16_avx512_supported() {
   static const bool have =
       __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
   return have;
 }
 
-bool gemm_bf16(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a, const uint16_t* B,
-               int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha, float beta) {
-  if (!gemm_bf16_supported()) return false;
+bool gemm_bf16_avx512(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a, const uint16_t* B,
+                      int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha, float beta) {
+  if (!gemm_bf16_avx512_supported()) return false;
   if (M <= 0 || N <= 0) return true;
-  if (K <= 0 || alpha == 0.0f) {  // C = beta * C (beta == 0: overwrite, ignoring NaNs already there)
-    for (int64_t i = 0; i < M; ++i)
-      for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
+  if (K <= 0 || alpha == 0.0f) {
+    scale_c(M, N, C, ldc, beta);
     return true;
   }
   packed_gemm(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, alpha, beta);
   return true;
 }
 #else
-bool gemm_bf16_supported() { return false; }
+bool gemm_bf16_avx512_supported() { return false; }
 
-bool gemm_bf16(int64_t, int64_t, int64_t, const uint16_t*, int64_t, bool, const uint16_t*, int64_t, bool, float*,
-               int64_t, float, float) {
+bool gemm_bf16_avx512(int64_t, int64_t, int64_t, const uint16_t*, int64_t, bool, const uint16_t*, int64_t, bool,
+                      float*, int64_t, float, float) {
   return false;
 }
 #endif
+
+bool gemm_bf16_supported() { return gemm_bf16_amx_supported() || gemm_bf16_avx512_supported(); }
+
+bool gemm_bf16(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a, const uint16_t* B,
+               int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha, float beta) {
+  if (gemm_bf16_amx_supported()) return gemm_bf16_amx(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, alpha, beta);
+  return gemm_bf16_avx512(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, alpha, beta);
+}
 
 }  // namespace minidl::kernels::cpu

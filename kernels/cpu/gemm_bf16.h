@@ -1,5 +1,6 @@
 // kernels/cpu/gemm_bf16.h — matrix multiply of bfloat16 operands into a float32 result on the
-// CPU: a packed AVX512_BF16 kernel (gemm_bf16.cpp) and the plain loop it is tested against.
+// CPU: two packed kernels — AMX tiles (gemm_bf16_amx.cpp) and AVX512_BF16 vectors (gemm_bf16.cpp)
+// — the choice between them, and the plain loop both are tested against.
 //
 //   C (M, N) = alpha * op(A) (M, K) · op(B) (K, N) + beta * C
 //
@@ -14,14 +15,28 @@
 
 namespace minidl::kernels::cpu {
 
-// The packed kernel (one vdpbf16ps adds two bf16 products per float lane). Returns false, C
-// untouched, when the CPU lacks AVX512_BF16 (checked once at run time; the library itself may be
-// built for any x86-64 level).
+// The fastest kernel this CPU runs, chosen once: AMX where the CPU has AMX-BF16 and the kernel
+// grants its tile state, else AVX512_BF16. Returns false, C untouched, where neither runs (the
+// library itself may be built for any x86-64 level).
 bool gemm_bf16(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a, const uint16_t* B,
                int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha = 1.0f, float beta = 0.0f);
 
-// Whether gemm_bf16 runs here (the CPU has AVX512_BF16, AVX512BW and AVX512VL; checked once).
+// Whether gemm_bf16 runs here (either kernel below does).
 bool gemm_bf16_supported();
+
+// The AVX512_BF16 kernel (one vdpbf16ps adds two bf16 products per float lane); false, C
+// untouched, without AVX512_BF16, AVX512BW and AVX512VL.
+bool gemm_bf16_avx512(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a,
+                      const uint16_t* B, int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha = 1.0f,
+                      float beta = 0.0f);
+bool gemm_bf16_avx512_supported();
+
+// The AMX kernel (one tdpbf16ps multiplies a 16x32 bf16 tile by a 32x16 one into a 16x16 float32
+// tile); false, C untouched, without AMX-BF16 and AVX512BW/VL, or where Linux refuses the tile
+// state (arch_prctl ARCH_REQ_XCOMP_PERM, asked once per process).
+bool gemm_bf16_amx(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a, const uint16_t* B,
+                   int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha = 1.0f, float beta = 0.0f);
+bool gemm_bf16_amx_supported();
 
 // The plain triple loop a student writes first: each element of C is one float32 sum over k in
 // order of the float32 products of the widened operands; then alpha and beta. The reference.

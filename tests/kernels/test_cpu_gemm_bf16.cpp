@@ -1,11 +1,12 @@
 // tests/kernels/test_cpu_gemm_bf16.cpp — the bfloat16 GEMM (kernels/cpu/gemm_bf16.h): the reference
-// loop against exact sums of small-integer products, then the packed AVX512_BF16 kernel against
-// the reference — bit for bit on small integers (every sum exact, so any misplaced operand shows),
-// within float32 rounding on general values — over 1x1x1, odd K, M and N off the 14x32 tile, all
-// four transpose combinations, leading dimensions wider than the rows (the gaps of C untouched),
-// several K blocks and two column blocks, alpha and beta (0: C is write-only, a NaN there is
-// ignored), K = 0 and alpha = 0, and the same bits with 1 and 2 threads. The kernel's tests are
-// skipped, saying so, on a CPU without AVX512_BF16 (gemm_bf16 then returns false).
+// loop against exact sums of small-integer products, then each packed kernel (AVX512_BF16, AMX)
+// against the reference — bit for bit on small integers (every sum exact, so any misplaced operand
+// shows), within float32 rounding on general values — over 1x1x1, odd K, M and N off the 14x32
+// and 32x32 tiles, all four transpose combinations, leading dimensions wider than the rows (the
+// gaps of C untouched), several K blocks and two column blocks, alpha and beta (0: C is
+// write-only, a NaN there is ignored), K = 0 and alpha = 0, and the same bits with 1 and 2
+// threads; and gemm_bf16 runs the AMX kernel where the CPU has it. A kernel's tests are skipped,
+// saying so, on a CPU without its extension (the kernel then returns false).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -23,25 +24,25 @@ namespace {
 
 using minidl::kernels::cpu::bf16_to_float;
 using minidl::kernels::cpu::float_to_bf16;
-using minidl::kernels::cpu::gemm_bf16;
 using minidl::kernels::cpu::gemm_bf16_reference;
+
+// A packed kernel: its name, the function, and whether it runs on this CPU.
+using GemmFn = bool (*)(int64_t, int64_t, int64_t, const uint16_t*, int64_t, bool, const uint16_t*, int64_t, bool,
+                        float*, int64_t, float, float);
+struct Kernel {
+  const char* name;
+  GemmFn gemm;
+  bool (*supported)();
+};
+const Kernel kKernels[] = {{"avx512bf16", minidl::kernels::cpu::gemm_bf16_avx512,
+                            minidl::kernels::cpu::gemm_bf16_avx512_supported},
+                           {"amx", minidl::kernels::cpu::gemm_bf16_amx, minidl::kernels::cpu::gemm_bf16_amx_supported}};
 
 struct Case {
   int64_t M, N, K;
 };
 
 constexpr float kSentinel = 12345.0f;  // fills the gaps between rows of C (ldc > N)
-
-bool have_bf16() {
-#if defined(__x86_64__) && defined(__GNUC__)
-  return __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512vl");
-#else
-  return false;
-#endif
-}
-#define SKIP_WITHOUT_BF16() \
-  if (!have_bf16()) GTEST_SKIP() << "this CPU has no AVX512_BF16: gemm_bf16 returns false, nothing to test"
 
 // n bf16 values: pseudo-random floats in [-1, 1) (testing::values) rounded to bf16, or integers in [-6, 6] when small_ints
 std::vector<uint16_t> bf16_values(size_t n, uint32_t stream, bool small_ints) {
@@ -86,14 +87,14 @@ struct Operands {
   }
 };
 
-// gemm_bf16 against gemm_bf16_reference on one case: the same bits on small integers, otherwise
+// A packed kernel against gemm_bf16_reference on one case: the same bits on small integers, otherwise
 // within the rounding of two float32 sums of the same exact products in different orders (each
 // at most about K units of 2^-24 times the sum of |products| from the exact sum).
-void check(const Case& c, bool ta, bool tb, float alpha, float beta, int64_t pad, bool small_ints) {
+void check(GemmFn gemm, const Case& c, bool ta, bool tb, float alpha, float beta, int64_t pad, bool small_ints) {
   const Operands op(c, ta, tb, pad, small_ints, beta);
   std::vector<float> fast = op.C, ref = op.C;
   ASSERT_TRUE(
-      gemm_bf16(op.M, op.N, op.K, op.A.data(), op.lda, ta, op.B.data(), op.ldb, tb, fast.data(), op.ldc, alpha, beta));
+      gemm(op.M, op.N, op.K, op.A.data(), op.lda, ta, op.B.data(), op.ldb, tb, fast.data(), op.ldc, alpha, beta));
   gemm_bf16_reference(op.M, op.N, op.K, op.A.data(), op.lda, ta, op.B.data(), op.ldb, tb, ref.data(), op.ldc, alpha,
                       beta);
   for (int64_t i = 0; i < op.M; ++i) {
@@ -115,6 +116,16 @@ void check(const Case& c, bool ta, bool tb, float alpha, float beta, int64_t pad
       ASSERT_EQ(fast[static_cast<size_t>(i * op.ldc + j)], kSentinel) << op.what(alpha, beta) << ", gap of row " << i;
   }
 }
+
+class PackedGemmBf16 : public ::testing::TestWithParam<Kernel> {
+ protected:
+  void SetUp() override {
+    if (!GetParam().supported())
+      GTEST_SKIP() << "this CPU lacks " << GetParam().name << ": gemm_bf16_" << GetParam().name
+                   << " returns false, nothing to test";
+  }
+  GemmFn gemm() const { return GetParam().gemm; }
+};
 
 }  // namespace
 
@@ -144,56 +155,52 @@ TEST(CpuGemmBf16, ReferenceIsExactOnSmallIntegers) {
         }
 }
 
-TEST(CpuGemmBf16, PackedMatchesReferenceBitForBitOnSmallIntegers) {
-  SKIP_WITHOUT_BF16();
-  // 1x1x1, odd K, ragged M and N around the 14x32 tile, a 16-column panel, two K blocks (the last
-  // odd), two column blocks; every transpose, wider leading dimensions, alpha and beta
-  const Case cases[] = {{1, 1, 1},  {14, 32, 8},  {15, 33, 17},  {13, 16, 9},
-                        {5, 47, 1}, {29, 20, 70}, {30, 50, 601}, {3, 4200, 5}};
+TEST_P(PackedGemmBf16, MatchesReferenceBitForBitOnSmallIntegers) {
+  // 1x1x1, odd K, ragged M and N around the 14x32 and 32x32 tiles, a 16-column panel, two K blocks
+  // (the last odd), two column blocks; every transpose, wider leading dimensions, alpha and beta
+  const Case cases[] = {{1, 1, 1},   {14, 32, 8},   {15, 33, 17},  {13, 16, 9},  {5, 47, 1},
+                        {29, 20, 70}, {30, 50, 601}, {3, 4200, 5}, {33, 31, 64}, {80, 65, 97}};
   for (const Case& c : cases)
     for (bool ta : {false, true})
       for (bool tb : {false, true})
         for (int64_t pad : {0, 3}) {
-          check(c, ta, tb, 1.0f, 0.0f, pad, true);
-          check(c, ta, tb, -2.0f, 0.5f, pad, true);
+          check(gemm(), c, ta, tb, 1.0f, 0.0f, pad, true);
+          check(gemm(), c, ta, tb, -2.0f, 0.5f, pad, true);
         }
 }
 
-TEST(CpuGemmBf16, PackedMatchesReferenceWithinRounding) {
-  SKIP_WITHOUT_BF16();
+TEST_P(PackedGemmBf16, MatchesReferenceWithinRounding) {
   const Case cases[] = {{1, 1, 1},  {7, 5, 3},      {14, 32, 8},   {15, 33, 17}, {17, 16, 9},
                         {5, 47, 1}, {64, 196, 288}, {288, 49, 64}, {130, 20, 70}};
   for (const Case& c : cases)
     for (bool ta : {false, true})
       for (bool tb : {false, true})
-        for (float beta : {0.0f, 1.0f, -0.5f}) check(c, ta, tb, beta == 1.0f ? -0.75f : 1.0f, beta, 0, false);
+        for (float beta : {0.0f, 1.0f, -0.5f}) check(gemm(), c, ta, tb, beta == 1.0f ? -0.75f : 1.0f, beta, 0, false);
   // wider leading dimensions; three K blocks, the last odd; two column blocks of the packed B
   for (bool ta : {false, true})
     for (bool tb : {false, true}) {
-      check({21, 45, 13}, ta, tb, 1.0f, 0.5f, 3, false);
-      check({19, 40, 1101}, ta, tb, 1.0f, 0.0f, 1, false);
-      check({3, 4200, 5}, ta, tb, 1.0f, 0.25f, 0, false);
+      check(gemm(), {21, 45, 13}, ta, tb, 1.0f, 0.5f, 3, false);
+      check(gemm(), {19, 40, 1101}, ta, tb, 1.0f, 0.0f, 1, false);
+      check(gemm(), {3, 4200, 5}, ta, tb, 1.0f, 0.25f, 0, false);
     }
 }
 
-TEST(CpuGemmBf16, PackedWithEmptyKOrZeroAlphaScalesC) {
-  SKIP_WITHOUT_BF16();
+TEST_P(PackedGemmBf16, EmptyKOrZeroAlphaScalesC) {
   const std::vector<uint16_t> A = bf16_values(12, 4, false), B = bf16_values(12, 5, false);
   for (float beta : {0.0f, 1.0f, 3.0f}) {
     const std::vector<float> C0 = minidl::testing::values(12, 6);
     std::vector<float> C = C0;
     if (beta == 0.0f) C[5] = std::numeric_limits<float>::quiet_NaN();
-    ASSERT_TRUE(gemm_bf16(3, 4, 0, A.data(), 1, false, B.data(), 4, false, C.data(), 4, 1.0f, beta));
+    ASSERT_TRUE(gemm()(3, 4, 0, A.data(), 1, false, B.data(), 4, false, C.data(), 4, 1.0f, beta));
     for (size_t i = 0; i < C.size(); ++i) EXPECT_EQ(C[i], beta * C0[i]) << "K = 0, beta " << beta << ", element " << i;
     C = C0;
-    ASSERT_TRUE(gemm_bf16(3, 4, 3, A.data(), 3, false, B.data(), 4, false, C.data(), 4, 0.0f, beta));
+    ASSERT_TRUE(gemm()(3, 4, 3, A.data(), 3, false, B.data(), 4, false, C.data(), 4, 0.0f, beta));
     for (size_t i = 0; i < C.size(); ++i)
       EXPECT_EQ(C[i], beta * C0[i]) << "alpha 0, beta " << beta << ", element " << i;
   }
 }
 
-TEST(CpuGemmBf16, PackedSameBitsFor1And2Threads) {
-  SKIP_WITHOUT_BF16();
+TEST_P(PackedGemmBf16, SameBitsFor1And2Threads) {
   const int saved = minidl::kernels::cpu::get_num_threads();
   // several row blocks and K blocks (the last odd), every transpose
   for (const Case& c : {Case{300, 70, 1101}, Case{100, 200, 600}})
@@ -202,12 +209,32 @@ TEST(CpuGemmBf16, PackedSameBitsFor1And2Threads) {
         const Operands op(c, ta, tb, 0, false, 0.5f);
         std::vector<float> one = op.C, two = op.C;
         minidl::kernels::cpu::set_num_threads(1);
-        ASSERT_TRUE(gemm_bf16(op.M, op.N, op.K, op.A.data(), op.lda, ta, op.B.data(), op.ldb, tb, one.data(), op.ldc,
-                              1.0f, 0.5f));
+        ASSERT_TRUE(gemm()(op.M, op.N, op.K, op.A.data(), op.lda, ta, op.B.data(), op.ldb, tb, one.data(), op.ldc,
+                           1.0f, 0.5f));
         minidl::kernels::cpu::set_num_threads(2);
-        ASSERT_TRUE(gemm_bf16(op.M, op.N, op.K, op.A.data(), op.lda, ta, op.B.data(), op.ldb, tb, two.data(), op.ldc,
-                              1.0f, 0.5f));
+        ASSERT_TRUE(gemm()(op.M, op.N, op.K, op.A.data(), op.lda, ta, op.B.data(), op.ldb, tb, two.data(), op.ldc,
+                           1.0f, 0.5f));
         for (size_t i = 0; i < one.size(); ++i) ASSERT_EQ(one[i], two[i]) << op.what(1.0f, 0.5f) << ", element " << i;
       }
   minidl::kernels::cpu::set_num_threads(saved);
+}
+
+INSTANTIATE_TEST_SUITE_P(Kernels, PackedGemmBf16, ::testing::ValuesIn(kKernels),
+                         [](const ::testing::TestParamInfo<Kernel>& info) { return std::string(info.param.name); });
+
+// gemm_bf16 is the AMX kernel where the CPU has AMX, else the AVX512_BF16 one (the same bits as the
+// kernel it chose), else false.
+TEST(CpuGemmBf16, ChoosesAmxWhereTheCpuHasIt) {
+  namespace k = minidl::kernels::cpu;
+  const Operands op({70, 45, 300}, false, true, 0, false, 0.0f);
+  std::vector<float> chosen = op.C, expect = op.C;
+  const bool ran = k::gemm_bf16(op.M, op.N, op.K, op.A.data(), op.lda, false, op.B.data(), op.ldb, true,
+                                chosen.data(), op.ldc, 1.0f, 0.0f);
+  ASSERT_EQ(ran, k::gemm_bf16_supported());
+  ASSERT_EQ(k::gemm_bf16_supported(), k::gemm_bf16_amx_supported() || k::gemm_bf16_avx512_supported());
+  if (!ran) GTEST_SKIP() << "this CPU has neither AMX nor AVX512_BF16: gemm_bf16 returns false";
+  const GemmFn expected_kernel = k::gemm_bf16_amx_supported() ? k::gemm_bf16_amx : k::gemm_bf16_avx512;
+  ASSERT_TRUE(expected_kernel(op.M, op.N, op.K, op.A.data(), op.lda, false, op.B.data(), op.ldb, true, expect.data(),
+                              op.ldc, 1.0f, 0.0f));
+  for (size_t i = 0; i < chosen.size(); ++i) ASSERT_EQ(chosen[i], expect[i]) << "element " << i;
 }

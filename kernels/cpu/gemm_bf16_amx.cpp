@@ -1,0 +1,232 @@
+// kernels/cpu/gemm_bf16_amx.cpp — bfloat16 x bfloat16 -> float32 GEMM on AMX tiles (gemm_bf16.h),
+// compiled for AMX-BF16 whatever the build's -march and used only where the CPU has it and Linux
+// grants the process its tile state (both checked once at run time).
+//
+// AMX adds eight 1 KB tile registers and one instruction that matters here: tdpbf16ps multiplies
+// a 16x32 bf16 tile of A by a 32x16 bf16 tile of B (stored as 16 rows of 16 k-pair words, the
+// layout gemm_bf16_pack.h packs) and adds the products, two at a time, into a 16x16 float32 tile
+// of C: 8192 multiply-adds per instruction, where one AVX-512 FMA does 16.
+//
+// The structure is the AVX512_BF16 kernel's (gemm_bf16.cpp), with tiles for registers:
+//
+//   for each block of up to kNc columns of C (jc):
+//     for each block of K (pc, sizes fixed by K alone; padded with zeros to whole 32-k steps):
+//       pack op(B) (kc, nc) into panels of 32 columns, each (kc / 2, 32) k pairs
+//       in parallel over blocks of rows of C (mc rows each):
+//         pack op(A) (mc, kc) into 16x32 tiles, each 1 KB contiguous
+//         for each B panel, for each 32 rows of the A block: the 32x32 micro-kernel
+//
+// The micro-kernel keeps a 32x32 block of C in four tiles (0-3) over the K block, loads two A
+// tiles (4, 5) and two B tiles (6, 7) per 32 k and issues four tdpbf16ps; then stores the four
+// tiles to a buffer and adds them into C (alpha, beta) with the AVX512_BF16 kernel's rule. Rows
+// and columns past C's edge are computed on zeros and not stored.
+// Its sums differ from the reference's as the AVX512_BF16 kernel's do (pairs of products, one
+// partial sum per K block, subnormal inputs and results treated as zero), and from that kernel's
+// own by the order inside a tile product: the same tolerances hold (tests/kernels/
+// test_cpu_gemm_bf16.cpp runs both kernels' tests). Threads split blocks of C's rows, never K:
+// bit-identical for any thread count. GFLOP/s: `bench_gemm bf16` (examples/bench_gemm.cpp).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <algorithm>
+
+#include "minidl/kernels/cpu/gemm_bf16.h"
+#include "minidl/kernels/cpu/gemm_bf16_pack.h"
+#include "minidl/kernels/cpu/parallel.h"
+
+#if defined(__x86_64__) && defined(__GNUC__) && defined(__linux__)
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#define MINIDL_HAVE_AMX_KERNEL 1
+#endif
+
+namespace minidl::kernels::cpu {
+
+#ifdef MINIDL_HAVE_AMX_KERNEL
+namespace {
+
+using namespace bf16_pack;
+
+#define MINIDL_AMX_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,amx-tile,amx-bf16")))
+
+constexpr int64_t kTileK = 32;        // k per A tile row (32 bf16 = 64 bytes); a B tile holds 16 pairs
+constexpr int64_t kTileWords = 256;   // one tile: 16 rows x 16 words of 32 bits
+constexpr int64_t kMr = 32;           // rows of C per micro-kernel: two 16-row A tiles
+constexpr int64_t kNr = kPanelCols;   // columns of C per micro-kernel: two 16-column B tiles
+constexpr int64_t kKcMax = 512;       // K blocks: a B panel (256 pairs x 32 columns, 32 KB) stays in L1
+constexpr int64_t kNc = 4096;         // columns of C per packed B block (bounds the B buffer to 4 MB)
+constexpr int64_t kMcMax = 8 * kMr;   // rows of C per unit of parallel work (an A block of 256 KB)
+
+// The tile configuration ldtilecfg loads (Intel SDM, "TILECFG"): palette 1, and each of the eight
+// tiles 16 rows of 64 bytes.
+struct alignas(64) TileConfig {
+  uint8_t palette = 1, start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t bytes_per_row[16] = {};
+  uint8_t rows[16] = {};
+  TileConfig() {
+    for (int t = 0; t < 8; ++t) {
+      bytes_per_row[t] = 64;
+      rows[t] = 16;
+    }
+  }
+};
+
+inline __mmask32 first_n16(int64_t n) {  // the first n of 32 16-bit lanes
+  return n >= 32 ? ~__mmask32(0) : n <= 0 ? __mmask32(0) : static_cast<__mmask32>((1u << n) - 1);
+}
+
+// Rows i0..i0+rows-1 (rows <= 16) of op(A), columns k0..k0+kc-1, as ks = ceil(kc / 32) tiles: tile
+// s at dst + s * kTileWords, its row r the 32 values k0 + 32s .. k0 + 32s + 31 of row i0 + r (16
+// pair words); rows past `rows` and k past kc zero. op(A)(i, k) = A[i * lda + k], or A[k * lda + i]
+// when trans_a.
+MINIDL_AMX_TARGET void pack_a_tiles(const uint16_t* A, int64_t lda, bool trans_a, int64_t i0, int64_t rows,
+                                    int64_t k0, int64_t kc, int64_t ks, uint32_t* dst) {
+  if (!trans_a) {  // each row's k are contiguous: one masked 64-byte copy per tile row
+    for (int64_t r = 0; r < 16; ++r) {
+      const uint16_t* row = r < rows ? A + (i0 + r) * lda + k0 : nullptr;
+      for (int64_t s = 0; s < ks; ++s) {
+        const __m512i v = row ? _mm512_maskz_loadu_epi16(first_n16(kc - s * kTileK), row + s * kTileK)
+                              : _mm512_setzero_si512();
+        _mm512_store_si512(dst + s * kTileWords + r * 16, v);
+      }
+    }
+    return;
+  }
+  // each k holds the rows' values side by side: 16 pair words across the rows per 2 k, then a
+  // 16x16 transpose turns 16 such (one tile's k) into the tile's rows
+  for (int64_t s = 0; s < ks; ++s) {
+    __m512i v[16];
+    for (int64_t q = 0; q < 16; ++q) {
+      const int64_t k = s * kTileK + 2 * q;  // within the block
+      v[q] = k < kc ? pair_rows(A + (k0 + k) * lda + i0, k + 1 < kc ? A + (k0 + k + 1) * lda + i0 : nullptr, rows)
+                    : _mm512_setzero_si512();
+    }
+    store_transposed_16x16(v, dst + s * kTileWords, 16, __mmask16(0xFFFF));
+  }
+}
+
+// C (mr <= 32, nr <= 32) = alpha * the 32x32 product of two A tile rows a0, a1 (ks tiles each) and
+// a B panel b (ks * 16 pairs, 32 columns) [+ beta * C on the first K block, or + C on the others].
+MINIDL_AMX_TARGET void micro_kernel(int64_t ks, const uint32_t* a0, const uint32_t* a1, const uint32_t* b, float* c,
+                                    int64_t ldc, int64_t mr, int64_t nr, bool first, float alpha, float beta) {
+  alignas(64) float out[kMr * kNr];  // the 32x32 block, row-major
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  for (int64_t s = 0; s < ks; ++s) {
+    _tile_loadd(4, a0 + s * kTileWords, 64);
+    _tile_loadd(5, a1 + s * kTileWords, 64);
+    _tile_loadd(6, b + s * 16 * kNr, kNr * 4);
+    _tile_loadd(7, b + s * 16 * kNr + 16, kNr * 4);
+    _tile_dpbf16ps(0, 4, 6);  // C rows 0-15, columns 0-15
+    _tile_dpbf16ps(1, 4, 7);  // rows 0-15, columns 16-31
+    _tile_dpbf16ps(2, 5, 6);  // rows 16-31, columns 0-15
+    _tile_dpbf16ps(3, 5, 7);  // rows 16-31, columns 16-31
+  }
+  _tile_stored(0, out, kNr * 4);
+  _tile_stored(1, out + 16, kNr * 4);
+  _tile_stored(2, out + 16 * kNr, kNr * 4);
+  _tile_stored(3, out + 16 * kNr + 16, kNr * 4);
+  const __mmask16 m0 = first_n(nr), m1 = first_n(nr - 16);
+  for (int64_t r = 0; r < mr; ++r) {
+    add_into_c(_mm512_load_ps(out + r * kNr), c + r * ldc, m0, first, alpha, beta);
+    if (m1) add_into_c(_mm512_load_ps(out + r * kNr + 16), c + r * ldc + 16, m1, first, alpha, beta);
+  }
+}
+
+// This thread's tiles configured (each thread before its first tile instruction), and released
+// (so a context switch saves no tile state).
+MINIDL_AMX_TARGET void configure_tiles() {
+  static const TileConfig config;
+  _tile_loadconfig(&config);
+}
+MINIDL_AMX_TARGET void release_tiles() { _tile_release(); }
+
+void packed_gemm(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a, const uint16_t* B,
+                 int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha, float beta) {
+  // K blocks of equal size (the last may be shorter), chosen from K alone, each padded to ks
+  // whole 32-k steps.
+  const int64_t k_blocks = (K + kKcMax - 1) / kKcMax;
+  const int64_t kc_step = ((K + k_blocks - 1) / k_blocks + kTileK - 1) / kTileK * kTileK;
+  // Rows of C per unit of work: whole 32-row blocks, at most kMcMax, about 4 units when M is small.
+  const int64_t mc = std::clamp<int64_t>(((M + 3) / 4 + kMr - 1) / kMr * kMr, kMr, kMcMax);
+  const int64_t m_blocks = (M + mc - 1) / mc;
+  thread_local PackBuffer b_buffer;
+  for (int64_t jc = 0; jc < N; jc += kNc) {
+    const int64_t nc = std::min(kNc, N - jc), n_panels = (nc + kNr - 1) / kNr;
+    for (int64_t pc = 0; pc < K; pc += kc_step) {
+      const int64_t kc = std::min(kc_step, K - pc), ks = (kc + kTileK - 1) / kTileK;
+      const int64_t panel_words = ks * 16 * kNr, kp = (kc + 1) / 2;
+      uint32_t* bp = b_buffer.get(static_cast<size_t>(n_panels * panel_words));
+      parallel_for(n_panels, std::max<int64_t>(1, 8192 / panel_words), [&](int64_t p0, int64_t p1) {
+        for (int64_t p = p0; p < p1; ++p) {
+          uint32_t* panel = bp + p * panel_words;
+          pack_b_panel(B, ldb, trans_b, jc + p * kNr, std::min(kNr, nc - p * kNr), pc, kc, panel);
+          std::fill(panel + kp * kNr, panel + panel_words, 0u);  // pairs past kc up to whole tiles
+        }
+      });
+      parallel_for(m_blocks, 1, [&](int64_t b0, int64_t b1) {
+        configure_tiles();
+        thread_local PackBuffer a_buffer;
+        const int64_t row_tiles = mc / 16;  // 16-row tile rows per A block
+        uint32_t* ap = a_buffer.get(static_cast<size_t>(row_tiles * ks * kTileWords));
+        for (int64_t blk = b0; blk < b1; ++blk) {
+          const int64_t i0 = blk * mc, m = std::min(mc, M - i0), m_tiles = (m + kMr - 1) / kMr * 2;
+          for (int64_t t = 0; t < m_tiles; ++t)
+            pack_a_tiles(A, lda, trans_a, i0 + 16 * t, std::clamp<int64_t>(m - 16 * t, 0, 16), pc, kc, ks,
+                         ap + t * ks * kTileWords);
+          for (int64_t p = 0; p < n_panels; ++p) {
+            const int64_t j = jc + p * kNr, nr = std::min(kNr, nc - p * kNr);
+            for (int64_t q = 0; q < m_tiles / 2; ++q) {
+              const int64_t i = i0 + q * kMr, mr = std::min(kMr, m - q * kMr);
+              const uint32_t* a0 = ap + 2 * q * ks * kTileWords;
+              micro_kernel(ks, a0, a0 + ks * kTileWords, bp + p * panel_words, C + i * ldc + j, ldc, mr, nr,
+                           pc == 0, alpha, beta);
+            }
+          }
+        }
+        release_tiles();
+      });
+    }
+  }
+}
+
+}  // namespace
+
+bool gemm_bf16_amx_supported() {
+  static const bool have = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+    const bool amx_bf16 = edx & (1u << 22), amx_tile = edx & (1u << 24);  // CPUID.(7, 0):EDX
+    if (!amx_bf16 || !amx_tile || !__builtin_cpu_supports("avx512bf16") || !__builtin_cpu_supports("avx512bw") ||
+        !__builtin_cpu_supports("avx512vl"))
+      return false;
+    // Linux hands out the 8 KB tile state only on request (Documentation/arch/x86/xstate.rst).
+    constexpr long kReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+    return syscall(SYS_arch_prctl, kReqXcompPerm, kXfeatureXtiledata) == 0;
+  }();
+  return have;
+}
+
+bool gemm_bf16_amx(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a, const uint16_t* B,
+                   int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha, float beta) {
+  if (!gemm_bf16_amx_supported()) return false;
+  if (M <= 0 || N <= 0) return true;
+  if (K <= 0 || alpha == 0.0f) {
+    scale_c(M, N, C, ldc, beta);
+    return true;
+  }
+  packed_gemm(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, alpha, beta);
+  return true;
+}
+#else
+bool gemm_bf16_amx_supported() { return false; }
+
+bool gemm_bf16_amx(int64_t, int64_t, int64_t, const uint16_t*, int64_t, bool, const uint16_t*, int64_t, bool, float*,
+                   int64_t, float, float) {
+  return false;
+}
+#endif
+
+}  // namespace minidl::kernels::cpu
