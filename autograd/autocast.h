@@ -14,9 +14,10 @@
 // compute on CUDA, through tensor mm / addmm / matmul), and so do they under float16 on CUDA
 // (cuBLAS's float16 GEMM); their backward rounds dy to the low dtype once and multiplies it the
 // same way, as PyTorch's backward of its autocast products runs in the low dtype; each gradient is
-// rounded to its operand's dtype, and the cast's backward widens it. conv2d,
-// packed_self_attention and float16 on the CPU multiply the rounded operands widened back to
-// float32 with the float32 kernels. Everything else (softmax,
+// rounded to its operand's dtype, and the cast's backward widens it. conv2d multiplies bfloat16
+// operands too where that pays (kernels/cpu/conv2d_bf16.h: AMX, and a layer not Winograd's), and
+// otherwise, like packed_self_attention and float16 on the CPU, the rounded operands widened back
+// to float32 with the float32 kernels. Everything else (softmax,
 // norms, losses, reductions, element-wise ops) stays float32, and so do the parameters and the
 // optimizer's state (master weights): the cast happens in the forward, and its backward casts the
 // gradient back to float32. The state is thread-local; guards nest, each restoring the state it
@@ -49,7 +50,7 @@ DType autocast_dtype();  // the low dtype of the innermost enabled guard; Float3
 Variable autocast_operand(const Variable& x);
 
 // A float32 x rounded to autocast_dtype() and kept in it (one differentiable cast), for an op that
-// keeps its operands in the low dtype and widens them itself (conv2d); x itself when autocast is
+// keeps its operands in the low dtype and multiplies or widens them itself (conv2d); x itself when autocast is
 // off, x is undefined or not float32.
 Variable autocast_low_operand(const Variable& x);
 

@@ -26,23 +26,20 @@ Variable log_softmax(const Variable& x, int64_t dim) {
       "LogSoftmaxBackward");
 }
 
-// conv2d: dx by col2im, dw and db by GEMM/reduction (tensor/ops_conv.cpp); under autocast x, w
-// and b are rounded to its dtype first (autograd/autocast.h) and the float32 kernels multiply
-// them: the 3x3 stride-1 layers run as Winograd (kernels/cpu/conv2d_winograd.h), 2.25-4x fewer
-// multiplies than the im2col GEMM — more than a bfloat16 im2col GEMM would gain, before its
-// im2col copies — and Winograd's transformed operands are no longer bfloat16 numbers, so they
-// stay float32. x and w
-// stay in the low dtype between forward and backward (half the bytes a float32 copy would keep)
-// and are widened inside each pass; dx and dw are rounded to it, as the round trip's cast would.
+// conv2d: dx by col2im, dw and db by GEMM/reduction (tensor/ops_conv.cpp); under autocast x and
+// w are rounded to its dtype first (autograd/autocast.h) and stay in it between forward and
+// backward (half the bytes a float32 copy would keep). The tensor op multiplies them as bfloat16
+// where that pays (kernels/cpu/conv2d_bf16.h: the CPU's bfloat16 GEMM runs on AMX and the layer is
+// not one of Winograd's), and otherwise widens them for the float32 kernels. y, dx and dw come
+// back float32; dx and dw are rounded to the operands' dtype, as the round trip's cast would.
 Variable conv2d(const Variable& x_in, const Variable& w_in, const Variable& b_in, const Conv2dParams& p) {
   const Variable x = autocast_low_operand(x_in), w = autocast_low_operand(w_in), b = autocast_operand(b_in);
-  auto wide = [](const Tensor& t) { return is_half(t.dtype()) ? t.to(DType::Float32) : t; };
-  Tensor y = conv2d_forward(wide(x.data()), wide(w.data()), b.defined() ? b.data() : Tensor(), p);
+  Tensor y = conv2d_forward(x.data(), w.data(), b.defined() ? b.data() : Tensor(), p);
   return Variable::make_result(
       y, {x, w, b},
-      [tx = x.data(), tw = w.data(), has_bias = b.defined(), need_dx = x.requires_grad(), p,
-       wide](const Tensor& dy) -> std::vector<Tensor> {
-        Conv2dGrads g = conv2d_backward(wide(tx), wide(tw), dy, has_bias, p, need_dx);
+      [tx = x.data(), tw = w.data(), has_bias = b.defined(), need_dx = x.requires_grad(),
+       p](const Tensor& dy) -> std::vector<Tensor> {
+        Conv2dGrads g = conv2d_backward(tx, tw, dy, has_bias, p, need_dx);
         if (g.dx.defined()) g.dx = g.dx.to(tx.dtype());
         return {g.dx, g.dw.to(tw.dtype()), g.db};
       },

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "minidl/kernels/cpu/conv2d.h"
+#include "minidl/kernels/cpu/conv2d_bf16.h"
 #include "minidl/kernels/cpu/gemm.h"
 #include "minidl/kernels/cpu/gemm_bf16.h"
 #include "minidl/kernels/cpu/half.h"
@@ -160,6 +161,8 @@ void bench_reference_square(int64_t n, int reps) {
               median(ref), median(fast) / median(ref));
 }
 
+void bench_bf16_convs(int reps);
+
 int bench_bf16(int threads, int reps) {
   namespace k = minidl::kernels::cpu;
   std::printf("bf16 GEMM (%s kernel), threads %d, repetitions %d, %s\n%7s %14s %14s %-24s %7s\n",
@@ -172,6 +175,7 @@ int bench_bf16(int threads, int reps) {
   }
   if (k::gemm_bf16_amx_supported()) bench_bf16_square(1024, Bf16Peer::Avx512Bf16, reps);
   bench_bf16_square(128, Bf16Peer::Reference, std::max(3, reps / 3));
+  if (minidl::kernels::cpu::gemm_bf16_amx_supported()) bench_bf16_convs(reps);
   return 0;
 }
 
@@ -239,6 +243,74 @@ void bench_convs(int reps) {
       ref.push_back(time_one(false));
     }
     std::printf("%-40s %14.1f %14.1f %6.2fx\n", c.what, median(fast), median(ref), median(fast) / median(ref));
+  }
+}
+
+// Convolutions under autocast(BFloat16) where conv2d_bf16_pays (kernels/cpu/conv2d_bf16.h: im2col +
+// the bf16 GEMM) against the float32 kernels as run on the same values, batch 128: the reference
+// CNN's two and ResNet-20's stride-2 and 1x1 ones, in direct-convolution GFLOP/s.
+void bench_bf16_convs(int reps) {
+  namespace k = minidl::kernels::cpu;
+  using Shape2d = k::Conv2dShape;
+  struct ConvCase {
+    const char* what;
+    Shape2d shape;
+    bool backward, dx;
+  };
+  const Shape2d conv1{128, 1, 28, 28, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 28, 28},
+      conv2{128, 32, 14, 14, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 14, 14},
+      s2b{128, 32, 16, 16, 64, 3, 3, 1, 2, 2, 1, 1, 1, 1, 8, 8}, r64{128, 64, 8, 8, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 8, 8},
+      pw{128, 32, 16, 16, 64, 1, 1, 1, 2, 2, 0, 0, 1, 1, 8, 8}, pw128{128, 128, 16, 16, 128, 1, 1, 1, 1, 1, 0, 0, 1, 1, 16, 16},
+      patch{128, 1, 28, 28, 64, 4, 4, 1, 4, 4, 0, 0, 1, 1, 7, 7};
+  const ConvCase convs[] = {{"cnn conv2 forward (with bias)", conv2, false, false},
+                            {"cnn conv2 backward (dx, dw, db)", conv2, true, true},
+                            {"cnn conv1 forward (with bias)", conv1, false, false},
+                            {"cnn conv1 backward (dw, db)", conv1, true, false},
+                            {"3x3 32->64 stride 2 forward", s2b, false, false},
+                            {"3x3 32->64 stride 2 backward", s2b, true, true},
+                            {"3x3 64->64 8x8 forward", r64, false, false},
+                            {"3x3 64->64 8x8 backward", r64, true, true},
+                            {"1x1 32->64 stride 2 forward", pw, false, false},
+                            {"1x1 32->64 stride 2 backward", pw, true, true},
+                            {"1x1 128->128 16x16 forward", pw128, false, false},
+                            {"1x1 128->128 16x16 backward", pw128, true, true},
+                            {"vit patch 4x4 stride 4 forward", patch, false, false},
+                            {"vit patch 4x4 stride 4 backward (dw)", patch, true, false}};
+  std::printf("\n%-40s %14s %14s %7s\n", "convolution (batch 128)", "bf16 GF/s", "float32 GF/s", "ratio");
+  for (const ConvCase& c : convs) {
+    const auto& cs = c.shape;
+    const int64_t K = cs.C * cs.kH * cs.kW;
+    const size_t xn = static_cast<size_t>(cs.N * cs.C * cs.H * cs.W), wn = static_cast<size_t>(cs.O * K),
+                 yn = static_cast<size_t>(cs.N * cs.O * cs.H_out * cs.W_out);
+    std::vector<float> x(xn), w(wn), bias(static_cast<size_t>(cs.O)), y(yn), dx(xn), dw(wn), db(bias.size());
+    std::vector<uint16_t> x16(xn), w16(wn), dy16(yn, k::float_to_bf16(0.01f));
+    for (size_t i = 0; i < xn; ++i) x16[i] = k::float_to_bf16(static_cast<float>((i * 7919) % 1000) * 1e-3f - 0.5f);
+    for (size_t i = 0; i < wn; ++i) w16[i] = k::float_to_bf16(static_cast<float>((i * 104729) % 1000) * 1e-3f - 0.5f);
+    for (size_t i = 0; i < xn; ++i) x[i] = k::bf16_to_float(x16[i]);
+    for (size_t i = 0; i < wn; ++i) w[i] = k::bf16_to_float(w16[i]);
+    const std::vector<float> dy(yn, k::bf16_to_float(dy16[0]));
+    const double flops =
+        2.0 * static_cast<double>(cs.N * cs.O * K * cs.H_out * cs.W_out) * (c.backward ? (c.dx ? 2 : 1) : 1);
+    auto time_one = [&](bool low) {
+      const double t0 = now_s();
+      float* dx_or_null = c.dx ? dx.data() : nullptr;
+      if (!c.backward && low) k::conv2d_bf16_forward(x16.data(), w16.data(), bias.data(), cs, y.data());
+      if (!c.backward && !low) k::conv2d_forward(x.data(), w.data(), bias.data(), cs, y.data());
+      if (c.backward && low) {
+        k::conv2d_bf16_backward(x16.data(), w16.data(), dy16.data(), cs, dx_or_null, dw.data());
+        k::conv2d_bias_grad(dy.data(), cs, db.data());
+      }
+      if (c.backward && !low) k::conv2d_backward(x.data(), w.data(), dy.data(), cs, dx_or_null, dw.data(), db.data());
+      return flops / (now_s() - t0) / 1e9;
+    };
+    time_one(true);
+    time_one(false);
+    std::vector<double> low, wide;
+    for (int r = 0; r < std::max(3, reps / 3); ++r) {
+      low.push_back(time_one(true));
+      wide.push_back(time_one(false));
+    }
+    std::printf("%-40s %14.1f %14.1f %6.2fx\n", c.what, median(low), median(wide), median(low) / median(wide));
   }
 }
 

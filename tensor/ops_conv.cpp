@@ -2,12 +2,16 @@
 // stride, padding, dilation and groups, as torch.nn.functional.conv2d. Shapes are checked here,
 // once, then the op runs on the CPU (im2col + GEMM, kernels/cpu/conv2d.h) or on CUDA (cuDNN,
 // kernels/cuda/conv.cu). Inputs may be strided views: they are made contiguous first.
+// 16-bit x and w (autocast's operands) give float32 results: on a CPU where conv2d_bf16_pays,
+// bfloat16 ones run as im2col + the bfloat16 GEMM (kernels/cpu/conv2d_bf16.h); otherwise both are
+// widened to float32 and take the float32 path.
 //   x (N, C, H, W), w (O, C/groups, kH, kW), b (O) -> y (N, O, H_out, W_out)
 //   H_out = (H + 2*pad_h - dil_h*(kH - 1) - 1) / stride_h + 1   (same for W)
 #include <stdexcept>
 #include <string>
 
 #include "minidl/kernels/cpu/conv2d.h"
+#include "minidl/kernels/cpu/conv2d_bf16.h"
 #include "minidl/tensor/creation.h"
 #include "minidl/tensor/ops_nn.h"
 #include "minidl/tensor/cuda_dispatch.h"
@@ -22,6 +26,18 @@ std::string params_str(const Conv2dParams& p) {
   return "stride " + pair(p.stride_h, p.stride_w) + ", padding " + pair(p.pad_h, p.pad_w) + ", dilation " +
          pair(p.dilation_h, p.dilation_w) + ", groups " + std::to_string(p.groups);
 }
+
+// The dtype of y, b, dy and the gradients: x's, or float32 for 16-bit operands.
+DType result_dtype(const Tensor& x) { return is_half(x.dtype()) ? DType::Float32 : x.dtype(); }
+
+// Whether 16-bit operands run as the bfloat16 kernel (not widened to float32 first).
+bool runs_bf16(const Tensor& x, const kernels::cpu::Conv2dShape& s) {
+  return x.dtype() == DType::BFloat16 && !x.device().is_cuda() && kernels::cpu::conv2d_bf16_pays(s);
+}
+
+const uint16_t* bits(const Tensor& t) { return static_cast<const uint16_t*>(t.raw_data()); }  // bfloat16
+
+Tensor widened(const Tensor& t) { return is_half(t.dtype()) ? t.to(DType::Float32) : t; }
 
 // Checks x, w (and b when defined) against each other and p; returns the full geometry.
 kernels::cpu::Conv2dShape conv_shape(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dParams& p,
@@ -48,8 +64,8 @@ kernels::cpu::Conv2dShape conv_shape(const Tensor& x, const Tensor& w, const Ten
   nn_checks::require_same_dtype(x, w, op, "input", "weight");
   if (b.defined()) {
     require_float(b, op, "bias");
-    if (b.dim() != 1 || b.size(0) != O || b.dtype() != x.dtype())
-      throw std::invalid_argument(std::string(op) + ": expected bias " + dtype_name(x.dtype()) + "[" +
+    if (b.dim() != 1 || b.size(0) != O || b.dtype() != result_dtype(x))
+      throw std::invalid_argument(std::string(op) + ": expected bias " + dtype_name(result_dtype(x)) + "[" +
                                   std::to_string(O) + "] for weight " + w.desc() + ", got " + b.desc());
   }
   kernels::cpu::Conv2dShape s{};
@@ -80,8 +96,15 @@ Tensor conv2d_forward(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in
   constexpr const char* op = "conv2d";
   const bool cuda = cuda_dispatch::on_cuda({&x_in, &w_in, &b_in}, op);
   const kernels::cpu::Conv2dShape s = conv_shape(x_in, w_in, b_in, p, op);
-  const Tensor x = x_in.contiguous(), w = w_in.contiguous();
   const Tensor b = b_in.defined() ? b_in.contiguous() : Tensor();
+  if (runs_bf16(x_in, s)) {
+    const Tensor x = x_in.contiguous(), w = w_in.contiguous();
+    Tensor y({s.N, s.O, s.H_out, s.W_out}, DType::Float32);
+    kernels::cpu::conv2d_bf16_forward(bits(x), bits(w), b.defined() ? b.data<float>() : nullptr,
+                                      s, y.data<float>());
+    return y;
+  }
+  const Tensor x = widened(x_in).contiguous(), w = widened(w_in).contiguous();
   Tensor y({s.N, s.O, s.H_out, s.W_out}, x.dtype(), x.device());
   if (cuda) {
     cuda_dispatch::use_device(x);
@@ -103,12 +126,28 @@ Conv2dGrads conv2d_backward(const Tensor& x_in, const Tensor& w_in, const Tensor
   const kernels::cpu::Conv2dShape s = conv_shape(x_in, w_in, Tensor(), p, op);
   nn_checks::require_float(dy_in, op, "grad_output");
   const Shape y_shape{s.N, s.O, s.H_out, s.W_out};
-  if (dy_in.shape() != y_shape || dy_in.dtype() != x_in.dtype())
-    throw std::invalid_argument(std::string(op) + ": expected grad_output " + dtype_name(x_in.dtype()) +
+  if (dy_in.shape() != y_shape || dy_in.dtype() != result_dtype(x_in))
+    throw std::invalid_argument(std::string(op) + ": expected grad_output " + dtype_name(result_dtype(x_in)) +
                                 shape_str(y_shape) + " for input " + x_in.desc() + " and weight " +
                                 shape_str(w_in.shape()) + ", got " + dy_in.desc());
-  const Tensor x = x_in.contiguous(), w = w_in.contiguous(), dy = dy_in.contiguous();
   Conv2dGrads g;
+  // 16-bit operands: dy rounded to their dtype once, and every gradient computed from that, as
+  // PyTorch's backward of an autocast convolution runs in the low dtype
+  const Tensor dy_low = is_half(x_in.dtype()) ? dy_in.to(x_in.dtype()) : Tensor();
+  if (runs_bf16(x_in, s)) {
+    const Tensor x = x_in.contiguous(), w = w_in.contiguous();
+    if (need_dx) g.dx = Tensor(x.shape(), DType::Float32);
+    g.dw = Tensor(w.shape(), DType::Float32);
+    kernels::cpu::conv2d_bf16_backward(bits(x), bits(w), bits(dy_low), s,
+                                       need_dx ? g.dx.data<float>() : nullptr, g.dw.data<float>());
+    if (has_bias) {
+      g.db = Tensor({s.O}, DType::Float32);
+      kernels::cpu::conv2d_bias_grad(dy_low.to(DType::Float32).data<float>(), s, g.db.data<float>());
+    }
+    return g;
+  }
+  const Tensor x = widened(x_in).contiguous(), w = widened(w_in).contiguous();
+  const Tensor dy = dy_low.defined() ? dy_low.to(DType::Float32) : dy_in.contiguous();
   if (cuda) {
     if (need_dx) g.dx = Tensor(x.shape(), x.dtype(), x.device());
     g.dw = Tensor(w.shape(), w.dtype(), w.device());

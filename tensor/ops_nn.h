@@ -19,11 +19,16 @@ struct Conv2dParams {
   int64_t groups = 1;
 };
 // x (N, C_in, H, W), w (C_out, C_in/groups, kH, kW), b (C_out) or undefined -> (N, C_out, H_out, W_out)
+// x and w float32 or float64 (b and y the same), or both bfloat16 or float16 (autocast's operands;
+// b and y float32): float32 sums of the exact products, by im2col + the bfloat16 GEMM on a CPU
+// where kernels::cpu::conv2d_bf16_pays, else by the float32 kernels on the widened operands.
 Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dParams& p);
 struct Conv2dGrads {
   Tensor dx, dw, db;  // db undefined when the bias was undefined; dx undefined when !need_dx
 };
-// need_dx = false skips the input gradient (a first layer's input needs none).
+// need_dx = false skips the input gradient (a first layer's input needs none). dy has y's dtype,
+// and so do dx, dw and db; for 16-bit x and w (dy float32) every gradient is computed from dy
+// rounded to their dtype, as PyTorch's autocast backward.
 Conv2dGrads conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, bool has_bias, const Conv2dParams& p,
                             bool need_dx = true);
 

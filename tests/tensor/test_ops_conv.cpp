@@ -1,6 +1,8 @@
 // tests/tensor/test_ops_conv.cpp — conv2d forward/backward (tensor/ops_conv.cpp, kernels/cpu/im2col.h,
 // kernels/cpu/conv2d.h): hand-computed outputs, a naive direct convolution as reference, float64
 // finite differences of dx, dw, db with stride, padding, dilation and groups, and error messages.
+#include <cmath>
+#include <string>
 #include <vector>
 
 #include "minidl/kernels/cpu/parallel.h"
@@ -185,5 +187,36 @@ TEST(Conv2d, RejectsBadGroupsBiasKernelAndGrad) {
                    std::invalid_argument,
                    "conv2d: expected input to be float32 or float64, got int64[1, 3, 5, 5] on cpu");
   EXPECT_THROW_MSG(conv2d_backward(zeros({1, 3, 5, 5}), zeros({8, 3, 3, 3}), zeros({1, 8, 2, 2}), true, {}),
+                   std::invalid_argument, "conv2d_backward: expected grad_output float32[1, 8, 3, 3]");
+}
+
+// bfloat16 x and w (autocast's operands): a float32 y and float32 gradients from the bfloat16-rounded
+// dy, the float32 op's on the widened operands — exactly, on small integers (every sum exact
+// whichever kernel runs: the bfloat16 GEMM on a CPU with AMX, the widened float32 kernels elsewhere);
+// the bias and dy float32, anything else named in the error.
+TEST(Conv2d, BFloat16OperandsGiveTheFloat32OpOfTheWidenedOperands) {
+  auto small_ints = [](const Shape& shape, uint32_t seed) {  // integers in [-3, 3]
+    std::vector<float> v = minidl::testing::values(static_cast<size_t>(shape_numel(shape)), seed);
+    for (float& e : v) e = std::round(3.0f * e);
+    return from_vector(v, shape);
+  };
+  for (const ConvCase& c : conv_cases()) {
+    const Tensor x = small_ints(c.x, 1), w = small_ints(c.w, 2), b = small_ints({c.w[0]}, 3);
+    const Tensor x16 = x.to(DType::BFloat16), w16 = w.to(DType::BFloat16);
+    const Tensor y = conv2d_forward(x16, w16, b, c.p);
+    ASSERT_EQ(y.dtype(), DType::Float32) << c.name;
+    expect_equal(y, conv2d_forward(x, w, b, c.p), c.name);
+    const Tensor dy = mul(small_ints(y.shape(), 4), 1.0 + 1.0 / 512);  // 1/512: below bfloat16's precision
+    const Conv2dGrads g = conv2d_backward(x16, w16, dy, true, c.p);
+    const Conv2dGrads expect = conv2d_backward(x, w, dy.to(DType::BFloat16).to(DType::Float32), true, c.p);
+    for (const Tensor* t : {&g.dx, &g.dw, &g.db}) ASSERT_EQ(t->dtype(), DType::Float32) << c.name;
+    expect_equal(g.dx, expect.dx, std::string(c.name) + ", dx");
+    expect_equal(g.dw, expect.dw, std::string(c.name) + ", dw");
+    expect_equal(g.db, expect.db, std::string(c.name) + ", db");
+  }
+  const Tensor x16 = zeros({1, 3, 5, 5}).to(DType::BFloat16), w16 = zeros({8, 3, 3, 3}).to(DType::BFloat16);
+  EXPECT_THROW_MSG(conv2d_forward(x16, w16, zeros({8}).to(DType::BFloat16), {}), std::invalid_argument,
+                   "conv2d: expected bias float32[8] for weight bfloat16[8, 3, 3, 3] on cpu, got bfloat16[8] on cpu");
+  EXPECT_THROW_MSG(conv2d_backward(x16, w16, zeros({1, 8, 3, 3}).to(DType::BFloat16), true, {}),
                    std::invalid_argument, "conv2d_backward: expected grad_output float32[1, 8, 3, 3]");
 }

@@ -1,0 +1,75 @@
+// kernels/cpu/conv2d_bf16.cpp — im2col + bfloat16 GEMM convolution (conv2d_bf16.h).
+#include "minidl/kernels/cpu/conv2d_bf16.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "minidl/kernels/cpu/gemm_bf16.h"
+#include "minidl/kernels/cpu/im2col.h"
+#include "minidl/kernels/cpu/parallel.h"
+#include "minidl/kernels/cpu/reduce.h"
+
+namespace minidl::kernels::cpu {
+
+bool conv2d_bf16_pays(const Conv2dShape& s) {
+  return s.groups == 1 && !conv2d_uses_winograd(s) && !conv2d_uses_direct(s) && gemm_bf16_amx_supported();
+}
+
+bool conv2d_bf16_forward(const uint16_t* x, const uint16_t* w, const float* b, const Conv2dShape& s, float* y) {
+  if (!gemm_bf16_supported()) return false;
+  const ConvGeometry geo = s.group_geometry();
+  const int64_t K = s.C * s.kH * s.kW, L = s.H_out * s.W_out;
+  const bool in_place = conv2d_uses_1x1(s);  // x[n] (C, L) is its own col
+  parallel_for(s.N, conv_grain(s.O * K * L / 8), [&](int64_t n0, int64_t n1) {
+    std::vector<uint16_t> col(static_cast<size_t>(in_place ? 0 : K * L));  // (K, L), one per chunk of images
+    for (int64_t n = n0; n < n1; ++n) {
+      const uint16_t* x_n = x + n * s.C * s.H * s.W;
+      if (!in_place) im2col(x_n, geo, col.data());
+      gemm_bf16(s.O, L, K, w, K, false, in_place ? x_n : col.data(), L, false, y + n * s.O * L, L);
+    }
+    if (b) add_conv_bias(b, n0, n1, s.O, L, y);
+  });
+  return true;
+}
+
+bool conv2d_bf16_backward(const uint16_t* x, const uint16_t* w, const uint16_t* dy, const Conv2dShape& s, float* dx,
+                          float* dw) {
+  if (!gemm_bf16_supported()) return false;
+  const ConvGeometry geo = s.group_geometry();
+  const int64_t K = s.C * s.kH * s.kW, L = s.H_out * s.W_out, w_numel = s.O * K;
+  const bool in_place = conv2d_uses_1x1(s);
+  // Fixed blocks of images (depend on N only), as conv2d_backward_im2col: block k sums its
+  // images' dw into partial[k], and the blocks are added in order.
+  const int64_t per_block = std::max<int64_t>(1, (s.N + 15) / 16);
+  const int64_t blocks = (s.N + per_block - 1) / per_block;
+  std::vector<float> partial(static_cast<size_t>(blocks * w_numel));
+  parallel_for(blocks, conv_grain(2 * per_block * s.O * K * L / 8), [&](int64_t k0, int64_t k1) {
+    std::vector<uint16_t> col(static_cast<size_t>(in_place ? 0 : K * L));  // (K, L)
+    std::vector<float> dcol(static_cast<size_t>(dx && !in_place ? K * L : 0));  // (K, L)
+    for (int64_t k = k0; k < k1; ++k) {
+      float* dw_k = partial.data() + k * w_numel;
+      const int64_t n_begin = k * per_block, n_end = std::min(s.N, n_begin + per_block);
+      for (int64_t n = n_begin; n < n_end; ++n) {
+        const uint16_t *x_n = x + n * s.C * s.H * s.W, *dy_n = dy + n * s.O * L;  // dy[n] (O, L)
+        if (!in_place) im2col(x_n, geo, col.data());
+        const uint16_t* col_n = in_place ? x_n : col.data();
+        // dw (O, K) += dy[n] (O, L) · col^T (L, K); the block's first image overwrites
+        gemm_bf16(s.O, K, L, dy_n, L, false, col_n, L, true, dw_k, K, 1.0f, n == n_begin ? 0.0f : 1.0f);
+        if (!dx) continue;
+        float* dx_n = dx + n * s.C * s.H * s.W;
+        if (in_place) {  // dx[n] (C, L) = w^T (C, O) · dy[n] (O, L)
+          gemm_bf16(K, L, s.O, w, K, true, dy_n, L, false, dx_n, L);
+          continue;
+        }
+        // dcol (K, L) = w^T (K, O) · dy[n] (O, L), scattered back into dx[n]
+        gemm_bf16(K, L, s.O, w, K, true, dy_n, L, false, dcol.data(), L);
+        std::fill(dx_n, dx_n + s.C * s.H * s.W, 0.0f);
+        col2im(dcol.data(), geo, dx_n);
+      }
+    }
+  });
+  sum_blocks_in_order(partial.data(), blocks, w_numel, dw);
+  return true;
+}
+
+}  // namespace minidl::kernels::cpu
