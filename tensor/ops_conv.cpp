@@ -131,23 +131,19 @@ Conv2dGrads conv2d_backward(const Tensor& x_in, const Tensor& w_in, const Tensor
                                 shape_str(y_shape) + " for input " + x_in.desc() + " and weight " +
                                 shape_str(w_in.shape()) + ", got " + dy_in.desc());
   Conv2dGrads g;
-  // 16-bit operands: dy rounded to their dtype once, and every gradient computed from that, as
-  // PyTorch's backward of an autocast convolution runs in the low dtype
-  const Tensor dy_low = is_half(x_in.dtype()) ? dy_in.to(x_in.dtype()) : Tensor();
-  if (runs_bf16(x_in, s)) {
-    const Tensor x = x_in.contiguous(), w = w_in.contiguous();
+  if (runs_bf16(x_in, s)) {  // dy rounded to bfloat16 once for the GEMMs, and db from that, as linear's backward
+    const Tensor x = x_in.contiguous(), w = w_in.contiguous(), dy16 = dy_in.to(DType::BFloat16);
     if (need_dx) g.dx = Tensor(x.shape(), DType::Float32);
     g.dw = Tensor(w.shape(), DType::Float32);
-    kernels::cpu::conv2d_bf16_backward(bits(x), bits(w), bits(dy_low), s,
-                                       need_dx ? g.dx.data<float>() : nullptr, g.dw.data<float>());
+    kernels::cpu::conv2d_bf16_backward(bits(x), bits(w), bits(dy16), s, need_dx ? g.dx.data<float>() : nullptr,
+                                       g.dw.data<float>());
     if (has_bias) {
       g.db = Tensor({s.O}, DType::Float32);
-      kernels::cpu::conv2d_bias_grad(dy_low.to(DType::Float32).data<float>(), s, g.db.data<float>());
+      kernels::cpu::conv2d_bias_grad(dy16.to(DType::Float32).data<float>(), s, g.db.data<float>());
     }
     return g;
   }
-  const Tensor x = widened(x_in).contiguous(), w = widened(w_in).contiguous();
-  const Tensor dy = dy_low.defined() ? dy_low.to(DType::Float32) : dy_in.contiguous();
+  const Tensor x = widened(x_in).contiguous(), w = widened(w_in).contiguous(), dy = dy_in.contiguous();
   if (cuda) {
     if (need_dx) g.dx = Tensor(x.shape(), x.dtype(), x.device());
     g.dw = Tensor(w.shape(), w.dtype(), w.device());

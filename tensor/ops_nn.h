@@ -27,8 +27,9 @@ struct Conv2dGrads {
   Tensor dx, dw, db;  // db undefined when the bias was undefined; dx undefined when !need_dx
 };
 // need_dx = false skips the input gradient (a first layer's input needs none). dy has y's dtype,
-// and so do dx, dw and db; for 16-bit x and w (dy float32) every gradient is computed from dy
-// rounded to their dtype, as PyTorch's autocast backward.
+// and so do dx, dw and db; for 16-bit x and w (dy float32) the bfloat16 kernel multiplies dy
+// rounded to bfloat16 (as linear's backward under autocast, and PyTorch's), the float32 kernels on
+// widened operands the float32 dy itself.
 Conv2dGrads conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, bool has_bias, const Conv2dParams& p,
                             bool need_dx = true);
 

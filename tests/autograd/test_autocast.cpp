@@ -24,6 +24,7 @@ Tensor sample(const Shape& shape, uint32_t seed) {
 Variable param(const Shape& shape, uint32_t seed) { return Variable(sample(shape, seed), true); }
 // x rounded to dtype and widened back: the operand autocast feeds the float32 kernel
 Tensor rounded(const Tensor& x, DType dtype = DType::BFloat16) { return x.to(dtype).to(DType::Float32); }
+Variable round_trip(const Variable& x, DType dtype = DType::BFloat16) { return to(to(x, dtype), DType::Float32); }
 
 }  // namespace
 
@@ -164,9 +165,9 @@ TEST(Autocast, AttentionRoundsTheOperandsOfBothProducts) {
   expect_close(out.data(), expect, kSumOrder, 1e-7, "autocast attention");
 }
 
-// autocast(BFloat16)'s conv2d: the float32 convolution of the rounded operands (by the bfloat16
-// GEMM where the CPU runs it on AMX: then up to the order of the float32 sums); backward from dy
-// rounded to bfloat16 once, each gradient rounded to bfloat16 and widened on the float32 leaf.
+// conv2d of a layer whose float32 path is the direct kernel (fewer than 8 input channels): the
+// float32 op on the widened rounded operands on every CPU, forward and backward (the bfloat16
+// kernel's layers: tests/tensor/test_ops_conv.cpp, tests/kernels/test_cpu_conv_bf16.cpp).
 TEST(Autocast, Conv2dIsTheFloat32OpOnRoundedOperandsAndItsBackwardToo) {
   const Variable x = param({2, 3, 6, 6}, 10), w = param({4, 3, 3, 3}, 11), b = param({4}, 12);
   const Conv2dParams p{.stride_h = 1, .stride_w = 1, .pad_h = 1, .pad_w = 1};
@@ -175,16 +176,16 @@ TEST(Autocast, Conv2dIsTheFloat32OpOnRoundedOperandsAndItsBackwardToo) {
     autocast guard(DType::BFloat16);
     y = conv2d(x, w, b, p);
   }
-  ASSERT_EQ(y.dtype(), DType::Float32);
-  const Tensor xr = rounded(x.data()), wr = rounded(w.data());
-  expect_close(y.data(), conv2d_forward(xr, wr, rounded(b.data()), p), kSumOrder, 1e-7, "autocast conv2d forward");
+  expect_equal(y.data(), conv2d_forward(rounded(x.data()), rounded(w.data()), rounded(b.data()), p),
+               "autocast conv2d forward");
   const Tensor g = sample(y.shape(), 13);
   y.backward(g);
-  const Conv2dGrads expect = conv2d_backward(xr, wr, rounded(g), true, p);
-  expect_close(x.grad(), rounded(expect.dx), kSumOrder, 1e-7, "dx");
-  expect_close(w.grad(), rounded(expect.dw), kSumOrder, 1e-7, "dw");
-  expect_close(b.grad(), rounded(expect.db), kSumOrder, 1e-7, "db");
-  for (const Variable& v : {x, w, b}) EXPECT_EQ(v.grad().dtype(), DType::Float32);
+  const Variable x2(x.data(), true), w2(w.data(), true), b2(b.data(), true);
+  conv2d(round_trip(x2), round_trip(w2), round_trip(b2), p).backward(g);
+  expect_equal(x.grad(), x2.grad(), "dx");
+  expect_equal(w.grad(), w2.grad(), "dw");
+  expect_equal(b.grad(), b2.grad(), "db");
+  EXPECT_EQ(w.grad().dtype(), DType::Float32);
 }
 
 TEST(Autocast, Float16RoundsToFloat16) {
