@@ -18,8 +18,9 @@
 //
 // The micro-kernel keeps a 32x32 block of C in four tiles (0-3) over the K block, loads two A
 // tiles (4, 5) and two B tiles (6, 7) per 32 k and issues four tdpbf16ps; then stores the four
-// tiles to a buffer and adds them into C (alpha, beta) with the AVX512_BF16 kernel's rule. Rows
-// and columns past C's edge are computed on zeros and not stored.
+// tiles to a buffer and adds them into C (alpha, beta) with the AVX512_BF16 kernel's rule — or,
+// for a whole block of C that is just the sums (the first K block, alpha 1, beta 0), straight
+// into C. Rows and columns past C's edge are computed on zeros and not stored.
 // Its sums differ from the reference's as the AVX512_BF16 kernel's do (pairs of products, one
 // partial sum per K block, subnormal inputs and results treated as zero), and from that kernel's
 // own by the order inside a tile product: the same tolerances hold (tests/kernels/
@@ -109,7 +110,6 @@ MINIDL_AMX_TARGET void pack_a_tiles(const uint16_t* A, int64_t lda, bool trans_a
 // a B panel b (ks * 16 pairs, 32 columns) [+ beta * C on the first K block, or + C on the others].
 MINIDL_AMX_TARGET void micro_kernel(int64_t ks, const uint32_t* a0, const uint32_t* a1, const uint32_t* b, float* c,
                                     int64_t ldc, int64_t mr, int64_t nr, bool first, float alpha, float beta) {
-  alignas(64) float out[kMr * kNr];  // the 32x32 block, row-major
   _tile_zero(0);
   _tile_zero(1);
   _tile_zero(2);
@@ -124,6 +124,14 @@ MINIDL_AMX_TARGET void micro_kernel(int64_t ks, const uint32_t* a0, const uint32
     _tile_dpbf16ps(2, 5, 6);  // rows 16-31, columns 0-15
     _tile_dpbf16ps(3, 5, 7);  // rows 16-31, columns 16-31
   }
+  if (first && beta == 0.0f && alpha == 1.0f && mr == kMr && nr == kNr) {  // C = the sums: tiles straight to C
+    _tile_stored(0, c, ldc * 4);
+    _tile_stored(1, c + 16, ldc * 4);
+    _tile_stored(2, c + 16 * ldc, ldc * 4);
+    _tile_stored(3, c + 16 * ldc + 16, ldc * 4);
+    return;
+  }
+  alignas(64) float out[kMr * kNr];  // the 32x32 block, row-major
   _tile_stored(0, out, kNr * 4);
   _tile_stored(1, out + 16, kNr * 4);
   _tile_stored(2, out + 16 * kNr, kNr * 4);
