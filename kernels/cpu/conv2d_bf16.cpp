@@ -1,4 +1,5 @@
-// kernels/cpu/conv2d_bf16.cpp — im2col + bfloat16 GEMM convolution (conv2d_bf16.h).
+// kernels/cpu/conv2d_bf16.cpp — the bfloat16 convolution's im2col + GEMM kernel and the choice
+// between it and the implicit-GEMM one (conv2d_bf16.h).
 #include "minidl/kernels/cpu/conv2d_bf16.h"
 
 #include <algorithm>
@@ -12,11 +13,12 @@
 namespace minidl::kernels::cpu {
 
 bool conv2d_bf16_pays(const Conv2dShape& s) {
-  return s.groups == 1 && !conv2d_uses_winograd(s) && !conv2d_uses_direct(s) && gemm_bf16_amx_supported();
+  return s.groups == 1 && !conv2d_uses_direct(s) && gemm_bf16_amx_supported();
 }
 
-bool conv2d_bf16_forward(const uint16_t* x, const uint16_t* w, const float* b, const Conv2dShape& s, float* y) {
-  if (!gemm_bf16_supported()) return false;
+bool conv2d_bf16_im2col_forward(const uint16_t* x, const uint16_t* w, const float* b, const Conv2dShape& s,
+                                float* y) {
+  if (!gemm_bf16_supported() || s.groups != 1) return false;
   const ConvGeometry geo = s.group_geometry();
   const int64_t K = s.C * s.kH * s.kW, L = s.H_out * s.W_out;
   const bool in_place = conv2d_uses_1x1(s);  // x[n] (C, L) is its own col
@@ -32,9 +34,9 @@ bool conv2d_bf16_forward(const uint16_t* x, const uint16_t* w, const float* b, c
   return true;
 }
 
-bool conv2d_bf16_backward(const uint16_t* x, const uint16_t* w, const uint16_t* dy, const Conv2dShape& s, float* dx,
-                          float* dw) {
-  if (!gemm_bf16_supported()) return false;
+bool conv2d_bf16_im2col_backward(const uint16_t* x, const uint16_t* w, const uint16_t* dy, const Conv2dShape& s,
+                                 float* dx, float* dw) {
+  if (!gemm_bf16_supported() || s.groups != 1) return false;
   const ConvGeometry geo = s.group_geometry();
   const int64_t K = s.C * s.kH * s.kW, L = s.H_out * s.W_out, w_numel = s.O * K;
   const bool in_place = conv2d_uses_1x1(s);
@@ -70,6 +72,15 @@ bool conv2d_bf16_backward(const uint16_t* x, const uint16_t* w, const uint16_t* 
   });
   sum_blocks_in_order(partial.data(), blocks, w_numel, dw);
   return true;
+}
+
+bool conv2d_bf16_forward(const uint16_t* x, const uint16_t* w, const float* b, const Conv2dShape& s, float* y) {
+  return conv2d_bf16_implicit_forward(x, w, b, s, y) || conv2d_bf16_im2col_forward(x, w, b, s, y);
+}
+
+bool conv2d_bf16_backward(const uint16_t* x, const uint16_t* w, const uint16_t* dy, const Conv2dShape& s, float* dx,
+                          float* dw) {
+  return conv2d_bf16_implicit_backward(x, w, dy, s, dx, dw) || conv2d_bf16_im2col_backward(x, w, dy, s, dx, dw);
 }
 
 }  // namespace minidl::kernels::cpu

@@ -29,6 +29,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <algorithm>
 
+#include "minidl/kernels/cpu/amx_tiles.h"
 #include "minidl/kernels/cpu/gemm_bf16.h"
 #include "minidl/kernels/cpu/gemm_bf16_pack.h"
 #include "minidl/kernels/cpu/parallel.h"
@@ -46,8 +47,8 @@ namespace minidl::kernels::cpu {
 namespace {
 
 using namespace bf16_pack;
-
-#define MINIDL_AMX_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,amx-tile,amx-bf16")))
+using amx::configure_tiles;
+using amx::release_tiles;
 
 constexpr int64_t kTileK = 32;        // k per A tile row (32 bf16 = 64 bytes); a B tile holds 16 pairs
 constexpr int64_t kTileWords = 256;   // one tile: 16 rows x 16 words of 32 bits
@@ -56,21 +57,6 @@ constexpr int64_t kNr = kPanelCols;   // columns of C per micro-kernel: two 16-c
 constexpr int64_t kKcMax = 512;       // K blocks: a B panel (256 pairs x 32 columns, 32 KB) stays in L1
 constexpr int64_t kNc = 4096;         // columns of C per packed B block (bounds the B buffer to 4 MB)
 constexpr int64_t kMcMax = 8 * kMr;   // rows of C per unit of parallel work (an A block of 256 KB)
-
-// The tile configuration ldtilecfg loads (Intel SDM, "TILECFG"): palette 1, and each of the eight
-// tiles 16 rows of 64 bytes.
-struct alignas(64) TileConfig {
-  uint8_t palette = 1, start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t bytes_per_row[16] = {};
-  uint8_t rows[16] = {};
-  TileConfig() {
-    for (int t = 0; t < 8; ++t) {
-      bytes_per_row[t] = 64;
-      rows[t] = 16;
-    }
-  }
-};
 
 inline __mmask32 first_n16(int64_t n) {  // the first n of 32 16-bit lanes
   return n >= 32 ? ~__mmask32(0) : n <= 0 ? __mmask32(0) : static_cast<__mmask32>((1u << n) - 1);
@@ -142,14 +128,6 @@ MINIDL_AMX_TARGET void micro_kernel(int64_t ks, const uint32_t* a0, const uint32
     if (m1) add_into_c(_mm512_load_ps(out + r * kNr + 16), c + r * ldc + 16, m1, first, alpha, beta);
   }
 }
-
-// This thread's tiles configured (each thread before its first tile instruction), and released
-// (so a context switch saves no tile state).
-MINIDL_AMX_TARGET void configure_tiles() {
-  static const TileConfig config;
-  _tile_loadconfig(&config);
-}
-MINIDL_AMX_TARGET void release_tiles() { _tile_release(); }
 
 void packed_gemm(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a, const uint16_t* B,
                  int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha, float beta) {
