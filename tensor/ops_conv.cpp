@@ -139,7 +139,7 @@ Conv2dGrads conv2d_backward(const Tensor& x_in, const Tensor& w_in, const Tensor
                                        g.dw.data<float>());
     if (has_bias) {
       g.db = Tensor({s.O}, DType::Float32);
-      kernels::cpu::conv2d_bias_grad(dy16.to(DType::Float32).data<float>(), s, g.db.data<float>());
+      kernels::cpu::conv2d_bf16_bias_grad(bits(dy16), s, g.db.data<float>());
     }
     return g;
   }

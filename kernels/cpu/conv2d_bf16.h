@@ -39,10 +39,14 @@ bool conv2d_bf16_pays(const Conv2dShape& s);
 bool conv2d_bf16_forward(const uint16_t* x, const uint16_t* w, const float* b, const Conv2dShape& s, float* y);
 
 // dy (N, O, H_out, W_out) bf16 -> dx (N, C, H, W) float32 (null: not wanted) and dw (O, C, kH, kW)
-// float32, likewise. The bias gradient is conv2d_bias_grad's on the float32 dy. False, nothing
+// float32, likewise (the bias gradient: conv2d_bf16_bias_grad). False, nothing
 // written, where gemm_bf16 does not run or with groups.
 bool conv2d_bf16_backward(const uint16_t* x, const uint16_t* w, const uint16_t* dy, const Conv2dShape& s, float* dx,
                           float* dw);
+
+// dy (N, O, H_out, W_out) bf16 -> db (O) float32: conv2d_bias_grad's sums (double, the same order)
+// of the widened values, read in place (no float32 copy of dy).
+void conv2d_bf16_bias_grad(const uint16_t* dy, const Conv2dShape& s, float* db);
 
 // The im2col + GEMM kernel (conv2d_bf16.cpp; any shape with one group), which they run where the
 // implicit one does not apply. The same arguments and results; false, nothing written, without a

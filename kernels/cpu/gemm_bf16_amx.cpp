@@ -13,7 +13,8 @@
 //     for each block of K (pc, sizes fixed by K alone; padded with zeros to whole 32-k steps):
 //       pack op(B) (kc, nc) into panels of 32 columns, each (kc / 2, 32) k pairs
 //       in parallel over blocks of rows of C (mc rows each):
-//         pack op(A) (mc, kc) into 16x32 tiles, each 1 KB contiguous
+//         pack op(A) (mc, kc) into 16x32 tiles, each 1 KB contiguous (or, where op(A) is A
+//         itself and the block holds whole tiles, read A's rows in place)
 //         for each B panel, for each 32 rows of the A block: the 32x32 micro-kernel
 //
 // The micro-kernel keeps a 32x32 block of C in four tiles (0-3) over the K block, loads two A
@@ -92,17 +93,19 @@ MINIDL_AMX_TARGET void pack_a_tiles(const uint16_t* A, int64_t lda, bool trans_a
   }
 }
 
-// C (mr <= 32, nr <= 32) = alpha * the 32x32 product of two A tile rows a0, a1 (ks tiles each) and
-// a B panel b (ks * 16 pairs, 32 columns) [+ beta * C on the first K block, or + C on the others].
-MINIDL_AMX_TARGET void micro_kernel(int64_t ks, const uint32_t* a0, const uint32_t* a1, const uint32_t* b, float* c,
-                                    int64_t ldc, int64_t mr, int64_t nr, bool first, float alpha, float beta) {
+// C (mr <= 32, nr <= 32) = alpha * the 32x32 product of two A tile rows a0, a1 (ks tiles each: tile
+// s at a + s * a_step values, its rows a_ld bytes apart) and a B panel b (ks * 16 pairs, 32 columns)
+// [+ beta * C on the first K block, or + C on the others].
+MINIDL_AMX_TARGET void micro_kernel(int64_t ks, const uint16_t* a0, const uint16_t* a1, int64_t a_ld, int64_t a_step,
+                                    const uint32_t* b, float* c, int64_t ldc, int64_t mr, int64_t nr, bool first,
+                                    float alpha, float beta) {
   _tile_zero(0);
   _tile_zero(1);
   _tile_zero(2);
   _tile_zero(3);
   for (int64_t s = 0; s < ks; ++s) {
-    _tile_loadd(4, a0 + s * kTileWords, 64);
-    _tile_loadd(5, a1 + s * kTileWords, 64);
+    _tile_loadd(4, a0 + s * a_step, a_ld);
+    _tile_loadd(5, a1 + s * a_step, a_ld);
     _tile_loadd(6, b + s * 16 * kNr, kNr * 4);
     _tile_loadd(7, b + s * 16 * kNr + 16, kNr * 4);
     _tile_dpbf16ps(0, 4, 6);  // C rows 0-15, columns 0-15
@@ -159,16 +162,23 @@ void packed_gemm(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda
         uint32_t* ap = a_buffer.get(static_cast<size_t>(row_tiles * ks * kTileWords));
         for (int64_t blk = b0; blk < b1; ++blk) {
           const int64_t i0 = blk * mc, m = std::min(mc, M - i0), m_tiles = (m + kMr - 1) / kMr * 2;
-          for (int64_t t = 0; t < m_tiles; ++t)
-            pack_a_tiles(A, lda, trans_a, i0 + 16 * t, std::clamp<int64_t>(m - 16 * t, 0, 16), pc, kc, ks,
-                         ap + t * ks * kTileWords);
+          // op(A)'s rows as stored serve as tile rows where they hold whole 32-k steps and the block
+          // whole 32-row blocks; otherwise the block is packed into tiles (zeros past its edges)
+          const bool in_place = !trans_a && kc % kTileK == 0 && m % kMr == 0;
+          if (!in_place)
+            for (int64_t t = 0; t < m_tiles; ++t)
+              pack_a_tiles(A, lda, trans_a, i0 + 16 * t, std::clamp<int64_t>(m - 16 * t, 0, 16), pc, kc, ks,
+                           ap + t * ks * kTileWords);
+          const int64_t a_ld = in_place ? lda * 2 : 64, a_step = in_place ? kTileK : 2 * kTileWords;
           for (int64_t p = 0; p < n_panels; ++p) {
             const int64_t j = jc + p * kNr, nr = std::min(kNr, nc - p * kNr);
             for (int64_t q = 0; q < m_tiles / 2; ++q) {
               const int64_t i = i0 + q * kMr, mr = std::min(kMr, m - q * kMr);
-              const uint32_t* a0 = ap + 2 * q * ks * kTileWords;
-              micro_kernel(ks, a0, a0 + ks * kTileWords, bp + p * panel_words, C + i * ldc + j, ldc, mr, nr,
-                           pc == 0, alpha, beta);
+              const uint16_t* a0 = in_place ? A + i * lda + pc
+                                            : reinterpret_cast<const uint16_t*>(ap + 2 * q * ks * kTileWords);
+              const uint16_t* a1 = in_place ? a0 + 16 * lda : a0 + 2 * ks * kTileWords;
+              micro_kernel(ks, a0, a1, a_ld, a_step, bp + p * panel_words, C + i * ldc + j, ldc, mr, nr, pc == 0,
+                           alpha, beta);
             }
           }
         }

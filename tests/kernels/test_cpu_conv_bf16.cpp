@@ -161,6 +161,16 @@ TEST(CpuConvBf16, SameBitsFor1And2Threads) {
   }
 }
 
+// The bias gradient read from bfloat16 dy: conv2d_bias_grad's bits on the widened values.
+TEST(CpuConvBf16, BiasGradientIsTheFloat32OneOfTheWidenedDy) {
+  const Conv2dShape s = conv_shape(5, 3, 7, 9, 11, 3, 1, 1, 1);
+  const Bf16Values dy(static_cast<size_t>(s.N * s.O * s.H_out * s.W_out), 8, false);
+  std::vector<float> db(static_cast<size_t>(s.O)), expect(db.size());
+  k::conv2d_bf16_bias_grad(dy.bits.data(), s, db.data());
+  k::conv2d_bias_grad(dy.wide.data(), s, expect.data());
+  EXPECT_EQ(db, expect);
+}
+
 // The implicit kernel: stride 1, one group, a kernel larger than 1x1, 8 or more input channels,
 // padding within the dilated kernel's reach, AMX.
 TEST(CpuConvBf16, ImplicitAppliesToItsShapesOnly) {
