@@ -33,7 +33,7 @@ DType autocast_dtype() { return autocast_low; }
 
 Variable autocast_operand(const Variable& x) {
   if (!autocast_on || !x.defined() || x.dtype() != DType::Float32) return x;
-  return to(to(x, autocast_low), DType::Float32);
+  return round_to(x, autocast_low);
 }
 
 Variable autocast_low_operand(const Variable& x) {

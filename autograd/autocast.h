@@ -8,7 +8,8 @@
 //
 // Inside the guard the matrix products — linear, matmul (and so attention's q k^T and weights v),
 // conv2d, packed_self_attention — take their float32 operands rounded to the low dtype (bfloat16
-// or float16, round to nearest even) through a differentiable cast (autograd `to`): float32
+// or float16, round to nearest even) through a differentiable cast (autograd `to`, or `round_to`
+// for an operand that stays float32): float32
 // accumulation, float32 output. Under bfloat16, linear and matmul multiply the bfloat16 bit
 // patterns themselves (kernels::cpu::gemm_bf16 on the CPU, cuBLAS's bfloat16 GEMM with float32
 // compute on CUDA, through tensor mm / addmm / matmul), and so do they under float16 on CUDA
@@ -44,9 +45,9 @@ class autocast {
 bool is_autocast_enabled();  // on this thread
 DType autocast_dtype();  // the low dtype of the innermost enabled guard; Float32 when off
 
-// A matrix product's operand under autocast: a float32 x rounded to autocast_dtype() and widened
-// back to float32 (two differentiable casts); x itself when autocast is off, x is undefined or
-// not float32.
+// A matrix product's operand under autocast: a float32 x rounded to autocast_dtype() and kept
+// float32 (round_to: the pair of casts to it and back, as one differentiable op); x itself when
+// autocast is off, x is undefined or not float32.
 Variable autocast_operand(const Variable& x);
 
 // A float32 x rounded to autocast_dtype() and kept in it (one differentiable cast), for an op that

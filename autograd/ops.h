@@ -66,6 +66,9 @@ Variable contiguous(const Variable& x);
 // x converted to dtype (as Tensor::to, rounding to nearest even into bfloat16 / float16); the
 // gradient is converted back to x's dtype ("ToCopyBackward"). x itself when it already has dtype.
 Variable to(const Variable& x, DType dtype);
+// x (float32) rounded to dtype's precision and kept float32: to(to(x, dtype), Float32) as one op
+// (tensor round_to), and its gradient dy rounded the same way, as that pair's is.
+Variable round_to(const Variable& x, DType dtype);
 Variable cat(const std::vector<Variable>& xs, int64_t dim);
 Variable stack(const std::vector<Variable>& xs, int64_t dim);
 Variable index_select(const Variable& x, int64_t dim, const Tensor& index);

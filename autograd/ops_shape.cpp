@@ -89,6 +89,14 @@ Variable to(const Variable& x, DType dtype) {
       "ToCopyBackward");
 }
 
+// round_to: the pair of casts to dtype and back in one op; their backward rounds dy to dtype and
+// widens it again, so does this one
+Variable round_to(const Variable& x, DType dtype) {
+  return Variable::make_result(
+      round_to(x.data(), dtype), {x},
+      [dtype](const Tensor& dy) -> std::vector<Tensor> { return {round_to(dy, dtype)}; }, "RoundToBackward");
+}
+
 // cat: each input's gradient is its slab of dy
 Variable cat(const std::vector<Variable>& xs, int64_t dim) {
   std::vector<Tensor> ts;

@@ -30,6 +30,10 @@ Tensor lt(const Tensor& a, const Tensor& b);
 // isfinite); all three broadcast. No host read: a flag kept on a GPU is updated there.
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 Tensor isfinite(const Tensor& x);  // 1 where x is neither NaN nor +-Inf, else 0, in x's dtype
+// A float32 x rounded to dtype's precision (bfloat16 or float16; to nearest, ties to even) and kept
+// float32: the bits of x.to(dtype).to(Float32), in one pass for bfloat16 on the CPU
+// (kernels/cpu/half_span.h) — autocast's operands of float32 kernels.
+Tensor round_to(const Tensor& x, DType dtype);
 // with a scalar
 Tensor add(const Tensor& a, double s);
 Tensor mul(const Tensor& a, double s);

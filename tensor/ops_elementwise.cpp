@@ -8,6 +8,8 @@
 #include <string>
 
 #include "minidl/kernels/cpu/elementwise.h"
+#include "minidl/kernels/cpu/half_span.h"
+#include "minidl/kernels/cpu/parallel.h"
 #include "minidl/kernels/cpu/vec_math.h"
 #include "minidl/kernels/functors.h"
 #include "minidl/tensor/ops.h"
@@ -361,6 +363,21 @@ Tensor abs_backward(const Tensor& x, const Tensor& dy) {
 }
 Tensor smooth_l1_backward(const Tensor& d, const Tensor& dy, double beta) {
   return binary_op(d, dy, "smooth_l1_backward", k::SmoothL1Backward{beta}, Kinds::Floating);
+}
+
+Tensor round_to(const Tensor& x, DType dtype) {
+  check_defined(x, "round_to");
+  if (x.dtype() != DType::Float32 || !is_half(dtype))
+    throw std::invalid_argument("round_to: expected a float32 tensor and bfloat16 or float16, got " + x.desc() +
+                                " and " + dtype_name(dtype));
+  if (dtype != DType::BFloat16 || x.device().is_cuda()) return x.to(dtype).to(DType::Float32);
+  const Tensor src = x.contiguous();
+  Tensor y(src.shape(), DType::Float32);
+  const float* in = src.data<float>();
+  float* out = y.data<float>();
+  kernels::cpu::parallel_for(src.numel(), 1 << 16,
+                             [&](int64_t b, int64_t e) { kernels::cpu::round_to_bf16_span(in + b, out + b, e - b); });
+  return y;
 }
 
 }  // namespace minidl

@@ -197,14 +197,15 @@ Tensor addmm(const Tensor& bias, const Tensor& a, const Tensor& b) {
     return out;
   }
   if (widen_bf16(a)) return addmm(bias.to(DType::Float32), a.to(DType::Float32), b.to(DType::Float32));
-  if (a.dtype() == DType::BFloat16) {  // C = the widened bias rows, then C += the product
+  if (a.dtype() == DType::BFloat16) {  // the product's sums start from the widened bias
     const int64_t m = b.size(1);
-    Tensor out = bias.to(DType::Float32).expand({a.size(0), m}).contiguous();  // (n, m)
+    const Tensor bias32 = bias.to(DType::Float32).contiguous();
+    Tensor out({a.size(0), m}, DType::Float32);  // (n, m)
     Tensor ta = a, tb = b;
     const GemmOperand ga = matrix_layout(ta), gb = matrix_layout(tb);
-    kernels::cpu::gemm_bf16(a.size(0), m, a.size(1), static_cast<const uint16_t*>(ta.raw_data()), ga.ld, ga.trans,
-                            static_cast<const uint16_t*>(tb.raw_data()), gb.ld, gb.trans, out.data<float>(), m, 1.0f,
-                            1.0f);
+    kernels::cpu::gemm_bf16_bias(a.size(0), m, a.size(1), static_cast<const uint16_t*>(ta.raw_data()), ga.ld,
+                                 ga.trans, static_cast<const uint16_t*>(tb.raw_data()), gb.ld, gb.trans,
+                                 bias32.data<float>(), out.data<float>(), m);
     return out;
   }
   Tensor ta = a, tb = b;

@@ -87,13 +87,14 @@ MINIDL_BF16_TARGET void pack_a_panel(const uint16_t* A, int64_t lda, bool trans_
 
 // C (mr <= 14, nr <= 16 * NV) = alpha * op(A) (14 rows, kp pairs) · op(B) (kp pairs, 32) [+ beta *
 // C on the first K block, or + C on the others], from a packed A panel a (kp, 14) and B panel b
-// (kp, 32); NV = 1 reads only the first 16 columns of each B row.
+// (kp, 32); NV = 1 reads only the first 16 columns of each B row. With bias (the panel's 32
+// values), the first K block's sums start from it.
 template <int NV>
 MINIDL_BF16_TARGET void micro_kernel(int64_t kp, const uint32_t* a, const uint32_t* b, float* c, int64_t ldc, int64_t mr,
-                              int64_t nr, bool first, float alpha, float beta) {
+                              int64_t nr, bool first, float alpha, float beta, const float* bias) {
   __m512 acc[kMr][NV];
   for (int r = 0; r < kMr; ++r)
-    for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
+    for (int v = 0; v < NV; ++v) acc[r][v] = first && bias ? _mm512_loadu_ps(bias + 16 * v) : _mm512_setzero_ps();
   for (int64_t p = 0; p < kp; ++p) {
     __m512bh bv[NV];
     for (int v = 0; v < NV; ++v) bv[v] = (__m512bh)_mm512_load_si512(b + p * kNr + 16 * v);
@@ -109,7 +110,8 @@ MINIDL_BF16_TARGET void micro_kernel(int64_t kp, const uint32_t* a, const uint32
 }
 
 void packed_gemm(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a, const uint16_t* B,
-                 int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha, float beta) {
+                 int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha, float beta, const float* bias) {
+  const std::vector<float> bias_cols = padded_bias(bias, N, (N + kNr - 1) / kNr * kNr);
   // K blocks of equal size (the last may be shorter, and odd), chosen from K alone.
   const int64_t k_blocks = (K + kKcMax - 1) / kKcMax;
   const int64_t kc_step = ((K + k_blocks - 1) / k_blocks + 7) / 8 * 8;
@@ -138,10 +140,11 @@ void packed_gemm(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda
             for (int64_t q = 0; q < m_panels; ++q) {
               const int64_t i = i0 + q * kMr, mr = std::min(kMr, m - q * kMr);
               const uint32_t *a = ap + q * kMr * kp, *b = bp + p * kNr * kp;
+              const float* bias_j = bias ? bias_cols.data() + j : nullptr;
               if (nr > 16)
-                micro_kernel<2>(kp, a, b, C + i * ldc + j, ldc, mr, nr, pc == 0, alpha, beta);
+                micro_kernel<2>(kp, a, b, C + i * ldc + j, ldc, mr, nr, pc == 0, alpha, beta, bias_j);
               else
-                micro_kernel<1>(kp, a, b, C + i * ldc + j, ldc, mr, nr, pc == 0, alpha, beta);
+                micro_kernel<1>(kp, a, b, C + i * ldc + j, ldc, mr, nr, pc == 0, alpha, beta, bias_j);
             }
           }
         }
@@ -166,7 +169,19 @@ bool gemm_bf16_avx512(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_
     scale_c(M, N, C, ldc, beta);
     return true;
   }
-  packed_gemm(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, alpha, beta);
+  packed_gemm(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, alpha, beta, nullptr);
+  return true;
+}
+
+bool gemm_bf16_avx512_bias(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a,
+                           const uint16_t* B, int64_t ldb, bool trans_b, const float* bias, float* C, int64_t ldc) {
+  if (!gemm_bf16_avx512_supported()) return false;
+  if (M <= 0 || N <= 0) return true;
+  if (K <= 0) {
+    fill_rows(M, N, bias, C, ldc);
+    return true;
+  }
+  packed_gemm(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, 1.0f, 0.0f, bias);
   return true;
 }
 #else
@@ -174,6 +189,11 @@ bool gemm_bf16_avx512_supported() { return false; }
 
 bool gemm_bf16_avx512(int64_t, int64_t, int64_t, const uint16_t*, int64_t, bool, const uint16_t*, int64_t, bool,
                       float*, int64_t, float, float) {
+  return false;
+}
+
+bool gemm_bf16_avx512_bias(int64_t, int64_t, int64_t, const uint16_t*, int64_t, bool, const uint16_t*, int64_t, bool,
+                           const float*, float*, int64_t) {
   return false;
 }
 #endif
@@ -184,6 +204,12 @@ bool gemm_bf16(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, 
                int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha, float beta) {
   if (gemm_bf16_amx_supported()) return gemm_bf16_amx(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, alpha, beta);
   return gemm_bf16_avx512(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, alpha, beta);
+}
+
+bool gemm_bf16_bias(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a, const uint16_t* B,
+                    int64_t ldb, bool trans_b, const float* bias, float* C, int64_t ldc) {
+  if (gemm_bf16_amx_supported()) return gemm_bf16_amx_bias(M, N, K, A, lda, trans_a, B, ldb, trans_b, bias, C, ldc);
+  return gemm_bf16_avx512_bias(M, N, K, A, lda, trans_a, B, ldb, trans_b, bias, C, ldc);
 }
 
 }  // namespace minidl::kernels::cpu

@@ -21,6 +21,12 @@ namespace minidl::kernels::cpu {
 bool gemm_bf16(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a, const uint16_t* B,
                int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha = 1.0f, float beta = 0.0f);
 
+// C (M, N) = op(A) op(B) + bias (N values, added to every row); C is write-only. The bias is each
+// sum's starting value, so C is written once (where C = bias, then C += the product, reads and
+// writes it three times). The same choice of kernel; false, C untouched, where neither runs.
+bool gemm_bf16_bias(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a, const uint16_t* B,
+                    int64_t ldb, bool trans_b, const float* bias, float* C, int64_t ldc);
+
 // Whether gemm_bf16 runs here (either kernel below does).
 bool gemm_bf16_supported();
 
@@ -29,6 +35,8 @@ bool gemm_bf16_supported();
 bool gemm_bf16_avx512(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a,
                       const uint16_t* B, int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha = 1.0f,
                       float beta = 0.0f);
+bool gemm_bf16_avx512_bias(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a,
+                           const uint16_t* B, int64_t ldb, bool trans_b, const float* bias, float* C, int64_t ldc);
 bool gemm_bf16_avx512_supported();
 
 // The AMX kernel (one tdpbf16ps multiplies a 16x32 bf16 tile by a 32x16 one into a 16x16 float32
@@ -36,6 +44,8 @@ bool gemm_bf16_avx512_supported();
 // state (arch_prctl ARCH_REQ_XCOMP_PERM, asked once per process).
 bool gemm_bf16_amx(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a, const uint16_t* B,
                    int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha = 1.0f, float beta = 0.0f);
+bool gemm_bf16_amx_bias(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a,
+                        const uint16_t* B, int64_t ldb, bool trans_b, const float* bias, float* C, int64_t ldc);
 bool gemm_bf16_amx_supported();
 
 // The plain triple loop a student writes first: each element of C is one float32 sum over k in

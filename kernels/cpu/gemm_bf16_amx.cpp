@@ -95,14 +95,22 @@ MINIDL_AMX_TARGET void pack_a_tiles(const uint16_t* A, int64_t lda, bool trans_a
 
 // C (mr <= 32, nr <= 32) = alpha * the 32x32 product of two A tile rows a0, a1 (ks tiles each: tile
 // s at a + s * a_step values, its rows a_ld bytes apart) and a B panel b (ks * 16 pairs, 32 columns)
-// [+ beta * C on the first K block, or + C on the others].
+// [+ beta * C on the first K block, or + C on the others]. With bias (the panel's 32 values), the
+// first K block's sums start from it: its tiles load the bias row 16 times (a zero row stride).
 MINIDL_AMX_TARGET void micro_kernel(int64_t ks, const uint16_t* a0, const uint16_t* a1, int64_t a_ld, int64_t a_step,
                                     const uint32_t* b, float* c, int64_t ldc, int64_t mr, int64_t nr, bool first,
-                                    float alpha, float beta) {
-  _tile_zero(0);
-  _tile_zero(1);
-  _tile_zero(2);
-  _tile_zero(3);
+                                    float alpha, float beta, const float* bias) {
+  if (first && bias) {
+    _tile_loadd(0, bias, 0);
+    _tile_loadd(1, bias + 16, 0);
+    _tile_loadd(2, bias, 0);
+    _tile_loadd(3, bias + 16, 0);
+  } else {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+  }
   for (int64_t s = 0; s < ks; ++s) {
     _tile_loadd(4, a0 + s * a_step, a_ld);
     _tile_loadd(5, a1 + s * a_step, a_ld);
@@ -133,7 +141,8 @@ MINIDL_AMX_TARGET void micro_kernel(int64_t ks, const uint16_t* a0, const uint16
 }
 
 void packed_gemm(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a, const uint16_t* B,
-                 int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha, float beta) {
+                 int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha, float beta, const float* bias) {
+  const std::vector<float> bias_cols = padded_bias(bias, N, (N + kNr - 1) / kNr * kNr);
   // K blocks of equal size (the last may be shorter), chosen from K alone, each padded to ks
   // whole 32-k steps.
   const int64_t k_blocks = (K + kKcMax - 1) / kKcMax;
@@ -178,7 +187,7 @@ void packed_gemm(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda
                                             : reinterpret_cast<const uint16_t*>(ap + 2 * q * ks * kTileWords);
               const uint16_t* a1 = in_place ? a0 + 16 * lda : a0 + 2 * ks * kTileWords;
               micro_kernel(ks, a0, a1, a_ld, a_step, bp + p * panel_words, C + i * ldc + j, ldc, mr, nr, pc == 0,
-                           alpha, beta);
+                           alpha, beta, bias ? bias_cols.data() + j : nullptr);
             }
           }
         }
@@ -213,7 +222,19 @@ bool gemm_bf16_amx(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t l
     scale_c(M, N, C, ldc, beta);
     return true;
   }
-  packed_gemm(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, alpha, beta);
+  packed_gemm(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, alpha, beta, nullptr);
+  return true;
+}
+
+bool gemm_bf16_amx_bias(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a,
+                        const uint16_t* B, int64_t ldb, bool trans_b, const float* bias, float* C, int64_t ldc) {
+  if (!gemm_bf16_amx_supported()) return false;
+  if (M <= 0 || N <= 0) return true;
+  if (K <= 0) {
+    fill_rows(M, N, bias, C, ldc);
+    return true;
+  }
+  packed_gemm(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, 1.0f, 0.0f, bias);
   return true;
 }
 #else
@@ -221,6 +242,11 @@ bool gemm_bf16_amx_supported() { return false; }
 
 bool gemm_bf16_amx(int64_t, int64_t, int64_t, const uint16_t*, int64_t, bool, const uint16_t*, int64_t, bool, float*,
                    int64_t, float, float) {
+  return false;
+}
+
+bool gemm_bf16_amx_bias(int64_t, int64_t, int64_t, const uint16_t*, int64_t, bool, const uint16_t*, int64_t, bool,
+                        const float*, float*, int64_t) {
   return false;
 }
 #endif

@@ -11,10 +11,12 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
 #include <new>
+#include <vector>
 
 #define MINIDL_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 
@@ -51,6 +53,22 @@ inline uint32_t pair_at(const uint16_t* p, bool has_second) {
 inline void scale_c(int64_t M, int64_t N, float* C, int64_t ldc, float beta) {
   for (int64_t i = 0; i < M; ++i)
     for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
+}
+
+// The bias of gemm_bf16_bias copied into n_cols (a whole number of 32-column panels) floats, zeros
+// past N, so a panel's 32 bias values are always readable; empty without a bias.
+inline std::vector<float> padded_bias(const float* bias, int64_t N, int64_t n_cols) {
+  std::vector<float> out;
+  if (bias) {
+    out.assign(static_cast<size_t>(n_cols), 0.0f);
+    std::copy(bias, bias + N, out.begin());
+  }
+  return out;
+}
+
+// C (M, N) = bias in every row: what gemm_bf16_bias leaves when K = 0.
+inline void fill_rows(int64_t M, int64_t N, const float* bias, float* C, int64_t ldc) {
+  for (int64_t i = 0; i < M; ++i) std::copy(bias, bias + N, C + i * ldc);
 }
 
 // Adds one K block's float32 sums `acc` into the lanes `mask` of c: on the first K block

@@ -1,5 +1,5 @@
-// kernels/cpu/half_avx512.cpp — the span conversions of half_span.h: float32 -> bfloat16 on 16
-// lanes with AVX-512 (compiled for it whatever the build's -march, used only when the CPU has it),
+// kernels/cpu/half_avx512.cpp — the span conversions of half_span.h: float32 -> bfloat16 (and its
+// round trip back to float32) on 16 lanes with AVX-512 (compiled for it whatever the build's -march, used only when the CPU has it),
 // the per-element reference, the widening loop and the column sums.
 // Written in __m512 intrinsics, not vec_math.h's lane types: the kernel carries its own
 // target("avx512f,avx512bw,avx512vl") attributes for the run-time dispatch (vec_math.h's helpers are compiled for
@@ -19,6 +19,10 @@ namespace minidl::kernels::cpu {
 
 void float_to_bf16_span_reference(const float* x, uint16_t* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = float_to_bf16(x[i]);
+}
+
+void round_to_bf16_span_reference(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = bf16_to_float(float_to_bf16(x[i]));
 }
 
 void bf16_to_float_span(const uint16_t* h, float* y, int64_t n) {
@@ -42,8 +46,9 @@ void bf16_column_sums(int64_t rows, int64_t cols, const uint16_t* g, int64_t ld,
 #if defined(__x86_64__) && defined(__GNUC__)
 namespace {
 
-// 16 lanes of float_to_bf16 (half.h), the same integer steps.
-__attribute__((target("avx512f,avx512bw,avx512vl"))) __m256i round_16(__m512i u) {
+// 16 lanes of float_to_bf16 (half.h), the same integer steps, each result in the low half of its
+// 32-bit lane.
+__attribute__((target("avx512f,avx512bw,avx512vl"))) __m512i round_16_wide(__m512i u) {
   const __m512i one = _mm512_set1_epi32(1);
   const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), one);  // the kept part's lowest bit
   const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), odd)), 16);
@@ -51,7 +56,22 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) __m256i round_16(__m512i u)
   const __mmask16 nan =
       _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
   const __m512i quiet = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x0040));
-  return _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(nan, rounded, quiet));  // vpmovdw: keep the low 16 bits
+  return _mm512_mask_blend_epi32(nan, rounded, quiet);
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl"))) __m256i round_16(__m512i u) {
+  return _mm512_cvtepi32_epi16(round_16_wide(u));  // vpmovdw: keep the low 16 bits
+}
+
+// The same rounding, widened back: the bfloat16 bits in the upper half of each float32 lane.
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void round_to_bf16_avx512(const float* x, float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_si512(y + i, _mm512_slli_epi32(round_16_wide(_mm512_loadu_si512(x + i)), 16));
+  if (i < n) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1u);
+    _mm512_mask_storeu_epi32(y + i, m, _mm512_slli_epi32(round_16_wide(_mm512_maskz_loadu_epi32(m, x + i)), 16));
+  }
 }
 
 __attribute__((target("avx512f,avx512bw,avx512vl"))) void float_to_bf16_avx512(const float* x, uint16_t* y, int64_t n) {
@@ -75,8 +95,18 @@ void float_to_bf16_span(const float* x, uint16_t* y, int64_t n) {
   else
     float_to_bf16_span_reference(x, y, n);
 }
+
+void round_to_bf16_span(const float* x, float* y, int64_t n) {
+  static const bool have =
+      __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+  if (have)
+    round_to_bf16_avx512(x, y, n);
+  else
+    round_to_bf16_span_reference(x, y, n);
+}
 #else
 void float_to_bf16_span(const float* x, uint16_t* y, int64_t n) { float_to_bf16_span_reference(x, y, n); }
+void round_to_bf16_span(const float* x, float* y, int64_t n) { round_to_bf16_span_reference(x, y, n); }
 #endif
 
 }  // namespace minidl::kernels::cpu

@@ -3,6 +3,8 @@
 //
 //   float_to_bf16_span(x, y, n):  y[i] = float_to_bf16(x[i])   (round to nearest, ties to even)
 //   bf16_to_float_span(h, y, n):  y[i] = bf16_to_float(h[i])   (exact)
+//   round_to_bf16_span(x, y, n):  y[i] = bf16_to_float(float_to_bf16(x[i]))   (both, one pass:
+//                                 autocast's rounding of an operand a float32 kernel multiplies)
 //
 // The narrowing kernel (half_avx512.cpp) does half.h's integer rounding on 16 lanes with AVX-512
 // (add 0x7fff plus the kept part's lowest bit, keep the upper half; NaN lanes keep their sign and
@@ -26,6 +28,8 @@ namespace minidl::kernels::cpu {
 void float_to_bf16_span(const float* x, uint16_t* y, int64_t n);
 void float_to_bf16_span_reference(const float* x, uint16_t* y, int64_t n);  // float_to_bf16 per element
 void bf16_to_float_span(const uint16_t* h, float* y, int64_t n);  // a shift per element (vectorises as written)
+void round_to_bf16_span(const float* x, float* y, int64_t n);  // y may be x
+void round_to_bf16_span_reference(const float* x, float* y, int64_t n);  // the two conversions per element
 void bf16_column_sums(int64_t rows, int64_t cols, const uint16_t* g, int64_t ld, float* out);
 
 }  // namespace minidl::kernels::cpu

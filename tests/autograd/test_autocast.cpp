@@ -74,6 +74,25 @@ TEST(Autocast, ToIsDifferentiableAndCastsTheGradientBack) {
   EXPECT_EQ(x.grad().to_vector<float>(), (std::vector<float>{0.5f, 0.333984375f}));
 }
 
+// round_to, autocast's rounding of an operand a float32 kernel multiplies: the bits of the two
+// casts, forward and backward, for bfloat16 (one pass) and float16 (the casts themselves), on a
+// transposed view too; a dtype it cannot round to is named.
+TEST(Autocast, RoundToIsThePairOfCastsForwardAndBackward) {
+  for (DType low : {DType::BFloat16, DType::Float16}) {
+    const Tensor base = mul(sample({70, 33}, 20), 300.0);  // large enough to round in both dtypes
+    const Variable x(base.transpose(0, 1), true), x2(base.transpose(0, 1), true);
+    const Variable y = round_to(x, low), y2 = to(to(x2, low), DType::Float32);
+    ASSERT_EQ(y.dtype(), DType::Float32);
+    expect_equal(y.data(), y2.data(), std::string("forward, ") + dtype_name(low));
+    const Tensor g = mul(sample({33, 70}, 21), 3.0);
+    y.backward(g);
+    y2.backward(g);
+    expect_equal(x.grad(), x2.grad(), std::string("backward, ") + dtype_name(low));
+  }
+  EXPECT_THROW_MSG(round_to(sample({3}, 1), DType::Float64), std::invalid_argument,
+                   "round_to: expected a float32 tensor and bfloat16 or float16, got float32[3] on cpu and float64");
+}
+
 // autocast(BFloat16)'s linear and matmul multiply bfloat16 bit patterns (kernels::cpu::gemm_bf16):
 // the same products as float32 kernels on the rounded operands widened back, up to the order of
 // the float32 sums (rtol 1e-5). Backward: dy is rounded to bfloat16 once for its products, and each

@@ -29,14 +29,19 @@ using minidl::kernels::cpu::gemm_bf16_reference;
 // A packed kernel: its name, the function, and whether it runs on this CPU.
 using GemmFn = bool (*)(int64_t, int64_t, int64_t, const uint16_t*, int64_t, bool, const uint16_t*, int64_t, bool,
                         float*, int64_t, float, float);
+using GemmBiasFn = bool (*)(int64_t, int64_t, int64_t, const uint16_t*, int64_t, bool, const uint16_t*, int64_t, bool,
+                            const float*, float*, int64_t);
 struct Kernel {
   const char* name;
   GemmFn gemm;
+  GemmBiasFn gemm_bias;
   bool (*supported)();
 };
-const Kernel kKernels[] = {{"avx512bf16", minidl::kernels::cpu::gemm_bf16_avx512,
-                            minidl::kernels::cpu::gemm_bf16_avx512_supported},
-                           {"amx", minidl::kernels::cpu::gemm_bf16_amx, minidl::kernels::cpu::gemm_bf16_amx_supported}};
+const Kernel kKernels[] = {
+    {"avx512bf16", minidl::kernels::cpu::gemm_bf16_avx512, minidl::kernels::cpu::gemm_bf16_avx512_bias,
+     minidl::kernels::cpu::gemm_bf16_avx512_supported},
+    {"amx", minidl::kernels::cpu::gemm_bf16_amx, minidl::kernels::cpu::gemm_bf16_amx_bias,
+     minidl::kernels::cpu::gemm_bf16_amx_supported}};
 
 struct Case {
   int64_t M, N, K;
@@ -217,6 +222,43 @@ TEST_P(PackedGemmBf16, SameBitsFor1And2Threads) {
         for (size_t i = 0; i < one.size(); ++i) ASSERT_EQ(one[i], two[i]) << op.what(1.0f, 0.5f) << ", element " << i;
       }
   minidl::kernels::cpu::set_num_threads(saved);
+}
+
+// C = op(A) op(B) + bias: the reference product plus the bias row, bit for bit on small integers
+// (every sum exact), within rounding otherwise; K = 0 leaves the bias rows; the gaps untouched.
+TEST_P(PackedGemmBf16, BiasStartsEverySum) {
+  for (bool small_ints : {true, false})
+    for (const Case& c : {Case{1, 1, 1}, Case{33, 31, 64}, Case{80, 65, 97}, Case{15, 33, 17}, Case{30, 50, 601}})
+      for (bool ta : {false, true})
+        for (bool tb : {false, true}) {
+          const Operands op(c, ta, tb, 3, small_ints, 0.0f);
+          std::vector<float> bias = minidl::testing::values(static_cast<size_t>(c.N), 9);
+          if (small_ints)
+            for (float& v : bias) v = std::round(8.0f * v);
+          std::vector<float> fast = op.C, ref = op.C;
+          ASSERT_TRUE(GetParam().gemm_bias(op.M, op.N, op.K, op.A.data(), op.lda, ta, op.B.data(), op.ldb, tb,
+                                           bias.data(), fast.data(), op.ldc));
+          gemm_bf16_reference(op.M, op.N, op.K, op.A.data(), op.lda, ta, op.B.data(), op.ldb, tb, ref.data(), op.ldc,
+                              1.0f, 0.0f);
+          for (int64_t i = 0; i < op.M; ++i) {
+            for (int64_t j = 0; j < op.N; ++j) {
+              const size_t at = static_cast<size_t>(i * op.ldc + j);
+              const float expect = ref[at] + bias[static_cast<size_t>(j)];
+              const std::string where = op.what(1.0f, 0.0f) + " at (" + std::to_string(i) + ", " + std::to_string(j) + ")";
+              if (small_ints)
+                ASSERT_EQ(fast[at], expect) << where;
+              else
+                ASSERT_NEAR(fast[at], expect, std::ldexp(2.0 * double(op.K) + 8.0, -24) * (double(op.K) + 1)) << where;
+            }
+            for (int64_t j = op.N; j < op.ldc; ++j)
+              ASSERT_EQ(fast[static_cast<size_t>(i * op.ldc + j)], kSentinel) << op.what(1.0f, 0.0f) << ", gap of row " << i;
+          }
+        }
+  const std::vector<uint16_t> A = bf16_values(12, 4, false), B = bf16_values(12, 5, false);
+  const std::vector<float> bias = {1.5f, -2.0f, 0.25f, 8.0f};
+  std::vector<float> C(12, std::nanf(""));
+  ASSERT_TRUE(GetParam().gemm_bias(3, 4, 0, A.data(), 1, false, B.data(), 4, false, bias.data(), C.data(), 4));
+  for (size_t i = 0; i < C.size(); ++i) EXPECT_EQ(C[i], bias[i % 4]) << "K = 0, element " << i;
 }
 
 INSTANTIATE_TEST_SUITE_P(Kernels, PackedGemmBf16, ::testing::ValuesIn(kKernels),

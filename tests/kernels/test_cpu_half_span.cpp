@@ -3,7 +3,8 @@
 // float_to_bf16) on the values where rounding is delicate — ties to even both ways, the carry into
 // the exponent and up to infinity, subnormals (kept, not flushed), signed zeros, infinities, NaNs
 // (quiet, sign and payload kept) — on every length from 0 to 40 (the 16-lane body and the masked
-// tail, the bytes after the span untouched), and widening is exact.
+// tail, the bytes after the span untouched), and widening is exact; the one-pass round trip
+// (round_to_bf16_span) gives the bits of the two conversions on the same values, in place too.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -67,6 +68,24 @@ TEST(CpuHalfSpan, Float32ToBFloat16MatchesTheReferenceBitForBitOnEveryLength) {
   std::vector<uint16_t> y(x.size());
   float_to_bf16_span(x.data(), y.data(), static_cast<int64_t>(x.size()));
   for (size_t i = 0; i < expected.size(); ++i) EXPECT_EQ(y[i], expected[i]) << "value " << i;
+}
+
+TEST(CpuHalfSpan, RoundTripIsTheTwoConversionsBitForBitOnEveryLength) {
+  std::vector<float> x;
+  for (const Delicate& d : delicate_values()) x.push_back(d.x);
+  const std::vector<float> more = minidl::testing::values(21, 8);
+  x.insert(x.end(), more.begin(), more.end());
+  for (size_t n = 0; n <= x.size(); ++n) {
+    std::vector<float> got(x.size() + 1, 7.0f), want(x.size() + 1, 7.0f);
+    round_to_bf16_span(x.data(), got.data(), static_cast<int64_t>(n));
+    round_to_bf16_span_reference(x.data(), want.data(), static_cast<int64_t>(n));
+    for (size_t i = 0; i <= x.size(); ++i) ASSERT_EQ(float_bits(got[i]), float_bits(want[i])) << "n = " << n << ", " << i;
+  }
+  std::vector<float> y = x;  // in place
+  round_to_bf16_span(y.data(), y.data(), static_cast<int64_t>(y.size()));
+  const std::vector<Delicate> d = delicate_values();
+  for (size_t i = 0; i < d.size(); ++i)
+    EXPECT_EQ(float_bits(y[i]), static_cast<uint32_t>(d[i].bf16) << 16) << "value " << i;
 }
 
 TEST(CpuHalfSpan, WideningIsExact) {
