@@ -16,8 +16,8 @@
 // (cuBLAS's float16 GEMM); their backward rounds dy to the low dtype once and multiplies it the
 // same way, as PyTorch's backward of its autocast products runs in the low dtype; each gradient is
 // rounded to its operand's dtype, and the cast's backward widens it. conv2d multiplies bfloat16
-// operands too where that pays (kernels/cpu/conv2d_bf16.h: AMX, and a layer not Winograd's), and
-// otherwise, like packed_self_attention and float16 on the CPU, the rounded operands widened back
+// operands too where that pays (kernels/cpu/conv2d_bf16.h: AMX, one group, not a few-channel 3x3
+// layer), and otherwise, like packed_self_attention and float16 on the CPU, the rounded operands widened back
 // to float32 with the float32 kernels. Everything else (softmax,
 // norms, losses, reductions, element-wise ops) stays float32, and so do the parameters and the
 // optimizer's state (master weights): the cast happens in the forward, and its backward casts the

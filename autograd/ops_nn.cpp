@@ -29,8 +29,8 @@ Variable log_softmax(const Variable& x, int64_t dim) {
 // conv2d: dx by col2im, dw and db by GEMM/reduction (tensor/ops_conv.cpp); under autocast x and
 // w are rounded to its dtype first (autograd/autocast.h) and stay in it between forward and
 // backward (half the bytes a float32 copy would keep). The tensor op multiplies them as bfloat16
-// where that pays (kernels/cpu/conv2d_bf16.h: the CPU's bfloat16 GEMM runs on AMX and the layer is
-// not one of Winograd's), and otherwise widens them for the float32 kernels. y, dx and dw come
+// where that pays (kernels/cpu/conv2d_bf16.h: the CPU has AMX, one group, not the direct kernel's
+// few-channel 3x3 layers), and otherwise widens them for the float32 kernels. y, dx and dw come
 // back float32; dx and dw are rounded to the operands' dtype, as the round trip's cast would.
 Variable conv2d(const Variable& x_in, const Variable& w_in, const Variable& b_in, const Conv2dParams& p) {
   const Variable x = autocast_low_operand(x_in), w = autocast_low_operand(w_in), b = autocast_operand(b_in);

@@ -50,6 +50,8 @@ run() {
 for s in "${sections[@]}"; do
   start=$(date +%s)
   : > "$out/$s.txt"
+  # the training runs a section writes start fresh (train refuses an --out that holds a run)
+  case $s in trainer) rm -rf "$out"/runs/trainer_* ;; accuracy) rm -rf "$out"/runs/{mlp,cnn}_* "$out/runs/speedrun" ;; esac
   echo "== $s ($(date -u +%H:%M:%S), load $(cut -d' ' -f1 /proc/loadavg))"
   case $s in
     step)  # the reference models against PyTorch, 1 and 2 threads (and BASELINE's bench, when given)
