@@ -196,12 +196,17 @@ int supervise(std::vector<Child>& children, std::chrono::milliseconds kill_grace
   }
 }
 
-}  // namespace
+// Whether rank 0 failed because its store could not listen on `port` of `addr`: another process
+// bound the port between find_free_port's probe and the store's listen.
+bool lost_the_port(const SpawnError& e, const std::string& addr, uint16_t port) {
+  const std::string what = e.what();
+  return e.rank == 0 && what.find("cannot listen on " + addr + ":" + std::to_string(port) + ": ") != std::string::npos &&
+         what.find(std::strerror(EADDRINUSE)) != std::string::npos;
+}
 
-std::vector<std::string> spawn_with_results(int nprocs, const std::function<std::string(int rank)>& fn,
-                                            const SpawnOptions& options) {
-  if (nprocs < 1) throw std::runtime_error("spawn: nprocs must be at least 1, got " + std::to_string(nprocs));
-  uint16_t port = options.master_port != 0 ? options.master_port : find_free_port(options.master_addr);
+// One world of nprocs children whose rank 0 serves the store on `port`.
+std::vector<std::string> spawn_world(int nprocs, const std::function<std::string(int rank)>& fn,
+                                     const SpawnOptions& options, uint16_t port) {
   // The world's store admits only its own ranks: one token for all children (the caller's, if set).
   const std::string token = store_token_from_env().empty() ? generate_store_token() : store_token_from_env();
   pid_t parent = ::getpid();
@@ -247,6 +252,23 @@ std::vector<std::string> spawn_with_results(int nprocs, const std::function<std:
   std::vector<std::string> results;
   for (auto& c : children) results.push_back(c.data.empty() ? std::string() : c.data.substr(1));
   return results;
+}
+
+}  // namespace
+
+std::vector<std::string> spawn_with_results(int nprocs, const std::function<std::string(int rank)>& fn,
+                                            const SpawnOptions& options) {
+  if (nprocs < 1) throw std::runtime_error("spawn: nprocs must be at least 1, got " + std::to_string(nprocs));
+  if (options.master_port != 0) return spawn_world(nprocs, fn, options, options.master_port);
+  constexpr int kPortAttempts = 3;
+  for (int attempt = 1;; ++attempt) {
+    const uint16_t port = find_free_port(options.master_addr);
+    try {
+      return spawn_world(nprocs, fn, options, port);
+    } catch (const SpawnError& e) {
+      if (attempt == kPortAttempts || !lost_the_port(e, options.master_addr, port)) throw;
+    }
+  }
 }
 
 void spawn(int nprocs, const std::function<void(int rank)>& fn, const SpawnOptions& options) {

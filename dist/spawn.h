@@ -46,7 +46,11 @@ namespace minidl::dist {
 
 struct SpawnOptions {
   std::string master_addr = "127.0.0.1";
-  uint16_t master_port = 0;  // 0: a free port, picked by the parent
+  // 0: a free port, picked by the parent. Between that pick and rank 0's store listening on it,
+  // another process may bind the port; rank 0 then fails with "cannot listen on ADDR:PORT:
+  // Address already in use", and spawn starts the world again on another port (three tries in
+  // all). Whatever fn did before creating the store runs again then.
+  uint16_t master_port = 0;
   std::chrono::milliseconds kill_grace = std::chrono::seconds(3);  // SIGTERM, then SIGKILL after this
   int omp_threads = 1;  // OpenMP threads in each child (see the note above)
 };

@@ -1,20 +1,24 @@
 // tests/dist/test_spawn.cpp — dist::spawn: children see the world in their environment, meet
 // through the TCPStore, hand results back; a failing rank stops the others and its error
 // reaches the parent, saying what ran out when it was memory or threads; no child is left
-// behind.
+// behind; a port spawn picked that another process takes first costs a retry on another port,
+// a port the caller gave is an error naming it.
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
 #include <csignal>
+#include <fstream>
 #include <thread>
 #include <vector>
 
 #include "minidl/dist/env.h"
+#include "minidl/dist/socket.h"
 #include "minidl/dist/spawn.h"
 #include "minidl/dist/store.h"
 #include "minidl/tensor/creation.h"
+#include "tests/common/temp_dir.h"
 #include "tests/common/testing.h"
 #include "tests/dist/dist_test_util.h"
 
@@ -48,6 +52,54 @@ TEST(Spawn, ChildrenSeeTheWorldAndHandResultsBack) {
     std::string n = std::to_string(r);
     EXPECT_EQ(results[r], "rank " + n + " env " + n + "/3 local " + n + "/3 count 3 addr 127.0.0.1");
   }
+  EXPECT_TRUE(no_children_left());
+}
+
+// Rank 0 of the first world finds its MASTER_PORT taken (it binds the port itself before creating
+// the store, as another process could): spawn starts a second world on another port, which
+// succeeds. A file counts the worlds.
+TEST(Spawn, APickedPortTakenBeforeTheStoreListensCostsARetryOnAnother) {
+  const minidl::testing::TempDir dir;
+  const std::string marker = dir.path() + "/worlds";
+  auto results = spawn_with_results(2, [&](int rank) {
+    auto w = minidl::dist::world_info_from_env();
+    minidl::dist::Socket thief;
+    if (rank == 0) {
+      const bool first = !std::ifstream(marker).good();
+      std::ofstream(marker, std::ios::app) << w.master_port << "\n";
+      if (first) thief = minidl::dist::listen_tcp(w.master_addr, w.master_port, /*bind_all=*/false);
+    }
+    minidl::dist::TCPStore store(w.master_addr, {.port = w.master_port, .is_server = w.rank == 0, .timeout = 8s});
+    return std::to_string(minidl::testing::count_rendezvous(store, w.rank, w.world_size));
+  });
+  EXPECT_EQ(results, (std::vector<std::string>{"2", "2"}));
+  std::ifstream in(marker);
+  std::string first_port, second_port, more;
+  in >> first_port >> second_port;
+  EXPECT_FALSE(first_port.empty());
+  EXPECT_FALSE(second_port.empty());
+  EXPECT_NE(first_port, second_port);
+  EXPECT_FALSE(in >> more) << "a third world ran";
+  EXPECT_TRUE(no_children_left());
+}
+
+// A port the caller chose is not replaced: the store's error names it.
+TEST(Spawn, AGivenPortInUseIsAnErrorNamingIt) {
+  const uint16_t port = minidl::dist::find_free_port("127.0.0.1");
+  const minidl::dist::Socket taken = minidl::dist::listen_tcp("127.0.0.1", port, /*bind_all=*/false);
+  SpawnOptions options;
+  options.master_port = port;
+  EXPECT_THROW_MSG(spawn(
+                       2,
+                       [](int) {
+                         auto w = minidl::dist::world_info_from_env();
+                         minidl::dist::TCPStore store(
+                             w.master_addr, {.port = w.master_port, .is_server = w.rank == 0, .timeout = 2s});
+                       },
+                       options),
+                   minidl::dist::SpawnError,
+                   "spawn: rank 0 failed: TCPStore: cannot listen on 127.0.0.1:" + std::to_string(port) +
+                       ": Address already in use");
   EXPECT_TRUE(no_children_left());
 }
 
