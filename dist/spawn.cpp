@@ -200,7 +200,8 @@ int supervise(std::vector<Child>& children, std::chrono::milliseconds kill_grace
 // bound the port between find_free_port's probe and the store's listen.
 bool lost_the_port(const SpawnError& e, const std::string& addr, uint16_t port) {
   const std::string what = e.what();
-  return e.rank == 0 && what.find("cannot listen on " + addr + ":" + std::to_string(port) + ": ") != std::string::npos &&
+  return e.rank == 0 &&
+         what.find("cannot listen on " + addr + ":" + std::to_string(port) + ": ") != std::string::npos &&
          what.find(std::strerror(EADDRINUSE)) != std::string::npos;
 }
 

@@ -100,8 +100,7 @@ Tensor conv2d_forward(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in
   if (runs_bf16(x_in, s)) {
     const Tensor x = x_in.contiguous(), w = w_in.contiguous();
     Tensor y({s.N, s.O, s.H_out, s.W_out}, DType::Float32);
-    kernels::cpu::conv2d_bf16_forward(bits(x), bits(w), b.defined() ? b.data<float>() : nullptr,
-                                      s, y.data<float>());
+    kernels::cpu::conv2d_bf16_forward(bits(x), bits(w), b.defined() ? b.data<float>() : nullptr, s, y.data<float>());
     return y;
   }
   const Tensor x = widened(x_in).contiguous(), w = widened(w_in).contiguous();

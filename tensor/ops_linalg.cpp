@@ -203,9 +203,9 @@ Tensor addmm(const Tensor& bias, const Tensor& a, const Tensor& b) {
     Tensor out({a.size(0), m}, DType::Float32);  // (n, m)
     Tensor ta = a, tb = b;
     const GemmOperand ga = matrix_layout(ta), gb = matrix_layout(tb);
-    kernels::cpu::gemm_bf16_bias(a.size(0), m, a.size(1), static_cast<const uint16_t*>(ta.raw_data()), ga.ld,
-                                 ga.trans, static_cast<const uint16_t*>(tb.raw_data()), gb.ld, gb.trans,
-                                 bias32.data<float>(), out.data<float>(), m);
+    kernels::cpu::gemm_bf16_bias(a.size(0), m, a.size(1), static_cast<const uint16_t*>(ta.raw_data()), ga.ld, ga.trans,
+                                 static_cast<const uint16_t*>(tb.raw_data()), gb.ld, gb.trans, bias32.data<float>(),
+                                 out.data<float>(), m);
     return out;
   }
   Tensor ta = a, tb = b;

@@ -17,8 +17,7 @@ bool conv2d_bf16_pays(const Conv2dShape& s) {
   return s.groups == 1 && !conv2d_uses_direct(s) && gemm_bf16_amx_supported();
 }
 
-bool conv2d_bf16_im2col_forward(const uint16_t* x, const uint16_t* w, const float* b, const Conv2dShape& s,
-                                float* y) {
+bool conv2d_bf16_im2col_forward(const uint16_t* x, const uint16_t* w, const float* b, const Conv2dShape& s, float* y) {
   if (!gemm_bf16_supported() || s.groups != 1) return false;
   const ConvGeometry geo = s.group_geometry();
   const int64_t K = s.C * s.kH * s.kW, L = s.H_out * s.W_out;

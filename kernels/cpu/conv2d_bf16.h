@@ -51,8 +51,7 @@ void conv2d_bf16_bias_grad(const uint16_t* dy, const Conv2dShape& s, float* db);
 // The im2col + GEMM kernel (conv2d_bf16.cpp; any shape with one group), which they run where the
 // implicit one does not apply. The same arguments and results; false, nothing written, without a
 // bfloat16 GEMM or with groups.
-bool conv2d_bf16_im2col_forward(const uint16_t* x, const uint16_t* w, const float* b, const Conv2dShape& s,
-                                float* y);
+bool conv2d_bf16_im2col_forward(const uint16_t* x, const uint16_t* w, const float* b, const Conv2dShape& s, float* y);
 bool conv2d_bf16_im2col_backward(const uint16_t* x, const uint16_t* w, const uint16_t* dy, const Conv2dShape& s,
                                  float* dx, float* dw);
 
@@ -63,8 +62,7 @@ bool conv2d_bf16_im2col_backward(const uint16_t* x, const uint16_t* w, const uin
 // too), and AMX. The same arguments and results as above; false, nothing written, where it does
 // not apply.
 bool conv2d_bf16_implicit_applies(const Conv2dShape& s);
-bool conv2d_bf16_implicit_forward(const uint16_t* x, const uint16_t* w, const float* b, const Conv2dShape& s,
-                                  float* y);
+bool conv2d_bf16_implicit_forward(const uint16_t* x, const uint16_t* w, const float* b, const Conv2dShape& s, float* y);
 bool conv2d_bf16_implicit_backward(const uint16_t* x, const uint16_t* w, const uint16_t* dy, const Conv2dShape& s,
                                    float* dx, float* dw);
 

@@ -68,11 +68,10 @@ constexpr int64_t kKcMax = 512;  // K blocks: a B panel (256 pairs x 32 columns,
 constexpr int64_t kNc = 4096;  // columns of C per packed B block (bounds the B buffer to 4 MB)
 constexpr int64_t kMcMax = 9 * kMr;  // rows of C per unit of parallel work (an A block of 126 KB)
 
-
 // One A panel: dst (kp = ceil(kc / 2), 14) = the pairs of op(A) rows i0..i0+mr-1, columns
 // k0..k0+kc-1; rows past mr zero. op(A)(i, k) = A[i * lda + k], or A[k * lda + i] when trans_a.
 MINIDL_BF16_TARGET void pack_a_panel(const uint16_t* A, int64_t lda, bool trans_a, int64_t i0, int64_t mr, int64_t k0,
-                              int64_t kc, uint32_t* dst) {
+                                     int64_t kc, uint32_t* dst) {
   const int64_t kp = (kc + 1) / 2;
   if (trans_a) {  // each k: mr contiguous values
     for (int64_t p = 0; p < kp; ++p) {
@@ -84,14 +83,13 @@ MINIDL_BF16_TARGET void pack_a_panel(const uint16_t* A, int64_t lda, bool trans_
   pack_pair_rows(A + i0 * lda + k0, lda, mr, kc, dst, kMr, kMr);  // each row's pairs are contiguous
 }
 
-
 // C (mr <= 14, nr <= 16 * NV) = alpha * op(A) (14 rows, kp pairs) · op(B) (kp pairs, 32) [+ beta *
 // C on the first K block, or + C on the others], from a packed A panel a (kp, 14) and B panel b
 // (kp, 32); NV = 1 reads only the first 16 columns of each B row. With bias (the panel's 32
 // values), the first K block's sums start from it.
 template <int NV>
-MINIDL_BF16_TARGET void micro_kernel(int64_t kp, const uint32_t* a, const uint32_t* b, float* c, int64_t ldc, int64_t mr,
-                              int64_t nr, bool first, float alpha, float beta, const float* bias) {
+MINIDL_BF16_TARGET void micro_kernel(int64_t kp, const uint32_t* a, const uint32_t* b, float* c, int64_t ldc,
+                                     int64_t mr, int64_t nr, bool first, float alpha, float beta, const float* bias) {
   __m512 acc[kMr][NV];
   for (int r = 0; r < kMr; ++r)
     for (int v = 0; v < NV; ++v) acc[r][v] = first && bias ? _mm512_loadu_ps(bias + 16 * v) : _mm512_setzero_ps();
@@ -187,8 +185,8 @@ bool gemm_bf16_avx512_bias(int64_t M, int64_t N, int64_t K, const uint16_t* A, i
 #else
 bool gemm_bf16_avx512_supported() { return false; }
 
-bool gemm_bf16_avx512(int64_t, int64_t, int64_t, const uint16_t*, int64_t, bool, const uint16_t*, int64_t, bool,
-                      float*, int64_t, float, float) {
+bool gemm_bf16_avx512(int64_t, int64_t, int64_t, const uint16_t*, int64_t, bool, const uint16_t*, int64_t, bool, float*,
+                      int64_t, float, float) {
   return false;
 }
 

@@ -32,9 +32,8 @@ bool gemm_bf16_supported();
 
 // The AVX512_BF16 kernel (one vdpbf16ps adds two bf16 products per float lane); false, C
 // untouched, without AVX512_BF16, AVX512BW and AVX512VL.
-bool gemm_bf16_avx512(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a,
-                      const uint16_t* B, int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha = 1.0f,
-                      float beta = 0.0f);
+bool gemm_bf16_avx512(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a, const uint16_t* B,
+                      int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha = 1.0f, float beta = 0.0f);
 bool gemm_bf16_avx512_bias(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a,
                            const uint16_t* B, int64_t ldb, bool trans_b, const float* bias, float* C, int64_t ldc);
 bool gemm_bf16_avx512_supported();

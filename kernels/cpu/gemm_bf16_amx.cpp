@@ -51,13 +51,13 @@ using namespace bf16_pack;
 using amx::configure_tiles;
 using amx::release_tiles;
 
-constexpr int64_t kTileK = 32;        // k per A tile row (32 bf16 = 64 bytes); a B tile holds 16 pairs
-constexpr int64_t kTileWords = 256;   // one tile: 16 rows x 16 words of 32 bits
-constexpr int64_t kMr = 32;           // rows of C per micro-kernel: two 16-row A tiles
-constexpr int64_t kNr = kPanelCols;   // columns of C per micro-kernel: two 16-column B tiles
-constexpr int64_t kKcMax = 512;       // K blocks: a B panel (256 pairs x 32 columns, 32 KB) stays in L1
-constexpr int64_t kNc = 4096;         // columns of C per packed B block (bounds the B buffer to 4 MB)
-constexpr int64_t kMcMax = 8 * kMr;   // rows of C per unit of parallel work (an A block of 256 KB)
+constexpr int64_t kTileK = 32;  // k per A tile row (32 bf16 = 64 bytes); a B tile holds 16 pairs
+constexpr int64_t kTileWords = 256;  // one tile: 16 rows x 16 words of 32 bits
+constexpr int64_t kMr = 32;  // rows of C per micro-kernel: two 16-row A tiles
+constexpr int64_t kNr = kPanelCols;  // columns of C per micro-kernel: two 16-column B tiles
+constexpr int64_t kKcMax = 512;  // K blocks: a B panel (256 pairs x 32 columns, 32 KB) stays in L1
+constexpr int64_t kNc = 4096;  // columns of C per packed B block (bounds the B buffer to 4 MB)
+constexpr int64_t kMcMax = 8 * kMr;  // rows of C per unit of parallel work (an A block of 256 KB)
 
 inline __mmask32 first_n16(int64_t n) {  // the first n of 32 16-bit lanes
   return n >= 32 ? ~__mmask32(0) : n <= 0 ? __mmask32(0) : static_cast<__mmask32>((1u << n) - 1);
@@ -67,14 +67,14 @@ inline __mmask32 first_n16(int64_t n) {  // the first n of 32 16-bit lanes
 // s at dst + s * kTileWords, its row r the 32 values k0 + 32s .. k0 + 32s + 31 of row i0 + r (16
 // pair words); rows past `rows` and k past kc zero. op(A)(i, k) = A[i * lda + k], or A[k * lda + i]
 // when trans_a.
-MINIDL_AMX_TARGET void pack_a_tiles(const uint16_t* A, int64_t lda, bool trans_a, int64_t i0, int64_t rows,
-                                    int64_t k0, int64_t kc, int64_t ks, uint32_t* dst) {
+MINIDL_AMX_TARGET void pack_a_tiles(const uint16_t* A, int64_t lda, bool trans_a, int64_t i0, int64_t rows, int64_t k0,
+                                    int64_t kc, int64_t ks, uint32_t* dst) {
   if (!trans_a) {  // each row's k are contiguous: one masked 64-byte copy per tile row
     for (int64_t r = 0; r < 16; ++r) {
       const uint16_t* row = r < rows ? A + (i0 + r) * lda + k0 : nullptr;
       for (int64_t s = 0; s < ks; ++s) {
-        const __m512i v = row ? _mm512_maskz_loadu_epi16(first_n16(kc - s * kTileK), row + s * kTileK)
-                              : _mm512_setzero_si512();
+        const __m512i v =
+            row ? _mm512_maskz_loadu_epi16(first_n16(kc - s * kTileK), row + s * kTileK) : _mm512_setzero_si512();
         _mm512_store_si512(dst + s * kTileWords + r * 16, v);
       }
     }
@@ -183,11 +183,11 @@ void packed_gemm(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda
             const int64_t j = jc + p * kNr, nr = std::min(kNr, nc - p * kNr);
             for (int64_t q = 0; q < m_tiles / 2; ++q) {
               const int64_t i = i0 + q * kMr, mr = std::min(kMr, m - q * kMr);
-              const uint16_t* a0 = in_place ? A + i * lda + pc
-                                            : reinterpret_cast<const uint16_t*>(ap + 2 * q * ks * kTileWords);
+              const uint16_t* a0 =
+                  in_place ? A + i * lda + pc : reinterpret_cast<const uint16_t*>(ap + 2 * q * ks * kTileWords);
               const uint16_t* a1 = in_place ? a0 + 16 * lda : a0 + 2 * ks * kTileWords;
-              micro_kernel(ks, a0, a1, a_ld, a_step, bp + p * panel_words, C + i * ldc + j, ldc, mr, nr, pc == 0,
-                           alpha, beta, bias ? bias_cols.data() + j : nullptr);
+              micro_kernel(ks, a0, a1, a_ld, a_step, bp + p * panel_words, C + i * ldc + j, ldc, mr, nr, pc == 0, alpha,
+                           beta, bias ? bias_cols.data() + j : nullptr);
             }
           }
         }

@@ -116,8 +116,8 @@ MINIDL_BF16_TARGET inline void store_transposed_16x16(__m512i r[16], uint32_t* d
 // is) into a panel: dst[p * ldd + r] = the pair word of k0 + 2p, k0 + 2p + 1 of row r (at
 // src + r * lds) for p < ceil(kc / 2) and r < width <= 16, zero for rows r >= rows. Whole runs of
 // 16 pairs go as one 16x16 transpose of 32-bit words; the rest (and an odd K's last k) one by one.
-MINIDL_BF16_TARGET inline void pack_pair_rows(const uint16_t* src, int64_t lds, int64_t rows, int64_t kc,
-                                              uint32_t* dst, int64_t ldd, int64_t width) {
+MINIDL_BF16_TARGET inline void pack_pair_rows(const uint16_t* src, int64_t lds, int64_t rows, int64_t kc, uint32_t* dst,
+                                              int64_t ldd, int64_t width) {
   const int64_t whole = kc / 2, kp = (kc + 1) / 2;  // pairs with both k; all pairs
   const __mmask16 keep = first_n(width);
   int64_t p0 = 0;

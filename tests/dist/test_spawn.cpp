@@ -93,8 +93,8 @@ TEST(Spawn, AGivenPortInUseIsAnErrorNamingIt) {
                        2,
                        [](int) {
                          auto w = minidl::dist::world_info_from_env();
-                         minidl::dist::TCPStore store(
-                             w.master_addr, {.port = w.master_port, .is_server = w.rank == 0, .timeout = 2s});
+                         minidl::dist::TCPStore store(w.master_addr,
+                                                      {.port = w.master_port, .is_server = w.rank == 0, .timeout = 2s});
                        },
                        options),
                    minidl::dist::SpawnError,

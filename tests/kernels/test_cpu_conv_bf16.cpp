@@ -30,8 +30,22 @@ using k::Conv2dShape;
 Conv2dShape conv_shape(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int64_t kernel, int64_t stride,
                        int64_t pad, int64_t dil) {
   const int64_t span = dil * (kernel - 1) + 1;
-  return {N,      C,      H,   W,   O,   kernel, kernel, 1, stride, stride, pad, pad, dil, dil,
-          (H + 2 * pad - span) / stride + 1, (W + 2 * pad - span) / stride + 1};
+  return {N,
+          C,
+          H,
+          W,
+          O,
+          kernel,
+          kernel,
+          1,
+          stride,
+          stride,
+          pad,
+          pad,
+          dil,
+          dil,
+          (H + 2 * pad - span) / stride + 1,
+          (W + 2 * pad - span) / stride + 1};
 }
 
 std::string what(const Conv2dShape& s) {
@@ -91,8 +105,8 @@ void check(const Kernel& kernel, const Conv2dShape& s, bool with_bias, bool with
   expect_matches(y, y_ref, small_ints, "forward, " + name);
 
   std::vector<float> dx(with_dx ? x_n : 0, 7.0f), dw(w_n, 7.0f), dx_ref(x_n), dw_ref(w_n);
-  ASSERT_TRUE(kernel.backward(x.bits.data(), w.bits.data(), dy.bits.data(), s, with_dx ? dx.data() : nullptr,
-                              dw.data()))
+  ASSERT_TRUE(
+      kernel.backward(x.bits.data(), w.bits.data(), dy.bits.data(), s, with_dx ? dx.data() : nullptr, dw.data()))
       << name;
   k::conv2d_backward_reference(x.wide.data(), w.wide.data(), dy.wide.data(), s, dx_ref.data(), dw_ref.data(),
                                static_cast<float*>(nullptr));
@@ -101,15 +115,15 @@ void check(const Kernel& kernel, const Conv2dShape& s, bool with_bias, bool with
 }
 
 const Conv2dShape kShapes[] = {
-    conv_shape(3, 8, 9, 7, 16, 3, 1, 1, 1),     // 3x3, padding 1, odd sizes
+    conv_shape(3, 8, 9, 7, 16, 3, 1, 1, 1),  // 3x3, padding 1, odd sizes
     conv_shape(20, 1, 12, 12, 32, 3, 1, 1, 1),  // one input channel (K = 9); 20 images: 2 per weight-gradient block
     conv_shape(2, 24, 11, 13, 40, 3, 2, 1, 1),  // stride 2 on odd sizes
-    conv_shape(2, 9, 10, 10, 9, 3, 1, 2, 2),    // dilation 2
-    conv_shape(2, 10, 9, 9, 33, 5, 1, 2, 1),    // 5x5
-    conv_shape(3, 40, 6, 5, 24, 1, 1, 0, 1),    // 1x1, read in place
-    conv_shape(2, 64, 7, 7, 64, 3, 1, 1, 1),    // the reference CNN's second layer's channels
-    conv_shape(3, 45, 6, 11, 70, 3, 1, 0, 1),   // channels off the tiles, no padding
-    conv_shape(2, 16, 5, 9, 8, 2, 1, 1, 1),     // an even kernel
+    conv_shape(2, 9, 10, 10, 9, 3, 1, 2, 2),  // dilation 2
+    conv_shape(2, 10, 9, 9, 33, 5, 1, 2, 1),  // 5x5
+    conv_shape(3, 40, 6, 5, 24, 1, 1, 0, 1),  // 1x1, read in place
+    conv_shape(2, 64, 7, 7, 64, 3, 1, 1, 1),  // the reference CNN's second layer's channels
+    conv_shape(3, 45, 6, 11, 70, 3, 1, 0, 1),  // channels off the tiles, no padding
+    conv_shape(2, 16, 5, 9, 8, 2, 1, 1, 1),  // an even kernel
 };
 
 #define SKIP_WITHOUT_BF16_GEMM() \
@@ -151,8 +165,7 @@ TEST(CpuConvBf16, SameBitsFor1And2Threads) {
       k::set_num_threads(t + 1);
       y[t].resize(y_n), dx[t].resize(x_n), dw[t].resize(w_n);
       ASSERT_TRUE(k::conv2d_bf16_forward(x.bits.data(), w.bits.data(), nullptr, s, y[t].data()));
-      ASSERT_TRUE(
-          k::conv2d_bf16_backward(x.bits.data(), w.bits.data(), dy.bits.data(), s, dx[t].data(), dw[t].data()));
+      ASSERT_TRUE(k::conv2d_bf16_backward(x.bits.data(), w.bits.data(), dy.bits.data(), s, dx[t].data(), dw[t].data()));
     }
     k::set_num_threads(saved);
     EXPECT_EQ(y[0], y[1]) << what(s);

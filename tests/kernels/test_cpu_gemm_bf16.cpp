@@ -163,7 +163,7 @@ TEST(CpuGemmBf16, ReferenceIsExactOnSmallIntegers) {
 TEST_P(PackedGemmBf16, MatchesReferenceBitForBitOnSmallIntegers) {
   // 1x1x1, odd K, ragged M and N around the 14x32 and 32x32 tiles, a 16-column panel, two K blocks
   // (the last odd), two column blocks; every transpose, wider leading dimensions, alpha and beta
-  const Case cases[] = {{1, 1, 1},   {14, 32, 8},   {15, 33, 17},  {13, 16, 9},  {5, 47, 1},
+  const Case cases[] = {{1, 1, 1},    {14, 32, 8},   {15, 33, 17}, {13, 16, 9},  {5, 47, 1},
                         {29, 20, 70}, {30, 50, 601}, {3, 4200, 5}, {33, 31, 64}, {80, 65, 97}};
   for (const Case& c : cases)
     for (bool ta : {false, true})
@@ -214,11 +214,11 @@ TEST_P(PackedGemmBf16, SameBitsFor1And2Threads) {
         const Operands op(c, ta, tb, 0, false, 0.5f);
         std::vector<float> one = op.C, two = op.C;
         minidl::kernels::cpu::set_num_threads(1);
-        ASSERT_TRUE(gemm()(op.M, op.N, op.K, op.A.data(), op.lda, ta, op.B.data(), op.ldb, tb, one.data(), op.ldc,
-                           1.0f, 0.5f));
+        ASSERT_TRUE(
+            gemm()(op.M, op.N, op.K, op.A.data(), op.lda, ta, op.B.data(), op.ldb, tb, one.data(), op.ldc, 1.0f, 0.5f));
         minidl::kernels::cpu::set_num_threads(2);
-        ASSERT_TRUE(gemm()(op.M, op.N, op.K, op.A.data(), op.lda, ta, op.B.data(), op.ldb, tb, two.data(), op.ldc,
-                           1.0f, 0.5f));
+        ASSERT_TRUE(
+            gemm()(op.M, op.N, op.K, op.A.data(), op.lda, ta, op.B.data(), op.ldb, tb, two.data(), op.ldc, 1.0f, 0.5f));
         for (size_t i = 0; i < one.size(); ++i) ASSERT_EQ(one[i], two[i]) << op.what(1.0f, 0.5f) << ", element " << i;
       }
   minidl::kernels::cpu::set_num_threads(saved);
@@ -244,14 +244,16 @@ TEST_P(PackedGemmBf16, BiasStartsEverySum) {
             for (int64_t j = 0; j < op.N; ++j) {
               const size_t at = static_cast<size_t>(i * op.ldc + j);
               const float expect = ref[at] + bias[static_cast<size_t>(j)];
-              const std::string where = op.what(1.0f, 0.0f) + " at (" + std::to_string(i) + ", " + std::to_string(j) + ")";
+              const std::string where =
+                  op.what(1.0f, 0.0f) + " at (" + std::to_string(i) + ", " + std::to_string(j) + ")";
               if (small_ints)
                 ASSERT_EQ(fast[at], expect) << where;
               else
                 ASSERT_NEAR(fast[at], expect, std::ldexp(2.0 * double(op.K) + 8.0, -24) * (double(op.K) + 1)) << where;
             }
             for (int64_t j = op.N; j < op.ldc; ++j)
-              ASSERT_EQ(fast[static_cast<size_t>(i * op.ldc + j)], kSentinel) << op.what(1.0f, 0.0f) << ", gap of row " << i;
+              ASSERT_EQ(fast[static_cast<size_t>(i * op.ldc + j)], kSentinel)
+                  << op.what(1.0f, 0.0f) << ", gap of row " << i;
           }
         }
   const std::vector<uint16_t> A = bf16_values(12, 4, false), B = bf16_values(12, 5, false);
@@ -270,8 +272,8 @@ TEST(CpuGemmBf16, ChoosesAmxWhereTheCpuHasIt) {
   namespace k = minidl::kernels::cpu;
   const Operands op({70, 45, 300}, false, true, 0, false, 0.0f);
   std::vector<float> chosen = op.C, expect = op.C;
-  const bool ran = k::gemm_bf16(op.M, op.N, op.K, op.A.data(), op.lda, false, op.B.data(), op.ldb, true,
-                                chosen.data(), op.ldc, 1.0f, 0.0f);
+  const bool ran = k::gemm_bf16(op.M, op.N, op.K, op.A.data(), op.lda, false, op.B.data(), op.ldb, true, chosen.data(),
+                                op.ldc, 1.0f, 0.0f);
   ASSERT_EQ(ran, k::gemm_bf16_supported());
   ASSERT_EQ(k::gemm_bf16_supported(), k::gemm_bf16_amx_supported() || k::gemm_bf16_avx512_supported());
   if (!ran) GTEST_SKIP() << "this CPU has neither AMX nor AVX512_BF16: gemm_bf16 returns false";

@@ -79,7 +79,8 @@ TEST(CpuHalfSpan, RoundTripIsTheTwoConversionsBitForBitOnEveryLength) {
     std::vector<float> got(x.size() + 1, 7.0f), want(x.size() + 1, 7.0f);
     round_to_bf16_span(x.data(), got.data(), static_cast<int64_t>(n));
     round_to_bf16_span_reference(x.data(), want.data(), static_cast<int64_t>(n));
-    for (size_t i = 0; i <= x.size(); ++i) ASSERT_EQ(float_bits(got[i]), float_bits(want[i])) << "n = " << n << ", " << i;
+    for (size_t i = 0; i <= x.size(); ++i)
+      ASSERT_EQ(float_bits(got[i]), float_bits(want[i])) << "n = " << n << ", " << i;
   }
   std::vector<float> y = x;  // in place
   round_to_bf16_span(y.data(), y.data(), static_cast<int64_t>(y.size()));

@@ -226,6 +226,6 @@ TEST(Conv2d, BFloat16OperandsGiveTheFloat32OpOfTheWidenedOperands) {
   const Tensor x16 = zeros({1, 3, 5, 5}).to(DType::BFloat16), w16 = zeros({8, 3, 3, 3}).to(DType::BFloat16);
   EXPECT_THROW_MSG(conv2d_forward(x16, w16, zeros({8}).to(DType::BFloat16), {}), std::invalid_argument,
                    "conv2d: expected bias float32[8] for weight bfloat16[8, 3, 3, 3] on cpu, got bfloat16[8] on cpu");
-  EXPECT_THROW_MSG(conv2d_backward(x16, w16, zeros({1, 8, 3, 3}).to(DType::BFloat16), true, {}),
-                   std::invalid_argument, "conv2d_backward: expected grad_output float32[1, 8, 3, 3]");
+  EXPECT_THROW_MSG(conv2d_backward(x16, w16, zeros({1, 8, 3, 3}).to(DType::BFloat16), true, {}), std::invalid_argument,
+                   "conv2d_backward: expected grad_output float32[1, 8, 3, 3]");
 }
