@@ -21,13 +21,11 @@
 #pragma once
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <limits>
-#include <memory>
-#include <new>
 #include <type_traits>
 
+#include "minidl/kernels/cpu/aligned_buffer.h"
 #include "minidl/kernels/cpu/vec_math.h"
 
 namespace minidl::kernels::cpu::attention_tiles {
@@ -260,23 +258,10 @@ template <class T, int NV>
   return horizontal_sum(s);
 }
 
-// One buffer per thread, 64-byte aligned, grown on demand and kept.
-struct ScratchBuffer {
-  std::unique_ptr<void, decltype(&std::free)> data{nullptr, &std::free};
-  size_t bytes = 0;
-  void* get(size_t n) {
-    if (n > bytes) {
-      const size_t rounded = (n + 63) / 64 * 64;
-      data.reset(std::aligned_alloc(64, rounded));
-      if (!data) throw std::bad_alloc();
-      bytes = rounded;
-    }
-    return data.get();
-  }
-};
+// One buffer per thread (and element type), 64-byte aligned, grown on demand and kept.
 template <class T> T* thread_scratch(int64_t elements) {
-  thread_local ScratchBuffer buffer;
-  return static_cast<T*>(buffer.get(static_cast<size_t>(elements) * sizeof(T)));
+  thread_local AlignedBuffer<T> buffer;
+  return buffer.get(static_cast<size_t>(elements));
 }
 
 inline int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }

@@ -26,6 +26,7 @@
 #include <cstring>
 #include <vector>
 
+#include "minidl/kernels/cpu/aligned_buffer.h"
 #include "minidl/kernels/cpu/amx_tiles.h"
 #include "minidl/kernels/cpu/conv2d_bf16.h"
 #include "minidl/kernels/cpu/gemm_bf16.h"
@@ -161,9 +162,10 @@ void implicit_conv(const uint16_t* in, int64_t N, int64_t C_in, int64_t H, int64
   const std::vector<uint16_t> wt = pack_weight_tiles(kH * kW, C_in, C_out, weight);
   parallel_for(N, 1, [&](int64_t n0, int64_t n1) {
     std::vector<uint16_t> flat(static_cast<size_t>(C_in * (f.QQ + 32)));
-    PackBuffer pairs, sums;
+    AlignedBuffer<uint32_t> pairs;
+    AlignedBuffer<float> sums;
     uint32_t* pr = pairs.get(static_cast<size_t>(Cp / 2 * f.QQ));
-    float* sm = reinterpret_cast<float*>(sums.get(static_cast<size_t>(Op * f.Qp)));
+    float* sm = sums.get(static_cast<size_t>(Op * f.Qp));
     amx::configure_tiles();
     for (int64_t n = n0; n < n1; ++n) {
       fill_flat(in + n * C_in * H * W, C_in, H, W, pad_h, pad_w, f, flat.data());
@@ -257,7 +259,7 @@ bool conv2d_bf16_implicit_backward(const uint16_t* x, const uint16_t* w, const u
     const size_t pairs_words = static_cast<size_t>(f.QQ / 2 * Cp);
     std::vector<uint16_t> flat(static_cast<size_t>(s.C * (f.QQ + 32)));
     std::vector<uint16_t> dys(static_cast<size_t>(per_block * Op * f.Qp));
-    PackBuffer even_buf, odd_buf;
+    AlignedBuffer<uint32_t> even_buf, odd_buf;
     uint32_t* even = even_buf.get(per_block * pairs_words);
     uint32_t* odd = odd_buf.get(per_block * pairs_words);
     amx::configure_tiles();

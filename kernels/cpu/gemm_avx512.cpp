@@ -35,11 +35,10 @@
 // AVX-512; the packing and the micro-kernel's edges also use masked loads and stores.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
-#include <memory>
 #include <vector>
 
+#include "minidl/kernels/cpu/aligned_buffer.h"
 #include "minidl/kernels/cpu/gemm.h"
 #include "minidl/kernels/cpu/parallel.h"
 
@@ -65,21 +64,6 @@ constexpr int64_t kColumnSplitMaxM = 256;  // at most this many rows of C: threa
 // products that use each of its values only N times (the weight gradients dW = dy^T x, whose K
 // is the batch's 6400 rows and N a layer's 64-128 inputs).
 constexpr int64_t kInPlaceStrideMax = 256;
-
-// A 64-byte aligned float buffer that only grows (one per thread, reused by every call).
-struct PackBuffer {
-  std::unique_ptr<float, decltype(&std::free)> data{nullptr, &std::free};
-  size_t size = 0;
-  float* get(size_t n) {
-    if (n > size) {
-      const size_t bytes = (n * sizeof(float) + 63) / 64 * 64;
-      data.reset(static_cast<float*>(std::aligned_alloc(64, bytes)));
-      if (!data) throw std::bad_alloc();
-      size = bytes / sizeof(float);
-    }
-    return data.get();
-  }
-};
 
 // dst[c * ldd + r] = src[r * lds + c] for r, c < 8
 MINIDL_AVX512 inline void transpose8x8(const float* src, int64_t lds, float* dst, int64_t ldd) {
@@ -279,7 +263,7 @@ MINIDL_AVX512 void packed_gemm(int64_t M, int64_t N, int64_t K, const float* A, 
     const int64_t parts = std::min<int64_t>(get_num_threads(), n_panels);  // one run of panels a thread
     parallel_for(parts, 1, [&](int64_t t, int64_t) {
       const int64_t p0 = t * n_panels / parts, p1 = (t + 1) * n_panels / parts;
-      thread_local PackBuffer own_b, own_a;
+      thread_local AlignedBuffer<float> own_b, own_a;
       float* bp = own_b.get(static_cast<size_t>((p1 - p0) * kNr * kc_step));
       float* ap = own_a.get(static_cast<size_t>(mc * kc_step));
       const int64_t j0 = p0 * kNr, nc = std::min(N, p1 * kNr) - j0;
@@ -292,7 +276,7 @@ MINIDL_AVX512 void packed_gemm(int64_t M, int64_t N, int64_t K, const float* A, 
     });
     return;
   }
-  thread_local PackBuffer b_buffer;
+  thread_local AlignedBuffer<float> b_buffer;
   for (int64_t jc = 0; jc < N; jc += kNc) {
     const int64_t nc = std::min(kNc, N - jc), n_panels = (nc + kNr - 1) / kNr;
     for (int64_t pc = 0; pc < K; pc += kc_step) {
@@ -303,7 +287,7 @@ MINIDL_AVX512 void packed_gemm(int64_t M, int64_t N, int64_t K, const float* A, 
           pack_b_panel(B, ldb, trans_b, jc + p * kNr, std::min(kNr, nc - p * kNr), pc, kc, bp + p * kNr * kc);
       });
       parallel_for(m_blocks, 1, [&](int64_t b0, int64_t b1) {
-        thread_local PackBuffer a_buffer;
+        thread_local AlignedBuffer<float> a_buffer;
         float* ap = a_buffer.get(static_cast<size_t>(mc * kc));
         for (int64_t blk = b0; blk < b1; ++blk) block(blk, jc, nc, pc, kc, bp, ap);
       });

@@ -30,6 +30,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <algorithm>
 
+#include "minidl/kernels/cpu/aligned_buffer.h"
 #include "minidl/kernels/cpu/amx_tiles.h"
 #include "minidl/kernels/cpu/gemm_bf16.h"
 #include "minidl/kernels/cpu/gemm_bf16_pack.h"
@@ -150,7 +151,7 @@ void packed_gemm(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda
   // Rows of C per unit of work: whole 32-row blocks, at most kMcMax, about 4 units when M is small.
   const int64_t mc = std::clamp<int64_t>(((M + 3) / 4 + kMr - 1) / kMr * kMr, kMr, kMcMax);
   const int64_t m_blocks = (M + mc - 1) / mc;
-  thread_local PackBuffer b_buffer;
+  thread_local AlignedBuffer<uint32_t> b_buffer;
   for (int64_t jc = 0; jc < N; jc += kNc) {
     const int64_t nc = std::min(kNc, N - jc), n_panels = (nc + kNr - 1) / kNr;
     for (int64_t pc = 0; pc < K; pc += kc_step) {
@@ -166,7 +167,7 @@ void packed_gemm(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda
       });
       parallel_for(m_blocks, 1, [&](int64_t b0, int64_t b1) {
         configure_tiles();
-        thread_local PackBuffer a_buffer;
+        thread_local AlignedBuffer<uint32_t> a_buffer;
         const int64_t row_tiles = mc / 16;  // 16-row tile rows per A block
         uint32_t* ap = a_buffer.get(static_cast<size_t>(row_tiles * ks * kTileWords));
         for (int64_t blk = b0; blk < b1; ++blk) {

@@ -13,9 +13,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
-#include <memory>
-#include <new>
 #include <vector>
 
 #define MINIDL_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
@@ -23,21 +20,6 @@
 namespace minidl::kernels::cpu::bf16_pack {
 
 constexpr int64_t kPanelCols = 32;  // columns of op(B) per packed B panel
-
-// A 64-byte aligned buffer of 32-bit words that only grows (one per thread, reused by every call).
-struct PackBuffer {
-  std::unique_ptr<uint32_t, decltype(&std::free)> data{nullptr, &std::free};
-  size_t size = 0;
-  uint32_t* get(size_t n) {
-    if (n > size) {
-      const size_t bytes = (n * sizeof(uint32_t) + 63) / 64 * 64;
-      data.reset(static_cast<uint32_t*>(std::aligned_alloc(64, bytes)));
-      if (!data) throw std::bad_alloc();
-      size = bytes / sizeof(uint32_t);
-    }
-    return data.get();
-  }
-};
 
 inline __mmask16 first_n(int64_t n) {
   return n >= 16 ? __mmask16(0xFFFF) : n <= 0 ? __mmask16(0) : static_cast<__mmask16>((1u << n) - 1);
