@@ -218,24 +218,16 @@ bool gemm_bf16_amx_supported() {
 bool gemm_bf16_amx(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a, const uint16_t* B,
                    int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha, float beta) {
   if (!gemm_bf16_amx_supported()) return false;
-  if (M <= 0 || N <= 0) return true;
-  if (K <= 0 || alpha == 0.0f) {
-    scale_c(M, N, C, ldc, beta);
-    return true;
-  }
-  packed_gemm(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, alpha, beta, nullptr);
+  if (!finish_trivial_product(M, N, K, alpha, beta, nullptr, C, ldc))
+    packed_gemm(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, alpha, beta, nullptr);
   return true;
 }
 
 bool gemm_bf16_amx_bias(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a,
                         const uint16_t* B, int64_t ldb, bool trans_b, const float* bias, float* C, int64_t ldc) {
   if (!gemm_bf16_amx_supported()) return false;
-  if (M <= 0 || N <= 0) return true;
-  if (K <= 0) {
-    fill_rows(M, N, bias, C, ldc);
-    return true;
-  }
-  packed_gemm(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, 1.0f, 0.0f, bias);
+  if (!finish_trivial_product(M, N, K, 1.0f, 0.0f, bias, C, ldc))
+    packed_gemm(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, 1.0f, 0.0f, bias);
   return true;
 }
 #else

@@ -1,6 +1,6 @@
 // kernels/cpu/gemm_bf16_pack.h — what the two bfloat16 GEMM kernels share (gemm_bf16.cpp's
-// AVX512_BF16 one and gemm_bf16_amx.cpp's AMX one): a reusable aligned buffer, and the packing of
-// operands into k-pair words, whose 32-bit word p of a row or column holds (x[k0 + 2p],
+// AVX512_BF16 one and gemm_bf16_amx.cpp's AMX one): the products they finish without packing, the
+// bias's padded copy, the adding of sums into C, and the packing of operands into k-pair words, whose 32-bit word p of a row or column holds (x[k0 + 2p],
 // x[k0 + 2p + 1]), the low half first — the layout both vdpbf16ps and AMX's tdpbf16ps multiply.
 //
 // A B panel: (kp = ceil(kc / 2), 32) words, row p the pair words of 32 columns of op(B). The
@@ -30,11 +30,20 @@ inline uint32_t pair_at(const uint16_t* p, bool has_second) {
   return p[0] | (has_second ? static_cast<uint32_t>(p[1]) << 16 : 0u);
 }
 
-// C (M, N) = beta * C, what a product with K = 0 or alpha = 0 leaves (beta == 0 overwrites, ignoring
-// NaNs already there).
-inline void scale_c(int64_t M, int64_t N, float* C, int64_t ldc, float beta) {
+// The products both kernels' entry points finish without packing: none when M or N is 0; C = beta
+// * C when K is 0 or alpha is 0 (beta == 0 overwrites, ignoring NaNs already there), or, with a
+// bias (gemm_bf16_bias: alpha 1, beta 0), C = the bias in every row when K is 0. Returns whether it
+// finished the product.
+inline bool finish_trivial_product(int64_t M, int64_t N, int64_t K, float alpha, float beta, const float* bias,
+                                   float* C, int64_t ldc) {
+  if (M <= 0 || N <= 0) return true;
+  if (K > 0 && alpha != 0.0f) return false;
   for (int64_t i = 0; i < M; ++i)
-    for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
+    for (int64_t j = 0; j < N; ++j) {
+      float& c = C[i * ldc + j];
+      c = bias ? bias[j] : beta == 0.0f ? 0.0f : beta * c;
+    }
+  return true;
 }
 
 // The bias of gemm_bf16_bias copied into n_cols (a whole number of 32-column panels) floats, zeros
@@ -46,11 +55,6 @@ inline std::vector<float> padded_bias(const float* bias, int64_t N, int64_t n_co
     std::copy(bias, bias + N, out.begin());
   }
   return out;
-}
-
-// C (M, N) = bias in every row: what gemm_bf16_bias leaves when K = 0.
-inline void fill_rows(int64_t M, int64_t N, const float* bias, float* C, int64_t ldc) {
-  for (int64_t i = 0; i < M; ++i) std::copy(bias, bias + N, C + i * ldc);
 }
 
 // Adds one K block's float32 sums `acc` into the lanes `mask` of c: on the first K block
