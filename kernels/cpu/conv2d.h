@@ -30,6 +30,7 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <type_traits>
 #include <vector>
 
@@ -162,18 +163,20 @@ template <class T> void conv2d_forward(const T* x, const T* w, const T* b, const
 
 // dy (N, O, H_out, W_out) -> db (O): db[o] = sum over n, l of dy[n, o, l], in double, in a fixed
 // order; image_stride: the elements between dy's images (O L when dy is contiguous; more when dy is
-// a slice of a larger tensor's channels)
-template <class T> void conv2d_bias_grad(const T* dy, const Conv2dShape& s, T* db, int64_t image_stride) {
+// a slice of a larger tensor's channels); widen: a stored dy value as a number (bfloat16 dy, stored
+// as its bits: conv2d_bf16_bias_grad)
+template <class T, class S = T, class Widen = std::identity>
+void conv2d_bias_grad(const S* dy, const Conv2dShape& s, T* db, int64_t image_stride, Widen widen = {}) {
   const int64_t L = s.H_out * s.W_out;
   parallel_for(s.O, conv_grain(s.N * L), [&](int64_t o0, int64_t o1) {
     for (int64_t o = o0; o < o1; ++o) {
       double acc[8] = {};  // 8 interleaved partial sums (one vector), added in order at the end
       for (int64_t n = 0; n < s.N; ++n) {
-        const T* plane = dy + n * image_stride + o * L;
+        const S* plane = dy + n * image_stride + o * L;
         int64_t l = 0;
         for (; l + 8 <= L; l += 8)
-          for (int j = 0; j < 8; ++j) acc[j] += static_cast<double>(plane[l + j]);
-        for (int j = 0; l + j < L; ++j) acc[j] += static_cast<double>(plane[l + j]);
+          for (int j = 0; j < 8; ++j) acc[j] += static_cast<double>(widen(plane[l + j]));
+        for (int j = 0; l + j < L; ++j) acc[j] += static_cast<double>(widen(plane[l + j]));
       }
       double sum = 0;
       for (double a : acc) sum += a;

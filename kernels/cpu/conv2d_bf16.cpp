@@ -75,22 +75,7 @@ bool conv2d_bf16_im2col_backward(const uint16_t* x, const uint16_t* w, const uin
 }
 
 void conv2d_bf16_bias_grad(const uint16_t* dy, const Conv2dShape& s, float* db) {
-  const int64_t L = s.H_out * s.W_out;
-  parallel_for(s.O, conv_grain(s.N * L), [&](int64_t o0, int64_t o1) {
-    for (int64_t o = o0; o < o1; ++o) {
-      double acc[8] = {};  // as conv2d_bias_grad: 8 interleaved partial sums, added in order at the end
-      for (int64_t n = 0; n < s.N; ++n) {
-        const uint16_t* plane = dy + (n * s.O + o) * L;
-        int64_t l = 0;
-        for (; l + 8 <= L; l += 8)
-          for (int j = 0; j < 8; ++j) acc[j] += static_cast<double>(bf16_to_float(plane[l + j]));
-        for (int j = 0; l + j < L; ++j) acc[j] += static_cast<double>(bf16_to_float(plane[l + j]));
-      }
-      double sum = 0;
-      for (double a : acc) sum += a;
-      db[o] = static_cast<float>(sum);
-    }
-  });
+  conv2d_bias_grad(dy, s, db, s.O * s.H_out * s.W_out, [](uint16_t h) { return bf16_to_float(h); });
 }
 
 bool conv2d_bf16_forward(const uint16_t* x, const uint16_t* w, const float* b, const Conv2dShape& s, float* y) {
