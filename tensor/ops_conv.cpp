@@ -3,8 +3,9 @@
 // once, then the op runs on the CPU (im2col + GEMM, kernels/cpu/conv2d.h) or on CUDA (cuDNN,
 // kernels/cuda/conv.cu). Inputs may be strided views: they are made contiguous first.
 // 16-bit x and w (autocast's operands) give float32 results: on a CPU where conv2d_bf16_pays,
-// bfloat16 ones run as im2col + the bfloat16 GEMM (kernels/cpu/conv2d_bf16.h); otherwise both are
-// widened to float32 and take the float32 path.
+// bfloat16 ones run on the bfloat16 kernels (kernels/cpu/conv2d_bf16.h: an implicit GEMM on AMX
+// tiles, or im2col + the bfloat16 GEMM); otherwise both are widened to float32 and take the
+// float32 path.
 //   x (N, C, H, W), w (O, C/groups, kH, kW), b (O) -> y (N, O, H_out, W_out)
 //   H_out = (H + 2*pad_h - dil_h*(kH - 1) - 1) / stride_h + 1   (same for W)
 #include <stdexcept>

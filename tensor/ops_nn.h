@@ -20,8 +20,9 @@ struct Conv2dParams {
 };
 // x (N, C_in, H, W), w (C_out, C_in/groups, kH, kW), b (C_out) or undefined -> (N, C_out, H_out, W_out)
 // x and w float32 or float64 (b and y the same), or both bfloat16 or float16 (autocast's operands;
-// b and y float32): float32 sums of the exact products, by im2col + the bfloat16 GEMM on a CPU
-// where kernels::cpu::conv2d_bf16_pays, else by the float32 kernels on the widened operands.
+// b and y float32): float32 sums of the exact products, by the bfloat16 kernels of
+// kernels/cpu/conv2d_bf16.h on a CPU where kernels::cpu::conv2d_bf16_pays, else by the float32
+// kernels on the widened operands.
 Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dParams& p);
 struct Conv2dGrads {
   Tensor dx, dw, db;  // db undefined when the bias was undefined; dx undefined when !need_dx
