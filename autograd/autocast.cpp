@@ -7,6 +7,7 @@
 #include <string>
 
 #include "minidl/autograd/ops.h"
+#include "minidl/tensor/ops.h"
 
 namespace minidl {
 
@@ -36,15 +37,21 @@ Variable autocast_operand(const Variable& x) {
   return round_to(x, autocast_low);
 }
 
-Variable autocast_low_operand(const Variable& x) {
-  if (!autocast_on || !x.defined() || x.dtype() != DType::Float32) return x;
-  return to(x, autocast_low);
+AutocastCast autocast_low_cast(const Variable& x) {
+  if (!autocast_on || !x.defined() || x.dtype() != DType::Float32) return {x, x.defined() ? x.data() : Tensor(), false};
+  return {x, x.data().to(autocast_low), true};
 }
 
-Variable autocast_gemm_operand(const Variable& x) {
+AutocastCast autocast_gemm_cast(const Variable& x) {
   // the products take bfloat16 on either device, float16 on CUDA only (cuBLAS)
-  if (autocast_low == DType::BFloat16 || (x.defined() && x.data().device().is_cuda())) return autocast_low_operand(x);
-  return autocast_operand(x);
+  if (autocast_low == DType::BFloat16 || (x.defined() && x.data().device().is_cuda())) return autocast_low_cast(x);
+  const Variable v = autocast_operand(x);
+  return {v, v.defined() ? v.data() : Tensor(), false};
+}
+
+Tensor AutocastCast::gradient(const Tensor& g, DType data_dtype, bool cast) {
+  if (!g.defined()) return g;
+  return cast ? round_to(g, data_dtype) : g.to(data_dtype);
 }
 
 }  // namespace minidl

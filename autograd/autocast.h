@@ -8,14 +8,14 @@
 //
 // Inside the guard the matrix products — linear, matmul (and so attention's q k^T and weights v),
 // conv2d, packed_self_attention — take their float32 operands rounded to the low dtype (bfloat16
-// or float16, round to nearest even) through a differentiable cast (autograd `to`, or `round_to`
-// for an operand that stays float32): float32
+// or float16, round to nearest even): linear, matmul and conv2d cast them inside their own node
+// (AutocastCast below), packed_self_attention through a differentiable `round_to`: float32
 // accumulation, float32 output. Under bfloat16, linear and matmul multiply the bfloat16 bit
 // patterns themselves (kernels::cpu::gemm_bf16 on the CPU, cuBLAS's bfloat16 GEMM with float32
 // compute on CUDA, through tensor mm / addmm / matmul), and so do they under float16 on CUDA
 // (cuBLAS's float16 GEMM); their backward rounds dy to the low dtype once and multiplies it the
 // same way, as PyTorch's backward of its autocast products runs in the low dtype; each gradient is
-// rounded to its operand's dtype, and the cast's backward widens it. conv2d multiplies bfloat16
+// rounded to its operand's dtype (and widened again for a float32 operand). conv2d multiplies bfloat16
 // operands too where that pays (kernels/cpu/conv2d_bf16.h: AMX, one group, not a few-channel 3x3
 // layer), and otherwise, like packed_self_attention and float16 on the CPU, the rounded operands widened back
 // to float32 with the float32 kernels. Everything else (softmax,
@@ -50,15 +50,30 @@ DType autocast_dtype();  // the low dtype of the innermost enabled guard; Float3
 // autocast is off, x is undefined or not float32.
 Variable autocast_operand(const Variable& x);
 
-// A float32 x rounded to autocast_dtype() and kept in it (one differentiable cast), for an op that
-// keeps its operands in the low dtype and multiplies or widens them itself (conv2d); x itself when autocast is
-// off, x is undefined or not float32.
-Variable autocast_low_operand(const Variable& x);
+// A product's operand under autocast, cast inside the product's own node (so that no cast node of
+// its own holds a 16-bit copy of the gradient between them): `input` is the Variable the node
+// takes (x itself where the product casts it; otherwise autocast_operand(x), or x unchanged),
+// `data` the tensor the product reads (x's data cast to the low dtype where `cast`, else input's
+// data). gradient() turns the product's float32 gradient for `data` into input's: where cast,
+// rounded to the low dtype and kept float32 (the bits a cast node's backward would give — the
+// gradient rounded, then widened — in one pass); otherwise converted to data's dtype.
+struct AutocastCast {
+  Variable input;
+  Tensor data;
+  bool cast = false;
+
+  static Tensor gradient(const Tensor& g, DType data_dtype, bool cast);
+};
 
 // The operand of a product with a 16-bit kernel (linear, matmul): under autocast(BFloat16) a
-// float32 x (CPU or CUDA) rounded to bfloat16, under autocast(Float16) a float32 CUDA x rounded
-// to float16 (one differentiable cast; the product's result is float32); otherwise
-// autocast_operand(x) (float16 on the CPU, which has no float16 GEMM).
-Variable autocast_gemm_operand(const Variable& x);
+// float32 x (CPU or CUDA) cast to bfloat16, under autocast(Float16) a float32 CUDA x cast to
+// float16 (the product's result is float32); otherwise autocast_operand(x) (float16 on the CPU,
+// which has no float16 GEMM).
+AutocastCast autocast_gemm_cast(const Variable& x);
+
+// A float32 x cast to autocast_dtype(), for an op that keeps its operands in the low dtype and
+// multiplies or widens them itself (conv2d); x itself when autocast is off, x is undefined or not
+// float32.
+AutocastCast autocast_low_cast(const Variable& x);
 
 }  // namespace minidl

@@ -1,6 +1,7 @@
 // autograd/ops_linalg.cpp — matmul (torch.matmul semantics) and linear (one node), with their backward.
 #include "minidl/autograd/ops.h"
 
+#include <array>
 #include <tuple>
 
 #include "minidl/autograd/autocast.h"
@@ -10,18 +11,21 @@ namespace minidl {
 
 // C = A B: dA = dC B^T, dB = A^T dC (batch dims summed back to each input's shape).
 // 1-d operands are promoted to matrices as torch.matmul does, and their gradients squeezed back.
-// Under autocast the operands are rounded to its dtype first (autograd/autocast.h); 16-bit
-// operands (autocast(BFloat16); autocast(Float16) on CUDA) are multiplied as such into a float32
-// result, and so are their gradients' products: dy rounded to that dtype once, each gradient
-// rounded to its operand's dtype.
+// Under autocast the operands are rounded to its dtype inside this node (autograd/autocast.h,
+// AutocastCast); 16-bit operands (autocast(BFloat16); autocast(Float16) on CUDA) are multiplied
+// as such into a float32 result, and so are their gradients' products: dy rounded to that dtype
+// once, each gradient rounded to its operand's dtype (kept float32 for a float32 operand the node
+// cast).
 Variable matmul(const Variable& a_in, const Variable& b_in) {
-  const Variable a = autocast_gemm_operand(a_in), b = autocast_gemm_operand(b_in);
-  Tensor y = matmul(a.data(), b.data());
-  const bool ga = a.requires_grad(), gb = b.requires_grad();
+  const AutocastCast ca = autocast_gemm_cast(a_in), cb = autocast_gemm_cast(b_in);
+  const Tensor& a = ca.data;
+  const Tensor& b = cb.data;
+  Tensor y = matmul(a, b);
+  const bool ga = ca.input.requires_grad(), gb = cb.input.requires_grad();
   return Variable::make_result(
-      y, {a, b},
-      [ta = gb ? a.data() : Tensor(), tb = ga ? b.data() : Tensor(), sa = a.shape(), sb = b.shape(),
-       low = a.dtype()](const Tensor& dy) -> std::vector<Tensor> {
+      y, {ca.input, cb.input},
+      [ta = gb ? a : Tensor(), tb = ga ? b : Tensor(), sa = a.shape(), sb = b.shape(), low = a.dtype(),
+       low_b = b.dtype(), cast_a = ca.cast, cast_b = cb.cast](const Tensor& dy) -> std::vector<Tensor> {
         // promote: a (k) -> (1, k); b (k) -> (k, 1); dy gets the matching unit dims back
         Tensor g = dy.to(low);
         if (sa.size() == 1) g = g.unsqueeze(-2);
@@ -44,9 +48,7 @@ Variable matmul(const Variable& a_in, const Variable& b_in) {
           }
           if (sb.size() == 1) db = db.reshape(sb);
         }
-        if (da.defined()) da = da.to(low);
-        if (db.defined()) db = db.to(low);
-        return {da, db};
+        return {AutocastCast::gradient(da, low, cast_a), AutocastCast::gradient(db, low_b, cast_b)};
       },
       "MatmulBackward");
 }
@@ -54,26 +56,30 @@ Variable matmul(const Variable& a_in, const Variable& b_in) {
 // y = x W^T + b, one node: leading dims of x are flattened into rows so the layer is one GEMM,
 // the bias is added into the GEMM's output in place; backward: dx = dy W, dW = dy^T x (one GEMM
 // over all rows) and db = column sums of dy (summed by that GEMM as it reads dy). The same as matmul(x, transpose(w)) + b (tested).
-// Under autocast x, W and b are rounded to its dtype first (autograd/autocast.h); 16-bit x and W
-// (autocast(BFloat16); autocast(Float16) on CUDA) are multiplied as such into a float32 result,
-// the widened bias added; backward rounds dy to that dtype once for its products and each
-// gradient to its operand's dtype.
+// Under autocast x, W and b are rounded to its dtype inside this node (autograd/autocast.h,
+// AutocastCast); 16-bit x and W (autocast(BFloat16); autocast(Float16) on CUDA) are multiplied as
+// such into a float32 result, the widened bias added; backward rounds dy to that dtype once for
+// its products and each gradient to its operand's dtype (kept float32 for a float32 operand the
+// node cast: the cast's backward would widen it again).
 Variable linear(const Variable& x_in, const Variable& w_in, const Variable& b_in) {
-  const Variable x = autocast_gemm_operand(x_in), w = autocast_gemm_operand(w_in), b = autocast_gemm_operand(b_in);
-  if (w.dim() != 2 || x.dim() < 1 || x.size(-1) != w.size(1))
-    throw std::invalid_argument("linear: input " + x.data().desc() + " does not match weight " + w.data().desc() +
-                                " (expected input (..., " + std::to_string(w.dim() == 2 ? w.size(1) : -1) + "))");
-  if (b.defined() && (b.dim() != 1 || b.size(0) != w.size(0)))
-    throw std::invalid_argument("linear: bias " + b.data().desc() + " does not match weight " + w.data().desc());
-  Shape out_shape = x.shape();
-  out_shape.back() = w.size(0);
-  const Tensor x2 = x.dim() == 2 ? x.data() : x.data().reshape({-1, x.size(-1)});  // (rows, in)
-  const Tensor y = b.defined() ? addmm(b.data(), x2, w.data().t()) : mm(x2, w.data().t());  // (rows, out)
-  const bool gx = x.requires_grad(), gw = w.requires_grad(), gb = b.requires_grad();
+  const AutocastCast x = autocast_gemm_cast(x_in), w = autocast_gemm_cast(w_in), b = autocast_gemm_cast(b_in);
+  if (w.data.dim() != 2 || x.data.dim() < 1 || x.data.size(-1) != w.data.size(1))
+    throw std::invalid_argument("linear: input " + x.data.desc() + " does not match weight " + w.data.desc() +
+                                " (expected input (..., " + std::to_string(w.data.dim() == 2 ? w.data.size(1) : -1) +
+                                "))");
+  if (b.data.defined() && (b.data.dim() != 1 || b.data.size(0) != w.data.size(0)))
+    throw std::invalid_argument("linear: bias " + b.data.desc() + " does not match weight " + w.data.desc());
+  Shape out_shape = x.data.shape();
+  out_shape.back() = w.data.size(0);
+  const Tensor x2 = x.data.dim() == 2 ? x.data : x.data.reshape({-1, x.data.size(-1)});  // (rows, in)
+  const Tensor y = b.data.defined() ? addmm(b.data, x2, w.data.t()) : mm(x2, w.data.t());  // (rows, out)
+  const bool gx = x.input.requires_grad(), gw = w.input.requires_grad(), gb = b.input.requires_grad();
   return Variable::make_result(
-      x.dim() == 2 ? y : y.view(out_shape), {x, w, b},
-      [tx = gw ? x2 : Tensor(), tw = gx ? w.data() : Tensor(), x_shape = x.shape(), gb,
-       low = x.dtype()](const Tensor& dy) {
+      x.data.dim() == 2 ? y : y.view(out_shape), {x.input, w.input, b.input},
+      [tx = gw ? x2 : Tensor(), tw = gx ? w.data : Tensor(), x_shape = x.data.shape(), gb, low = x.data.dtype(),
+       cast = std::array<bool, 3>{x.cast, w.cast, b.cast},
+       dtypes = std::array<DType, 3>{x.data.dtype(), w.data.dtype(),
+                                     b.data.defined() ? b.data.dtype() : x.data.dtype()}](const Tensor& dy) {
         const Tensor g = dy.reshape({-1, dy.size(-1)}).to(low);  // (rows, out)
         std::vector<Tensor> grads(3);
         if (tw.defined()) grads[0] = mm(g, tw).view(x_shape);
@@ -83,8 +89,7 @@ Variable linear(const Variable& x_in, const Variable& w_in, const Variable& b_in
           if (tx.defined()) grads[1] = mm(g.t(), tx);
           if (gb) grads[2] = sum(g, {0});
         }
-        for (Tensor& t : grads)
-          if (t.defined()) t = t.to(low);
+        for (size_t i = 0; i < 3; ++i) grads[i] = AutocastCast::gradient(grads[i], dtypes[i], cast[i]);
         return grads;
       },
       "LinearBackward");

@@ -27,21 +27,23 @@ Variable log_softmax(const Variable& x, int64_t dim) {
 }
 
 // conv2d: dx by col2im, dw and db by GEMM/reduction (tensor/ops_conv.cpp); under autocast x and
-// w are rounded to its dtype first (autograd/autocast.h) and stay in it between forward and
-// backward (half the bytes a float32 copy would keep). The tensor op multiplies them as bfloat16
-// where that pays (kernels/cpu/conv2d_bf16.h: the CPU has AMX, one group, not the direct kernel's
-// few-channel 3x3 layers), and otherwise widens them for the float32 kernels. y, dx and dw come
-// back float32; dx and dw are rounded to the operands' dtype, as the round trip's cast would.
+// w are rounded to its dtype inside this node (autograd/autocast.h, AutocastCast) and stay in it
+// between forward and backward (half the bytes a float32 copy would keep). The tensor op
+// multiplies them as bfloat16 where that pays (kernels/cpu/conv2d_bf16.h: the CPU has AMX, one
+// group, not the direct kernel's few-channel 3x3 layers), and otherwise widens them for the
+// float32 kernels. y, dx and dw come back float32; dx and dw are rounded to the operands' dtype,
+// as the round trip's cast would.
 Variable conv2d(const Variable& x_in, const Variable& w_in, const Variable& b_in, const Conv2dParams& p) {
-  const Variable x = autocast_low_operand(x_in), w = autocast_low_operand(w_in), b = autocast_operand(b_in);
-  Tensor y = conv2d_forward(x.data(), w.data(), b.defined() ? b.data() : Tensor(), p);
+  const AutocastCast x = autocast_low_cast(x_in), w = autocast_low_cast(w_in);
+  const Variable b = autocast_operand(b_in);
+  Tensor y = conv2d_forward(x.data, w.data, b.defined() ? b.data() : Tensor(), p);
   return Variable::make_result(
-      y, {x, w, b},
-      [tx = x.data(), tw = w.data(), has_bias = b.defined(), need_dx = x.requires_grad(),
-       p](const Tensor& dy) -> std::vector<Tensor> {
+      y, {x.input, w.input, b},
+      [tx = x.data, tw = w.data, cast_x = x.cast, cast_w = w.cast, has_bias = b.defined(),
+       need_dx = x.input.requires_grad(), p](const Tensor& dy) -> std::vector<Tensor> {
         Conv2dGrads g = conv2d_backward(tx, tw, dy, has_bias, p, need_dx);
-        if (g.dx.defined()) g.dx = g.dx.to(tx.dtype());
-        return {g.dx, g.dw.to(tw.dtype()), g.db};
+        return {AutocastCast::gradient(g.dx, tx.dtype(), cast_x), AutocastCast::gradient(g.dw, tw.dtype(), cast_w),
+                g.db};
       },
       "Conv2dBackward");
 }

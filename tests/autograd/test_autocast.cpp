@@ -124,6 +124,38 @@ TEST(Autocast, BFloat16LinearIsTheProductOfRoundedOperandsForwardAndBackward) {
   expect_equal(w.grad(), rounded(w.grad()), "dW is bfloat16-rounded");
 }
 
+// linear and conv2d cast their float32 operands inside their own node: the leaves are its direct
+// inputs (no cast node keeps a bfloat16 copy of a gradient between them), and the gradients are
+// the bits the cast nodes would give (the tests above and below). An operand that already is
+// bfloat16 is not cast, and its gradient comes back bfloat16.
+TEST(Autocast, LinearAndConv2dCastInsideTheirOwnNode) {
+  const Variable x = param({5, 16}, 1), w = param({8, 16}, 2), b = param({8}, 3);
+  const Variable xi = param({2, 3, 6, 6}, 4), k = param({4, 3, 3, 3}, 5);
+  Variable y, c;
+  {
+    autocast guard(DType::BFloat16);
+    y = linear(x, w, b);
+    c = conv2d(xi, k, Variable(), Conv2dParams{.pad_h = 1, .pad_w = 1});
+  }
+  ASSERT_TRUE(y.grad_fn() && c.grad_fn());
+  EXPECT_EQ(y.grad_fn()->name, "LinearBackward");
+  ASSERT_EQ(y.grad_fn()->inputs.size(), 3u);
+  EXPECT_EQ(y.grad_fn()->inputs[0].impl(), x.impl());
+  EXPECT_EQ(y.grad_fn()->inputs[1].impl(), w.impl());
+  EXPECT_EQ(y.grad_fn()->inputs[2].impl(), b.impl());
+  EXPECT_EQ(c.grad_fn()->inputs[0].impl(), xi.impl());
+  EXPECT_EQ(c.grad_fn()->inputs[1].impl(), k.impl());
+
+  const Variable xb(x.data().to(DType::BFloat16), true);
+  {
+    autocast guard(DType::BFloat16);
+    sum(linear(xb, w, b)).backward();
+  }
+  EXPECT_EQ(xb.grad().dtype(), DType::BFloat16);
+  EXPECT_EQ(w.grad().dtype(), DType::Float32);
+  expect_equal(xb.grad().to(DType::Float32), rounded(mm(ones({5, 8}), rounded(w.data()))), "dx of a bfloat16 input");
+}
+
 TEST(Autocast, BFloat16MatmulIsTheProductOfRoundedOperandsForwardAndBackward) {
   const Variable a = param({2, 40, 33}, 5), b = param({2, 33, 17}, 6);
   Variable y;
