@@ -82,14 +82,15 @@ Variable linear(const Variable& x_in, const Variable& w_in, const Variable& b_in
                                      b.data.defined() ? b.data.dtype() : x.data.dtype()}](const Tensor& dy) {
         const Tensor g = dy.reshape({-1, dy.size(-1)}).to(low);  // (rows, out)
         std::vector<Tensor> grads(3);
-        if (tw.defined()) grads[0] = mm(g, tw).view(x_shape);
+        if (tw.defined())  // dx, rounded as the GEMM stores it where this node cast x
+          grads[0] = (cast[0] ? mm_round_to(g, tw, dtypes[0]) : mm(g, tw).to(dtypes[0])).view(x_shape);
         if (tx.defined() && gb) {
           std::tie(grads[1], grads[2]) = mm_and_row_sums(g.t(), tx);  // dW and db from one pass over dy
         } else {
           if (tx.defined()) grads[1] = mm(g.t(), tx);
           if (gb) grads[2] = sum(g, {0});
         }
-        for (size_t i = 0; i < 3; ++i) grads[i] = AutocastCast::gradient(grads[i], dtypes[i], cast[i]);
+        for (size_t i = 1; i < 3; ++i) grads[i] = AutocastCast::gradient(grads[i], dtypes[i], cast[i]);
         return grads;
       },
       "LinearBackward");

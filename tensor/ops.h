@@ -116,6 +116,10 @@ Tensor addmm(const Tensor& bias, const Tensor& a, const Tensor& b);
 // {a (n, k) · b (k, m), a's row sums (n)} = {mm(a, b), sum(a, {1})} from one pass over a (a linear
 // layer's dW = dy^T x and db, with a = dy^T; on the CPU the sums come from the GEMM's own reads).
 std::pair<Tensor, Tensor> mm_and_row_sums(const Tensor& a, const Tensor& b);
+// round_to(mm(a, b), dtype): the float32 product of 16-bit operands rounded to dtype (bfloat16 or
+// float16) and kept float32 (autocast's gradient of a float32 operand it cast); on the CPU the
+// bfloat16 GEMM rounds as it stores, with no pass of its own.
+Tensor mm_round_to(const Tensor& a, const Tensor& b, DType dtype);
 
 // ---- softmax family (numerically stable: subtract the max) ----
 Tensor softmax(const Tensor& x, int64_t dim);

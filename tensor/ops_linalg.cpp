@@ -179,6 +179,27 @@ Tensor mm(const Tensor& a, const Tensor& b) {
   return out;
 }
 
+Tensor mm_round_to(const Tensor& a, const Tensor& b, DType dtype) {
+  check_operands(a, b, "mm_round_to");
+  if (!is_half(a.dtype()) || !is_half(dtype))
+    throw std::invalid_argument("mm_round_to: expected bfloat16 or float16 operands and dtype, got " + a.desc() +
+                                " and " + dtype_name(dtype));
+  if (a.dim() != 2 || b.dim() != 2)
+    throw std::invalid_argument("mm_round_to: expected 2-d tensors, got shapes " + shape_str(a.shape()) + " and " +
+                                shape_str(b.shape()));
+  if (a.size(1) != b.size(0)) shape_error(a, b, "mm_round_to", a.size(1), b.size(0));
+  if (a.device().is_cuda() || a.dtype() != DType::BFloat16 || dtype != DType::BFloat16 || widen_bf16(a))
+    return round_to(mm(a, b), dtype);
+  const int64_t m = b.size(1);
+  Tensor out({a.size(0), m}, DType::Float32);  // (n, m)
+  Tensor ta = a, tb = b;
+  const GemmOperand ga = matrix_layout(ta), gb = matrix_layout(tb);
+  kernels::cpu::gemm_bf16(a.size(0), m, a.size(1), static_cast<const uint16_t*>(ta.raw_data()), ga.ld, ga.trans,
+                          static_cast<const uint16_t*>(tb.raw_data()), gb.ld, gb.trans, out.data<float>(), m, 1.0f,
+                          0.0f, /*round_bf16=*/true);
+  return out;
+}
+
 Tensor addmm(const Tensor& bias, const Tensor& a, const Tensor& b) {
   check_operands(a, b, "addmm");
   cuda_dispatch::on_cuda({&bias, &a}, "addmm");

@@ -47,7 +47,8 @@
 namespace minidl::kernels::cpu {
 
 void gemm_bf16_reference(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a,
-                         const uint16_t* B, int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha, float beta) {
+                         const uint16_t* B, int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha, float beta,
+                         bool round_bf16) {
   for (int64_t i = 0; i < M; ++i)
     for (int64_t j = 0; j < N; ++j) {
       float sum = 0.0f;
@@ -56,6 +57,7 @@ void gemm_bf16_reference(int64_t M, int64_t N, int64_t K, const uint16_t* A, int
                bf16_to_float(trans_b ? B[j * ldb + k] : B[k * ldb + j]);
       float& c = C[i * ldc + j];
       c = beta == 0.0f ? alpha * sum : alpha * sum + beta * c;
+      if (round_bf16) c = bf16_to_float(float_to_bf16(c));
     }
 }
 
@@ -87,10 +89,11 @@ MINIDL_BF16_TARGET void pack_a_panel(const uint16_t* A, int64_t lda, bool trans_
 // C (mr <= 14, nr <= 16 * NV) = alpha * op(A) (14 rows, kp pairs) · op(B) (kp pairs, 32) [+ beta *
 // C on the first K block, or + C on the others], from a packed A panel a (kp, 14) and B panel b
 // (kp, 32); NV = 1 reads only the first 16 columns of each B row. With bias (the panel's 32
-// values), the first K block's sums start from it.
+// values), the first K block's sums start from it; with round, C is stored rounded to bfloat16.
 template <int NV>
 MINIDL_BF16_TARGET void micro_kernel(int64_t kp, const uint32_t* a, const uint32_t* b, float* c, int64_t ldc,
-                                     int64_t mr, int64_t nr, bool first, float alpha, float beta, const float* bias) {
+                                     int64_t mr, int64_t nr, bool first, float alpha, float beta, const float* bias,
+                                     bool round) {
   __m512 acc[kMr][NV];
   for (int r = 0; r < kMr; ++r)
     for (int v = 0; v < NV; ++v) acc[r][v] = first && bias ? _mm512_loadu_ps(bias + 16 * v) : _mm512_setzero_ps();
@@ -105,11 +108,12 @@ MINIDL_BF16_TARGET void micro_kernel(int64_t kp, const uint32_t* a, const uint32
   __mmask16 mask[NV];
   for (int v = 0; v < NV; ++v) mask[v] = first_n(nr - 16 * v);
   for (int r = 0; r < kMr && r < mr; ++r)
-    for (int v = 0; v < NV; ++v) add_into_c(acc[r][v], c + r * ldc + 16 * v, mask[v], first, alpha, beta);
+    for (int v = 0; v < NV; ++v) add_into_c(acc[r][v], c + r * ldc + 16 * v, mask[v], first, alpha, beta, round);
 }
 
 void packed_gemm(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a, const uint16_t* B,
-                 int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha, float beta, const float* bias) {
+                 int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha, float beta, const float* bias,
+                 bool round) {
   const std::vector<float> bias_cols = padded_bias(bias, N, (N + kNr - 1) / kNr * kNr);
   // K blocks of equal size (the last may be shorter, and odd), chosen from K alone.
   const int64_t k_blocks = (K + kKcMax - 1) / kKcMax;
@@ -140,10 +144,11 @@ void packed_gemm(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda
               const int64_t i = i0 + q * kMr, mr = std::min(kMr, m - q * kMr);
               const uint32_t *a = ap + q * kMr * kp, *b = bp + p * kNr * kp;
               const float* bias_j = bias ? bias_cols.data() + j : nullptr;
+              const bool round_here = round && pc + kc == K;  // the last K block
               if (nr > 16)
-                micro_kernel<2>(kp, a, b, C + i * ldc + j, ldc, mr, nr, pc == 0, alpha, beta, bias_j);
+                micro_kernel<2>(kp, a, b, C + i * ldc + j, ldc, mr, nr, pc == 0, alpha, beta, bias_j, round_here);
               else
-                micro_kernel<1>(kp, a, b, C + i * ldc + j, ldc, mr, nr, pc == 0, alpha, beta, bias_j);
+                micro_kernel<1>(kp, a, b, C + i * ldc + j, ldc, mr, nr, pc == 0, alpha, beta, bias_j, round_here);
             }
           }
         }
@@ -161,10 +166,10 @@ bool gemm_bf16_avx512_supported() {
 }
 
 bool gemm_bf16_avx512(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a, const uint16_t* B,
-                      int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha, float beta) {
+                      int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha, float beta, bool round_bf16) {
   if (!gemm_bf16_avx512_supported()) return false;
-  if (!finish_trivial_product(M, N, K, alpha, beta, nullptr, C, ldc))
-    packed_gemm(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, alpha, beta, nullptr);
+  if (!finish_trivial_product(M, N, K, alpha, beta, nullptr, C, ldc, round_bf16))
+    packed_gemm(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, alpha, beta, nullptr, round_bf16);
   return true;
 }
 
@@ -172,14 +177,14 @@ bool gemm_bf16_avx512_bias(int64_t M, int64_t N, int64_t K, const uint16_t* A, i
                            const uint16_t* B, int64_t ldb, bool trans_b, const float* bias, float* C, int64_t ldc) {
   if (!gemm_bf16_avx512_supported()) return false;
   if (!finish_trivial_product(M, N, K, 1.0f, 0.0f, bias, C, ldc))
-    packed_gemm(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, 1.0f, 0.0f, bias);
+    packed_gemm(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, 1.0f, 0.0f, bias, false);
   return true;
 }
 #else
 bool gemm_bf16_avx512_supported() { return false; }
 
 bool gemm_bf16_avx512(int64_t, int64_t, int64_t, const uint16_t*, int64_t, bool, const uint16_t*, int64_t, bool, float*,
-                      int64_t, float, float) {
+                      int64_t, float, float, bool) {
   return false;
 }
 
@@ -192,9 +197,10 @@ bool gemm_bf16_avx512_bias(int64_t, int64_t, int64_t, const uint16_t*, int64_t, 
 bool gemm_bf16_supported() { return gemm_bf16_amx_supported() || gemm_bf16_avx512_supported(); }
 
 bool gemm_bf16(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a, const uint16_t* B,
-               int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha, float beta) {
-  if (gemm_bf16_amx_supported()) return gemm_bf16_amx(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, alpha, beta);
-  return gemm_bf16_avx512(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, alpha, beta);
+               int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha, float beta, bool round_bf16) {
+  if (gemm_bf16_amx_supported())
+    return gemm_bf16_amx(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, alpha, beta, round_bf16);
+  return gemm_bf16_avx512(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, alpha, beta, round_bf16);
 }
 
 bool gemm_bf16_bias(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a, const uint16_t* B,

@@ -8,8 +8,10 @@
 // dimensions and transposes as gemm() in gemm.h: all row-major; op(A) = A stored (M, K), lda >= K,
 // or A^T stored (K, M), lda >= M when trans_a (the same for B: (K, N) with ldb >= N, or (N, K)
 // with ldb >= K when trans_b); C (M, N), ldc >= N. beta == 0 means C is write-only (its old
-// contents, even NaN, are ignored). Threads: kernels::cpu::set_num_threads; the result is
-// bit-identical for any thread count (work is split over blocks of C only, never over K).
+// contents, even NaN, are ignored). round_bf16: C is stored rounded to bfloat16 precision (float32
+// values that are bfloat16 numbers: half.h's rounding of the float32 result, without a pass of its
+// own). Threads: kernels::cpu::set_num_threads; the result is bit-identical for any thread count
+// (work is split over blocks of C only, never over K).
 #pragma once
 #include <cstdint>
 
@@ -19,7 +21,8 @@ namespace minidl::kernels::cpu {
 // grants its tile state, else AVX512_BF16. Returns false, C untouched, where neither runs (the
 // library itself may be built for any x86-64 level).
 bool gemm_bf16(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a, const uint16_t* B,
-               int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha = 1.0f, float beta = 0.0f);
+               int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha = 1.0f, float beta = 0.0f,
+               bool round_bf16 = false);
 
 // C (M, N) = op(A) op(B) + bias (N values, added to every row); C is write-only. The bias is each
 // sum's starting value, so C is written once (where C = bias, then C += the product, reads and
@@ -33,7 +36,8 @@ bool gemm_bf16_supported();
 // The AVX512_BF16 kernel (one vdpbf16ps adds two bf16 products per float lane); false, C
 // untouched, without AVX512_BF16, AVX512BW and AVX512VL.
 bool gemm_bf16_avx512(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a, const uint16_t* B,
-                      int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha = 1.0f, float beta = 0.0f);
+                      int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha = 1.0f, float beta = 0.0f,
+                      bool round_bf16 = false);
 bool gemm_bf16_avx512_bias(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a,
                            const uint16_t* B, int64_t ldb, bool trans_b, const float* bias, float* C, int64_t ldc);
 bool gemm_bf16_avx512_supported();
@@ -42,15 +46,17 @@ bool gemm_bf16_avx512_supported();
 // tile); false, C untouched, without AMX-BF16 and AVX512BW/VL, or where Linux refuses the tile
 // state (arch_prctl ARCH_REQ_XCOMP_PERM, asked once per process).
 bool gemm_bf16_amx(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a, const uint16_t* B,
-                   int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha = 1.0f, float beta = 0.0f);
+                   int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha = 1.0f, float beta = 0.0f,
+                   bool round_bf16 = false);
 bool gemm_bf16_amx_bias(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a,
                         const uint16_t* B, int64_t ldb, bool trans_b, const float* bias, float* C, int64_t ldc);
 bool gemm_bf16_amx_supported();
 
 // The plain triple loop a student writes first: each element of C is one float32 sum over k in
-// order of the float32 products of the widened operands; then alpha and beta. The reference.
+// order of the float32 products of the widened operands; then alpha and beta (and the rounding).
+// The reference.
 void gemm_bf16_reference(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a,
                          const uint16_t* B, int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha = 1.0f,
-                         float beta = 0.0f);
+                         float beta = 0.0f, bool round_bf16 = false);
 
 }  // namespace minidl::kernels::cpu

@@ -98,9 +98,10 @@ MINIDL_AMX_TARGET void pack_a_tiles(const uint16_t* A, int64_t lda, bool trans_a
 // s at a + s * a_step values, its rows a_ld bytes apart) and a B panel b (ks * 16 pairs, 32 columns)
 // [+ beta * C on the first K block, or + C on the others]. With bias (the panel's 32 values), the
 // first K block's sums start from it: its tiles load the bias row 16 times (a zero row stride).
+// With round, C is stored rounded to bfloat16 precision.
 MINIDL_AMX_TARGET void micro_kernel(int64_t ks, const uint16_t* a0, const uint16_t* a1, int64_t a_ld, int64_t a_step,
                                     const uint32_t* b, float* c, int64_t ldc, int64_t mr, int64_t nr, bool first,
-                                    float alpha, float beta, const float* bias) {
+                                    float alpha, float beta, const float* bias, bool round) {
   if (first && bias) {
     _tile_loadd(0, bias, 0);
     _tile_loadd(1, bias + 16, 0);
@@ -122,7 +123,7 @@ MINIDL_AMX_TARGET void micro_kernel(int64_t ks, const uint16_t* a0, const uint16
     _tile_dpbf16ps(2, 5, 6);  // rows 16-31, columns 0-15
     _tile_dpbf16ps(3, 5, 7);  // rows 16-31, columns 16-31
   }
-  if (first && beta == 0.0f && alpha == 1.0f && mr == kMr && nr == kNr) {  // C = the sums: tiles straight to C
+  if (first && beta == 0.0f && alpha == 1.0f && !round && mr == kMr && nr == kNr) {  // C = the sums: tiles to C
     _tile_stored(0, c, ldc * 4);
     _tile_stored(1, c + 16, ldc * 4);
     _tile_stored(2, c + 16 * ldc, ldc * 4);
@@ -136,13 +137,14 @@ MINIDL_AMX_TARGET void micro_kernel(int64_t ks, const uint16_t* a0, const uint16
   _tile_stored(3, out + 16 * kNr + 16, kNr * 4);
   const __mmask16 m0 = first_n(nr), m1 = first_n(nr - 16);
   for (int64_t r = 0; r < mr; ++r) {
-    add_into_c(_mm512_load_ps(out + r * kNr), c + r * ldc, m0, first, alpha, beta);
-    if (m1) add_into_c(_mm512_load_ps(out + r * kNr + 16), c + r * ldc + 16, m1, first, alpha, beta);
+    add_into_c(_mm512_load_ps(out + r * kNr), c + r * ldc, m0, first, alpha, beta, round);
+    if (m1) add_into_c(_mm512_load_ps(out + r * kNr + 16), c + r * ldc + 16, m1, first, alpha, beta, round);
   }
 }
 
 void packed_gemm(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a, const uint16_t* B,
-                 int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha, float beta, const float* bias) {
+                 int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha, float beta, const float* bias,
+                 bool round) {
   const std::vector<float> bias_cols = padded_bias(bias, N, (N + kNr - 1) / kNr * kNr);
   // K blocks of equal size (the last may be shorter), chosen from K alone, each padded to ks
   // whole 32-k steps.
@@ -188,7 +190,7 @@ void packed_gemm(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda
                   in_place ? A + i * lda + pc : reinterpret_cast<const uint16_t*>(ap + 2 * q * ks * kTileWords);
               const uint16_t* a1 = in_place ? a0 + 16 * lda : a0 + 2 * ks * kTileWords;
               micro_kernel(ks, a0, a1, a_ld, a_step, bp + p * panel_words, C + i * ldc + j, ldc, mr, nr, pc == 0, alpha,
-                           beta, bias ? bias_cols.data() + j : nullptr);
+                           beta, bias ? bias_cols.data() + j : nullptr, round && pc + kc == K);
             }
           }
         }
@@ -216,10 +218,10 @@ bool gemm_bf16_amx_supported() {
 }
 
 bool gemm_bf16_amx(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a, const uint16_t* B,
-                   int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha, float beta) {
+                   int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha, float beta, bool round_bf16) {
   if (!gemm_bf16_amx_supported()) return false;
-  if (!finish_trivial_product(M, N, K, alpha, beta, nullptr, C, ldc))
-    packed_gemm(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, alpha, beta, nullptr);
+  if (!finish_trivial_product(M, N, K, alpha, beta, nullptr, C, ldc, round_bf16))
+    packed_gemm(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, alpha, beta, nullptr, round_bf16);
   return true;
 }
 
@@ -227,14 +229,14 @@ bool gemm_bf16_amx_bias(int64_t M, int64_t N, int64_t K, const uint16_t* A, int6
                         const uint16_t* B, int64_t ldb, bool trans_b, const float* bias, float* C, int64_t ldc) {
   if (!gemm_bf16_amx_supported()) return false;
   if (!finish_trivial_product(M, N, K, 1.0f, 0.0f, bias, C, ldc))
-    packed_gemm(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, 1.0f, 0.0f, bias);
+    packed_gemm(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, 1.0f, 0.0f, bias, false);
   return true;
 }
 #else
 bool gemm_bf16_amx_supported() { return false; }
 
 bool gemm_bf16_amx(int64_t, int64_t, int64_t, const uint16_t*, int64_t, bool, const uint16_t*, int64_t, bool, float*,
-                   int64_t, float, float) {
+                   int64_t, float, float, bool) {
   return false;
 }
 

@@ -1,6 +1,6 @@
 // kernels/cpu/gemm_bf16_pack.h — what the two bfloat16 GEMM kernels share (gemm_bf16.cpp's
 // AVX512_BF16 one and gemm_bf16_amx.cpp's AMX one): the products they finish without packing, the
-// bias's padded copy, the adding of sums into C, and the packing of operands into k-pair words, whose 32-bit word p of a row or column holds (x[k0 + 2p],
+// bias's padded copy, the adding of sums into C (rounded to bfloat16 precision where asked), and the packing of operands into k-pair words, whose 32-bit word p of a row or column holds (x[k0 + 2p],
 // x[k0 + 2p + 1]), the low half first — the layout both vdpbf16ps and AMX's tdpbf16ps multiply.
 //
 // A B panel: (kp = ceil(kc / 2), 32) words, row p the pair words of 32 columns of op(B). The
@@ -14,6 +14,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <vector>
+
+#include "minidl/kernels/cpu/bf16_round_avx512.h"
+#include "minidl/kernels/cpu/half.h"
 
 #define MINIDL_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 
@@ -31,17 +34,18 @@ inline uint32_t pair_at(const uint16_t* p, bool has_second) {
 }
 
 // The products both kernels' entry points finish without packing: none when M or N is 0; C = beta
-// * C when K is 0 or alpha is 0 (beta == 0 overwrites, ignoring NaNs already there), or, with a
-// bias (gemm_bf16_bias: alpha 1, beta 0), C = the bias in every row when K is 0. Returns whether it
-// finished the product.
+// * C when K is 0 or alpha is 0 (beta == 0 overwrites, ignoring NaNs already there; rounded to
+// bfloat16 precision with round), or, with a bias (gemm_bf16_bias: alpha 1, beta 0), C = the bias
+// in every row when K is 0. Returns whether it finished the product.
 inline bool finish_trivial_product(int64_t M, int64_t N, int64_t K, float alpha, float beta, const float* bias,
-                                   float* C, int64_t ldc) {
+                                   float* C, int64_t ldc, bool round = false) {
   if (M <= 0 || N <= 0) return true;
   if (K > 0 && alpha != 0.0f) return false;
   for (int64_t i = 0; i < M; ++i)
     for (int64_t j = 0; j < N; ++j) {
       float& c = C[i * ldc + j];
       c = bias ? bias[j] : beta == 0.0f ? 0.0f : beta * c;
+      if (round) c = bf16_to_float(float_to_bf16(c));
     }
   return true;
 }
@@ -59,8 +63,10 @@ inline std::vector<float> padded_bias(const float* bias, int64_t N, int64_t n_co
 
 // Adds one K block's float32 sums `acc` into the lanes `mask` of c: on the first K block
 // c = alpha * acc + beta * c (beta == 0: c is write-only, its old contents, even NaN, not read),
-// on the others c += alpha * acc.
-MINIDL_BF16_TARGET inline void add_into_c(__m512 acc, float* c, __mmask16 mask, bool first, float alpha, float beta) {
+// on the others c += alpha * acc; with round (on the last K block of a rounded product), the
+// result is stored rounded to bfloat16 precision.
+MINIDL_BF16_TARGET inline void add_into_c(__m512 acc, float* c, __mmask16 mask, bool first, float alpha, float beta,
+                                          bool round) {
   const __m512 va = _mm512_set1_ps(alpha);
   __m512 out;
   if (first && beta == 0.0f) {
@@ -69,7 +75,7 @@ MINIDL_BF16_TARGET inline void add_into_c(__m512 acc, float* c, __mmask16 mask, 
     const __m512 old = _mm512_maskz_loadu_ps(mask, c);
     out = _mm512_fmadd_ps(va, acc, first ? _mm512_mul_ps(_mm512_set1_ps(beta), old) : old);
   }
-  _mm512_mask_storeu_ps(c, mask, out);
+  _mm512_mask_storeu_ps(c, mask, round ? round_bf16_ps(out) : out);
 }
 
 // A 16x16 transpose of 32-bit words: dst[c * ldd + i] = word c of r[i], for the lanes i in keep

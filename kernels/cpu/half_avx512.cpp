@@ -9,6 +9,7 @@
 
 #include <algorithm>
 
+#include "minidl/kernels/cpu/bf16_round_avx512.h"
 #include "minidl/kernels/cpu/half.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -46,31 +47,17 @@ void bf16_column_sums(int64_t rows, int64_t cols, const uint16_t* g, int64_t ld,
 #if defined(__x86_64__) && defined(__GNUC__)
 namespace {
 
-// 16 lanes of float_to_bf16 (half.h), the same integer steps, each result in the low half of its
-// 32-bit lane.
-__attribute__((target("avx512f,avx512bw,avx512vl"))) __m512i round_16_wide(__m512i u) {
-  const __m512i one = _mm512_set1_epi32(1);
-  const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), one);  // the kept part's lowest bit
-  const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), odd)), 16);
-  // NaN (|x| above infinity's bits): the upper half with the quiet bit set
-  const __mmask16 nan =
-      _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
-  const __m512i quiet = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x0040));
-  return _mm512_mask_blend_epi32(nan, rounded, quiet);
-}
-
 __attribute__((target("avx512f,avx512bw,avx512vl"))) __m256i round_16(__m512i u) {
-  return _mm512_cvtepi32_epi16(round_16_wide(u));  // vpmovdw: keep the low 16 bits
+  return _mm512_cvtepi32_epi16(round_bf16_bits(u));  // vpmovdw: keep the low 16 bits
 }
 
 // The same rounding, widened back: the bfloat16 bits in the upper half of each float32 lane.
 __attribute__((target("avx512f,avx512bw,avx512vl"))) void round_to_bf16_avx512(const float* x, float* y, int64_t n) {
   int64_t i = 0;
-  for (; i + 16 <= n; i += 16)
-    _mm512_storeu_si512(y + i, _mm512_slli_epi32(round_16_wide(_mm512_loadu_si512(x + i)), 16));
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, round_bf16_ps(_mm512_loadu_ps(x + i)));
   if (i < n) {
     const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1u);
-    _mm512_mask_storeu_epi32(y + i, m, _mm512_slli_epi32(round_16_wide(_mm512_maskz_loadu_epi32(m, x + i)), 16));
+    _mm512_mask_storeu_ps(y + i, m, round_bf16_ps(_mm512_maskz_loadu_ps(m, x + i)));
   }
 }
 

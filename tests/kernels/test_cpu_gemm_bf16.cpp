@@ -28,7 +28,7 @@ using minidl::kernels::cpu::gemm_bf16_reference;
 
 // A packed kernel: its name, the function, and whether it runs on this CPU.
 using GemmFn = bool (*)(int64_t, int64_t, int64_t, const uint16_t*, int64_t, bool, const uint16_t*, int64_t, bool,
-                        float*, int64_t, float, float);
+                        float*, int64_t, float, float, bool);
 using GemmBiasFn = bool (*)(int64_t, int64_t, int64_t, const uint16_t*, int64_t, bool, const uint16_t*, int64_t, bool,
                             const float*, float*, int64_t);
 struct Kernel {
@@ -98,8 +98,8 @@ struct Operands {
 void check(GemmFn gemm, const Case& c, bool ta, bool tb, float alpha, float beta, int64_t pad, bool small_ints) {
   const Operands op(c, ta, tb, pad, small_ints, beta);
   std::vector<float> fast = op.C, ref = op.C;
-  ASSERT_TRUE(
-      gemm(op.M, op.N, op.K, op.A.data(), op.lda, ta, op.B.data(), op.ldb, tb, fast.data(), op.ldc, alpha, beta));
+  ASSERT_TRUE(gemm(op.M, op.N, op.K, op.A.data(), op.lda, ta, op.B.data(), op.ldb, tb, fast.data(), op.ldc, alpha, beta,
+                   false));
   gemm_bf16_reference(op.M, op.N, op.K, op.A.data(), op.lda, ta, op.B.data(), op.ldb, tb, ref.data(), op.ldc, alpha,
                       beta);
   for (int64_t i = 0; i < op.M; ++i) {
@@ -196,10 +196,10 @@ TEST_P(PackedGemmBf16, EmptyKOrZeroAlphaScalesC) {
     const std::vector<float> C0 = minidl::testing::values(12, 6);
     std::vector<float> C = C0;
     if (beta == 0.0f) C[5] = std::numeric_limits<float>::quiet_NaN();
-    ASSERT_TRUE(gemm()(3, 4, 0, A.data(), 1, false, B.data(), 4, false, C.data(), 4, 1.0f, beta));
+    ASSERT_TRUE(gemm()(3, 4, 0, A.data(), 1, false, B.data(), 4, false, C.data(), 4, 1.0f, beta, false));
     for (size_t i = 0; i < C.size(); ++i) EXPECT_EQ(C[i], beta * C0[i]) << "K = 0, beta " << beta << ", element " << i;
     C = C0;
-    ASSERT_TRUE(gemm()(3, 4, 3, A.data(), 3, false, B.data(), 4, false, C.data(), 4, 0.0f, beta));
+    ASSERT_TRUE(gemm()(3, 4, 3, A.data(), 3, false, B.data(), 4, false, C.data(), 4, 0.0f, beta, false));
     for (size_t i = 0; i < C.size(); ++i)
       EXPECT_EQ(C[i], beta * C0[i]) << "alpha 0, beta " << beta << ", element " << i;
   }
@@ -214,14 +214,49 @@ TEST_P(PackedGemmBf16, SameBitsFor1And2Threads) {
         const Operands op(c, ta, tb, 0, false, 0.5f);
         std::vector<float> one = op.C, two = op.C;
         minidl::kernels::cpu::set_num_threads(1);
-        ASSERT_TRUE(
-            gemm()(op.M, op.N, op.K, op.A.data(), op.lda, ta, op.B.data(), op.ldb, tb, one.data(), op.ldc, 1.0f, 0.5f));
+        ASSERT_TRUE(gemm()(op.M, op.N, op.K, op.A.data(), op.lda, ta, op.B.data(), op.ldb, tb, one.data(), op.ldc, 1.0f,
+                           0.5f, false));
         minidl::kernels::cpu::set_num_threads(2);
-        ASSERT_TRUE(
-            gemm()(op.M, op.N, op.K, op.A.data(), op.lda, ta, op.B.data(), op.ldb, tb, two.data(), op.ldc, 1.0f, 0.5f));
+        ASSERT_TRUE(gemm()(op.M, op.N, op.K, op.A.data(), op.lda, ta, op.B.data(), op.ldb, tb, two.data(), op.ldc, 1.0f,
+                           0.5f, false));
         for (size_t i = 0; i < one.size(); ++i) ASSERT_EQ(one[i], two[i]) << op.what(1.0f, 0.5f) << ", element " << i;
       }
   minidl::kernels::cpu::set_num_threads(saved);
+}
+
+// round_bf16 stores each result rounded to bfloat16 precision: the bits of the same product stored
+// in float32 and then rounded (half.h), on ragged tiles, several K blocks (rounded after the last
+// only), beta != 0, and the K = 0 / alpha = 0 products; the gaps of C untouched. The reference too.
+TEST_P(PackedGemmBf16, RoundedStoreIsTheFloat32ResultRounded) {
+  auto rounded = [](float x) { return bf16_to_float(float_to_bf16(x)); };
+  for (const Case& c : {Case{15, 33, 17}, Case{33, 31, 64}, Case{30, 50, 601}, Case{19, 40, 1101}, Case{4, 5, 0}})
+    for (bool ta : {false, true})
+      for (bool tb : {false, true})
+        for (float beta : {0.0f, 0.5f})
+          for (float alpha : {1.0f, 0.0f}) {
+            const Operands op(c, ta, tb, 3, false, beta);
+            std::vector<float> plain = op.C, round = op.C, ref_plain = op.C, ref_round = op.C;
+            ASSERT_TRUE(gemm()(op.M, op.N, op.K, op.A.data(), op.lda, ta, op.B.data(), op.ldb, tb, plain.data(), op.ldc,
+                               alpha, beta, false));
+            ASSERT_TRUE(gemm()(op.M, op.N, op.K, op.A.data(), op.lda, ta, op.B.data(), op.ldb, tb, round.data(), op.ldc,
+                               alpha, beta, true));
+            gemm_bf16_reference(op.M, op.N, op.K, op.A.data(), op.lda, ta, op.B.data(), op.ldb, tb, ref_plain.data(),
+                                op.ldc, alpha, beta, false);
+            gemm_bf16_reference(op.M, op.N, op.K, op.A.data(), op.lda, ta, op.B.data(), op.ldb, tb, ref_round.data(),
+                                op.ldc, alpha, beta, true);
+            for (int64_t i = 0; i < op.M; ++i)
+              for (int64_t j = 0; j < op.ldc; ++j) {
+                const size_t at = static_cast<size_t>(i * op.ldc + j);
+                const std::string where =
+                    op.what(alpha, beta) + " at (" + std::to_string(i) + ", " + std::to_string(j) + ")";
+                ASSERT_EQ(round[at], j < op.N ? rounded(plain[at]) : kSentinel) << where;
+                ASSERT_EQ(ref_round[at], j < op.N ? rounded(ref_plain[at]) : kSentinel) << where;
+              }
+            // and the rounding did something: most results are not bfloat16 numbers
+            if (op.K > 0 && alpha != 0.0f) {
+              ASSERT_NE(round, plain) << op.what(alpha, beta);
+            }
+          }
 }
 
 // C = op(A) op(B) + bias: the reference product plus the bias row, bit for bit on small integers
@@ -279,6 +314,6 @@ TEST(CpuGemmBf16, ChoosesAmxWhereTheCpuHasIt) {
   if (!ran) GTEST_SKIP() << "this CPU has neither AMX nor AVX512_BF16: gemm_bf16 returns false";
   const GemmFn expected_kernel = k::gemm_bf16_amx_supported() ? k::gemm_bf16_amx : k::gemm_bf16_avx512;
   ASSERT_TRUE(expected_kernel(op.M, op.N, op.K, op.A.data(), op.lda, false, op.B.data(), op.ldb, true, expect.data(),
-                              op.ldc, 1.0f, 0.0f));
+                              op.ldc, 1.0f, 0.0f, false));
   for (size_t i = 0; i < chosen.size(); ++i) ASSERT_EQ(chosen[i], expect[i]) << "element " << i;
 }

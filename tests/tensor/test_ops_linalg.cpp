@@ -218,3 +218,23 @@ TEST(BFloat16Products, AreFloat32ProductsOfTheWidenedOperands) {
   EXPECT_THROW_MSG(mm(h, h.t()), std::invalid_argument, "mm: not implemented for float16");
   EXPECT_THROW_MSG(mm(ab, b), std::invalid_argument, "mm: dtype mismatch bfloat16 vs float32");
 }
+
+// mm_round_to: the bits of round_to(mm(a, b), dtype) — on the CPU the bfloat16 GEMM rounds as it
+// stores — for plain and transposed operands; float32 operands or a float32 dtype are refused.
+TEST(BFloat16Products, MmRoundToIsTheProductRounded) {
+  std::vector<float> v(static_cast<size_t>(90 * 130));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = std::sin(0.37f * static_cast<float>(i)) * 3.1f;
+  const Tensor a = from_vector<float>(std::vector<float>(v.begin(), v.begin() + 90 * 70), {90, 70}).to(DType::BFloat16);
+  const Tensor b =
+      from_vector<float>(std::vector<float>(v.begin(), v.begin() + 70 * 130), {70, 130}).to(DType::BFloat16);
+  const Tensor c = mm_round_to(a, b, DType::BFloat16);
+  EXPECT_EQ(c.dtype(), DType::Float32);
+  expect_equal(c, round_to(mm(a, b), DType::BFloat16), "a b");
+  EXPECT_GT(minidl::testing::max_abs_diff(c, mm(a, b)), 0.0) << "the product was not rounded";
+  const Tensor bt = b.t().contiguous();
+  expect_equal(mm_round_to(a, bt.t(), DType::BFloat16), round_to(mm(a, bt.t()), DType::BFloat16), "a b^T view");
+  EXPECT_THROW_MSG(mm_round_to(a.to(DType::Float32), b.to(DType::Float32), DType::BFloat16), std::invalid_argument,
+                   "mm_round_to: expected bfloat16 or float16 operands");
+  EXPECT_THROW_MSG(mm_round_to(a, b, DType::Float32), std::invalid_argument, "mm_round_to: expected bfloat16");
+  EXPECT_THROW_MSG(mm_round_to(a, a, DType::BFloat16), std::invalid_argument, "mm_round_to: shapes");
+}
