@@ -42,9 +42,12 @@ AutocastCast autocast_low_cast(const Variable& x) {
   return {x, x.data().to(autocast_low), true};
 }
 
+bool autocast_gemm_takes_low(const Variable& x) {
+  return autocast_on && (autocast_low == DType::BFloat16 || (x.defined() && x.data().device().is_cuda()));
+}
+
 AutocastCast autocast_gemm_cast(const Variable& x) {
-  // the products take bfloat16 on either device, float16 on CUDA only (cuBLAS)
-  if (autocast_low == DType::BFloat16 || (x.defined() && x.data().device().is_cuda())) return autocast_low_cast(x);
+  if (autocast_gemm_takes_low(x)) return autocast_low_cast(x);
   const Variable v = autocast_operand(x);
   return {v, v.defined() ? v.data() : Tensor(), false};
 }

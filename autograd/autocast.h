@@ -65,6 +65,11 @@ struct AutocastCast {
   static Tensor gradient(const Tensor& g, DType data_dtype, bool cast);
 };
 
+// Whether a product with a 16-bit kernel (linear, matmul) multiplies a float32 x in the low dtype
+// under the current autocast: bfloat16 on either device, float16 on CUDA only (cuBLAS); false
+// when autocast is off.
+bool autocast_gemm_takes_low(const Variable& x);
+
 // The operand of a product with a 16-bit kernel (linear, matmul): under autocast(BFloat16) a
 // float32 x (CPU or CUDA) cast to bfloat16, under autocast(Float16) a float32 CUDA x cast to
 // float16 (the product's result is float32); otherwise autocast_operand(x) (float16 on the CPU,

@@ -75,8 +75,12 @@ Variable index_select(const Variable& x, int64_t dim, const Tensor& index);
 
 // ---- linear algebra ----
 Variable matmul(const Variable& a, const Variable& b);
-// y = x W^T + b; x (..., in), W (out, in), b (out) or undefined (one node: "LinearBackward")
-Variable linear(const Variable& x, const Variable& w, const Variable& b);
+// y = x W^T + b; x (..., in), W (out, in), b (out) or undefined (one node: "LinearBackward").
+// round_output: under autocast, where the product multiplies 16-bit operands (autocast.h,
+// autocast_gemm_takes_low), y rounded to their dtype (and kept float32) as the GEMM stores it, for
+// a consumer that rounds its operand anyway (packed_self_attention's qkv). Its backward is the
+// same either way: it rounds dy to that dtype itself. Elsewhere it changes nothing.
+Variable linear(const Variable& x, const Variable& w, const Variable& b, bool round_output = false);
 
 // ---- softmax family ----
 Variable softmax(const Variable& x, int64_t dim);
@@ -149,6 +153,11 @@ AttentionResult attention_with_weights(const Variable& q, const Variable& k, con
 // tensor/ops_nn.h). The same values as slicing q, k, v into heads and calling
 // attention_with_weights (with causal_mask when is_causal).
 Variable packed_self_attention(const Variable& qkv, int64_t num_heads, double scale, bool is_causal = false);
+// The same from the projection's operands: packed_self_attention(linear(x, w, b), ...), where
+// under autocast the projection's GEMM stores qkv already rounded (linear's round_output), so the
+// attention rounds nothing itself and its gradient takes no rounding pass (the same bits).
+Variable packed_self_attention(const Variable& x, const Variable& w, const Variable& b, int64_t num_heads, double scale,
+                               bool is_causal = false);
 
 // ---- resampling (torch.nn.functional.interpolate) of x (N, C, H, W) ----
 enum class InterpolateMode { Nearest, Bilinear };

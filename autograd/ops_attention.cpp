@@ -46,8 +46,9 @@ AttentionResult attention_with_weights(const Variable& q, const Variable& k, con
 // q k^T and weights v are small per-(batch, head) products in L1 scratch inside one pass, not
 // gemm() calls that gemm_bf16 could replace; a bfloat16 version of that kernel is still to write.
 // (scaled_dot_product_attention's products are autograd matmuls: the bfloat16 GEMM under autocast.)
-Variable packed_self_attention(const Variable& qkv_in, int64_t num_heads, double scale, bool is_causal) {
-  const Variable qkv = autocast_operand(qkv_in);
+namespace {
+// The attention node on a qkv already rounded where autocast wants it.
+Variable packed_attention_node(const Variable& qkv, int64_t num_heads, double scale, bool is_causal) {
   PackedAttentionResult r = packed_attention_forward(qkv.data(), num_heads, scale, is_causal);
   return Variable::make_result(
       r.out, {qkv},
@@ -55,6 +56,20 @@ Variable packed_self_attention(const Variable& qkv_in, int64_t num_heads, double
         return {packed_attention_backward(x, w, dy, num_heads, scale, is_causal)};
       },
       "PackedAttentionBackward");
+}
+}  // namespace
+
+Variable packed_self_attention(const Variable& qkv_in, int64_t num_heads, double scale, bool is_causal) {
+  return packed_attention_node(autocast_operand(qkv_in), num_heads, scale, is_causal);
+}
+
+// Where autocast multiplies the projection in 16 bits, its GEMM stores qkv rounded (linear's
+// round_output) and the rounding's backward (dqkv rounded) is what linear's backward does to its dy
+// first, so it is left out; elsewhere (autocast(Float16) on the CPU) qkv is rounded as above.
+Variable packed_self_attention(const Variable& x, const Variable& w, const Variable& b, int64_t num_heads, double scale,
+                               bool is_causal) {
+  const Variable qkv = linear(x, w, b, /*round_output=*/true);
+  return packed_attention_node(autocast_gemm_takes_low(x) ? qkv : autocast_operand(qkv), num_heads, scale, is_causal);
 }
 
 // softmax(q k^T * scale + mask) v

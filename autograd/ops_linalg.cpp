@@ -60,8 +60,8 @@ Variable matmul(const Variable& a_in, const Variable& b_in) {
 // AutocastCast); 16-bit x and W (autocast(BFloat16); autocast(Float16) on CUDA) are multiplied as
 // such into a float32 result, the widened bias added; backward rounds dy to that dtype once for
 // its products and each gradient to its operand's dtype (kept float32 for a float32 operand the
-// node cast: the cast's backward would widen it again).
-Variable linear(const Variable& x_in, const Variable& w_in, const Variable& b_in) {
+// node cast: the cast's backward would widen it again). round_output: autograd/ops.h.
+Variable linear(const Variable& x_in, const Variable& w_in, const Variable& b_in, bool round_output) {
   const AutocastCast x = autocast_gemm_cast(x_in), w = autocast_gemm_cast(w_in), b = autocast_gemm_cast(b_in);
   if (w.data.dim() != 2 || x.data.dim() < 1 || x.data.size(-1) != w.data.size(1))
     throw std::invalid_argument("linear: input " + x.data.desc() + " does not match weight " + w.data.desc() +
@@ -72,7 +72,12 @@ Variable linear(const Variable& x_in, const Variable& w_in, const Variable& b_in
   Shape out_shape = x.data.shape();
   out_shape.back() = w.data.size(0);
   const Tensor x2 = x.data.dim() == 2 ? x.data : x.data.reshape({-1, x.data.size(-1)});  // (rows, in)
-  const Tensor y = b.data.defined() ? addmm(b.data, x2, w.data.t()) : mm(x2, w.data.t());  // (rows, out)
+  // (rows, out); rounded to the autocast dtype where asked
+  const bool round = round_output && is_autocast_enabled() && is_half(x.data.dtype());
+  const DType low = x.data.dtype();
+  const Tensor y = b.data.defined()
+                       ? (round ? addmm_round_to(b.data, x2, w.data.t(), low) : addmm(b.data, x2, w.data.t()))
+                       : (round ? mm_round_to(x2, w.data.t(), low) : mm(x2, w.data.t()));
   const bool gx = x.input.requires_grad(), gw = w.input.requires_grad(), gb = b.input.requires_grad();
   return Variable::make_result(
       x.data.dim() == 2 ? y : y.view(out_shape), {x.input, w.input, b.input},

@@ -54,8 +54,7 @@ MultiheadAttentionOutput MultiheadAttention::forward(const Variable& query_in, c
       query.device().is_cpu()) {
     // CPU fast path: the heads are read in place from the packed projection (kernels/cpu/attention.h);
     // causal heads skip the masked half of the scores
-    Variable ctx =
-        packed_self_attention(linear(query, in_proj_weight, in_proj_bias), H, scale, args.is_causal);  // (B, L, E)
+    Variable ctx = packed_self_attention(query, in_proj_weight, in_proj_bias, H, scale, args.is_causal);  // (B, L, E)
     Variable out = out_proj(ctx);
     return {options.batch_first ? out : transpose(out, 0, 1), Variable()};
   }

@@ -120,6 +120,7 @@ std::pair<Tensor, Tensor> mm_and_row_sums(const Tensor& a, const Tensor& b);
 // float16) and kept float32 (autocast's gradient of a float32 operand it cast); on the CPU the
 // bfloat16 GEMM rounds as it stores, with no pass of its own.
 Tensor mm_round_to(const Tensor& a, const Tensor& b, DType dtype);
+Tensor addmm_round_to(const Tensor& bias, const Tensor& a, const Tensor& b, DType dtype);  // the same for addmm
 
 // ---- softmax family (numerically stable: subtract the max) ----
 Tensor softmax(const Tensor& x, int64_t dim);

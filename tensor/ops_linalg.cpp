@@ -200,24 +200,34 @@ Tensor mm_round_to(const Tensor& a, const Tensor& b, DType dtype) {
   return out;
 }
 
-Tensor addmm(const Tensor& bias, const Tensor& a, const Tensor& b) {
-  check_operands(a, b, "addmm");
-  cuda_dispatch::on_cuda({&bias, &a}, "addmm");
-  check_defined(bias, "addmm");
-  detail::check_same_dtype(bias, a, "addmm");
+namespace {
+// addmm, its result rounded to `round` (bfloat16 or float16, kept float32) unless that is Float32:
+// on the CPU the bfloat16 GEMM rounds as it stores.
+Tensor addmm_rounded(const Tensor& bias, const Tensor& a, const Tensor& b, DType round, const char* op) {
+  check_operands(a, b, op);
+  cuda_dispatch::on_cuda({&bias, &a}, op);
+  check_defined(bias, op);
+  detail::check_same_dtype(bias, a, op);
+  if (round != DType::Float32 && (!is_half(a.dtype()) || !is_half(round)))
+    throw std::invalid_argument(std::string(op) + ": expected bfloat16 or float16 operands and dtype, got " + a.desc() +
+                                " and " + dtype_name(round));
   if (a.dim() != 2 || b.dim() != 2)
-    throw std::invalid_argument("addmm: expected 2-d matrices, got shapes " + shape_str(a.shape()) + " and " +
-                                shape_str(b.shape()));
-  if (a.size(1) != b.size(0)) shape_error(a, b, "addmm", a.size(1), b.size(0));
+    throw std::invalid_argument(std::string(op) + ": expected 2-d matrices, got shapes " + shape_str(a.shape()) +
+                                " and " + shape_str(b.shape()));
+  if (a.size(1) != b.size(0)) shape_error(a, b, op, a.size(1), b.size(0));
   if (bias.dim() != 1 || bias.size(0) != b.size(1))
-    throw std::invalid_argument("addmm: bias " + shape_str(bias.shape()) + " does not match the product's " +
-                                std::to_string(b.size(1)) + " columns (expected (" + std::to_string(b.size(1)) + "))");
+    throw std::invalid_argument(std::string(op) + ": bias " + shape_str(bias.shape()) +
+                                " does not match the product's " + std::to_string(b.size(1)) + " columns (expected (" +
+                                std::to_string(b.size(1)) + "))");
   if (a.device().is_cuda()) {  // cuBLAS's product, then the broadcast add (of the widened bias: bfloat16)
     Tensor out = mm(a, b);
     add_(out, bias.to(out.dtype()));
-    return out;
+    return round == DType::Float32 ? out : round_to(out, round);
   }
-  if (widen_bf16(a)) return addmm(bias.to(DType::Float32), a.to(DType::Float32), b.to(DType::Float32));
+  if (widen_bf16(a)) {
+    const Tensor out = addmm(bias.to(DType::Float32), a.to(DType::Float32), b.to(DType::Float32));
+    return round == DType::Float32 ? out : round_to(out, round);
+  }
   if (a.dtype() == DType::BFloat16) {  // the product's sums start from the widened bias
     const int64_t m = b.size(1);
     const Tensor bias32 = bias.to(DType::Float32).contiguous();
@@ -226,8 +236,8 @@ Tensor addmm(const Tensor& bias, const Tensor& a, const Tensor& b) {
     const GemmOperand ga = matrix_layout(ta), gb = matrix_layout(tb);
     kernels::cpu::gemm_bf16_bias(a.size(0), m, a.size(1), static_cast<const uint16_t*>(ta.raw_data()), ga.ld, ga.trans,
                                  static_cast<const uint16_t*>(tb.raw_data()), gb.ld, gb.trans, bias32.data<float>(),
-                                 out.data<float>(), m);
-    return out;
+                                 out.data<float>(), m, round == DType::BFloat16);
+    return round == DType::Float16 ? round_to(out, round) : out;
   }
   Tensor ta = a, tb = b;
   const GemmOperand ga = matrix_layout(ta), gb = matrix_layout(tb);
@@ -240,6 +250,17 @@ Tensor addmm(const Tensor& bias, const Tensor& a, const Tensor& b) {
                             out.data<T>(), m);
   });
   return out;
+}
+}  // namespace
+
+Tensor addmm(const Tensor& bias, const Tensor& a, const Tensor& b) {
+  return addmm_rounded(bias, a, b, DType::Float32, "addmm");
+}
+
+Tensor addmm_round_to(const Tensor& bias, const Tensor& a, const Tensor& b, DType dtype) {
+  if (dtype == DType::Float32)
+    throw std::invalid_argument("addmm_round_to: expected bfloat16 or float16 operands and dtype, got float32");
+  return addmm_rounded(bias, a, b, dtype, "addmm_round_to");
 }
 
 std::pair<Tensor, Tensor> mm_and_row_sums(const Tensor& a, const Tensor& b) {

@@ -174,10 +174,11 @@ bool gemm_bf16_avx512(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_
 }
 
 bool gemm_bf16_avx512_bias(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a,
-                           const uint16_t* B, int64_t ldb, bool trans_b, const float* bias, float* C, int64_t ldc) {
+                           const uint16_t* B, int64_t ldb, bool trans_b, const float* bias, float* C, int64_t ldc,
+                           bool round_bf16) {
   if (!gemm_bf16_avx512_supported()) return false;
-  if (!finish_trivial_product(M, N, K, 1.0f, 0.0f, bias, C, ldc))
-    packed_gemm(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, 1.0f, 0.0f, bias, false);
+  if (!finish_trivial_product(M, N, K, 1.0f, 0.0f, bias, C, ldc, round_bf16))
+    packed_gemm(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, 1.0f, 0.0f, bias, round_bf16);
   return true;
 }
 #else
@@ -189,7 +190,7 @@ bool gemm_bf16_avx512(int64_t, int64_t, int64_t, const uint16_t*, int64_t, bool,
 }
 
 bool gemm_bf16_avx512_bias(int64_t, int64_t, int64_t, const uint16_t*, int64_t, bool, const uint16_t*, int64_t, bool,
-                           const float*, float*, int64_t) {
+                           const float*, float*, int64_t, bool) {
   return false;
 }
 #endif
@@ -204,9 +205,10 @@ bool gemm_bf16(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, 
 }
 
 bool gemm_bf16_bias(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a, const uint16_t* B,
-                    int64_t ldb, bool trans_b, const float* bias, float* C, int64_t ldc) {
-  if (gemm_bf16_amx_supported()) return gemm_bf16_amx_bias(M, N, K, A, lda, trans_a, B, ldb, trans_b, bias, C, ldc);
-  return gemm_bf16_avx512_bias(M, N, K, A, lda, trans_a, B, ldb, trans_b, bias, C, ldc);
+                    int64_t ldb, bool trans_b, const float* bias, float* C, int64_t ldc, bool round_bf16) {
+  if (gemm_bf16_amx_supported())
+    return gemm_bf16_amx_bias(M, N, K, A, lda, trans_a, B, ldb, trans_b, bias, C, ldc, round_bf16);
+  return gemm_bf16_avx512_bias(M, N, K, A, lda, trans_a, B, ldb, trans_b, bias, C, ldc, round_bf16);
 }
 
 }  // namespace minidl::kernels::cpu

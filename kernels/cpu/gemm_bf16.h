@@ -26,9 +26,10 @@ bool gemm_bf16(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, 
 
 // C (M, N) = op(A) op(B) + bias (N values, added to every row); C is write-only. The bias is each
 // sum's starting value, so C is written once (where C = bias, then C += the product, reads and
-// writes it three times). The same choice of kernel; false, C untouched, where neither runs.
+// writes it three times); round_bf16 as above. The same choice of kernel; false, C untouched,
+// where neither runs.
 bool gemm_bf16_bias(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a, const uint16_t* B,
-                    int64_t ldb, bool trans_b, const float* bias, float* C, int64_t ldc);
+                    int64_t ldb, bool trans_b, const float* bias, float* C, int64_t ldc, bool round_bf16 = false);
 
 // Whether gemm_bf16 runs here (either kernel below does).
 bool gemm_bf16_supported();
@@ -39,7 +40,8 @@ bool gemm_bf16_avx512(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_
                       int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha = 1.0f, float beta = 0.0f,
                       bool round_bf16 = false);
 bool gemm_bf16_avx512_bias(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a,
-                           const uint16_t* B, int64_t ldb, bool trans_b, const float* bias, float* C, int64_t ldc);
+                           const uint16_t* B, int64_t ldb, bool trans_b, const float* bias, float* C, int64_t ldc,
+                           bool round_bf16 = false);
 bool gemm_bf16_avx512_supported();
 
 // The AMX kernel (one tdpbf16ps multiplies a 16x32 bf16 tile by a 32x16 one into a 16x16 float32
@@ -49,7 +51,8 @@ bool gemm_bf16_amx(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t l
                    int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha = 1.0f, float beta = 0.0f,
                    bool round_bf16 = false);
 bool gemm_bf16_amx_bias(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a,
-                        const uint16_t* B, int64_t ldb, bool trans_b, const float* bias, float* C, int64_t ldc);
+                        const uint16_t* B, int64_t ldb, bool trans_b, const float* bias, float* C, int64_t ldc,
+                        bool round_bf16 = false);
 bool gemm_bf16_amx_supported();
 
 // The plain triple loop a student writes first: each element of C is one float32 sum over k in

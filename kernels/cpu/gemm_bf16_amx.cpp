@@ -226,10 +226,11 @@ bool gemm_bf16_amx(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t l
 }
 
 bool gemm_bf16_amx_bias(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a,
-                        const uint16_t* B, int64_t ldb, bool trans_b, const float* bias, float* C, int64_t ldc) {
+                        const uint16_t* B, int64_t ldb, bool trans_b, const float* bias, float* C, int64_t ldc,
+                        bool round_bf16) {
   if (!gemm_bf16_amx_supported()) return false;
-  if (!finish_trivial_product(M, N, K, 1.0f, 0.0f, bias, C, ldc))
-    packed_gemm(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, 1.0f, 0.0f, bias, false);
+  if (!finish_trivial_product(M, N, K, 1.0f, 0.0f, bias, C, ldc, round_bf16))
+    packed_gemm(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, 1.0f, 0.0f, bias, round_bf16);
   return true;
 }
 #else
@@ -241,7 +242,7 @@ bool gemm_bf16_amx(int64_t, int64_t, int64_t, const uint16_t*, int64_t, bool, co
 }
 
 bool gemm_bf16_amx_bias(int64_t, int64_t, int64_t, const uint16_t*, int64_t, bool, const uint16_t*, int64_t, bool,
-                        const float*, float*, int64_t) {
+                        const float*, float*, int64_t, bool) {
   return false;
 }
 #endif

@@ -205,6 +205,56 @@ TEST(Autocast, BFloat16ProductsGiveTheSameBitsOnOneAndTwoThreads) {
   for (size_t i = 0; i < one.size(); ++i) expect_equal(two[i], one[i], "result " + std::to_string(i));
 }
 
+// packed_self_attention from the projection's operands: the bits of packed_self_attention(linear(x,
+// w, b)) forward and backward, under autocast(BFloat16) (where the projection's GEMM stores qkv
+// rounded and no rounding pass runs), autocast(Float16) on the CPU (rounded by round_to), and
+// outside autocast; causal too. linear's round_output alone: y rounded, the same gradients.
+TEST(Autocast, PackedSelfAttentionFromTheProjectionIsTheSameBits) {
+  const int64_t B = 2, L = 7, E = 16, H = 2;
+  const Tensor g = sample({B, L, E}, 20);
+  for (int mode = 0; mode < 3; ++mode)
+    for (bool causal : {false, true}) {
+      auto run = [&](bool fused) {
+        const Variable x = param({B, L, E}, 21), w = param({3 * E, E}, 22), b = param({3 * E}, 23);
+        Variable y;
+        {
+          autocast guard(mode == 0 ? DType::BFloat16 : DType::Float16, mode != 2);
+          y = fused ? packed_self_attention(x, w, b, H, 0.35, causal)
+                    : packed_self_attention(linear(x, w, b), H, 0.35, causal);
+        }
+        y.backward(g);
+        return std::vector<Tensor>{y.data(), x.grad(), w.grad(), b.grad()};
+      };
+      const std::vector<Tensor> fused = run(true), plain = run(false);
+      const char* names[] = {"out", "dx", "dw", "db"};
+      for (size_t i = 0; i < fused.size(); ++i)
+        expect_equal(fused[i], plain[i], std::string(names[i]) + " in mode " + std::to_string(mode));
+    }
+
+  const Variable x = param({5, 24}, 24), w = param({40, 24}, 25), b = param({40}, 26);
+  const Variable x2(x.data(), true), w2(w.data(), true), b2(b.data(), true);
+  Variable y, y2, y3;
+  {
+    autocast guard(DType::BFloat16);
+    y = linear(x, w, b, /*round_output=*/true);
+    y2 = linear(x2, w2, b2);
+    y3 = linear(x2, w2, Variable(), /*round_output=*/true);
+  }
+  expect_equal(y.data(), round_to(y2.data(), DType::BFloat16), "linear's rounded output");
+  expect_equal(y3.data(),
+               round_to(linear(round_to(x2, DType::BFloat16), round_to(w2, DType::BFloat16), Variable()).data(),
+                        DType::BFloat16),
+               "without a bias");
+  EXPECT_GT(minidl::testing::max_abs_diff(y.data(), y2.data()), 0.0);
+  const Tensor gy = sample({5, 40}, 27);
+  y.backward(gy);
+  y2.backward(gy);
+  expect_equal(x.grad(), x2.grad(), "dx");
+  expect_equal(w.grad(), w2.grad(), "dw");
+  expect_equal(b.grad(), b2.grad(), "db");
+  expect_equal(linear(x, w, b, true).data(), linear(x, w, b).data(), "outside autocast: nothing rounded");
+}
+
 TEST(Autocast, AttentionRoundsTheOperandsOfBothProducts) {
   // attention: softmax(q k^T * scale) v with both products on rounded operands, softmax in float32
   const Variable q = param({2, 3, 4}, 7), k = param({2, 5, 4}, 8), v = param({2, 5, 4}, 9);

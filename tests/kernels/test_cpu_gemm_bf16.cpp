@@ -30,7 +30,7 @@ using minidl::kernels::cpu::gemm_bf16_reference;
 using GemmFn = bool (*)(int64_t, int64_t, int64_t, const uint16_t*, int64_t, bool, const uint16_t*, int64_t, bool,
                         float*, int64_t, float, float, bool);
 using GemmBiasFn = bool (*)(int64_t, int64_t, int64_t, const uint16_t*, int64_t, bool, const uint16_t*, int64_t, bool,
-                            const float*, float*, int64_t);
+                            const float*, float*, int64_t, bool);
 struct Kernel {
   const char* name;
   GemmFn gemm;
@@ -226,7 +226,8 @@ TEST_P(PackedGemmBf16, SameBitsFor1And2Threads) {
 
 // round_bf16 stores each result rounded to bfloat16 precision: the bits of the same product stored
 // in float32 and then rounded (half.h), on ragged tiles, several K blocks (rounded after the last
-// only), beta != 0, and the K = 0 / alpha = 0 products; the gaps of C untouched. The reference too.
+// only), beta != 0, with a bias, and the K = 0 / alpha = 0 products; the gaps of C untouched. The
+// reference too.
 TEST_P(PackedGemmBf16, RoundedStoreIsTheFloat32ResultRounded) {
   auto rounded = [](float x) { return bf16_to_float(float_to_bf16(x)); };
   for (const Case& c : {Case{15, 33, 17}, Case{33, 31, 64}, Case{30, 50, 601}, Case{19, 40, 1101}, Case{4, 5, 0}})
@@ -252,6 +253,18 @@ TEST_P(PackedGemmBf16, RoundedStoreIsTheFloat32ResultRounded) {
                 ASSERT_EQ(round[at], j < op.N ? rounded(plain[at]) : kSentinel) << where;
                 ASSERT_EQ(ref_round[at], j < op.N ? rounded(ref_plain[at]) : kSentinel) << where;
               }
+            if (beta == 0.0f && alpha == 1.0f) {  // the bias's sums, rounded the same way
+              const std::vector<float> bias = minidl::testing::values(static_cast<size_t>(c.N), 9);
+              std::vector<float> bias_plain = op.C, bias_round = op.C;
+              ASSERT_TRUE(GetParam().gemm_bias(op.M, op.N, op.K, op.A.data(), op.lda, ta, op.B.data(), op.ldb, tb,
+                                               bias.data(), bias_plain.data(), op.ldc, false));
+              ASSERT_TRUE(GetParam().gemm_bias(op.M, op.N, op.K, op.A.data(), op.lda, ta, op.B.data(), op.ldb, tb,
+                                               bias.data(), bias_round.data(), op.ldc, true));
+              for (size_t at = 0; at < bias_plain.size(); ++at)
+                ASSERT_EQ(bias_round[at],
+                          static_cast<int64_t>(at) % op.ldc < op.N ? rounded(bias_plain[at]) : kSentinel)
+                    << op.what(alpha, beta) << " with a bias, element " << at;
+            }
             // and the rounding did something: most results are not bfloat16 numbers
             if (op.K > 0 && alpha != 0.0f) {
               ASSERT_NE(round, plain) << op.what(alpha, beta);
@@ -272,7 +285,7 @@ TEST_P(PackedGemmBf16, BiasStartsEverySum) {
             for (float& v : bias) v = std::round(8.0f * v);
           std::vector<float> fast = op.C, ref = op.C;
           ASSERT_TRUE(GetParam().gemm_bias(op.M, op.N, op.K, op.A.data(), op.lda, ta, op.B.data(), op.ldb, tb,
-                                           bias.data(), fast.data(), op.ldc));
+                                           bias.data(), fast.data(), op.ldc, false));
           gemm_bf16_reference(op.M, op.N, op.K, op.A.data(), op.lda, ta, op.B.data(), op.ldb, tb, ref.data(), op.ldc,
                               1.0f, 0.0f);
           for (int64_t i = 0; i < op.M; ++i) {
@@ -294,7 +307,7 @@ TEST_P(PackedGemmBf16, BiasStartsEverySum) {
   const std::vector<uint16_t> A = bf16_values(12, 4, false), B = bf16_values(12, 5, false);
   const std::vector<float> bias = {1.5f, -2.0f, 0.25f, 8.0f};
   std::vector<float> C(12, std::nanf(""));
-  ASSERT_TRUE(GetParam().gemm_bias(3, 4, 0, A.data(), 1, false, B.data(), 4, false, bias.data(), C.data(), 4));
+  ASSERT_TRUE(GetParam().gemm_bias(3, 4, 0, A.data(), 1, false, B.data(), 4, false, bias.data(), C.data(), 4, false));
   for (size_t i = 0; i < C.size(); ++i) EXPECT_EQ(C[i], bias[i % 4]) << "K = 0, element " << i;
 }
 

@@ -219,8 +219,9 @@ TEST(BFloat16Products, AreFloat32ProductsOfTheWidenedOperands) {
   EXPECT_THROW_MSG(mm(ab, b), std::invalid_argument, "mm: dtype mismatch bfloat16 vs float32");
 }
 
-// mm_round_to: the bits of round_to(mm(a, b), dtype) — on the CPU the bfloat16 GEMM rounds as it
-// stores — for plain and transposed operands; float32 operands or a float32 dtype are refused.
+// mm_round_to / addmm_round_to: the bits of round_to(mm(a, b), dtype) — on the CPU the bfloat16
+// GEMM rounds as it stores — for plain and transposed operands; float32 operands or a float32
+// dtype are refused.
 TEST(BFloat16Products, MmRoundToIsTheProductRounded) {
   std::vector<float> v(static_cast<size_t>(90 * 130));
   for (size_t i = 0; i < v.size(); ++i) v[i] = std::sin(0.37f * static_cast<float>(i)) * 3.1f;
@@ -237,4 +238,16 @@ TEST(BFloat16Products, MmRoundToIsTheProductRounded) {
                    "mm_round_to: expected bfloat16 or float16 operands");
   EXPECT_THROW_MSG(mm_round_to(a, b, DType::Float32), std::invalid_argument, "mm_round_to: expected bfloat16");
   EXPECT_THROW_MSG(mm_round_to(a, a, DType::BFloat16), std::invalid_argument, "mm_round_to: shapes");
+
+  // addmm_round_to: the bits of round_to(addmm(...)), the bias in each sum
+  const Tensor bias =
+      from_vector<float>(std::vector<float>(v.begin() + 7, v.begin() + 7 + 130), {130}).to(DType::BFloat16);
+  const Tensor cb = addmm_round_to(bias, a, b, DType::BFloat16);
+  expect_equal(cb, round_to(addmm(bias, a, b), DType::BFloat16), "bias + a b");
+  EXPECT_GT(minidl::testing::max_abs_diff(cb, addmm(bias, a, b)), 0.0) << "the product was not rounded";
+  EXPECT_THROW_MSG(addmm_round_to(bias, a, b, DType::Float32), std::invalid_argument,
+                   "addmm_round_to: expected bfloat16 or float16");
+  EXPECT_THROW_MSG(addmm_round_to(bias.to(DType::Float32), a.to(DType::Float32), b.to(DType::Float32), DType::BFloat16),
+                   std::invalid_argument, "addmm_round_to: expected bfloat16 or float16 operands");
+  EXPECT_THROW_MSG(addmm_round_to(bias, a, a, DType::BFloat16), std::invalid_argument, "addmm_round_to: shapes");
 }
