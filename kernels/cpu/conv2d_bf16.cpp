@@ -3,8 +3,8 @@
 #include "minidl/kernels/cpu/conv2d_bf16.h"
 
 #include <algorithm>
-#include <vector>
 
+#include "minidl/kernels/cpu/aligned_buffer.h"
 #include "minidl/kernels/cpu/gemm_bf16.h"
 #include "minidl/kernels/cpu/half.h"
 #include "minidl/kernels/cpu/im2col.h"
@@ -23,11 +23,12 @@ bool conv2d_bf16_im2col_forward(const uint16_t* x, const uint16_t* w, const floa
   const int64_t K = s.C * s.kH * s.kW, L = s.H_out * s.W_out;
   const bool in_place = conv2d_uses_1x1(s);  // x[n] (C, L) is its own col
   parallel_for(s.N, conv_grain(s.O * K * L / 8), [&](int64_t n0, int64_t n1) {
-    std::vector<uint16_t> col(static_cast<size_t>(in_place ? 0 : K * L));  // (K, L), one per chunk of images
+    thread_local AlignedBuffer<uint16_t> col_buf;  // grows and stays: no allocation in a steady step
+    uint16_t* col = in_place ? nullptr : col_buf.get(static_cast<size_t>(K * L));  // (K, L)
     for (int64_t n = n0; n < n1; ++n) {
       const uint16_t* x_n = x + n * s.C * s.H * s.W;
-      if (!in_place) im2col(x_n, geo, col.data());
-      gemm_bf16(s.O, L, K, w, K, false, in_place ? x_n : col.data(), L, false, y + n * s.O * L, L);
+      if (!in_place) im2col(x_n, geo, col);
+      gemm_bf16(s.O, L, K, w, K, false, in_place ? x_n : col, L, false, y + n * s.O * L, L);
     }
     if (b) add_conv_bias(b, n0, n1, s.O, L, y);
   });
@@ -44,17 +45,21 @@ bool conv2d_bf16_im2col_backward(const uint16_t* x, const uint16_t* w, const uin
   // images' dw into partial[k], and the blocks are added in order.
   const int64_t per_block = std::max<int64_t>(1, (s.N + 15) / 16);
   const int64_t blocks = (s.N + per_block - 1) / per_block;
-  std::vector<float> partial(static_cast<size_t>(blocks * w_numel));
+  // The buffers grow and stay, per thread: no allocation in a steady training step.
+  thread_local AlignedBuffer<float> partial_buf;
+  float* partial = partial_buf.get(static_cast<size_t>(blocks * w_numel));
   parallel_for(blocks, conv_grain(2 * per_block * s.O * K * L / 8), [&](int64_t k0, int64_t k1) {
-    std::vector<uint16_t> col(static_cast<size_t>(in_place ? 0 : K * L));  // (K, L)
-    std::vector<float> dcol(static_cast<size_t>(dx && !in_place ? K * L : 0));  // (K, L)
+    thread_local AlignedBuffer<uint16_t> col_buf;
+    thread_local AlignedBuffer<float> dcol_buf;
+    uint16_t* col = in_place ? nullptr : col_buf.get(static_cast<size_t>(K * L));  // (K, L)
+    float* dcol = dx && !in_place ? dcol_buf.get(static_cast<size_t>(K * L)) : nullptr;  // (K, L)
     for (int64_t k = k0; k < k1; ++k) {
-      float* dw_k = partial.data() + k * w_numel;
+      float* dw_k = partial + k * w_numel;
       const int64_t n_begin = k * per_block, n_end = std::min(s.N, n_begin + per_block);
       for (int64_t n = n_begin; n < n_end; ++n) {
         const uint16_t *x_n = x + n * s.C * s.H * s.W, *dy_n = dy + n * s.O * L;  // dy[n] (O, L)
-        if (!in_place) im2col(x_n, geo, col.data());
-        const uint16_t* col_n = in_place ? x_n : col.data();
+        if (!in_place) im2col(x_n, geo, col);
+        const uint16_t* col_n = in_place ? x_n : col;
         // dw (O, K) += dy[n] (O, L) · col^T (L, K); the block's first image overwrites
         gemm_bf16(s.O, K, L, dy_n, L, false, col_n, L, true, dw_k, K, 1.0f, n == n_begin ? 0.0f : 1.0f);
         if (!dx) continue;
@@ -64,13 +69,13 @@ bool conv2d_bf16_im2col_backward(const uint16_t* x, const uint16_t* w, const uin
           continue;
         }
         // dcol (K, L) = w^T (K, O) · dy[n] (O, L), scattered back into dx[n]
-        gemm_bf16(K, L, s.O, w, K, true, dy_n, L, false, dcol.data(), L);
+        gemm_bf16(K, L, s.O, w, K, true, dy_n, L, false, dcol, L);
         std::fill(dx_n, dx_n + s.C * s.H * s.W, 0.0f);
-        col2im(dcol.data(), geo, dx_n);
+        col2im(dcol, geo, dx_n);
       }
     }
   });
-  sum_blocks_in_order(partial.data(), blocks, w_numel, dw);
+  sum_blocks_in_order(partial, blocks, w_numel, dw);
   return true;
 }
 

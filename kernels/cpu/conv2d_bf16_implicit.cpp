@@ -161,15 +161,17 @@ void implicit_conv(const uint16_t* in, int64_t N, int64_t C_in, int64_t H, int64
   const int64_t Cp = round_up(C_in, 32), Op = round_up(C_out, 32);
   const std::vector<uint16_t> wt = pack_weight_tiles(kH * kW, C_in, C_out, weight);
   parallel_for(N, 1, [&](int64_t n0, int64_t n1) {
-    std::vector<uint16_t> flat(static_cast<size_t>(C_in * (f.QQ + 32)));
-    AlignedBuffer<uint32_t> pairs;
-    AlignedBuffer<float> sums;
+    // each thread's buffers grow and stay (no allocation in a steady training step)
+    thread_local AlignedBuffer<uint16_t> flat_buf;
+    thread_local AlignedBuffer<uint32_t> pairs;
+    thread_local AlignedBuffer<float> sums;
+    uint16_t* flat = flat_buf.get(static_cast<size_t>(C_in * (f.QQ + 32)));
     uint32_t* pr = pairs.get(static_cast<size_t>(Cp / 2 * f.QQ));
     float* sm = sums.get(static_cast<size_t>(Op * f.Qp));
     amx::configure_tiles();
     for (int64_t n = n0; n < n1; ++n) {
-      fill_flat(in + n * C_in * H * W, C_in, H, W, pad_h, pad_w, f, flat.data());
-      channel_pairs(flat.data(), C_in, Cp, f, pr);
+      fill_flat(in + n * C_in * H * W, C_in, H, W, pad_h, pad_w, f, flat);
+      channel_pairs(flat, C_in, Cp, f, pr);
       forward_tiles(pr, wt.data(), Cp, C_out, f, sm);
       for (int64_t o = 0; o < C_out; ++o) {
         const float b = bias ? bias[o] : 0.0f;
@@ -254,12 +256,16 @@ bool conv2d_bf16_implicit_backward(const uint16_t* x, const uint16_t* w, const u
   const int64_t Cp = round_up(s.C, 32), Op = round_up(s.O, 32), w_numel = s.O * s.C * taps;
   const int64_t per_block = std::max<int64_t>(1, (s.N + 15) / 16);
   const int64_t blocks = (s.N + per_block - 1) / per_block;
-  std::vector<float> partial(static_cast<size_t>(blocks * w_numel));
+  // the buffers grow and stay, per thread (no allocation in a steady training step); each block's
+  // partial dw is written whole
+  thread_local AlignedBuffer<float> partial_buf;
+  float* partial = partial_buf.get(static_cast<size_t>(blocks * w_numel));
   parallel_for(blocks, 1, [&](int64_t k0, int64_t k1) {
     const size_t pairs_words = static_cast<size_t>(f.QQ / 2 * Cp);
-    std::vector<uint16_t> flat(static_cast<size_t>(s.C * (f.QQ + 32)));
-    std::vector<uint16_t> dys(static_cast<size_t>(per_block * Op * f.Qp));
-    AlignedBuffer<uint32_t> even_buf, odd_buf;
+    thread_local AlignedBuffer<uint16_t> flat_buf, dys_buf;
+    thread_local AlignedBuffer<uint32_t> even_buf, odd_buf;
+    uint16_t* flat = flat_buf.get(static_cast<size_t>(s.C * (f.QQ + 32)));
+    uint16_t* dys = dys_buf.get(static_cast<size_t>(per_block * Op * f.Qp));
     uint32_t* even = even_buf.get(per_block * pairs_words);
     uint32_t* odd = odd_buf.get(per_block * pairs_words);
     amx::configure_tiles();
@@ -269,24 +275,24 @@ bool conv2d_bf16_implicit_backward(const uint16_t* x, const uint16_t* w, const u
       std::vector<const uint32_t*> even_rows, odd_rows;
       for (int64_t n = n_begin; n < n_end; ++n) {
         const int64_t i = n - n_begin;
-        uint16_t* d = dys.data() + i * Op * f.Qp;  // dy[n] on the flat positions, zero at the dropped ones
+        uint16_t* d = dys + i * Op * f.Qp;  // dy[n] on the flat positions, zero at the dropped ones
         std::fill(d, d + Op * f.Qp, uint16_t(0));
         for (int64_t o = 0; o < s.O; ++o)
           for (int64_t oh = 0; oh < s.H_out; ++oh)
             std::memcpy(d + o * f.Qp + oh * f.Wp, dy + ((n * s.O + o) * s.H_out + oh) * s.W_out,
                         static_cast<size_t>(s.W_out) * 2);
-        fill_flat(x + n * s.C * s.H * s.W, s.C, s.H, s.W, s.pad_h, s.pad_w, f, flat.data());
-        pixel_pairs(flat.data(), s.C, Cp, f, 0, even + i * pairs_words);
-        pixel_pairs(flat.data(), s.C, Cp, f, 1, odd + i * pairs_words);
+        fill_flat(x + n * s.C * s.H * s.W, s.C, s.H, s.W, s.pad_h, s.pad_w, f, flat);
+        pixel_pairs(flat, s.C, Cp, f, 0, even + i * pairs_words);
+        pixel_pairs(flat, s.C, Cp, f, 1, odd + i * pairs_words);
         dy_rows.push_back(d);
         even_rows.push_back(even + i * pairs_words);
         odd_rows.push_back(odd + i * pairs_words);
       }
-      weight_grad_tiles(dy_rows, even_rows, odd_rows, s.O, s.C, Cp, f, partial.data() + k * w_numel);
+      weight_grad_tiles(dy_rows, even_rows, odd_rows, s.O, s.C, Cp, f, partial + k * w_numel);
     }
     amx::release_tiles();
   });
-  sum_blocks_in_order(partial.data(), blocks, w_numel, dw);
+  sum_blocks_in_order(partial, blocks, w_numel, dw);
   return true;
 }
 #else
