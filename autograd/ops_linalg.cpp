@@ -81,7 +81,7 @@ Variable linear(const Variable& x_in, const Variable& w_in, const Variable& b_in
   const bool gx = x.input.requires_grad(), gw = w.input.requires_grad(), gb = b.input.requires_grad();
   return Variable::make_result(
       x.data.dim() == 2 ? y : y.view(out_shape), {x.input, w.input, b.input},
-      [tx = gw ? x2 : Tensor(), tw = gx ? w.data : Tensor(), x_shape = x.data.shape(), gb, low = x.data.dtype(),
+      [tx = gw ? x2 : Tensor(), tw = gx ? w.data : Tensor(), x_shape = x.data.shape(), gb, low,
        cast = std::array<bool, 3>{x.cast, w.cast, b.cast},
        dtypes = std::array<DType, 3>{x.data.dtype(), w.data.dtype(),
                                      b.data.defined() ? b.data.dtype() : x.data.dtype()}](const Tensor& dy) {
