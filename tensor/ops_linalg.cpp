@@ -165,14 +165,34 @@ void batched_gemm(Tensor a, Tensor b, Tensor& out) {
   });
 }
 
+// mm's checks: two 2-d matrices of one floating dtype on one device whose inner sizes agree.
+void check_mm(const Tensor& a, const Tensor& b, const char* op) {
+  check_operands(a, b, op);
+  if (a.dim() != 2 || b.dim() != 2)
+    throw std::invalid_argument(std::string(op) + ": expected 2-d tensors, got shapes " + shape_str(a.shape()) +
+                                " and " + shape_str(b.shape()));
+  if (a.size(1) != b.size(0)) shape_error(a, b, op, a.size(1), b.size(0));
+}
+
+// The CPU bfloat16 product a (n, k) · b (k, m) -> float32 (n, m): each sum starting from bias (m
+// float32 values) when given, stored rounded to bfloat16 with round (kernels::cpu::gemm_bf16).
+Tensor bf16_product(const Tensor& a, const Tensor& b, const float* bias, bool round) {
+  const int64_t n = a.size(0), k = a.size(1), m = b.size(1);
+  Tensor out({n, m}, DType::Float32);
+  Tensor ta = a, tb = b;
+  const GemmOperand ga = matrix_layout(ta), gb = matrix_layout(tb);
+  const auto* pa = static_cast<const uint16_t*>(ta.raw_data());
+  const auto* pb = static_cast<const uint16_t*>(tb.raw_data());
+  if (bias)
+    kernels::cpu::gemm_bf16_bias(n, m, k, pa, ga.ld, ga.trans, pb, gb.ld, gb.trans, bias, out.data<float>(), m, round);
+  else
+    kernels::cpu::gemm_bf16(n, m, k, pa, ga.ld, ga.trans, pb, gb.ld, gb.trans, out.data<float>(), m, 1.0f, 0.0f, round);
+  return out;
+}
 }  // namespace
 
 Tensor mm(const Tensor& a, const Tensor& b) {
-  check_operands(a, b, "mm");
-  if (a.dim() != 2 || b.dim() != 2)
-    throw std::invalid_argument("mm: expected 2-d tensors, got shapes " + shape_str(a.shape()) + " and " +
-                                shape_str(b.shape()));
-  if (a.size(1) != b.size(0)) shape_error(a, b, "mm", a.size(1), b.size(0));
+  check_mm(a, b, "mm");
   if (widen_bf16(a)) return mm(a.to(DType::Float32), b.to(DType::Float32));
   Tensor out({a.size(0), b.size(1)}, product_dtype(a.dtype()), a.device());  // (n, m)
   batched_gemm(a, b, out);
@@ -180,24 +200,13 @@ Tensor mm(const Tensor& a, const Tensor& b) {
 }
 
 Tensor mm_round_to(const Tensor& a, const Tensor& b, DType dtype) {
-  check_operands(a, b, "mm_round_to");
+  check_mm(a, b, "mm_round_to");
   if (!is_half(a.dtype()) || !is_half(dtype))
     throw std::invalid_argument("mm_round_to: expected bfloat16 or float16 operands and dtype, got " + a.desc() +
                                 " and " + dtype_name(dtype));
-  if (a.dim() != 2 || b.dim() != 2)
-    throw std::invalid_argument("mm_round_to: expected 2-d tensors, got shapes " + shape_str(a.shape()) + " and " +
-                                shape_str(b.shape()));
-  if (a.size(1) != b.size(0)) shape_error(a, b, "mm_round_to", a.size(1), b.size(0));
   if (a.device().is_cuda() || a.dtype() != DType::BFloat16 || dtype != DType::BFloat16 || widen_bf16(a))
     return round_to(mm(a, b), dtype);
-  const int64_t m = b.size(1);
-  Tensor out({a.size(0), m}, DType::Float32);  // (n, m)
-  Tensor ta = a, tb = b;
-  const GemmOperand ga = matrix_layout(ta), gb = matrix_layout(tb);
-  kernels::cpu::gemm_bf16(a.size(0), m, a.size(1), static_cast<const uint16_t*>(ta.raw_data()), ga.ld, ga.trans,
-                          static_cast<const uint16_t*>(tb.raw_data()), gb.ld, gb.trans, out.data<float>(), m, 1.0f,
-                          0.0f, /*round_bf16=*/true);
-  return out;
+  return bf16_product(a, b, nullptr, /*round=*/true);
 }
 
 namespace {
@@ -229,14 +238,8 @@ Tensor addmm_rounded(const Tensor& bias, const Tensor& a, const Tensor& b, DType
     return round == DType::Float32 ? out : round_to(out, round);
   }
   if (a.dtype() == DType::BFloat16) {  // the product's sums start from the widened bias
-    const int64_t m = b.size(1);
     const Tensor bias32 = bias.to(DType::Float32).contiguous();
-    Tensor out({a.size(0), m}, DType::Float32);  // (n, m)
-    Tensor ta = a, tb = b;
-    const GemmOperand ga = matrix_layout(ta), gb = matrix_layout(tb);
-    kernels::cpu::gemm_bf16_bias(a.size(0), m, a.size(1), static_cast<const uint16_t*>(ta.raw_data()), ga.ld, ga.trans,
-                                 static_cast<const uint16_t*>(tb.raw_data()), gb.ld, gb.trans, bias32.data<float>(),
-                                 out.data<float>(), m, round == DType::BFloat16);
+    const Tensor out = bf16_product(a, b, bias32.data<float>(), round == DType::BFloat16);
     return round == DType::Float16 ? round_to(out, round) : out;
   }
   Tensor ta = a, tb = b;

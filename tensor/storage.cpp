@@ -6,7 +6,8 @@
 // faults after the first step. Each segment (a whole number of 2 MiB) starts on a 2 MiB boundary
 // and is offered to Linux's transparent huge pages (madvise MADV_HUGEPAGE; the default "madvise"
 // setting honours it): a step's passes over large activations then walk 512 times fewer pages,
-// which ran the reference cnn and vit steps about 10% faster (docs/benchmarks.md). PyTorch offers
+// which ran the reference cnn and vit steps 1-10% faster, with the memory's phase, for more
+// resident memory: a huge page is resident whole (docs/benchmarks.md). PyTorch offers
 // the same for its CPU allocator behind THP_MEM_ALLOC_ENABLE=1. Memory is not zeroed (as malloc):
 // ops that need zeros fill them. MINIDL_CPU_ALLOCATOR=malloc bypasses the cache (for memory
 // checkers).

@@ -72,21 +72,24 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void float_to_bf16_avx512(c
   }
 }
 
+// Whether this CPU runs the kernels above (checked once).
+bool have_avx512() {
+  static const bool have =
+      __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+  return have;
+}
+
 }  // namespace
 
 void float_to_bf16_span(const float* x, uint16_t* y, int64_t n) {
-  static const bool have =
-      __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
-  if (have)
+  if (have_avx512())
     float_to_bf16_avx512(x, y, n);
   else
     float_to_bf16_span_reference(x, y, n);
 }
 
 void round_to_bf16_span(const float* x, float* y, int64_t n) {
-  static const bool have =
-      __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
-  if (have)
+  if (have_avx512())
     round_to_bf16_avx512(x, y, n);
   else
     round_to_bf16_span_reference(x, y, n);
