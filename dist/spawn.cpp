@@ -23,6 +23,7 @@
 
 #include "minidl/dist/process.h"
 #include "minidl/kernels/cpu/parallel.h"
+#include "minidl/kernels/cuda_api.h"
 #include "minidl/dist/socket.h"
 #include "minidl/dist/store.h"
 
@@ -53,7 +54,8 @@ void write_all_fd(int fd, const std::string& bytes) {
 
 // What a child reports for an exception that left fn. Two kinds say little by themselves:
 // std::thread throws std::system_error with EAGAIN ("Resource temporarily unavailable") when no
-// thread can be started, and a bare std::bad_alloc says "std::bad_alloc"; those get named.
+// thread can be started, and a bare std::bad_alloc says "std::bad_alloc"; those get named. So
+// does the cause of CUDA's bare "initialization error" in a child whose parent had started CUDA.
 std::string describe_exception(const std::exception& e) {
   const std::string what = e.what();
   if (const auto* se = dynamic_cast<const std::system_error*>(&e);
@@ -62,6 +64,10 @@ std::string describe_exception(const std::exception& e) {
   }
   if (dynamic_cast<const std::bad_alloc*>(&e) != nullptr && what == std::bad_alloc().what())
     return "out of memory: an allocation failed (" + what + "; see free memory and `ulimit -v`)";
+  if (kernels::cuda::initialized_before_fork())
+    return what +
+           " (the parent process had started CUDA before spawn, and a forked child cannot use it: make no CUDA "
+           "call before spawn — not even a device count — or start the ranks with minidl-run)";
   return what;
 }
 

@@ -32,6 +32,9 @@
 //    run with kernels::cpu::set_num_threads(options.omp_threads), 1 by default: OpenMP, Eigen
 //    and kernels::cpu::get_num_threads() all see that count. Raise it only when the parent has
 //    not run an OpenMP region before spawn (or use minidl-run, which execs fresh processes).
+//  - CUDA: a child cannot use it once the parent has made any CUDA call (a device count too);
+//    its first call fails with "initialization error", which spawn's message then explains. Make
+//    CUDA calls only inside fn, or count devices in a forked child, as examples/train.cpp does.
 //  - A child leaves with _exit() after fn (stdout and stderr flushed): the parent's atexit
 //    handlers and static destructors do not run twice.
 #pragma once

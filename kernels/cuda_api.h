@@ -15,6 +15,10 @@ namespace minidl::kernels::cuda {
 
 bool compiled_with_cuda();
 int device_count();  // 0 when no driver or no device (CUDA_VISIBLE_DEVICES respected)
+// True in a process forked (without exec) after its parent had started CUDA (device_count(), and
+// every call that needs a device, does): CUDA cannot be used in such a child; its first call
+// fails with "initialization error". dist::spawn names this when a child fails.
+bool initialized_before_fork();
 std::string device_name(int index);
 // Throws std::runtime_error naming `op` and the reason when no CUDA device can be used
 // ("built without CUDA" or "no CUDA device present"), or when `device` is out of range.

@@ -22,6 +22,7 @@ bool g_sync = false;  // no kernels to synchronise after; kept so the setting re
 bool sync_after_kernels() { return g_sync; }
 void set_sync_after_kernels(bool on) { g_sync = on; }
 int device_count() { return 0; }
+bool initialized_before_fork() { return false; }
 std::string device_name(int) { no_cuda("device_name"); }
 void require_device(int, const char* op) { no_cuda(op); }
 void set_device(int) { no_cuda("set_device"); }

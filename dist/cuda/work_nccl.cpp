@@ -38,7 +38,7 @@ WorkNCCL::WorkNCCL(std::shared_ptr<ProcessGroupNCCL::Impl> pg, std::string what,
 // their blocks are marked as in use by that stream (record_stream) before they can be freed;
 // the caching allocator hands them out again only once the stream has got past this point.
 WorkNCCL::~WorkNCCL() {
-  if (completed_ || keep_.empty()) return;
+  if (waited_ || keep_.empty()) return;
   try {
     if (done_->query(what_)) return;
     for (const Tensor& t : keep_)
@@ -49,19 +49,20 @@ WorkNCCL::~WorkNCCL() {
   }
 }
 
+// The collective has run on the device (its event has fired), waited for or not: wait() only
+// orders the compute stream after it.
 bool WorkNCCL::is_completed() {
-  if (completed_) return true;
   if (!done_->query(what_)) return false;
   throw_if_broken();  // an aborted collective completes too, without a result
   return true;
 }
 
 void WorkNCCL::wait() {
-  if (completed_) return;
+  if (waited_) return;
   throw_if_broken();
   if (host_result_) synchronize();
   check_cuda(cudaStreamWaitEvent(pg_->compute, done_->event, 0), what_ + ": cudaStreamWaitEvent");
-  completed_ = true;
+  waited_ = true;
   if (finish_) finish_();
   keep_.clear();
 }

@@ -40,7 +40,7 @@ class WorkNCCL : public Work {
   std::vector<Tensor> keep_;
   std::function<void()> finish_;
   bool host_result_ = false;
-  bool completed_ = false;
+  bool waited_ = false;  // wait() has ordered the compute stream after the collective
 };
 
 // A collective with no elements on any rank: after the argument checks it is complete at once,

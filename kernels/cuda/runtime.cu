@@ -4,6 +4,7 @@
 // Plus axpy, the first kernel. Every call checks its status and names what failed.
 // Tested by tests/kernels/test_cuda_runtime.cpp and test_cuda_allocator.cpp (skip without a device).
 #include <cuda_runtime.h>
+#include <unistd.h>
 
 #include <array>
 #include <atomic>
@@ -140,8 +141,13 @@ std::atomic<bool>& sync_flag() {
 bool sync_after_kernels() { return sync_flag().load(std::memory_order_relaxed); }
 void set_sync_after_kernels(bool on) { sync_flag() = on; }
 
+namespace {
+std::atomic<pid_t> g_started_in{0};  // the process that started CUDA (asked for the devices)
+}  // namespace
+
 int device_count() {
   static const int n = [] {
+    g_started_in = ::getpid();
     int c = 0;
     if (cudaGetDeviceCount(&c) != cudaSuccess) {
       cudaGetLastError();  // clear the sticky "no driver" error
@@ -150,6 +156,11 @@ int device_count() {
     return c;
   }();
   return n;
+}
+
+bool initialized_before_fork() {
+  const pid_t started = g_started_in;
+  return started != 0 && started != ::getpid();
 }
 
 void require_device(int device, const char* op) {

@@ -73,12 +73,20 @@ TEST(ProcessGroupNccl, ZeroElementCollectivesAreCompleteAtOnce) {
 // the group's timeout is long. Run in a re-executed child (the "threadsafe" death-test style),
 // so it starts with no CUDA context.
 namespace {
+// The child's group and store, held as dist's default group is: by namespace-scope statics,
+// constructed (empty) before main, so their destructors run after the CUDA runtime's teardown. (A
+// function-local static constructed after CUDA starts would be destroyed before it, cleanly.)
+std::unique_ptr<dist::TCPStore> exit_test_store;
+std::unique_ptr<dist::ProcessGroupNCCL> exit_test_group;
+
 // The child's body: a group in statics, one collective, exit() without shutdown.
 void exit_without_shutdown() {
-  static dist::TCPStore store("127.0.0.1", {.port = 0, .is_server = true, .timeout = std::chrono::seconds(300)});
-  static dist::ProcessGroupNCCL pg(store, 0, 1, {.timeout = std::chrono::seconds(300), .debug = false}, 0);
+  exit_test_store = std::make_unique<dist::TCPStore>(
+      "127.0.0.1", dist::TCPStoreOptions{.port = 0, .is_server = true, .timeout = std::chrono::seconds(300)});
+  exit_test_group = std::make_unique<dist::ProcessGroupNCCL>(
+      *exit_test_store, 0, 1, dist::ProcessGroupOptions{.timeout = std::chrono::seconds(300), .debug = false}, 0);
   Tensor t = from_vector<float>({1, 2, 3}).to(Device::cuda(0));
-  pg.all_reduce(t);
+  exit_test_group->all_reduce(t);
   std::exit(0);
 }
 }  // namespace
