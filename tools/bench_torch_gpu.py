@@ -2,12 +2,15 @@
 """tools/bench_torch_gpu.py — PyTorch's training images/s on a GPU, the peer of `gpu_bench models`.
 
   /opt/torch/.venv/bin/python3 tools/bench_torch_gpu.py [--batch 512] [--steps 20] [--models mlp cnn vit]
+                                                        [--precision fp32 bf16]
 
 The same step as tools/gpu_bench.cpp's `models` mode: each reference model (tools/compare_pytorch.py's
 make_model, the same layers as minidl's), SGD lr 0.01 momentum 0.9, cross-entropy, a fixed random
 (batch, 1, 28, 28) input on cuda:0, 3 warm-up steps, then the timed steps between two
-synchronisations. FP32 with TF32 off, as minidl's default. Prints one JSON line:
-  {"mode": "torch_models", "torch": VERSION, "device": NAME, "batch": B, "results": [{"model", "images_per_s", "step_ms"}]}
+synchronisations. FP32 with TF32 off, as minidl's default; bf16: the forward and the loss under
+torch.autocast("cuda", torch.bfloat16), as `gpu_bench models --precision bf16`. Prints one JSON line:
+  {"mode": "torch_models", "torch": VERSION, "device": NAME, "batch": B,
+   "results": [{"model", "precision", "images_per_s", "step_ms"}]}
 Exit 1 when PyTorch or a CUDA device is missing (saying which), 2 on bad arguments.
 """
 import argparse
@@ -24,6 +27,7 @@ def main():
     ap.add_argument("--batch", type=int, default=512)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--models", nargs="+", default=["mlp", "cnn", "vit"], choices=["mlp", "cnn", "vit"])
+    ap.add_argument("--precision", nargs="+", default=["fp32"], choices=["fp32", "bf16"])
     args = ap.parse_args()
     if args.batch < 1 or args.steps < 1:
         ap.error("--batch and --steps must be positive")
@@ -40,7 +44,8 @@ def main():
     torch.backends.cudnn.allow_tf32 = False
     dev = torch.device("cuda:0")
     results = []
-    for name in args.models:
+    for name, precision in [(m, p) for p in args.precision for m in args.models]:
+        low = precision == "bf16"
         torch.manual_seed(0)
         model = make_model(name).to(dev)
         opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
@@ -49,7 +54,9 @@ def main():
 
         def step():
             opt.zero_grad(set_to_none=True)
-            F.cross_entropy(model(x), y).backward()
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=low):
+                loss = F.cross_entropy(model(x), y)
+            loss.backward()
             opt.step()
 
         for _ in range(3):
@@ -60,7 +67,7 @@ def main():
             step()
         torch.cuda.synchronize()
         seconds = time.perf_counter() - t0
-        results.append({"model": name, "images_per_s": round(args.batch * args.steps / seconds, 1),
+        results.append({"model": name, "precision": precision, "images_per_s": round(args.batch * args.steps / seconds, 1),
                         "step_ms": round(1e3 * seconds / args.steps, 3)})
     print(json.dumps({"mode": "torch_models", "torch": torch.__version__, "device": torch.cuda.get_device_name(0),
                       "batch": args.batch, "results": results}))

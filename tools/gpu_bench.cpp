@@ -1,10 +1,13 @@
 // tools/gpu_bench.cpp — the GPU benchmarks and the one-epoch GPU training run of tools/gpu_check.sh.
 // Built only with CUDA. Each mode prints one JSON object on stdout (the script collects them):
 //   gpu_bench gemm                       GEMM TFLOP/s: minidl's mm on CUDA tensors vs cuBLAS called
-//                                        directly on the same shapes (FP32, TF32 off; then TF32 on)
-//   gpu_bench models [--batch 512]       training images/s of each reference model (mlp, cnn, vit)
+//                                        directly on the same shapes (FP32, TF32 off; then TF32 on;
+//                                        then bfloat16 operands with a float32 product)
+//   gpu_bench models [--batch 512] [--precision fp32|bf16]
+//                                        training images/s of each reference model (mlp, cnn, vit)
 //                                        on synthetic 28x28 inputs, and the share of each step the GPU
-//                                        is busy (CUDA events around the step vs host wall time)
+//                                        is busy (CUDA events around the step vs host wall time);
+//                                        bf16: forward and loss under autocast(BFloat16)
 //   gpu_bench epoch MODEL DATA_DIR       one epoch of Fashion-MNIST (idx files in DATA_DIR) on the GPU
 //                                        with SGD(momentum 0.9), then test accuracy
 //   gpu_bench --help                     the usage, exit 0, without touching CUDA
@@ -67,7 +70,8 @@ void bench_gemm() {
       });
       const double flops = 2.0 * M * N * K;
       std::printf(
-          "%s{\"M\": %d, \"N\": %d, \"K\": %d, \"tf32\": %s, \"minidl_tflops\": %.2f, \"cublas_tflops\": %.2f, "
+          "%s{\"M\": %d, \"N\": %d, \"K\": %d, \"tf32\": %s, \"dtype\": \"fp32\", \"minidl_tflops\": %.2f, "
+          "\"cublas_tflops\": %.2f, "
           "\"ratio\": %.3f}",
           first ? "" : ", ", M, N, K, tf32 ? "true" : "false", flops / t_minidl / 1e12, flops / t_cublas / 1e12,
           t_cublas / t_minidl);
@@ -75,6 +79,25 @@ void bench_gemm() {
     }
   }
   kernels::cuda::set_allow_tf32(false);
+  cublasSetMathMode(h, CUBLAS_DEFAULT_MATH);
+  for (const auto& [M, N, K] : std::vector<std::tuple<int, int, int>>{{4096, 4096, 4096}, {8192, 8192, 8192}}) {
+    // bfloat16 operands, float32 C and accumulation: autocast's product
+    const Tensor a = randn({M, K}, RandomKey{1, 1}).to(DType::BFloat16).to(Device::cuda(0));
+    const Tensor b = randn({K, N}, RandomKey{1, 2}).to(DType::BFloat16).to(Device::cuda(0));
+    Tensor c({M, N}, DType::Float32, Device::cuda(0));
+    const int iters = 10;
+    const double t_minidl = time_it(iters, [&] { c = mm(a, b); });
+    const float one = 1.0f, zero = 0.0f;
+    const double t_cublas = time_it(iters, [&] {
+      cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &one, b.raw_data(), CUDA_R_16BF, N, a.raw_data(), CUDA_R_16BF,
+                   K, &zero, c.raw_data(), CUDA_R_32F, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    });
+    const double flops = 2.0 * M * N * K;
+    std::printf(
+        ", {\"M\": %d, \"N\": %d, \"K\": %d, \"tf32\": false, \"dtype\": \"bf16\", \"minidl_tflops\": %.2f, "
+        "\"cublas_tflops\": %.2f, \"ratio\": %.3f}",
+        M, N, K, flops / t_minidl / 1e12, flops / t_cublas / 1e12, t_cublas / t_minidl);
+  }
   std::printf("]}\n");
   cublasDestroy(h);
 }
@@ -84,10 +107,14 @@ struct StepStats {
   double loss = 0;
 };
 
-double train_step(nn::Module& model, optim::SGD& opt, const Tensor& x, const Tensor& y) {
+// low: Float32 (plain), or BFloat16 / Float16 for the forward and loss under autocast
+double train_step(nn::Module& model, optim::SGD& opt, const Tensor& x, const Tensor& y, DType low = DType::Float32) {
   opt.zero_grad();
-  Variable logits = model(Variable(x));
-  Variable loss = cross_entropy(logits, y);
+  Variable loss;
+  {
+    autocast guard(low);
+    loss = cross_entropy(model(Variable(x)), y);
+  }
   loss.backward();
   opt.step();
   return loss.data().item();
@@ -99,8 +126,10 @@ std::vector<Variable> params_of(nn::Module& m) {
   return ps;
 }
 
-void bench_models(int64_t batch) {
-  std::printf("{\"mode\": \"models\", \"batch\": %lld, \"results\": [", static_cast<long long>(batch));
+void bench_models(int64_t batch, const std::string& precision) {
+  const DType low = precision == "bf16" ? DType::BFloat16 : DType::Float32;
+  std::printf("{\"mode\": \"models\", \"batch\": %lld, \"precision\": \"%s\", \"results\": [",
+              static_cast<long long>(batch), precision.c_str());
   bool first = true;
   for (const std::string name : {"mlp", "cnn", "vit"}) {
     manual_seed(0);
@@ -109,7 +138,7 @@ void bench_models(int64_t batch) {
     optim::SGD opt(params_of(*model), {.lr = 0.01, .momentum = 0.9});
     const Tensor x = randn({batch, 1, 28, 28}, RandomKey{5, 5}).to(Device::cuda(0));
     const Tensor y = randint(0, 10, {batch}, RandomKey{5, 6}).to(Device::cuda(0));
-    for (int i = 0; i < 3; ++i) train_step(*model, opt, x, y);
+    for (int i = 0; i < 3; ++i) train_step(*model, opt, x, y, low);
     kernels::cuda::synchronize(0);
     cudaStream_t s = static_cast<cudaStream_t>(kernels::cuda::compute_stream(0));
     cudaEvent_t e0, e1;
@@ -118,14 +147,16 @@ void bench_models(int64_t batch) {
     const int steps = 20;
     const auto t0 = Clock::now();
     cudaEventRecord(e0, s);
-    for (int i = 0; i < steps; ++i) train_step(*model, opt, x, y);
+    for (int i = 0; i < steps; ++i) train_step(*model, opt, x, y, low);
     cudaEventRecord(e1, s);
     kernels::cuda::synchronize(0);
     const double wall = seconds_since(t0);
     float gpu_ms = 0;
     cudaEventElapsedTime(&gpu_ms, e0, e1);
-    std::printf("%s{\"model\": \"%s\", \"images_per_s\": %.1f, \"step_ms\": %.3f, \"gpu_span_ms\": %.3f}",
-                first ? "" : ", ", name.c_str(), steps * batch / wall, wall / steps * 1e3, gpu_ms / steps);
+    std::printf(
+        "%s{\"model\": \"%s\", \"precision\": \"%s\", \"images_per_s\": %.1f, \"step_ms\": %.3f, \"gpu_span_ms\": "
+        "%.3f}",
+        first ? "" : ", ", name.c_str(), precision.c_str(), steps * batch / wall, wall / steps * 1e3, gpu_ms / steps);
     first = false;
   }
   std::printf("]}\n");
@@ -178,7 +209,7 @@ void train_epoch(const std::string& name, const std::string& dir) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const char* usage = "usage: gpu_bench gemm | models [--batch N] | epoch MODEL DATA_DIR\n";
+  const char* usage = "usage: gpu_bench gemm | models [--batch N] [--precision fp32|bf16] | epoch MODEL DATA_DIR\n";
   if (argc == 2 && (std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h")) {
     std::cout << usage;  // before any CUDA call: tools/gpu_check.sh's start-up check of a prebuilt kit
     return 0;
@@ -192,9 +223,23 @@ int main(int argc, char** argv) {
     const std::string mode = argc > 1 ? argv[1] : "";
     if (mode == "gemm")
       bench_gemm();
-    else if (mode == "models")
-      bench_models(argc > 3 && std::string(argv[2]) == "--batch" ? std::stoll(argv[3]) : 512);
-    else if (mode == "epoch" && argc == 4)
+    else if (mode == "models") {
+      int64_t batch = 512;
+      std::string precision = "fp32";
+      for (int i = 2; i < argc; i += 2) {
+        const std::string flag = argv[i];
+        if (i + 1 >= argc || (flag != "--batch" && flag != "--precision"))
+          throw std::invalid_argument("models: unknown or incomplete option '" + flag + "'\n" + usage);
+        if (flag == "--batch")
+          batch = std::stoll(argv[i + 1]);
+        else
+          precision = argv[i + 1];
+      }
+      if (batch < 1) throw std::invalid_argument("models: --batch must be positive");
+      if (precision != "fp32" && precision != "bf16")
+        throw std::invalid_argument("models: --precision must be fp32 or bf16, not '" + precision + "'");
+      bench_models(batch, precision);
+    } else if (mode == "epoch" && argc == 4)
       train_epoch(argv[2], argv[3]);
     else {
       std::cerr << usage;

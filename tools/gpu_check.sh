@@ -15,7 +15,7 @@
 #       finds cuBLAS/cuDNN/NCCL (the CUDA toolkit's lib64, else the Python wheels nvidia-* of
 #       /opt/torch/.venv/bin/python3 or python3, else the loader's cache; printing where), starts
 #       each program once (--help / --gtest_list_tests) and reports any that cannot start, and why
-#       (missing library, glibc too old, ...). Budget 240 s.
+#       (missing library, glibc too old, ...). Budget 270 s.
 #   Fallback, when a prebuilt program cannot start there: build on the GPU machine.
 #   tools/gpu_check.sh --prepare-bundle DIR   (a Debian 12 machine with apt) gathers the build
 #       dependencies' Debian packages into DIR/prefix (never into /) and Fashion-MNIST into
@@ -308,7 +308,7 @@ DEFAULT_DATA=/usr/share/datasets/fashion-mnist
 DATA=${MINIDL_FASHION_MNIST:-$DEFAULT_DATA}
 JOBS=${JOBS:-$(nproc)}
 DEFAULT_BUDGET=360
-[ "$MODE" = kit ] && DEFAULT_BUDGET=240
+[ "$MODE" = kit ] && DEFAULT_BUDGET=270
 BUDGET=${MINIDL_GPU_CHECK_BUDGET_S:-$DEFAULT_BUDGET}
 BUILD_ONLY=${MINIDL_GPU_CHECK_BUILD_ONLY:-0}
 DRY_RUN=${MINIDL_GPU_CHECK_DRY_RUN:-0}
@@ -373,15 +373,20 @@ if gemm:
             r["expect"] = "minidl >= 0.9x cuBLAS at 4096^3"
             r["meets_expectation"] = r.get("ratio", 0) >= 0.9
 models = last_json(read("bench_models.log"))
+models_bf16 = last_json(read("bench_models_bf16.log"))
 torch = last_json(read("bench_torch.log"))
-if models:
-    theirs = {r["model"]: r for r in (torch or {}).get("results", [])}
-    for r in models.get("results", []):
-        t = theirs.get(r["model"])
+theirs = {(r["model"], r.get("precision", "fp32")): r for r in (torch or {}).get("results", [])}
+fp32_rate = {r["model"]: r.get("images_per_s") for r in (models or {}).get("results", [])}
+for ms in (models, models_bf16):
+    for r in (ms or {}).get("results", []):
+        t = theirs.get((r["model"], r.get("precision", "fp32")))
         if t:
             r["torch_images_per_s"] = t.get("images_per_s")
             r["vs_torch"] = round(r["images_per_s"] / t["images_per_s"], 3) if t.get("images_per_s") else None
-        r["expect"] = "PyTorch's images/s on the same GPU, same step (SGD, batch %s), for comparison" % models.get("batch")
+        if ms is models_bf16 and fp32_rate.get(r["model"]):
+            r["vs_fp32"] = round(r["images_per_s"] / fp32_rate[r["model"]], 3)
+        r["expect"] = "PyTorch's images/s on the same GPU, same step (SGD, batch %s, %s), for comparison" % (
+            ms.get("batch"), r.get("precision", "fp32"))
 smoke = read("kit_start.txt")
 gpu = read("gpu.txt")
 facts = read("facts.txt")
@@ -393,7 +398,7 @@ summary = {"mode": mode, "seconds": secs, "budget_seconds": budget, "fatal": fat
            "tests": {s: tail(s) for s in ("test_kernels", "test_nccl", "test_data_gpu",
                                           "memcheck", "multi_gpu_tests") if read(s + ".log") is not None},
            "skipped_gpu_tests": skipped,
-           "benchmarks": {"gemm": gemm, "models": models, "torch": torch},
+           "benchmarks": {"gemm": gemm, "models": models, "models_bf16": models_bf16, "torch": torch},
            "epochs": epochs}
 with open(dest, "w") as f:
     json.dump(summary, f, indent=2)
@@ -717,9 +722,10 @@ done
 # ---- 2. benchmarks, one at a time ----
 gpu_step step bench_gemm 25 "$P_BENCH" gemm
 gpu_step step bench_models 35 "$P_BENCH" models --batch 512
+gpu_step step bench_models_bf16 30 "$P_BENCH" models --batch 512 --precision bf16
 TORCH_PY=/opt/torch/.venv/bin/python3
 if [ -x "$TORCH_PY" ]; then
-  step bench_torch 45 "$TORCH_PY" "$ROOT/tools/bench_torch_gpu.py" --batch 512
+  step bench_torch 55 "$TORCH_PY" "$ROOT/tools/bench_torch_gpu.py" --batch 512 --precision fp32 bf16
 else
   STEPS+=(bench_torch); STATUS[bench_torch]="not run (no /opt/torch/.venv on this machine)"
 fi
@@ -732,15 +738,17 @@ def last(name):
         if l.startswith("{"):
             try: return json.loads(l)
             except ValueError: pass
-g, m, t = last("bench_gemm.log"), last("bench_models.log"), last("bench_torch.log")
+g, t = last("bench_gemm.log"), last("bench_torch.log")
 for r in (g or {}).get("results", []):
-    exp = "   expect >= 0.90x cuBLAS" if (r["M"], r["N"], r["K"]) == (4096, 4096, 4096) else ""
-    print(f"gemm {r['M']}x{r['N']}x{r['K']} tf32={r['tf32']}: minidl {r['minidl_tflops']} TFLOP/s, cuBLAS {r['cublas_tflops']}, ratio {r['ratio']}{exp}")
-theirs = {r["model"]: r["images_per_s"] for r in (t or {}).get("results", [])}
-for r in (m or {}).get("results", []):
-    ref = theirs.get(r["model"])
-    side = f", PyTorch {ref:.0f} ({r['images_per_s'] / ref:.2f}x)" if ref else ", PyTorch: not measured"
-    print(f"{r['model']} batch {m.get('batch')}: minidl {r['images_per_s']:.0f} images/s{side}")
+    exp = "   expect >= 0.90x cuBLAS" if (r["M"], r["N"], r["K"]) == (4096, 4096, 4096) and r.get("dtype", "fp32") == "fp32" else ""
+    print(f"gemm {r['M']}x{r['N']}x{r['K']} {r.get('dtype', 'fp32')} tf32={r['tf32']}: minidl {r['minidl_tflops']} TFLOP/s, cuBLAS {r['cublas_tflops']}, ratio {r['ratio']}{exp}")
+theirs = {(r["model"], r.get("precision", "fp32")): r["images_per_s"] for r in (t or {}).get("results", [])}
+for m in (last("bench_models.log"), last("bench_models_bf16.log")):
+    for r in (m or {}).get("results", []):
+        p = r.get("precision", "fp32")
+        ref = theirs.get((r["model"], p))
+        side = f", PyTorch {ref:.0f} ({r['images_per_s'] / ref:.2f}x)" if ref else ", PyTorch: not measured"
+        print(f"{r['model']} {p} batch {m.get('batch')}: minidl {r['images_per_s']:.0f} images/s{side}")
 PY
 
 [ "$SKIPPED" = 0 ] || { log "FAILED: $SKIPPED GPU test(s) skipped on a GPU machine"; FAILED=1; }
