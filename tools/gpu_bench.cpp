@@ -103,10 +103,6 @@ void bench_gemm() {
 }
 
 // ---- training ----
-struct StepStats {
-  double loss = 0;
-};
-
 // low: Float32 (plain), or BFloat16 / Float16 for the forward and loss under autocast
 double train_step(nn::Module& model, optim::SGD& opt, const Tensor& x, const Tensor& y, DType low = DType::Float32) {
   opt.zero_grad();
