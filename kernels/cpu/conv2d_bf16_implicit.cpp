@@ -63,29 +63,54 @@ struct Flat {
   }
 };
 
-// flat (C, QQ + 32): each channel's padded image, flattened; zeros around and past it.
+// rows (rows, W) of bf16 -> dst rows ld apart, 16 values a masked store: rows are short (a feature
+// map's width), where a memcpy call per row costs more than the copy.
+MINIDL_BF16_TARGET void copy_rows(const uint16_t* src, int64_t rows, int64_t W, uint16_t* dst, int64_t ld) {
+  for (int64_t r = 0; r < rows; ++r, src += W, dst += ld)
+    for (int64_t w0 = 0; w0 < W; w0 += 16) {
+      const __mmask16 m = first_n(W - w0);
+      _mm256_mask_storeu_epi16(dst + w0, m, _mm256_maskz_loadu_epi16(m, src + w0));
+    }
+}
+
+// flat (C, QQ + 32): each channel's padded image, flattened. Only the image's pixels are written:
+// the zeros around and past them are the caller's, written once per call (every image of the call
+// has the same geometry, so they stay zero).
 void fill_flat(const uint16_t* x, int64_t C, int64_t H, int64_t W, int64_t pad_h, int64_t pad_w, const Flat& f,
                uint16_t* flat) {
   const int64_t stride = f.QQ + 32;
-  std::fill(flat, flat + C * stride, uint16_t(0));
-  for (int64_t c = 0; c < C; ++c)
-    for (int64_t h = 0; h < H; ++h)
-      std::memcpy(flat + c * stride + (h + pad_h) * f.Wp + pad_w, x + (c * H + h) * W, static_cast<size_t>(W) * 2);
+  for (int64_t c = 0; c < C; ++c) copy_rows(x + c * H * W, H, W, flat + c * stride + pad_h * f.Wp + pad_w, f.Wp);
 }
 
-// pairs (Cp / 2, QQ) words: pairs[p][q] = (flat[2p][q], flat[2p + 1][q]), zero past C — the forward's
-// B operand (16 channel pairs x 16 positions per tile).
-MINIDL_BF16_TARGET void channel_pairs(const uint16_t* flat, int64_t C, int64_t Cp, const Flat& f, uint32_t* pairs) {
-  const int64_t stride = f.QQ + 32;
-  for (int64_t p = 0; p < Cp / 2; ++p) {
-    uint32_t* row = pairs + p * f.QQ;
-    if (2 * p >= C) {
-      std::fill(row, row + f.QQ, 0u);
-      continue;
+// pairs (Cp / 2, QQ) words: pairs[p][q] = (x[2p] at padded pixel q, x[2p + 1] there), zero past C
+// and at the padding — the forward's B operand (16 channel pairs x 16 positions per tile), built
+// straight from the image. Only the pixels are written; the zeros are the caller's, as fill_flat's.
+MINIDL_BF16_TARGET void channel_pairs(const uint16_t* x, int64_t C, int64_t H, int64_t W, int64_t pad_h, int64_t pad_w,
+                                      const Flat& f, uint32_t* pairs) {
+  for (int64_t p = 0; 2 * p < C; ++p) {
+    const uint16_t* a = x + 2 * p * H * W;
+    const uint16_t* b = 2 * p + 1 < C ? a + H * W : nullptr;
+    uint32_t* row = pairs + p * f.QQ + pad_h * f.Wp + pad_w;
+    for (int64_t h = 0; h < H; ++h, row += f.Wp)
+      for (int64_t w0 = 0; w0 < W; w0 += 16)
+        _mm512_mask_storeu_epi32(row + w0, first_n(W - w0),
+                                 pair_rows(a + h * W + w0, b ? b + h * W + w0 : nullptr, W - w0));
+  }
+}
+
+// out (C_out, H_out, W_out) = the sums' rows (C_out, Qp) without the dropped positions, + bias.
+MINIDL_BF16_TARGET void store_outputs(const float* sums, int64_t C_out, int64_t H_out, int64_t W_out, const Flat& f,
+                                      const float* bias, float* out) {
+  for (int64_t o = 0; o < C_out; ++o) {
+    const __m512 b = _mm512_set1_ps(bias ? bias[o] : 0.0f);
+    for (int64_t oh = 0; oh < H_out; ++oh) {
+      const float* src = sums + o * f.Qp + oh * f.Wp;
+      float* dst = out + (o * H_out + oh) * W_out;
+      for (int64_t w0 = 0; w0 < W_out; w0 += 16) {
+        const __mmask16 m = first_n(W_out - w0);
+        _mm512_mask_storeu_ps(dst + w0, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, src + w0), b));
+      }
     }
-    const uint16_t* a = flat + 2 * p * stride;
-    const uint16_t* b = 2 * p + 1 < C ? a + stride : nullptr;
-    for (int64_t q = 0; q < f.QQ; q += 16) _mm512_storeu_si512(row + q, pair_rows(a + q, b ? b + q : nullptr, 16));
   }
 }
 
@@ -162,25 +187,17 @@ void implicit_conv(const uint16_t* in, int64_t N, int64_t C_in, int64_t H, int64
   const std::vector<uint16_t> wt = pack_weight_tiles(kH * kW, C_in, C_out, weight);
   parallel_for(N, 1, [&](int64_t n0, int64_t n1) {
     // each thread's buffers grow and stay (no allocation in a steady training step)
-    thread_local AlignedBuffer<uint16_t> flat_buf;
     thread_local AlignedBuffer<uint32_t> pairs;
     thread_local AlignedBuffer<float> sums;
-    uint16_t* flat = flat_buf.get(static_cast<size_t>(C_in * (f.QQ + 32)));
-    uint32_t* pr = pairs.get(static_cast<size_t>(Cp / 2 * f.QQ));
+    const size_t pairs_words = static_cast<size_t>(Cp / 2 * f.QQ);
+    uint32_t* pr = pairs.get(pairs_words);
+    std::fill(pr, pr + pairs_words, 0u);  // the padding's zeros, for every image of the call
     float* sm = sums.get(static_cast<size_t>(Op * f.Qp));
     amx::configure_tiles();
     for (int64_t n = n0; n < n1; ++n) {
-      fill_flat(in + n * C_in * H * W, C_in, H, W, pad_h, pad_w, f, flat);
-      channel_pairs(flat, C_in, Cp, f, pr);
+      channel_pairs(in + n * C_in * H * W, C_in, H, W, pad_h, pad_w, f, pr);
       forward_tiles(pr, wt.data(), Cp, C_out, f, sm);
-      for (int64_t o = 0; o < C_out; ++o) {
-        const float b = bias ? bias[o] : 0.0f;
-        for (int64_t oh = 0; oh < H_out; ++oh) {
-          const float* src = sm + o * f.Qp + oh * f.Wp;
-          float* dst = out + ((n * C_out + o) * H_out + oh) * W_out;
-          for (int64_t ow = 0; ow < W_out; ++ow) dst[ow] = src[ow] + b;
-        }
-      }
+      store_outputs(sm, C_out, H_out, W_out, f, bias, out + n * C_out * H_out * W_out);
     }
     amx::release_tiles();
   });
@@ -264,10 +281,16 @@ bool conv2d_bf16_implicit_backward(const uint16_t* x, const uint16_t* w, const u
     const size_t pairs_words = static_cast<size_t>(f.QQ / 2 * Cp);
     thread_local AlignedBuffer<uint16_t> flat_buf, dys_buf;
     thread_local AlignedBuffer<uint32_t> even_buf, odd_buf;
-    uint16_t* flat = flat_buf.get(static_cast<size_t>(s.C * (f.QQ + 32)));
-    uint16_t* dys = dys_buf.get(static_cast<size_t>(per_block * Op * f.Qp));
+    const size_t flat_count = static_cast<size_t>(s.C * (f.QQ + 32)),
+                 dys_count = static_cast<size_t>(per_block * Op * f.Qp);
+    uint16_t* flat = flat_buf.get(flat_count);
+    uint16_t* dys = dys_buf.get(dys_count);
     uint32_t* even = even_buf.get(per_block * pairs_words);
     uint32_t* odd = odd_buf.get(per_block * pairs_words);
+    // the zeros around the pixels (and at the dropped positions, and past O), for every image of
+    // the call: each image writes only its own values
+    std::fill(flat, flat + flat_count, uint16_t(0));
+    std::fill(dys, dys + dys_count, uint16_t(0));
     amx::configure_tiles();
     for (int64_t k = k0; k < k1; ++k) {
       const int64_t n_begin = k * per_block, n_end = std::min(s.N, n_begin + per_block);
@@ -276,11 +299,8 @@ bool conv2d_bf16_implicit_backward(const uint16_t* x, const uint16_t* w, const u
       for (int64_t n = n_begin; n < n_end; ++n) {
         const int64_t i = n - n_begin;
         uint16_t* d = dys + i * Op * f.Qp;  // dy[n] on the flat positions, zero at the dropped ones
-        std::fill(d, d + Op * f.Qp, uint16_t(0));
         for (int64_t o = 0; o < s.O; ++o)
-          for (int64_t oh = 0; oh < s.H_out; ++oh)
-            std::memcpy(d + o * f.Qp + oh * f.Wp, dy + ((n * s.O + o) * s.H_out + oh) * s.W_out,
-                        static_cast<size_t>(s.W_out) * 2);
+          copy_rows(dy + (n * s.O + o) * s.H_out * s.W_out, s.H_out, s.W_out, d + o * f.Qp, f.Wp);
         fill_flat(x + n * s.C * s.H * s.W, s.C, s.H, s.W, s.pad_h, s.pad_w, f, flat);
         pixel_pairs(flat, s.C, Cp, f, 0, even + i * pairs_words);
         pixel_pairs(flat, s.C, Cp, f, 1, odd + i * pairs_words);

@@ -124,6 +124,7 @@ const Conv2dShape kShapes[] = {
     conv_shape(2, 64, 7, 7, 64, 3, 1, 1, 1),  // the reference CNN's second layer's channels
     conv_shape(3, 45, 6, 11, 70, 3, 1, 0, 1),  // channels off the tiles, no padding
     conv_shape(2, 16, 5, 9, 8, 2, 1, 1, 1),  // an even kernel
+    conv_shape(2, 12, 5, 37, 20, 3, 1, 1, 1),  // rows wider than 16 (the implicit kernel copies 16 at a time)
 };
 
 #define SKIP_WITHOUT_BF16_GEMM() \
