@@ -41,9 +41,10 @@ Variable conv2d(const Variable& x_in, const Variable& w_in, const Variable& b_in
       y, {x.input, w.input, b},
       [tx = x.data, tw = w.data, cast_x = x.cast, cast_w = w.cast, has_bias = b.defined(),
        need_dx = x.input.requires_grad(), p](const Tensor& dy) -> std::vector<Tensor> {
-        Conv2dGrads g = conv2d_backward(tx, tw, dy, has_bias, p, need_dx);
-        return {AutocastCast::gradient(g.dx, tx.dtype(), cast_x), AutocastCast::gradient(g.dw, tw.dtype(), cast_w),
-                g.db};
+        // dx rounded as the tensor op stores it where this node cast x (AutocastCast::gradient's bits)
+        Conv2dGrads g = conv2d_backward(tx, tw, dy, has_bias, p, need_dx, cast_x ? tx.dtype() : DType::Float32);
+        return {cast_x ? g.dx : AutocastCast::gradient(g.dx, tx.dtype(), false),
+                AutocastCast::gradient(g.dw, tw.dtype(), cast_w), g.db};
       },
       "Conv2dBackward");
 }

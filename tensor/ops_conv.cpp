@@ -14,6 +14,7 @@
 #include "minidl/kernels/cpu/conv2d.h"
 #include "minidl/kernels/cpu/conv2d_bf16.h"
 #include "minidl/tensor/creation.h"
+#include "minidl/tensor/ops.h"
 #include "minidl/tensor/ops_nn.h"
 #include "minidl/tensor/cuda_dispatch.h"
 #include "minidl/tensor/ops_nn_checks.h"
@@ -120,8 +121,11 @@ Tensor conv2d_forward(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in
 }
 
 Conv2dGrads conv2d_backward(const Tensor& x_in, const Tensor& w_in, const Tensor& dy_in, bool has_bias,
-                            const Conv2dParams& p, bool need_dx) {
+                            const Conv2dParams& p, bool need_dx, DType round_dx) {
   constexpr const char* op = "conv2d_backward";
+  if (round_dx != DType::Float32 && !is_half(round_dx))
+    throw std::invalid_argument(std::string(op) + ": round_dx must be bfloat16, float16 or float32 (none), got " +
+                                dtype_name(round_dx));
   const bool cuda = cuda_dispatch::on_cuda({&x_in, &w_in, &dy_in}, op);
   const kernels::cpu::Conv2dShape s = conv_shape(x_in, w_in, Tensor(), p, op);
   nn_checks::require_float(dy_in, op, "grad_output");
@@ -136,7 +140,8 @@ Conv2dGrads conv2d_backward(const Tensor& x_in, const Tensor& w_in, const Tensor
     if (need_dx) g.dx = Tensor(x.shape(), DType::Float32);
     g.dw = Tensor(w.shape(), DType::Float32);
     kernels::cpu::conv2d_bf16_backward(bits(x), bits(w), bits(dy16), s, need_dx ? g.dx.data<float>() : nullptr,
-                                       g.dw.data<float>());
+                                       g.dw.data<float>(), round_dx == DType::BFloat16);
+    if (need_dx && round_dx == DType::Float16) g.dx = round_to(g.dx, round_dx);
     if (has_bias) {
       g.db = Tensor({s.O}, DType::Float32);
       kernels::cpu::conv2d_bf16_bias_grad(bits(dy16), s, g.db.data<float>());
@@ -152,6 +157,7 @@ Conv2dGrads conv2d_backward(const Tensor& x_in, const Tensor& w_in, const Tensor
     kernels::cuda::conv2d_backward(cuda_dispatch::elem(x.dtype()), cuda_geometry(s), x.raw_data(), w.raw_data(),
                                    dy.raw_data(), need_dx ? g.dx.raw_data() : nullptr, g.dw.raw_data(),
                                    has_bias ? g.db.raw_data() : nullptr);
+    if (need_dx && round_dx != DType::Float32) g.dx = round_to(g.dx, round_dx);
     return g;
   }
   if (need_dx) g.dx = Tensor(x.shape(), x.dtype());
@@ -162,6 +168,7 @@ Conv2dGrads conv2d_backward(const Tensor& x_in, const Tensor& w_in, const Tensor
     kernels::cpu::conv2d_backward(x.data<T>(), w.data<T>(), dy.data<T>(), s, need_dx ? g.dx.data<T>() : nullptr,
                                   g.dw.data<T>(), has_bias ? g.db.data<T>() : nullptr);
   });
+  if (need_dx && round_dx != DType::Float32) g.dx = round_to(g.dx, round_dx);
   return g;
 }
 

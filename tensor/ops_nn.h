@@ -30,9 +30,11 @@ struct Conv2dGrads {
 // need_dx = false skips the input gradient (a first layer's input needs none). dy has y's dtype,
 // and so do dx, dw and db; for 16-bit x and w (dy float32) the bfloat16 kernel multiplies dy
 // rounded to bfloat16 (as linear's backward under autocast, and PyTorch's), the float32 kernels on
-// widened operands the float32 dy itself.
+// widened operands the float32 dy itself. round_dx (BFloat16 or Float16; Float32: none): dx rounded
+// to that precision and kept in its dtype — autocast's input gradient — as the bfloat16 kernel
+// stores it, else in a pass after (the same bits either way).
 Conv2dGrads conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, bool has_bias, const Conv2dParams& p,
-                            bool need_dx = true);
+                            bool need_dx = true, DType round_dx = DType::Float32);
 
 // Transposed convolution (torch.nn.functional.conv_transpose2d), the adjoint of conv2d in its
 // input: forward is conv2d's input gradient with x as the output gradient, backward is conv2d

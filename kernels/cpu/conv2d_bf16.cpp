@@ -11,6 +11,7 @@
 #include "minidl/kernels/cpu/aligned_buffer.h"
 #include "minidl/kernels/cpu/gemm_bf16.h"
 #include "minidl/kernels/cpu/half.h"
+#include "minidl/kernels/cpu/half_span.h"
 #include "minidl/kernels/cpu/im2col.h"
 #include "minidl/kernels/cpu/parallel.h"
 #include "minidl/kernels/cpu/reduce.h"
@@ -40,7 +41,7 @@ bool conv2d_bf16_im2col_forward(const uint16_t* x, const uint16_t* w, const floa
 }
 
 bool conv2d_bf16_im2col_backward(const uint16_t* x, const uint16_t* w, const uint16_t* dy, const Conv2dShape& s,
-                                 float* dx, float* dw) {
+                                 float* dx, float* dw, bool round_dx) {
   if (!gemm_bf16_supported() || s.groups != 1) return false;
   const ConvGeometry geo = s.group_geometry();
   const int64_t K = s.C * s.kH * s.kW, L = s.H_out * s.W_out, w_numel = s.O * K;
@@ -68,14 +69,15 @@ bool conv2d_bf16_im2col_backward(const uint16_t* x, const uint16_t* w, const uin
         gemm_bf16(s.O, K, L, dy_n, L, false, col_n, L, true, dw_k, K, 1.0f, n == n_begin ? 0.0f : 1.0f);
         if (!dx) continue;
         float* dx_n = dx + n * s.C * s.H * s.W;
-        if (in_place) {  // dx[n] (C, L) = w^T (C, O) · dy[n] (O, L)
-          gemm_bf16(K, L, s.O, w, K, true, dy_n, L, false, dx_n, L);
+        if (in_place) {  // dx[n] (C, L) = w^T (C, O) · dy[n] (O, L), rounded as stored where asked
+          gemm_bf16(K, L, s.O, w, K, true, dy_n, L, false, dx_n, L, 1.0f, 0.0f, round_dx);
           continue;
         }
         // dcol (K, L) = w^T (K, O) · dy[n] (O, L), scattered back into dx[n]
         gemm_bf16(K, L, s.O, w, K, true, dy_n, L, false, dcol, L);
         std::fill(dx_n, dx_n + s.C * s.H * s.W, 0.0f);
         col2im(dcol, geo, dx_n);
+        if (round_dx) round_to_bf16_span(dx_n, dx_n, s.C * s.H * s.W);  // while dx[n] is in cache
       }
     }
   });
@@ -132,8 +134,9 @@ bool conv2d_bf16_forward(const uint16_t* x, const uint16_t* w, const float* b, c
 }
 
 bool conv2d_bf16_backward(const uint16_t* x, const uint16_t* w, const uint16_t* dy, const Conv2dShape& s, float* dx,
-                          float* dw) {
-  return conv2d_bf16_implicit_backward(x, w, dy, s, dx, dw) || conv2d_bf16_im2col_backward(x, w, dy, s, dx, dw);
+                          float* dw, bool round_dx) {
+  return conv2d_bf16_implicit_backward(x, w, dy, s, dx, dw, round_dx) ||
+         conv2d_bf16_im2col_backward(x, w, dy, s, dx, dw, round_dx);
 }
 
 }  // namespace minidl::kernels::cpu

@@ -39,10 +39,11 @@ bool conv2d_bf16_pays(const Conv2dShape& s);
 bool conv2d_bf16_forward(const uint16_t* x, const uint16_t* w, const float* b, const Conv2dShape& s, float* y);
 
 // dy (N, O, H_out, W_out) bf16 -> dx (N, C, H, W) float32 (null: not wanted) and dw (O, C, kH, kW)
-// float32, likewise (the bias gradient: conv2d_bf16_bias_grad). False, nothing
-// written, where gemm_bf16 does not run or with groups.
+// float32, likewise (the bias gradient: conv2d_bf16_bias_grad); round_dx: dx rounded to bfloat16
+// precision as it is stored (autocast's input gradient), the same bits as a rounding pass after.
+// False, nothing written, where gemm_bf16 does not run or with groups.
 bool conv2d_bf16_backward(const uint16_t* x, const uint16_t* w, const uint16_t* dy, const Conv2dShape& s, float* dx,
-                          float* dw);
+                          float* dw, bool round_dx = false);
 
 // dy (N, O, H_out, W_out) bf16 -> db (O) float32: conv2d_bias_grad's sums (double, the same order)
 // of the widened values, read in place (no float32 copy of dy).
@@ -53,7 +54,7 @@ void conv2d_bf16_bias_grad(const uint16_t* dy, const Conv2dShape& s, float* db);
 // bfloat16 GEMM or with groups.
 bool conv2d_bf16_im2col_forward(const uint16_t* x, const uint16_t* w, const float* b, const Conv2dShape& s, float* y);
 bool conv2d_bf16_im2col_backward(const uint16_t* x, const uint16_t* w, const uint16_t* dy, const Conv2dShape& s,
-                                 float* dx, float* dw);
+                                 float* dx, float* dw, bool round_dx = false);
 
 // The implicit-GEMM kernel on AMX tiles (conv2d_bf16_implicit.cpp), which conv2d_bf16_forward /
 // _backward run where it applies: stride 1, one group, a kernel larger than 1x1 (a 1x1 one reads
@@ -64,6 +65,6 @@ bool conv2d_bf16_im2col_backward(const uint16_t* x, const uint16_t* w, const uin
 bool conv2d_bf16_implicit_applies(const Conv2dShape& s);
 bool conv2d_bf16_implicit_forward(const uint16_t* x, const uint16_t* w, const float* b, const Conv2dShape& s, float* y);
 bool conv2d_bf16_implicit_backward(const uint16_t* x, const uint16_t* w, const uint16_t* dy, const Conv2dShape& s,
-                                   float* dx, float* dw);
+                                   float* dx, float* dw, bool round_dx = false);
 
 }  // namespace minidl::kernels::cpu

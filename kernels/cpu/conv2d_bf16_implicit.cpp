@@ -28,6 +28,7 @@
 
 #include "minidl/kernels/cpu/aligned_buffer.h"
 #include "minidl/kernels/cpu/amx_tiles.h"
+#include "minidl/kernels/cpu/bf16_round_avx512.h"
 #include "minidl/kernels/cpu/conv2d_bf16.h"
 #include "minidl/kernels/cpu/gemm_bf16.h"
 #include "minidl/kernels/cpu/gemm_bf16_pack.h"
@@ -98,9 +99,10 @@ MINIDL_BF16_TARGET void channel_pairs(const uint16_t* x, int64_t C, int64_t H, i
   }
 }
 
-// out (C_out, H_out, W_out) = the sums' rows (C_out, Qp) without the dropped positions, + bias.
+// out (C_out, H_out, W_out) = the sums' rows (C_out, Qp) without the dropped positions, + bias;
+// round: each rounded to bfloat16 precision (kept float32) as it is stored.
 MINIDL_BF16_TARGET void store_outputs(const float* sums, int64_t C_out, int64_t H_out, int64_t W_out, const Flat& f,
-                                      const float* bias, float* out) {
+                                      const float* bias, bool round, float* out) {
   for (int64_t o = 0; o < C_out; ++o) {
     const __m512 b = _mm512_set1_ps(bias ? bias[o] : 0.0f);
     for (int64_t oh = 0; oh < H_out; ++oh) {
@@ -108,7 +110,8 @@ MINIDL_BF16_TARGET void store_outputs(const float* sums, int64_t C_out, int64_t 
       float* dst = out + (o * H_out + oh) * W_out;
       for (int64_t w0 = 0; w0 < W_out; w0 += 16) {
         const __mmask16 m = first_n(W_out - w0);
-        _mm512_mask_storeu_ps(dst + w0, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, src + w0), b));
+        const __m512 v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, src + w0), b);
+        _mm512_mask_storeu_ps(dst + w0, m, round ? round_bf16_ps(v) : v);
       }
     }
   }
@@ -177,11 +180,11 @@ MINIDL_AMX_TARGET void forward_tiles(const uint32_t* pairs, const uint16_t* wt, 
 }
 
 // One stride-1 convolution of a batch, (N, C_in, H, W) bf16 -> (N, C_out, H_out, W_out) float32
-// (+ bias), the weights given as weight(o, c, t).
+// (+ bias; rounded to bfloat16 precision where `round`), the weights given as weight(o, c, t).
 template <class Weight>
 void implicit_conv(const uint16_t* in, int64_t N, int64_t C_in, int64_t H, int64_t W, int64_t kH, int64_t kW,
                    int64_t pad_h, int64_t pad_w, int64_t dil_h, int64_t dil_w, int64_t C_out, int64_t H_out,
-                   int64_t W_out, Weight weight, const float* bias, float* out) {
+                   int64_t W_out, Weight weight, const float* bias, bool round, float* out) {
   const Flat f(H, W, kH, kW, pad_h, pad_w, dil_h, dil_w, H_out);
   const int64_t Cp = round_up(C_in, 32), Op = round_up(C_out, 32);
   const std::vector<uint16_t> wt = pack_weight_tiles(kH * kW, C_in, C_out, weight);
@@ -197,7 +200,7 @@ void implicit_conv(const uint16_t* in, int64_t N, int64_t C_in, int64_t H, int64
     for (int64_t n = n0; n < n1; ++n) {
       channel_pairs(in + n * C_in * H * W, C_in, H, W, pad_h, pad_w, f, pr);
       forward_tiles(pr, wt.data(), Cp, C_out, f, sm);
-      store_outputs(sm, C_out, H_out, W_out, f, bias, out + n * C_out * H_out * W_out);
+      store_outputs(sm, C_out, H_out, W_out, f, bias, round, out + n * C_out * H_out * W_out);
     }
     amx::release_tiles();
   });
@@ -255,19 +258,20 @@ bool conv2d_bf16_implicit_forward(const uint16_t* x, const uint16_t* w, const fl
   const int64_t taps = s.kH * s.kW;
   implicit_conv(
       x, s.N, s.C, s.H, s.W, s.kH, s.kW, s.pad_h, s.pad_w, s.dil_h, s.dil_w, s.O, s.H_out, s.W_out,
-      [&](int64_t o, int64_t c, int64_t t) { return w[(o * s.C + c) * taps + t]; }, b, y);
+      [&](int64_t o, int64_t c, int64_t t) { return w[(o * s.C + c) * taps + t]; }, b, false, y);
   return true;
 }
 
 bool conv2d_bf16_implicit_backward(const uint16_t* x, const uint16_t* w, const uint16_t* dy, const Conv2dShape& s,
-                                   float* dx, float* dw) {
+                                   float* dx, float* dw, bool round_dx) {
   if (!conv2d_bf16_implicit_applies(s)) return false;
   const int64_t taps = s.kH * s.kW;
   if (dx)  // the convolution of dy with w flipped and transposed: dx[c] += w[o, c, kH-1-kh, kW-1-kw] dy[o, ...]
     implicit_conv(
         dy, s.N, s.O, s.H_out, s.W_out, s.kH, s.kW, s.dil_h * (s.kH - 1) - s.pad_h, s.dil_w * (s.kW - 1) - s.pad_w,
         s.dil_h, s.dil_w, s.C, s.H, s.W,
-        [&](int64_t c, int64_t o, int64_t t) { return w[(o * s.C + c) * taps + (taps - 1 - t)]; }, nullptr, dx);
+        [&](int64_t c, int64_t o, int64_t t) { return w[(o * s.C + c) * taps + (taps - 1 - t)]; }, nullptr, round_dx,
+        dx);
   // dw in conv2d's fixed blocks of images, added in order
   const Flat f(s.H, s.W, s.kH, s.kW, s.pad_h, s.pad_w, s.dil_h, s.dil_w, s.H_out);
   const int64_t Cp = round_up(s.C, 32), Op = round_up(s.O, 32), w_numel = s.O * s.C * taps;
@@ -321,7 +325,7 @@ bool conv2d_bf16_implicit_forward(const uint16_t*, const uint16_t*, const float*
   return false;
 }
 bool conv2d_bf16_implicit_backward(const uint16_t*, const uint16_t*, const uint16_t*, const Conv2dShape&, float*,
-                                   float*) {
+                                   float*, bool) {
   return false;
 }
 #endif

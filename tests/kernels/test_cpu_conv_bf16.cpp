@@ -17,6 +17,7 @@
 
 #include "minidl/kernels/cpu/conv2d.h"
 #include "minidl/kernels/cpu/conv2d_bf16.h"
+#include "minidl/kernels/cpu/half_span.h"
 #include "minidl/kernels/cpu/gemm_bf16.h"
 #include "minidl/kernels/cpu/half.h"
 #include "minidl/kernels/cpu/parallel.h"
@@ -86,7 +87,7 @@ void expect_matches(const std::vector<float>& got, const std::vector<float>& ref
 struct Kernel {
   const char* name;
   bool (*forward)(const uint16_t*, const uint16_t*, const float*, const Conv2dShape&, float*);
-  bool (*backward)(const uint16_t*, const uint16_t*, const uint16_t*, const Conv2dShape&, float*, float*);
+  bool (*backward)(const uint16_t*, const uint16_t*, const uint16_t*, const Conv2dShape&, float*, float*, bool);
 };
 const Kernel kDispatch{"conv2d_bf16", k::conv2d_bf16_forward, k::conv2d_bf16_backward};
 const Kernel kIm2col{"im2col", k::conv2d_bf16_im2col_forward, k::conv2d_bf16_im2col_backward};
@@ -106,7 +107,7 @@ void check(const Kernel& kernel, const Conv2dShape& s, bool with_bias, bool with
 
   std::vector<float> dx(with_dx ? x_n : 0, 7.0f), dw(w_n, 7.0f), dx_ref(x_n), dw_ref(w_n);
   ASSERT_TRUE(
-      kernel.backward(x.bits.data(), w.bits.data(), dy.bits.data(), s, with_dx ? dx.data() : nullptr, dw.data()))
+      kernel.backward(x.bits.data(), w.bits.data(), dy.bits.data(), s, with_dx ? dx.data() : nullptr, dw.data(), false))
       << name;
   k::conv2d_backward_reference(x.wide.data(), w.wide.data(), dy.wide.data(), s, dx_ref.data(), dw_ref.data(),
                                static_cast<float*>(nullptr));
@@ -150,6 +151,25 @@ TEST(CpuConvBf16, KernelsMatchReferenceWithinRounding) {
     for (const Kernel* kernel : {&kIm2col, &kImplicit}) {
       if (kernel == &kImplicit && !k::conv2d_bf16_implicit_applies(s)) continue;
       check(*kernel, s, true, true, false);
+    }
+}
+
+// round_dx: each kernel stores dx rounded to bfloat16 precision — the bits of its unrounded dx
+// rounded after (round_to_bf16_span) — and dw unchanged.
+TEST(CpuConvBf16, RoundedInputGradientIsTheUnroundedOneRounded) {
+  SKIP_WITHOUT_BF16_GEMM();
+  for (const Conv2dShape& s : kShapes)
+    for (const Kernel* kernel : {&kDispatch, &kIm2col, &kImplicit}) {
+      if (kernel == &kImplicit && !k::conv2d_bf16_implicit_applies(s)) continue;
+      const size_t x_n = static_cast<size_t>(s.N * s.C * s.H * s.W), w_n = static_cast<size_t>(s.O * s.C * s.kH * s.kW);
+      const Bf16Values x(x_n, 11, false), w(w_n, 12, false),
+          dy(static_cast<size_t>(s.N * s.O * s.H_out * s.W_out), 13, false);
+      std::vector<float> dx(x_n), dw(w_n), dx_r(x_n, 7.0f), dw_r(w_n, 7.0f);
+      ASSERT_TRUE(kernel->backward(x.bits.data(), w.bits.data(), dy.bits.data(), s, dx.data(), dw.data(), false));
+      ASSERT_TRUE(kernel->backward(x.bits.data(), w.bits.data(), dy.bits.data(), s, dx_r.data(), dw_r.data(), true));
+      k::round_to_bf16_span(dx.data(), dx.data(), static_cast<int64_t>(x_n));
+      EXPECT_EQ(dx_r, dx) << kernel->name << ", " << what(s);
+      EXPECT_EQ(dw_r, dw) << kernel->name << ", " << what(s);
     }
 }
 

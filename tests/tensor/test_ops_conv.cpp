@@ -229,3 +229,29 @@ TEST(Conv2d, BFloat16OperandsGiveTheFloat32OpOfTheWidenedOperands) {
   EXPECT_THROW_MSG(conv2d_backward(x16, w16, zeros({1, 8, 3, 3}).to(DType::BFloat16), true, {}), std::invalid_argument,
                    "conv2d_backward: expected grad_output float32[1, 8, 3, 3]");
 }
+
+// round_dx: dx rounded to that precision, the bits of round_to(unrounded dx) on every path — the
+// bfloat16 kernels' rounded stores (implicit, im2col, 1x1 in place), the widened float32 kernels
+// (one input channel, float16 operands), float32 operands — with dw and db untouched.
+TEST(Conv2d, RoundedInputGradientIsRoundToOfTheUnroundedOne) {
+  std::vector<ConvCase> cases = conv_cases();
+  cases.push_back({"16 channels, 3x3, padding 1", {2, 16, 6, 7}, {8, 16, 3, 3}, {.pad_h = 1, .pad_w = 1}});
+  cases.push_back({"16 channels, 3x3, stride 2", {2, 16, 9, 9}, {8, 16, 3, 3}, {.stride_h = 2, .stride_w = 2}});
+  cases.push_back({"12 channels, 1x1", {2, 12, 5, 6}, {20, 12, 1, 1}, {}});
+  cases.push_back({"one channel, 3x3", {3, 1, 9, 9}, {8, 1, 3, 3}, {.pad_h = 1, .pad_w = 1}});
+  for (const ConvCase& c : cases)
+    for (const DType low : {DType::BFloat16, DType::Float16, DType::Float32}) {
+      const Tensor x = randn(c.x, RandomKey{41, 1}).to(low), w = randn(c.w, RandomKey{41, 2}).to(low);
+      const Tensor dy = randn(conv2d_forward(x, w, Tensor(), c.p).shape(), RandomKey{41, 3});
+      const DType round = low == DType::Float32 ? DType::BFloat16 : low;
+      const Conv2dGrads plain = conv2d_backward(x, w, dy, true, c.p);
+      const Conv2dGrads rounded = conv2d_backward(x, w, dy, true, c.p, true, round);
+      const std::string what = std::string(c.name) + ", " + dtype_name(low) + " operands";
+      expect_equal(rounded.dx, round_to(plain.dx, round), what + ": dx");
+      expect_equal(rounded.dw, plain.dw, what + ": dw");
+      expect_equal(rounded.db, plain.db, what + ": db");
+    }
+  const Tensor x = zeros({1, 3, 5, 5}), w = zeros({8, 3, 3, 3});
+  EXPECT_THROW_MSG(conv2d_backward(x, w, zeros({1, 8, 3, 3}), true, {}, true, DType::Int64), std::invalid_argument,
+                   "conv2d_backward: round_dx must be bfloat16, float16 or float32 (none), got int64");
+}
