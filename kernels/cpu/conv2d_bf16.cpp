@@ -87,36 +87,37 @@ bool conv2d_bf16_im2col_backward(const uint16_t* x, const uint16_t* w, const uin
 
 #if defined(__x86_64__) && defined(__GNUC__)
 namespace {
-// conv2d_bias_grad's sums on bfloat16 dy, eight values a vector: lane j of acc is its partial sum
-// acc[j] (the ragged end adds to the first lanes only), the same double additions in the same
-// order, so the same bits as the generic loop, which the compiler leaves at two doubles a step.
-__attribute__((target("avx512f,avx512bw,avx512vl"))) void bias_grad_avx512(const uint16_t* dy, const Conv2dShape& s,
-                                                                           float* db) {
-  const int64_t L = s.H_out * s.W_out, image_stride = s.O * L;
-  auto widen8 = [](const uint16_t* p, __mmask8 m) {  // 8 bfloat16 -> 8 doubles (zeros off the mask)
-    const __m256i bits = _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_maskz_loadu_epi16(m, p)), 16);
-    return _mm512_cvtps_pd(_mm256_castsi256_ps(bits));
-  };
-  parallel_for(s.O, conv_grain(s.N * L), [&](int64_t o0, int64_t o1) {
-    for (int64_t o = o0; o < o1; ++o) {
-      __m512d acc = _mm512_setzero_pd();
-      for (int64_t n = 0; n < s.N; ++n) {
-        const uint16_t* plane = dy + n * image_stride + o * L;
-        int64_t l = 0;
-        for (; l + 8 <= L; l += 8) acc = _mm512_add_pd(acc, widen8(plane + l, 0xFF));
-        if (l < L) {
-          const __mmask8 m = static_cast<__mmask8>((1u << (L - l)) - 1);
-          acc = _mm512_mask_add_pd(acc, m, acc, widen8(plane + l, m));
-        }
-      }
-      alignas(64) double lanes[8];
-      _mm512_store_pd(lanes, acc);
-      double sum = 0;
-      for (double a : lanes) sum += a;
-      db[o] = static_cast<float>(sum);
-    }
-  });
+#define MINIDL_BIAS_GRAD_TARGET __attribute__((target("avx512f,avx512bw,avx512vl")))
+
+// 8 bfloat16 -> 8 doubles (zeros off the mask)
+MINIDL_BIAS_GRAD_TARGET inline __m512d widen8(const uint16_t* p, __mmask8 m) {
+  const __m256i bits = _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_maskz_loadu_epi16(m, p)), 16);
+  return _mm512_cvtps_pd(_mm256_castsi256_ps(bits));
 }
+
+// conv2d_bias_grad's sum for channel o on bfloat16 dy, eight values a vector: lane j of acc is its
+// partial sum acc[j] (the ragged end adds to the first lanes only), the same double additions in
+// the same order, so the same bits as the generic loop, which the compiler leaves at two doubles a
+// step.
+MINIDL_BIAS_GRAD_TARGET float bias_grad_channel(const uint16_t* dy, const Conv2dShape& s, int64_t o) {
+  const int64_t L = s.H_out * s.W_out, image_stride = s.O * L;
+  __m512d acc = _mm512_setzero_pd();
+  for (int64_t n = 0; n < s.N; ++n) {
+    const uint16_t* plane = dy + n * image_stride + o * L;
+    int64_t l = 0;
+    for (; l + 8 <= L; l += 8) acc = _mm512_add_pd(acc, widen8(plane + l, 0xFF));
+    if (l < L) {
+      const __mmask8 m = static_cast<__mmask8>((1u << (L - l)) - 1);
+      acc = _mm512_mask_add_pd(acc, m, acc, widen8(plane + l, m));
+    }
+  }
+  alignas(64) double lanes[8];
+  _mm512_store_pd(lanes, acc);
+  double sum = 0;
+  for (double a : lanes) sum += a;
+  return static_cast<float>(sum);
+}
+#undef MINIDL_BIAS_GRAD_TARGET
 }  // namespace
 #endif
 
@@ -124,7 +125,12 @@ void conv2d_bf16_bias_grad(const uint16_t* dy, const Conv2dShape& s, float* db) 
 #if defined(__x86_64__) && defined(__GNUC__)
   static const bool avx512 =
       __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
-  if (avx512) return bias_grad_avx512(dy, s, db);
+  if (avx512) {
+    parallel_for(s.O, conv_grain(s.N * s.H_out * s.W_out), [&](int64_t o0, int64_t o1) {
+      for (int64_t o = o0; o < o1; ++o) db[o] = bias_grad_channel(dy, s, o);
+    });
+    return;
+  }
 #endif
   conv2d_bias_grad(dy, s, db, s.O * s.H_out * s.W_out, [](uint16_t h) { return bf16_to_float(h); });
 }
