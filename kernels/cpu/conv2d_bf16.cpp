@@ -9,6 +9,7 @@
 #include <algorithm>
 
 #include "minidl/kernels/cpu/aligned_buffer.h"
+#include "minidl/kernels/cpu/cpu_features.h"
 #include "minidl/kernels/cpu/gemm_bf16.h"
 #include "minidl/kernels/cpu/half.h"
 #include "minidl/kernels/cpu/half_span.h"
@@ -87,10 +88,8 @@ bool conv2d_bf16_im2col_backward(const uint16_t* x, const uint16_t* w, const uin
 
 #if defined(__x86_64__) && defined(__GNUC__)
 namespace {
-#define MINIDL_BIAS_GRAD_TARGET __attribute__((target("avx512f,avx512bw,avx512vl")))
-
 // 8 bfloat16 -> 8 doubles (zeros off the mask)
-MINIDL_BIAS_GRAD_TARGET inline __m512d widen8(const uint16_t* p, __mmask8 m) {
+MINIDL_AVX512_BW_VL_TARGET inline __m512d widen8(const uint16_t* p, __mmask8 m) {
   const __m256i bits = _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_maskz_loadu_epi16(m, p)), 16);
   return _mm512_cvtps_pd(_mm256_castsi256_ps(bits));
 }
@@ -99,7 +98,7 @@ MINIDL_BIAS_GRAD_TARGET inline __m512d widen8(const uint16_t* p, __mmask8 m) {
 // partial sum acc[j] (the ragged end adds to the first lanes only), the same double additions in
 // the same order, so the same bits as the generic loop, which the compiler leaves at two doubles a
 // step.
-MINIDL_BIAS_GRAD_TARGET float bias_grad_channel(const uint16_t* dy, const Conv2dShape& s, int64_t o) {
+MINIDL_AVX512_BW_VL_TARGET float bias_grad_channel(const uint16_t* dy, const Conv2dShape& s, int64_t o) {
   const int64_t L = s.H_out * s.W_out, image_stride = s.O * L;
   __m512d acc = _mm512_setzero_pd();
   for (int64_t n = 0; n < s.N; ++n) {
@@ -117,15 +116,12 @@ MINIDL_BIAS_GRAD_TARGET float bias_grad_channel(const uint16_t* dy, const Conv2d
   for (double a : lanes) sum += a;
   return static_cast<float>(sum);
 }
-#undef MINIDL_BIAS_GRAD_TARGET
 }  // namespace
 #endif
 
 void conv2d_bf16_bias_grad(const uint16_t* dy, const Conv2dShape& s, float* db) {
 #if defined(__x86_64__) && defined(__GNUC__)
-  static const bool avx512 =
-      __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
-  if (avx512) {
+  if (cpu_has_avx512_bw_vl()) {
     parallel_for(s.O, conv_grain(s.N * s.H_out * s.W_out), [&](int64_t o0, int64_t o1) {
       for (int64_t o = o0; o < o1; ++o) db[o] = bias_grad_channel(dy, s, o);
     });

@@ -23,7 +23,6 @@
 // im2col reference on the widened operands (tests/kernels/test_cpu_conv_bf16.cpp).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <algorithm>
-#include <cstring>
 #include <vector>
 
 #include "minidl/kernels/cpu/aligned_buffer.h"

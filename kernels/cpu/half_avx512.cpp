@@ -10,6 +10,7 @@
 #include <algorithm>
 
 #include "minidl/kernels/cpu/bf16_round_avx512.h"
+#include "minidl/kernels/cpu/cpu_features.h"
 #include "minidl/kernels/cpu/half.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -72,24 +73,17 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void float_to_bf16_avx512(c
   }
 }
 
-// Whether this CPU runs the kernels above (checked once).
-bool have_avx512() {
-  static const bool have =
-      __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
-  return have;
-}
-
 }  // namespace
 
 void float_to_bf16_span(const float* x, uint16_t* y, int64_t n) {
-  if (have_avx512())
+  if (cpu_has_avx512_bw_vl())
     float_to_bf16_avx512(x, y, n);
   else
     float_to_bf16_span_reference(x, y, n);
 }
 
 void round_to_bf16_span(const float* x, float* y, int64_t n) {
-  if (have_avx512())
+  if (cpu_has_avx512_bw_vl())
     round_to_bf16_avx512(x, y, n);
   else
     round_to_bf16_span_reference(x, y, n);

@@ -11,6 +11,7 @@
 // the build's -march), and the loop needs masked loads, lane permutes (vpermt2ps) and mask
 // registers for the winner's index, which the vector types do not express.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include "minidl/kernels/cpu/cpu_features.h"
 #include "minidl/kernels/cpu/pool.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -146,8 +147,8 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void relu_grad_plane_avx512
 }
 }  // namespace
 
-bool max_pool2d_plane_2x2_arg_avx512(const float* z, const float* x, int64_t W, int64_t H_out, int64_t W_out,
-                                     float* y, uint8_t* arg, float* x_at) {
+bool max_pool2d_plane_2x2_arg_avx512(const float* z, const float* x, int64_t W, int64_t H_out, int64_t W_out, float* y,
+                                     uint8_t* arg, float* x_at) {
   static const bool have = __builtin_cpu_supports("avx512f");
   if (!have) return false;
   arg_plane_avx512(z, x, W, H_out, W_out, y, arg, x_at);
@@ -156,9 +157,7 @@ bool max_pool2d_plane_2x2_arg_avx512(const float* z, const float* x, int64_t W, 
 
 bool relu_max_pool2d_grad_plane_2x2_avx512(const float* dout, const uint8_t* arg, int64_t W, int64_t H_out,
                                            int64_t W_out, float* g) {
-  static const bool have = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                           __builtin_cpu_supports("avx512vl");
-  if (!have) return false;
+  if (!cpu_has_avx512_bw_vl()) return false;
   relu_grad_plane_avx512(dout, arg, W, H_out, W_out, g);
   return true;
 }
