@@ -191,8 +191,22 @@ void DistributedDataParallel::launch_ready_buckets() {
     }
     const autograd::trace::CollectiveLabel label("DDP bucket", static_cast<int64_t>(next_bucket_ - 1));  // tracing
     // the average over the ranks, in place: of this rank's slab alone when sharded
-    b.work = sharded_ ? group_->reduce_scatter_async(b.buffer, b.slab, ReduceOp::AVG)
-                      : group_->all_reduce_async(b.buffer, ReduceOp::AVG);
+    if (sharded_) {
+      b.work = group_->reduce_scatter_async(b.buffer, b.slab, ReduceOp::AVG);
+    } else if (num_ready_ == params_.size()) {
+      // Backward has nothing left to overlap with, and finalize() waits next: the blocking form,
+      // which a group with a communication thread may run right here (the shared-memory group
+      // does) rather than wake that thread and sleep.
+      try {
+        const autograd::trace::Span wait("DDP wait", autograd::trace::kWait);  // tracing
+        group_->all_reduce(b.buffer, ReduceOp::AVG);
+      } catch (const std::exception& e) {
+        throw_step_failure(e);
+      }
+      b.work = nullptr;  // done: nothing for finalize() to wait for
+    } else {
+      b.work = group_->all_reduce_async(b.buffer, ReduceOp::AVG);
+    }
     if (num_ready_ < params_.size()) ++launched_early_;
   }
 }
@@ -202,6 +216,7 @@ void DistributedDataParallel::finalize() {
   times_.backward = seconds_since(forward_end_);
   const auto t0 = Clock::now();
   for (auto& b : buckets_) {  // the averages are in every .grad of the bucket (views of it)
+    if (!b.work) continue;  // reduced by the blocking form at its launch
     try {
       const autograd::trace::Span wait("DDP wait", autograd::trace::kWait);  // tracing
       b.work->wait();

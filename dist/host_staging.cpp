@@ -55,6 +55,13 @@ std::shared_ptr<Work> HostStagedProcessGroup::all_reduce_async(Tensor& t, Reduce
   return std::make_shared<StagedWork>(std::move(work), [t, host]() mutable { t.copy_(host); });
 }
 
+void HostStagedProcessGroup::all_reduce(Tensor& t, ReduceOp op) {
+  if (!on_cuda(t)) return inner_->all_reduce(t, op);
+  Tensor host = t.to(Device::cpu());
+  inner_->all_reduce(host, op);
+  t.copy_(host);
+}
+
 std::shared_ptr<Work> HostStagedProcessGroup::broadcast_async(Tensor& t, int root) {
   if (!on_cuda(t)) return inner_->broadcast_async(t, root);
   Tensor host = t.to(Device::cpu());

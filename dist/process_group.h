@@ -92,7 +92,10 @@ class ProcessGroup {
   virtual std::shared_ptr<Work> all_gather_into_tensor_async(Tensor& out, const Tensor& input);
 
   // ---- blocking forms ----
-  void all_reduce(Tensor& t, ReduceOp op = ReduceOp::SUM) { all_reduce_async(t, op)->wait(); }
+  // all_reduce: a group with a communication thread may run a blocking all-reduce on the calling
+  // thread instead of handing it over and sleeping until it is done (the shared-memory group
+  // does: on a busy machine waking that thread costs more than a small all-reduce).
+  virtual void all_reduce(Tensor& t, ReduceOp op = ReduceOp::SUM) { all_reduce_async(t, op)->wait(); }
   void broadcast(Tensor& t, int root) { broadcast_async(t, root)->wait(); }
   std::vector<Tensor> all_gather(const Tensor& t);
   Tensor reduce_scatter(const Tensor& input, ReduceOp op = ReduceOp::SUM);

@@ -158,7 +158,7 @@ void ProcessGroupShm::Impl::loop() {
   }
 }
 
-std::shared_ptr<Work> ProcessGroupShm::Impl::issue(const CollectiveDesc& desc, std::function<void()> body) {
+std::shared_ptr<Work> ProcessGroupShm::Impl::issue(const CollectiveDesc& desc, std::function<void()> body, bool wake) {
   if (broken)
     throw std::runtime_error(desc.op + ": the process group is broken by an earlier failure: " + broken_reason);
   Task task;
@@ -170,7 +170,7 @@ std::shared_ptr<Work> ProcessGroupShm::Impl::issue(const CollectiveDesc& desc, s
     std::lock_guard<std::mutex> lock(queue_mutex);
     queue.push_back(std::move(task));
   }
-  queue_cv.notify_one();
+  if (wake) queue_cv.notify_one();
   return work;
 }
 
@@ -299,6 +299,12 @@ bool ProcessGroupShm::is_broken() const { return impl_->broken; }
 const std::string& ProcessGroupShm::segment_name() const { return impl_->name; }
 
 std::shared_ptr<Work> ProcessGroupShm::all_reduce_async(Tensor& t, ReduceOp op) {
+  return issue_all_reduce(t, op, true);
+}
+
+void ProcessGroupShm::all_reduce(Tensor& t, ReduceOp op) { issue_all_reduce(t, op, false)->wait(); }
+
+std::shared_ptr<Work> ProcessGroupShm::issue_all_reduce(Tensor& t, ReduceOp op, bool wake) {
   CollectiveDesc desc = kChecks.all_reduce(t, op);
   const auto n = static_cast<size_t>(t.numel());
   // Every rank's tensor is in a symmetric buffer, or none is (debug mode compares "symmetric").
@@ -306,13 +312,16 @@ std::shared_ptr<Work> ProcessGroupShm::all_reduce_async(Tensor& t, ReduceOp op) 
   if (n > 0 && t.is_contiguous() && !is_half(t.dtype()))  // (16-bit floats are reduced in a float32 copy)
     found = impl_->find_symmetric(static_cast<const char*>(t.raw_data()), n * element_size(t.dtype()));
   if (found) desc.extra += " symmetric";
-  return impl_->issue(desc, [this, t, op, n, found]() mutable {
-    if (n == 0) return;
-    if (found) return impl_->all_reduce_symmetric(found->first, found->second, t.dtype(), n, op);
-    Tensor buf = reduction_buffer(t);  // 16-bit floats: summed in float32
-    impl_->all_reduce(static_cast<char*>(buf.raw_data()), buf.dtype(), n, op);
-    if (!buf.is_same(t)) t.copy_(buf);  // (rounded once)
-  });
+  return impl_->issue(
+      desc,
+      [this, t, op, n, found]() mutable {
+        if (n == 0) return;
+        if (found) return impl_->all_reduce_symmetric(found->first, found->second, t.dtype(), n, op);
+        Tensor buf = reduction_buffer(t);  // 16-bit floats: summed in float32
+        impl_->all_reduce(static_cast<char*>(buf.raw_data()), buf.dtype(), n, op);
+        if (!buf.is_same(t)) t.copy_(buf);  // (rounded once)
+      },
+      wake);
 }
 
 Tensor ProcessGroupShm::empty_symmetric(const Shape& shape, DType dtype, Device device) {

@@ -109,6 +109,10 @@ class ProcessGroupShm : public ProcessGroup {
   std::string backend_name() const override { return "shm"; }
 
   std::shared_ptr<Work> all_reduce_async(Tensor& t, ReduceOp op = ReduceOp::SUM) override;
+  // Run on the calling thread: queued behind the collectives issued before it (which the caller
+  // helps finish, Note [helping] in process_group_shm_impl.h), without waking the communication
+  // thread, whose wake-up would take a core from the ranks' own work on a busy machine.
+  void all_reduce(Tensor& t, ReduceOp op = ReduceOp::SUM) override;
   std::shared_ptr<Work> broadcast_async(Tensor& t, int root) override;
   std::shared_ptr<Work> all_gather_async(const Tensor& t, std::vector<Tensor>& out) override;
   std::shared_ptr<Work> reduce_scatter_async(const Tensor& input, Tensor& out, ReduceOp op = ReduceOp::SUM) override;
@@ -129,6 +133,8 @@ class ProcessGroupShm : public ProcessGroup {
 
  private:
   struct Impl;
+  // all_reduce_async and all_reduce: wake: whether to hand the collective to the thread.
+  std::shared_ptr<Work> issue_all_reduce(Tensor& t, ReduceOp op, bool wake);
   ProcessGroupOptions options_;
   std::unique_ptr<Impl> impl_;
 };

@@ -161,7 +161,9 @@ struct ProcessGroupShm::Impl {
     std::shared_ptr<TaskState> state_;
   };
 
-  std::shared_ptr<Work> issue(const CollectiveDesc& desc, std::function<void()> body);
+  // Queues body as the next collective and wakes the communication thread unless !wake (the
+  // caller is about to wait for it and will run it itself).
+  std::shared_ptr<Work> issue(const CollectiveDesc& desc, std::function<void()> body, bool wake = true);
 
   // Numbers the collective, runs the debug check, runs body (on the thread that runs the task).
   void run_collective(const CollectiveDesc& desc, const std::function<void()>& body);

@@ -1,7 +1,7 @@
 // tests/dist/test_process_group_shm.cpp — what only ProcessGroupShm does, with real ranks
 // (forked processes on this host): tensors larger than the default segment, the fixed summation
-// order, the same bits as Gloo, a rank that exits or never arrives, no segment left behind, two
-// jobs at once, debug mode, ranks on other hosts refused. Every collective of every CPU group:
+// order, the same bits as Gloo, blocking calls run by the caller, a rank that exits or never
+// arrives, no segment left behind, two jobs at once, debug mode, ranks on other hosts refused. Every collective of every CPU group:
 // tests/dist/test_collectives.cpp.
 #include <dirent.h>
 #include <signal.h>
@@ -24,10 +24,10 @@ using minidl::dist::ProcessGroupShm;
 using minidl::dist::ReduceOp;
 using minidl::dist::ShmOptions;
 using minidl::testing::error_of;
-using minidl::testing::quick_options;
-using minidl::testing::require;
 using minidl::testing::expected_reduce;
+using minidl::testing::quick_options;
 using minidl::testing::rank_tensor;
+using minidl::testing::require;
 using minidl::testing::require_equal;
 using ::testing::HasSubstr;
 namespace dist = minidl::dist;
@@ -75,6 +75,24 @@ std::vector<std::string> segments_in_dev_shm() {
     ::closedir(d);
   }
   return names;
+}
+
+// Context switches of this process's threads other than the calling one, from /proc: how often
+// they woke up (voluntary switches: each sleep in a wait, each wake-up after it).
+int64_t other_threads_switches() {
+  int64_t total = 0;
+  const std::string self = std::to_string(::gettid());
+  if (DIR* d = ::opendir("/proc/self/task")) {
+    while (dirent* e = ::readdir(d)) {
+      const std::string tid = e->d_name;
+      if (tid == "." || tid == ".." || tid == self) continue;
+      std::ifstream status("/proc/self/task/" + tid + "/status");
+      for (std::string line; std::getline(status, line);)
+        if (line.rfind("voluntary_ctxt_switches:", 0) == 0) total += std::stoll(line.substr(24));
+    }
+    ::closedir(d);
+  }
+  return total;
 }
 
 }  // namespace
@@ -156,6 +174,23 @@ TEST(ProcessGroupShm, GivesTheSameBitsAsGlooOnTwoRanks) {
   }));
 }
 
+TEST(ProcessGroupShm, ABlockingAllReduceRunsOnTheCallerWithoutWakingTheCommunicationThread) {
+  // 200 blocking all-reduces leave the communication thread asleep: at most a stray wake-up or
+  // two among the process's other threads (0 or 1 in practice). Handed to the thread instead
+  // (all_reduce_async, then wait), the same calls wake it about 100-200 times.
+  EXPECT_NO_THROW(run_shm_world(2, [](ProcessGroupShm& pg) {
+    Tensor t = rank_tensor(pg.rank(), 64, DType::Float32);
+    pg.all_reduce_async(t, ReduceOp::MAX)->wait();  // the thread has started and gone to sleep
+    const int64_t before = other_threads_switches();
+    for (int i = 0; i < 200; ++i) pg.all_reduce(t, ReduceOp::MAX);
+    const int64_t woke = other_threads_switches() - before;
+    require(woke <= 5,
+            "blocking all-reduces leave the other threads asleep, they woke " + std::to_string(woke) + " times");
+    require_equal(t, expected_reduce(2, 64, DType::Float32, ReduceOp::MAX), "the maxima");
+    return std::string();
+  }));
+}
+
 TEST(ProcessGroupShm, ARankThatExitsMidCollectiveMakesTheOthersFailNamingIt) {
   // Rank 1 leaves with _exit while it and the others run a long stream of all-reduces. With a
   // 20 s timeout, ranks 0 and 2 must fail within a second or two, naming rank 1 and its pid,
@@ -190,8 +225,8 @@ TEST(ProcessGroupShm, ARankThatExitsMidCollectiveMakesTheOthersFailNamingIt) {
     EXPECT_THAT(res, HasSubstr("all_reduce #")) << r;
     const bool exit_named = res.find("(float32[262144]): rank 1 (pid ") != std::string::npos &&
                             res.find(") exited while the others waited") != std::string::npos;
-    const bool gave_up = res.find("(float32[262144]): rank " + std::to_string(2 - r) + " gave up on it") !=
-                         std::string::npos;
+    const bool gave_up =
+        res.find("(float32[262144]): rank " + std::to_string(2 - r) + " gave up on it") != std::string::npos;
     EXPECT_TRUE(exit_named || gave_up) << r << ": " << res;
     named += exit_named ? 1 : 0;
     EXPECT_THAT(res.substr(res.rfind('|')), HasSubstr("barrier: the process group is broken by an earlier failure"));
@@ -290,22 +325,25 @@ TEST(ProcessGroupShm, TwoJobsOnOneHostRunAtOnce) {
   uint16_t port_b = dist::find_free_port("127.0.0.1");
   while (port_b == port_a) port_b = dist::find_free_port("127.0.0.1");
   auto job = [](double offset, uint16_t port) {
-    return dist::spawn_with_results(2, [offset](int) {
-      dist::WorldInfo w = dist::world_info_from_env();
-      dist::TCPStore store(w.master_addr, {.port = w.master_port, .is_server = w.rank == 0, .timeout = 10s});
-      std::string name;
-      {
-        ProcessGroupShm pg(store, w.rank, w.world_size, quick_options(), kSmall);
-        name = pg.segment_name();
-        for (int i = 0; i < 300; ++i) {
-          Tensor t = minidl::full({3000}, offset + w.rank + i);
-          pg.all_reduce(t);
-          require_equal(t, minidl::full({3000}, 2 * (offset + i) + 1), "job " + std::to_string(offset));
-        }
-      }
-      minidl::testing::count_rendezvous(store, w.rank, w.world_size);
-      return name;
-    }, dist::SpawnOptions{.master_port = port});
+    return dist::spawn_with_results(
+        2,
+        [offset](int) {
+          dist::WorldInfo w = dist::world_info_from_env();
+          dist::TCPStore store(w.master_addr, {.port = w.master_port, .is_server = w.rank == 0, .timeout = 10s});
+          std::string name;
+          {
+            ProcessGroupShm pg(store, w.rank, w.world_size, quick_options(), kSmall);
+            name = pg.segment_name();
+            for (int i = 0; i < 300; ++i) {
+              Tensor t = minidl::full({3000}, offset + w.rank + i);
+              pg.all_reduce(t);
+              require_equal(t, minidl::full({3000}, 2 * (offset + i) + 1), "job " + std::to_string(offset));
+            }
+          }
+          minidl::testing::count_rendezvous(store, w.rank, w.world_size);
+          return name;
+        },
+        dist::SpawnOptions{.master_port = port});
   };
   std::vector<std::string> a, b;
   std::string error_a, error_b;
