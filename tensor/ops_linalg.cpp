@@ -277,11 +277,22 @@ std::pair<Tensor, Tensor> mm_and_row_sums(const Tensor& a, const Tensor& b) {
     return {out, sum(a.to(out.dtype()), {1})};
   }
   if (widen_bf16(a)) return mm_and_row_sums(a.to(DType::Float32), b.to(DType::Float32));
-  if (a.dtype() == DType::BFloat16) {  // the product, then op(A)'s rows summed in double in k order
-    std::pair<Tensor, Tensor> r{mm(a, b), Tensor({a.size(0)}, DType::Float32)};
-    // op(A) as the transpose of a (k, n) matrix with rows `ld` apart (linear's dy^T): its row sums
-    // are that matrix's column sums, read in place; otherwise a contiguous copy's rows
+  if (a.dtype() == DType::BFloat16) {  // op(A)'s rows summed in double in k order
+    // op(A) as the transpose of a (k, n) matrix with rows `ld` apart (linear's dy^T): the GEMM sums
+    // them while it packs A (kernels::cpu::gemm_bf16_row_sums)
     const bool columns = a.stride(0) == 1 && a.stride(1) >= a.size(0);
+    if (columns && a.size(0) > 0 && b.size(1) > 0 && a.size(1) > 0) {
+      Tensor tb = b;
+      const GemmOperand gb = matrix_layout(tb);
+      std::pair<Tensor, Tensor> r{Tensor({a.size(0), b.size(1)}, DType::Float32), Tensor({a.size(0)}, DType::Float32)};
+      if (kernels::cpu::gemm_bf16_row_sums(a.size(0), b.size(1), a.size(1), static_cast<const uint16_t*>(a.raw_data()),
+                                           a.stride(1), true, static_cast<const uint16_t*>(tb.raw_data()), gb.ld,
+                                           gb.trans, r.first.data<float>(), b.size(1), r.second.data<float>()))
+        return r;
+    }
+    // otherwise the product, then the sums: the columns of that (k, n) matrix read in place, or a
+    // contiguous copy's rows
+    std::pair<Tensor, Tensor> r{mm(a, b), Tensor({a.size(0)}, DType::Float32)};
     const Tensor src = columns ? a : a.contiguous();
     const uint16_t* pa = static_cast<const uint16_t*>(src.raw_data());
     const int64_t n = a.size(0), k = a.size(1), ld = columns ? a.stride(1) : k;

@@ -73,14 +73,20 @@ constexpr int64_t kMcMax = 9 * kMr;  // rows of C per unit of parallel work (an 
 
 // One A panel: dst (kp = ceil(kc / 2), 14) = the pairs of op(A) rows i0..i0+mr-1, columns
 // k0..k0+kc-1; rows past mr zero. op(A)(i, k) = A[i * lda + k], or A[k * lda + i] when trans_a.
+// sums (trans_a only; or null): the mr rows' sums so far, to which their kc values are added in k
+// order.
 MINIDL_BF16_TARGET void pack_a_panel(const uint16_t* A, int64_t lda, bool trans_a, int64_t i0, int64_t mr, int64_t k0,
-                                     int64_t kc, uint32_t* dst) {
+                                     int64_t kc, uint32_t* dst, double* sums = nullptr) {
   const int64_t kp = (kc + 1) / 2;
   if (trans_a) {  // each k: mr contiguous values
+    PairSums row_sums = sums ? load_pair_sums(sums, mr) : PairSums{};
     for (int64_t p = 0; p < kp; ++p) {
       const uint16_t* row = A + (k0 + 2 * p) * lda + i0;
-      _mm512_mask_storeu_epi32(dst + p * kMr, first_n(kMr), pair_rows(row, 2 * p + 1 < kc ? row + lda : nullptr, mr));
+      const __m512i pairs = pair_rows(row, 2 * p + 1 < kc ? row + lda : nullptr, mr);
+      if (sums) add_pairs(row_sums, pairs);
+      _mm512_mask_storeu_epi32(dst + p * kMr, first_n(kMr), pairs);
     }
+    if (sums) store_pair_sums(row_sums, sums, mr);
     return;
   }
   pack_pair_rows(A + i0 * lda + k0, lda, mr, kc, dst, kMr, kMr);  // each row's pairs are contiguous
@@ -111,9 +117,11 @@ MINIDL_BF16_TARGET void micro_kernel(int64_t kp, const uint32_t* a, const uint32
     for (int v = 0; v < NV; ++v) add_into_c(acc[r][v], c + r * ldc + 16 * v, mask[v], first, alpha, beta, round);
 }
 
+// row_sums: null, or M doubles (zero) that get the row sums of op(A) (trans_a only), added up
+// while the first block of columns packs A.
 void packed_gemm(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a, const uint16_t* B,
                  int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha, float beta, const float* bias,
-                 bool round) {
+                 bool round, double* row_sums = nullptr) {
   const std::vector<float> bias_cols = padded_bias(bias, N, (N + kNr - 1) / kNr * kNr);
   // K blocks of equal size (the last may be shorter, and odd), chosen from K alone.
   const int64_t k_blocks = (K + kKcMax - 1) / kKcMax;
@@ -137,7 +145,8 @@ void packed_gemm(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda
         for (int64_t blk = b0; blk < b1; ++blk) {
           const int64_t i0 = blk * mc, m = std::min(mc, M - i0), m_panels = (m + kMr - 1) / kMr;
           for (int64_t q = 0; q < m_panels; ++q)
-            pack_a_panel(A, lda, trans_a, i0 + q * kMr, std::min(kMr, m - q * kMr), pc, kc, ap + q * kMr * kp);
+            pack_a_panel(A, lda, trans_a, i0 + q * kMr, std::min(kMr, m - q * kMr), pc, kc, ap + q * kMr * kp,
+                         row_sums && jc == 0 ? row_sums + i0 + q * kMr : nullptr);
           for (int64_t p = 0; p < n_panels; ++p) {
             const int64_t j = jc + p * kNr, nr = std::min(kNr, nc - p * kNr);
             for (int64_t q = 0; q < m_panels; ++q) {
@@ -173,6 +182,15 @@ bool gemm_bf16_avx512(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_
   return true;
 }
 
+bool gemm_bf16_avx512_row_sums(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a,
+                               const uint16_t* B, int64_t ldb, bool trans_b, float* C, int64_t ldc, float* row_sums) {
+  if (!gemm_bf16_avx512_supported() || !trans_a || M <= 0 || N <= 0 || K <= 0) return false;
+  std::vector<double> sums(static_cast<size_t>(M), 0.0);
+  packed_gemm(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, 1.0f, 0.0f, nullptr, false, sums.data());
+  finish_row_sums(sums, row_sums);
+  return true;
+}
+
 bool gemm_bf16_avx512_bias(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a,
                            const uint16_t* B, int64_t ldb, bool trans_b, const float* bias, float* C, int64_t ldc,
                            bool round_bf16) {
@@ -193,6 +211,11 @@ bool gemm_bf16_avx512_bias(int64_t, int64_t, int64_t, const uint16_t*, int64_t, 
                            const float*, float*, int64_t, bool) {
   return false;
 }
+
+bool gemm_bf16_avx512_row_sums(int64_t, int64_t, int64_t, const uint16_t*, int64_t, bool, const uint16_t*, int64_t,
+                               bool, float*, int64_t, float*) {
+  return false;
+}
 #endif
 
 bool gemm_bf16_supported() { return gemm_bf16_amx_supported() || gemm_bf16_avx512_supported(); }
@@ -202,6 +225,24 @@ bool gemm_bf16(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, 
   if (gemm_bf16_amx_supported())
     return gemm_bf16_amx(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, alpha, beta, round_bf16);
   return gemm_bf16_avx512(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, alpha, beta, round_bf16);
+}
+
+bool gemm_bf16_row_sums(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a,
+                        const uint16_t* B, int64_t ldb, bool trans_b, float* C, int64_t ldc, float* row_sums) {
+  if (gemm_bf16_amx_supported())
+    return gemm_bf16_amx_row_sums(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, row_sums);
+  return gemm_bf16_avx512_row_sums(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, row_sums);
+}
+
+void gemm_bf16_row_sums_reference(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a,
+                                  const uint16_t* B, int64_t ldb, bool trans_b, float* C, int64_t ldc,
+                                  float* row_sums) {
+  gemm_bf16_reference(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc);
+  for (int64_t i = 0; i < M; ++i) {
+    double s = 0.0;
+    for (int64_t k = 0; k < K; ++k) s += static_cast<double>(bf16_to_float(trans_a ? A[k * lda + i] : A[i * lda + k]));
+    row_sums[i] = static_cast<float>(s);
+  }
 }
 
 bool gemm_bf16_bias(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a, const uint16_t* B,

@@ -31,6 +31,14 @@ bool gemm_bf16(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, 
 bool gemm_bf16_bias(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a, const uint16_t* B,
                     int64_t ldb, bool trans_b, const float* bias, float* C, int64_t ldc, bool round_bf16 = false);
 
+// C (M, N) = op(A) op(B), and row_sums (M) = the sums of op(A)'s rows, each added up in double in
+// k order, then rounded (gemm_row_sums in gemm.h): with A = dy (rows, out) transposed and B = x
+// (rows, in), a bfloat16 linear layer's dW and db, the sums gathered while A is packed instead of
+// in a pass over dy of their own. A transposed A only: false, C untouched, for an untransposed one,
+// an empty product (M, N or K 0) or where neither kernel runs. The same choice of kernel as gemm_bf16; C as gemm_bf16 gives it.
+bool gemm_bf16_row_sums(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a,
+                        const uint16_t* B, int64_t ldb, bool trans_b, float* C, int64_t ldc, float* row_sums);
+
 // Whether gemm_bf16 runs here (either kernel below does).
 bool gemm_bf16_supported();
 
@@ -42,6 +50,8 @@ bool gemm_bf16_avx512(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_
 bool gemm_bf16_avx512_bias(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a,
                            const uint16_t* B, int64_t ldb, bool trans_b, const float* bias, float* C, int64_t ldc,
                            bool round_bf16 = false);
+bool gemm_bf16_avx512_row_sums(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a,
+                               const uint16_t* B, int64_t ldb, bool trans_b, float* C, int64_t ldc, float* row_sums);
 bool gemm_bf16_avx512_supported();
 
 // The AMX kernel (one tdpbf16ps multiplies a 16x32 bf16 tile by a 32x16 one into a 16x16 float32
@@ -53,6 +63,8 @@ bool gemm_bf16_amx(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t l
 bool gemm_bf16_amx_bias(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a,
                         const uint16_t* B, int64_t ldb, bool trans_b, const float* bias, float* C, int64_t ldc,
                         bool round_bf16 = false);
+bool gemm_bf16_amx_row_sums(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a,
+                            const uint16_t* B, int64_t ldb, bool trans_b, float* C, int64_t ldc, float* row_sums);
 bool gemm_bf16_amx_supported();
 
 // The plain triple loop a student writes first: each element of C is one float32 sum over k in
@@ -61,5 +73,8 @@ bool gemm_bf16_amx_supported();
 void gemm_bf16_reference(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a,
                          const uint16_t* B, int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha = 1.0f,
                          float beta = 0.0f, bool round_bf16 = false);
+// gemm_bf16_reference, then each row of op(A) summed in a plain loop (in double, k in order).
+void gemm_bf16_row_sums_reference(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a,
+                                  const uint16_t* B, int64_t ldb, bool trans_b, float* C, int64_t ldc, float* row_sums);
 
 }  // namespace minidl::kernels::cpu

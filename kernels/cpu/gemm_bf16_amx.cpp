@@ -67,9 +67,10 @@ inline __mmask32 first_n16(int64_t n) {  // the first n of 32 16-bit lanes
 // Rows i0..i0+rows-1 (rows <= 16) of op(A), columns k0..k0+kc-1, as ks = ceil(kc / 32) tiles: tile
 // s at dst + s * kTileWords, its row r the 32 values k0 + 32s .. k0 + 32s + 31 of row i0 + r (16
 // pair words); rows past `rows` and k past kc zero. op(A)(i, k) = A[i * lda + k], or A[k * lda + i]
-// when trans_a.
+// when trans_a. sums (trans_a only; or null): the rows' sums so far, to which their kc values are
+// added in k order.
 MINIDL_AMX_TARGET void pack_a_tiles(const uint16_t* A, int64_t lda, bool trans_a, int64_t i0, int64_t rows, int64_t k0,
-                                    int64_t kc, int64_t ks, uint32_t* dst) {
+                                    int64_t kc, int64_t ks, uint32_t* dst, double* sums = nullptr) {
   if (!trans_a) {  // each row's k are contiguous: one masked 64-byte copy per tile row
     for (int64_t r = 0; r < 16; ++r) {
       const uint16_t* row = r < rows ? A + (i0 + r) * lda + k0 : nullptr;
@@ -83,15 +84,18 @@ MINIDL_AMX_TARGET void pack_a_tiles(const uint16_t* A, int64_t lda, bool trans_a
   }
   // each k holds the rows' values side by side: 16 pair words across the rows per 2 k, then a
   // 16x16 transpose turns 16 such (one tile's k) into the tile's rows
+  PairSums row_sums = sums ? load_pair_sums(sums, rows) : PairSums{};
   for (int64_t s = 0; s < ks; ++s) {
     __m512i v[16];
     for (int64_t q = 0; q < 16; ++q) {
       const int64_t k = s * kTileK + 2 * q;  // within the block
       v[q] = k < kc ? pair_rows(A + (k0 + k) * lda + i0, k + 1 < kc ? A + (k0 + k + 1) * lda + i0 : nullptr, rows)
                     : _mm512_setzero_si512();
+      if (sums && k < kc) add_pairs(row_sums, v[q]);
     }
     store_transposed_16x16(v, dst + s * kTileWords, 16, __mmask16(0xFFFF));
   }
+  if (sums) store_pair_sums(row_sums, sums, rows);
 }
 
 // C (mr <= 32, nr <= 32) = alpha * the 32x32 product of two A tile rows a0, a1 (ks tiles each: tile
@@ -142,9 +146,11 @@ MINIDL_AMX_TARGET void micro_kernel(int64_t ks, const uint16_t* a0, const uint16
   }
 }
 
+// row_sums: null, or M doubles (zero) that get the row sums of op(A) (trans_a only), added up
+// while the first block of columns packs A.
 void packed_gemm(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a, const uint16_t* B,
                  int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha, float beta, const float* bias,
-                 bool round) {
+                 bool round, double* row_sums = nullptr) {
   const std::vector<float> bias_cols = padded_bias(bias, N, (N + kNr - 1) / kNr * kNr);
   // K blocks of equal size (the last may be shorter), chosen from K alone, each padded to ks
   // whole 32-k steps.
@@ -180,7 +186,8 @@ void packed_gemm(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda
           if (!in_place)
             for (int64_t t = 0; t < m_tiles; ++t)
               pack_a_tiles(A, lda, trans_a, i0 + 16 * t, std::clamp<int64_t>(m - 16 * t, 0, 16), pc, kc, ks,
-                           ap + t * ks * kTileWords);
+                           ap + t * ks * kTileWords,
+                           row_sums && jc == 0 && 16 * t < m ? row_sums + i0 + 16 * t : nullptr);
           const int64_t a_ld = in_place ? lda * 2 : 64, a_step = in_place ? kTileK : 2 * kTileWords;
           for (int64_t p = 0; p < n_panels; ++p) {
             const int64_t j = jc + p * kNr, nr = std::min(kNr, nc - p * kNr);
@@ -225,6 +232,15 @@ bool gemm_bf16_amx(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t l
   return true;
 }
 
+bool gemm_bf16_amx_row_sums(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a,
+                            const uint16_t* B, int64_t ldb, bool trans_b, float* C, int64_t ldc, float* row_sums) {
+  if (!gemm_bf16_amx_supported() || !trans_a || M <= 0 || N <= 0 || K <= 0) return false;
+  std::vector<double> sums(static_cast<size_t>(M), 0.0);
+  packed_gemm(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, 1.0f, 0.0f, nullptr, false, sums.data());
+  finish_row_sums(sums, row_sums);
+  return true;
+}
+
 bool gemm_bf16_amx_bias(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a,
                         const uint16_t* B, int64_t ldb, bool trans_b, const float* bias, float* C, int64_t ldc,
                         bool round_bf16) {
@@ -243,6 +259,11 @@ bool gemm_bf16_amx(int64_t, int64_t, int64_t, const uint16_t*, int64_t, bool, co
 
 bool gemm_bf16_amx_bias(int64_t, int64_t, int64_t, const uint16_t*, int64_t, bool, const uint16_t*, int64_t, bool,
                         const float*, float*, int64_t, bool) {
+  return false;
+}
+
+bool gemm_bf16_amx_row_sums(int64_t, int64_t, int64_t, const uint16_t*, int64_t, bool, const uint16_t*, int64_t, bool,
+                            float*, int64_t, float*) {
   return false;
 }
 #endif

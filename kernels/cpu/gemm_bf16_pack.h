@@ -50,6 +50,11 @@ inline bool finish_trivial_product(int64_t M, int64_t N, int64_t K, float alpha,
   return true;
 }
 
+// gemm_bf16_row_sums' double sums, rounded once into its float32 result.
+inline void finish_row_sums(const std::vector<double>& sums, float* out) {
+  for (size_t i = 0; i < sums.size(); ++i) out[i] = static_cast<float>(sums[i]);
+}
+
 // The bias of gemm_bf16_bias copied into n_cols (a whole number of 32-column panels) floats, zeros
 // past N, so a panel's 32 bias values are always readable; empty without a bias.
 inline std::vector<float> padded_bias(const float* bias, int64_t N, int64_t n_cols) {
@@ -131,6 +136,37 @@ MINIDL_BF16_TARGET inline __m512i pair_rows(const uint16_t* row, const uint16_t*
   const __m512i lo = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, row));
   if (!next) return lo;
   return _mm512_or_si512(lo, _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, next)), 16));
+}
+
+// Row sums of a transposed op(A) gathered while it is packed (gemm_bf16_row_sums): 16 rows' sums
+// in double, lanes 0-7 and 8-15, each the sum of its row's values in k order.
+struct PairSums {
+  __m512d lo, hi;
+};
+// sums[0..n) (n <= 16) as the start of a PairSums.
+MINIDL_BF16_TARGET inline PairSums load_pair_sums(const double* sums, int64_t n) {
+  const __mmask16 m = first_n(n);
+  return {_mm512_maskz_loadu_pd(static_cast<__mmask8>(m), sums),
+          _mm512_maskz_loadu_pd(static_cast<__mmask8>(m >> 8), sums + 8)};
+}
+MINIDL_BF16_TARGET inline void store_pair_sums(const PairSums& s, double* sums, int64_t n) {
+  const __mmask16 m = first_n(n);
+  _mm512_mask_storeu_pd(sums, static_cast<__mmask8>(m), s.lo);
+  _mm512_mask_storeu_pd(sums + 8, static_cast<__mmask8>(m >> 8), s.hi);
+}
+// Lanes 8-15 (AVX-512F alone: vextractf32x8 needs AVX512DQ).
+MINIDL_BF16_TARGET inline __m256 upper_8(__m512 v) {
+  return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+}
+// Adds the two values of 16 pair words (as pair_rows makes them): the low halves (k) first, then
+// the high halves (k + 1), each widened exactly to double.
+MINIDL_BF16_TARGET inline void add_pairs(PairSums& s, __m512i pairs) {
+  const __m512 k0 = _mm512_castsi512_ps(_mm512_slli_epi32(pairs, 16));
+  const __m512 k1 = _mm512_castsi512_ps(_mm512_and_si512(pairs, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
+  s.lo = _mm512_add_pd(s.lo, _mm512_cvtps_pd(_mm512_castps512_ps256(k0)));
+  s.hi = _mm512_add_pd(s.hi, _mm512_cvtps_pd(upper_8(k0)));
+  s.lo = _mm512_add_pd(s.lo, _mm512_cvtps_pd(_mm512_castps512_ps256(k1)));
+  s.hi = _mm512_add_pd(s.hi, _mm512_cvtps_pd(upper_8(k1)));
 }
 
 // One B panel: dst (kp = ceil(kc / 2), 32) = the pairs of op(B) rows k0..k0+kc-1, columns

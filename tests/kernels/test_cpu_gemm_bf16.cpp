@@ -5,7 +5,8 @@
 // and 32x32 tiles, all four transpose combinations, leading dimensions wider than the rows (the
 // gaps of C untouched), several K blocks and two column blocks, alpha and beta (0: C is
 // write-only, a NaN there is ignored), K = 0 and alpha = 0, and the same bits with 1 and 2
-// threads; and gemm_bf16 runs the AMX kernel where the CPU has it. A kernel's tests are skipped,
+// threads; the row sums of a transposed A taken while packing it; and gemm_bf16 runs the AMX
+// kernel where the CPU has it. A kernel's tests are skipped,
 // saying so, on a CPU without its extension (the kernel then returns false).
 #include <gtest/gtest.h>
 
@@ -31,17 +32,20 @@ using GemmFn = bool (*)(int64_t, int64_t, int64_t, const uint16_t*, int64_t, boo
                         float*, int64_t, float, float, bool);
 using GemmBiasFn = bool (*)(int64_t, int64_t, int64_t, const uint16_t*, int64_t, bool, const uint16_t*, int64_t, bool,
                             const float*, float*, int64_t, bool);
+using GemmRowSumsFn = bool (*)(int64_t, int64_t, int64_t, const uint16_t*, int64_t, bool, const uint16_t*, int64_t,
+                               bool, float*, int64_t, float*);
 struct Kernel {
   const char* name;
   GemmFn gemm;
   GemmBiasFn gemm_bias;
+  GemmRowSumsFn gemm_row_sums;
   bool (*supported)();
 };
 const Kernel kKernels[] = {
     {"avx512bf16", minidl::kernels::cpu::gemm_bf16_avx512, minidl::kernels::cpu::gemm_bf16_avx512_bias,
-     minidl::kernels::cpu::gemm_bf16_avx512_supported},
+     minidl::kernels::cpu::gemm_bf16_avx512_row_sums, minidl::kernels::cpu::gemm_bf16_avx512_supported},
     {"amx", minidl::kernels::cpu::gemm_bf16_amx, minidl::kernels::cpu::gemm_bf16_amx_bias,
-     minidl::kernels::cpu::gemm_bf16_amx_supported}};
+     minidl::kernels::cpu::gemm_bf16_amx_row_sums, minidl::kernels::cpu::gemm_bf16_amx_supported}};
 
 struct Case {
   int64_t M, N, K;
@@ -309,6 +313,41 @@ TEST_P(PackedGemmBf16, BiasStartsEverySum) {
   std::vector<float> C(12, std::nanf(""));
   ASSERT_TRUE(GetParam().gemm_bias(3, 4, 0, A.data(), 1, false, B.data(), 4, false, bias.data(), C.data(), 4, false));
   for (size_t i = 0; i < C.size(); ++i) EXPECT_EQ(C[i], bias[i % 4]) << "K = 0, element " << i;
+}
+
+// The row sums of a transposed A, gathered while it is packed: bit for bit the reference's
+// sequential double sums (general values: the order is k's), with C the bits of the kernel's plain
+// product; with several K blocks, two column blocks (N > 4096: the sums are taken once), 1 and 2
+// threads, rows off every tile. An untransposed A, or an empty product, is refused.
+TEST_P(PackedGemmBf16, RowSumsOfATransposedAAreTheReferenceSums) {
+  namespace k = minidl::kernels::cpu;
+  const int saved = k::get_num_threads();
+  for (const Case& c : {Case{1, 1, 1}, Case{14, 32, 7}, Case{33, 17, 1201}, Case{64, 49, 2000}, Case{5, 4100, 40}})
+    for (bool tb : {false, true})
+      for (int threads : {1, 2}) {
+        k::set_num_threads(threads);
+        const Operands op(c, true, tb, 3, false, 0.0f);
+        std::vector<float> fast = op.C, plain = op.C, ref = op.C, sums(static_cast<size_t>(c.M), kSentinel),
+                           ref_sums(static_cast<size_t>(c.M));
+        ASSERT_TRUE(GetParam().gemm_row_sums(op.M, op.N, op.K, op.A.data(), op.lda, true, op.B.data(), op.ldb, tb,
+                                             fast.data(), op.ldc, sums.data()));
+        ASSERT_TRUE(gemm()(op.M, op.N, op.K, op.A.data(), op.lda, true, op.B.data(), op.ldb, tb, plain.data(), op.ldc,
+                           1.0f, 0.0f, false));
+        k::gemm_bf16_row_sums_reference(op.M, op.N, op.K, op.A.data(), op.lda, true, op.B.data(), op.ldb, tb,
+                                        ref.data(), op.ldc, ref_sums.data());
+        const std::string what = op.what(1.0f, 0.0f) + " threads " + std::to_string(threads);
+        for (int64_t i = 0; i < op.M; ++i) ASSERT_EQ(sums[size_t(i)], ref_sums[size_t(i)]) << what << ", row " << i;
+        for (size_t i = 0; i < fast.size(); ++i) ASSERT_EQ(fast[i], plain[i]) << what << ", C element " << i;
+      }
+  k::set_num_threads(saved);
+  const Operands op({4, 5, 6}, false, false, 0, false, 1.0f);  // (no NaNs planted in C)
+  std::vector<float> C = op.C, sums(4);
+  EXPECT_FALSE(GetParam().gemm_row_sums(4, 5, 6, op.A.data(), op.lda, false, op.B.data(), op.ldb, false, C.data(), 5,
+                                        sums.data()))
+      << "an untransposed A";
+  EXPECT_FALSE(GetParam().gemm_row_sums(4, 5, 0, op.A.data(), 4, true, op.B.data(), 5, false, C.data(), 5, sums.data()))
+      << "K = 0";
+  EXPECT_EQ(C, op.C) << "C untouched when refused";
 }
 
 INSTANTIATE_TEST_SUITE_P(Kernels, PackedGemmBf16, ::testing::ValuesIn(kKernels),
