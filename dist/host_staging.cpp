@@ -62,6 +62,13 @@ void HostStagedProcessGroup::all_reduce(Tensor& t, ReduceOp op) {
   t.copy_(host);
 }
 
+void HostStagedProcessGroup::broadcast(Tensor& t, int root) {
+  if (!on_cuda(t)) return inner_->broadcast(t, root);
+  Tensor host = t.to(Device::cpu());
+  inner_->broadcast(host, root);
+  t.copy_(host);
+}
+
 std::shared_ptr<Work> HostStagedProcessGroup::broadcast_async(Tensor& t, int root) {
   if (!on_cuda(t)) return inner_->broadcast_async(t, root);
   Tensor host = t.to(Device::cpu());

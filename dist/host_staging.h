@@ -26,7 +26,10 @@ class HostStagedProcessGroup : public ProcessGroup {
   ProcessGroup& inner() { return *inner_; }
 
   std::shared_ptr<Work> all_reduce_async(Tensor& t, ReduceOp op = ReduceOp::SUM) override;
-  void all_reduce(Tensor& t, ReduceOp op = ReduceOp::SUM) override;  // the inner group's blocking form
+  // The blocking forms: the inner group's (staged through the host for a CUDA tensor).
+  void all_reduce(Tensor& t, ReduceOp op = ReduceOp::SUM) override;
+  void broadcast(Tensor& t, int root) override;
+  void barrier() override { inner_->barrier(); }
   std::shared_ptr<Work> broadcast_async(Tensor& t, int root) override;
   std::shared_ptr<Work> all_gather_async(const Tensor& t, std::vector<Tensor>& out) override;
   std::shared_ptr<Work> reduce_scatter_async(const Tensor& input, Tensor& out, ReduceOp op = ReduceOp::SUM) override;

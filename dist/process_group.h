@@ -92,14 +92,15 @@ class ProcessGroup {
   virtual std::shared_ptr<Work> all_gather_into_tensor_async(Tensor& out, const Tensor& input);
 
   // ---- blocking forms ----
-  // all_reduce: a group with a communication thread may run a blocking all-reduce on the calling
-  // thread instead of handing it over and sleeping until it is done (the shared-memory group
-  // does: on a busy machine waking that thread costs more than a small all-reduce).
+  // all_reduce, broadcast and barrier: a group with a communication thread may run them on the
+  // calling thread instead of handing them over and sleeping until they are done (the
+  // shared-memory group does: on a busy machine waking that thread costs more than a small
+  // collective).
   virtual void all_reduce(Tensor& t, ReduceOp op = ReduceOp::SUM) { all_reduce_async(t, op)->wait(); }
-  void broadcast(Tensor& t, int root) { broadcast_async(t, root)->wait(); }
+  virtual void broadcast(Tensor& t, int root) { broadcast_async(t, root)->wait(); }
   std::vector<Tensor> all_gather(const Tensor& t);
   Tensor reduce_scatter(const Tensor& input, ReduceOp op = ReduceOp::SUM);
-  void barrier() { barrier_async()->wait(); }
+  virtual void barrier() { barrier_async()->wait(); }
   void all_gather_into_tensor(Tensor& out, const Tensor& input) { all_gather_into_tensor_async(out, input)->wait(); }
 
   // ---- memory the group reaches directly ----

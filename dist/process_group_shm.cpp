@@ -336,15 +336,22 @@ Tensor ProcessGroupShm::empty_symmetric(const Shape& shape, DType dtype, Device 
   return out.defined() ? out : zeros(shape, dtype);
 }
 
-std::shared_ptr<Work> ProcessGroupShm::broadcast_async(Tensor& t, int root) {
+std::shared_ptr<Work> ProcessGroupShm::broadcast_async(Tensor& t, int root) { return issue_broadcast(t, root, true); }
+
+void ProcessGroupShm::broadcast(Tensor& t, int root) { issue_broadcast(t, root, false)->wait(); }
+
+std::shared_ptr<Work> ProcessGroupShm::issue_broadcast(Tensor& t, int root, bool wake) {
   const CollectiveDesc desc = kChecks.broadcast(t, root, size_);
-  return impl_->issue(desc, [this, t, root]() mutable {
-    if (t.numel() == 0) return;
-    Tensor buf = t.is_contiguous() ? t : t.contiguous();
-    impl_->broadcast(static_cast<char*>(buf.raw_data()), static_cast<size_t>(buf.numel()) * element_size(buf.dtype()),
-                     root);
-    if (!buf.is_same(t)) t.copy_(buf);
-  });
+  return impl_->issue(
+      desc,
+      [this, t, root]() mutable {
+        if (t.numel() == 0) return;
+        Tensor buf = t.is_contiguous() ? t : t.contiguous();
+        impl_->broadcast(static_cast<char*>(buf.raw_data()),
+                         static_cast<size_t>(buf.numel()) * element_size(buf.dtype()), root);
+        if (!buf.is_same(t)) t.copy_(buf);
+      },
+      wake);
 }
 
 std::shared_ptr<Work> ProcessGroupShm::all_gather_async(const Tensor& t, std::vector<Tensor>& out) {
@@ -396,8 +403,13 @@ std::shared_ptr<Work> ProcessGroupShm::all_gather_into_tensor_async(Tensor& out,
   });
 }
 
-std::shared_ptr<Work> ProcessGroupShm::barrier_async() {
-  return impl_->issue(CollectiveDesc{"barrier", "", "[]", ""}, [this] { impl_->barrier(); });
+std::shared_ptr<Work> ProcessGroupShm::barrier_async() { return issue_barrier(true); }
+
+void ProcessGroupShm::barrier() { issue_barrier(false)->wait(); }
+
+std::shared_ptr<Work> ProcessGroupShm::issue_barrier(bool wake) {
+  return impl_->issue(
+      CollectiveDesc{"barrier", "", "[]", ""}, [this] { impl_->barrier(); }, wake);
 }
 
 }  // namespace minidl::dist

@@ -109,10 +109,13 @@ class ProcessGroupShm : public ProcessGroup {
   std::string backend_name() const override { return "shm"; }
 
   std::shared_ptr<Work> all_reduce_async(Tensor& t, ReduceOp op = ReduceOp::SUM) override;
-  // Run on the calling thread: queued behind the collectives issued before it (which the caller
-  // helps finish, Note [helping] in process_group_shm_impl.h), without waking the communication
-  // thread, whose wake-up would take a core from the ranks' own work on a busy machine.
+  // The blocking all_reduce, broadcast and barrier run on the calling thread: queued behind the
+  // collectives issued before them (which the caller helps finish, Note [helping] in
+  // process_group_shm_impl.h), without waking the communication thread, whose wake-up would take
+  // a core from the ranks' own work on a busy machine.
   void all_reduce(Tensor& t, ReduceOp op = ReduceOp::SUM) override;
+  void broadcast(Tensor& t, int root) override;
+  void barrier() override;
   std::shared_ptr<Work> broadcast_async(Tensor& t, int root) override;
   std::shared_ptr<Work> all_gather_async(const Tensor& t, std::vector<Tensor>& out) override;
   std::shared_ptr<Work> reduce_scatter_async(const Tensor& input, Tensor& out, ReduceOp op = ReduceOp::SUM) override;
@@ -133,8 +136,10 @@ class ProcessGroupShm : public ProcessGroup {
 
  private:
   struct Impl;
-  // all_reduce_async and all_reduce: wake: whether to hand the collective to the thread.
+  // The async and blocking forms; wake: whether to hand the collective to the thread.
   std::shared_ptr<Work> issue_all_reduce(Tensor& t, ReduceOp op, bool wake);
+  std::shared_ptr<Work> issue_broadcast(Tensor& t, int root, bool wake);
+  std::shared_ptr<Work> issue_barrier(bool wake);
   ProcessGroupOptions options_;
   std::unique_ptr<Impl> impl_;
 };

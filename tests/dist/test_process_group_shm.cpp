@@ -1,6 +1,6 @@
 // tests/dist/test_process_group_shm.cpp — what only ProcessGroupShm does, with real ranks
 // (forked processes on this host): tensors larger than the default segment, the fixed summation
-// order, the same bits as Gloo, blocking calls run by the caller, a rank that exits or never
+// order, the same bits as Gloo, blocking collectives run by the caller, a rank that exits or never
 // arrives, no segment left behind, two jobs at once, debug mode, ranks on other hosts refused. Every collective of every CPU group:
 // tests/dist/test_collectives.cpp.
 #include <dirent.h>
@@ -174,19 +174,26 @@ TEST(ProcessGroupShm, GivesTheSameBitsAsGlooOnTwoRanks) {
   }));
 }
 
-TEST(ProcessGroupShm, ABlockingAllReduceRunsOnTheCallerWithoutWakingTheCommunicationThread) {
-  // 200 blocking all-reduces leave the communication thread asleep: at most a stray wake-up or
-  // two among the process's other threads (0 or 1 in practice). Handed to the thread instead
-  // (all_reduce_async, then wait), the same calls wake it about 100-200 times.
+TEST(ProcessGroupShm, BlockingCollectivesRunOnTheCallerWithoutWakingTheCommunicationThread) {
+  // 200 blocking all-reduces, broadcasts and barriers each leave the communication thread asleep:
+  // at most a stray wake-up or two among the process's other threads (0 or 1 in practice). Handed
+  // to the thread instead (the *_async form, then wait), the same calls wake it about 100-200 times.
   EXPECT_NO_THROW(run_shm_world(2, [](ProcessGroupShm& pg) {
     Tensor t = rank_tensor(pg.rank(), 64, DType::Float32);
     pg.all_reduce_async(t, ReduceOp::MAX)->wait();  // the thread has started and gone to sleep
-    const int64_t before = other_threads_switches();
-    for (int i = 0; i < 200; ++i) pg.all_reduce(t, ReduceOp::MAX);
-    const int64_t woke = other_threads_switches() - before;
-    require(woke <= 5,
-            "blocking all-reduces leave the other threads asleep, they woke " + std::to_string(woke) + " times");
+    const auto woken_by = [](const char* what, const std::function<void()>& call) {
+      const int64_t before = other_threads_switches();
+      for (int i = 0; i < 200; ++i) call();
+      const int64_t woke = other_threads_switches() - before;
+      require(woke <= 5, std::string("blocking ") + what + " leave the other threads asleep, they woke " +
+                             std::to_string(woke) + " times");
+    };
+    woken_by("all-reduces", [&] { pg.all_reduce(t, ReduceOp::MAX); });
     require_equal(t, expected_reduce(2, 64, DType::Float32, ReduceOp::MAX), "the maxima");
+    Tensor b = rank_tensor(pg.rank(), 64, DType::Float32);
+    woken_by("broadcasts", [&] { pg.broadcast(b, 1); });
+    require_equal(b, rank_tensor(1, 64, DType::Float32), "rank 1's tensor");
+    woken_by("barriers", [&] { pg.barrier(); });
     return std::string();
   }));
 }
