@@ -234,11 +234,9 @@ bool gemm_bf16_amx(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t l
 
 bool gemm_bf16_amx_row_sums(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a,
                             const uint16_t* B, int64_t ldb, bool trans_b, float* C, int64_t ldc, float* row_sums) {
-  if (!gemm_bf16_amx_supported() || !trans_a || M <= 0 || N <= 0 || K <= 0) return false;
-  std::vector<double> sums(static_cast<size_t>(M), 0.0);
-  packed_gemm(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, 1.0f, 0.0f, nullptr, false, sums.data());
-  finish_row_sums(sums, row_sums);
-  return true;
+  return gemm_bf16_amx_supported() && product_with_row_sums(trans_a, M, N, K, row_sums, [&](double* sums) {
+           packed_gemm(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, 1.0f, 0.0f, nullptr, false, sums);
+         });
 }
 
 bool gemm_bf16_amx_bias(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a,

@@ -50,9 +50,16 @@ inline bool finish_trivial_product(int64_t M, int64_t N, int64_t K, float alpha,
   return true;
 }
 
-// gemm_bf16_row_sums' double sums, rounded once into its float32 result.
-inline void finish_row_sums(const std::vector<double>& sums, float* out) {
-  for (size_t i = 0; i < sums.size(); ++i) out[i] = static_cast<float>(sums[i]);
+// gemm_bf16_row_sums for either kernel: false where it refuses (an untransposed A, an empty
+// product); else packed(sums) runs the product into M zeroed doubles, then each is rounded once
+// into row_sums.
+template <class Packed>
+bool product_with_row_sums(bool trans_a, int64_t M, int64_t N, int64_t K, float* row_sums, Packed&& packed) {
+  if (!trans_a || M <= 0 || N <= 0 || K <= 0) return false;
+  std::vector<double> sums(static_cast<size_t>(M), 0.0);
+  packed(sums.data());
+  for (size_t i = 0; i < sums.size(); ++i) row_sums[i] = static_cast<float>(sums[i]);
+  return true;
 }
 
 // The bias of gemm_bf16_bias copied into n_cols (a whole number of 32-column panels) floats, zeros
