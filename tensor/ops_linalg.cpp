@@ -20,7 +20,6 @@
 #include "minidl/kernels/cpu/gemm.h"
 #include "minidl/kernels/cpu/gemm_bf16.h"
 #include "minidl/kernels/cpu/half.h"
-#include "minidl/kernels/cpu/half_span.h"
 #include "minidl/kernels/cpu/parallel.h"
 #include "minidl/kernels/cuda_ops.h"
 #include "minidl/tensor/ops.h"
@@ -279,9 +278,8 @@ std::pair<Tensor, Tensor> mm_and_row_sums(const Tensor& a, const Tensor& b) {
   if (widen_bf16(a)) return mm_and_row_sums(a.to(DType::Float32), b.to(DType::Float32));
   if (a.dtype() == DType::BFloat16) {  // op(A)'s rows summed in double in k order
     // op(A) as the transpose of a (k, n) matrix with rows `ld` apart (linear's dy^T): the GEMM sums
-    // them while it packs A (kernels::cpu::gemm_bf16_row_sums)
-    const bool columns = a.stride(0) == 1 && a.stride(1) >= a.size(0);
-    if (columns && a.size(0) > 0 && b.size(1) > 0 && a.size(1) > 0) {
+    // them while it packs A (kernels::cpu::gemm_bf16_row_sums, which refuses an empty product)
+    if (a.stride(0) == 1 && a.stride(1) >= a.size(0)) {
       Tensor tb = b;
       const GemmOperand gb = matrix_layout(tb);
       std::pair<Tensor, Tensor> r{Tensor({a.size(0), b.size(1)}, DType::Float32), Tensor({a.size(0)}, DType::Float32)};
@@ -290,15 +288,13 @@ std::pair<Tensor, Tensor> mm_and_row_sums(const Tensor& a, const Tensor& b) {
                                            gb.trans, r.first.data<float>(), b.size(1), r.second.data<float>()))
         return r;
     }
-    // otherwise the product, then the sums: the columns of that (k, n) matrix read in place, or a
-    // contiguous copy's rows
+    // otherwise (an untransposed a, or an empty product) the product, then a contiguous copy's rows
     std::pair<Tensor, Tensor> r{mm(a, b), Tensor({a.size(0)}, DType::Float32)};
-    const Tensor src = columns ? a : a.contiguous();
+    const Tensor src = a.contiguous();
     const uint16_t* pa = static_cast<const uint16_t*>(src.raw_data());
-    const int64_t n = a.size(0), k = a.size(1), ld = columns ? a.stride(1) : k;
+    const int64_t n = a.size(0), k = a.size(1);
     float* ps = r.second.data<float>();
     kernels::cpu::parallel_for(n, 256, [&](int64_t i0, int64_t i1) {
-      if (columns) return kernels::cpu::bf16_column_sums(k, i1 - i0, pa + i0, ld, ps + i0);
       for (int64_t i = i0; i < i1; ++i) {
         double s = 0.0;
         for (int64_t j = 0; j < k; ++j) s += kernels::cpu::bf16_to_float(pa[i * k + j]);

@@ -1,13 +1,11 @@
 // kernels/cpu/half_avx512.cpp — the span conversions of half_span.h: float32 -> bfloat16 (and its
 // round trip back to float32) on 16 lanes with AVX-512 (compiled for it whatever the build's -march, used only when the CPU has it),
-// the per-element reference, the widening loop and the column sums.
+// the per-element reference and the widening loop.
 // Written in __m512 intrinsics, not vec_math.h's lane types: the kernel carries its own
 // target("avx512f,avx512bw,avx512vl") attributes for the run-time dispatch (vec_math.h's helpers are compiled for
 // the build's -march), and needs vpmovdw's 32 -> 16-bit narrowing and masked tail stores.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12, inside its own AVX-512 headers
 #include "minidl/kernels/cpu/half_span.h"
-
-#include <algorithm>
 
 #include "minidl/kernels/cpu/bf16_round_avx512.h"
 #include "minidl/kernels/cpu/cpu_features.h"
@@ -29,20 +27,6 @@ void round_to_bf16_span_reference(const float* x, float* y, int64_t n) {
 
 void bf16_to_float_span(const uint16_t* h, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = bf16_to_float(h[i]);
-}
-
-void bf16_column_sums(int64_t rows, int64_t cols, const uint16_t* g, int64_t ld, float* out) {
-  constexpr int64_t kBlock = 256;
-  double acc[kBlock];
-  for (int64_t c0 = 0; c0 < cols; c0 += kBlock) {
-    const int64_t w = std::min(kBlock, cols - c0);
-    for (int64_t j = 0; j < w; ++j) acc[j] = 0.0;
-    for (int64_t r = 0; r < rows; ++r) {
-      const uint16_t* row = g + r * ld + c0;
-      for (int64_t j = 0; j < w; ++j) acc[j] += static_cast<double>(bf16_to_float(row[j]));
-    }
-    for (int64_t j = 0; j < w; ++j) out[c0 + j] = static_cast<float>(acc[j]);
-  }
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)

@@ -12,14 +12,7 @@
 // CPU has AVX-512 (F, BW, VL; checked once at run time). Not vcvtneps2bf16: that instruction flushes
 // subnormal inputs to zero, the scalar rounding does not. Every bit equals
 // float_to_bf16_span_reference, the per-element loop over half.h (tests/kernels/test_cpu_half_span.cpp).
-// None splits work across threads: callers parallelise over spans (or column blocks).
-//
-//   bf16_column_sums(rows, cols, g, ld, out):  out[c] = sum over r of g[r][c], in double, r in order
-//
-// the bias gradient of a bfloat16 linear layer (the column sums of dy (rows, out)) read in place:
-// each column's sum is the sequential double sum a student writes, so the order, and the bits, do
-// not depend on how the columns are split; 256 columns at a time keep the accumulators in L1
-// while whole rows stream past.
+// None splits work across threads: callers parallelise over spans.
 #pragma once
 #include <cstdint>
 
@@ -30,6 +23,5 @@ void float_to_bf16_span_reference(const float* x, uint16_t* y, int64_t n);  // f
 void bf16_to_float_span(const uint16_t* h, float* y, int64_t n);  // a shift per element (vectorises as written)
 void round_to_bf16_span(const float* x, float* y, int64_t n);  // y may be x
 void round_to_bf16_span_reference(const float* x, float* y, int64_t n);  // the two conversions per element
-void bf16_column_sums(int64_t rows, int64_t cols, const uint16_t* g, int64_t ld, float* out);
 
 }  // namespace minidl::kernels::cpu

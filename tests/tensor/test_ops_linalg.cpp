@@ -175,9 +175,9 @@ TEST(MmAndRowSums, Errors) {
 // products — bit for bit the float32 product of the widened operands on small integers (every
 // sum exact in any order), through transposed views, batches, the bias and the row sums; float16
 // has no product on the CPU.
-// Linear's bias gradient under autocast(BFloat16): the row sums of dy^T (a transposed view, read
-// in place as dy's column sums, 256 columns at a time) are each column's double sum in row order,
-// rounded once: 300 columns cross a block boundary, and the values are not integers.
+// Linear's bias gradient under autocast(BFloat16): the row sums of dy^T (a transposed view, summed
+// by the GEMM as it packs dy) are each column's double sum in row order, rounded once: 300 columns
+// cross the GEMM's blocks, and the values are not integers.
 TEST(BFloat16Products, RowSumsOfATransposedViewAreEachColumnsDoubleSumInOrder) {
   const int64_t rows = 70, cols = 300;
   std::vector<float> v(static_cast<size_t>(rows * cols));
@@ -185,11 +185,14 @@ TEST(BFloat16Products, RowSumsOfATransposedViewAreEachColumnsDoubleSumInOrder) {
   const Tensor dy = from_vector<float>(v, {rows, cols}).to(DType::BFloat16);  // (rows, out)
   const Tensor x = ones({rows, 5}).to(DType::BFloat16);
   const Tensor sums = mm_and_row_sums(dy.t(), x).second;  // (out)
+  // an empty product (x with no columns) still sums dy, through the path that copies it
+  const Tensor sums_of_empty = mm_and_row_sums(dy.t(), x.narrow(1, 0, 0)).second;
   const Tensor dy32 = dy.to(DType::Float32);
   for (int64_t c = 0; c < cols; ++c) {
     double s = 0.0;
     for (int64_t r = 0; r < rows; ++r) s += dy32.data<float>()[r * cols + c];
     ASSERT_EQ(sums.data<float>()[c], static_cast<float>(s)) << "column " << c;
+    ASSERT_EQ(sums_of_empty.data<float>()[c], static_cast<float>(s)) << "column " << c << ", empty product";
   }
 }
 
