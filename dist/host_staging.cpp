@@ -55,18 +55,15 @@ std::shared_ptr<Work> HostStagedProcessGroup::all_reduce_async(Tensor& t, Reduce
   return std::make_shared<StagedWork>(std::move(work), [t, host]() mutable { t.copy_(host); });
 }
 
+// CPU tensors take the inner group's blocking form; CUDA ones the staged collective above, waited.
 void HostStagedProcessGroup::all_reduce(Tensor& t, ReduceOp op) {
   if (!on_cuda(t)) return inner_->all_reduce(t, op);
-  Tensor host = t.to(Device::cpu());
-  inner_->all_reduce(host, op);
-  t.copy_(host);
+  all_reduce_async(t, op)->wait();
 }
 
 void HostStagedProcessGroup::broadcast(Tensor& t, int root) {
   if (!on_cuda(t)) return inner_->broadcast(t, root);
-  Tensor host = t.to(Device::cpu());
-  inner_->broadcast(host, root);
-  t.copy_(host);
+  broadcast_async(t, root)->wait();
 }
 
 std::shared_ptr<Work> HostStagedProcessGroup::broadcast_async(Tensor& t, int root) {

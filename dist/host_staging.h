@@ -26,7 +26,7 @@ class HostStagedProcessGroup : public ProcessGroup {
   ProcessGroup& inner() { return *inner_; }
 
   std::shared_ptr<Work> all_reduce_async(Tensor& t, ReduceOp op = ReduceOp::SUM) override;
-  // The blocking forms: the inner group's (staged through the host for a CUDA tensor).
+  // The blocking forms: the inner group's for a CPU tensor; for a CUDA one the staged *_async, waited.
   void all_reduce(Tensor& t, ReduceOp op = ReduceOp::SUM) override;
   void broadcast(Tensor& t, int root) override;
   void barrier() override { inner_->barrier(); }
