@@ -56,6 +56,7 @@ Variable matmul(const Variable& a_in, const Variable& b_in) {
 // y = x W^T + b, one node: leading dims of x are flattened into rows so the layer is one GEMM,
 // the bias is added into the GEMM's output in place; backward: dx = dy W, dW = dy^T x (one GEMM
 // over all rows) and db = column sums of dy (summed by that GEMM as it reads dy). The same as matmul(x, transpose(w)) + b (tested).
+// dW is written into the weight's gradient destination when it has one (Variable::set_grad_destination).
 // Under autocast x, W and b are rounded to its dtype inside this node (autograd/autocast.h,
 // AutocastCast); 16-bit x and W (autocast(BFloat16); autocast(Float16) on CUDA) are multiplied as
 // such into a float32 result, the widened bias added; backward rounds dy to that dtype once for
@@ -79,20 +80,23 @@ Variable linear(const Variable& x_in, const Variable& w_in, const Variable& b_in
                        ? (round ? addmm_round_to(b.data, x2, w.data.t(), low) : addmm(b.data, x2, w.data.t()))
                        : (round ? mm_round_to(x2, w.data.t(), low) : mm(x2, w.data.t()));
   const bool gx = x.input.requires_grad(), gw = w.input.requires_grad(), gb = b.input.requires_grad();
+  // A leaf weight whose dW keeps the product's dtype may take dW in its gradient destination.
+  const bool dw_in_place = gw && w.input.is_leaf() && !w.cast && !is_half(w.data.dtype());
   return Variable::make_result(
       x.data.dim() == 2 ? y : y.view(out_shape), {x.input, w.input, b.input},
-      [tx = gw ? x2 : Tensor(), tw = gx ? w.data : Tensor(), x_shape = x.data.shape(), gb, low,
-       cast = std::array<bool, 3>{x.cast, w.cast, b.cast},
+      [tx = gw ? x2 : Tensor(), tw = gx ? w.data : Tensor(), w_leaf = dw_in_place ? w.input : Variable(),
+       x_shape = x.data.shape(), gb, low, cast = std::array<bool, 3>{x.cast, w.cast, b.cast},
        dtypes = std::array<DType, 3>{x.data.dtype(), w.data.dtype(),
                                      b.data.defined() ? b.data.dtype() : x.data.dtype()}](const Tensor& dy) {
         const Tensor g = dy.reshape({-1, dy.size(-1)}).to(low);  // (rows, out)
         std::vector<Tensor> grads(3);
         if (tw.defined())  // dx, rounded as the GEMM stores it where this node cast x
           grads[0] = (cast[0] ? mm_round_to(g, tw, dtypes[0]) : mm(g, tw).to(dtypes[0])).view(x_shape);
+        const Tensor dw_out = w_leaf.defined() ? claim_grad_destination(w_leaf) : Tensor();  // or a new one
         if (tx.defined() && gb) {
-          std::tie(grads[1], grads[2]) = mm_and_row_sums(g.t(), tx);  // dW and db from one pass over dy
+          std::tie(grads[1], grads[2]) = mm_and_row_sums(g.t(), tx, dw_out);  // dW and db from one pass over dy
         } else {
-          if (tx.defined()) grads[1] = mm(g.t(), tx);
+          if (tx.defined()) grads[1] = mm(g.t(), tx, dw_out);
           if (gb) grads[2] = sum(g, {0});
         }
         for (size_t i = 1; i < 3; ++i) grads[i] = AutocastCast::gradient(grads[i], dtypes[i], cast[i]);

@@ -16,7 +16,9 @@ namespace minidl {
 
 namespace {
 thread_local bool grad_enabled = true;
-}
+thread_local uint64_t current_pass = 0;  // the backward() running on this thread (0: none)
+std::atomic<uint64_t> next_pass{1};
+}  // namespace
 
 bool is_grad_enabled() { return grad_enabled; }
 void set_grad_enabled(bool enabled) { grad_enabled = enabled; }
@@ -62,6 +64,26 @@ uint64_t Variable::register_post_accumulate_grad_hook(GradHook hook) const {
 void Variable::remove_post_accumulate_grad_hook(uint64_t handle) const {
   auto& hooks = impl_->post_accumulate_grad_hooks;
   std::erase_if(hooks, [handle](const auto& h) { return h.first == handle; });
+}
+
+void Variable::set_grad_destination(Tensor destination) const {
+  if (!is_leaf()) throw std::logic_error("set_grad_destination: only leaf Variables have one");
+  if (destination.defined() &&
+      (destination.shape() != impl_->data.shape() || destination.dtype() != impl_->data.dtype() ||
+       destination.device() != impl_->data.device() || !(destination.is_contiguous() || destination.numel() == 0)))
+    throw std::invalid_argument("set_grad_destination: got " + destination.desc() + ", expected a contiguous " +
+                                impl_->data.desc());
+  impl_->grad_destination = std::move(destination);
+  impl_->destination_pass = 0;
+}
+
+Tensor claim_grad_destination(const Variable& v) {
+  VariableImpl* impl = v.impl();
+  if (!impl || impl->grad_fn || !impl->grad_destination.defined() || impl->grad.defined() || current_pass == 0 ||
+      impl->destination_pass == current_pass)
+    return Tensor();
+  impl->destination_pass = current_pass;
+  return impl->grad_destination;
 }
 
 Variable Variable::make_result(Tensor data, std::vector<Variable> inputs, BackwardFn backward, const char* name) {
@@ -156,7 +178,8 @@ std::unordered_map<VariableImpl*, int> count_dependencies(const std::vector<Vari
 
 void accumulate_into_leaf(VariableImpl* v, Tensor g) {
   if (!v->grad.defined()) {
-    v->grad = owns_buffer(g) ? std::move(g) : g.clone();  // a copy when g may alias another tensor
+    // a copy when g may alias another tensor (not when it is the leaf's destination)
+    v->grad = owns_buffer(g) || g.is_same(v->grad_destination) ? std::move(g) : g.clone();
   } else {
     add_(v->grad, g);
   }
@@ -174,6 +197,12 @@ void finish_leaf(VariableImpl* v, Tensor g) {
 
 void backward(const std::vector<Variable>& roots, const std::vector<Tensor>& grads_in, bool retain_graph) {
   if (roots.size() != grads_in.size()) throw std::invalid_argument("backward: need one gradient per root");
+  // this pass's number, for claim_grad_destination (restored after a backward run inside one)
+  struct Pass {
+    uint64_t outer = current_pass;
+    Pass() { current_pass = next_pass.fetch_add(1); }
+    ~Pass() { current_pass = outer; }
+  } pass;
   std::unordered_map<VariableImpl*, Tensor> grads;
   for (size_t i = 0; i < roots.size(); ++i) {
     const Variable& r = roots[i];

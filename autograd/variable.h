@@ -10,7 +10,8 @@
 // all-reduces) as soon as all gradient contributions to it have arrived. Without retain_graph the graph's closures (and the tensors
 // they saved) are freed; a second backward through them is an error. The graph holds no
 // intermediate results of its own: only the tensors each backward saved (VariableImpl::edge).
-// A leaf's first gradient becomes its .grad without a copy when nothing else holds that buffer.
+// A leaf's first gradient becomes its .grad without a copy when nothing else holds that buffer,
+// or when it was written into the leaf's gradient destination (set_grad_destination).
 #pragma once
 #include <functional>
 #include <memory>
@@ -44,6 +45,8 @@ struct VariableImpl {
   bool requires_grad = false;
   std::shared_ptr<Node> grad_fn;
   std::vector<std::pair<uint64_t, GradHook>> post_accumulate_grad_hooks;  // (handle, hook)
+  Tensor grad_destination;  // a leaf's: Variable::set_grad_destination
+  uint64_t destination_pass = 0;  // the backward pass that last handed grad_destination out
   // A non-leaf's stand-in in the graph: consumers' nodes hold this handle (requires_grad and
   // grad_fn only) rather than the Variable, so an intermediate result is freed as soon as no
   // user handle and no saved tensor holds it — the graph itself keeps no activations alive.
@@ -82,6 +85,15 @@ class Variable {
   uint64_t register_post_accumulate_grad_hook(GradHook hook) const;
   void remove_post_accumulate_grad_hook(uint64_t handle) const;
 
+  // Memory this leaf's gradient may be written into when a backward pass reaches the leaf with
+  // .grad undefined (after zero_grad(), which sets it to none): an op that makes the gradient
+  // with a matrix product (linear's weight) writes it there, and it becomes .grad with no copy.
+  // DDP points each parameter at its slot in a gradient bucket, which is then reduced with no
+  // copy in. Its old contents are overwritten. The data's shape, dtype and device, contiguous;
+  // an undefined Tensor removes it. A second contribution in the same pass is added as usual.
+  void set_grad_destination(Tensor destination) const;
+  const Tensor& grad_destination() const { return impl_->grad_destination; }
+
   // Tensor-like accessors
   const Shape& shape() const { return impl_->data.shape(); }
   int64_t dim() const { return impl_->data.dim(); }
@@ -116,6 +128,11 @@ class NoGradGuard {
  private:
   bool prev_;
 };
+
+// Inside a backward function: the destination (Variable::set_grad_destination) to write the
+// whole of leaf v's gradient into, handed out once per backward pass and only while v.grad() is
+// undefined; otherwise an undefined Tensor, and the gradient is returned in a new one.
+Tensor claim_grad_destination(const Variable& v);
 
 // Backpropagates from several roots at once (grads[i] for roots[i]).
 void backward(const std::vector<Variable>& roots, const std::vector<Tensor>& grads, bool retain_graph = false);

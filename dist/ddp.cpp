@@ -33,7 +33,10 @@ DistributedDataParallel::DistributedDataParallel(nn::Module& module, const DDPOp
 }
 
 DistributedDataParallel::~DistributedDataParallel() {
-  for (size_t i = 0; i < params_.size(); ++i) params_[i].var.remove_post_accumulate_grad_hook(slots_[i].hook);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    params_[i].var.remove_post_accumulate_grad_hook(slots_[i].hook);
+    params_[i].var.set_grad_destination(Tensor());
+  }
 }
 
 // The root's synced buffers to every rank, in place: one collective (per device).
@@ -86,6 +89,10 @@ void DistributedDataParallel::build_buckets() {
     buckets_[j].buffer = group_->empty_symmetric({padded}, first.dtype(), first.device());
     buckets_[j].slab = buckets_[j].buffer.narrow(0, group_->rank() * (padded / world), padded / world);
   }
+  // Each parameter's gradient is made in its slot where the op allows (a linear layer's weight):
+  // nothing to copy in when its bucket launches (autograd's Variable::set_grad_destination).
+  for (size_t i = 0; i < params_.size(); ++i)
+    params_[i].var.set_grad_destination(grad_slot(buckets_[slots_[i].bucket], i));
   ready_.assign(params_.size(), false);
 }
 
@@ -176,8 +183,8 @@ Tensor DistributedDataParallel::grad_slot(const Bucket& b, size_t i) const {
 void DistributedDataParallel::launch_ready_buckets() {
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) {
     Bucket& b = buckets_[next_bucket_++];
-    // Each gradient moves into its slot, and .grad becomes a view of the slot (PyTorch's
-    // gradient_as_bucket_view): the average is then made in place, with no copy back.
+    // Each gradient moves into its slot unless it was made there, and .grad becomes a view of the
+    // slot (PyTorch's gradient_as_bucket_view): the average is then made in place, with no copy back.
     for (size_t i : b.params) {
       Param& p = params_[i];
       Tensor slot = grad_slot(b, i);

@@ -109,13 +109,18 @@ Tensor topk_indices(const Tensor& x, int64_t k);
 // ---- linear algebra (Eigen) ----
 // torch.matmul semantics: 1-d·1-d, 2-d·2-d, batched (..., n, k)·(..., k, m) with broadcast batch dims.
 Tensor matmul(const Tensor& a, const Tensor& b);
-Tensor mm(const Tensor& a, const Tensor& b);  // 2-d only; a or b may be transposed views (no copy)
+// 2-d only; a or b may be transposed views (no copy). out (PyTorch's out=): when defined, the
+// product is written there and out is returned; it must be a contiguous (n, m) tensor of the
+// product's dtype on the operands' device (autograd writes a leaf's gradient into its
+// destination this way, Variable::set_grad_destination).
+Tensor mm(const Tensor& a, const Tensor& b, const Tensor& out = Tensor());
 // bias (m) + a (n, k) · b (k, m), the bias added to every row: torch.addmm(bias, a, b) for a 1-d
 // bias (a linear layer's forward; on the CPU the bias goes in as the product is written).
 Tensor addmm(const Tensor& bias, const Tensor& a, const Tensor& b);
 // {a (n, k) · b (k, m), a's row sums (n)} = {mm(a, b), sum(a, {1})} from one pass over a (a linear
 // layer's dW = dy^T x and db, with a = dy^T; on the CPU the sums come from the GEMM's own reads).
-std::pair<Tensor, Tensor> mm_and_row_sums(const Tensor& a, const Tensor& b);
+// out: where the product goes, as mm's.
+std::pair<Tensor, Tensor> mm_and_row_sums(const Tensor& a, const Tensor& b, const Tensor& out = Tensor());
 // round_to(mm(a, b), dtype): the float32 product of 16-bit operands rounded to dtype (bfloat16 or
 // float16) and kept float32 (autocast's gradient of a float32 operand it cast); on the CPU the
 // bfloat16 GEMM rounds as it stores, with no pass of its own.

@@ -102,6 +102,24 @@ void gemm_any(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, b
   kernels::cpu::gemm_bf16(M, N, K, A, lda, ta, B, ldb, tb, C, ldc);  // supported: widen_bf16 was asked first
 }
 
+// The result of the product a (n, k) · b (k, m): `out` when defined (checked: contiguous, the
+// product's shape and dtype, the operands' device, no memory shared with them), else a new tensor.
+Tensor product_out(const Tensor& out, const Tensor& a, const Tensor& b, const char* op) {
+  const int64_t n = a.size(0), m = b.size(1);
+  const DType dtype = product_dtype(a.dtype());
+  if (!out.defined()) return Tensor({n, m}, dtype, a.device());
+  const bool contiguous = out.is_contiguous() || out.numel() == 0;
+  if (out.shape() != Shape{n, m} || out.dtype() != dtype || out.device() != a.device() || !contiguous)
+    throw std::invalid_argument(std::string(op) + ": out is " + out.desc() + (contiguous ? "" : " (strided)") +
+                                ", expected a contiguous " + dtype_name(dtype) + shape_str({n, m}) + " on " +
+                                a.device().str());
+  if (out.numel() > 0 && (out.storage() == a.storage() || out.storage() == b.storage()))
+    throw std::invalid_argument(std::string(op) +
+                                ": out shares memory with an operand; the product cannot be "
+                                "written over its own inputs");
+  return out;
+}
+
 [[noreturn]] void shape_error(const Tensor& a, const Tensor& b, const char* op, int64_t ka, int64_t kb) {
   throw std::invalid_argument(std::string(op) + ": shapes " + shape_str(a.shape()) + " and " + shape_str(b.shape()) +
                               " cannot be multiplied (" + std::to_string(ka) + " != " + std::to_string(kb) + ")");
@@ -190,10 +208,10 @@ Tensor bf16_product(const Tensor& a, const Tensor& b, const float* bias, bool ro
 }
 }  // namespace
 
-Tensor mm(const Tensor& a, const Tensor& b) {
+Tensor mm(const Tensor& a, const Tensor& b, const Tensor& out_in) {
   check_mm(a, b, "mm");
-  if (widen_bf16(a)) return mm(a.to(DType::Float32), b.to(DType::Float32));
-  Tensor out({a.size(0), b.size(1)}, product_dtype(a.dtype()), a.device());  // (n, m)
+  Tensor out = product_out(out_in, a, b, "mm");  // (n, m)
+  if (widen_bf16(a)) return mm(a.to(DType::Float32), b.to(DType::Float32), out);
   batched_gemm(a, b, out);
   return out;
 }
@@ -265,31 +283,32 @@ Tensor addmm_round_to(const Tensor& bias, const Tensor& a, const Tensor& b, DTyp
   return addmm_rounded(bias, a, b, dtype, "addmm_round_to");
 }
 
-std::pair<Tensor, Tensor> mm_and_row_sums(const Tensor& a, const Tensor& b) {
+std::pair<Tensor, Tensor> mm_and_row_sums(const Tensor& a, const Tensor& b, const Tensor& out_in) {
   check_operands(a, b, "mm_and_row_sums");
   if (a.dim() != 2 || b.dim() != 2)
     throw std::invalid_argument("mm_and_row_sums: expected 2-d matrices, got shapes " + shape_str(a.shape()) + " and " +
                                 shape_str(b.shape()));
   if (a.size(1) != b.size(0)) shape_error(a, b, "mm_and_row_sums", a.size(1), b.size(0));
+  Tensor out = product_out(out_in, a, b, "mm_and_row_sums");
   if (a.device().is_cuda()) {  // cuBLAS's product, then the reduction (float32 for bfloat16, as on the CPU)
-    Tensor out = mm(a, b);
+    mm(a, b, out);
     return {out, sum(a.to(out.dtype()), {1})};
   }
-  if (widen_bf16(a)) return mm_and_row_sums(a.to(DType::Float32), b.to(DType::Float32));
+  if (widen_bf16(a)) return mm_and_row_sums(a.to(DType::Float32), b.to(DType::Float32), out);
   if (a.dtype() == DType::BFloat16) {  // op(A)'s rows summed in double in k order
     // op(A) as the transpose of a (k, n) matrix with rows `ld` apart (linear's dy^T): the GEMM sums
     // them while it packs A (kernels::cpu::gemm_bf16_row_sums, which refuses an empty product)
     if (a.stride(0) == 1 && a.stride(1) >= a.size(0)) {
       Tensor tb = b;
       const GemmOperand gb = matrix_layout(tb);
-      std::pair<Tensor, Tensor> r{Tensor({a.size(0), b.size(1)}, DType::Float32), Tensor({a.size(0)}, DType::Float32)};
+      std::pair<Tensor, Tensor> r{out, Tensor({a.size(0)}, DType::Float32)};
       if (kernels::cpu::gemm_bf16_row_sums(a.size(0), b.size(1), a.size(1), static_cast<const uint16_t*>(a.raw_data()),
                                            a.stride(1), true, static_cast<const uint16_t*>(tb.raw_data()), gb.ld,
                                            gb.trans, r.first.data<float>(), b.size(1), r.second.data<float>()))
         return r;
     }
     // otherwise (an untransposed a, or an empty product) the product, then a contiguous copy's rows
-    std::pair<Tensor, Tensor> r{mm(a, b), Tensor({a.size(0)}, DType::Float32)};
+    std::pair<Tensor, Tensor> r{mm(a, b, out), Tensor({a.size(0)}, DType::Float32)};
     const Tensor src = a.contiguous();
     const uint16_t* pa = static_cast<const uint16_t*>(src.raw_data());
     const int64_t n = a.size(0), k = a.size(1);
@@ -306,7 +325,7 @@ std::pair<Tensor, Tensor> mm_and_row_sums(const Tensor& a, const Tensor& b) {
   Tensor ta = a, tb = b;
   const GemmOperand ga = matrix_layout(ta), gb = matrix_layout(tb);
   const int64_t n = a.size(0), k = a.size(1), m = b.size(1);
-  Tensor out({n, m}, a.dtype(), a.device()), sums({n}, a.dtype(), a.device());  // (n, m), (n)
+  Tensor sums({n}, a.dtype(), a.device());  // (n); out: (n, m)
   dispatch_floating(a.dtype(), "mm_and_row_sums", [&](auto tag) {
     using T = decltype(tag);
     kernels::cpu::gemm_row_sums(n, m, k, ta.data<T>(), ga.ld, ga.trans, tb.data<T>(), gb.ld, gb.trans, out.data<T>(), m,

@@ -112,6 +112,55 @@ struct Cube : autograd::Function {
 };
 }  // namespace
 
+// A leaf's gradient destination (DDP's bucket slot): linear writes dW there, and it becomes .grad
+// with no copy — the same bits as a new gradient; a second contribution in the same pass (a weight
+// used twice) is added as usual, and so is a gradient into a .grad that is already defined.
+TEST(Engine, LinearWritesItsWeightGradientIntoTheDestination) {
+  manual_seed(3);
+  const Tensor x1 = randn({9, 5}), x2 = randn({9, 5});
+  const auto run = [&](bool with_destination, bool twice, int backwards) {
+    manual_seed(5);
+    Variable w(randn({4, 5}), true);
+    Variable b(zeros({4}), true);
+    const Tensor dest = full({4, 5}, 99.0);  // stale contents
+    if (with_destination) w.set_grad_destination(dest);
+    for (int i = 0; i < backwards; ++i) {
+      Variable y = linear(Variable(x1), w, b);
+      if (twice) y = add(y, mul(linear(Variable(x2), w, b), 2.0));
+      sum(mul(y, y)).backward();
+    }
+    return std::make_pair(w, dest);
+  };
+  for (bool twice : {false, true}) {
+    for (int backwards : {1, 2}) {
+      SCOPED_TRACE("twice " + std::to_string(twice) + ", backwards " + std::to_string(backwards));
+      const auto [ref, unused] = run(false, twice, backwards);
+      const auto [w, dest] = run(true, twice, backwards);
+      minidl::testing::expect_equal(w.grad(), ref.grad(), "the same bits as a new gradient");
+      // one contribution lands in the destination; a second one is added into a new tensor
+      EXPECT_EQ(w.grad().is_same(dest), !twice);
+    }
+  }
+  // after zero_grad (set to none) the next backward writes into the destination again
+  auto [w, dest] = run(true, false, 1);
+  w.zero_grad();
+  sum(linear(Variable(x1), w, Variable())).backward();
+  EXPECT_TRUE(w.grad().is_same(dest));
+  expect_close(dest, sum(x1, {0}).unsqueeze(0).expand({4, 5}).contiguous(), 1e-5, 1e-5);  // dW of a sum
+  w.set_grad_destination(Tensor());
+  w.zero_grad();
+  sum(linear(Variable(x1), w, Variable())).backward();
+  EXPECT_FALSE(w.grad().storage() == dest.storage()) << "a removed destination is not written";
+
+  Variable v(zeros({4, 5}), true);
+  EXPECT_THROW_MSG(v.set_grad_destination(zeros({5, 4})), std::invalid_argument,
+                   "set_grad_destination: got float32[5, 4] on cpu, expected a contiguous float32[4, 5] on cpu");
+  EXPECT_THROW_MSG(v.set_grad_destination(zeros({5, 4}).t()), std::invalid_argument,
+                   "set_grad_destination: got float32[4, 5] on cpu, expected a contiguous");
+  EXPECT_THROW_MSG(mul(v, 2.0).set_grad_destination(zeros({4, 5})), std::logic_error,
+                   "set_grad_destination: only leaf Variables have one");
+}
+
 TEST(Engine, CustomFunctionPassesGradcheck) {
   Tensor x = randn({2, 3}, RandomKey{1, 0}, DType::Float64);
   minidl::testing::gradcheck(

@@ -517,14 +517,16 @@ TEST(DDP, JoinOutsideAJoinScopeSaysHowToUseIt) {
     } catch (const std::logic_error& e) {
       err = e.what();
     }
-    require(err.find("only inside a dist::Join scope") != std::string::npos, "join() outside a scope: got '" + err + "'");
+    require(err.find("only inside a dist::Join scope") != std::string::npos,
+            "join() outside a scope: got '" + err + "'");
     dist::shutdown();
   });
 }
 
 TEST(DDP, GradientsAreViewsOfTheirBucketHoldingTheAverage) {
   // gradient_as_bucket_view: after backward every .grad of a bucket shares the bucket's storage
-  // and holds the average over the ranks (no copy back); the next step's gradients land there too.
+  // and holds the average over the ranks (no copy back); the next step's gradients land there too
+  // (each parameter's gradient destination is its slot: the linear weights' are made there).
   dist::spawn(2, [](int rank) {
     init_world(std::chrono::seconds(20));
     manual_seed(0);
@@ -536,15 +538,21 @@ TEST(DDP, GradientsAreViewsOfTheirBucketHoldingTheAverage) {
       GlobalBatch g = make_batch(4, 10 * s + static_cast<uint64_t>(rank));  // a different batch per rank
       cross_entropy(ddp(Variable(g.x)), g.y).backward();
       const auto params = model.parameters();
-      for (const auto& p : params)
+      for (const auto& p : params) {
         require(p.grad().storage() == params.front().grad().storage(),
                 "step " + std::to_string(s) + ": every .grad is a view of the one bucket");
+        require(p.grad().is_same(p.grad_destination()), "each gradient is made in (or moved to) its slot");
+      }
       for (const auto& p : params) {
         const Tensor mine = p.grad().clone();
         const std::vector<Tensor> all = dist::all_gather(mine);
         require_close(mine, all[0], 0, 0, "rank " + std::to_string(rank) + ": the same average on every rank");
       }
     }
+    {
+      dist::DistributedDataParallel other(model);  // a wrapper's end removes its destinations
+    }
+    for (const auto& p : model.parameters()) require(!p.grad_destination().defined(), "no destination after DDP");
     dist::shutdown();
   });
 }

@@ -171,6 +171,47 @@ TEST(MmAndRowSums, Errors) {
                    "mm_and_row_sums: expected 2-d matrices");
 }
 
+// out= (a leaf's gradient destination): the product is written over out's old contents, bit for
+// bit what a new result holds, and out itself is returned; in every dtype and path (a transposed
+// left operand, an untransposed one, bfloat16 operands, an empty product). A bad out is refused
+// with what was wrong, and nothing is written.
+TEST(MmOut, WritesTheSameBitsIntoOutAndRefusesABadOut) {
+  const auto check = [](const Tensor& a, const Tensor& b, const std::string& what) {
+    SCOPED_TRACE(what);
+    const DType pd = a.dtype() == DType::BFloat16 ? DType::Float32 : a.dtype();
+    Tensor out = full({a.size(0), b.size(1)}, 12345.0, pd);  // stale contents to be overwritten
+    const Tensor p = mm(a, b, out);
+    EXPECT_TRUE(p.is_same(out));
+    expect_equal(out, mm(a, b), "mm");
+    out.fill_(-7.0);
+    const auto [q, s] = mm_and_row_sums(a, b, out);
+    EXPECT_TRUE(q.is_same(out));
+    expect_equal(out, mm_and_row_sums(a, b).first, "mm_and_row_sums: the product");
+    expect_equal(s, mm_and_row_sums(a, b).second, "mm_and_row_sums: the row sums");
+  };
+  for (DType dt : {DType::Float32, DType::Float64}) {
+    const Tensor dy = randn({300, 40}, dt), x = randn({300, 24}, dt);
+    check(dy.t(), x, std::string(dtype_name(dt)) + ", transposed left operand");
+    check(x.t().contiguous(), dy, std::string(dtype_name(dt)) + ", contiguous left operand");
+    check(dy.t(), x.narrow(1, 0, 0), std::string(dtype_name(dt)) + ", no columns");
+  }
+  const Tensor dy = randn({300, 40}).to(DType::BFloat16), x = randn({300, 24}).to(DType::BFloat16);
+  check(dy.t(), x, "bfloat16, transposed left operand");
+  check(dy.t().contiguous(), x.t().contiguous().t(), "bfloat16, contiguous left operand");
+
+  const Tensor a = randn({4, 3}), b = randn({3, 5});
+  Tensor wrong_shape = zeros({5, 4}), wrong_dtype = zeros({4, 5}, DType::Float64), strided = zeros({5, 4}).t();
+  EXPECT_THROW_MSG(mm(a, b, wrong_shape), std::invalid_argument,
+                   "mm: out is float32[5, 4] on cpu, expected a contiguous float32[4, 5] on cpu");
+  EXPECT_THROW_MSG(mm_and_row_sums(a, b, wrong_dtype), std::invalid_argument,
+                   "mm_and_row_sums: out is float64[4, 5] on cpu, expected a contiguous float32[4, 5] on cpu");
+  EXPECT_THROW_MSG(mm(a, b, strided), std::invalid_argument,
+                   "mm: out is float32[4, 5] on cpu (strided), expected a contiguous float32[4, 5] on cpu");
+  expect_equal(wrong_shape, zeros({5, 4}), "nothing written into a refused out");
+  Tensor square = randn({4, 4});
+  EXPECT_THROW_MSG(mm(square, randn({4, 4}), square), std::invalid_argument, "mm: out shares memory with an operand");
+}
+
 // bfloat16 operands (autocast's products): a float32 result, the float32 sums of the exact
 // products — bit for bit the float32 product of the widened operands on small integers (every
 // sum exact in any order), through transposed views, batches, the bias and the row sums; float16
