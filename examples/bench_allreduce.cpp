@@ -3,8 +3,10 @@
 // it: algbw = bytes / time, busbw = algbw * 2 (n - 1) / n, for float32 buffers of 4 KB to 64 MB,
 // beside a plain memcpy bandwidth of this machine. time is the mean over the calls (as nccl-tests
 // reports it); median, the middle call, shows what a call costs when no other process runs on
-// the core it needs.
-//   ./build/examples/bench_allreduce [nprocs = 2] [backends = gloo,shm]
+// the core it needs. shm-symmetric is the shm transport on tensors in memory every rank maps
+// (ProcessGroup::empty_symmetric, where DDP keeps its gradient buckets): reduced in place
+// between the ranks' tensors, with no copy into the group's segment and back.
+//   ./build/examples/bench_allreduce [nprocs = 2] [backends = gloo,shm,shm-symmetric]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -36,7 +38,7 @@ double memcpy_gbps(size_t bytes) {
 
 int main(int argc, char** argv) {
   const int nprocs = argc > 1 ? std::atoi(argv[1]) : 2;
-  const std::string backends = argc > 2 ? argv[2] : "gloo,shm";
+  const std::string backends = argc > 2 ? argv[2] : "gloo,shm,shm-symmetric";
   std::printf("memcpy 64 MB: %.2f GB/s (one thread)\n", memcpy_gbps(64u << 20));
   for (size_t at = 0; at < backends.size();) {
     const size_t comma = std::min(backends.find(',', at), backends.size());
@@ -44,11 +46,16 @@ int main(int argc, char** argv) {
     at = comma + 1;
     std::printf("%10s %12s %12s %12s %12s   (%d processes, %s, float32, sum)\n", "bytes", "time (us)", "algbw GB/s",
                 "busbw GB/s", "median (us)", nprocs, backend.c_str());
+    const bool symmetric = backend == "shm-symmetric";
     const auto lines = dist::spawn_with_results(nprocs, [&](int rank) {
-      dist::init({.backend = backend});
+      dist::init({.backend = symmetric ? "shm" : backend});
       std::string out;
       for (int64_t bytes = 4 << 10; bytes <= (64 << 20); bytes *= 4) {
         Tensor t = ones({bytes / 4});  // (bytes / 4,) float32
+        if (symmetric) {
+          t = dist::default_group().empty_symmetric({bytes / 4}, DType::Float32);
+          t.fill_(1.0);
+        }
         // about 0.25 s of calls per size (at 1 GB/s), at least 5
         const int warm = 3, reps = static_cast<int>(std::clamp<int64_t>((256 << 20) / bytes, 5, 2000));
         for (int i = 0; i < warm; ++i) dist::all_reduce(t);
