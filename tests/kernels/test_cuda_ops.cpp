@@ -309,6 +309,13 @@ TEST(CudaOps, HalfProductsMatchTheCpu) {
     const auto [cp, cs] = mm_and_row_sums(cpu(a), cpu(b));
     check(gp, cp, "mm_and_row_sums: the product");
     check(gs, cs, "mm_and_row_sums: the row sums");
+    // out= (a gradient destination on the device): written in place and returned
+    Tensor out = on_gpu(full({33, 17}, 7.0));
+    ASSERT_TRUE(mm(on_gpu(a), on_gpu(b), out).is_same(out)) << name;
+    check(out, cp, "mm into out");
+    out.fill_(-3.0);
+    ASSERT_TRUE(mm_and_row_sums(on_gpu(a), on_gpu(b), out).first.is_same(out)) << name;
+    check(out, cp, "mm_and_row_sums into out");
   }
 }
 
