@@ -82,6 +82,7 @@ Tensor claim_grad_destination(const Variable& v) {
   if (!impl || impl->grad_fn || !impl->grad_destination.defined() || impl->grad.defined() || current_pass == 0 ||
       impl->destination_pass == current_pass)
     return Tensor();
+  if (impl->grad_destination.device() != impl->data.device()) return Tensor();  // moved since (Module::to)
   impl->destination_pass = current_pass;
   return impl->grad_destination;
 }

@@ -94,6 +94,27 @@ TEST(CudaLayers, LinearMatchesCpu) {
                       true, {});
 }
 
+// A linear weight's gradient destination on the device (DDP's bucket slot on a GPU) takes dW as
+// on the CPU; one left on the CPU when the weight moved to the GPU is not used, and dW is new.
+TEST(CudaLayers, LinearWritesItsWeightGradientIntoADestinationOnItsDevice) {
+  MINIDL_SKIP_WITHOUT_GPU();
+  const Tensor x = rnd({8, 33}, 4), w0 = rnd({17, 33}, 5);
+  Variable cpu_w(w0.clone(), true);
+  sum(linear(Variable(x), cpu_w, Variable())).backward();
+  Variable w(on_gpu(w0), true);
+  const Tensor dest = on_gpu(zeros({17, 33}));
+  w.set_grad_destination(dest);
+  sum(linear(Variable(on_gpu(x)), w, Variable())).backward();
+  EXPECT_TRUE(w.grad().is_same(dest));
+  expect_cuda_matches_cpu(w.grad(), cpu_w.grad(), 1e-5, 1e-5, "dW in the destination");
+  Variable moved(w0.clone(), true);
+  moved.set_grad_destination(zeros({17, 33}));
+  moved.set_data(on_gpu(w0));  // as Module::to moves a parameter
+  sum(linear(Variable(on_gpu(x)), moved, Variable())).backward();
+  EXPECT_FALSE(moved.grad().is_same(moved.grad_destination()));
+  expect_cuda_matches_cpu(moved.grad(), cpu_w.grad(), 1e-5, 1e-5, "dW of a moved weight");
+}
+
 // Under autocast(BFloat16) Linear multiplies bfloat16 operands into float32 on both devices
 // (cuBLAS's bfloat16 GEMM, the CPU's gemm_bf16); under autocast(Float16) CUDA multiplies float16
 // operands (cuBLAS's float16 GEMM) and the CPU the same rounded operands widened to float32. The
