@@ -186,7 +186,7 @@ void batched_gemm(Tensor a, Tensor b, Tensor& out) {
 void check_mm(const Tensor& a, const Tensor& b, const char* op) {
   check_operands(a, b, op);
   if (a.dim() != 2 || b.dim() != 2)
-    throw std::invalid_argument(std::string(op) + ": expected 2-d tensors, got shapes " + shape_str(a.shape()) +
+    throw std::invalid_argument(std::string(op) + ": expected 2-d matrices, got shapes " + shape_str(a.shape()) +
                                 " and " + shape_str(b.shape()));
   if (a.size(1) != b.size(0)) shape_error(a, b, op, a.size(1), b.size(0));
 }
@@ -237,10 +237,7 @@ Tensor addmm_rounded(const Tensor& bias, const Tensor& a, const Tensor& b, DType
   if (round != DType::Float32 && (!is_half(a.dtype()) || !is_half(round)))
     throw std::invalid_argument(std::string(op) + ": expected bfloat16 or float16 operands and dtype, got " + a.desc() +
                                 " and " + dtype_name(round));
-  if (a.dim() != 2 || b.dim() != 2)
-    throw std::invalid_argument(std::string(op) + ": expected 2-d matrices, got shapes " + shape_str(a.shape()) +
-                                " and " + shape_str(b.shape()));
-  if (a.size(1) != b.size(0)) shape_error(a, b, op, a.size(1), b.size(0));
+  check_mm(a, b, op);
   if (bias.dim() != 1 || bias.size(0) != b.size(1))
     throw std::invalid_argument(std::string(op) + ": bias " + shape_str(bias.shape()) +
                                 " does not match the product's " + std::to_string(b.size(1)) + " columns (expected (" +
@@ -284,11 +281,7 @@ Tensor addmm_round_to(const Tensor& bias, const Tensor& a, const Tensor& b, DTyp
 }
 
 std::pair<Tensor, Tensor> mm_and_row_sums(const Tensor& a, const Tensor& b, const Tensor& out_in) {
-  check_operands(a, b, "mm_and_row_sums");
-  if (a.dim() != 2 || b.dim() != 2)
-    throw std::invalid_argument("mm_and_row_sums: expected 2-d matrices, got shapes " + shape_str(a.shape()) + " and " +
-                                shape_str(b.shape()));
-  if (a.size(1) != b.size(0)) shape_error(a, b, "mm_and_row_sums", a.size(1), b.size(0));
+  check_mm(a, b, "mm_and_row_sums");
   Tensor out = product_out(out_in, a, b, "mm_and_row_sums");
   if (a.device().is_cuda()) {  // cuBLAS's product, then the reduction (float32 for bfloat16, as on the CPU)
     mm(a, b, out);

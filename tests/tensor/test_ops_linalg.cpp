@@ -109,7 +109,7 @@ TEST(Matmul, Errors) {
                    "matmul: dtype mismatch float32 vs float64");
   EXPECT_THROW_MSG(matmul(arange(4).view({2, 2}), arange(4).view({2, 2})), std::invalid_argument,
                    "matmul: expected a floating dtype");
-  EXPECT_THROW_MSG(mm(zeros({2, 3, 1}), zeros({1, 2})), std::invalid_argument, "mm: expected 2-d tensors");
+  EXPECT_THROW_MSG(mm(zeros({2, 3, 1}), zeros({1, 2})), std::invalid_argument, "mm: expected 2-d matrices");
   EXPECT_THROW_MSG(matmul(zeros({2, 2, 3}), zeros({3, 3, 2})), std::invalid_argument,
                    "matmul: shapes [2] and [3] cannot be broadcast");
 }
