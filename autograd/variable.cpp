@@ -70,7 +70,7 @@ void Variable::set_grad_destination(Tensor destination) const {
   if (!is_leaf()) throw std::logic_error("set_grad_destination: only leaf Variables have one");
   if (destination.defined() &&
       (destination.shape() != impl_->data.shape() || destination.dtype() != impl_->data.dtype() ||
-       destination.device() != impl_->data.device() || !(destination.is_contiguous() || destination.numel() == 0)))
+       destination.device() != impl_->data.device() || !destination.is_contiguous()))
     throw std::invalid_argument("set_grad_destination: got " + destination.desc() + ", expected a contiguous " +
                                 impl_->data.desc());
   impl_->grad_destination = std::move(destination);

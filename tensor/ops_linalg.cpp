@@ -108,9 +108,8 @@ Tensor product_out(const Tensor& out, const Tensor& a, const Tensor& b, const ch
   const int64_t n = a.size(0), m = b.size(1);
   const DType dtype = product_dtype(a.dtype());
   if (!out.defined()) return Tensor({n, m}, dtype, a.device());
-  const bool contiguous = out.is_contiguous() || out.numel() == 0;
-  if (out.shape() != Shape{n, m} || out.dtype() != dtype || out.device() != a.device() || !contiguous)
-    throw std::invalid_argument(std::string(op) + ": out is " + out.desc() + (contiguous ? "" : " (strided)") +
+  if (out.shape() != Shape{n, m} || out.dtype() != dtype || out.device() != a.device() || !out.is_contiguous())
+    throw std::invalid_argument(std::string(op) + ": out is " + out.desc() + (out.is_contiguous() ? "" : " (strided)") +
                                 ", expected a contiguous " + dtype_name(dtype) + shape_str({n, m}) + " on " +
                                 a.device().str());
   if (out.numel() > 0 && (out.storage() == a.storage() || out.storage() == b.storage()))

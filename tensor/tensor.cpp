@@ -133,6 +133,7 @@ int64_t Tensor::stride(int64_t d) const { return strides_[wrap_dim(d, dim(), "st
 Device Tensor::device() const { return storage_ ? storage_->device() : Device::cpu(); }
 
 bool Tensor::is_contiguous() const {
+  if (numel_ == 0) return true;  // as PyTorch: no element out of place, whatever the strides
   int64_t expected = 1;
   for (int64_t i = dim() - 1; i >= 0; --i) {
     if (shape_[i] == 1) continue;

@@ -9,6 +9,10 @@ TEST(TensorCore, ContiguousStridesAreRowMajor) {
   EXPECT_EQ(t.strides(), (Shape{12, 4, 1}));
   EXPECT_EQ(t.numel(), 24);
   EXPECT_TRUE(t.is_contiguous());
+  // an empty tensor is contiguous whatever its strides, as in PyTorch: the strides a new (40, 0)
+  // tensor gets, and a (300, 0) slice of a wider matrix
+  EXPECT_TRUE(zeros({40, 0}).is_contiguous());
+  EXPECT_TRUE(zeros({300, 24}).narrow(1, 0, 0).is_contiguous());
 }
 
 TEST(TensorCore, TransposeIsAViewSharingStorage) {
