@@ -51,11 +51,10 @@ int main(int argc, char** argv) {
       dist::init({.backend = symmetric ? "shm" : backend});
       std::string out;
       for (int64_t bytes = 4 << 10; bytes <= (64 << 20); bytes *= 4) {
-        Tensor t = ones({bytes / 4});  // (bytes / 4,) float32
-        if (symmetric) {
-          t = dist::default_group().empty_symmetric({bytes / 4}, DType::Float32);
-          t.fill_(1.0);
-        }
+        // (bytes / 4,) float32 ones: an ordinary tensor, or one every rank maps
+        Tensor t = symmetric ? dist::default_group().empty_symmetric({bytes / 4}, DType::Float32)
+                             : Tensor({bytes / 4}, DType::Float32);
+        t.fill_(1.0);
         // about 0.25 s of calls per size (at 1 GB/s), at least 5
         const int warm = 3, reps = static_cast<int>(std::clamp<int64_t>((256 << 20) / bytes, 5, 2000));
         for (int i = 0; i < warm; ++i) dist::all_reduce(t);
