@@ -120,19 +120,21 @@ BatchNormStats normalising_stats(const Variable& x, Tensor& running_mean, Tensor
   return {running_mean, rsqrt(add(running_var, eps))};
 }
 
-// dy -> {dx, grad_weight, grad_bias} of batch_norm (relu_out: its ReLU's output, or undefined)
+// dy -> {dx, grad_weight, grad_bias} of batch_norm (relu: of batch_norm followed by a ReLU, whose
+// mask the backward pieces rebuild from x, w and b: the node keeps no output)
 std::vector<Tensor> batch_norm_grads(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& invstd,
-                                     const Tensor& w, bool training, const Tensor& relu_out) {
-  BatchNormReduce r = batch_norm_backward_reduce(dy, x, mean, invstd, w, relu_out);
+                                     const Tensor& w, const Tensor& b, bool training, bool relu) {
+  BatchNormReduce r = batch_norm_backward_reduce(dy, x, mean, invstd, w, b, relu);
   Tensor dx;
   if (training) {
     const int64_t count = x.numel() / std::max<int64_t>(x.size(1), 1);
-    dx = batch_norm_backward_elemt(dy, x, mean, invstd, w, r.sum_dy, r.sum_dy_xmu, count, relu_out);
+    dx = batch_norm_backward_elemt(dy, x, mean, invstd, w, r.sum_dy, r.sum_dy_xmu, count, b, relu);
   } else {  // dx = dy * weight * invstd, per channel
     Tensor scale = w.defined() ? mul(w, invstd) : invstd;
     Shape bshape(x.dim(), 1);
     bshape[1] = x.size(1);
-    dx = mul(relu_out.defined() ? relu_backward(relu_out, dy) : dy, scale.reshape(bshape));
+    const Tensor g = relu ? relu_backward(batch_norm_elemt(x, mean, invstd, w, b, true), dy) : dy;
+    dx = mul(g, scale.reshape(bshape));
   }
   return {dx, r.grad_weight, r.grad_bias};
 }
@@ -148,8 +150,8 @@ Variable batch_norm(const Variable& x, Tensor running_mean, Tensor running_var, 
   Tensor y = batch_norm_elemt(x.data(), s.mean, s.invstd, w, b, relu);
   return Variable::make_result(
       y, {x, weight, bias},
-      [tx = x.data(), s, w, training, ty = relu ? y : Tensor()](const Tensor& dy) {
-        return batch_norm_grads(dy, tx, s.mean, s.invstd, w, training, ty);
+      [tx = x.data(), s, w, b, training, relu](const Tensor& dy) {
+        return batch_norm_grads(dy, tx, s.mean, s.invstd, w, b, training, relu);
       },
       relu ? "BatchNormReluBackward" : "BatchNormBackward");
 }
@@ -167,7 +169,7 @@ Variable batch_norm_add_relu(const Variable& x, const Variable& residual, Tensor
       y, {x, weight, bias, residual},
       [tx = x.data(), s, w, training, y](const Tensor& dy) {
         const Tensor dz = relu_backward(y, dy);
-        std::vector<Tensor> g = batch_norm_grads(dz, tx, s.mean, s.invstd, w, training, Tensor());
+        std::vector<Tensor> g = batch_norm_grads(dz, tx, s.mean, s.invstd, w, Tensor(), training, false);
         g.push_back(dz);
         return g;
       },

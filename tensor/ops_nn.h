@@ -95,8 +95,9 @@ BatchNormStats batch_norm_stats(const Tensor& x, double eps);
 void batch_norm_update_running_stats_(Tensor& running_mean, Tensor& running_var, const Tensor& mean,
                                       const Tensor& unbiased_var, double momentum);
 // y = (x - mean) * invstd * weight + bias ; weight / bias may be undefined (affine=false).
-// relu: y = relu(that), in the same pass on the CPU. The backward pieces take that y as relu_out
-// (undefined: no ReLU) and mask dy with it, as relu_backward does.
+// relu: y = relu(that), in the same pass on the CPU. The backward pieces take the same bias and
+// relu and mask dy where that y is <= 0, as relu_backward does; they rebuild y from x (on the CPU
+// inside their own pass, kernels/cpu/norm.h's BatchNormAffine), so the backward need not keep y.
 Tensor batch_norm_elemt(const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& weight,
                         const Tensor& bias, bool relu = false);
 // relu(batch_norm_elemt(x, ...) + residual), residual shaped like x: one pass on the CPU
@@ -110,17 +111,17 @@ struct BatchNormReduce {
   Tensor grad_bias;  // (C) sum_dy (undefined if weight undefined)
 };
 BatchNormReduce batch_norm_backward_reduce(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& invstd,
-                                           const Tensor& weight, const Tensor& relu_out = Tensor());
+                                           const Tensor& weight, const Tensor& bias = Tensor(), bool relu = false);
 // dx = (dy - sum_dy / count - (x - mean) * invstd^2 * sum_dy_xmu / count) * weight * invstd
 Tensor batch_norm_backward_elemt(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& invstd,
                                  const Tensor& weight, const Tensor& sum_dy, const Tensor& sum_dy_xmu, int64_t count,
-                                 const Tensor& relu_out = Tensor());
+                                 const Tensor& bias = Tensor(), bool relu = false);
 // The same with count a one-element tensor on the inputs' device (SyncBatchNorm's total over the
 // ranks): on CUDA it is read by the kernel, so the backward needs no host round trip; it must be
 // positive (not checked on CUDA). On the CPU, exactly the int64 form.
 Tensor batch_norm_backward_elemt(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& invstd,
                                  const Tensor& weight, const Tensor& sum_dy, const Tensor& sum_dy_xmu,
-                                 const Tensor& count, const Tensor& relu_out = Tensor());
+                                 const Tensor& count, const Tensor& bias = Tensor(), bool relu = false);
 // eval mode: dx = dy * weight * invstd (statistics are constants)
 
 // SyncBatchNorm's merge of the all-gathered statistics, on their device (PyTorch's

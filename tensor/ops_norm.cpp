@@ -144,29 +144,34 @@ Tensor batch_norm_add_relu_elemt(const Tensor& x_in, const Tensor& residual_in, 
 }
 
 namespace {
-// The checks both backward halves make: dy (and relu_out) shaped like x, mean, invstd and
-// weight (optional) one value per channel; returns x's layout.
+// The checks both backward halves make: dy shaped like x, mean, invstd, weight and bias (both
+// optional) one value per channel; returns x's layout.
 NCS check_backward(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& weight,
-                   const Tensor& relu_out, const char* op) {
+                   const Tensor& bias, const char* op) {
   const NCS d = batch_norm_layout(x, op);
   require_like_input(dy, x, op);
-  if (relu_out.defined()) require_like_input(relu_out, x, op);
   require_channel_vector(mean, d.C, op, "mean", false);
   require_channel_vector(invstd, d.C, op, "invstd", false);
   require_channel_vector(weight, d.C, op, "weight", true);
+  require_channel_vector(bias, d.C, op, "bias", true);
   return d;
+}
+
+// CUDA's dy for the backward pieces: masked by the fused ReLU as its own kernels (the forward's
+// output rebuilt by batch_norm_elemt, then relu_backward), or as given
+Tensor cuda_masked_dy(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& weight,
+                      const Tensor& bias, bool relu) {
+  return relu ? relu_backward(batch_norm_elemt(x, mean, invstd, weight, bias, true), dy) : dy.contiguous();
 }
 }  // namespace
 
 BatchNormReduce batch_norm_backward_reduce(const Tensor& dy_in, const Tensor& x_in, const Tensor& mean,
-                                           const Tensor& invstd, const Tensor& weight, const Tensor& relu_out_in) {
+                                           const Tensor& invstd, const Tensor& weight, const Tensor& bias, bool relu) {
   constexpr const char* op = "batch_norm_backward_reduce";
-  const bool cuda = cuda_dispatch::on_cuda({&dy_in, &x_in, &mean, &invstd, &weight, &relu_out_in}, op);
-  const NCS d = check_backward(dy_in, x_in, mean, invstd, weight, relu_out_in, op);
+  const bool cuda = cuda_dispatch::on_cuda({&dy_in, &x_in, &mean, &invstd, &weight, &bias}, op);
+  const NCS d = check_backward(dy_in, x_in, mean, invstd, weight, bias, op);
   const Tensor x = x_in.contiguous();
-  // CUDA: the ReLU's mask as its own kernel
-  const Tensor dy = cuda && relu_out_in.defined() ? relu_backward(relu_out_in, dy_in) : dy_in.contiguous();
-  const Tensor relu_out = cuda || !relu_out_in.defined() ? Tensor() : relu_out_in.contiguous();
+  const Tensor dy = cuda ? cuda_masked_dy(dy_in, x, mean, invstd, weight, bias, relu) : dy_in.contiguous();
   if (cuda) {
     const Tensor m = for_kernel(mean, x), is = for_kernel(invstd, x);
     BatchNormReduce r;
@@ -182,18 +187,19 @@ BatchNormReduce batch_norm_backward_reduce(const Tensor& dy_in, const Tensor& x_
                                    ptr_or_null(r.grad_weight), ptr_or_null(r.grad_bias));
     return r;
   }
-  const auto m = detail::cpu_values(mean);
+  const auto m = detail::cpu_values(mean), is = detail::cpu_values(invstd);
+  const auto w = values_or_empty(weight), b = values_or_empty(bias);
+  const kernels::cpu::BatchNormAffine affine{is.data(), ptr_or_null(w), ptr_or_null(b)};
   std::vector<double> sum_dy(static_cast<size_t>(d.C)), sum_dy_xmu(static_cast<size_t>(d.C));
   dispatch_floating(x.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     kernels::cpu::batch_norm_backward_reduce(dy.data<T>(), x.data<T>(), d.N, d.C, d.S, m.data(), sum_dy.data(),
-                                             sum_dy_xmu.data(), relu_out.defined() ? relu_out.data<T>() : nullptr);
+                                             sum_dy_xmu.data(), relu ? &affine : nullptr);
   });
   BatchNormReduce r;
   r.sum_dy = from_doubles(sum_dy, x.dtype());
   r.sum_dy_xmu = from_doubles(sum_dy_xmu, x.dtype());
   if (weight.defined()) {
-    const auto is = detail::cpu_values(invstd);
     std::vector<double> gw(static_cast<size_t>(d.C));
     for (int64_t c = 0; c < d.C; ++c) gw[c] = sum_dy_xmu[c] * is[c];
     r.grad_weight = from_doubles(gw, x.dtype());
@@ -205,9 +211,9 @@ BatchNormReduce batch_norm_backward_reduce(const Tensor& dy_in, const Tensor& x_
 namespace {
 // batch_norm_backward_elemt's checks (all but the count's); returns x's layout.
 NCS check_backward_elemt(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& invstd,
-                         const Tensor& weight, const Tensor& sum_dy, const Tensor& sum_dy_xmu, const Tensor& relu_out,
+                         const Tensor& weight, const Tensor& sum_dy, const Tensor& sum_dy_xmu, const Tensor& bias,
                          const char* op) {
-  const NCS d = check_backward(dy, x, mean, invstd, weight, relu_out, op);
+  const NCS d = check_backward(dy, x, mean, invstd, weight, bias, op);
   require_channel_vector(sum_dy, d.C, op, "sum_dy", false);
   require_channel_vector(sum_dy_xmu, d.C, op, "sum_dy_xmu", false);
   return d;
@@ -216,18 +222,16 @@ NCS check_backward_elemt(const Tensor& dy, const Tensor& x, const Tensor& mean, 
 
 Tensor batch_norm_backward_elemt(const Tensor& dy_in, const Tensor& x_in, const Tensor& mean, const Tensor& invstd,
                                  const Tensor& weight, const Tensor& sum_dy, const Tensor& sum_dy_xmu, int64_t count,
-                                 const Tensor& relu_out_in) {
+                                 const Tensor& bias, bool relu) {
   constexpr const char* op = "batch_norm_backward_elemt";
-  const bool cuda =
-      cuda_dispatch::on_cuda({&dy_in, &x_in, &mean, &invstd, &weight, &sum_dy, &sum_dy_xmu, &relu_out_in}, op);
-  const NCS d = check_backward_elemt(dy_in, x_in, mean, invstd, weight, sum_dy, sum_dy_xmu, relu_out_in, op);
+  const bool cuda = cuda_dispatch::on_cuda({&dy_in, &x_in, &mean, &invstd, &weight, &sum_dy, &sum_dy_xmu, &bias}, op);
+  const NCS d = check_backward_elemt(dy_in, x_in, mean, invstd, weight, sum_dy, sum_dy_xmu, bias, op);
   if (count <= 0)
     throw std::invalid_argument(std::string(op) + ": count must be positive, got " + std::to_string(count) +
                                 " for input " + x_in.desc());
   const Tensor x = x_in.contiguous();
-  const Tensor dy = cuda && relu_out_in.defined() ? relu_backward(relu_out_in, dy_in) : dy_in.contiguous();
-  const Tensor relu_out = cuda || !relu_out_in.defined() ? Tensor() : relu_out_in.contiguous();
   if (cuda) {
+    const Tensor dy = cuda_masked_dy(dy_in, x, mean, invstd, weight, bias, relu);
     const Tensor m = for_kernel(mean, x), is = for_kernel(invstd, x), w = for_kernel(weight, x);
     const Tensor sd = for_kernel(sum_dy, x), sdx = for_kernel(sum_dy_xmu, x);
     Tensor dx(x.shape(), x.dtype(), x.device());
@@ -237,33 +241,36 @@ Tensor batch_norm_backward_elemt(const Tensor& dy_in, const Tensor& x_in, const 
                                   dx.raw_data());
     return dx;
   }
+  const Tensor dy = dy_in.contiguous();
   const auto m = detail::cpu_values(mean), is = detail::cpu_values(invstd), w = values_or_empty(weight);
+  const auto b = values_or_empty(bias);
   const auto sd = detail::cpu_values(sum_dy), sdx = detail::cpu_values(sum_dy_xmu);
+  const kernels::cpu::BatchNormAffine affine{is.data(), ptr_or_null(w), ptr_or_null(b)};
   Tensor dx(x.shape(), x.dtype());
   dispatch_floating(x.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     kernels::cpu::batch_norm_backward_elemt(dy.data<T>(), x.data<T>(), d.N, d.C, d.S, m.data(), is.data(),
                                             ptr_or_null(w), sd.data(), sdx.data(), count, dx.data<T>(),
-                                            relu_out.defined() ? relu_out.data<T>() : nullptr);
+                                            relu ? &affine : nullptr);
   });
   return dx;
 }
 
 Tensor batch_norm_backward_elemt(const Tensor& dy_in, const Tensor& x_in, const Tensor& mean, const Tensor& invstd,
                                  const Tensor& weight, const Tensor& sum_dy, const Tensor& sum_dy_xmu,
-                                 const Tensor& count, const Tensor& relu_out_in) {
+                                 const Tensor& count, const Tensor& bias, bool relu) {
   constexpr const char* op = "batch_norm_backward_elemt";
   if (!count.defined() || count.numel() != 1)
     throw std::invalid_argument(std::string(op) + ": expected a one-element count tensor, got " +
                                 (count.defined() ? count.desc() : std::string("an undefined tensor")));
   const bool cuda =
-      cuda_dispatch::on_cuda({&dy_in, &x_in, &mean, &invstd, &weight, &sum_dy, &sum_dy_xmu, &relu_out_in, &count}, op);
+      cuda_dispatch::on_cuda({&dy_in, &x_in, &mean, &invstd, &weight, &sum_dy, &sum_dy_xmu, &bias, &count}, op);
   if (!cuda)
     return batch_norm_backward_elemt(dy_in, x_in, mean, invstd, weight, sum_dy, sum_dy_xmu,
-                                     static_cast<int64_t>(detail::cpu_values(count)[0]), relu_out_in);
-  const NCS d = check_backward_elemt(dy_in, x_in, mean, invstd, weight, sum_dy, sum_dy_xmu, relu_out_in, op);
+                                     static_cast<int64_t>(detail::cpu_values(count)[0]), bias, relu);
+  const NCS d = check_backward_elemt(dy_in, x_in, mean, invstd, weight, sum_dy, sum_dy_xmu, bias, op);
   const Tensor x = x_in.contiguous();
-  const Tensor dy = relu_out_in.defined() ? relu_backward(relu_out_in, dy_in) : dy_in.contiguous();
+  const Tensor dy = cuda_masked_dy(dy_in, x, mean, invstd, weight, bias, relu);
   const Tensor m = for_kernel(mean, x), is = for_kernel(invstd, x), w = for_kernel(weight, x);
   const Tensor sd = for_kernel(sum_dy, x), sdx = for_kernel(sum_dy_xmu, x);
   const Tensor n = count.to(DType::Float64).contiguous();

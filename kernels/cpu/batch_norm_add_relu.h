@@ -22,11 +22,11 @@ void batch_norm_add_relu_elemt(const T* x, const T* residual, int64_t N, int64_t
   parallel_for(N * C, norm_grain(2 * S), [&](int64_t p0, int64_t p1) {
     for (int64_t pl = p0; pl < p1; ++pl) {
       const int64_t c = pl % C;
-      const double m = mean[c], scale = invstd[c] * (weight ? weight[c] : 1.0), b = bias ? bias[c] : 0.0;
+      const BatchNormAffine affine{invstd, weight, bias};
+      const double m = mean[c], scale = affine.scale(c), b = affine.shift(c);
       const T *xp = x + pl * S, *rp = residual + pl * S;
       T* yp = y + pl * S;
-      for (int64_t i = 0; i < S; ++i)
-        yp[i] = relu_bits(static_cast<T>(static_cast<T>((xp[i] - m) * scale + b) + rp[i]));
+      for (int64_t i = 0; i < S; ++i) yp[i] = relu_bits(static_cast<T>(batch_norm_value(xp[i], m, scale, b) + rp[i]));
     }
   });
 }

@@ -11,8 +11,9 @@
 // (channel_sums_in_n_order: which thread computes which plane never changes a bit).
 // Per-channel vectors (mean, invstd, weight, bias, sums) come in as double arrays; a null weight
 // means 1 and a null bias means 0. A ReLU after the batch norm can be fused: elemt applies it,
-// the backward pieces mask dy with its output (relu_out). A ReLU and a 2x2 max-pool after it can
-// be fused too (batch_norm_relu_max_pool2d_*).
+// the backward pieces mask dy where its output is <= 0, rebuilding that output from x (a
+// BatchNormAffine: the forward's expression, so the forward's bits) instead of reading it back. A
+// ReLU and a 2x2 max-pool after it can be fused too (batch_norm_relu_max_pool2d_*).
 // Tested through tensor/ops_norm.cpp by tests/tensor/test_ops_norm.cpp (hand-computed values, a
 // full batch-norm backward assembled from the pieces, float64 finite differences).
 #pragma once
@@ -178,11 +179,32 @@ template <class T> inline T keep_if_bit(uint8_t flags, int bit, T g) {
   return out;
 }
 
+// (x - m) * scale + b, the batch norm's output before its ReLU, as every kernel here computes it:
+// the forward's loops and the backward's rebuilt ReLU mask get the same bits from one expression.
+template <class T> inline T batch_norm_value(T x, double m, double scale, double b) {
+  return static_cast<T>((x - m) * scale + b);
+}
+
 // y[i] = relu((x[i] - m) * scale + b), i < n: batch_norm_elemt's ReLU loop, shared with the fused
 // batch norm + ReLU + max-pool below so that both compute the same bits.
 template <class T> inline void batch_norm_relu_row(const T* x, int64_t n, double m, double scale, double b, T* y) {
-  for (int64_t i = 0; i < n; ++i) y[i] = relu_bits(static_cast<T>((x[i] - m) * scale + b));
+  for (int64_t i = 0; i < n; ++i) y[i] = relu_bits(batch_norm_value(x[i], m, scale, b));
 }
+
+// The per-channel affine of batch_norm_elemt: value = (x - mean) * scale(c) + shift(c).
+// The backward pieces take one as `relu` when a ReLU followed the batch norm: they mask dy where
+// the forward's output is <= 0 (kernels/functors.h's ReluBackward), rebuilding each output value
+// from x (batch_norm_value, the forward's bits) rather than reading it back. That is a pass over
+// memory fewer in each piece, for one multiply-add a value. relu_grad_bits of the value before
+// the ReLU masks exactly where it does of the ReLU's output: both are <= 0 (or NaN) at the same
+// places.
+struct BatchNormAffine {
+  const double* invstd;
+  const double* weight;  // null: 1
+  const double* bias;  // null: 0
+  double scale(int64_t c) const { return invstd[c] * (weight ? weight[c] : 1.0); }
+  double shift(int64_t c) const { return bias ? bias[c] : 0.0; }
+};
 
 // y (N, C, S) = (x - mean[c]) * invstd[c] * weight[c] + bias[c]; parallel over the N*C planes.
 // relu: y = relu(that) in the same pass (kernels/functors.h's ReluOp: x < 0 ? 0 : x).
@@ -192,37 +214,38 @@ void batch_norm_elemt(const T* x, int64_t N, int64_t C, int64_t S, const double*
   parallel_for(N * C, norm_grain(S), [&](int64_t p0, int64_t p1) {
     for (int64_t pl = p0; pl < p1; ++pl) {
       const int64_t c = pl % C;
-      const double m = mean[c], scale = invstd[c] * (weight ? weight[c] : 1.0), b = bias ? bias[c] : 0.0;
+      const BatchNormAffine affine{invstd, weight, bias};
+      const double m = mean[c], scale = affine.scale(c), b = affine.shift(c);
       const T* xp = x + pl * S;
       T* yp = y + pl * S;
       if (relu) {
         batch_norm_relu_row(xp, S, m, scale, b, yp);
       } else {
-        for (int64_t i = 0; i < S; ++i) yp[i] = static_cast<T>((xp[i] - m) * scale + b);
+        for (int64_t i = 0; i < S; ++i) yp[i] = batch_norm_value(xp[i], m, scale, b);
       }
     }
   });
 }
 
 // sum_dy (C) = sum over (n, s) of dy; sum_dy_xmu (C) = sum of dy * (x - mean[c]) (per plane one
-// vectorised reduction, planes added in n order). relu_out (or null): the output of a ReLU after
-// the batch norm; dy is then masked as kernels/functors.h's ReluBackward does (0 where
-// relu_out <= 0, which is exactly where the ReLU's input is <= 0).
+// vectorised reduction, planes added in n order). relu (or null): a ReLU followed the batch norm;
+// dy is masked where its output is <= 0.
 template <class T>
 void batch_norm_backward_reduce(const T* dy, const T* x, int64_t N, int64_t C, int64_t S, const double* mean,
-                                double* sum_dy, double* sum_dy_xmu, const T* relu_out = nullptr) {
+                                double* sum_dy, double* sum_dy_xmu, const BatchNormAffine* relu = nullptr) {
   channel_sums_in_n_order(
       N, C, S,
       [&](int64_t pl) {
-        const double m = mean[pl % C];
+        const int64_t c = pl % C;
+        const double m = mean[c];
         const T* g = dy + pl * S;
         const T* xp = x + pl * S;
         double a = 0, b = 0;
-        if (relu_out) {
-          const T* ro = relu_out + pl * S;
+        if (relu) {
+          const double scale = relu->scale(c), shift = relu->shift(c);
 #pragma omp simd reduction(+ : a, b)
           for (int64_t i = 0; i < S; ++i) {
-            const double gi = static_cast<double>(relu_grad_bits(ro[i], g[i]));
+            const double gi = static_cast<double>(relu_grad_bits(batch_norm_value(xp[i], m, scale, shift), g[i]));
             a += gi;
             b += gi * (static_cast<double>(xp[i]) - m);
           }
@@ -262,23 +285,25 @@ inline void batch_norm_backward_row(const T* g, const T* x, int64_t n, double m,
 }
 
 // dx = (dy - sum_dy / count - (x - mean) * invstd^2 * sum_dy_xmu / count) * weight * invstd
-// (dy masked by relu_out as in batch_norm_backward_reduce)
+// (dy masked by relu as in batch_norm_backward_reduce)
 template <class T>
 void batch_norm_backward_elemt(const T* dy, const T* x, int64_t N, int64_t C, int64_t S, const double* mean,
                                const double* invstd, const double* weight, const double* sum_dy,
-                               const double* sum_dy_xmu, int64_t count, T* dx, const T* relu_out = nullptr) {
+                               const double* sum_dy_xmu, int64_t count, T* dx, const BatchNormAffine* relu = nullptr) {
   const double inv_count = 1.0 / static_cast<double>(count);
   parallel_for(N * C, norm_grain(S), [&](int64_t p0, int64_t p1) {
     for (int64_t pl = p0; pl < p1; ++pl) {
+      const int64_t c = pl % C;
       const auto [m, mean_dy, xmu_coef, scale] =
-          batch_norm_backward_coefficients(pl % C, mean, invstd, weight, sum_dy, sum_dy_xmu, inv_count);
+          batch_norm_backward_coefficients(c, mean, invstd, weight, sum_dy, sum_dy_xmu, inv_count);
       const T* g = dy + pl * S;
       const T* xp = x + pl * S;
       T* o = dx + pl * S;
-      if (relu_out) {
-        const T* ro = relu_out + pl * S;
+      if (relu) {
+        const double relu_scale = relu->scale(c), relu_shift = relu->shift(c);
         for (int64_t i = 0; i < S; ++i) {
-          const double gi = static_cast<double>(relu_grad_bits(ro[i], g[i]));
+          const double gi =
+              static_cast<double>(relu_grad_bits(batch_norm_value(xp[i], m, relu_scale, relu_shift), g[i]));
           o[i] = static_cast<T>((gi - mean_dy - (xp[i] - m) * xmu_coef) * scale);
         }
       } else {
@@ -322,7 +347,8 @@ void batch_norm_relu_max_pool2d_forward(const T* x, int64_t N, int64_t C, int64_
     std::vector<T> z(static_cast<size_t>(H * W));  // relu(batch_norm(x)) of one plane
     for (int64_t pl = p0; pl < p1; ++pl) {
       const int64_t c = pl % C;
-      const double m = mean[c], scale = invstd[c] * (weight ? weight[c] : 1.0), b = bias ? bias[c] : 0.0;
+      const BatchNormAffine affine{invstd, weight, bias};
+      const double m = mean[c], scale = affine.scale(c), b = affine.shift(c);
       const T* const xp = x + pl * H * W;
       batch_norm_relu_row(xp, H * W, m, scale, b, z.data());
       T* const yo = out + pl * Ho * Wo;
@@ -359,7 +385,7 @@ void batch_norm_relu_max_pool2d_forward(const T* x, int64_t N, int64_t C, int64_
 
 // The backward's per-channel sums over the pooled planes: only the windows' winners have a
 // non-zero input gradient, dout masked by the ReLU (arg's kReluKeeps), at x_at: the loop of
-// batch_norm_backward_reduce, with this mask in place of relu_out's.
+// batch_norm_backward_reduce, with this mask in place of the rebuilt one.
 template <class T>
 void batch_norm_relu_max_pool2d_backward_reduce(const T* dout, const uint8_t* arg, const T* x_at, int64_t N, int64_t C,
                                                 int64_t S, const double* mean, double* sum_dy, double* sum_dy_xmu) {
@@ -370,7 +396,7 @@ void batch_norm_relu_max_pool2d_backward_reduce(const T* dout, const uint8_t* ar
         const T* g = dout + pl * S;
         const uint8_t* keep = arg + pl * S;
         const T* xp = x_at + pl * S;
-        // 16 lanes, as the relu_out loop gets: left alone, the uint8 flags make GCC take 64 at a
+        // 16 lanes, as the ReLU loop gets: left alone, the uint8 flags make GCC take 64 at a
         // time, and planes of 49 or 196 values then run mostly in the remainder loop (3x slower)
         double a = 0, b = 0;
 #pragma omp simd simdlen(16) reduction(+ : a, b)

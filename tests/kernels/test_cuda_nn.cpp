@@ -3,6 +3,7 @@
 // cross entropy), forward AND backward, on the GPU against the CPU on the same inputs, with per-op
 // tolerances. cuDNN convolutions run in FP32 (no TF32). Skipped, saying why, without a device.
 #include <cmath>
+#include <string>
 
 #include "minidl/kernels/cuda_ops.h"
 #include "minidl/tensor/ops_nn.h"
@@ -150,18 +151,22 @@ TEST(CudaNn, BatchNormPiecesMatchCpu) {
     expect_cuda_matches_cpu(gst.invstd, st.invstd, 1e-5, 1e-6, "batch_norm_stats invstd");
     expect_cuda_matches_cpu(batch_norm_elemt(on_gpu(x), on_gpu(st.mean), on_gpu(st.invstd), on_gpu(w), on_gpu(b)),
                             batch_norm_elemt(x, st.mean, st.invstd, w, b), 1e-5, 1e-5, "batch_norm_elemt");
-    const BatchNormReduce r = batch_norm_backward_reduce(dy, x, st.mean, st.invstd, w);
-    const BatchNormReduce gr =
-        batch_norm_backward_reduce(on_gpu(dy), on_gpu(x), on_gpu(st.mean), on_gpu(st.invstd), on_gpu(w));
-    expect_cuda_matches_cpu(gr.sum_dy, r.sum_dy, 1e-5, 1e-5, "sum_dy");
-    expect_cuda_matches_cpu(gr.sum_dy_xmu, r.sum_dy_xmu, 1e-5, 1e-4, "sum_dy_xmu");
-    expect_cuda_matches_cpu(gr.grad_weight, r.grad_weight, 1e-5, 1e-4, "grad_weight");
-    expect_cuda_matches_cpu(gr.grad_bias, r.grad_bias, 1e-5, 1e-5, "grad_bias");
-    const int64_t count = x.numel() / C;
-    expect_cuda_matches_cpu(batch_norm_backward_elemt(on_gpu(dy), on_gpu(x), on_gpu(st.mean), on_gpu(st.invstd),
-                                                      on_gpu(w), on_gpu(r.sum_dy), on_gpu(r.sum_dy_xmu), count),
-                            batch_norm_backward_elemt(dy, x, st.mean, st.invstd, w, r.sum_dy, r.sum_dy_xmu, count),
-                            1e-5, 1e-5, "batch_norm_backward_elemt");
+    for (const bool relu : {false, true}) {  // relu: dy masked where the rebuilt output is <= 0
+      const std::string how = relu ? " (relu)" : "";
+      const BatchNormReduce r = batch_norm_backward_reduce(dy, x, st.mean, st.invstd, w, b, relu);
+      const BatchNormReduce gr = batch_norm_backward_reduce(on_gpu(dy), on_gpu(x), on_gpu(st.mean), on_gpu(st.invstd),
+                                                            on_gpu(w), on_gpu(b), relu);
+      expect_cuda_matches_cpu(gr.sum_dy, r.sum_dy, 1e-5, 1e-5, "sum_dy" + how);
+      expect_cuda_matches_cpu(gr.sum_dy_xmu, r.sum_dy_xmu, 1e-5, 1e-4, "sum_dy_xmu" + how);
+      expect_cuda_matches_cpu(gr.grad_weight, r.grad_weight, 1e-5, 1e-4, "grad_weight" + how);
+      expect_cuda_matches_cpu(gr.grad_bias, r.grad_bias, 1e-5, 1e-5, "grad_bias" + how);
+      const int64_t count = x.numel() / C;
+      expect_cuda_matches_cpu(
+          batch_norm_backward_elemt(on_gpu(dy), on_gpu(x), on_gpu(st.mean), on_gpu(st.invstd), on_gpu(w),
+                                    on_gpu(r.sum_dy), on_gpu(r.sum_dy_xmu), count, on_gpu(b), relu),
+          batch_norm_backward_elemt(dy, x, st.mean, st.invstd, w, r.sum_dy, r.sum_dy_xmu, count, b, relu), 1e-5, 1e-5,
+          "batch_norm_backward_elemt" + how);
+    }
   }
 }
 

@@ -95,23 +95,25 @@ TEST(FastPaths, BatchNormStatsMatchTwoPassReference) {
 }
 
 TEST(FastPaths, BatchNormBackwardReduceMatchesLongDoubleSums) {
-  // Masked by a ReLU's output, in both traversal orders (planes of 37 and of 100).
+  // Masked by a ReLU after the batch norm (its output rebuilt from x, the mean and the affine),
+  // in both traversal orders (planes of 37 and of 100).
   for (const int64_t S : {37, 100}) {
     const int64_t N = 6, C = 4;
     const std::vector<float> x = randn({N * C * S}, RandomKey{11, 1}).to_vector<float>();
     const std::vector<float> dy = randn({N * C * S}, RandomKey{11, 2}).to_vector<float>();
-    std::vector<float> relu_out(x.size());
-    for (size_t i = 0; i < x.size(); ++i) relu_out[i] = x[i] > 0.25f ? x[i] : 0.0f;
-    const std::vector<double> mean = {0.1, -0.2, 0.0, 0.3};
+    const std::vector<double> mean = {0.1, -0.2, 0.0, 0.3}, invstd = {1.0, 2.0, 0.5, 1.5}, weight = {1, -1, 2, 0.5},
+                              bias = {-0.3, 0.0, 0.4, 0.1};
+    const kernels::cpu::BatchNormAffine relu{invstd.data(), weight.data(), bias.data()};
     std::vector<double> sum_dy(C), sum_dy_xmu(C);
     kernels::cpu::batch_norm_backward_reduce(dy.data(), x.data(), N, C, S, mean.data(), sum_dy.data(),
-                                             sum_dy_xmu.data(), relu_out.data());
+                                             sum_dy_xmu.data(), &relu);
     for (int64_t c = 0; c < C; ++c) {
       long double a = 0, b = 0;
       for (int64_t n = 0; n < N; ++n)
         for (int64_t i = 0; i < S; ++i) {
           const size_t k = static_cast<size_t>((n * C + c) * S + i);
-          const long double g = relu_out[k] > 0 ? dy[k] : 0.0f;
+          const long double y = (x[k] - static_cast<long double>(mean[c])) * invstd[c] * weight[c] + bias[c];
+          const long double g = y > 0 ? dy[k] : 0.0f;
           a += g;
           b += g * (static_cast<long double>(x[k]) - mean[c]);
         }
