@@ -234,18 +234,18 @@ void check_group_norm(const Variable& x, int64_t num_groups, const Variable& wei
                                   "] for input " + x.data().desc() + ", got " + t->data().desc());
 }
 
-// The CPU node of group_norm (relu: of group_norm_relu, whose backward masks dy with the output
-// first, as relu's backward does: the two ops' bits)
+// The CPU node of group_norm (relu: of group_norm_relu, whose backward masks dy where the output
+// is <= 0, as relu's backward does: the two ops' bits; the mask is rebuilt from x, w and b, so the
+// node keeps no output)
 Variable group_norm_cpu(const Variable& x, int64_t num_groups, const Variable& weight, const Variable& bias, double eps,
                         bool relu) {
   const Tensor w = weight.defined() ? weight.data() : Tensor();
-  GroupNormResult r = group_norm_forward(x.data(), num_groups, w, bias.defined() ? bias.data() : Tensor(), eps, relu);
+  const Tensor b = bias.defined() ? bias.data() : Tensor();
+  GroupNormResult r = group_norm_forward(x.data(), num_groups, w, b, eps, relu);
   return Variable::make_result(
       r.out, {x, weight, bias},
-      [tx = x.data(), mean = r.mean, rstd = r.rstd, num_groups, w,
-       relu_out = relu ? r.out : Tensor()](const Tensor& dy) -> std::vector<Tensor> {
-        GroupNormGrads g =
-            group_norm_backward(relu_out.defined() ? relu_backward(relu_out, dy) : dy, tx, mean, rstd, num_groups, w);
+      [tx = x.data(), mean = r.mean, rstd = r.rstd, num_groups, w, b, relu](const Tensor& dy) -> std::vector<Tensor> {
+        GroupNormGrads g = group_norm_backward(dy, tx, mean, rstd, num_groups, w, b, relu);
         return {g.dx, g.dweight, g.dbias};
       },
       relu ? "GroupNormReluBackward" : "GroupNormBackward");

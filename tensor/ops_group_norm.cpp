@@ -66,9 +66,10 @@ GroupNormResult group_norm_forward(const Tensor& x_in, int64_t num_groups, const
 }
 
 GroupNormGrads group_norm_backward(const Tensor& dy_in, const Tensor& x_in, const Tensor& mean_in,
-                                   const Tensor& rstd_in, int64_t num_groups, const Tensor& weight_in) {
+                                   const Tensor& rstd_in, int64_t num_groups, const Tensor& weight_in,
+                                   const Tensor& bias_in, bool relu) {
   constexpr const char* op = "group_norm_backward";
-  const int64_t S = group_norm_layout(x_in, num_groups, weight_in, Tensor(), op);
+  const int64_t S = group_norm_layout(x_in, num_groups, weight_in, bias_in, op);
   const int64_t N = x_in.size(0), C = x_in.size(1), G = num_groups;
   require_float(dy_in, op, "grad_output");
   if (dy_in.shape() != x_in.shape() || dy_in.dtype() != x_in.dtype() || !dy_in.device().is_cpu())
@@ -81,6 +82,7 @@ GroupNormGrads group_norm_backward(const Tensor& dy_in, const Tensor& x_in, cons
                                   nn_checks::desc_or_undefined(*p));
   const Tensor x = x_in.contiguous(), dy = dy_in.contiguous(), mean = mean_in.contiguous(), rstd = rstd_in.contiguous();
   const Tensor weight = weight_in.defined() ? weight_in.contiguous() : Tensor();
+  const Tensor bias = bias_in.defined() ? bias_in.contiguous() : Tensor();
   GroupNormGrads g{Tensor(x.shape(), x.dtype()), Tensor(), Tensor()};
   std::vector<double> dw(static_cast<size_t>(C), 0.0), db(static_cast<size_t>(C), 0.0);
   if (x.numel() > 0) {
@@ -89,7 +91,7 @@ GroupNormGrads group_norm_backward(const Tensor& dy_in, const Tensor& x_in, cons
       using T = decltype(tag);
       kernels::cpu::group_norm_backward(dy.data<T>(), x.data<T>(), N, C, S, G, mean.data<T>(), rstd.data<T>(),
                                         data_or_null<T>(weight), g.dx.data<T>(), part.data<double>(), dw.data(),
-                                        db.data());
+                                        db.data(), data_or_null<T>(bias), relu);
     });
   }
   g.dweight = from_vector(dw, {C}, x.dtype());

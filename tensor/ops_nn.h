@@ -182,14 +182,17 @@ struct GroupNormResult {
   Tensor rstd;  // (N, num_groups): 1 / sqrt(biased variance + eps)
 };
 // out = (x - mean) * rstd * weight[c] + bias[c]; weight / bias (C) or undefined. relu: out =
-// relu(that) in the same pass (the backward's dy is then relu_backward(out, dy)).
+// relu(that) in the same pass. The backward takes the same bias and relu and masks dy where that
+// out is <= 0, as relu_backward does, rebuilding out from x inside its own pass (out's bits:
+// both normalise with the stored mean and rstd), so the backward need not keep out.
 GroupNormResult group_norm_forward(const Tensor& x, int64_t num_groups, const Tensor& weight, const Tensor& bias,
                                    double eps, bool relu = false);
 struct GroupNormGrads {
   Tensor dx, dweight, dbias;  // dweight / dbias (C) always (as for a weight of ones when weight is undefined)
 };
 GroupNormGrads group_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd,
-                                   int64_t num_groups, const Tensor& weight);
+                                   int64_t num_groups, const Tensor& weight, const Tensor& bias = Tensor(),
+                                   bool relu = false);
 
 // ---- dropout: mask element i is keep iff philox_uniform(key, i) >= p; scale 1/(1-p) ----
 Tensor dropout_mask(const Shape& shape, double p, RandomKey key, DType dtype);  // values 0 or 1/(1-p)

@@ -2,7 +2,8 @@
 // (kernels/cpu/group_norm.h) against their plain double references: y, mean, rstd, dx, dweight,
 // dbias for groups of one and several channels, planes whose length is and is not a multiple of
 // 16 (the kernels' lanes), with and without weight / bias, inputs far from zero mean; the same
-// bits with 1 and 2 threads; and the reference against values worked out by hand.
+// bits with 1 and 2 threads; the ReLU's mask in the backward; and the reference against values
+// worked out by hand.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -56,21 +57,24 @@ struct Out {
   std::vector<double> dw, db;
 };
 
+// relu: group norm + ReLU forward, and a backward that masks dy by the ReLU; relu_backward_off:
+// the backward without the mask (on a dy masked by the caller)
 Out run(const Shape& s, const std::vector<float>& x, const std::vector<float>& dy, const float* w, const float* b,
-        bool fast) {
+        bool fast, bool relu = false, bool relu_backward_off = false) {
   const size_t n = size_t(s.N * s.C * s.S), groups = size_t(s.N * s.G), C = size_t(s.C);
   Out o{std::vector<float>(n), std::vector<float>(groups), std::vector<float>(groups),
         std::vector<float>(n), std::vector<double>(C),     std::vector<double>(C)};
   std::vector<double> part(size_t(2 * s.N * s.C));
+  const bool mask = relu && !relu_backward_off;
   if (fast) {
-    cpu::group_norm_forward(x.data(), s.N, s.C, s.S, s.G, w, b, 1e-5, o.y.data(), o.mean.data(), o.rstd.data());
+    cpu::group_norm_forward(x.data(), s.N, s.C, s.S, s.G, w, b, 1e-5, o.y.data(), o.mean.data(), o.rstd.data(), relu);
     cpu::group_norm_backward(dy.data(), x.data(), s.N, s.C, s.S, s.G, o.mean.data(), o.rstd.data(), w, o.dx.data(),
-                             part.data(), o.dw.data(), o.db.data());
+                             part.data(), o.dw.data(), o.db.data(), b, mask);
   } else {
     cpu::group_norm_forward_reference(x.data(), s.N, s.C, s.S, s.G, w, b, 1e-5, o.y.data(), o.mean.data(),
-                                      o.rstd.data());
+                                      o.rstd.data(), relu);
     cpu::group_norm_backward_reference(dy.data(), x.data(), s.N, s.C, s.S, s.G, o.mean.data(), o.rstd.data(), w,
-                                       o.dx.data(), o.dw.data(), o.db.data());
+                                       o.dx.data(), o.dw.data(), o.db.data(), b, mask);
   }
   return o;
 }
@@ -115,6 +119,40 @@ TEST(CpuGroupNorm, SameBitsForOneAndTwoThreads) {
   EXPECT_EQ(std::memcmp(one.dx.data(), two.dx.data(), n * sizeof(float)), 0) << "dx";
   EXPECT_EQ(std::memcmp(one.dw.data(), two.dw.data(), 32 * sizeof(double)), 0) << "dweight";
   EXPECT_EQ(std::memcmp(one.db.data(), two.db.data(), 32 * sizeof(double)), 0) << "dbias";
+}
+
+// With a ReLU after the group norm, the backward masks dy where the forward's output is <= 0 (it
+// rebuilds that output from x): the same bits as the backward without the mask on dy masked by
+// the output the forward wrote, as relu_backward masks it. Fast kernels and reference, inputs
+// centred and offset, with and without the affine (the bias moves the mask).
+TEST(CpuGroupNorm, ReluBackwardMasksWhereTheForwardsOutputIsNotPositive) {
+  const Shape shapes[] = {{2, 16, 784, 4}, {3, 6, 49, 3}, {2, 4, 33, 4}, {4, 64, 1, 8}};
+  for (const Shape& s : shapes)
+    for (const double offset : {0.0, 3.0})
+      for (const bool affine : {true, false})
+        for (const bool fast : {true, false}) {
+          const size_t n = size_t(s.N * s.C * s.S);
+          const std::vector<float> x = inputs(n, 9, 1.5, offset), dy = inputs(n, 10, 1.0, 0.0);
+          const std::vector<float> w = inputs(size_t(s.C), 11, 1.0, 0.5), b = inputs(size_t(s.C), 12, 1.0, 0.0);
+          const float* wp = affine ? w.data() : nullptr;
+          const float* bp = affine ? b.data() : nullptr;
+          const Out fused = run(s, x, dy, wp, bp, fast, true);
+          std::vector<float> masked(n);
+          size_t dropped = 0;
+          for (size_t i = 0; i < n; ++i) {
+            masked[i] = cpu::relu_grad_bits(fused.y[i], dy[i]);
+            dropped += fused.y[i] <= 0;
+          }
+          const Out plain = run(s, x, masked, wp, bp, fast, true, true);
+          const std::string what = name(s) + " offset " + std::to_string(offset) + (affine ? " affine" : "") +
+                                   (fast ? " fast" : " reference");
+          EXPECT_GT(dropped, n / 5) << what;  // the mask is not all ones
+          EXPECT_LT(dropped, n - n / 5) << what;
+          EXPECT_EQ(std::memcmp(fused.dx.data(), plain.dx.data(), n * sizeof(float)), 0) << "dx " << what;
+          EXPECT_EQ(std::memcmp(fused.dw.data(), plain.dw.data(), size_t(s.C) * sizeof(double)), 0)
+              << "dweight " << what;
+          EXPECT_EQ(std::memcmp(fused.db.data(), plain.db.data(), size_t(s.C) * sizeof(double)), 0) << "dbias " << what;
+        }
 }
 
 // One group of two channels of two values, x = (1, 2 | 3, 6), weight (2, -1), bias (0, 1), eps 0:
