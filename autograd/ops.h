@@ -188,7 +188,8 @@ Variable adaptive_avg_pool2d(const Variable& x, int64_t out_h, int64_t out_w);
 // Functional batch norm, as torch.nn.functional.batch_norm. In training, running_mean/var
 // (if defined) are updated in place with `momentum` and the unbiased batch variance.
 // relu = true: relu(batch_norm(...)) as one node (the ReLU fused into the normalising pass and
-// its mask into the backward's passes; the same values as the two ops).
+// its mask, rebuilt from x, into the backward's passes: the node keeps no output; the same
+// values as the two ops).
 Variable batch_norm(const Variable& x, Tensor running_mean, Tensor running_var, const Variable& weight,
                     const Variable& bias, bool training, double momentum, double eps, bool relu = false);
 // relu(batch_norm(x, ...) + residual) as one node, the tail of a residual block (torchvision's
@@ -210,7 +211,8 @@ Variable layer_norm(const Variable& x, const Shape& normalized_shape, const Vari
 // from layer_norm and a per-channel affine.
 Variable group_norm(const Variable& x, int64_t num_groups, const Variable& weight, const Variable& bias,
                     double eps = 1e-5);
-// relu(group_norm(x, ...)): on the CPU one node (the two ops' values, one pass fewer each way;
+// relu(group_norm(x, ...)): on the CPU one node (the two ops' values, one pass fewer each way,
+// the ReLU's mask rebuilt from x in the backward so that the node keeps no output;
 // nn::fuse_for_training runs a GroupNorm + ReLU of a Sequential through it), on CUDA the two ops.
 Variable group_norm_relu(const Variable& x, int64_t num_groups, const Variable& weight, const Variable& bias,
                          double eps = 1e-5);

@@ -6,11 +6,12 @@
 //   int n = nn::fuse_for_training(model);  // once, after building the model
 //
 // In every Sequential of the model, a BatchNorm1d / BatchNorm2d directly followed by a ReLU runs
-// as one node (BatchNormBase::forward_relu: the same values, one pass fewer each way), and
+// as one node (BatchNormBase::forward_relu: the same values; one pass fewer forward, and the
+// backward rebuilds the ReLU's mask from the input, so the node keeps no output), and
 // followed by a ReLU and a MaxPool2d as one node too (BatchNormBase::forward_relu_max_pool2d: in
 // training a 2x2 pool never writes the normalised values at full resolution; other pools run
 // composed inside it). A GroupNorm directly followed by a ReLU runs as one node as well
-// (GroupNorm::forward_relu, the same values and passes saved). Exact types only: a subclass
+// (GroupNorm::forward_relu, the same values, passes and memory saved). Exact types only: a subclass
 // (SyncBatchNorm) may compute something else.
 // The modules, their names and the state_dict do not change; only Sequential::forward calls the
 // fused node in place of the run (Sequential::fused_runs() lists them). Replacing a fused child
