@@ -47,37 +47,61 @@ void DistributedDataParallel::broadcast_buffers(int root) {
   broadcast_coalesced(*group_, synced_buffers_, root);
 }
 
-// Reverse registration order, PyTorch's rule (compute_bucket_assignment_by_size): a parameter
-// joins the open bucket, and the bucket closes once it holds at least its cap — the first bucket's
-// cap is first_bucket_cap_mb, the others' bucket_cap_mb. So a parameter larger than the cap closes
-// the bucket it lands in (the CNN's 1.6 MB fc1 weight rides in the first bucket, launched early in
-// backward, instead of waiting for the convolutions). A parameter of another dtype or device
-// closes the open bucket first (PyTorch keeps one open bucket per dtype and device instead).
+// Reverse registration order, PyTorch's rule (compute_bucket_assignment_by_size): each kind of
+// parameter (dtype and device) has its own open bucket; a parameter joins its kind's, and the
+// bucket closes once it holds at least its cap — a kind's first bucket's cap is
+// first_bucket_cap_mb, its later ones' bucket_cap_mb. So a parameter larger than the cap closes the
+// bucket it lands in (the CNN's 1.6 MB fc1 weight rides in the first bucket, launched early in
+// backward, instead of waiting for the convolutions), and parameters of two dtypes taking turns
+// fill one bucket each instead of a bucket per turn. Buckets launch in the order they close (the
+// ones still open at the end close there, in the order of their last parameter): the order their
+// last gradients are expected.
 void DistributedDataParallel::build_buckets() {
-  double cap = options_.first_bucket_cap_mb * 1024 * 1024;
-  double bytes = 0;
-  bool open = false;  // the last bucket still takes parameters
-  std::vector<int64_t> numel;  // numel[j]: bucket j's elements so far
+  struct Open {
+    DType dtype;
+    Device device;
+    size_t bucket;  // into `assigned`
+    double bytes, cap;
+  };
+  std::vector<Open> open;  // one per kind at most
+  std::vector<std::vector<size_t>> assigned;  // each bucket's parameters, in joining order
+  std::vector<size_t> closed;  // bucket order: indices into `assigned`
   for (size_t k = params_.size(); k-- > 0;) {
-    const Param& p = params_[k];
-    const double nbytes = static_cast<double>(p.var.numel() * static_cast<int64_t>(element_size(p.var.dtype())));
-    if (open) {
-      const Variable& first = params_[buckets_.back().params.front()].var;
-      open = first.dtype() == p.var.dtype() && first.device() == p.var.device();
+    const Variable& v = params_[k].var;
+    auto it = std::find_if(open.begin(), open.end(),
+                           [&](const Open& o) { return o.dtype == v.dtype() && o.device == v.device(); });
+    if (it == open.end()) {
+      const bool kinds_first = std::none_of(assigned.begin(), assigned.end(), [&](const std::vector<size_t>& b) {
+        const Variable& f = params_[b.front()].var;
+        return f.dtype() == v.dtype() && f.device() == v.device();
+      });
+      const double cap = (kinds_first ? options_.first_bucket_cap_mb : options_.bucket_cap_mb) * 1024 * 1024;
+      open.push_back({v.dtype(), v.device(), assigned.size(), 0.0, cap});
+      assigned.emplace_back();
+      it = open.end() - 1;
     }
-    if (!open) {
-      if (!buckets_.empty()) cap = options_.bucket_cap_mb * 1024 * 1024;
-      buckets_.push_back({});
-      numel.push_back(0);
-      bytes = 0;
-      open = true;
+    assigned[it->bucket].push_back(k);
+    it->bytes += static_cast<double>(v.numel() * static_cast<int64_t>(element_size(v.dtype())));
+    if (it->bytes >= it->cap) {
+      closed.push_back(it->bucket);
+      open.erase(it);
     }
-    slots_[k].bucket = buckets_.size() - 1;
-    slots_[k].offset = numel.back();
-    numel.back() += p.var.numel();
-    buckets_.back().params.push_back(k);
-    bytes += nbytes;
-    if (bytes >= cap) open = false;
+  }
+  std::vector<size_t> last(open.size());  // the buckets left open: by their last parameter, joined latest last
+  for (size_t j = 0; j < open.size(); ++j) last[j] = open[j].bucket;
+  std::sort(last.begin(), last.end(),
+            [&](size_t a, size_t b) { return assigned[a].back() > assigned[b].back(); });  // k falls as they join
+  closed.insert(closed.end(), last.begin(), last.end());
+  std::vector<int64_t> numel;  // numel[j]: bucket j's elements
+  for (size_t j = 0; j < closed.size(); ++j) {
+    buckets_.push_back({});
+    numel.push_back(0);
+    for (size_t k : assigned[closed[j]]) {
+      slots_[k].bucket = j;
+      slots_[k].offset = numel.back();
+      numel.back() += params_[k].var.numel();
+      buckets_.back().params.push_back(k);
+    }
   }
   // Each bucket, on its parameters' device, in memory the group reaches directly (shared memory:
   // reduced in place between the ranks' buckets, no copies through the group's segment), padded

@@ -12,8 +12,9 @@
 //   }
 //
 // Gradients are grouped into buckets in reverse registration order (the order backward produces
-// them): a bucket closes once it holds at least its cap, first_bucket_cap_mb for the first and
-// bucket_cap_mb for the others (PyTorch's rule: the parameter that reaches the cap is in it). Autograd's
+// them), one open bucket per dtype and device: a bucket closes once it holds at least its cap,
+// first_bucket_cap_mb for a dtype's first and bucket_cap_mb for the others (PyTorch's rule: the
+// parameter that reaches the cap is in it); buckets launch in the order they close. Autograd's
 // post-accumulate hook marks a parameter ready; when a bucket is complete its gradients are
 // flattened into one buffer and its all-reduce starts asynchronously on the process group's
 // communication thread, strictly in bucket order on every rank. When the last bucket has been

@@ -169,6 +169,63 @@ TEST(DDP, BucketsFollowReverseRegistrationOrderAndCloseOnceTheyReachTheirCap) {
   });
 }
 
+namespace {
+// Four (in, out) matrices whose dtypes take turns, registered float32 a, float64 b, float32 c,
+// float64 d: x (B, 8) -> to float64 @ ... -> logits (B, 10) in float32.
+struct AlternatingDtypes : nn::Module {
+  Variable a, b, c, d;
+  AlternatingDtypes()
+      : a(randn({8, 16}, RandomKey{5, 1}), true),
+        b(randn({16, 16}, RandomKey{5, 2}, DType::Float64), true),
+        c(randn({16, 16}, RandomKey{5, 3}), true),
+        d(randn({16, 10}, RandomKey{5, 4}, DType::Float64), true) {
+    register_parameter("a", a);
+    register_parameter("b", b);
+    register_parameter("c", c);
+    register_parameter("d", d);
+  }
+  Variable forward(const Variable& x) override {
+    const Variable h = minidl::to(tanh(matmul(x, a)), DType::Float64);
+    const Variable k = minidl::to(tanh(matmul(h, b)), DType::Float32);
+    return minidl::to(matmul(minidl::to(tanh(matmul(k, c)), DType::Float64), d), DType::Float32);
+  }
+};
+}  // namespace
+
+// PyTorch keeps one open bucket per dtype: parameters whose dtypes take turns fill a bucket per
+// dtype, not a bucket per turn. Reversed, the parameters arrive d (f64), c (f32), b (f64), a (f32);
+// the float64 bucket's last parameter (b) comes before the float32 one's (a), so it launches first.
+// Training on 2 ranks then equals one process on the whole batch.
+TEST(DDP, ParametersOfTwoDtypesTakingTurnsFillOneBucketPerDtype) {
+  dist::spawn(2, [](int) {
+    init_world();
+    AlternatingDtypes model, reference;
+    dist::DistributedDataParallel ddp(model);
+    const auto names = ddp.bucket_parameter_names();
+    require(names.size() == 2, "2 buckets, got " + std::to_string(names.size()));
+    require(names[0] == std::vector<std::string>{"d", "b"}, "the float64 bucket first: d, b");
+    require(names[1] == std::vector<std::string>{"c", "a"}, "then the float32 bucket: c, a");
+    const auto layout = ddp.bucket_layout();
+    require(layout[0].params[1].second == 160 && layout[1].params[1].second == 256, "each slot after the one before");
+    optim::SGD opt(model.parameters(), {.lr = 0.1, .momentum = 0.9});
+    optim::SGD ref_opt(reference.parameters(), {.lr = 0.1, .momentum = 0.9});
+    const int rank = dist::rank();
+    for (uint64_t step = 0; step < 3; ++step) {
+      const Tensor x = randn({8, 8}, RandomKey{6, step}), y = randint(0, 10, {8}, RandomKey{7, step});
+      ref_opt.zero_grad();
+      cross_entropy(reference.forward(Variable(x)), y).backward();
+      ref_opt.step();
+      opt.zero_grad();
+      cross_entropy(ddp.forward(Variable(x.narrow(0, 4 * rank, 4).contiguous())), y.narrow(0, 4 * rank, 4).contiguous())
+          .backward();
+      ddp.step(opt);
+    }
+    const TensorMap ref = reference.state_dict(), got = model.state_dict();
+    for (const auto& [name, t] : ref) require_close(got.at(name), t, 1e-5, 1e-6, "alternating dtypes " + name);
+    dist::shutdown();
+  });
+}
+
 TEST(DDP, NoSyncAccumulationEqualsOneStepOnTheCombinedBatch) {
   dist::spawn(2, [](int) {
     init_world();
