@@ -79,6 +79,19 @@ Out run(const Shape& s, const std::vector<float>& x, const std::vector<float>& d
   return o;
 }
 
+// One test case's inputs: x (offset and scaled), dy, and weight / bias (null without the affine)
+struct Case {
+  std::vector<float> x, dy, w, b;
+  bool affine;
+  const float* wp() const { return affine ? w.data() : nullptr; }
+  const float* bp() const { return affine ? b.data() : nullptr; }
+};
+Case make_case(const Shape& s, double offset, bool affine, uint32_t seed, double weight_offset) {
+  const size_t n = size_t(s.N * s.C * s.S);
+  return {inputs(n, seed, 1.5, offset), inputs(n, seed + 1, 1.0, 0.0),
+          inputs(size_t(s.C), seed + 2, 1.0, weight_offset), inputs(size_t(s.C), seed + 3, 1.0, 0.0), affine};
+}
+
 }  // namespace
 
 // Tolerances: y and dx are written as x * a + b in float from double coefficients, so they err by
@@ -88,12 +101,8 @@ TEST(CpuGroupNorm, FloatMatchesReference) {
   for (const Shape& s : shapes)
     for (const double offset : {0.0, 3.0})
       for (const bool affine : {true, false}) {
-        const size_t n = size_t(s.N * s.C * s.S);
-        const std::vector<float> x = inputs(n, 1, 1.5, offset), dy = inputs(n, 2, 1.0, 0.0);
-        const std::vector<float> w = inputs(size_t(s.C), 3, 1.0, 1.0), b = inputs(size_t(s.C), 4, 1.0, 0.0);
-        const float* wp = affine ? w.data() : nullptr;
-        const float* bp = affine ? b.data() : nullptr;
-        const Out ref = run(s, x, dy, wp, bp, false), got = run(s, x, dy, wp, bp, true);
+        const Case k = make_case(s, offset, affine, 1, 1.0);
+        const Out ref = run(s, k.x, k.dy, k.wp(), k.bp(), false), got = run(s, k.x, k.dy, k.wp(), k.bp(), true);
         const std::string what = name(s) + " offset " + std::to_string(offset) + (affine ? " affine" : "");
         expect_close(got.mean, ref.mean, 1e-6, 1e-7, "mean " + what);
         expect_close(got.rstd, ref.rstd, 1e-6, 0, "rstd " + what);
@@ -132,18 +141,15 @@ TEST(CpuGroupNorm, ReluBackwardMasksWhereTheForwardsOutputIsNotPositive) {
       for (const bool affine : {true, false})
         for (const bool fast : {true, false}) {
           const size_t n = size_t(s.N * s.C * s.S);
-          const std::vector<float> x = inputs(n, 9, 1.5, offset), dy = inputs(n, 10, 1.0, 0.0);
-          const std::vector<float> w = inputs(size_t(s.C), 11, 1.0, 0.5), b = inputs(size_t(s.C), 12, 1.0, 0.0);
-          const float* wp = affine ? w.data() : nullptr;
-          const float* bp = affine ? b.data() : nullptr;
-          const Out fused = run(s, x, dy, wp, bp, fast, true);
+          const Case k = make_case(s, offset, affine, 9, 0.5);
+          const Out fused = run(s, k.x, k.dy, k.wp(), k.bp(), fast, true);
           std::vector<float> masked(n);
           size_t dropped = 0;
           for (size_t i = 0; i < n; ++i) {
-            masked[i] = cpu::relu_grad_bits(fused.y[i], dy[i]);
+            masked[i] = cpu::relu_grad_bits(fused.y[i], k.dy[i]);
             dropped += fused.y[i] <= 0;
           }
-          const Out plain = run(s, x, masked, wp, bp, fast, true, true);
+          const Out plain = run(s, k.x, masked, k.wp(), k.bp(), fast, true, true);
           const std::string what = name(s) + " offset " + std::to_string(offset) + (affine ? " affine" : "") +
                                    (fast ? " fast" : " reference");
           EXPECT_GT(dropped, n / 5) << what;  // the mask is not all ones
