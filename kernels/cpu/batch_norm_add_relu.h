@@ -19,10 +19,10 @@ namespace minidl::kernels::cpu {
 template <class T>
 void batch_norm_add_relu_elemt(const T* x, const T* residual, int64_t N, int64_t C, int64_t S, const double* mean,
                                const double* invstd, const double* weight, const double* bias, T* y) {
+  const BatchNormAffine affine{invstd, weight, bias};
   parallel_for(N * C, norm_grain(2 * S), [&](int64_t p0, int64_t p1) {
     for (int64_t pl = p0; pl < p1; ++pl) {
       const int64_t c = pl % C;
-      const BatchNormAffine affine{invstd, weight, bias};
       const double m = mean[c], scale = affine.scale(c), b = affine.shift(c);
       const T *xp = x + pl * S, *rp = residual + pl * S;
       T* yp = y + pl * S;

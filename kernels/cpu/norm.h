@@ -214,10 +214,10 @@ struct BatchNormAffine {
 template <class T>
 void batch_norm_elemt(const T* x, int64_t N, int64_t C, int64_t S, const double* mean, const double* invstd,
                       const double* weight, const double* bias, T* y, bool relu = false) {
+  const BatchNormAffine affine{invstd, weight, bias};
   parallel_for(N * C, norm_grain(S), [&](int64_t p0, int64_t p1) {
     for (int64_t pl = p0; pl < p1; ++pl) {
       const int64_t c = pl % C;
-      const BatchNormAffine affine{invstd, weight, bias};
       const double m = mean[c], scale = affine.scale(c), b = affine.shift(c);
       const T* xp = x + pl * S;
       T* yp = y + pl * S;
@@ -346,11 +346,11 @@ void batch_norm_relu_max_pool2d_forward(const T* x, int64_t N, int64_t C, int64_
                                         const double* invstd, const double* weight, const double* bias, T* out,
                                         uint8_t* arg, T* x_at) {
   const int64_t Ho = H / 2, Wo = W / 2;
+  const BatchNormAffine affine{invstd, weight, bias};
   parallel_for(N * C, norm_grain(H * W), [&](int64_t p0, int64_t p1) {
     std::vector<T> z(static_cast<size_t>(H * W));  // relu(batch_norm(x)) of one plane
     for (int64_t pl = p0; pl < p1; ++pl) {
       const int64_t c = pl % C;
-      const BatchNormAffine affine{invstd, weight, bias};
       const double m = mean[c], scale = affine.scale(c), b = affine.shift(c);
       const T* const xp = x + pl * H * W;
       batch_norm_relu_row(xp, H * W, m, scale, b, z.data());

@@ -148,12 +148,20 @@ TEST(BatchNorm, RejectsBadShapes) {
   EXPECT_THROW_MSG(batch_norm_backward_elemt(zeros({2, 3}), zeros({2, 3}), zeros({3}), ones({3}), Tensor(), zeros({3}),
                                              zeros({3}), 0),
                    std::invalid_argument, "count must be positive, got 0");
+  // the fused ReLU's bias, which the backward pieces rebuild the forward's output with
+  EXPECT_THROW_MSG(
+      batch_norm_backward_reduce(zeros({2, 3}), zeros({2, 3}), zeros({3}), ones({3}), Tensor(), zeros({2}), true),
+      std::invalid_argument, "batch_norm_backward_reduce: expected bias of shape [3], got float32[2] on cpu");
+  EXPECT_THROW_MSG(batch_norm_backward_elemt(zeros({2, 3}), zeros({2, 3}), zeros({3}), ones({3}), Tensor(), zeros({3}),
+                                             zeros({3}), 2, zeros({3, 1}), true),
+                   std::invalid_argument, "batch_norm_backward_elemt: expected bias of shape [3], got float32[3, 1]");
 }
 
 TEST(BatchNorm, ReluMaxPoolRejectsBadShapes) {
-  EXPECT_THROW_MSG(batch_norm_relu_max_pool2d_forward(zeros({2, 3, 4}), zeros({3}), ones({3}), Tensor(), Tensor()),
-                   std::invalid_argument,
-                   "batch_norm_relu_max_pool2d_forward: expected input (N, C, H, W) with H, W >= 2, got float32[2, 3, 4]");
+  EXPECT_THROW_MSG(
+      batch_norm_relu_max_pool2d_forward(zeros({2, 3, 4}), zeros({3}), ones({3}), Tensor(), Tensor()),
+      std::invalid_argument,
+      "batch_norm_relu_max_pool2d_forward: expected input (N, C, H, W) with H, W >= 2, got float32[2, 3, 4]");
   EXPECT_THROW_MSG(batch_norm_relu_max_pool2d_forward(zeros({2, 3, 1, 4}), zeros({3}), ones({3}), Tensor(), Tensor()),
                    std::invalid_argument, "with H, W >= 2, got float32[2, 3, 1, 4]");
   EXPECT_THROW_MSG(batch_norm_relu_max_pool2d_forward(zeros({2, 3, 4, 4}), zeros({3}), ones({3}), ones({2}), Tensor()),
