@@ -2,6 +2,7 @@
 #include "minidl/dist/ddp.h"
 
 #include <algorithm>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 #include <unordered_set>
@@ -57,41 +58,41 @@ void DistributedDataParallel::broadcast_buffers(int root) {
 // ones still open at the end close there, in the order of their last parameter): the order their
 // last gradients are expected.
 void DistributedDataParallel::build_buckets() {
-  struct Open {
+  struct Kind {  // the parameters of one dtype and device
     DType dtype;
     Device device;
-    size_t bucket;  // into `assigned`
-    double bytes, cap;
+    double cap;  // MB: first_bucket_cap_mb until its first bucket closes, then bucket_cap_mb
+    std::optional<size_t> open = std::nullopt;  // its open bucket (into `assigned`), if any
+    double bytes = 0;  // in the open bucket
   };
-  std::vector<Open> open;  // one per kind at most
+  std::vector<Kind> kinds;
   std::vector<std::vector<size_t>> assigned;  // each bucket's parameters, in joining order
   std::vector<size_t> closed;  // bucket order: indices into `assigned`
   for (size_t k = params_.size(); k-- > 0;) {
     const Variable& v = params_[k].var;
-    auto it = std::find_if(open.begin(), open.end(),
-                           [&](const Open& o) { return o.dtype == v.dtype() && o.device == v.device(); });
-    if (it == open.end()) {
-      const bool kinds_first = std::none_of(assigned.begin(), assigned.end(), [&](const std::vector<size_t>& b) {
-        const Variable& f = params_[b.front()].var;
-        return f.dtype() == v.dtype() && f.device() == v.device();
-      });
-      const double cap = (kinds_first ? options_.first_bucket_cap_mb : options_.bucket_cap_mb) * 1024 * 1024;
-      open.push_back({v.dtype(), v.device(), assigned.size(), 0.0, cap});
+    auto it = std::find_if(kinds.begin(), kinds.end(),
+                           [&](const Kind& kind) { return kind.dtype == v.dtype() && kind.device == v.device(); });
+    if (it == kinds.end())
+      it = kinds.insert(kinds.end(), {.dtype = v.dtype(), .device = v.device(), .cap = options_.first_bucket_cap_mb});
+    if (!it->open) {
+      it->open = assigned.size();
+      it->bytes = 0;
       assigned.emplace_back();
-      it = open.end() - 1;
     }
-    assigned[it->bucket].push_back(k);
+    assigned[*it->open].push_back(k);
     it->bytes += static_cast<double>(v.numel() * static_cast<int64_t>(element_size(v.dtype())));
-    if (it->bytes >= it->cap) {
-      closed.push_back(it->bucket);
-      open.erase(it);
+    if (it->bytes >= it->cap * 1024 * 1024) {
+      closed.push_back(*it->open);
+      it->open.reset();
+      it->cap = options_.bucket_cap_mb;
     }
   }
-  std::vector<size_t> last(open.size());  // the buckets left open: by their last parameter, joined latest last
-  for (size_t j = 0; j < open.size(); ++j) last[j] = open[j].bucket;
-  std::sort(last.begin(), last.end(),
+  std::vector<size_t> left_open;  // by their last parameter, joined latest last
+  for (const Kind& kind : kinds)
+    if (kind.open) left_open.push_back(*kind.open);
+  std::sort(left_open.begin(), left_open.end(),
             [&](size_t a, size_t b) { return assigned[a].back() > assigned[b].back(); });  // k falls as they join
-  closed.insert(closed.end(), last.begin(), last.end());
+  closed.insert(closed.end(), left_open.begin(), left_open.end());
   std::vector<int64_t> numel;  // numel[j]: bucket j's elements
   for (size_t j = 0; j < closed.size(); ++j) {
     buckets_.push_back({});
