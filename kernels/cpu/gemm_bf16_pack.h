@@ -17,6 +17,7 @@
 
 #include "minidl/kernels/cpu/bf16_round_avx512.h"
 #include "minidl/kernels/cpu/half.h"
+#include "minidl/kernels/cpu/prefetch.h"
 
 #define MINIDL_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 
@@ -184,6 +185,10 @@ MINIDL_BF16_TARGET inline void pack_b_panel(const uint16_t* B, int64_t ldb, bool
   if (!trans_b) {  // each k: nr contiguous values
     for (int64_t p = 0; p < kp; ++p) {
       const uint16_t* row = B + (k0 + 2 * p) * ldb + j0;
+      // the panel's 64 bytes of the rows 16 k ahead: B (a linear layer's x in its weight
+      // gradient) has often left the caches, and its rows are ldb apart (prefetch.h)
+      prefetch_elements(row + 16 * ldb, kPanelCols);
+      prefetch_elements(row + 17 * ldb, kPanelCols);
       const uint16_t* next = 2 * p + 1 < kc ? row + ldb : nullptr;
       _mm512_store_si512(dst + p * kPanelCols, pair_rows(row, next, nr));
       _mm512_store_si512(dst + p * kPanelCols + 16,

@@ -102,8 +102,10 @@ template <bool kWeight, bool kBias>
 void layer_norm_forward_rows(const float* x, int64_t rows, int64_t M, const float* weight, const float* bias,
                              double eps, float* y, float* mean, float* invstd) {
   parallel_for(rows, norm_grain(M), [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r)
+    for (int64_t r = r0; r < r1; ++r) {
+      prefetch_elements(x + r * M + kPrefetchAhead, M);  // x's rows a little ahead (prefetch.h)
       layer_norm_row<kWeight, kBias>(x + r * M, M, weight, bias, eps, y + r * M, mean + r, invstd + r);
+    }
   });
 }
 
@@ -212,6 +214,8 @@ void layer_norm_backward_rows(const T* __restrict dy, const T* __restrict x, int
     const T* __restrict g = dy + r * M;
     const T* __restrict xp = x + r * M;
     T* __restrict o = dx + r * M;
+    prefetch_elements(xp + kPrefetchAhead, M);  // the rows a little ahead (prefetch.h): x has left
+    prefetch_elements(g + kPrefetchAhead, M);  // the caches since the forward
     const T m = mean[r], is = invstd[r];
     double sg = 0, sgx = 0;  // sums of g * w and g * w * xhat, xhat = (x - mean) * invstd
     int64_t j0 = 0;

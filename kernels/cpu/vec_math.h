@@ -24,6 +24,8 @@
 #include <cstring>
 #include <type_traits>
 
+#include "minidl/kernels/cpu/prefetch.h"
+
 #if defined(__AVX512F__)
 #include <immintrin.h>
 #endif
@@ -238,16 +240,26 @@ inline float erf_fast(float a) {
 }
 
 // The two GELU (erf form) loops over contiguous floats, the math of kernels/functors.h's
-// GeluErfOp / GeluErfBackward with the functions above.
+// GeluErfOp / GeluErfBackward with the functions above (x and dy prefetched: prefetch.h).
 inline void gelu_erf_span(const float* x, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] = 0.5f * x[i] * (1.0f + erf_fast(x[i] * 0.70710678118654752440f));
+  blocks_prefetched(
+      n,
+      [&](int64_t i0, int64_t i1) {
+        for (int64_t i = i0; i < i1; ++i) y[i] = 0.5f * x[i] * (1.0f + erf_fast(x[i] * 0.70710678118654752440f));
+      },
+      x);
 }
 inline void gelu_erf_backward_span(const float* x, const float* dy, float* dx, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float cdf = 0.5f * (1.0f + erf_fast(x[i] * 0.70710678118654752440f));
-    const float pdf = 0.39894228040143267794f * exp_nonpositive(-0.5f * x[i] * x[i]);
-    dx[i] = dy[i] * (cdf + x[i] * pdf);
-  }
+  blocks_prefetched(
+      n,
+      [&](int64_t i0, int64_t i1) {
+        for (int64_t i = i0; i < i1; ++i) {
+          const float cdf = 0.5f * (1.0f + erf_fast(x[i] * 0.70710678118654752440f));
+          const float pdf = 0.39894228040143267794f * exp_nonpositive(-0.5f * x[i] * x[i]);
+          dx[i] = dy[i] * (cdf + x[i] * pdf);
+        }
+      },
+      x, dy);
 }
 
 // sum over i < n of term(i), in double, as one vectorised reduction (`omp simd`: the compiler
