@@ -11,7 +11,8 @@
 // contents, even NaN, are ignored). round_bf16: C is stored rounded to bfloat16 precision (float32
 // values that are bfloat16 numbers: half.h's rounding of the float32 result, without a pass of its
 // own). Threads: kernels::cpu::set_num_threads; the result is bit-identical for any thread count
-// (work is split over blocks of C only, never over K).
+// (work is split over blocks of C, or over K blocks whose partial products are then added in the
+// order one thread adds them).
 #pragma once
 #include <cstdint>
 
@@ -32,7 +33,8 @@ bool gemm_bf16_bias(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t 
                     int64_t ldb, bool trans_b, const float* bias, float* C, int64_t ldc, bool round_bf16 = false);
 
 // C (M, N) = op(A) op(B), and row_sums (M) = the sums of op(A)'s rows, each added up in double in
-// k order, then rounded (gemm_row_sums in gemm.h): with A = dy (rows, out) transposed and B = x
+// k order (the AMX kernel: each of its K blocks from zero in k order, then the blocks' sums in
+// order), then rounded (gemm_row_sums in gemm.h): with A = dy (rows, out) transposed and B = x
 // (rows, in), a bfloat16 linear layer's dW and db, the sums gathered while A is packed instead of
 // in a pass over dy of their own. A transposed A only: false, C untouched, for an untransposed one,
 // an empty product (M, N or K 0) or where neither kernel runs. The same choice of kernel as gemm_bf16; C as gemm_bf16 gives it.

@@ -25,8 +25,10 @@
 // Its sums differ from the reference's as the AVX512_BF16 kernel's do (pairs of products, one
 // partial sum per K block, subnormal inputs and results treated as zero), and from that kernel's
 // own by the order inside a tile product: the same tolerances hold (tests/kernels/
-// test_cpu_gemm_bf16.cpp runs both kernels' tests). Threads split blocks of C's rows, never K:
-// bit-identical for any thread count. GFLOP/s: `bench_gemm bf16` (examples/bench_gemm.cpp).
+// test_cpu_gemm_bf16.cpp runs both kernels' tests). Threads split blocks of C's rows; a small C
+// over many K blocks (a weight gradient) is split over its K blocks instead (split_k_gemm), whose
+// partial products are then added in K order: bit-identical for any thread count. GFLOP/s:
+// `bench_gemm bf16` (examples/bench_gemm.cpp).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <algorithm>
 
@@ -59,6 +61,7 @@ constexpr int64_t kNr = kPanelCols;  // columns of C per micro-kernel: two 16-co
 constexpr int64_t kKcMax = 512;  // K blocks: a B panel (256 pairs x 32 columns, 32 KB) stays in L1
 constexpr int64_t kNc = 4096;  // columns of C per packed B block (bounds the B buffer to 4 MB)
 constexpr int64_t kMcMax = 8 * kMr;  // rows of C per unit of parallel work (an A block of 256 KB)
+constexpr int64_t kSplitBytes = int64_t(4) << 20;  // split_k_gemm's partial products at most
 
 inline __mmask32 first_n16(int64_t n) {  // the first n of 32 16-bit lanes
   return n >= 32 ? ~__mmask32(0) : n <= 0 ? __mmask32(0) : static_cast<__mmask32>((1u << n) - 1);
@@ -67,8 +70,8 @@ inline __mmask32 first_n16(int64_t n) {  // the first n of 32 16-bit lanes
 // Rows i0..i0+rows-1 (rows <= 16) of op(A), columns k0..k0+kc-1, as ks = ceil(kc / 32) tiles: tile
 // s at dst + s * kTileWords, its row r the 32 values k0 + 32s .. k0 + 32s + 31 of row i0 + r (16
 // pair words); rows past `rows` and k past kc zero. op(A)(i, k) = A[i * lda + k], or A[k * lda + i]
-// when trans_a. sums (trans_a only; or null): the rows' sums so far, to which their kc values are
-// added in k order.
+// when trans_a. sums (trans_a only; or null): the rows' sums so far, to which the sums of their kc
+// values (from zero, in k order) are added.
 MINIDL_AMX_TARGET void pack_a_tiles(const uint16_t* A, int64_t lda, bool trans_a, int64_t i0, int64_t rows, int64_t k0,
                                     int64_t kc, int64_t ks, uint32_t* dst, double* sums = nullptr) {
   if (!trans_a) {  // each row's k are contiguous: one masked 64-byte copy per tile row
@@ -84,7 +87,7 @@ MINIDL_AMX_TARGET void pack_a_tiles(const uint16_t* A, int64_t lda, bool trans_a
   }
   // each k holds the rows' values side by side: 16 pair words across the rows per 2 k, then a
   // 16x16 transpose turns 16 such (one tile's k) into the tile's rows
-  PairSums row_sums = sums ? load_pair_sums(sums, rows) : PairSums{};
+  PairSums row_sums{};  // this K block's sums, from zero
   for (int64_t s = 0; s < ks; ++s) {
     __m512i v[16];
     for (int64_t q = 0; q < 16; ++q) {
@@ -95,7 +98,12 @@ MINIDL_AMX_TARGET void pack_a_tiles(const uint16_t* A, int64_t lda, bool trans_a
     }
     store_transposed_16x16(v, dst + s * kTileWords, 16, __mmask16(0xFFFF));
   }
-  if (sums) store_pair_sums(row_sums, sums, rows);
+  if (sums) {  // added to the earlier K blocks' (so a split product's partial sums add up the same)
+    PairSums total = load_pair_sums(sums, rows);
+    total.lo = _mm512_add_pd(total.lo, row_sums.lo);
+    total.hi = _mm512_add_pd(total.hi, row_sums.hi);
+    store_pair_sums(total, sums, rows);
+  }
 }
 
 // C (mr <= 32, nr <= 32) = alpha * the 32x32 product of two A tile rows a0, a1 (ks tiles each: tile
@@ -146,16 +154,94 @@ MINIDL_AMX_TARGET void micro_kernel(int64_t ks, const uint16_t* a0, const uint16
   }
 }
 
+// K blocks of equal size (the last may be shorter), chosen from K alone, each padded to ks whole
+// 32-k steps.
+struct KBlocks {
+  int64_t count, step;
+  explicit KBlocks(int64_t K)
+      : count((K + kKcMax - 1) / kKcMax), step(((K + count - 1) / count + kTileK - 1) / kTileK * kTileK) {}
+};
+
+// Whether packed_gemm runs the product split over its K blocks (split_k_gemm): with more than one
+// thread, a small C (a linear layer's weight gradient, its 64 to 192 outputs by its inputs) summed
+// over many K blocks (the batch's thousands of rows). Both ways give the same bits (C and the row
+// sums); on one thread the split's partial products only add memory traffic (15-20% slower on
+// the vit's weight gradients), on two it ran them 1.3-2x faster than the loop over K blocks.
+bool split_over_k(int64_t M, int64_t N, int64_t K) {
+  const int64_t k_blocks = KBlocks(K).count;
+  return get_num_threads() > 1 && k_blocks >= 4 && M <= kMcMax && N <= kNc && k_blocks * M * N * 4 <= kSplitBytes;
+}
+
+// The product as split_over_k chooses it: in parallel over the K blocks, each block's product of
+// op(A) and op(B) (packed by the thread that runs it) into a partial C of its own, started from the
+// bias in the first block; then, in parallel over rows, C = the partials added in K order by
+// add_into_c (alpha, beta, rounding in the last), the operations packed_gemm's K loop does on the
+// same sums: the same bits. The row sums (row_sums: null, or M zeroed doubles; trans_a only): each K
+// block's (pack_a_tiles, from zero) into a partial of its own, then the partials added in K order,
+// as the loop over K blocks adds them. Where packed_gemm's loop would pack B and
+// wake the threads once per K block for a few microseconds of products, this wakes them twice.
+void split_k_gemm(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a, const uint16_t* B,
+                  int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha, float beta, const float* bias,
+                  bool round, double* row_sums) {
+  const KBlocks kb(K);
+  const int64_t n_panels = (N + kNr - 1) / kNr, nc = n_panels * kNr;  // partial rows: whole panels
+  const int64_t panel_words = kb.step / kTileK * 16 * kNr;
+  const std::vector<float> bias_cols = padded_bias(bias, N, nc);
+  thread_local AlignedBuffer<float> partials;  // every element is written before it is read
+  float* const partial = partials.get(static_cast<size_t>(kb.count * M * nc));
+  std::vector<double> partial_sums(row_sums ? static_cast<size_t>(kb.count * M) : 0, 0.0);
+  parallel_for(kb.count, 1, [&](int64_t q0, int64_t q1) {
+    configure_tiles();
+    thread_local AlignedBuffer<uint32_t> b_buffer, a_buffer;
+    uint32_t* bp = b_buffer.get(static_cast<size_t>(n_panels * panel_words));
+    uint32_t* ap = a_buffer.get(static_cast<size_t>(2 * (kb.step / kTileK) * kTileWords));
+    for (int64_t q = q0; q < q1; ++q) {
+      const int64_t pc = q * kb.step, kc = std::min(kb.step, K - pc), ks = (kc + kTileK - 1) / kTileK;
+      for (int64_t p = 0; p < n_panels; ++p) {
+        uint32_t* panel = bp + p * panel_words;
+        pack_b_panel(B, ldb, trans_b, p * kNr, std::min(kNr, N - p * kNr), pc, kc, panel);
+        std::fill(panel + (kc + 1) / 2 * kNr, panel + ks * 16 * kNr, 0u);  // pairs past kc up to whole tiles
+      }
+      float* P = partial + q * M * nc;
+      double* sums = row_sums ? partial_sums.data() + q * M : nullptr;
+      for (int64_t i = 0; i < M; i += kMr) {
+        const int64_t mr = std::min(kMr, M - i);
+        const bool in_place = !trans_a && kc % kTileK == 0 && mr == kMr;
+        if (!in_place)
+          for (int64_t t = 0; t < 2; ++t)
+            pack_a_tiles(A, lda, trans_a, i + 16 * t, std::clamp<int64_t>(mr - 16 * t, 0, 16), pc, kc, ks,
+                         ap + t * ks * kTileWords, sums && 16 * t < mr ? sums + i + 16 * t : nullptr);
+        const uint16_t* a0 = in_place ? A + i * lda + pc : reinterpret_cast<const uint16_t*>(ap);
+        const uint16_t* a1 = in_place ? a0 + 16 * lda : a0 + 2 * ks * kTileWords;
+        for (int64_t p = 0; p < n_panels; ++p)
+          micro_kernel(ks, a0, a1, in_place ? lda * 2 : 64, in_place ? kTileK : 2 * kTileWords, bp + p * panel_words,
+                       P + i * nc + p * kNr, nc, mr, kNr, true, 1.0f, 0.0f,
+                       bias && q == 0 ? bias_cols.data() + p * kNr : nullptr, false);
+      }
+    }
+    release_tiles();
+  });
+  parallel_for(M, std::max<int64_t>(1, 4096 / (nc * kb.count)), [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      for (int64_t q = 0; q < kb.count; ++q)
+        for (int64_t j = 0; j < N; j += 16)
+          add_into_c(_mm512_load_ps(partial + (q * M + i) * nc + j), C + i * ldc + j, first_n(N - j), q == 0, alpha,
+                     beta, round && q == kb.count - 1);
+      if (row_sums)
+        for (int64_t q = 0; q < kb.count; ++q) row_sums[i] += partial_sums[static_cast<size_t>(q * M + i)];
+    }
+  });
+}
+
 // row_sums: null, or M doubles (zero) that get the row sums of op(A) (trans_a only), added up
 // while the first block of columns packs A.
 void packed_gemm(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a, const uint16_t* B,
                  int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha, float beta, const float* bias,
                  bool round, double* row_sums = nullptr) {
+  if (split_over_k(M, N, K))
+    return split_k_gemm(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, alpha, beta, bias, round, row_sums);
   const std::vector<float> bias_cols = padded_bias(bias, N, (N + kNr - 1) / kNr * kNr);
-  // K blocks of equal size (the last may be shorter), chosen from K alone, each padded to ks
-  // whole 32-k steps.
-  const int64_t k_blocks = (K + kKcMax - 1) / kKcMax;
-  const int64_t kc_step = ((K + k_blocks - 1) / k_blocks + kTileK - 1) / kTileK * kTileK;
+  const int64_t kc_step = KBlocks(K).step;
   // Rows of C per unit of work: whole 32-row blocks, at most kMcMax, about 4 units when M is small.
   const int64_t mc = std::clamp<int64_t>(((M + 3) / 4 + kMr - 1) / kMr * kMr, kMr, kMcMax);
   const int64_t m_blocks = (M + mc - 1) / mc;

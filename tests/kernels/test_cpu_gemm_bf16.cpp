@@ -10,10 +10,13 @@
 // saying so, on a CPU without its extension (the kernel then returns false).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "minidl/kernels/cpu/gemm_bf16.h"
@@ -368,4 +371,50 @@ TEST(CpuGemmBf16, ChoosesAmxWhereTheCpuHasIt) {
   ASSERT_TRUE(expected_kernel(op.M, op.N, op.K, op.A.data(), op.lda, false, op.B.data(), op.ldb, true, expect.data(),
                               op.ldc, 1.0f, 0.0f, false));
   for (size_t i = 0; i < chosen.size(); ++i) ASSERT_EQ(chosen[i], expect[i]) << "element " << i;
+}
+
+// The AMX kernel runs a small C over many K blocks (a weight gradient) split over its K blocks, the
+// partial products added in K order afterwards: the bits of the same K blocks run one after
+// another, here as one call per block (each a single K block: K <= 512), the first with alpha and
+// beta (or the bias), the others adding into C (beta 1), rounded in the last. K = 2100 makes 5
+// blocks of 448 (the last 308); rows and columns off the tiles; 1 and 2 threads.
+TEST(CpuGemmBf16, AmxSplitOverKGivesTheBitsOfItsKBlocksOneAfterAnother) {
+  namespace k = minidl::kernels::cpu;
+  if (!k::gemm_bf16_amx_supported()) GTEST_SKIP() << "this CPU has no AMX-BF16 (or Linux refused its tile state)";
+  const int saved = k::get_num_threads();
+  const int64_t step = 448;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (const auto& [alpha, beta, round, with_bias] :
+           {std::tuple{1.0f, 0.0f, false, false}, std::tuple{0.5f, 2.0f, true, false},
+            std::tuple{1.0f, 0.0f, false, true}, std::tuple{1.0f, 0.0f, true, true}})
+        for (int threads : {1, 2}) {
+          k::set_num_threads(threads);
+          const Operands op({70, 50, 2100}, ta, tb, 3, false, beta);
+          const std::vector<float> bias = minidl::testing::values(50, 9);
+          std::vector<float> split = op.C, blocks = op.C;
+          if (with_bias)
+            ASSERT_TRUE(k::gemm_bf16_amx_bias(op.M, op.N, op.K, op.A.data(), op.lda, ta, op.B.data(), op.ldb, tb,
+                                              bias.data(), split.data(), op.ldc, round));
+          else
+            ASSERT_TRUE(k::gemm_bf16_amx(op.M, op.N, op.K, op.A.data(), op.lda, ta, op.B.data(), op.ldb, tb,
+                                         split.data(), op.ldc, alpha, beta, round));
+          for (int64_t pc = 0; pc < op.K; pc += step) {
+            const int64_t kc = std::min(step, op.K - pc);
+            const uint16_t* a = op.A.data() + (ta ? pc * op.lda : pc);  // op(A)'s columns pc ..
+            const uint16_t* b = op.B.data() + (tb ? pc : pc * op.ldb);  // op(B)'s rows pc ..
+            const bool last = pc + kc == op.K;
+            if (pc == 0 && with_bias)
+              ASSERT_TRUE(k::gemm_bf16_amx_bias(op.M, op.N, kc, a, op.lda, ta, b, op.ldb, tb, bias.data(),
+                                                blocks.data(), op.ldc, round && last));
+            else
+              ASSERT_TRUE(k::gemm_bf16_amx(op.M, op.N, kc, a, op.lda, ta, b, op.ldb, tb, blocks.data(), op.ldc, alpha,
+                                           pc == 0 ? beta : 1.0f, round && last));
+          }
+          for (size_t i = 0; i < split.size(); ++i)
+            ASSERT_EQ(std::memcmp(&split[i], &blocks[i], sizeof(float)), 0)
+                << op.what(alpha, beta) << " round " << round << " bias " << with_bias << " threads " << threads
+                << ", element " << i << ": " << split[i] << " vs " << blocks[i];
+        }
+  k::set_num_threads(saved);
 }
