@@ -172,6 +172,16 @@ bool split_over_k(int64_t M, int64_t N, int64_t K) {
   return get_num_threads() > 1 && k_blocks >= 4 && M <= kMcMax && N <= kNc && k_blocks * M * N * 4 <= kSplitBytes;
 }
 
+// One row of C (N values) from `count` partial rows (`step` floats apart, 64-byte aligned), in
+// order, as the K loop adds its blocks' sums: add_into_c, the first with beta, rounded in the last.
+MINIDL_AMX_TARGET void add_partials(const float* partial, int64_t step, int64_t count, int64_t N, float* c, float alpha,
+                                    float beta, bool round) {
+  for (int64_t q = 0; q < count; ++q)
+    for (int64_t j = 0; j < N; j += 16)
+      add_into_c(_mm512_load_ps(partial + q * step + j), c + j, first_n(N - j), q == 0, alpha, beta,
+                 round && q == count - 1);
+}
+
 // The product as split_over_k chooses it: in parallel over the K blocks, each block's product of
 // op(A) and op(B) (packed by the thread that runs it) into a partial C of its own, started from the
 // bias in the first block; then, in parallel over rows, C = the partials added in K order by
@@ -223,10 +233,7 @@ void split_k_gemm(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t ld
   });
   parallel_for(M, std::max<int64_t>(1, 4096 / (nc * kb.count)), [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
-      for (int64_t q = 0; q < kb.count; ++q)
-        for (int64_t j = 0; j < N; j += 16)
-          add_into_c(_mm512_load_ps(partial + (q * M + i) * nc + j), C + i * ldc + j, first_n(N - j), q == 0, alpha,
-                     beta, round && q == kb.count - 1);
+      add_partials(partial + i * nc, M * nc, kb.count, N, C + i * ldc, alpha, beta, round);
       if (row_sums)
         for (int64_t q = 0; q < kb.count; ++q) row_sums[i] += partial_sums[static_cast<size_t>(q * M + i)];
     }
