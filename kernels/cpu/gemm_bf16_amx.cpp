@@ -154,6 +154,43 @@ MINIDL_AMX_TARGET void micro_kernel(int64_t ks, const uint16_t* a0, const uint16
   }
 }
 
+// One B panel of a K block (pc, kc): pack_b_panel, then zeros in the pairs past kc up to whole tiles.
+void pack_b_tiles(const uint16_t* B, int64_t ldb, bool trans_b, int64_t j0, int64_t nr, int64_t pc, int64_t kc,
+                  uint32_t* panel) {
+  const int64_t ks = (kc + kTileK - 1) / kTileK;
+  pack_b_panel(B, ldb, trans_b, j0, nr, pc, kc, panel);
+  std::fill(panel + (kc + 1) / 2 * kNr, panel + ks * 16 * kNr, 0u);
+}
+
+// Rows i0 .. i0 + m - 1 of C for one K block (pc, kc), against n_panels packed B panels (bp,
+// panel_step words apart; panel p holds columns 32p .. of the block, at most nc - 32p of them): op(A)'s
+// rows are read in place where they hold whole 32-k steps and the block whole 32-row blocks,
+// otherwise packed into tiles at ap (zeros past its edges; their row sums added to sums, if any);
+// then the micro-kernel for each panel and each 32 rows. c and bias (or null) start at the block's
+// first column; first, alpha, beta and round as micro_kernel takes them.
+void block_products(const uint16_t* A, int64_t lda, bool trans_a, int64_t i0, int64_t m, int64_t pc, int64_t kc,
+                    const uint32_t* bp, int64_t panel_step, int64_t n_panels, int64_t nc, uint32_t* ap, double* sums,
+                    float* c, int64_t ldc, bool first, float alpha, float beta, const float* bias, bool round) {
+  const int64_t ks = (kc + kTileK - 1) / kTileK, m_tiles = (m + kMr - 1) / kMr * 2;
+  const bool in_place = !trans_a && kc % kTileK == 0 && m % kMr == 0;
+  if (!in_place)
+    for (int64_t t = 0; t < m_tiles; ++t)
+      pack_a_tiles(A, lda, trans_a, i0 + 16 * t, std::clamp<int64_t>(m - 16 * t, 0, 16), pc, kc, ks,
+                   ap + t * ks * kTileWords, sums && 16 * t < m ? sums + 16 * t : nullptr);
+  const int64_t a_ld = in_place ? lda * 2 : 64, a_step = in_place ? kTileK : 2 * kTileWords;
+  for (int64_t p = 0; p < n_panels; ++p) {
+    const int64_t j = p * kNr, nr = std::min(kNr, nc - j);
+    for (int64_t q = 0; q < m_tiles / 2; ++q) {
+      const int64_t i = q * kMr, mr = std::min(kMr, m - i);
+      const uint16_t* a0 =
+          in_place ? A + (i0 + i) * lda + pc : reinterpret_cast<const uint16_t*>(ap + 2 * q * ks * kTileWords);
+      const uint16_t* a1 = in_place ? a0 + 16 * lda : a0 + 2 * ks * kTileWords;
+      micro_kernel(ks, a0, a1, a_ld, a_step, bp + p * panel_step, c + i * ldc + j, ldc, mr, nr, first, alpha, beta,
+                   bias ? bias + j : nullptr, round);
+    }
+  }
+}
+
 // K blocks of equal size (the last may be shorter), chosen from K alone, each padded to ks whole
 // 32-k steps.
 struct KBlocks {
@@ -204,30 +241,14 @@ void split_k_gemm(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t ld
     configure_tiles();
     thread_local AlignedBuffer<uint32_t> b_buffer, a_buffer;
     uint32_t* bp = b_buffer.get(static_cast<size_t>(n_panels * panel_words));
-    uint32_t* ap = a_buffer.get(static_cast<size_t>(2 * (kb.step / kTileK) * kTileWords));
+    uint32_t* ap = a_buffer.get(static_cast<size_t>((M + kMr - 1) / kMr * 2 * (kb.step / kTileK) * kTileWords));
     for (int64_t q = q0; q < q1; ++q) {
-      const int64_t pc = q * kb.step, kc = std::min(kb.step, K - pc), ks = (kc + kTileK - 1) / kTileK;
-      for (int64_t p = 0; p < n_panels; ++p) {
-        uint32_t* panel = bp + p * panel_words;
-        pack_b_panel(B, ldb, trans_b, p * kNr, std::min(kNr, N - p * kNr), pc, kc, panel);
-        std::fill(panel + (kc + 1) / 2 * kNr, panel + ks * 16 * kNr, 0u);  // pairs past kc up to whole tiles
-      }
-      float* P = partial + q * M * nc;
-      double* sums = row_sums ? partial_sums.data() + q * M : nullptr;
-      for (int64_t i = 0; i < M; i += kMr) {
-        const int64_t mr = std::min(kMr, M - i);
-        const bool in_place = !trans_a && kc % kTileK == 0 && mr == kMr;
-        if (!in_place)
-          for (int64_t t = 0; t < 2; ++t)
-            pack_a_tiles(A, lda, trans_a, i + 16 * t, std::clamp<int64_t>(mr - 16 * t, 0, 16), pc, kc, ks,
-                         ap + t * ks * kTileWords, sums && 16 * t < mr ? sums + i + 16 * t : nullptr);
-        const uint16_t* a0 = in_place ? A + i * lda + pc : reinterpret_cast<const uint16_t*>(ap);
-        const uint16_t* a1 = in_place ? a0 + 16 * lda : a0 + 2 * ks * kTileWords;
-        for (int64_t p = 0; p < n_panels; ++p)
-          micro_kernel(ks, a0, a1, in_place ? lda * 2 : 64, in_place ? kTileK : 2 * kTileWords, bp + p * panel_words,
-                       P + i * nc + p * kNr, nc, mr, kNr, true, 1.0f, 0.0f,
-                       bias && q == 0 ? bias_cols.data() + p * kNr : nullptr, false);
-      }
+      const int64_t pc = q * kb.step, kc = std::min(kb.step, K - pc);
+      for (int64_t p = 0; p < n_panels; ++p)
+        pack_b_tiles(B, ldb, trans_b, p * kNr, std::min(kNr, N - p * kNr), pc, kc, bp + p * panel_words);
+      block_products(A, lda, trans_a, 0, M, pc, kc, bp, panel_words, n_panels, nc, ap,
+                     row_sums ? partial_sums.data() + q * M : nullptr, partial + q * M * nc, nc, true, 1.0f, 0.0f,
+                     bias && q == 0 ? bias_cols.data() : nullptr, false);
     }
     release_tiles();
   });
@@ -257,14 +278,11 @@ void packed_gemm(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda
     const int64_t nc = std::min(kNc, N - jc), n_panels = (nc + kNr - 1) / kNr;
     for (int64_t pc = 0; pc < K; pc += kc_step) {
       const int64_t kc = std::min(kc_step, K - pc), ks = (kc + kTileK - 1) / kTileK;
-      const int64_t panel_words = ks * 16 * kNr, kp = (kc + 1) / 2;
+      const int64_t panel_words = ks * 16 * kNr;
       uint32_t* bp = b_buffer.get(static_cast<size_t>(n_panels * panel_words));
       parallel_for(n_panels, std::max<int64_t>(1, 8192 / panel_words), [&](int64_t p0, int64_t p1) {
-        for (int64_t p = p0; p < p1; ++p) {
-          uint32_t* panel = bp + p * panel_words;
-          pack_b_panel(B, ldb, trans_b, jc + p * kNr, std::min(kNr, nc - p * kNr), pc, kc, panel);
-          std::fill(panel + kp * kNr, panel + panel_words, 0u);  // pairs past kc up to whole tiles
-        }
+        for (int64_t p = p0; p < p1; ++p)
+          pack_b_tiles(B, ldb, trans_b, jc + p * kNr, std::min(kNr, nc - p * kNr), pc, kc, bp + p * panel_words);
       });
       parallel_for(m_blocks, 1, [&](int64_t b0, int64_t b1) {
         configure_tiles();
@@ -272,27 +290,10 @@ void packed_gemm(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda
         const int64_t row_tiles = mc / 16;  // 16-row tile rows per A block
         uint32_t* ap = a_buffer.get(static_cast<size_t>(row_tiles * ks * kTileWords));
         for (int64_t blk = b0; blk < b1; ++blk) {
-          const int64_t i0 = blk * mc, m = std::min(mc, M - i0), m_tiles = (m + kMr - 1) / kMr * 2;
-          // op(A)'s rows as stored serve as tile rows where they hold whole 32-k steps and the block
-          // whole 32-row blocks; otherwise the block is packed into tiles (zeros past its edges)
-          const bool in_place = !trans_a && kc % kTileK == 0 && m % kMr == 0;
-          if (!in_place)
-            for (int64_t t = 0; t < m_tiles; ++t)
-              pack_a_tiles(A, lda, trans_a, i0 + 16 * t, std::clamp<int64_t>(m - 16 * t, 0, 16), pc, kc, ks,
-                           ap + t * ks * kTileWords,
-                           row_sums && jc == 0 && 16 * t < m ? row_sums + i0 + 16 * t : nullptr);
-          const int64_t a_ld = in_place ? lda * 2 : 64, a_step = in_place ? kTileK : 2 * kTileWords;
-          for (int64_t p = 0; p < n_panels; ++p) {
-            const int64_t j = jc + p * kNr, nr = std::min(kNr, nc - p * kNr);
-            for (int64_t q = 0; q < m_tiles / 2; ++q) {
-              const int64_t i = i0 + q * kMr, mr = std::min(kMr, m - q * kMr);
-              const uint16_t* a0 =
-                  in_place ? A + i * lda + pc : reinterpret_cast<const uint16_t*>(ap + 2 * q * ks * kTileWords);
-              const uint16_t* a1 = in_place ? a0 + 16 * lda : a0 + 2 * ks * kTileWords;
-              micro_kernel(ks, a0, a1, a_ld, a_step, bp + p * panel_words, C + i * ldc + j, ldc, mr, nr, pc == 0, alpha,
-                           beta, bias ? bias_cols.data() + j : nullptr, round && pc + kc == K);
-            }
-          }
+          const int64_t i0 = blk * mc;
+          block_products(A, lda, trans_a, i0, std::min(mc, M - i0), pc, kc, bp, panel_words, n_panels, nc, ap,
+                         row_sums && jc == 0 ? row_sums + i0 : nullptr, C + i0 * ldc + jc, ldc, pc == 0, alpha, beta,
+                         bias ? bias_cols.data() + jc : nullptr, round && pc + kc == K);
         }
         release_tiles();
       });
