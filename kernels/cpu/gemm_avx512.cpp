@@ -19,13 +19,16 @@
 // adds A(i, k) * B(k, j) with one FMA per 16 elements; panels past the edges of A and B are
 // zero-padded when packed, and the stores are masked (a panel with at most 16 columns left uses the
 // 8x16 variant). When op(A) and C outgrow L2, each micro-kernel also prefetches the next tile's C
-// rows and, for an A read in place, its A rows (software prefetch: the hardware's does not follow 8
-// rows a row's length apart). C = alpha * (the first K block) + beta * C, then C += alpha * (each
-// further K block); a bias (one value per column of C, gemm_bias) is added where the first K block
-// is written. The row sums of a transposed A (gemm_row_sums) are added up by the micro-kernel of
-// C's first columns from the values it broadcasts, in double and in k order across the K blocks. So
-// every element of C is summed in the same order whatever the thread count, and whatever the split
-// (rows or columns are only units of work): bit-identical for any thread count.
+// rows and, for a row-major A read in place, its A rows (software prefetch: the hardware's does not
+// follow 8 rows a row's length apart); for a transposed A read in place, the row kAheadA k ahead
+// (its rows lie up to 1 KB apart, so a 4 KB page holds few of them and the hardware's prefetch
+// starts again at each page: the mixer's and the vit's float32 steps ran 5-8% faster). C = alpha *
+// (the first K block) + beta * C, then C += alpha * (each further K block); a bias (one value per
+// column of C, gemm_bias) is added where the first K block is written. The row sums of a transposed
+// A (gemm_row_sums) are added up by the micro-kernel of C's first columns from the values it
+// broadcasts, in double and in k order across the K blocks. So every element of C is summed in the
+// same order whatever the thread count, and whatever the split (rows or columns are only units of
+// work): bit-identical for any thread count.
 // Tested against Eigen's path and gemm_reference by tests/kernels/test_cpu_gemm.cpp; GFLOP/s
 // against Eigen (and gemm() against gemm_reference): examples/bench_gemm.cpp.
 // GCC 12 reports false "maybe-uninitialized" warnings inside its own AVX-512 headers.
@@ -64,6 +67,7 @@ constexpr int64_t kColumnSplitMaxM = 256;  // at most this many rows of C: threa
 // products that use each of its values only N times (the weight gradients dW = dy^T x, whose K
 // is the batch's 6400 rows and N a layer's 64-128 inputs).
 constexpr int64_t kInPlaceStrideMax = 256;
+constexpr int64_t kAheadA = 16;  // rows of a transposed A read in place prefetched ahead
 
 // dst[c * ldd + r] = src[r * lds + c] for r, c < 8
 MINIDL_AVX512 inline void transpose8x8(const float* src, int64_t lds, float* dst, int64_t ldd) {
@@ -161,9 +165,12 @@ MINIDL_AVX512 void micro_kernel(int64_t kc, const float* a, int64_t a_step, cons
       if (NV == 2) __builtin_prefetch(c + (kMr + r) * ldc + 16, 1, 3);
     }
   for (int64_t k = 0; k < kc; ++k) {
-    if constexpr (kRowsA)
+    if constexpr (kRowsA) {
       if (prefetch && k % 16 == 0)  // a line of each of the next tile's 8 rows every 16 k
         for (int r = 0; r < kMr; ++r) __builtin_prefetch(a + (kMr + r) * a_step + k, 0, 3);
+    } else if (prefetch && a_step != kMr) {  // a transposed A in place: its row kAheadA on
+      __builtin_prefetch(a + (k + kAheadA) * a_step, 0, 3);
+    }
     __m512 bv[NV];
     for (int v = 0; v < NV; ++v) bv[v] = _mm512_load_ps(b + k * kNr + 16 * v);
     if constexpr (kRowSums) row_sums = _mm512_add_pd(row_sums, _mm512_cvtps_pd(_mm256_loadu_ps(a + k * a_step)));
