@@ -11,7 +11,8 @@
 // ldc >= N. A transposed 2-d view of a row-major matrix is exactly "stored transposed", so views
 // are multiplied without copies. beta == 0 means C is write-only (its old contents, even NaN,
 // are ignored). Threads: kernels::cpu::set_num_threads; the result is bit-identical for any
-// thread count (work is split over blocks of C only, never over K).
+// thread count (work is split over blocks of C, or over K blocks whose partial products are then
+// added in the order one thread adds the blocks).
 #pragma once
 #include <cstdint>
 
@@ -32,7 +33,8 @@ void gemm_bias(int64_t M, int64_t N, int64_t K, const double* A, int64_t lda, bo
                int64_t ldb, bool trans_b, const double* bias, double* C, int64_t ldc);
 
 // C (M, N) = op(A) · op(B), and row_sums (M) = the sums of op(A)'s rows, each added up in double
-// in k order, then rounded: with A = dy (rows, out) transposed and B = x (rows, in), a linear
+// in k order (the packed kernel: within each K block, the blocks' sums then in K order), then
+// rounded: with A = dy (rows, out) transposed and B = x (rows, in), a linear
 // layer's weight and bias gradients (dW = dy^T x, db = dy's column sums) from one pass over dy.
 // The packed kernel sums the values it multiplies when A is transposed; the other paths run
 // gemm() and then a plain loop over op(A) (gemm_row_sums_reference).

@@ -13,7 +13,9 @@
 //
 // Products with several K blocks and at most kColumnSplitMaxM rows (the weight gradients) split
 // C's column panels between the threads instead: each packs its own B panels and runs all K
-// blocks of its columns alone.
+// blocks of its columns alone. With at least 4 K blocks whose partial products fit in kSplitBytes,
+// they split the K blocks instead (split_over_k): one run of blocks each, the first into C, the
+// others into partial products that are then added to C in K order.
 //
 // The micro-kernel keeps an 8x32 block of C in 16 vector registers and, for k = 0..kc-1 in order,
 // adds A(i, k) * B(k, j) with one FMA per 16 elements; panels past the edges of A and B are
@@ -26,9 +28,9 @@
 // (the first K block) + beta * C, then C += alpha * (each further K block); a bias (one value per
 // column of C, gemm_bias) is added where the first K block is written. The row sums of a transposed
 // A (gemm_row_sums) are added up by the micro-kernel of C's first columns from the values it
-// broadcasts, in double and in k order across the K blocks. So every element of C is summed in the
-// same order whatever the thread count, and whatever the split (rows or columns are only units of
-// work): bit-identical for any thread count.
+// broadcasts, in double, each K block's from zero in k order, the blocks' added in K order. So
+// every element of C is summed in the same order whatever the thread count, and whatever the split
+// (rows, columns and runs of K blocks are only units of work): bit-identical for any thread count.
 // Tested against Eigen's path and gemm_reference by tests/kernels/test_cpu_gemm.cpp; GFLOP/s
 // against Eigen (and gemm() against gemm_reference): examples/bench_gemm.cpp.
 // GCC 12 reports false "maybe-uninitialized" warnings inside its own AVX-512 headers.
@@ -62,6 +64,7 @@ constexpr int64_t kNc = 4096;  // columns of C per packed B block (bounds the B 
 constexpr int64_t kMcMax = 128;  // rows of C per unit of parallel work (bounds the A buffer to 256 KB)
 constexpr int64_t kPrefetchBytes = 1 << 20;  // op(A) and C together larger than this: prefetch
 constexpr int64_t kColumnSplitMaxM = 256;  // at most this many rows of C: threads split columns (K blocks > 1)
+constexpr int64_t kSplitBytes = int64_t(4) << 20;  // the partial products of a split over K at most
 // A transposed A is read in place rather than packed when its rows are at most this many floats
 // apart (1 KB): a panel's kc rows then touch few pages, and packing would copy all of A once for
 // products that use each of its values only N times (the weight gradients dW = dy^T x, whose K
@@ -144,8 +147,10 @@ MINIDL_AVX512 void pack_b_panel(const float* B, int64_t ldb, bool trans_b, int64
 //   a[k * a_step + r]   otherwise: a packed panel (a_step = 8), or 8 full columns of a transposed A
 //                       read in place (a_step = lda: its 8 values for one k are contiguous already)
 // and op(B)(k, 0..31) at b + k * 32 (a packed panel).
-// kRowSums (k-major A only): also sums[r] += op(A)(r, k) over the block's k in order, in double,
-// from the values the broadcasts read; sums holds 8 doubles, zeroed here on the first K block.
+// kRowSums (k-major A only): also the sums of op(A)(r, k) over the block's k, in order, in double,
+// from the values the broadcasts read, from zero; sums (8 doubles) gets them on the first K block,
+// and has them added on the others (so a product split over its K blocks, whose blocks' sums are
+// added in K order afterwards, gets the same bits).
 template <int NV, bool kRowsA, bool kRowSums = false>
 MINIDL_AVX512 void micro_kernel(int64_t kc, const float* a, int64_t a_step, const float* b, float* c, int64_t ldc,
                                 int64_t mr, int64_t nr, bool first, bool prefetch, float alpha, float beta,
@@ -155,8 +160,6 @@ MINIDL_AVX512 void micro_kernel(int64_t kc, const float* a, int64_t a_step, cons
   for (int r = 0; r < kMr; ++r)
     for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
   __m512d row_sums = _mm512_setzero_pd();
-  if constexpr (kRowSums)
-    if (!first) row_sums = _mm512_loadu_pd(sums);
   // prefetch: the next tile down (8 rows on): its C rows, and its A rows when read in place,
   // requested while this one computes; from DRAM, a first touch otherwise stalls the FMAs.
   if (prefetch)
@@ -179,7 +182,7 @@ MINIDL_AVX512 void micro_kernel(int64_t kc, const float* a, int64_t a_step, cons
       for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(ar, bv[v], acc[r][v]);
     }
   }
-  if constexpr (kRowSums) _mm512_storeu_pd(sums, row_sums);
+  if constexpr (kRowSums) _mm512_storeu_pd(sums, first ? row_sums : _mm512_add_pd(_mm512_loadu_pd(sums), row_sums));
   const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
   __mmask16 mask[NV];
   for (int v = 0; v < NV; ++v) mask[v] = first_n(nr - 16 * v);
@@ -204,6 +207,40 @@ MINIDL_AVX512 void micro_kernel(int64_t kc, const float* a, int64_t a_step, cons
   }
 }
 
+// Whether packed_gemm runs the product split over its K blocks: with more than one thread, a small
+// C (a weight gradient, a layer's outputs by its inputs) summed over many K blocks (the batch's
+// thousands of rows), whose partial products fit in kSplitBytes. Split by columns instead, each
+// thread reads all of op(A) and half of op(B) per K block; split over K, half of each.
+bool split_over_k(int64_t M, int64_t N, int64_t k_blocks) {
+  const int64_t nc = (N + kNr - 1) / kNr * kNr;
+  return get_num_threads() > 1 && k_blocks >= 4 && M <= kColumnSplitMaxM && N <= kNc &&
+         k_blocks * M * nc * static_cast<int64_t>(sizeof(float)) <= kSplitBytes;
+}
+
+// One row of C (N values) plus `count` partial rows (`step` floats apart, 64-byte aligned, whole
+// 16-column vectors), added in K order as the micro-kernel's stores add further K blocks:
+// C = alpha * partial + C, one after another.
+MINIDL_AVX512 void add_partials(const float* partial, int64_t step, int64_t count, int64_t N, float* c, float alpha) {
+  const __m512 va = _mm512_set1_ps(alpha);
+  for (int64_t j = 0; j < N; j += 16) {
+    const __mmask16 m = first_n(N - j);
+    __m512 out = _mm512_maskz_loadu_ps(m, c + j);
+    for (int64_t q = 0; q < count; ++q) out = _mm512_fmadd_ps(va, _mm512_load_ps(partial + q * step + j), out);
+    _mm512_mask_storeu_ps(c + j, m, out);
+  }
+}
+
+// Where one unit of packed_gemm's work stores its products: C (rows ldc floats apart), the
+// epilogue's alpha, beta and bias (or null), and the row sums (or null), all indexed as C's rows
+// and columns.
+struct Out {
+  float* c;
+  int64_t ldc;
+  float alpha, beta;
+  const float* bias;
+  double* sums;
+};
+
 // row_sums: null, or (M rounded up to 8) doubles that get the row sums of op(A) (trans_a only).
 MINIDL_AVX512 void packed_gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, bool trans_a,
                                const float* B, int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha,
@@ -218,10 +255,11 @@ MINIDL_AVX512 void packed_gemm(int64_t M, int64_t N, int64_t K, const float* A, 
   // cache the extra instructions cost a few percent.
   const bool prefetch = (M * K + M * N) * static_cast<int64_t>(sizeof(float)) > kPrefetchBytes;
   // One unit of work: rows i0.. of C (one block of mc) times the K block pc.. (kc long) of op(B),
-  // packed at bp (panels of kNr columns, kc rows each); ap: this thread's A packing buffer.
-  auto block = [&](int64_t blk, int64_t jc, int64_t nc, int64_t pc, int64_t kc, const float* bp, float* ap) {
+  // packed at bp (panels of kNr columns, kc rows each), stored to `out` (the K block's first:
+  // first); ap: this thread's A packing buffer.
+  auto block = [&](int64_t blk, int64_t jc, int64_t nc, int64_t pc, int64_t kc, const float* bp, float* ap,
+                   const Out& out, bool first) {
     const int64_t n_panels = (nc + kNr - 1) / kNr;
-    const bool first = pc == 0;
     const int64_t i0 = blk * mc, m = std::min(mc, M - i0), m_panels = (m + kMr - 1) / kMr;
     // A read in place: full 8-row panels of a row-major A, and of a transposed A whose
     // rows (op(A)'s columns) lie close together; the others packed (zero-padded)
@@ -234,8 +272,10 @@ MINIDL_AVX512 void packed_gemm(int64_t M, int64_t N, int64_t K, const float* A, 
       const float* bpanel = bp + p * kNr * kc;
       for (int64_t q = 0; q < m_panels; ++q) {
         const int64_t i = i0 + q * kMr, mr = std::min(kMr, m - q * kMr);
-        float* c = C + i * ldc + j;
-        const float* bj = bias ? bias + j : nullptr;
+        float* c = out.c + i * out.ldc + j;
+        const float* bj = out.bias ? out.bias + j : nullptr;
+        const int64_t ldc = out.ldc;
+        const float alpha = out.alpha, beta = out.beta;
         if (direct_a(q) && !trans_a) {
           const float* a = A + i * lda + pc;
           if (nr > 16)
@@ -246,12 +286,12 @@ MINIDL_AVX512 void packed_gemm(int64_t M, int64_t N, int64_t K, const float* A, 
           const bool in_place = direct_a(q);  // transposed A: column i of row pc onwards
           const float* a = in_place ? A + pc * lda + i : ap + q * kMr * kc;
           const int64_t a_step = in_place ? lda : kMr;
-          if (row_sums && j == 0 && nr > 16)  // the row sums ride along with C's first columns
+          if (out.sums && j == 0 && nr > 16)  // the row sums ride along with C's first columns
             micro_kernel<2, false, true>(kc, a, a_step, bpanel, c, ldc, mr, nr, first, prefetch, alpha, beta, bj,
-                                         row_sums + i);
-          else if (row_sums && j == 0)
+                                         out.sums + i);
+          else if (out.sums && j == 0)
             micro_kernel<1, false, true>(kc, a, a_step, bpanel, c, ldc, mr, nr, first, prefetch, alpha, beta, bj,
-                                         row_sums + i);
+                                         out.sums + i);
           else if (nr > 16)
             micro_kernel<2, false>(kc, a, a_step, bpanel, c, ldc, mr, nr, first, prefetch, alpha, beta, bj);
           else
@@ -260,6 +300,45 @@ MINIDL_AVX512 void packed_gemm(int64_t M, int64_t N, int64_t K, const float* A, 
       }
     }
   };
+  const Out to_c{C, ldc, alpha, beta, bias, row_sums};
+  if (split_over_k(M, N, k_blocks)) {
+    // The threads split the K blocks into runs, one each. The first run goes into C as the loop
+    // over K blocks below would; each later block's product (op(B) packed by the thread that runs
+    // it) into a partial C of its own (alpha 1, no bias: the micro-kernel's sums as they are) and
+    // its row sums, from zero, into partial sums. Then, in parallel over rows, the partials are
+    // added to C in K order by add_partials, and the sums to the row sums, as the loop adds the
+    // blocks: the same bits.
+    const int64_t parts = std::min<int64_t>(get_num_threads(), k_blocks), first_run = k_blocks / parts;
+    const int64_t later = k_blocks - first_run;
+    const int64_t n_panels = (N + kNr - 1) / kNr, nc = n_panels * kNr, m8 = (M + kMr - 1) / kMr * kMr;
+    thread_local AlignedBuffer<float> partials;  // every value add_partials reads is written first
+    float* const partial = partials.get(static_cast<size_t>(later * M * nc));
+    std::vector<double> block_sums(row_sums ? static_cast<size_t>(later * m8) : 0);
+    parallel_for(parts, 1, [&](int64_t t, int64_t) {
+      const int64_t q0 = t * k_blocks / parts, q1 = (t + 1) * k_blocks / parts;  // q1 of run 0: first_run
+      thread_local AlignedBuffer<float> own_b, own_a;
+      float* bp = own_b.get(static_cast<size_t>(nc * kc_step));
+      float* ap = own_a.get(static_cast<size_t>(mc * kc_step));
+      for (int64_t q = q0; q < q1; ++q) {
+        const int64_t pc = q * kc_step, kc = std::min(kc_step, K - pc);
+        for (int64_t p = 0; p < n_panels; ++p)
+          pack_b_panel(B, ldb, trans_b, p * kNr, std::min(kNr, N - p * kNr), pc, kc, bp + p * kNr * kc);
+        const int64_t r = q - first_run;  // this block's partial, for r >= 0
+        const Out to_partial{
+            partial + r * M * nc, nc, 1.0f, 0.0f, nullptr, row_sums ? block_sums.data() + r * m8 : nullptr};
+        for (int64_t blk = 0; blk < m_blocks; ++blk)
+          block(blk, 0, N, pc, kc, bp, ap, t == 0 ? to_c : to_partial, t == 0 ? q == 0 : true);
+      }
+    });
+    parallel_for(M, std::max<int64_t>(1, 4096 / (nc * later)), [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        add_partials(partial + i * nc, M * nc, later, N, C + i * ldc, alpha);
+        if (row_sums)
+          for (int64_t r = 0; r < later; ++r) row_sums[i] += block_sums[static_cast<size_t>(r * m8 + i)];
+      }
+    });
+    return;
+  }
   if (k_blocks > 1 && M <= kColumnSplitMaxM && N <= kNc) {
     // Several K blocks and few rows of C (the weight gradients dW = dy^T x: M, N = 64-192, K =
     // 6400): the threads split C's column panels instead of its rows, each packing the B panels
@@ -278,7 +357,7 @@ MINIDL_AVX512 void packed_gemm(int64_t M, int64_t N, int64_t K, const float* A, 
         const int64_t kc = std::min(kc_step, K - pc);
         for (int64_t p = p0; p < p1; ++p)
           pack_b_panel(B, ldb, trans_b, p * kNr, std::min(kNr, N - p * kNr), pc, kc, bp + (p - p0) * kNr * kc);
-        for (int64_t blk = 0; blk < m_blocks; ++blk) block(blk, j0, nc, pc, kc, bp, ap);
+        for (int64_t blk = 0; blk < m_blocks; ++blk) block(blk, j0, nc, pc, kc, bp, ap, to_c, pc == 0);
       }
     });
     return;
@@ -296,7 +375,7 @@ MINIDL_AVX512 void packed_gemm(int64_t M, int64_t N, int64_t K, const float* A, 
       parallel_for(m_blocks, 1, [&](int64_t b0, int64_t b1) {
         thread_local AlignedBuffer<float> a_buffer;
         float* ap = a_buffer.get(static_cast<size_t>(mc * kc));
-        for (int64_t blk = b0; blk < b1; ++blk) block(blk, jc, nc, pc, kc, bp, ap);
+        for (int64_t blk = b0; blk < b1; ++blk) block(blk, jc, nc, pc, kc, bp, ap, to_c, pc == 0);
       });
     }
   }

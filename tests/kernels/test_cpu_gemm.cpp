@@ -4,15 +4,19 @@
 // K = 1 and K = 0, K past one K block and N past one column block, operands large enough for the
 // micro-kernel's prefetching, alpha and beta (0: C is write-only, a NaN there is ignored; 1;
 // other), leading dimensions wider than the matrices (the gaps stay untouched), and the same bits
-// with 1 and 2 threads. Skipped, saying so, on a CPU without AVX-512F (gemm() then never uses the
-// kernel). gemm_bias (a bias added to every row of C) on every path; gemm_row_sums (the row sums of
-// op(A) alongside the product) against gemm_row_sums_reference, on every path.
+// with 1 and 2 threads (a product split over its K blocks included). Skipped, saying so, on a CPU
+// without AVX-512F (gemm() then never uses the kernel). gemm_bias (a bias added to every row of C)
+// on every path; gemm_row_sums (the row sums of op(A) alongside the product) against
+// gemm_row_sums_reference, on every path.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "minidl/kernels/cpu/gemm.h"
@@ -146,6 +150,43 @@ TEST(CpuGemm, PackedSameBitsFor1And2Threads) {
   minidl::kernels::cpu::set_num_threads(saved);
 }
 
+// With two threads a small C over many K blocks is split over them (a weight gradient): its
+// partial products are added in K order afterwards, as the loop over K blocks adds them. So the
+// product equals, bit for bit, the same product run one K block at a time (K = 2100 is 9 blocks of
+// 240, the last 180; each call below is one block: C = alpha * block + beta * C, then
+// C = alpha * block + C), with alpha and beta, and with a bias (added with the first block).
+TEST(CpuGemm, SplitOverKGivesTheBitsOfItsKBlocksOneAfterAnother) {
+  if (!have_avx512()) GTEST_SKIP() << "this CPU has no AVX-512F: gemm() uses Eigen, the packed kernel is unused";
+  const int saved = minidl::kernels::cpu::get_num_threads();
+  const int64_t M = 70, N = 50, K = 2100, step = 240;
+  const std::vector<float> bias = values(N, 16);
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (const auto& [alpha, beta, with_bias] :
+           {std::tuple{1.0f, 0.0f, false}, std::tuple{0.5f, 2.0f, false}, std::tuple{1.0f, 0.0f, true}})
+        for (int threads : {1, 2}) {
+          minidl::kernels::cpu::set_num_threads(threads);
+          const int64_t lda = ta ? M : K, ldb = tb ? K : N;
+          const std::vector<float> A = values(static_cast<size_t>(M * K), 17),
+                                   B = values(static_cast<size_t>(K * N), 18);
+          std::vector<float> split = values(static_cast<size_t>(M * N), 19), blocks = split;
+          ASSERT_TRUE(gemm_avx512(M, N, K, A.data(), lda, ta, B.data(), ldb, tb, split.data(), N, alpha, beta,
+                                  with_bias ? bias.data() : nullptr));
+          for (int64_t pc = 0; pc < K; pc += step) {
+            const int64_t kc = std::min(step, K - pc);
+            const float* a = A.data() + (ta ? pc * lda : pc);  // op(A)'s columns pc ..
+            const float* b = B.data() + (tb ? pc : pc * ldb);  // op(B)'s rows pc ..
+            ASSERT_TRUE(gemm_avx512(M, N, kc, a, lda, ta, b, ldb, tb, blocks.data(), N, alpha, pc == 0 ? beta : 1.0f,
+                                    with_bias && pc == 0 ? bias.data() : nullptr));
+          }
+          for (size_t i = 0; i < split.size(); ++i)
+            ASSERT_EQ(std::memcmp(&split[i], &blocks[i], sizeof(float)), 0)
+                << "ta " << ta << " tb " << tb << " alpha " << alpha << " beta " << beta << " bias " << with_bias
+                << " threads " << threads << ", element " << i << ": " << split[i] << " vs " << blocks[i];
+        }
+  minidl::kernels::cpu::set_num_threads(saved);
+}
+
 // gemm_bias: C = op(A) op(B) + bias in every row, on the small-product loop, the packed kernel
 // (several K blocks, ragged tiles, two column blocks) and, for double, Eigen's path, against
 // gemm_reference in float64; C's old contents (a NaN included) are ignored. The packed
@@ -195,7 +236,8 @@ TEST(CpuGemm, PackedBiasWithBetaAddsBothToC) {
 
 // gemm_row_sums against its reference (gemm(), then each row of op(A) summed in double, k in order):
 // the same bits for C (the same products in the same order) and for the sums (the fused kernel
-// carries its double sum across K blocks in the same order), on the small-product loop, the packed
+// sums each K block in double from zero and adds the blocks' sums in K order, which here rounds
+// to the same floats), on the small-product loop, the packed
 // kernel (A transposed, read in place or packed; rows past a whole 8-row panel; one and three K
 // blocks; 16-column and wider panels) and the fallback for an untransposed A; the same bits for 1
 // and 2 threads; and the sums checked against float64 sums of the operand itself.
