@@ -27,8 +27,10 @@
 // sum; the instruction also treats subnormal inputs and results as zero. Both stay within a few units in the
 // last place of float32 times K of the exact sum (tests/kernels/test_cpu_gemm_bf16.cpp); with small
 // integer operands, whose sums are exact, the two agree bit for bit.
-// Every element of C is summed in the same order whatever the thread count (threads split blocks of
-// C's rows, never K): bit-identical for any thread count. GFLOP/s against the float32 kernel:
+// With two or more threads a small C over many K blocks (a weight gradient) is split over its K
+// blocks instead: one run of blocks per thread, the first into C, the others into partial
+// products then added to C in K order (split_over_k). Every element of C is summed in the same
+// order whatever the thread count and the split: bit-identical for any thread count. GFLOP/s against the float32 kernel:
 // `bench_gemm bf16` (examples/bench_gemm.cpp).
 // GCC 12 reports false "maybe-uninitialized" warnings inside its own AVX-512 headers.
 // Written in intrinsics, not vec_math.h's lane types: its functions carry their own
@@ -70,23 +72,31 @@ constexpr int64_t kMr = 14, kNr = kPanelCols;  // micro-kernel tile of C: 14 x 2
 constexpr int64_t kKcMax = 512;  // K blocks: a B panel (256 pairs x 32 columns, 32 KB) stays in L1
 constexpr int64_t kNc = 4096;  // columns of C per packed B block (bounds the B buffer to 4 MB)
 constexpr int64_t kMcMax = 9 * kMr;  // rows of C per unit of parallel work (an A block of 126 KB)
+constexpr int64_t kSplitMaxM = 256;  // a product split over its K blocks: at most this many rows of C
+constexpr int64_t kSplitBytes = int64_t(4) << 20;  // and partial products of at most this many bytes
 
 // One A panel: dst (kp = ceil(kc / 2), 14) = the pairs of op(A) rows i0..i0+mr-1, columns
 // k0..k0+kc-1; rows past mr zero. op(A)(i, k) = A[i * lda + k], or A[k * lda + i] when trans_a.
-// sums (trans_a only; or null): the mr rows' sums so far, to which their kc values are added in k
-// order.
+// sums (trans_a only; or null): the mr rows' sums so far, to which the sums of their kc values
+// (from zero, in k order) are added (so a product split over its K blocks, whose blocks' sums are
+// added in K order afterwards, gets the same bits).
 MINIDL_BF16_TARGET void pack_a_panel(const uint16_t* A, int64_t lda, bool trans_a, int64_t i0, int64_t mr, int64_t k0,
                                      int64_t kc, uint32_t* dst, double* sums = nullptr) {
   const int64_t kp = (kc + 1) / 2;
   if (trans_a) {  // each k: mr contiguous values
-    PairSums row_sums = sums ? load_pair_sums(sums, mr) : PairSums{};
+    PairSums row_sums{_mm512_setzero_pd(), _mm512_setzero_pd()};  // this K block's, from zero
     for (int64_t p = 0; p < kp; ++p) {
       const uint16_t* row = A + (k0 + 2 * p) * lda + i0;
       const __m512i pairs = pair_rows(row, 2 * p + 1 < kc ? row + lda : nullptr, mr);
       if (sums) add_pairs(row_sums, pairs);
       _mm512_mask_storeu_epi32(dst + p * kMr, first_n(kMr), pairs);
     }
-    if (sums) store_pair_sums(row_sums, sums, mr);
+    if (sums) {
+      PairSums total = load_pair_sums(sums, mr);
+      total.lo = _mm512_add_pd(total.lo, row_sums.lo);
+      total.hi = _mm512_add_pd(total.hi, row_sums.hi);
+      store_pair_sums(total, sums, mr);
+    }
     return;
   }
   pack_pair_rows(A + i0 * lda + k0, lda, mr, kc, dst, kMr, kMr);  // each row's pairs are contiguous
@@ -117,15 +127,111 @@ MINIDL_BF16_TARGET void micro_kernel(int64_t kp, const uint32_t* a, const uint32
     for (int v = 0; v < NV; ++v) add_into_c(acc[r][v], c + r * ldc + 16 * v, mask[v], first, alpha, beta, round);
 }
 
+// Whether packed_gemm runs the product split over its K blocks: with more than one thread, a small
+// C (a weight gradient, a layer's outputs by its inputs) summed over many K blocks (the batch's
+// thousands of rows), whose partial products fit in kSplitBytes. Split by rows, the threads would
+// meet twice per K block for a few microseconds of products each.
+bool split_over_k(int64_t M, int64_t N, int64_t k_blocks) {
+  const int64_t nc = (N + kNr - 1) / kNr * kNr;
+  return get_num_threads() > 1 && k_blocks >= 4 && M <= kSplitMaxM && N <= kNc &&
+         k_blocks * M * nc * static_cast<int64_t>(sizeof(float)) <= kSplitBytes;
+}
+
+// One row of C (N values) plus `count` partial rows (`step` floats apart, 64-byte aligned, whole
+// 16-column vectors), added in K order by add_into_c as the loop adds further K blocks (c +=
+// alpha * partial), the last rounded with round.
+MINIDL_BF16_TARGET void add_partials(const float* partial, int64_t step, int64_t count, int64_t N, float* c,
+                                     float alpha, bool round) {
+  for (int64_t q = 0; q < count; ++q)
+    for (int64_t j = 0; j < N; j += 16)
+      add_into_c(_mm512_load_ps(partial + q * step + j), c + j, first_n(N - j), false, alpha, 0.0f,
+                 round && q == count - 1);
+}
+
+// Where products() stores: C (rows ldc floats apart), the epilogue's alpha and beta, the bias
+// (padded to whole panels, or null; read on the first K block), rounding (on the last K block)
+// and the row sums (or null), all indexed as C's rows and columns.
+struct Out {
+  float* c;
+  int64_t ldc;
+  float alpha, beta;
+  const float* bias;
+  bool round;
+  double* sums;
+};
+
+// Rows i0..i0+m-1 of C, columns jc..jc+nc-1 (n_panels B panels packed at bp, kp pairs each), times
+// the K block pc.. (kc long): op(A)'s panels packed into ap, then the micro-kernel per tile.
+MINIDL_BF16_TARGET void products(const uint16_t* A, int64_t lda, bool trans_a, int64_t i0, int64_t m, int64_t jc,
+                                 int64_t nc, int64_t pc, int64_t kc, const uint32_t* bp, uint32_t* ap, const Out& out,
+                                 bool first, bool last) {
+  const int64_t kp = (kc + 1) / 2, n_panels = (nc + kNr - 1) / kNr, m_panels = (m + kMr - 1) / kMr;
+  for (int64_t q = 0; q < m_panels; ++q)
+    pack_a_panel(A, lda, trans_a, i0 + q * kMr, std::min(kMr, m - q * kMr), pc, kc, ap + q * kMr * kp,
+                 out.sums && jc == 0 ? out.sums + i0 + q * kMr : nullptr);
+  for (int64_t p = 0; p < n_panels; ++p) {
+    const int64_t j = jc + p * kNr, nr = std::min(kNr, nc - p * kNr);
+    for (int64_t q = 0; q < m_panels; ++q) {
+      const int64_t i = i0 + q * kMr, mr = std::min(kMr, m - q * kMr);
+      const uint32_t *a = ap + q * kMr * kp, *b = bp + p * kNr * kp;
+      float* c = out.c + i * out.ldc + j;
+      const float* bias_j = out.bias ? out.bias + j : nullptr;
+      const bool round_here = out.round && last;
+      if (nr > 16)
+        micro_kernel<2>(kp, a, b, c, out.ldc, mr, nr, first, out.alpha, out.beta, bias_j, round_here);
+      else
+        micro_kernel<1>(kp, a, b, c, out.ldc, mr, nr, first, out.alpha, out.beta, bias_j, round_here);
+    }
+  }
+}
+
 // row_sums: null, or M doubles (zero) that get the row sums of op(A) (trans_a only), added up
 // while the first block of columns packs A.
 void packed_gemm(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a, const uint16_t* B,
                  int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha, float beta, const float* bias,
                  bool round, double* row_sums = nullptr) {
   const std::vector<float> bias_cols = padded_bias(bias, N, (N + kNr - 1) / kNr * kNr);
+  const Out to_c{C, ldc, alpha, beta, bias ? bias_cols.data() : nullptr, round, row_sums};
   // K blocks of equal size (the last may be shorter, and odd), chosen from K alone.
   const int64_t k_blocks = (K + kKcMax - 1) / kKcMax;
-  const int64_t kc_step = ((K + k_blocks - 1) / k_blocks + 7) / 8 * 8;
+  const int64_t kc_step = ((K + k_blocks - 1) / k_blocks + 7) / 8 * 8, kp_step = (kc_step + 1) / 2;
+  if (split_over_k(M, N, k_blocks)) {
+    // The threads split the K blocks into runs, one each. The first run goes into C as the loop
+    // below would; each later block's product (op(B) packed by the thread that runs it) into a
+    // partial C of its own (alpha 1: the micro-kernel's sums as they are) and its row sums, from
+    // zero, into partial sums. Then, in parallel over rows, the partials are added to C in K order
+    // by add_partials, and the sums to the row sums, as the loop adds the blocks: the same bits.
+    const int64_t parts = std::min<int64_t>(get_num_threads(), k_blocks), first_run = k_blocks / parts;
+    const int64_t later = k_blocks - first_run;
+    const int64_t n_panels = (N + kNr - 1) / kNr, nc = n_panels * kNr, m14 = (M + kMr - 1) / kMr * kMr;
+    thread_local AlignedBuffer<float> partials;  // every value add_partials reads is written first
+    float* const partial = partials.get(static_cast<size_t>(later * M * nc));
+    std::vector<double> block_sums(row_sums ? static_cast<size_t>(later * m14) : 0, 0.0);
+    parallel_for(parts, 1, [&](int64_t t, int64_t) {
+      const int64_t q0 = t * k_blocks / parts, q1 = (t + 1) * k_blocks / parts;  // q1 of run 0: first_run
+      thread_local AlignedBuffer<uint32_t> own_b, own_a;
+      uint32_t* bp = own_b.get(static_cast<size_t>(nc * kp_step));
+      uint32_t* ap = own_a.get(static_cast<size_t>(m14 * kp_step));
+      for (int64_t q = q0; q < q1; ++q) {
+        const int64_t pc = q * kc_step, kc = std::min(kc_step, K - pc), kp = (kc + 1) / 2;
+        for (int64_t p = 0; p < n_panels; ++p)
+          pack_b_panel(B, ldb, trans_b, p * kNr, std::min(kNr, N - p * kNr), pc, kc, bp + p * kNr * kp);
+        const int64_t r = q - first_run;  // this block's partial, for r >= 0
+        const Out to_partial{
+            partial + r * M * nc, nc, 1.0f, 0.0f, nullptr, false, row_sums ? block_sums.data() + r * m14 : nullptr};
+        products(A, lda, trans_a, 0, M, 0, N, pc, kc, bp, ap, t == 0 ? to_c : to_partial, t == 0 ? q == 0 : true,
+                 t == 0 && q + 1 == k_blocks);
+      }
+    });
+    parallel_for(M, std::max<int64_t>(1, 4096 / (nc * later)), [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        add_partials(partial + i * nc, M * nc, later, N, C + i * ldc, alpha, round);
+        if (row_sums)
+          for (int64_t r = 0; r < later; ++r) row_sums[i] += block_sums[static_cast<size_t>(r * m14 + i)];
+      }
+    });
+    return;
+  }
   // Rows of C per unit of work: whole 14-row panels, at most kMcMax, about 4 units when M is small.
   const int64_t mc = std::clamp<int64_t>(((M + 3) / 4 + kMr - 1) / kMr * kMr, kMr, kMcMax);
   const int64_t m_blocks = (M + mc - 1) / mc;
@@ -142,25 +248,9 @@ void packed_gemm(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda
       parallel_for(m_blocks, 1, [&](int64_t b0, int64_t b1) {
         thread_local AlignedBuffer<uint32_t> a_buffer;
         uint32_t* ap = a_buffer.get(static_cast<size_t>(mc * kp));
-        for (int64_t blk = b0; blk < b1; ++blk) {
-          const int64_t i0 = blk * mc, m = std::min(mc, M - i0), m_panels = (m + kMr - 1) / kMr;
-          for (int64_t q = 0; q < m_panels; ++q)
-            pack_a_panel(A, lda, trans_a, i0 + q * kMr, std::min(kMr, m - q * kMr), pc, kc, ap + q * kMr * kp,
-                         row_sums && jc == 0 ? row_sums + i0 + q * kMr : nullptr);
-          for (int64_t p = 0; p < n_panels; ++p) {
-            const int64_t j = jc + p * kNr, nr = std::min(kNr, nc - p * kNr);
-            for (int64_t q = 0; q < m_panels; ++q) {
-              const int64_t i = i0 + q * kMr, mr = std::min(kMr, m - q * kMr);
-              const uint32_t *a = ap + q * kMr * kp, *b = bp + p * kNr * kp;
-              const float* bias_j = bias ? bias_cols.data() + j : nullptr;
-              const bool round_here = round && pc + kc == K;  // the last K block
-              if (nr > 16)
-                micro_kernel<2>(kp, a, b, C + i * ldc + j, ldc, mr, nr, pc == 0, alpha, beta, bias_j, round_here);
-              else
-                micro_kernel<1>(kp, a, b, C + i * ldc + j, ldc, mr, nr, pc == 0, alpha, beta, bias_j, round_here);
-            }
-          }
-        }
+        for (int64_t blk = b0; blk < b1; ++blk)
+          products(A, lda, trans_a, blk * mc, std::min(mc, M - blk * mc), jc, nc, pc, kc, bp, ap, to_c, pc == 0,
+                   pc + kc == K);
       });
     }
   }

@@ -43,12 +43,13 @@ struct Kernel {
   GemmBiasFn gemm_bias;
   GemmRowSumsFn gemm_row_sums;
   bool (*supported)();
+  int64_t k_step_2100;  // the length of its K blocks when K = 2100 (5 blocks of at most 512)
 };
 const Kernel kKernels[] = {
     {"avx512bf16", minidl::kernels::cpu::gemm_bf16_avx512, minidl::kernels::cpu::gemm_bf16_avx512_bias,
-     minidl::kernels::cpu::gemm_bf16_avx512_row_sums, minidl::kernels::cpu::gemm_bf16_avx512_supported},
+     minidl::kernels::cpu::gemm_bf16_avx512_row_sums, minidl::kernels::cpu::gemm_bf16_avx512_supported, 424},
     {"amx", minidl::kernels::cpu::gemm_bf16_amx, minidl::kernels::cpu::gemm_bf16_amx_bias,
-     minidl::kernels::cpu::gemm_bf16_amx_row_sums, minidl::kernels::cpu::gemm_bf16_amx_supported}};
+     minidl::kernels::cpu::gemm_bf16_amx_row_sums, minidl::kernels::cpu::gemm_bf16_amx_supported, 448}};
 
 struct Case {
   int64_t M, N, K;
@@ -373,16 +374,16 @@ TEST(CpuGemmBf16, ChoosesAmxWhereTheCpuHasIt) {
   for (size_t i = 0; i < chosen.size(); ++i) ASSERT_EQ(chosen[i], expect[i]) << "element " << i;
 }
 
-// The AMX kernel runs a small C over many K blocks (a weight gradient) split over its K blocks, the
-// partial products added in K order afterwards: the bits of the same K blocks run one after
-// another, here as one call per block (each a single K block: K <= 512), the first with alpha and
-// beta (or the bias), the others adding into C (beta 1), rounded in the last. K = 2100 makes 5
-// blocks of 448 (the last 308); rows and columns off the tiles; 1 and 2 threads.
-TEST(CpuGemmBf16, AmxSplitOverKGivesTheBitsOfItsKBlocksOneAfterAnother) {
+// Each kernel runs a small C over many K blocks (a weight gradient) split over its K blocks on two
+// threads, the partial products added in K order afterwards: the bits of the same K blocks run
+// one after another, here as one call per block (each a single K block: K <= 512), the first with
+// alpha and beta (or the bias), the others adding into C (beta 1), rounded in the last. K = 2100
+// makes 5 blocks (of 448 on AMX, the last 308; of 424 on AVX512_BF16, the last 404); rows and
+// columns off the tiles; 1 and 2 threads.
+TEST_P(PackedGemmBf16, SplitOverKGivesTheBitsOfItsKBlocksOneAfterAnother) {
   namespace k = minidl::kernels::cpu;
-  if (!k::gemm_bf16_amx_supported()) GTEST_SKIP() << "this CPU has no AMX-BF16 (or Linux refused its tile state)";
   const int saved = k::get_num_threads();
-  const int64_t step = 448;
+  const int64_t step = GetParam().k_step_2100;
   for (bool ta : {false, true})
     for (bool tb : {false, true})
       for (const auto& [alpha, beta, round, with_bias] :
@@ -394,22 +395,22 @@ TEST(CpuGemmBf16, AmxSplitOverKGivesTheBitsOfItsKBlocksOneAfterAnother) {
           const std::vector<float> bias = minidl::testing::values(50, 9);
           std::vector<float> split = op.C, blocks = op.C;
           if (with_bias)
-            ASSERT_TRUE(k::gemm_bf16_amx_bias(op.M, op.N, op.K, op.A.data(), op.lda, ta, op.B.data(), op.ldb, tb,
-                                              bias.data(), split.data(), op.ldc, round));
+            ASSERT_TRUE(GetParam().gemm_bias(op.M, op.N, op.K, op.A.data(), op.lda, ta, op.B.data(), op.ldb, tb,
+                                             bias.data(), split.data(), op.ldc, round));
           else
-            ASSERT_TRUE(k::gemm_bf16_amx(op.M, op.N, op.K, op.A.data(), op.lda, ta, op.B.data(), op.ldb, tb,
-                                         split.data(), op.ldc, alpha, beta, round));
+            ASSERT_TRUE(gemm()(op.M, op.N, op.K, op.A.data(), op.lda, ta, op.B.data(), op.ldb, tb, split.data(), op.ldc,
+                               alpha, beta, round));
           for (int64_t pc = 0; pc < op.K; pc += step) {
             const int64_t kc = std::min(step, op.K - pc);
             const uint16_t* a = op.A.data() + (ta ? pc * op.lda : pc);  // op(A)'s columns pc ..
             const uint16_t* b = op.B.data() + (tb ? pc : pc * op.ldb);  // op(B)'s rows pc ..
             const bool last = pc + kc == op.K;
             if (pc == 0 && with_bias)
-              ASSERT_TRUE(k::gemm_bf16_amx_bias(op.M, op.N, kc, a, op.lda, ta, b, op.ldb, tb, bias.data(),
-                                                blocks.data(), op.ldc, round && last));
+              ASSERT_TRUE(GetParam().gemm_bias(op.M, op.N, kc, a, op.lda, ta, b, op.ldb, tb, bias.data(), blocks.data(),
+                                               op.ldc, round && last));
             else
-              ASSERT_TRUE(k::gemm_bf16_amx(op.M, op.N, kc, a, op.lda, ta, b, op.ldb, tb, blocks.data(), op.ldc, alpha,
-                                           pc == 0 ? beta : 1.0f, round && last));
+              ASSERT_TRUE(gemm()(op.M, op.N, kc, a, op.lda, ta, b, op.ldb, tb, blocks.data(), op.ldc, alpha,
+                                 pc == 0 ? beta : 1.0f, round && last));
           }
           for (size_t i = 0; i < split.size(); ++i)
             ASSERT_EQ(std::memcmp(&split[i], &blocks[i], sizeof(float)), 0)
