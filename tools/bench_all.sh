@@ -11,7 +11,7 @@
 # /tmp/torch-peer/python); the build is ./build (BUILD to change it); BASELINE=PATH/bench adds an
 # older build's bench to the reference models' rotation (a before/after of the same step). Each
 # python peer runs with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset, as docs/benchmarks.md says.
-# All sections take about 25 minutes on 2 cores.
+# All sections take about 27 minutes on 2 cores.
 set -euo pipefail
 if [[ $# -lt 1 ]]; then
   sed -n '3,5p' "$0" | sed 's/^# \{0,1\}//' >&2
