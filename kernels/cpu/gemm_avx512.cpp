@@ -14,8 +14,8 @@
 // Products with several K blocks and at most kColumnSplitMaxM rows (the weight gradients) split
 // C's column panels between the threads instead: each packs its own B panels and runs all K
 // blocks of its columns alone. With at least 4 K blocks whose partial products fit in kSplitBytes,
-// they split the K blocks instead (split_over_k): one run of blocks each, the first into C, the
-// others into partial products that are then added to C in K order.
+// they split the K blocks instead (kernels/cpu/split_over_k.h): one run of blocks each, the first
+// into C, the others into partial products that are then added to C in K order.
 //
 // The micro-kernel keeps an 8x32 block of C in 16 vector registers and, for k = 0..kc-1 in order,
 // adds A(i, k) * B(k, j) with one FMA per 16 elements; panels past the edges of A and B are
@@ -46,6 +46,7 @@
 #include "minidl/kernels/cpu/aligned_buffer.h"
 #include "minidl/kernels/cpu/gemm.h"
 #include "minidl/kernels/cpu/parallel.h"
+#include "minidl/kernels/cpu/split_over_k.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -207,16 +208,6 @@ MINIDL_AVX512 void micro_kernel(int64_t kc, const float* a, int64_t a_step, cons
   }
 }
 
-// Whether packed_gemm runs the product split over its K blocks: with more than one thread, a small
-// C (a weight gradient, a layer's outputs by its inputs) summed over many K blocks (the batch's
-// thousands of rows), whose partial products fit in kSplitBytes. Split by columns instead, each
-// thread reads all of op(A) and half of op(B) per K block; split over K, half of each.
-bool split_over_k(int64_t M, int64_t N, int64_t k_blocks) {
-  const int64_t nc = (N + kNr - 1) / kNr * kNr;
-  return get_num_threads() > 1 && k_blocks >= 4 && M <= kColumnSplitMaxM && N <= kNc &&
-         k_blocks * M * nc * static_cast<int64_t>(sizeof(float)) <= kSplitBytes;
-}
-
 // One row of C (N values) plus `count` partial rows (`step` floats apart, 64-byte aligned, whole
 // 16-column vectors), added in K order as the micro-kernel's stores add further K blocks:
 // C = alpha * partial + C, one after another.
@@ -301,42 +292,31 @@ MINIDL_AVX512 void packed_gemm(int64_t M, int64_t N, int64_t K, const float* A, 
     }
   };
   const Out to_c{C, ldc, alpha, beta, bias, row_sums};
-  if (split_over_k(M, N, k_blocks)) {
-    // The threads split the K blocks into runs, one each. The first run goes into C as the loop
-    // over K blocks below would; each later block's product (op(B) packed by the thread that runs
-    // it) into a partial C of its own (alpha 1, no bias: the micro-kernel's sums as they are) and
-    // its row sums, from zero, into partial sums. Then, in parallel over rows, the partials are
-    // added to C in K order by add_partials, and the sums to the row sums, as the loop adds the
-    // blocks: the same bits.
-    const int64_t parts = std::min<int64_t>(get_num_threads(), k_blocks), first_run = k_blocks / parts;
-    const int64_t later = k_blocks - first_run;
-    const int64_t n_panels = (N + kNr - 1) / kNr, nc = n_panels * kNr, m8 = (M + kMr - 1) / kMr * kMr;
-    thread_local AlignedBuffer<float> partials;  // every value add_partials reads is written first
-    float* const partial = partials.get(static_cast<size_t>(later * M * nc));
-    std::vector<double> block_sums(row_sums ? static_cast<size_t>(later * m8) : 0);
-    parallel_for(parts, 1, [&](int64_t t, int64_t) {
-      const int64_t q0 = t * k_blocks / parts, q1 = (t + 1) * k_blocks / parts;  // q1 of run 0: first_run
-      thread_local AlignedBuffer<float> own_b, own_a;
-      float* bp = own_b.get(static_cast<size_t>(nc * kc_step));
-      float* ap = own_a.get(static_cast<size_t>(mc * kc_step));
-      for (int64_t q = q0; q < q1; ++q) {
-        const int64_t pc = q * kc_step, kc = std::min(kc_step, K - pc);
-        for (int64_t p = 0; p < n_panels; ++p)
-          pack_b_panel(B, ldb, trans_b, p * kNr, std::min(kNr, N - p * kNr), pc, kc, bp + p * kNr * kc);
-        const int64_t r = q - first_run;  // this block's partial, for r >= 0
-        const Out to_partial{
-            partial + r * M * nc, nc, 1.0f, 0.0f, nullptr, row_sums ? block_sums.data() + r * m8 : nullptr};
-        for (int64_t blk = 0; blk < m_blocks; ++blk)
-          block(blk, 0, N, pc, kc, bp, ap, t == 0 ? to_c : to_partial, t == 0 ? q == 0 : true);
-      }
-    });
-    parallel_for(M, std::max<int64_t>(1, 4096 / (nc * later)), [&](int64_t i0, int64_t i1) {
-      for (int64_t i = i0; i < i1; ++i) {
-        add_partials(partial + i * nc, M * nc, later, N, C + i * ldc, alpha);
-        if (row_sums)
-          for (int64_t r = 0; r < later; ++r) row_sums[i] += block_sums[static_cast<size_t>(r * m8 + i)];
-      }
-    });
+  const int64_t n_panels_all = (N + kNr - 1) / kNr, n_padded = n_panels_all * kNr;
+  if (split_over_k_pays(M, n_padded, k_blocks, kColumnSplitMaxM, kNc, kSplitBytes)) {
+    // split over the K blocks (kernels/cpu/split_over_k.h; split by columns below, each thread
+    // would read all of op(A) and half of op(B) per K block; split over K, half of each): the
+    // later blocks' partials with alpha 1 and no bias (the micro-kernel's sums as they are)
+    SplitOverK split(k_blocks, M, n_padded, row_sums ? (M + kMr - 1) / kMr * kMr : 0);
+    split(
+        [&](int64_t t, int64_t q0, int64_t q1) {
+          thread_local AlignedBuffer<float> own_b, own_a;
+          float* bp = own_b.get(static_cast<size_t>(n_padded * kc_step));
+          float* ap = own_a.get(static_cast<size_t>(mc * kc_step));
+          for (int64_t q = q0; q < q1; ++q) {
+            const int64_t pc = q * kc_step, kc = std::min(kc_step, K - pc), r = q - split.first_run;
+            for (int64_t p = 0; p < n_panels_all; ++p)
+              pack_b_panel(B, ldb, trans_b, p * kNr, std::min(kNr, N - p * kNr), pc, kc, bp + p * kNr * kc);
+            const Out to_partial{t == 0 ? nullptr : split.partial(r),     n_padded, 1.0f, 0.0f, nullptr,
+                                 t == 0 ? nullptr : split.partial_sums(r)};
+            for (int64_t blk = 0; blk < m_blocks; ++blk)
+              block(blk, 0, N, pc, kc, bp, ap, t == 0 ? to_c : to_partial, t == 0 ? q == 0 : true);
+          }
+        },
+        [&](int64_t i, const float* partial_row) {
+          add_partials(partial_row, split.partial_step(), split.partials(), N, C + i * ldc, alpha);
+          if (row_sums) split.add_row_sums(i, row_sums);
+        });
     return;
   }
   if (k_blocks > 1 && M <= kColumnSplitMaxM && N <= kNc) {

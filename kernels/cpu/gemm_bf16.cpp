@@ -29,7 +29,7 @@
 // integer operands, whose sums are exact, the two agree bit for bit.
 // With two or more threads a small C over many K blocks (a weight gradient) is split over its K
 // blocks instead: one run of blocks per thread, the first into C, the others into partial
-// products then added to C in K order (split_over_k). Every element of C is summed in the same
+// products then added to C in K order (kernels/cpu/split_over_k.h). Every element of C is summed in the same
 // order whatever the thread count and the split: bit-identical for any thread count. GFLOP/s against the float32 kernel:
 // `bench_gemm bf16` (examples/bench_gemm.cpp).
 // GCC 12 reports false "maybe-uninitialized" warnings inside its own AVX-512 headers.
@@ -45,6 +45,7 @@
 #include "minidl/kernels/cpu/gemm_bf16_pack.h"
 #include "minidl/kernels/cpu/half.h"
 #include "minidl/kernels/cpu/parallel.h"
+#include "minidl/kernels/cpu/split_over_k.h"
 
 namespace minidl::kernels::cpu {
 
@@ -127,27 +128,6 @@ MINIDL_BF16_TARGET void micro_kernel(int64_t kp, const uint32_t* a, const uint32
     for (int v = 0; v < NV; ++v) add_into_c(acc[r][v], c + r * ldc + 16 * v, mask[v], first, alpha, beta, round);
 }
 
-// Whether packed_gemm runs the product split over its K blocks: with more than one thread, a small
-// C (a weight gradient, a layer's outputs by its inputs) summed over many K blocks (the batch's
-// thousands of rows), whose partial products fit in kSplitBytes. Split by rows, the threads would
-// meet twice per K block for a few microseconds of products each.
-bool split_over_k(int64_t M, int64_t N, int64_t k_blocks) {
-  const int64_t nc = (N + kNr - 1) / kNr * kNr;
-  return get_num_threads() > 1 && k_blocks >= 4 && M <= kSplitMaxM && N <= kNc &&
-         k_blocks * M * nc * static_cast<int64_t>(sizeof(float)) <= kSplitBytes;
-}
-
-// One row of C (N values) plus `count` partial rows (`step` floats apart, 64-byte aligned, whole
-// 16-column vectors), added in K order by add_into_c as the loop adds further K blocks (c +=
-// alpha * partial), the last rounded with round.
-MINIDL_BF16_TARGET void add_partials(const float* partial, int64_t step, int64_t count, int64_t N, float* c,
-                                     float alpha, bool round) {
-  for (int64_t q = 0; q < count; ++q)
-    for (int64_t j = 0; j < N; j += 16)
-      add_into_c(_mm512_load_ps(partial + q * step + j), c + j, first_n(N - j), false, alpha, 0.0f,
-                 round && q == count - 1);
-}
-
 // Where products() stores: C (rows ldc floats apart), the epilogue's alpha and beta, the bias
 // (padded to whole panels, or null; read on the first K block), rounding (on the last K block)
 // and the row sums (or null), all indexed as C's rows and columns.
@@ -195,41 +175,32 @@ void packed_gemm(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda
   // K blocks of equal size (the last may be shorter, and odd), chosen from K alone.
   const int64_t k_blocks = (K + kKcMax - 1) / kKcMax;
   const int64_t kc_step = ((K + k_blocks - 1) / k_blocks + 7) / 8 * 8, kp_step = (kc_step + 1) / 2;
-  if (split_over_k(M, N, k_blocks)) {
-    // The threads split the K blocks into runs, one each. The first run goes into C as the loop
-    // below would; each later block's product (op(B) packed by the thread that runs it) into a
-    // partial C of its own (alpha 1: the micro-kernel's sums as they are) and its row sums, from
-    // zero, into partial sums. Then, in parallel over rows, the partials are added to C in K order
-    // by add_partials, and the sums to the row sums, as the loop adds the blocks: the same bits.
-    const int64_t parts = std::min<int64_t>(get_num_threads(), k_blocks), first_run = k_blocks / parts;
-    const int64_t later = k_blocks - first_run;
-    const int64_t n_panels = (N + kNr - 1) / kNr, nc = n_panels * kNr, m14 = (M + kMr - 1) / kMr * kMr;
-    thread_local AlignedBuffer<float> partials;  // every value add_partials reads is written first
-    float* const partial = partials.get(static_cast<size_t>(later * M * nc));
-    std::vector<double> block_sums(row_sums ? static_cast<size_t>(later * m14) : 0, 0.0);
-    parallel_for(parts, 1, [&](int64_t t, int64_t) {
-      const int64_t q0 = t * k_blocks / parts, q1 = (t + 1) * k_blocks / parts;  // q1 of run 0: first_run
-      thread_local AlignedBuffer<uint32_t> own_b, own_a;
-      uint32_t* bp = own_b.get(static_cast<size_t>(nc * kp_step));
-      uint32_t* ap = own_a.get(static_cast<size_t>(m14 * kp_step));
-      for (int64_t q = q0; q < q1; ++q) {
-        const int64_t pc = q * kc_step, kc = std::min(kc_step, K - pc), kp = (kc + 1) / 2;
-        for (int64_t p = 0; p < n_panels; ++p)
-          pack_b_panel(B, ldb, trans_b, p * kNr, std::min(kNr, N - p * kNr), pc, kc, bp + p * kNr * kp);
-        const int64_t r = q - first_run;  // this block's partial, for r >= 0
-        const Out to_partial{
-            partial + r * M * nc, nc, 1.0f, 0.0f, nullptr, false, row_sums ? block_sums.data() + r * m14 : nullptr};
-        products(A, lda, trans_a, 0, M, 0, N, pc, kc, bp, ap, t == 0 ? to_c : to_partial, t == 0 ? q == 0 : true,
-                 t == 0 && q + 1 == k_blocks);
-      }
-    });
-    parallel_for(M, std::max<int64_t>(1, 4096 / (nc * later)), [&](int64_t i0, int64_t i1) {
-      for (int64_t i = i0; i < i1; ++i) {
-        add_partials(partial + i * nc, M * nc, later, N, C + i * ldc, alpha, round);
-        if (row_sums)
-          for (int64_t r = 0; r < later; ++r) row_sums[i] += block_sums[static_cast<size_t>(r * m14 + i)];
-      }
-    });
+  const int64_t n_panels_all = (N + kNr - 1) / kNr, n_padded = n_panels_all * kNr;
+  if (split_over_k_pays(M, n_padded, k_blocks, kSplitMaxM, kNc, kSplitBytes)) {
+    // split over the K blocks (kernels/cpu/split_over_k.h; split by rows, the threads would meet
+    // twice per K block for a few microseconds of products): the later blocks' partials with
+    // alpha 1 (the micro-kernel's sums as they are)
+    const int64_t m14 = (M + kMr - 1) / kMr * kMr;
+    SplitOverK split(k_blocks, M, n_padded, row_sums ? m14 : 0);
+    split(
+        [&](int64_t t, int64_t q0, int64_t q1) {
+          thread_local AlignedBuffer<uint32_t> own_b, own_a;
+          uint32_t* bp = own_b.get(static_cast<size_t>(n_padded * kp_step));
+          uint32_t* ap = own_a.get(static_cast<size_t>(m14 * kp_step));
+          for (int64_t q = q0; q < q1; ++q) {
+            const int64_t pc = q * kc_step, kc = std::min(kc_step, K - pc), kp = (kc + 1) / 2, r = q - split.first_run;
+            for (int64_t p = 0; p < n_panels_all; ++p)
+              pack_b_panel(B, ldb, trans_b, p * kNr, std::min(kNr, N - p * kNr), pc, kc, bp + p * kNr * kp);
+            const Out to_partial{t == 0 ? nullptr : split.partial(r),     n_padded, 1.0f, 0.0f, nullptr, false,
+                                 t == 0 ? nullptr : split.partial_sums(r)};
+            products(A, lda, trans_a, 0, M, 0, N, pc, kc, bp, ap, t == 0 ? to_c : to_partial, t == 0 ? q == 0 : true,
+                     t == 0 && q + 1 == k_blocks);
+          }
+        },
+        [&](int64_t i, const float* partial_row) {
+          add_partials(partial_row, split.partial_step(), split.partials(), N, C + i * ldc, alpha, round);
+          if (row_sums) split.add_row_sums(i, row_sums);
+        });
     return;
   }
   // Rows of C per unit of work: whole 14-row panels, at most kMcMax, about 4 units when M is small.

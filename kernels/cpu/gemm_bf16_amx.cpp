@@ -26,8 +26,9 @@
 // partial sum per K block, subnormal inputs and results treated as zero), and from that kernel's
 // own by the order inside a tile product: the same tolerances hold (tests/kernels/
 // test_cpu_gemm_bf16.cpp runs both kernels' tests). Threads split blocks of C's rows; a small C
-// over many K blocks (a weight gradient) is split over its K blocks instead (split_k_gemm), whose
-// partial products are then added in K order: bit-identical for any thread count. GFLOP/s:
+// over many K blocks (a weight gradient) is split over its K blocks instead (split_k_gemm, on
+// kernels/cpu/split_over_k.h's schedule), whose partial products are then added in K order:
+// bit-identical for any thread count. GFLOP/s:
 // `bench_gemm bf16` (examples/bench_gemm.cpp).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <algorithm>
@@ -37,6 +38,7 @@
 #include "minidl/kernels/cpu/gemm_bf16.h"
 #include "minidl/kernels/cpu/gemm_bf16_pack.h"
 #include "minidl/kernels/cpu/parallel.h"
+#include "minidl/kernels/cpu/split_over_k.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && defined(__linux__)
 #include <cpuid.h>
@@ -199,34 +201,13 @@ struct KBlocks {
       : count((K + kKcMax - 1) / kKcMax), step(((K + count - 1) / count + kTileK - 1) / kTileK * kTileK) {}
 };
 
-// Whether packed_gemm runs the product split over its K blocks (split_k_gemm): with more than one
-// thread, a small C (a linear layer's weight gradient, its 64 to 192 outputs by its inputs) summed
-// over many K blocks (the batch's thousands of rows). Both ways give the same bits (C and the row
-// sums); on one thread the split's partial products only add memory traffic (15-20% slower on
-// the vit's weight gradients), on two it ran them 1.3-2x faster than the loop over K blocks.
-bool split_over_k(int64_t M, int64_t N, int64_t K) {
-  const int64_t k_blocks = KBlocks(K).count;
-  return get_num_threads() > 1 && k_blocks >= 4 && M <= kMcMax && N <= kNc && k_blocks * M * N * 4 <= kSplitBytes;
-}
-
-// One row of C (N values) from `count` partial rows (`step` floats apart, 64-byte aligned), in
-// order, as the K loop adds its blocks' sums: add_into_c, the first with beta, rounded in the last.
-MINIDL_AMX_TARGET void add_partials(const float* partial, int64_t step, int64_t count, int64_t N, float* c, float alpha,
-                                    float beta, bool round) {
-  for (int64_t q = 0; q < count; ++q)
-    for (int64_t j = 0; j < N; j += 16)
-      add_into_c(_mm512_load_ps(partial + q * step + j), c + j, first_n(N - j), q == 0, alpha, beta,
-                 round && q == count - 1);
-}
-
-// The product as split_over_k chooses it: in parallel over the K blocks, each block's product of
-// op(A) and op(B) (packed by the thread that runs it) into a partial C of its own, started from the
-// bias in the first block; then, in parallel over rows, C = the partials added in K order by
-// add_into_c (alpha, beta, rounding in the last), the operations packed_gemm's K loop does on the
-// same sums: the same bits. The row sums (row_sums: null, or M zeroed doubles; trans_a only): each K
-// block's (pack_a_tiles, from zero) into a partial of its own, then the partials added in K order,
-// as the loop over K blocks adds them. Where packed_gemm's loop would pack B and
-// wake the threads once per K block for a few microseconds of products, this wakes them twice.
+// The product split over its K blocks (kernels/cpu/split_over_k.h), as packed_gemm chooses it
+// with more than one thread for a small C over many K blocks: on one thread the partial products
+// only add memory traffic (15-20% slower on the vit's weight gradients); on two, where the loop
+// below would pack B and wake the threads once per K block for a few microseconds of products, it
+// ran them 1.3-2x faster. Run 0 goes into C as the loop would (alpha, beta and the bias with its
+// first block); the later blocks' partials are the micro-kernel's sums with alpha 1 and no bias,
+// their row sums (pack_a_tiles, from zero) partial sums of their own.
 void split_k_gemm(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a, const uint16_t* B,
                   int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha, float beta, const float* bias,
                   bool round, double* row_sums) {
@@ -234,31 +215,30 @@ void split_k_gemm(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t ld
   const int64_t n_panels = (N + kNr - 1) / kNr, nc = n_panels * kNr;  // partial rows: whole panels
   const int64_t panel_words = kb.step / kTileK * 16 * kNr;
   const std::vector<float> bias_cols = padded_bias(bias, N, nc);
-  thread_local AlignedBuffer<float> partials;  // every element is written before it is read
-  float* const partial = partials.get(static_cast<size_t>(kb.count * M * nc));
-  std::vector<double> partial_sums(row_sums ? static_cast<size_t>(kb.count * M) : 0, 0.0);
-  parallel_for(kb.count, 1, [&](int64_t q0, int64_t q1) {
-    configure_tiles();
-    thread_local AlignedBuffer<uint32_t> b_buffer, a_buffer;
-    uint32_t* bp = b_buffer.get(static_cast<size_t>(n_panels * panel_words));
-    uint32_t* ap = a_buffer.get(static_cast<size_t>((M + kMr - 1) / kMr * 2 * (kb.step / kTileK) * kTileWords));
-    for (int64_t q = q0; q < q1; ++q) {
-      const int64_t pc = q * kb.step, kc = std::min(kb.step, K - pc);
-      for (int64_t p = 0; p < n_panels; ++p)
-        pack_b_tiles(B, ldb, trans_b, p * kNr, std::min(kNr, N - p * kNr), pc, kc, bp + p * panel_words);
-      block_products(A, lda, trans_a, 0, M, pc, kc, bp, panel_words, n_panels, nc, ap,
-                     row_sums ? partial_sums.data() + q * M : nullptr, partial + q * M * nc, nc, true, 1.0f, 0.0f,
-                     bias && q == 0 ? bias_cols.data() : nullptr, false);
-    }
-    release_tiles();
-  });
-  parallel_for(M, std::max<int64_t>(1, 4096 / (nc * kb.count)), [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) {
-      add_partials(partial + i * nc, M * nc, kb.count, N, C + i * ldc, alpha, beta, round);
-      if (row_sums)
-        for (int64_t q = 0; q < kb.count; ++q) row_sums[i] += partial_sums[static_cast<size_t>(q * M + i)];
-    }
-  });
+  SplitOverK split(kb.count, M, nc, row_sums ? M : 0);
+  split(
+      [&](int64_t t, int64_t q0, int64_t q1) {
+        configure_tiles();
+        thread_local AlignedBuffer<uint32_t> b_buffer, a_buffer;
+        uint32_t* bp = b_buffer.get(static_cast<size_t>(n_panels * panel_words));
+        uint32_t* ap = a_buffer.get(static_cast<size_t>((M + kMr - 1) / kMr * 2 * (kb.step / kTileK) * kTileWords));
+        for (int64_t q = q0; q < q1; ++q) {
+          const int64_t pc = q * kb.step, kc = std::min(kb.step, K - pc), r = q - split.first_run;
+          for (int64_t p = 0; p < n_panels; ++p)
+            pack_b_tiles(B, ldb, trans_b, p * kNr, std::min(kNr, N - p * kNr), pc, kc, bp + p * panel_words);
+          if (t == 0)
+            block_products(A, lda, trans_a, 0, M, pc, kc, bp, panel_words, n_panels, N, ap, row_sums, C, ldc, q == 0,
+                           alpha, beta, bias ? bias_cols.data() : nullptr, false);
+          else
+            block_products(A, lda, trans_a, 0, M, pc, kc, bp, panel_words, n_panels, nc, ap, split.partial_sums(r),
+                           split.partial(r), nc, true, 1.0f, 0.0f, nullptr, false);
+        }
+        release_tiles();
+      },
+      [&](int64_t i, const float* partial_row) {
+        add_partials(partial_row, split.partial_step(), split.partials(), N, C + i * ldc, alpha, round);
+        if (row_sums) split.add_row_sums(i, row_sums);
+      });
 }
 
 // row_sums: null, or M doubles (zero) that get the row sums of op(A) (trans_a only), added up
@@ -266,7 +246,7 @@ void split_k_gemm(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t ld
 void packed_gemm(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a, const uint16_t* B,
                  int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha, float beta, const float* bias,
                  bool round, double* row_sums = nullptr) {
-  if (split_over_k(M, N, K))
+  if (split_over_k_pays(M, (N + kNr - 1) / kNr * kNr, KBlocks(K).count, kMcMax, kNc, kSplitBytes))
     return split_k_gemm(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, alpha, beta, bias, round, row_sums);
   const std::vector<float> bias_cols = padded_bias(bias, N, (N + kNr - 1) / kNr * kNr);
   const int64_t kc_step = KBlocks(K).step;

@@ -91,6 +91,18 @@ MINIDL_BF16_TARGET inline void add_into_c(__m512 acc, float* c, __mmask16 mask, 
   _mm512_mask_storeu_ps(c, mask, round ? round_bf16_ps(out) : out);
 }
 
+// One row of C (N values) plus `count` partial rows (`step` floats apart, 64-byte aligned, whole
+// 16-column vectors) of a product split over its K blocks (kernels/cpu/split_over_k.h), added in
+// K order by add_into_c as the loop over K blocks adds further blocks (c += alpha * partial), the
+// last rounded with round.
+MINIDL_BF16_TARGET inline void add_partials(const float* partial, int64_t step, int64_t count, int64_t N, float* c,
+                                            float alpha, bool round) {
+  for (int64_t q = 0; q < count; ++q)
+    for (int64_t j = 0; j < N; j += 16)
+      add_into_c(_mm512_load_ps(partial + q * step + j), c + j, first_n(N - j), false, alpha, 0.0f,
+                 round && q == count - 1);
+}
+
 // A 16x16 transpose of 32-bit words: dst[c * ldd + i] = word c of r[i], for the lanes i in keep
 // (r is overwritten).
 MINIDL_BF16_TARGET inline void store_transposed_16x16(__m512i r[16], uint32_t* dst, int64_t ldd, __mmask16 keep) {
