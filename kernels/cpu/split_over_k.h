@@ -26,8 +26,8 @@ namespace minidl::kernels::cpu {
 
 // Whether a product of M x N over k_blocks K blocks is split over them: more than one thread
 // (on one, the partials only add memory traffic), at least 4 blocks, M and N within the kernel's
-// bounds, and the later blocks' partial products (whole rows of n_padded floats) within
-// max_bytes.
+// bounds, and a partial product (whole rows of n_padded floats) per block within max_bytes (the
+// split stores those of the later blocks only).
 inline bool split_over_k_pays(int64_t M, int64_t n_padded, int64_t k_blocks, int64_t max_m, int64_t max_n,
                               int64_t max_bytes) {
   return get_num_threads() > 1 && k_blocks >= 4 && M <= max_m && n_padded <= max_n &&
