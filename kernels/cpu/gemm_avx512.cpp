@@ -307,10 +307,8 @@ MINIDL_AVX512 void packed_gemm(int64_t M, int64_t N, int64_t K, const float* A, 
             const int64_t pc = q * kc_step, kc = std::min(kc_step, K - pc), r = q - split.first_run;
             for (int64_t p = 0; p < n_panels_all; ++p)
               pack_b_panel(B, ldb, trans_b, p * kNr, std::min(kNr, N - p * kNr), pc, kc, bp + p * kNr * kc);
-            const Out to_partial{t == 0 ? nullptr : split.partial(r),     n_padded, 1.0f, 0.0f, nullptr,
-                                 t == 0 ? nullptr : split.partial_sums(r)};
-            for (int64_t blk = 0; blk < m_blocks; ++blk)
-              block(blk, 0, N, pc, kc, bp, ap, t == 0 ? to_c : to_partial, t == 0 ? q == 0 : true);
+            const Out out = t == 0 ? to_c : Out{split.partial(r), n_padded, 1.0f, 0.0f, nullptr, split.partial_sums(r)};
+            for (int64_t blk = 0; blk < m_blocks; ++blk) block(blk, 0, N, pc, kc, bp, ap, out, t != 0 || q == 0);
           }
         },
         [&](int64_t i, const float* partial_row) {

@@ -29,9 +29,9 @@
 // integer operands, whose sums are exact, the two agree bit for bit.
 // With two or more threads a small C over many K blocks (a weight gradient) is split over its K
 // blocks instead: one run of blocks per thread, the first into C, the others into partial
-// products then added to C in K order (kernels/cpu/split_over_k.h). Every element of C is summed in the same
-// order whatever the thread count and the split: bit-identical for any thread count. GFLOP/s against the float32 kernel:
-// `bench_gemm bf16` (examples/bench_gemm.cpp).
+// products then added to C in K order (kernels/cpu/split_over_k.h). Every element of C is summed
+// in the same order whatever the thread count and the split: bit-identical for any thread count.
+// GFLOP/s against the float32 kernel: `bench_gemm bf16` (examples/bench_gemm.cpp).
 // GCC 12 reports false "maybe-uninitialized" warnings inside its own AVX-512 headers.
 // Written in intrinsics, not vec_math.h's lane types: its functions carry their own
 // target("avx512bf16") attributes for the run-time dispatch, and vdpbf16ps (two bf16 products per
@@ -92,12 +92,7 @@ MINIDL_BF16_TARGET void pack_a_panel(const uint16_t* A, int64_t lda, bool trans_
       if (sums) add_pairs(row_sums, pairs);
       _mm512_mask_storeu_epi32(dst + p * kMr, first_n(kMr), pairs);
     }
-    if (sums) {
-      PairSums total = load_pair_sums(sums, mr);
-      total.lo = _mm512_add_pd(total.lo, row_sums.lo);
-      total.hi = _mm512_add_pd(total.hi, row_sums.hi);
-      store_pair_sums(total, sums, mr);
-    }
+    if (sums) add_pair_sums(row_sums, sums, mr);
     return;
   }
   pack_pair_rows(A + i0 * lda + k0, lda, mr, kc, dst, kMr, kMr);  // each row's pairs are contiguous
@@ -191,10 +186,9 @@ void packed_gemm(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda
             const int64_t pc = q * kc_step, kc = std::min(kc_step, K - pc), kp = (kc + 1) / 2, r = q - split.first_run;
             for (int64_t p = 0; p < n_panels_all; ++p)
               pack_b_panel(B, ldb, trans_b, p * kNr, std::min(kNr, N - p * kNr), pc, kc, bp + p * kNr * kp);
-            const Out to_partial{t == 0 ? nullptr : split.partial(r),     n_padded, 1.0f, 0.0f, nullptr, false,
-                                 t == 0 ? nullptr : split.partial_sums(r)};
-            products(A, lda, trans_a, 0, M, 0, N, pc, kc, bp, ap, t == 0 ? to_c : to_partial, t == 0 ? q == 0 : true,
-                     t == 0 && q + 1 == k_blocks);
+            const Out out =
+                t == 0 ? to_c : Out{split.partial(r), n_padded, 1.0f, 0.0f, nullptr, false, split.partial_sums(r)};
+            products(A, lda, trans_a, 0, M, 0, N, pc, kc, bp, ap, out, t != 0 || q == 0, t == 0 && q + 1 == k_blocks);
           }
         },
         [&](int64_t i, const float* partial_row) {

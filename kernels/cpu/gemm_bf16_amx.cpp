@@ -100,12 +100,7 @@ MINIDL_AMX_TARGET void pack_a_tiles(const uint16_t* A, int64_t lda, bool trans_a
     }
     store_transposed_16x16(v, dst + s * kTileWords, 16, __mmask16(0xFFFF));
   }
-  if (sums) {  // added to the earlier K blocks' (so a split product's partial sums add up the same)
-    PairSums total = load_pair_sums(sums, rows);
-    total.lo = _mm512_add_pd(total.lo, row_sums.lo);
-    total.hi = _mm512_add_pd(total.hi, row_sums.hi);
-    store_pair_sums(total, sums, rows);
-  }
+  if (sums) add_pair_sums(row_sums, sums, rows);
 }
 
 // C (mr <= 32, nr <= 32) = alpha * the 32x32 product of two A tile rows a0, a1 (ks tiles each: tile
@@ -208,10 +203,9 @@ struct KBlocks {
 // ran them 1.3-2x faster. Run 0 goes into C as the loop would (alpha, beta and the bias with its
 // first block); the later blocks' partials are the micro-kernel's sums with alpha 1 and no bias,
 // their row sums (pack_a_tiles, from zero) partial sums of their own.
-void split_k_gemm(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a, const uint16_t* B,
-                  int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha, float beta, const float* bias,
-                  bool round, double* row_sums) {
-  const KBlocks kb(K);
+void split_k_gemm(const KBlocks& kb, int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a,
+                  const uint16_t* B, int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha, float beta,
+                  const float* bias, bool round, double* row_sums) {
   const int64_t n_panels = (N + kNr - 1) / kNr, nc = n_panels * kNr;  // partial rows: whole panels
   const int64_t panel_words = kb.step / kTileK * 16 * kNr;
   const std::vector<float> bias_cols = padded_bias(bias, N, nc);
@@ -246,10 +240,11 @@ void split_k_gemm(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t ld
 void packed_gemm(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a, const uint16_t* B,
                  int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha, float beta, const float* bias,
                  bool round, double* row_sums = nullptr) {
-  if (split_over_k_pays(M, (N + kNr - 1) / kNr * kNr, KBlocks(K).count, kMcMax, kNc, kSplitBytes))
-    return split_k_gemm(M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, alpha, beta, bias, round, row_sums);
+  const KBlocks kb(K);
+  if (split_over_k_pays(M, (N + kNr - 1) / kNr * kNr, kb.count, kMcMax, kNc, kSplitBytes))
+    return split_k_gemm(kb, M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, alpha, beta, bias, round, row_sums);
   const std::vector<float> bias_cols = padded_bias(bias, N, (N + kNr - 1) / kNr * kNr);
-  const int64_t kc_step = KBlocks(K).step;
+  const int64_t kc_step = kb.step;
   // Rows of C per unit of work: whole 32-row blocks, at most kMcMax, about 4 units when M is small.
   const int64_t mc = std::clamp<int64_t>(((M + 3) / 4 + kMr - 1) / kMr * kMr, kMr, kMcMax);
   const int64_t m_blocks = (M + mc - 1) / mc;

@@ -163,16 +163,13 @@ MINIDL_BF16_TARGET inline __m512i pair_rows(const uint16_t* row, const uint16_t*
 struct PairSums {
   __m512d lo, hi;
 };
-// sums[0..n) (n <= 16) as the start of a PairSums.
-MINIDL_BF16_TARGET inline PairSums load_pair_sums(const double* sums, int64_t n) {
-  const __mmask16 m = first_n(n);
-  return {_mm512_maskz_loadu_pd(static_cast<__mmask8>(m), sums),
-          _mm512_maskz_loadu_pd(static_cast<__mmask8>(m >> 8), sums + 8)};
-}
-MINIDL_BF16_TARGET inline void store_pair_sums(const PairSums& s, double* sums, int64_t n) {
-  const __mmask16 m = first_n(n);
-  _mm512_mask_storeu_pd(sums, static_cast<__mmask8>(m), s.lo);
-  _mm512_mask_storeu_pd(sums + 8, static_cast<__mmask8>(m >> 8), s.hi);
+// sums[0..n) (n <= 16) += s's lanes: one K block's sums (from zero) added to the earlier blocks',
+// so that a product split over its K blocks, whose blocks' sums are added in K order afterwards,
+// gets the same bits.
+MINIDL_BF16_TARGET inline void add_pair_sums(const PairSums& s, double* sums, int64_t n) {
+  const __mmask8 lo = static_cast<__mmask8>(first_n(n)), hi = static_cast<__mmask8>(first_n(n) >> 8);
+  _mm512_mask_storeu_pd(sums, lo, _mm512_add_pd(_mm512_maskz_loadu_pd(lo, sums), s.lo));
+  _mm512_mask_storeu_pd(sums + 8, hi, _mm512_add_pd(_mm512_maskz_loadu_pd(hi, sums + 8), s.hi));
 }
 // Lanes 8-15 (AVX-512F alone: vextractf32x8 needs AVX512DQ).
 MINIDL_BF16_TARGET inline __m256 upper_8(__m512 v) {
