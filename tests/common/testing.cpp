@@ -44,6 +44,24 @@ void expect_close(const Tensor& actual, const Tensor& expected, double rtol, dou
                      << ")";
 }
 
+void expect_within_product_bound(const Tensor& actual, const Tensor& expected, const Tensor& bound, double rel,
+                                 const std::string& what) {
+  ASSERT_EQ(actual.shape(), expected.shape()) << what;
+  ASSERT_EQ(actual.shape(), bound.shape()) << what;
+  const auto a = actual.cpu().to_vector<double>(), e = expected.cpu().to_vector<double>(),
+             b = bound.cpu().to_vector<double>();
+  size_t bad = 0, worst = 0;
+  double worst_ratio = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double ratio = std::fabs(a[i] - e[i]) / (rel * b[i] + 1e-6);
+    if (!(ratio <= 1)) ++bad;  // NaN too
+    if (!(ratio <= worst_ratio)) worst_ratio = ratio, worst = i;
+  }
+  EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << a.size() << " elements differ; worst at flat index " << worst
+                     << ": got " << a[worst] << ", expected " << e[worst] << ", sum of |products| " << b[worst]
+                     << " (allowed: " << rel << " of it)";
+}
+
 void expect_equal(const Tensor& actual, const Tensor& expected, const std::string& what) {
   ASSERT_EQ(actual.dtype(), expected.dtype()) << what;
   ASSERT_EQ(actual.shape(), expected.shape()) << what;

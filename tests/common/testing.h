@@ -18,6 +18,13 @@ namespace minidl::testing {
 double max_abs_diff(const Tensor& a, const Tensor& b);
 // Asserts shapes equal and |a - b| <= atol + rtol * |b| element-wise, reporting the worst element.
 void expect_close(const Tensor& actual, const Tensor& expected, double rtol, double atol, const std::string& what = "");
+// Asserts shapes equal and |actual - expected| <= rel * bound + 1e-6 element-wise, where bound is
+// the same sum of products taken over the operands' absolute values (a CUDA tensor is compared on
+// the host). The error of a summation order or algorithm (Winograd's transforms, bfloat16 products
+// added in pairs, cuDNN's plans, TF32's rounded operands) grows with that sum, not with the result,
+// which may cancel: rel bounds it as a fraction of the sum.
+void expect_within_product_bound(const Tensor& actual, const Tensor& expected, const Tensor& bound, double rel,
+                                 const std::string& what);
 // Asserts bit-identical contents (same dtype and shape).
 void expect_equal(const Tensor& actual, const Tensor& expected, const std::string& what = "");
 // n deterministic floats in [-1, 1) from a linear congruential sequence started by seed: raw

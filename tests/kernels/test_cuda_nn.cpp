@@ -13,31 +13,11 @@
 using namespace minidl;
 using minidl::testing::expect_cuda_matches_cpu;
 using minidl::testing::expect_equal;
+using minidl::testing::expect_within_product_bound;
 using minidl::testing::on_gpu;
 
 namespace {
 Tensor rnd(const Shape& s, uint64_t stream, DType dt = DType::Float32) { return randn(s, RandomKey{11, stream}, dt); }
-
-// |actual - expected| <= rel * bound + 1e-6 element by element, where bound is the same sum of
-// products taken over the operands' absolute values. The error of a summation algorithm (cuDNN's
-// FFT and Winograd plans, TF32's rounded operands) grows with that sum, not with the result, which
-// cancels: a plan's error is a fraction of it (TF32: at most about 2^-10).
-void expect_within_product_bound(const Tensor& actual, const Tensor& expected, const Tensor& bound, double rel,
-                                 const std::string& what) {
-  ASSERT_EQ(actual.shape(), expected.shape()) << what;
-  const auto a = actual.cpu().to_vector<double>(), e = expected.cpu().to_vector<double>(),
-             b = bound.to_vector<double>();
-  size_t bad = 0, worst = 0;
-  double worst_ratio = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const double ratio = std::fabs(a[i] - e[i]) / (rel * b[i] + 1e-6);
-    if (ratio > 1) ++bad;
-    if (ratio > worst_ratio) worst_ratio = ratio, worst = i;
-  }
-  EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << a.size() << " elements differ; worst at flat index " << worst
-                     << ": got " << a[worst] << ", expected " << e[worst] << ", sum of |products| " << b[worst]
-                     << " (allowed: " << rel << " of it)";
-}
 }  // namespace
 
 TEST(CudaNn, Conv2dForwardAndBackwardMatchCpu) {
