@@ -210,8 +210,10 @@ Tensor bf16_product(const Tensor& a, const Tensor& b, const float* bias, bool ro
 Tensor mm(const Tensor& a, const Tensor& b, const Tensor& out_in) {
   check_mm(a, b, "mm");
   Tensor out = product_out(out_in, a, b, "mm");  // (n, m)
-  if (widen_bf16(a)) return mm(a.to(DType::Float32), b.to(DType::Float32), out);
-  batched_gemm(a, b, out);
+  if (widen_bf16(a))  // out is float32 for bfloat16 operands too (product_dtype)
+    batched_gemm(a.to(DType::Float32), b.to(DType::Float32), out);
+  else
+    batched_gemm(a, b, out);
   return out;
 }
 
