@@ -323,10 +323,9 @@ MINIDL_AVX512 void packed_gemm(int64_t M, int64_t N, int64_t K, const float* A, 
     // only it reads and running all K blocks without meeting the others. Split by rows, every
     // thread would read every B panel, half of them just written by the other core (a transfer
     // between the cores' caches for each line), and meet it twice per K block.
-    const int64_t n_panels = (N + kNr - 1) / kNr;
-    const int64_t parts = std::min<int64_t>(get_num_threads(), n_panels);  // one run of panels a thread
+    const int64_t parts = std::min<int64_t>(get_num_threads(), n_panels_all);  // one run of panels a thread
     parallel_for(parts, 1, [&](int64_t t, int64_t) {
-      const int64_t p0 = t * n_panels / parts, p1 = (t + 1) * n_panels / parts;
+      const int64_t p0 = t * n_panels_all / parts, p1 = (t + 1) * n_panels_all / parts;
       thread_local AlignedBuffer<float> own_b, own_a;
       float* bp = own_b.get(static_cast<size_t>((p1 - p0) * kNr * kc_step));
       float* ap = own_a.get(static_cast<size_t>(mc * kc_step));

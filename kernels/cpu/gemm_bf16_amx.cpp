@@ -241,9 +241,10 @@ void packed_gemm(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda
                  int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha, float beta, const float* bias,
                  bool round, double* row_sums = nullptr) {
   const KBlocks kb(K);
-  if (split_over_k_pays(M, (N + kNr - 1) / kNr * kNr, kb.count, kMcMax, kNc, kSplitBytes))
+  const int64_t n_padded = (N + kNr - 1) / kNr * kNr;  // whole panels
+  if (split_over_k_pays(M, n_padded, kb.count, kMcMax, kNc, kSplitBytes))
     return split_k_gemm(kb, M, N, K, A, lda, trans_a, B, ldb, trans_b, C, ldc, alpha, beta, bias, round, row_sums);
-  const std::vector<float> bias_cols = padded_bias(bias, N, (N + kNr - 1) / kNr * kNr);
+  const std::vector<float> bias_cols = padded_bias(bias, N, n_padded);
   const int64_t kc_step = kb.step;
   // Rows of C per unit of work: whole 32-row blocks, at most kMcMax, about 4 units when M is small.
   const int64_t mc = std::clamp<int64_t>(((M + 3) / 4 + kMr - 1) / kMr * kMr, kMr, kMcMax);

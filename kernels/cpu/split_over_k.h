@@ -55,7 +55,8 @@ class SplitOverK {
         sums_(static_cast<size_t>(partials() * sum_rows), 0.0) {}
 
   int64_t partials() const { return blocks - first_run; }  // the later blocks
-  float* partial(int64_t r) const { return partial_ + r * rows_ * row_floats_; }
+  float* partial(int64_t r) const { return partial_ + r * partial_step(); }
+  int64_t partial_step() const { return rows_ * row_floats_; }  // floats from one partial to the next
   double* partial_sums(int64_t r) { return sum_rows_ > 0 ? sums_.data() + r * sum_rows_ : nullptr; }
 
   // run(t, q0, q1) for every run t in parallel (its blocks q0..q1-1; run 0: q0 = 0, into C), then
@@ -70,7 +71,6 @@ class SplitOverK {
                    for (int64_t i = i0; i < i1; ++i) add_row(i, partial_ + i * row_floats_);
                  });
   }
-  int64_t partial_step() const { return rows_ * row_floats_; }  // floats from one partial to the next
 
   // row_sums[i] += the partial row sums of row i, in K order
   void add_row_sums(int64_t i, double* row_sums) const {
