@@ -170,7 +170,7 @@ int bench_bf16(int threads, int reps) {
               minidl::examples::g_thread_cpu_clock ? "thread CPU time" : "wall time", "size", "gemm_bf16 GF/s",
               "other GF/s", "other", "ratio");
   if (!bench_bf16_square(1024, Bf16Peer::Float32, reps)) {
-    std::printf("neither AMX nor AVX512_BF16 on this CPU: gemm_bf16 returns false, nothing to time\n");
+    std::printf("neither AMX nor AVX512_BF16 here (the CPU, or MINIDL_CPU_CAPABILITY): gemm_bf16 returns false\n");
     return 0;
   }
   if (k::gemm_bf16_amx_supported()) bench_bf16_square(1024, Bf16Peer::Avx512Bf16, reps);

@@ -8,15 +8,17 @@
 // leading dimension and a transpose flag, so transposes are never copied.
 // bfloat16 operands (autocast's products, autograd/autocast.h) give a float32 result: float32
 // sums of the exact products, never rounded back (kernels::cpu::gemm_bf16; on CUDA cuBLAS's
-// bfloat16 GEMM with float32 compute); on a CPU without AVX512_BF16 the same product runs through
-// the float32 kernel on the widened operands (said once on stderr). float16 operands: the same on
-// CUDA (cuBLAS's float16 GEMM, float32 compute and result); refused on the CPU, which has no
-// float16 GEMM (autocast(Float16) widens the rounded operands there).
+// bfloat16 GEMM with float32 compute); on a CPU without AVX512_BF16 (or MINIDL_CPU_CAPABILITY below
+// avx512_bf16) the same product runs through the float32 kernel on the widened operands (said once
+// on stderr). float16 operands: the same on CUDA (cuBLAS's float16 GEMM, float32 compute and
+// result); refused on the CPU, which has no float16 GEMM (autocast(Float16) widens the rounded
+// operands there).
 #include <cstdio>
 #include <mutex>
 #include <stdexcept>
 #include <string>
 
+#include "minidl/kernels/cpu/cpu_features.h"
 #include "minidl/kernels/cpu/gemm.h"
 #include "minidl/kernels/cpu/gemm_bf16.h"
 #include "minidl/kernels/cpu/half.h"
@@ -77,9 +79,15 @@ bool widen_bf16(const Tensor& a) {
   if (a.dtype() != DType::BFloat16 || a.device().is_cuda() || kernels::cpu::gemm_bf16_supported()) return false;
   static std::once_flag once;
   std::call_once(once, [] {
+    using kernels::cpu::CpuCapability;
+    const CpuCapability cap = kernels::cpu::cpu_capability_cap();
+    const std::string why = cap < CpuCapability::Avx512Bf16
+                                ? std::string("MINIDL_CPU_CAPABILITY=") + kernels::cpu::cpu_capability_name(cap) +
+                                      " leaves out the bfloat16 GEMM"
+                                : std::string("this CPU has no AVX512_BF16");
     std::fprintf(stderr,
-                 "minidl: this CPU has no AVX512_BF16; bfloat16 matrix products run through the float32 kernel on "
-                 "the widened operands\n");
+                 "minidl: %s; bfloat16 matrix products run through the float32 kernel on the widened operands\n",
+                 why.c_str());
   });
   return true;
 }

@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "minidl/kernels/cpu/aligned_buffer.h"
+#include "minidl/kernels/cpu/cpu_features.h"
 #include "minidl/kernels/cpu/gemm.h"
 #include "minidl/kernels/cpu/parallel.h"
 #include "minidl/kernels/cpu/split_over_k.h"
@@ -363,8 +364,7 @@ MINIDL_AVX512 void packed_gemm(int64_t M, int64_t N, int64_t K, const float* A, 
 bool gemm_avx512(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, bool trans_a, const float* B,
                  int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha, float beta, const float* bias,
                  float* row_sums) {
-  static const bool have = __builtin_cpu_supports("avx512f");
-  if (!have) return false;
+  if (!cpu_has_avx512f()) return false;
   if (row_sums && (!trans_a || M <= 0 || N <= 0 || K <= 0 || alpha == 0.0f)) return false;
   if (M <= 0 || N <= 0) return true;
   if (K <= 0 || alpha == 0.0f) {  // C = beta * C + bias (beta == 0: overwrite, ignoring NaNs already there)

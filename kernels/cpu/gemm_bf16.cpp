@@ -42,6 +42,7 @@
 #include <algorithm>
 
 #include "minidl/kernels/cpu/aligned_buffer.h"
+#include "minidl/kernels/cpu/cpu_features.h"
 #include "minidl/kernels/cpu/gemm_bf16_pack.h"
 #include "minidl/kernels/cpu/half.h"
 #include "minidl/kernels/cpu/parallel.h"
@@ -223,11 +224,7 @@ void packed_gemm(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda
 
 }  // namespace
 
-bool gemm_bf16_avx512_supported() {
-  static const bool have =
-      __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
-  return have;
-}
+bool gemm_bf16_avx512_supported() { return cpu_has_avx512_bf16(); }
 
 bool gemm_bf16_avx512(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool trans_a, const uint16_t* B,
                       int64_t ldb, bool trans_b, float* C, int64_t ldc, float alpha, float beta, bool round_bf16) {

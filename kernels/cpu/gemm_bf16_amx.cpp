@@ -34,6 +34,7 @@
 #include <algorithm>
 
 #include "minidl/kernels/cpu/aligned_buffer.h"
+#include "minidl/kernels/cpu/cpu_features.h"
 #include "minidl/kernels/cpu/amx_tiles.h"
 #include "minidl/kernels/cpu/gemm_bf16.h"
 #include "minidl/kernels/cpu/gemm_bf16_pack.h"
@@ -284,9 +285,7 @@ bool gemm_bf16_amx_supported() {
     unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
     if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
     const bool amx_bf16 = edx & (1u << 22), amx_tile = edx & (1u << 24);  // CPUID.(7, 0):EDX
-    if (!amx_bf16 || !amx_tile || !__builtin_cpu_supports("avx512bf16") || !__builtin_cpu_supports("avx512bw") ||
-        !__builtin_cpu_supports("avx512vl"))
-      return false;
+    if (!cpu_allows_amx() || !amx_bf16 || !amx_tile || !cpu_has_avx512_bf16()) return false;
     // Linux hands out the 8 KB tile state only on request (Documentation/arch/x86/xstate.rst).
     constexpr long kReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
     return syscall(SYS_arch_prctl, kReqXcompPerm, kXfeatureXtiledata) == 0;

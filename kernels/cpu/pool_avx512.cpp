@@ -149,8 +149,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void relu_grad_plane_avx512
 
 bool max_pool2d_plane_2x2_arg_avx512(const float* z, const float* x, int64_t W, int64_t H_out, int64_t W_out, float* y,
                                      uint8_t* arg, float* x_at) {
-  static const bool have = __builtin_cpu_supports("avx512f");
-  if (!have) return false;
+  if (!cpu_has_avx512f()) return false;
   arg_plane_avx512(z, x, W, H_out, W_out, y, arg, x_at);
   return true;
 }
@@ -164,8 +163,7 @@ bool relu_max_pool2d_grad_plane_2x2_avx512(const float* dout, const uint8_t* arg
 
 bool max_pool2d_row_2x2_avx512(const float* r0, const float* r1, float* y, int64_t* idx, int64_t W_out, int64_t W,
                                int64_t base) {
-  static const bool have = __builtin_cpu_supports("avx512f");
-  if (!have) return false;
+  if (!cpu_has_avx512f()) return false;
   row_avx512(r0, r1, y, idx, W_out, W, base);
   return true;
 }

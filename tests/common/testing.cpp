@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -118,6 +120,38 @@ std::string run_in_child(const std::function<std::string()>& fn) {
   ::close(fds[0]);
   ::waitpid(pid, nullptr, 0);
   return out;
+}
+
+namespace {
+constexpr const char* kCapabilityName = "MINIDL_CPU_CAPABILITY";
+}  // namespace
+
+CpuCapabilityVariable::CpuCapabilityVariable(const char* value) {
+  const char* old = std::getenv(kCapabilityName);
+  had_ = old != nullptr;
+  if (had_) old_ = old;
+  ::setenv(kCapabilityName, value, 1);
+}
+
+CpuCapabilityVariable::~CpuCapabilityVariable() {
+  if (had_)
+    ::setenv(kCapabilityName, old_.c_str(), 1);
+  else
+    ::unsetenv(kCapabilityName);
+}
+
+void expect_true_under_cpu_capability(const char* cap, const std::function<bool()>& body,
+                                      const ::testing::Matcher<const std::string&>& err) {
+  SCOPED_TRACE(std::string(kCapabilityName) + "=" + cap);
+  const CpuCapabilityVariable var(cap);
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        const bool ok = body();
+        std::fflush(nullptr);
+        std::_Exit(ok ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), err);
 }
 
 }  // namespace minidl::testing

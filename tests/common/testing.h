@@ -37,6 +37,25 @@ void limit_address_space(size_t slack_bytes);
 // a std::exception: for limits (setrlimit) that must not touch the test process itself.
 std::string run_in_child(const std::function<std::string()>& fn);
 
+// MINIDL_CPU_CAPABILITY (kernels/cpu/cpu_features.h) set to value for a scope, then restored. A
+// program reads it once as it starts, so it reaches the fresh copies of this program started in
+// the scope (GoogleTest's "threadsafe" death tests), not this one.
+class CpuCapabilityVariable {
+ public:
+  explicit CpuCapabilityVariable(const char* value);
+  ~CpuCapabilityVariable();
+  CpuCapabilityVariable(const CpuCapabilityVariable&) = delete;
+  CpuCapabilityVariable& operator=(const CpuCapabilityVariable&) = delete;
+
+ private:
+  bool had_ = false;
+  std::string old_;
+};
+// Runs body in a fresh copy of this test program capped at MINIDL_CPU_CAPABILITY=cap: the test
+// fails unless body returns true and what the copy writes to stderr matches `err`.
+void expect_true_under_cpu_capability(const char* cap, const std::function<bool()>& body,
+                                      const ::testing::Matcher<const std::string&>& err = ::testing::_);
+
 }  // namespace minidl::testing
 
 // EXPECT_THROW_MSG(stmt, ExceptionType, "substring"): throws that type and the message contains it.

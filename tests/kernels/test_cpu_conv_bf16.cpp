@@ -129,9 +129,10 @@ const Conv2dShape kShapes[] = {
 };
 
 #define SKIP_WITHOUT_BF16_GEMM() \
-  if (!k::gemm_bf16_supported()) GTEST_SKIP() << "this CPU has no bfloat16 GEMM (neither AMX nor AVX512_BF16)"
-#define SKIP_WITHOUT_AMX() \
-  if (!k::gemm_bf16_amx_supported()) GTEST_SKIP() << "this CPU has no AMX: the implicit kernel returns false"
+  if (!k::gemm_bf16_supported()) GTEST_SKIP() << "no bfloat16 GEMM here (the CPU, or MINIDL_CPU_CAPABILITY)"
+#define SKIP_WITHOUT_AMX()           \
+  if (!k::gemm_bf16_amx_supported()) \
+  GTEST_SKIP() << "no AMX here (the CPU, or MINIDL_CPU_CAPABILITY): the implicit kernel returns false"
 
 }  // namespace
 

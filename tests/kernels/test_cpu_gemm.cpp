@@ -19,6 +19,7 @@
 #include <tuple>
 #include <vector>
 
+#include "minidl/kernels/cpu/cpu_features.h"
 #include "minidl/kernels/cpu/gemm.h"
 #include "minidl/kernels/cpu/parallel.h"
 #include "tests/common/testing.h"
@@ -73,18 +74,15 @@ void check(const Case& c, bool ta, bool tb, float alpha, float beta, int64_t pad
   }
 }
 
-bool have_avx512() {
-#if defined(__x86_64__) && defined(__GNUC__)
-  return __builtin_cpu_supports("avx512f");
-#else
-  return false;
-#endif
-}
-
 }  // namespace
 
+// The packed kernel runs only where AVX-512F does (capped by MINIDL_CPU_CAPABILITY).
+#define SKIP_WITHOUT_AVX512F()                  \
+  if (!minidl::kernels::cpu::cpu_has_avx512f()) \
+  GTEST_SKIP() << "no AVX-512F here (the CPU, or MINIDL_CPU_CAPABILITY=default): gemm() uses Eigen"
+
 TEST(CpuGemm, PackedMatchesNaiveLoopsAndEigen) {
-  if (!have_avx512()) GTEST_SKIP() << "this CPU has no AVX-512F: gemm() uses Eigen, the packed kernel is unused";
+  SKIP_WITHOUT_AVX512F();
   // tile multiples, ragged edges in M, N and K, single rows and columns, and the CNN's shapes
   const Case cases[] = {{8, 32, 8}, {1, 1, 1},      {7, 5, 3},     {9, 33, 17},  {17, 16, 9},
                         {5, 47, 1}, {64, 196, 288}, {288, 49, 64}, {130, 20, 70}};
@@ -95,7 +93,7 @@ TEST(CpuGemm, PackedMatchesNaiveLoopsAndEigen) {
 }
 
 TEST(CpuGemm, PackedHandlesWideLeadingDimensionsAndBlockEdges) {
-  if (!have_avx512()) GTEST_SKIP() << "this CPU has no AVX-512F: gemm() uses Eigen, the packed kernel is unused";
+  SKIP_WITHOUT_AVX512F();
   // leading dimensions wider than the rows (the gaps between rows of C are never written)
   for (bool ta : {false, true})
     for (bool tb : {false, true})
@@ -117,7 +115,7 @@ TEST(CpuGemm, PackedHandlesWideLeadingDimensionsAndBlockEdges) {
 }
 
 TEST(CpuGemm, PackedWithEmptyKOrZeroAlphaScalesC) {
-  if (!have_avx512()) GTEST_SKIP() << "this CPU has no AVX-512F: gemm() uses Eigen, the packed kernel is unused";
+  SKIP_WITHOUT_AVX512F();
   const std::vector<float> A = values(12, 4), B = values(12, 5);
   for (float beta : {0.0f, 1.0f, 3.0f}) {
     std::vector<float> C = values(12, 6), C0 = C;
@@ -132,7 +130,7 @@ TEST(CpuGemm, PackedWithEmptyKOrZeroAlphaScalesC) {
 }
 
 TEST(CpuGemm, PackedSameBitsFor1And2Threads) {
-  if (!have_avx512()) GTEST_SKIP() << "this CPU has no AVX-512F: gemm() uses Eigen, the packed kernel is unused";
+  SKIP_WITHOUT_AVX512F();
   const int saved = minidl::kernels::cpu::get_num_threads();
   // several row blocks (the threads split C's rows) and K blocks; then few rows (the threads split
   // C's column panels, 7 of them, unevenly)
@@ -156,7 +154,7 @@ TEST(CpuGemm, PackedSameBitsFor1And2Threads) {
 // 240, the last 180; each call below is one block: C = alpha * block + beta * C, then
 // C = alpha * block + C), with alpha and beta, and with a bias (added with the first block).
 TEST(CpuGemm, SplitOverKGivesTheBitsOfItsKBlocksOneAfterAnother) {
-  if (!have_avx512()) GTEST_SKIP() << "this CPU has no AVX-512F: gemm() uses Eigen, the packed kernel is unused";
+  SKIP_WITHOUT_AVX512F();
   const int saved = minidl::kernels::cpu::get_num_threads();
   const int64_t M = 70, N = 50, K = 2100, step = 240;
   const std::vector<float> bias = values(N, 16);
@@ -224,7 +222,7 @@ TEST(CpuGemm, BiasIsAddedToEveryRowOnEveryPath) {
 }
 
 TEST(CpuGemm, PackedBiasWithBetaAddsBothToC) {
-  if (!have_avx512()) GTEST_SKIP() << "this CPU has no AVX-512F: gemm() uses Eigen, the packed kernel is unused";
+  SKIP_WITHOUT_AVX512F();
   const int64_t M = 21, N = 45, K = 600;  // two K blocks: the bias goes in with the first only
   const std::vector<float> A = values(M * K, 8), B = values(K * N, 9), bias = values(N, 10), C0 = values(M * N, 11);
   std::vector<float> C = C0, ref = C0;

@@ -134,8 +134,8 @@ class PackedGemmBf16 : public ::testing::TestWithParam<Kernel> {
  protected:
   void SetUp() override {
     if (!GetParam().supported())
-      GTEST_SKIP() << "this CPU lacks " << GetParam().name << ": gemm_bf16_" << GetParam().name
-                   << " returns false, nothing to test";
+      GTEST_SKIP() << "no " << GetParam().name << " here (the CPU, or MINIDL_CPU_CAPABILITY): gemm_bf16_"
+                   << GetParam().name << " returns false, nothing to test";
   }
   GemmFn gemm() const { return GetParam().gemm; }
 };
@@ -367,7 +367,8 @@ TEST(CpuGemmBf16, ChoosesAmxWhereTheCpuHasIt) {
                                 op.ldc, 1.0f, 0.0f);
   ASSERT_EQ(ran, k::gemm_bf16_supported());
   ASSERT_EQ(k::gemm_bf16_supported(), k::gemm_bf16_amx_supported() || k::gemm_bf16_avx512_supported());
-  if (!ran) GTEST_SKIP() << "this CPU has neither AMX nor AVX512_BF16: gemm_bf16 returns false";
+  if (!ran)
+    GTEST_SKIP() << "neither AMX nor AVX512_BF16 here (the CPU, or MINIDL_CPU_CAPABILITY): gemm_bf16 returns false";
   const GemmFn expected_kernel = k::gemm_bf16_amx_supported() ? k::gemm_bf16_amx : k::gemm_bf16_avx512;
   ASSERT_TRUE(expected_kernel(op.M, op.N, op.K, op.A.data(), op.lda, false, op.B.data(), op.ldb, true, expect.data(),
                               op.ldc, 1.0f, 0.0f, false));

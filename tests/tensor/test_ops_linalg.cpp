@@ -1,6 +1,8 @@
 // tests/tensor/test_ops_linalg.cpp — mm, addmm and matmul: hand-computed products, transposed and
 // sliced views (no copies needed), 1-d and batched broadcasting, dtypes, errors.
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "tests/common/testing.h"
 
@@ -235,6 +237,39 @@ TEST(BFloat16Products, RowSumsOfATransposedViewAreEachColumnsDoubleSumInOrder) {
     ASSERT_EQ(sums.data<float>()[c], static_cast<float>(s)) << "column " << c;
     ASSERT_EQ(sums_of_empty.data<float>()[c], static_cast<float>(s)) << "column " << c << ", empty product";
   }
+}
+
+// Below avx512_bf16 (a CPU without AVX512_BF16, or MINIDL_CPU_CAPABILITY capping it) there is no
+// bfloat16 GEMM: mm, addmm and mm_and_row_sums on bfloat16 operands run the float32 kernel on the
+// widened operands — the same bits on small integers — and say so once on stderr, naming the cap.
+TEST(BFloat16Products, WithoutABFloat16GemmRunWidenedAndSaySoOnce) {
+  const std::string said =
+      "minidl: MINIDL_CPU_CAPABILITY=avx512 leaves out the bfloat16 GEMM; bfloat16 matrix products run through the "
+      "float32 kernel on the widened operands\n";
+  const auto said_once = ::testing::Truly([said](const std::string& err) {
+    const size_t first = err.find(said);
+    return first != std::string::npos && err.find(said, first + 1) == std::string::npos;
+  });
+  minidl::testing::expect_true_under_cpu_capability(
+      "avx512",
+      [] {
+        std::vector<float> av(6 * 5), bv(5 * 4), biasv(4);
+        for (size_t i = 0; i < av.size(); ++i) av[i] = static_cast<float>(static_cast<int>(i % 7) - 3);
+        for (size_t i = 0; i < bv.size(); ++i) bv[i] = static_cast<float>(static_cast<int>(i % 5) - 2);
+        for (size_t i = 0; i < biasv.size(); ++i) biasv[i] = 0.5f * static_cast<float>(i);
+        const Tensor a = from_vector<float>(av, {6, 5}), b = from_vector<float>(bv, {5, 4});
+        const Tensor bias = from_vector<float>(biasv, {4});
+        const Tensor a16 = a.to(DType::BFloat16), b16 = b.to(DType::BFloat16);
+        const Tensor product = mm(a, b), with_bias = addmm(bias, a, b);
+        const auto [at_b, row_sums] = mm_and_row_sums(a16.t().contiguous().t(), b16);
+        const auto same = [](const Tensor& x, const Tensor& y) {
+          return x.dtype() == DType::Float32 && x.shape() == y.shape() && x.to_vector<float>() == y.to_vector<float>();
+        };
+        return same(mm(a16, b16), product) && same(mm(a16, b16), product) &&
+               same(addmm(bias.to(DType::BFloat16), a16, b16), with_bias) && same(at_b, product) &&
+               same(row_sums, sum(a, {1}));
+      },
+      said_once);
 }
 
 TEST(BFloat16Products, AreFloat32ProductsOfTheWidenedOperands) {
