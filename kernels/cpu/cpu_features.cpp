@@ -14,7 +14,7 @@ constexpr CpuCapability kAll[] = {CpuCapability::Default, CpuCapability::Avx512,
 
 CpuCapability read_cap() {
   const char* v = std::getenv("MINIDL_CPU_CAPABILITY");
-  if (!v) return CpuCapability::Amx;
+  if (!v || !*v) return CpuCapability::Amx;  // unset or empty: everything
   for (CpuCapability c : kAll)
     if (std::strcmp(v, cpu_capability_name(c)) == 0) return c;
   std::fprintf(stderr, "minidl: MINIDL_CPU_CAPABILITY='%s' is not one of default, avx512, avx512_bf16, amx\n", v);

@@ -6,7 +6,7 @@
 //   MINIDL_CPU_CAPABILITY=default      none of these kernels: the portable code a CPU without AVX-512 runs
 //   MINIDL_CPU_CAPABILITY=avx512       + the AVX-512F/BW/VL kernels (float32 GEMM, pooling, bf16 conversion)
 //   MINIDL_CPU_CAPABILITY=avx512_bf16  + the AVX512_BF16 GEMM (bfloat16 products)
-//   MINIDL_CPU_CAPABILITY=amx          + the AMX GEMM: everything, as when the variable is unset
+//   MINIDL_CPU_CAPABILITY=amx          + the AMX GEMM: everything, as when the variable is unset or empty
 //
 // so that one machine runs, tests and times what a CPU with less would (naming more than the CPU
 // has gains nothing). The variable is read once, as the program starts; any other value stops the
@@ -21,7 +21,7 @@ namespace minidl::kernels::cpu {
 
 enum class CpuCapability { Default, Avx512, Avx512Bf16, Amx };
 
-// The cap MINIDL_CPU_CAPABILITY sets (Amx when it is unset).
+// The cap MINIDL_CPU_CAPABILITY sets (Amx when it is unset or empty).
 CpuCapability cpu_capability_cap();
 const char* cpu_capability_name(CpuCapability c);  // "default", "avx512", "avx512_bf16", "amx"
 

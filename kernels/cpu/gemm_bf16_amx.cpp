@@ -34,8 +34,8 @@
 #include <algorithm>
 
 #include "minidl/kernels/cpu/aligned_buffer.h"
-#include "minidl/kernels/cpu/cpu_features.h"
 #include "minidl/kernels/cpu/amx_tiles.h"
+#include "minidl/kernels/cpu/cpu_features.h"
 #include "minidl/kernels/cpu/gemm_bf16.h"
 #include "minidl/kernels/cpu/gemm_bf16_pack.h"
 #include "minidl/kernels/cpu/parallel.h"

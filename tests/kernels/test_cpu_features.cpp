@@ -32,7 +32,7 @@ bool cpu_has(bool avx512bf16) {
 TEST(CpuCapability, ChecksAreTheCpusFeaturesUnderTheCap) {
   const char* value = std::getenv("MINIDL_CPU_CAPABILITY");
   const CpuCapability cap = k::cpu_capability_cap();
-  EXPECT_STREQ(k::cpu_capability_name(cap), value ? value : "amx");
+  EXPECT_STREQ(k::cpu_capability_name(cap), value && *value ? value : "amx");
   EXPECT_EQ(k::cpu_has_avx512f(), cap >= CpuCapability::Avx512 && __builtin_cpu_supports("avx512f"));
   EXPECT_EQ(k::cpu_has_avx512_bw_vl(), cap >= CpuCapability::Avx512 && cpu_has(false));
   EXPECT_EQ(k::cpu_has_avx512_bf16(), cap >= CpuCapability::Avx512Bf16 && cpu_has(true));
@@ -56,6 +56,13 @@ TEST(CpuCapability, ACapTurnsOffTheKernelsAboveIt) {
              !k::cpu_has_avx512_bf16() && k::cpu_has_avx512f() == avx512 && k::cpu_has_avx512_bw_vl() == avx512;
     });
   }
+}
+
+TEST(CpuCapability, AnEmptyValueIsEverythingAsUnset) {
+  expect_true_under_cpu_capability("", [] {
+    return k::cpu_capability_cap() == CpuCapability::Amx && k::cpu_has_avx512f() == cpu_has(false) &&
+           k::cpu_has_avx512_bf16() == cpu_has(true);
+  });
 }
 
 TEST(CpuCapability, ABadValueStopsTheProgramAsItStartsNamingIt) {
