@@ -34,6 +34,7 @@ mkdir -p "$out"
   echo "date   $(date -u '+%Y-%m-%d %H:%M UTC')"
   lscpu | grep -E '^(Model name|CPU\(s\)|L1d|L2|L3)'
   echo "flags  $(grep -o -w -E 'avx512f|avx512_bf16|avx512_fp16|amx_bf16' /proc/cpuinfo | sort -u | tr '\n' ' ')"
+  echo "cap    MINIDL_CPU_CAPABILITY=${MINIDL_CPU_CAPABILITY:-} (empty: the kernels the CPU has; README)"
   grep -E '^(CMAKE_BUILD_TYPE|CMAKE_CXX_COMPILER|MINIDL_NATIVE|CMAKE_CXX_FLAGS_RELEASE):' "$build/CMakeCache.txt"
   echo "load   $(cut -d' ' -f1-3 /proc/loadavg)"
 } > "$out/machine.txt"
