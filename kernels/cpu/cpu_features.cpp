@@ -6,6 +6,12 @@
 #include <cstdlib>
 #include <cstring>
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#define MINIDL_CPU_SUPPORTS(feature) (__builtin_cpu_supports(feature) != 0)
+#else
+#define MINIDL_CPU_SUPPORTS(feature) false
+#endif
+
 namespace minidl::kernels::cpu {
 namespace {
 
@@ -21,11 +27,9 @@ CpuCapability read_cap() {
   std::exit(2);
 }
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#define MINIDL_CPU_SUPPORTS(feature) (__builtin_cpu_supports(feature) != 0)
-#else
-#define MINIDL_CPU_SUPPORTS(feature) false
-#endif
+// Read as the program starts (one thread, nothing done yet), so that a bad value stops it before
+// any work rather than inside a kernel's parallel loop.
+[[maybe_unused]] const bool cap_read_at_start = (cpu_capability_cap(), true);
 
 }  // namespace
 
@@ -33,12 +37,6 @@ CpuCapability cpu_capability_cap() {
   static const CpuCapability cap = read_cap();
   return cap;
 }
-
-namespace {
-// Read as the program starts (one thread, nothing done yet), so that a bad value stops it before
-// any work rather than inside a kernel's parallel loop.
-[[maybe_unused]] const bool cap_read_at_start = (cpu_capability_cap(), true);
-}  // namespace
 
 const char* cpu_capability_name(CpuCapability c) {
   switch (c) {
@@ -60,14 +58,13 @@ bool cpu_has_avx512f() {
 }
 
 bool cpu_has_avx512_bw_vl() {
-  static const bool have = cpu_capability_cap() >= CpuCapability::Avx512 && MINIDL_CPU_SUPPORTS("avx512f") &&
-                           MINIDL_CPU_SUPPORTS("avx512bw") && MINIDL_CPU_SUPPORTS("avx512vl");
+  static const bool have = cpu_has_avx512f() && MINIDL_CPU_SUPPORTS("avx512bw") && MINIDL_CPU_SUPPORTS("avx512vl");
   return have;
 }
 
 bool cpu_has_avx512_bf16() {
-  static const bool have = cpu_capability_cap() >= CpuCapability::Avx512Bf16 && MINIDL_CPU_SUPPORTS("avx512bf16") &&
-                           MINIDL_CPU_SUPPORTS("avx512bw") && MINIDL_CPU_SUPPORTS("avx512vl");
+  static const bool have =
+      cpu_capability_cap() >= CpuCapability::Avx512Bf16 && cpu_has_avx512_bw_vl() && MINIDL_CPU_SUPPORTS("avx512bf16");
   return have;
 }
 

@@ -140,18 +140,32 @@ CpuCapabilityVariable::~CpuCapabilityVariable() {
     ::unsetenv(kCapabilityName);
 }
 
+void in_fresh_process(const std::function<void()>& body, const ::testing::Matcher<const std::string&>& err) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        int code = 0;
+        try {
+          body();
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "%s\n", e.what());
+          code = 1;
+        }
+        std::fflush(nullptr);
+        std::_Exit(code);
+      },
+      ::testing::ExitedWithCode(0), err);
+}
+
 void expect_true_under_cpu_capability(const char* cap, const std::function<bool()>& body,
                                       const ::testing::Matcher<const std::string&>& err) {
   SCOPED_TRACE(std::string(kCapabilityName) + "=" + cap);
   const CpuCapabilityVariable var(cap);
-  GTEST_FLAG_SET(death_test_style, "threadsafe");
-  EXPECT_EXIT(
-      {
-        const bool ok = body();
-        std::fflush(nullptr);
-        std::_Exit(ok ? 0 : 1);
+  in_fresh_process(
+      [&] {
+        if (!body()) throw std::runtime_error(std::string("false under ") + kCapabilityName + "=" + cap);
       },
-      ::testing::ExitedWithCode(0), err);
+      err);
 }
 
 }  // namespace minidl::testing

@@ -37,6 +37,12 @@ void limit_address_space(size_t slack_bytes);
 // a std::exception: for limits (setrlimit) that must not touch the test process itself.
 std::string run_in_child(const std::function<std::string()>& fn);
 
+// Runs body in a fresh copy of this test program (GoogleTest's "threadsafe" death-test style
+// re-executes it for this test alone, with this process's environment): the test passes when body
+// returns and what the copy writes to stderr matches `err`; an exception's message (a failed
+// rank's, from spawn) is printed as the failure.
+void in_fresh_process(const std::function<void()>& body,
+                      const ::testing::Matcher<const std::string&>& err = ::testing::_);
 // MINIDL_CPU_CAPABILITY (kernels/cpu/cpu_features.h) set to value for a scope, then restored. A
 // program reads it once as it starts, so it reaches the fresh copies of this program started in
 // the scope (GoogleTest's "threadsafe" death tests), not this one.

@@ -5,9 +5,6 @@
 // re-executed), since a process that has started CUDA — an earlier GPU test in the same program —
 // cannot fork ranks that use it.
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
-#include <functional>
 #include <sstream>
 
 #include "minidl/dist/ddp.h"
@@ -22,6 +19,7 @@
 #include "tests/kernels/cuda_testing.h"
 
 using namespace minidl;
+using minidl::testing::in_fresh_process;  // where no CUDA call has been made
 
 namespace {
 
@@ -38,26 +36,6 @@ void require_close(const Tensor& a, const Tensor& b, double rtol, double atol, c
       os << what << ": element " << i << " is " << va[i] << ", expected " << vb[i];
       throw std::runtime_error(os.str());
     }
-}
-
-// Runs body in a fresh copy of this test program (GoogleTest's "threadsafe" death-test style
-// re-executes it for this test alone), where no CUDA call has been made: it passes when body
-// returns; an exception's message (a failed rank's, from spawn) is printed as the failure.
-void in_fresh_process(const std::function<void()>& body) {
-  GTEST_FLAG_SET(death_test_style, "threadsafe");
-  EXPECT_EXIT(
-      {
-        int code = 0;
-        try {
-          body();
-        } catch (const std::exception& e) {
-          std::fprintf(stderr, "%s\n", e.what());
-          code = 1;
-        }
-        std::fflush(nullptr);
-        std::_Exit(code);
-      },
-      ::testing::ExitedWithCode(0), "");
 }
 
 }  // namespace
