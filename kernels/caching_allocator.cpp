@@ -102,17 +102,45 @@ CachingAllocator::Block* CachingAllocator::new_segment(size_t size, void* stream
   return b;
 }
 
+CachingAllocator::Block* CachingAllocator::grow_segment(size_t size, void* stream) {
+  Block* tail = growable_tail_;
+  if (!source_.grow || (tail != nullptr && tail->stream != stream)) return nullptr;
+  const size_t have = tail != nullptr && !tail->in_use ? tail->size : 0;  // smaller than `size` (no fit)
+  const size_t grow = size - have;  // exactly what is missing
+  if (stats_.cap != SIZE_MAX && stats_.reserved + grow > stats_.cap) return nullptr;
+  char* end = tail != nullptr ? tail->ptr + tail->size : nullptr;
+  char* p = static_cast<char*>(source_.grow(end, grow));
+  if (p == nullptr) return nullptr;
+  stats_.reserved += grow;
+  stats_.peak_reserved = std::max(stats_.peak_reserved, stats_.reserved);
+  ++stats_.segment_allocs;
+  if (have > 0) {  // the free tail and the new bytes make one block
+    large_pool_.erase(tail);
+    tail->size += grow;
+    return tail;
+  }
+  Block* b = new Block{p, grow, stream, false, true};
+  all_.insert(b);
+  b->prev = tail;
+  if (tail != nullptr) tail->next = b;
+  growable_tail_ = b;
+  return b;
+}
+
 void CachingAllocator::split(Block* b, size_t size, Pool& pool) {
   const size_t rest = b->size - size;
-  const bool worth = b->small ? rest >= kRound : rest > kSmallLimit;
+  // A large block leaves its remainder unless it exceeds 1 MiB (smaller ones rarely fit a large
+  // request), but in the growable segment a remainder merges back with its neighbours and the end.
+  const bool worth = b->small || b->growable ? rest >= kRound : rest > kSmallLimit;
   if (!worth) return;
-  Block* r = new Block{b->ptr + size, rest, b->stream, b->small};
+  Block* r = new Block{b->ptr + size, rest, b->stream, b->small, b->growable};
   all_.insert(r);
   r->prev = b;
   r->next = b->next;
   if (b->next) b->next->prev = r;
   b->next = r;
   b->size = size;
+  if (growable_tail_ == b) growable_tail_ = r;
   pool.insert(r);
 }
 
@@ -133,7 +161,7 @@ void* CachingAllocator::allocate(size_t nbytes, void* stream) {
   Block* b = take_free_block(pool, size, stream);
   if (b)
     ++stats_.cache_hits;
-  else
+  else if (small || (b = grow_segment(size, stream)) == nullptr)
     b = new_segment(size, stream, small, nbytes);
   split(b, size, pool);
   b->in_use = true;
@@ -203,6 +231,7 @@ void CachingAllocator::free_block(Block* b) {
     b->size += n->size;
     b->next = n->next;
     if (n->next) n->next->prev = b;
+    if (growable_tail_ == n) growable_tail_ = b;
     all_.erase(n);
     delete n;
   }
@@ -212,6 +241,7 @@ void CachingAllocator::free_block(Block* b) {
     pr->size += b->size;
     pr->next = b->next;
     if (b->next) b->next->prev = pr;
+    if (growable_tail_ == b) growable_tail_ = pr;
     all_.erase(b);
     delete b;
     b = pr;
@@ -223,16 +253,21 @@ void CachingAllocator::release_free_segments() {
   for (Pool* pool : {&small_pool_, &large_pool_}) {
     for (auto it = pool->begin(); it != pool->end();) {
       Block* b = *it;
-      if (b->prev == nullptr && b->next == nullptr) {  // a whole, unused segment
-        source_.free(b->ptr);
-        stats_.reserved -= b->size;
-        ++stats_.segment_frees;
-        all_.erase(b);
-        delete b;
-        it = pool->erase(it);
-      } else {
+      const bool whole = b->prev == nullptr && b->next == nullptr;  // a whole, unused segment
+      // or the free end of a grown segment
+      const bool end = !whole && b == growable_tail_ && source_.shrink && source_.shrink(b->ptr, b->size);
+      if (!whole && !end) {
         ++it;
+        continue;
       }
+      if (whole) source_.free(b->ptr);
+      if (end) b->prev->next = nullptr;
+      if (growable_tail_ == b) growable_tail_ = b->prev;
+      stats_.reserved -= b->size;
+      ++stats_.segment_frees;
+      all_.erase(b);
+      delete b;
+      it = pool->erase(it);
     }
   }
 }

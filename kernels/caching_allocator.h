@@ -11,6 +11,14 @@
 //   a block larger than needed is split (small: remainder >= 512 B; large: remainder > 1 MiB);
 //   freed blocks merge with free neighbours of the same segment; nothing goes back to the
 //   driver until empty_cache(), or when a new segment is needed and would pass the cap or fail.
+//   A source that can grow a segment in place (SegmentSource::grow: the CPU's reserved address
+//   range, PyTorch's "expandable segments") is asked first when no free block fits a large
+//   request: its one growable segment grows at its end by exactly what its free tail lacks, so
+//   large blocks live in one contiguous range, split at any remainder and merge with any free
+//   neighbour.
+//   Segments of their own fragment: a request a little larger than every free block takes a
+//   whole new segment while those blocks stay reserved. empty_cache() also gives back the free
+//   end of the growable segment (SegmentSource::shrink).
 //   record_stream(p, S): another stream S still uses the block (NCCL reading a bucket on the
 //   communication stream). When such a block is freed, an event is recorded on each such stream
 //   and the block goes back to its pool only once every one of those events has completed
@@ -42,6 +50,12 @@ class OutOfMemoryError : public std::runtime_error {
 struct SegmentSource {
   std::function<void*(size_t)> alloc;  // returns nullptr when the device is out of memory
   std::function<void(void*)> free;
+  // Optional: one segment for large blocks that grows in place. grow(nullptr, n) starts it with n
+  // bytes and returns its start; grow(end, n) makes the n bytes at `end`, its end, part of it and
+  // returns `end`; nullptr when it cannot (no address space or memory left). free(start) gives
+  // all of it back; shrink(p, n) gives back [p, p + n), its end, and returns false for other p.
+  std::function<void*(void* end, size_t n)> grow{};
+  std::function<bool(void* p, size_t n)> shrink{};
 };
 
 // Events on streams, for record_stream (tests pass fakes; without them record_stream throws).
@@ -53,6 +67,8 @@ struct EventSource {
 
 struct CachingAllocatorStats {
   size_t allocated = 0, reserved = 0, peak_allocated = 0, peak_reserved = 0, cap = SIZE_MAX;
+  // segment_allocs: times memory was reserved (a new segment, or a segment grown at its end);
+  // segment_frees: times it was given back (a whole segment, or a grown segment's free end).
   int64_t segment_allocs = 0, segment_frees = 0, cache_hits = 0;
 };
 
@@ -88,6 +104,7 @@ class CachingAllocator {
     size_t size;
     void* stream;
     bool small;
+    bool growable = false;  // in the growable segment
     bool in_use = false;  // also while freed but waiting for events
     std::vector<void*> stream_uses{};  // record_stream's streams, other than `stream`
     int event_count = 0;  // events still to complete before the block is free
@@ -104,6 +121,7 @@ class CachingAllocator {
   using Pool = std::set<Block*, ByStreamSize>;
 
   Block* take_free_block(Pool& pool, size_t size, void* stream);
+  Block* grow_segment(size_t size, void* stream);  // nullptr: the source has no growable segment
   Block* new_segment(size_t size, void* stream, bool small, size_t request);
   void split(Block* b, size_t size, Pool& pool);
   void free_block(Block* b);  // back into its pool, merged with free neighbours
@@ -118,6 +136,7 @@ class CachingAllocator {
   EventSource events_;
   mutable std::mutex mu_;
   Pool small_pool_, large_pool_;
+  Block* growable_tail_ = nullptr;  // the last block of the growable segment, if there is one
   std::map<void*, Block*> live_;
   std::set<Block*> all_;  // every block (for the destructor)
   std::vector<std::pair<void*, Block*>> pending_;  // (event, freed block waiting for it), in record order

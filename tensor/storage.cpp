@@ -1,20 +1,20 @@
 // tensor/storage.cpp — CPU allocation through a caching allocator, and device dispatch.
 //
 // CPU tensors come from one process-wide kernels::CachingAllocator (kernels/caching_allocator.h,
-// the logic the CUDA side uses) over malloc'd segments: a freed block goes back to the cache, so a
-// steady-state training step — the same sizes every step — maps no new memory and takes no page
-// faults after the first step. Each segment (a whole number of 2 MiB) starts on a 2 MiB boundary
-// and is offered to Linux's transparent huge pages (madvise MADV_HUGEPAGE; the default "madvise"
-// setting honours it): a step's passes over large activations then walk 512 times fewer pages,
-// which ran the reference cnn and vit steps 1-10% faster, with the memory's phase, for more
-// resident memory: a huge page is resident whole (docs/benchmarks.md). PyTorch offers
-// the same for its CPU allocator behind THP_MEM_ALLOC_ENABLE=1. Memory is not zeroed (as malloc):
+// the logic the CUDA side uses): a freed block goes back to the cache, so a steady-state training
+// step — the same sizes every step — maps no new memory and takes no page faults after the first
+// step. Its large blocks come from one address range, reserved as large as the machine's memory
+// and grown as needed (tensor/cpu_segments.h), its small ones from 2 MiB segments. The memory is
+// offered to Linux's transparent huge pages (madvise MADV_HUGEPAGE; the default "madvise" setting
+// honours it): a step's passes over large activations then walk 512 times fewer pages, which ran
+// the reference cnn and vit steps 1-10% faster, with the memory's phase, for more resident memory:
+// a huge page is resident whole (docs/benchmarks.md). PyTorch offers the same for its CPU
+// allocator behind THP_MEM_ALLOC_ENABLE=1. Memory is not zeroed (as malloc):
 // ops that need zeros fill them. MINIDL_CPU_ALLOCATOR=malloc bypasses the cache (for memory
 // checkers).
 // Either way a failure is a CpuOutOfMemoryError naming the size asked for.
 #include "minidl/tensor/storage.h"
 
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -27,6 +27,7 @@
 #include "minidl/kernels/caching_allocator.h"
 #include "minidl/kernels/cuda_api.h"
 #include "minidl/tensor/cpu_allocator.h"
+#include "minidl/tensor/cpu_segments.h"
 
 namespace minidl {
 
@@ -41,23 +42,12 @@ bool use_cache() {
   return on;
 }
 
-// A segment of n bytes (the allocator asks for whole 2 MiB), on a 2 MiB boundary and advised to be
-// backed by huge pages where Linux has them; nullptr when malloc fails.
-void* huge_page_segment(size_t n) {
-  constexpr size_t kHugePage = size_t(2) << 20;
-  const size_t bytes = (n + kHugePage - 1) / kHugePage * kHugePage;
-  void* p = std::aligned_alloc(kHugePage, bytes);
-#ifdef MADV_HUGEPAGE
-  if (p) madvise(p, bytes, MADV_HUGEPAGE);  // advice only: a kernel without THP ignores or refuses it
-#endif
-  return p;
-}
-
 kernels::CachingAllocator& cpu_cache() {
   // Never destroyed: tensors in static objects may outlive any destructor order.
-  static auto* a = new kernels::CachingAllocator(
-      "cpu", static_cast<size_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<size_t>(sysconf(_SC_PAGESIZE)),
-      {.alloc = huge_page_segment, .free = [](void* p) { std::free(p); }});
+  static auto* a = [] {
+    const size_t memory = static_cast<size_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    return new kernels::CachingAllocator("cpu", memory, cpu_segment_source(memory));  // reserve the machine's memory
+  }();
   return *a;
 }
 // "CPU tensors hold 1.00 GiB (1.25 GiB reserved by the caching allocator, cap 8.00 GiB)".

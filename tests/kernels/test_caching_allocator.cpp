@@ -1,8 +1,8 @@
 // tests/kernels/test_caching_allocator.cpp — the caching allocator's logic on the CPU, with a
 // malloc-backed segment source (kernels/caching_allocator.h): reuse without new segments, block
 // splitting and merging, per-stream pools, statistics, empty_cache, the memory cap's
-// out-of-memory message, and record_stream (a block freed while another stream still uses it,
-// with fake events). Runs everywhere; the CUDA glue is covered by test_cuda_allocator.cpp.
+// out-of-memory message, record_stream (a block freed while another stream still uses it, with
+// fake events), and a source with a growable segment (the CPU's). Runs everywhere; the CUDA glue is covered by test_cuda_allocator.cpp.
 #include <cstdlib>
 #include <memory>
 #include <set>
@@ -28,6 +28,41 @@ struct FakeDevice {
               live.erase(p);
               std::free(p);
             }};
+  }
+};
+// A source with a growable segment: one buffer of `capacity` bytes, the segment its first `used`.
+struct FakeGrowableDevice {
+  explicit FakeGrowableDevice(size_t capacity) : capacity(capacity), base(static_cast<char*>(std::malloc(capacity))) {}
+  ~FakeGrowableDevice() { std::free(base); }
+  size_t capacity, used = 0;
+  char* base;
+  std::set<void*> live;  // segments of their own
+  SegmentSource source() {
+    return {.alloc = [this](size_t n) -> void* {
+              void* p = std::malloc(n);
+              live.insert(p);
+              return p;
+            },
+            .free =
+                [this](void* p) {
+                  if (p == base) {
+                    used = 0;
+                    return;
+                  }
+                  live.erase(p);
+                  std::free(p);
+                },
+            .grow = [this](void* end, size_t n) -> void* {
+              if (end != (used == 0 ? nullptr : base + used) || n > capacity - used) return nullptr;
+              used += n;
+              return end == nullptr ? base : end;
+            },
+            .shrink =
+                [this](void* p, size_t n) {
+                  if (static_cast<char*>(p) + n != base + used) return false;
+                  used -= n;
+                  return true;
+                }};
   }
 };
 void* stream_a = reinterpret_cast<void*>(0x1);
@@ -306,4 +341,108 @@ TEST(CachingAllocator, RecordStreamRejectsUnknownPointersAndAllocatorsWithoutEve
   void* p = without.allocate(1000, nullptr);
   EXPECT_THROW(without.record_stream(p, stream_b), std::logic_error);
   without.free(p);
+}
+
+// A source with a growable segment: large blocks go to it, each growth exactly what is missing.
+TEST(CachingAllocatorGrowable, LargeBlocksGrowOneSegmentByExactlyWhatItsFreeEndLacks) {
+  FakeGrowableDevice dev(64 * MiB);
+  CachingAllocator a("cpu", 1024 * MiB, dev.source());
+  void* p = a.allocate(3 * MiB + 512, stream_a);
+  void* q = a.allocate(3 * MiB, stream_a);
+  EXPECT_EQ(p, dev.base);
+  EXPECT_EQ(static_cast<char*>(q), dev.base + 3 * MiB + 512) << "the second block follows the first";
+  EXPECT_EQ(a.stats().reserved, 6 * MiB + 512) << "not rounded to 2 MiB per block";
+  EXPECT_EQ(dev.used, 6 * MiB + 512);
+  a.free(q);  // the segment ends with a free 3 MiB block: a 5 MiB request takes it and 2 MiB more
+  void* r = a.allocate(5 * MiB, stream_a);
+  EXPECT_EQ(r, q);
+  EXPECT_EQ(a.stats().reserved, 8 * MiB + 512);
+  EXPECT_EQ(a.stats().segment_allocs, 3);
+  EXPECT_TRUE(dev.live.empty()) << "no segment of its own";
+  a.free(p);
+  a.free(r);
+}
+
+// The fragmentation separate segments suffer: two freed 4 MiB blocks merge into a hole that a
+// 7 MiB request fits, where separate segments need a new one.
+TEST(CachingAllocatorGrowable, FreedNeighboursMergeAcrossWhatWouldBeSeparateSegments) {
+  FakeGrowableDevice growable(64 * MiB);
+  FakeDevice plain;
+  CachingAllocator g("cpu", 1024 * MiB, growable.source()), s("cpu", 1024 * MiB, plain.source());
+  for (CachingAllocator* a : {&g, &s}) {
+    void* x = a->allocate(4 * MiB, stream_a);
+    void* y = a->allocate(4 * MiB, stream_a);
+    void* z = a->allocate(4 * MiB, stream_a);
+    a->free(x);
+    a->free(y);
+    void* w = a->allocate(7 * MiB, stream_a);
+    if (a == &g) {
+      EXPECT_EQ(w, x) << "the merged hole at the start";
+    }
+    a->free(w);
+    a->free(z);
+  }
+  EXPECT_EQ(g.stats().reserved, 12 * MiB);
+  EXPECT_EQ(s.stats().reserved, 20 * MiB) << "4 + 4 + 4 + a new 8 MiB segment";
+}
+
+TEST(CachingAllocatorGrowable, RemaindersBelowOneMiBAreSplitOffAndMergeBack) {
+  FakeGrowableDevice dev(64 * MiB);
+  FakeDevice plain;
+  CachingAllocator g("cpu", 1024 * MiB, dev.source()), s("cpu", 1024 * MiB, plain.source());
+  g.free(g.allocate(4 * MiB, stream_a));
+  s.free(s.allocate(4 * MiB, stream_a));
+  void* p = g.allocate(3 * MiB + 512 * 1024, stream_a);
+  void* q = s.allocate(3 * MiB + 512 * 1024, stream_a);
+  EXPECT_EQ(g.block_size(p), 3 * MiB + 512 * 1024) << "the 512 KiB rest is a free block of its own";
+  EXPECT_EQ(s.block_size(q), 4 * MiB) << "a separate segment keeps a rest under 1 MiB in the block";
+  EXPECT_EQ(g.stats().allocated, 3 * MiB + 512 * 1024);
+  g.free(p);
+  s.free(q);
+  EXPECT_EQ(g.block_size(g.allocate(4 * MiB, stream_a)), 4 * MiB) << "merged back: no growth";
+  EXPECT_EQ(g.stats().reserved, 4 * MiB);
+}
+
+TEST(CachingAllocatorGrowable, EmptyCacheGivesBackTheFreeEndThenTheWholeSegment) {
+  FakeGrowableDevice dev(64 * MiB);
+  CachingAllocator a("cpu", 1024 * MiB, dev.source());
+  void* keep = a.allocate(4 * MiB, stream_a);
+  void* drop = a.allocate(6 * MiB, stream_a);
+  a.free(drop);
+  a.empty_cache();
+  EXPECT_EQ(a.stats().reserved, 4 * MiB);
+  EXPECT_EQ(dev.used, 4 * MiB);
+  EXPECT_EQ(a.stats().segment_frees, 1);
+  void* again = a.allocate(2 * MiB, stream_a);  // grows again from the new end
+  EXPECT_EQ(static_cast<char*>(again), dev.base + 4 * MiB);
+  a.free(again);
+  a.free(keep);
+  a.empty_cache();
+  EXPECT_EQ(a.stats().reserved, 0u);
+  EXPECT_EQ(dev.used, 0u);
+  EXPECT_EQ(a.allocate(8 * MiB, stream_a), dev.base) << "the segment starts again at the range's start";
+}
+
+TEST(CachingAllocatorGrowable, WhenTheRangeIsUsedUpALargeRequestGetsASegmentOfItsOwn) {
+  FakeGrowableDevice dev(8 * MiB);
+  CachingAllocator a("cpu", 1024 * MiB, dev.source());
+  void* p = a.allocate(6 * MiB, stream_a);
+  void* q = a.allocate(3 * MiB, stream_a);  // 9 MiB would pass the range's 8
+  EXPECT_EQ(dev.live.count(q), 1u);
+  EXPECT_EQ(a.stats().reserved, 6 * MiB + 4 * MiB) << "the grown 6 MiB and a 4 MiB segment";
+  a.free(p);
+  a.free(q);
+}
+
+TEST(CachingAllocatorGrowable, TheCapBoundsGrowth) {
+  FakeGrowableDevice dev(64 * MiB);
+  CachingAllocator a("cpu", 100 * MiB, dev.source());
+  a.set_memory_fraction(0.25);  // 25 MiB
+  void* p = a.allocate(20 * MiB, stream_a);
+  EXPECT_THROW(a.allocate(10 * MiB, stream_a), OutOfMemoryError);
+  a.free(p);
+  void* q = a.allocate(24 * MiB, stream_a);  // the free 20 MiB end and 4 MiB more
+  EXPECT_EQ(q, p);
+  EXPECT_EQ(a.stats().reserved, 24 * MiB);
+  a.free(q);
 }

@@ -12,7 +12,6 @@
 // maps no new memory).
 // Thread-count independence of these kernels is checked too (same bits, 1 and 2 threads).
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <tuple>
 #include <type_traits>
@@ -186,21 +185,6 @@ TEST(FastPaths, SteadyStateTrainingStepMapsNoNewMemory) {
   const auto after = cpu_allocator_stats();
   EXPECT_EQ(after.segment_allocs, before.segment_allocs) << "steady-state steps allocated new segments";
   EXPECT_GT(after.cache_hits, before.cache_hits);
-}
-
-// The caching allocator's segments start on 2 MiB boundaries (huge-page candidates): a tensor larger
-// than any cached block gets a new segment of its own and sits at its start. (Whether Linux backs
-// it with huge pages is the kernel's choice; the alignment is ours.) Unless MINIDL_CPU_ALLOCATOR
-// bypasses the cache, as memory checkers do.
-TEST(FastPaths, CpuSegmentsStartOnHugePageBoundaries) {
-  const char* mode = std::getenv("MINIDL_CPU_ALLOCATOR");
-  if (mode && std::strcmp(mode, "malloc") == 0) GTEST_SKIP() << "MINIDL_CPU_ALLOCATOR=malloc: no segments";
-  const auto before = cpu_allocator_stats();
-  const Tensor big = empty({(int64_t(1) << 20) * 24 + 100});  // 96 MiB + 400 B: a new segment
-  const auto after = cpu_allocator_stats();
-  ASSERT_EQ(after.segment_allocs, before.segment_allocs + 1);
-  EXPECT_EQ(reinterpret_cast<uintptr_t>(big.raw_data()) % (uintptr_t(2) << 20), 0u);
-  EXPECT_EQ((after.reserved - before.reserved) % (size_t(2) << 20), 0u);
 }
 
 // cpu_reset_peak_memory_stats: the peak starts again from what is held now, then follows new highs.
