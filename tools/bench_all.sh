@@ -11,7 +11,7 @@
 # /tmp/torch-peer/python); the build is ./build (BUILD to change it); BASELINE=PATH/bench adds an
 # older build's bench to the reference models' rotation (a before/after of the same step). Each
 # python peer runs with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset, as docs/benchmarks.md says.
-# All sections take about 27 minutes on 2 cores.
+# All sections take about 45 minutes on 2 cores.
 set -euo pipefail
 if [[ $# -lt 1 ]]; then
   sed -n '3,5p' "$0" | sed 's/^# \{0,1\}//' >&2
@@ -86,7 +86,10 @@ for s in "${sections[@]}"; do
           done
         done
       done
-      run "$s" "$ex/bench_gemm" bf16 1 3 ;;
+      run "$s" "$ex/bench_gemm" bf16 1 3
+      # both sides in bf16 and fp32: PyTorch under torch.autocast, its best of eager and compiled
+      run "$s" "${py[@]}" tools/compare_pytorch.py --bench "$ex/bench" --torch-python "$torch_python" \
+        --models mlp cnn vit --reps 3 --precision fp32 bf16 --json "$out/precision.jsonl" ;;
     zero)  # ZeRO-1 against plain Adam under DDP
       for rep in 1 2 3; do
         for n in 2 4; do

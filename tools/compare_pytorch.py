@@ -4,6 +4,7 @@
   /usr/bin/python3 tools/compare_pytorch.py [--bench build/examples/bench] [--models mlp cnn vit]
                                             [--reps 3] [--batch-size 128] [--baseline OTHER_BENCH]
                                             [--torch-python /tmp/torch-peer/python] [--eager-only]
+                                            [--precision fp32 [bf16]]
   /usr/bin/python3 tools/compare_pytorch.py --describe [--models ...] [--torch-python ...]
 
 --models takes the three reference models and the zoo's (examples/zoo/zoo.h: resnet20, mobilenet,
@@ -32,6 +33,11 @@ them for older OpenBLAS builds); for 1 thread it also gets OMP_NUM_THREADS=1 and
 torch.set_num_threads does not bind OpenBLAS's own threads. The step matches `bench`: the same
 model, SGD lr 0.05 momentum 0.9 weight decay 5e-4, cross-entropy, fixed random input, the same
 warm-up and timed step counts, and the same FLOP count (see examples/bench.cpp).
+
+--precision bf16 runs both sides in mixed precision: `bench --precision bf16`, and the peer's
+forward and loss under torch.autocast("cpu", dtype=torch.bfloat16) (its master weights stay
+float32, as minidl's). Given both (--precision fp32 bf16), each repetition runs every precision in
+turn and the script prints a table per precision and each side's bf16 / fp32 ratio.
 """
 import argparse
 import json
@@ -236,9 +242,9 @@ def random_batch(name, batch):
     return torch.rand(batch, *ZOO_INPUT.get(name, (1, 28, 28))), torch.randint(0, 10, (batch,))
 
 
-def peer(model_name, batch, threads, steps, compiled):
-    """The PyTorch training step (the model under torch.compile when `compiled`); prints one JSON
-    line like bench."""
+def peer(model_name, batch, threads, steps, compiled, precision):
+    """The PyTorch training step (the model under torch.compile when `compiled`, the forward and
+    loss under bfloat16 autocast for precision "bf16"); prints one JSON line like bench."""
     import torch
     import torch.nn.functional as F
 
@@ -253,8 +259,10 @@ def peer(model_name, batch, threads, steps, compiled):
         if s == 0:
             t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        out = forward(x)
-        F.cross_entropy(out.flatten(0, -2), y.flatten()).backward()  # (N, 10) or (N T, vocab)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+            out = forward(x)
+            loss = F.cross_entropy(out.flatten(0, -2), y.flatten())  # (N, 10) or (N T, vocab)
+        loss.backward()
         opt.step()
     seconds = time.perf_counter() - t0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -263,7 +271,7 @@ def peer(model_name, batch, threads, steps, compiled):
                       "threads": threads, "processes": 1, "steps": steps,
                       "step_ms": 1e3 * seconds / steps, "images_per_s": ips,
                       "gflops_per_s": 6.0 * model_macs(model_name) * ips / 1e9,
-                      "peak_rss_mb": peak / 1024, "step_mem_mb": (peak - before) / 1024}))
+                      "peak_rss_mb": peak / 1024, "step_mem_mb": (peak - before) / 1024, "precision": precision}))
 
 
 def describe(models):
@@ -320,6 +328,8 @@ def main():
     ap.add_argument("--torch-python", default=sys.executable,
                     help="the PyTorch peer's interpreter (e.g. /tmp/torch-peer/python; default: this one)")
     ap.add_argument("--eager-only", action="store_true", help="the peer without its torch.compile process")
+    ap.add_argument("--precision", nargs="+", default=["fp32"], choices=["fp32", "bf16"],
+                    help="fp32, bf16 (autocast on both sides), or both in turn")
     ap.add_argument("--describe", action="store_true", help="print each model's PyTorch twin (parameter count, ...)")
     ap.add_argument("--compiled", action="store_true", help=argparse.SUPPRESS)  # internal: the peer's mode
     ap.add_argument("--peer", metavar="MODEL", help=argparse.SUPPRESS)  # internal: run the PyTorch side
@@ -328,7 +338,7 @@ def main():
     if args.reps < 1:
         ap.error("--reps must be >= 1")
     if args.peer:
-        peer(args.peer, args.batch_size, args.threads, args.steps or STEPS[args.peer], args.compiled)
+        peer(args.peer, args.batch_size, args.threads, args.steps or STEPS[args.peer], args.compiled, args.precision[0])
         return
     if args.describe:
         sys.exit(subprocess.run([args.torch_python, os.path.abspath(__file__), "--describe-here", *args.models],
@@ -338,58 +348,71 @@ def main():
             sys.exit(f"compare_pytorch: {exe} is not an executable (build it: cmake --build build --target bench)")
 
     sides = ["minidl", "pytorch"] + (["baseline"] if args.baseline else [])
-    runs = {}  # (side, model, threads) -> [json]
+    runs = {}  # (side, model, threads, precision) -> [json]
     for rep in range(args.reps):
         for m in args.models:
             steps = args.steps or STEPS[m]
             for t in (1, 2):
-                common = ["--batch-size", str(args.batch_size), "--threads", str(t), "--steps", str(steps)]
-                # the order rotates rep by rep, so no side always runs right after the same other one
-                for side in sides[rep % len(sides):] + sides[:rep % len(sides)]:
-                    if side == "pytorch":  # the best of eager and compiled, each in a fresh process
-                        cmd = [args.torch_python, os.path.abspath(__file__), "--peer", m] + common
-                        tries = [run_json(cmd + extra, peer_env(t))
-                                 for extra in ([[]] if args.eager_only else [[], ["--compiled"]])]
-                        r = max(tries, key=lambda j: j["images_per_s"])
-                        r["other_modes"] = {j["mode"]: j["images_per_s"] for j in tries}
-                    else:
-                        exe = args.bench if side == "minidl" else args.baseline
-                        r = run_json([exe, "--model", m, "--warmup", str(WARMUP)] + common)
-                    runs.setdefault((side, m, t), []).append(r)
-                    best = f" ({r['mode']}: {r['other_modes']})" if side == "pytorch" else ""
-                    print(f"rep {rep + 1}/{args.reps} {m} {t} thread(s) {side:8s}: "
-                          f"{r['images_per_s']:10.1f} img/s{best}", file=sys.stderr, flush=True)
+                for precision in args.precision:
+                    common = ["--batch-size", str(args.batch_size), "--threads", str(t), "--steps", str(steps),
+                              "--precision", precision]
+                    # the order rotates rep by rep, so no side always runs right after the same other one
+                    for side in sides[rep % len(sides):] + sides[:rep % len(sides)]:
+                        if side == "pytorch":  # the best of eager and compiled, each in a fresh process
+                            cmd = [args.torch_python, os.path.abspath(__file__), "--peer", m] + common
+                            tries = [run_json(cmd + extra, peer_env(t))
+                                     for extra in ([[]] if args.eager_only else [[], ["--compiled"]])]
+                            r = max(tries, key=lambda j: j["images_per_s"])
+                            r["other_modes"] = {j["mode"]: j["images_per_s"] for j in tries}
+                        else:
+                            exe = args.bench if side == "minidl" else args.baseline
+                            r = run_json([exe, "--model", m, "--warmup", str(WARMUP)] + common)
+                        runs.setdefault((side, m, t, precision), []).append(r)
+                        best = f" ({r['mode']}: {r['other_modes']})" if side == "pytorch" else ""
+                        print(f"rep {rep + 1}/{args.reps} {m} {t} thread(s) {precision} {side:8s}: "
+                              f"{r['images_per_s']:10.1f} img/s{best}", file=sys.stderr, flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump([{"side": k[0], **r} for k, rs in runs.items() for r in rs], f, indent=1)
 
-    def med(side, m, t, key="images_per_s"):
-        return statistics.median(r[key] for r in runs[(side, m, t)])
+    def med(side, m, t, precision, key="images_per_s"):
+        return statistics.median(r[key] for r in runs[(side, m, t, precision)])
 
-    print(f"\nbatch {args.batch_size}, median of {args.reps} alternating runs, images/s "
-          "(ratio = minidl / PyTorch)")
-    hdr = ("| model | minidl 2T | PyTorch 1T | PyTorch 2T | ratio 2T vs best | minidl 1T | ratio 1T vs 1T "
-           "| GFLOP/s minidl 2T | peak RSS MB minidl / PyTorch (2T) | step mem MB minidl / PyTorch (2T) |")
-    if not args.eager_only:
-        hdr += " PyTorch's best 1T / 2T |"
-    if args.baseline:
-        hdr += " baseline 2T | baseline 1T | minidl/baseline 2T | 1T |"
-    print(hdr)
-    print("|" + "---|" * (hdr.count("|") - 1))
-    for m in args.models:
-        md2, md1 = med("minidl", m, 2), med("minidl", m, 1)
-        pt1, pt2 = med("pytorch", m, 1), med("pytorch", m, 2)
-        row = (f"| {m} | {md2:.0f} | {pt1:.0f} | {pt2:.0f} | **{md2 / max(pt1, pt2):.2f}x** | {md1:.0f} | "
-               f"**{md1 / pt1:.2f}x** | {med('minidl', m, 2, 'gflops_per_s'):.1f} | "
-               f"{med('minidl', m, 2, 'peak_rss_mb'):.0f} / {med('pytorch', m, 2, 'peak_rss_mb'):.0f} | "
-               f"{med('minidl', m, 2, 'step_mem_mb'):.0f} / {med('pytorch', m, 2, 'step_mem_mb'):.0f} |")
+    for precision in args.precision:
+        print(f"\nbatch {args.batch_size}, {precision}, median of {args.reps} alternating runs, images/s "
+              "(ratio = minidl / PyTorch)")
+        hdr = ("| model | minidl 2T | PyTorch 1T | PyTorch 2T | ratio 2T vs best | minidl 1T | ratio 1T vs 1T "
+               "| GFLOP/s minidl 2T | peak RSS MB minidl / PyTorch (2T) | step mem MB minidl / PyTorch (2T) |")
         if not args.eager_only:
-            modes = [" + ".join(sorted({r["mode"] for r in runs[("pytorch", m, t)]})) for t in (1, 2)]
-            row += f" {modes[0]} / {modes[1]} |"
+            hdr += " PyTorch's best 1T / 2T |"
         if args.baseline:
-            b2, b1 = med("baseline", m, 2), med("baseline", m, 1)
-            row += f" {b2:.0f} | {b1:.0f} | {md2 / b2:.2f}x | {md1 / b1:.2f}x |"
-        print(row)
+            hdr += " baseline 2T | baseline 1T | minidl/baseline 2T | 1T | step mem MB baseline (2T) |"
+        print(hdr)
+        print("|" + "---|" * (hdr.count("|") - 1))
+        for m in args.models:
+            md2, md1 = med("minidl", m, 2, precision), med("minidl", m, 1, precision)
+            pt1, pt2 = med("pytorch", m, 1, precision), med("pytorch", m, 2, precision)
+            row = (f"| {m} | {md2:.0f} | {pt1:.0f} | {pt2:.0f} | **{md2 / max(pt1, pt2):.2f}x** | {md1:.0f} | "
+                   f"**{md1 / pt1:.2f}x** | {med('minidl', m, 2, precision, 'gflops_per_s'):.1f} | "
+                   f"{med('minidl', m, 2, precision, 'peak_rss_mb'):.0f} / "
+                   f"{med('pytorch', m, 2, precision, 'peak_rss_mb'):.0f} | "
+                   f"{med('minidl', m, 2, precision, 'step_mem_mb'):.0f} / "
+                   f"{med('pytorch', m, 2, precision, 'step_mem_mb'):.0f} |")
+            if not args.eager_only:
+                modes = [" + ".join(sorted({r["mode"] for r in runs[("pytorch", m, t, precision)]})) for t in (1, 2)]
+                row += f" {modes[0]} / {modes[1]} |"
+            if args.baseline:
+                b2, b1 = med("baseline", m, 2, precision), med("baseline", m, 1, precision)
+                row += (f" {b2:.0f} | {b1:.0f} | {md2 / b2:.2f}x | {md1 / b1:.2f}x | "
+                        f"{med('baseline', m, 2, precision, 'step_mem_mb'):.0f} |")
+            print(row)
+    if len(args.precision) == 2:
+        print("\nbf16 / fp32 images/s, each side against itself (PyTorch: its best of eager and compiled)")
+        print("| model | minidl 1T | PyTorch 1T | minidl 2T | PyTorch 2T |")
+        print("|---|---|---|---|---|")
+        for m in args.models:
+            cells = [med(side, m, t, "bf16") / med(side, m, t, "fp32") for t in (1, 2) for side in ("minidl", "pytorch")]
+            print(f"| {m} | " + " | ".join(f"{c:.2f}" for c in cells) + " |")
 
 
 if __name__ == "__main__":
