@@ -159,10 +159,9 @@ void* CachingAllocator::allocate(size_t nbytes, void* stream) {
   const bool small = size <= kSmallLimit;
   Pool& pool = small ? small_pool_ : large_pool_;
   Block* b = take_free_block(pool, size, stream);
-  if (b)
-    ++stats_.cache_hits;
-  else if (small || (b = grow_segment(size, stream)) == nullptr)
-    b = new_segment(size, stream, small, nbytes);
+  if (b) ++stats_.cache_hits;
+  if (!b && !small) b = grow_segment(size, stream);  // where the source has a growable segment
+  if (!b) b = new_segment(size, stream, small, nbytes);
   split(b, size, pool);
   b->in_use = true;
   live_[b->ptr] = b;
