@@ -83,20 +83,27 @@ CachingAllocator::Block* CachingAllocator::take_free_block(Pool& pool, size_t si
   return b;
 }
 
+bool CachingAllocator::over_cap(size_t more) const {
+  return stats_.cap != SIZE_MAX && stats_.reserved + more > stats_.cap;
+}
+
+void CachingAllocator::count_reserved(size_t bytes) {
+  stats_.reserved += bytes;
+  stats_.peak_reserved = std::max(stats_.peak_reserved, stats_.reserved);
+  ++stats_.segment_allocs;
+}
+
 CachingAllocator::Block* CachingAllocator::new_segment(size_t size, void* stream, bool small, size_t request) {
   const size_t seg = small ? kSegmentRound : round_up(size, kSegmentRound);
-  auto over_cap = [&] { return stats_.cap != SIZE_MAX && stats_.reserved + seg > stats_.cap; };
-  if (over_cap()) release_free_segments();
-  if (over_cap()) out_of_memory(request, "a new " + format_bytes(seg) + " segment would pass the cap");
+  if (over_cap(seg)) release_free_segments();
+  if (over_cap(seg)) out_of_memory(request, "a new " + format_bytes(seg) + " segment would pass the cap");
   void* p = source_.alloc(seg);
   if (p == nullptr) {
     release_free_segments();
     p = source_.alloc(seg);
     if (p == nullptr) out_of_memory(request, "the device has no free memory for a " + format_bytes(seg) + " segment");
   }
-  stats_.reserved += seg;
-  stats_.peak_reserved = std::max(stats_.peak_reserved, stats_.reserved);
-  ++stats_.segment_allocs;
+  count_reserved(seg);
   Block* b = new Block{static_cast<char*>(p), seg, stream, small};
   all_.insert(b);
   return b;
@@ -107,13 +114,11 @@ CachingAllocator::Block* CachingAllocator::grow_segment(size_t size, void* strea
   if (!source_.grow || (tail != nullptr && tail->stream != stream)) return nullptr;
   const size_t have = tail != nullptr && !tail->in_use ? tail->size : 0;  // smaller than `size` (no fit)
   const size_t grow = size - have;  // exactly what is missing
-  if (stats_.cap != SIZE_MAX && stats_.reserved + grow > stats_.cap) return nullptr;
+  if (over_cap(grow)) return nullptr;
   char* end = tail != nullptr ? tail->ptr + tail->size : nullptr;
   char* p = static_cast<char*>(source_.grow(end, grow));
   if (p == nullptr) return nullptr;
-  stats_.reserved += grow;
-  stats_.peak_reserved = std::max(stats_.peak_reserved, stats_.reserved);
-  ++stats_.segment_allocs;
+  count_reserved(grow);
   if (have > 0) {  // the free tail and the new bytes make one block
     large_pool_.erase(tail);
     tail->size += grow;

@@ -120,6 +120,8 @@ class CachingAllocator {
   };
   using Pool = std::set<Block*, ByStreamSize>;
 
+  bool over_cap(size_t more) const;  // reserving `more` bytes would pass the cap
+  void count_reserved(size_t bytes);  // a new segment or a growth: reserved, its peak, segment_allocs
   Block* take_free_block(Pool& pool, size_t size, void* stream);
   Block* grow_segment(size_t size, void* stream);  // nullptr: the source has no growable segment
   Block* new_segment(size_t size, void* stream, bool small, size_t request);
