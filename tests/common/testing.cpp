@@ -97,6 +97,19 @@ void limit_address_space(size_t slack_bytes) {
   if (::setrlimit(RLIMIT_AS, &limit) != 0) throw std::runtime_error("limit_address_space: setrlimit failed");
 }
 
+int64_t resident_mib() {
+  std::ifstream statm("/proc/self/statm");
+  int64_t size = 0, resident = 0;
+  statm >> size >> resident;
+  return resident * ::sysconf(_SC_PAGESIZE) / (1 << 20);
+}
+
+int64_t peak_resident_mib() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  return u.ru_maxrss / 1024;  // Linux: KiB
+}
+
 std::string run_in_child(const std::function<std::string()>& fn) {
   int fds[2];
   if (::pipe(fds) != 0) throw std::runtime_error("run_in_child: pipe failed");

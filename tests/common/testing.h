@@ -33,6 +33,9 @@ std::vector<float> values(size_t n, uint32_t seed);
 // Limits this process's address space (RLIMIT_AS) to what it maps now plus slack_bytes, so that
 // a larger allocation fails. Call it only in a forked child: the limit cannot be raised again.
 void limit_address_space(size_t slack_bytes);
+// This process's resident memory now (/proc/self/statm) and its peak so far (getrusage), in MiB.
+int64_t resident_mib();
+int64_t peak_resident_mib();
 // Runs fn in a forked child and returns the string it returns, or "threw: <what>" when it throws
 // a std::exception: for limits (setrlimit) that must not touch the test process itself.
 std::string run_in_child(const std::function<std::string()>& fn);

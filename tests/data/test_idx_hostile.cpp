@@ -1,8 +1,6 @@
 // tests/data/test_idx_hostile.cpp — idx files whose header claims far more than the file holds
 // (1e9 images of 28x28: 784 GB): a clear error naming the file and the announced size, plain or
 // gzip, without first allocating what the header claims.
-#include <sys/resource.h>
-
 #include "minidl/data/mnist.h"
 #include "tests/common/testing.h"
 #include "tests/data/data_test_util.h"
@@ -22,34 +20,28 @@ Bytes forged_images(uint32_t n, uint32_t present) {
   return b;
 }
 
-int64_t peak_rss_mib() {
-  rusage u{};
-  ::getrusage(RUSAGE_SELF, &u);
-  return u.ru_maxrss / 1024;
-}
-
 }  // namespace
 
 TEST(IdxHostile, PlainHeaderClaimingABillionImagesNamesTheFileAndTheSize) {
   TempDir dir;
   write_file(dir.file("img"), forged_images(1000000000, 2));
-  const int64_t before = peak_rss_mib();
+  const int64_t before = minidl::testing::peak_resident_mib();
   EXPECT_THROW_MSG(read_idx_images(dir.file("img")), std::runtime_error,
                    dir.file("img") +
                        ": truncated: expected 784000000000 bytes of image data, got 1568 "
                        "(the header announces [1000000000, 28, 28])");
-  EXPECT_LT(peak_rss_mib() - before, 64);
+  EXPECT_LT(minidl::testing::peak_resident_mib() - before, 64);
 }
 
 TEST(IdxHostile, GzipHeaderClaimingABillionImagesIsBoundedByWhatDecompresses) {
   TempDir dir;
   write_gz(dir.file("img.gz"), forged_images(1000000000, 100));
-  const int64_t before = peak_rss_mib();
+  const int64_t before = minidl::testing::peak_resident_mib();
   EXPECT_THROW_MSG(read_idx_images(dir.file("img.gz")), std::runtime_error,
                    dir.file("img.gz") +
                        ": truncated: expected 784000000000 bytes of image data, got 78400 "
                        "(the header announces [1000000000, 28, 28])");
-  EXPECT_LT(peak_rss_mib() - before, 64);
+  EXPECT_LT(minidl::testing::peak_resident_mib() - before, 64);
 }
 
 TEST(IdxHostile, SizesWhoseProductOverflowsAreRefusedBeforeMultiplying) {

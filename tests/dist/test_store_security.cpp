@@ -50,14 +50,6 @@ bool closed_by_server(int fd) {
   }
 }
 
-// Resident memory of this process now (not the peak), in MiB.
-int64_t rss_mib() {
-  std::ifstream statm("/proc/self/statm");
-  int64_t size = 0, resident = 0;
-  statm >> size >> resident;
-  return resident * ::sysconf(_SC_PAGESIZE) / (1 << 20);
-}
-
 // Spawns ranks 0 and 1 of a world of 3 whose rank 2 never starts. Each rank sends its stderr to
 // log_dir/err.<rank> and calls dist::init(options(rank)); if init throws, the rank writes
 // "init failed: <message>" there, rank 0 then waits rank0_linger, and the rank rethrows (so spawn
@@ -120,7 +112,7 @@ TEST(StoreSecurity, AClientThatSkipsTheHelloIsClosedWithoutTouchingTheData) {
 
 TEST(StoreSecurity, AnnouncedFramesCostNoMemoryUntilTheirBytesArrive) {
   TCPStore server(kHost, {.is_server = true, .timeout = 5s, .token = "t"});
-  const int64_t before = rss_mib();
+  const int64_t before = minidl::testing::resident_mib();
   // 32 authenticated connections each announce a frame just under the cap and send 1 byte.
   std::vector<minidl::dist::Socket> conns;
   for (int i = 0; i < 32; ++i) {
@@ -131,7 +123,7 @@ TEST(StoreSecurity, AnnouncedFramesCostNoMemoryUntilTheirBytesArrive) {
   }
   std::this_thread::sleep_for(300ms);  // let every connection thread read its header
   // Buffers filled up front would be 32 x 4 MiB = 128 MiB; growing as bytes arrive, 32 x 64 KiB.
-  EXPECT_LT(rss_mib() - before, 40);
+  EXPECT_LT(minidl::testing::resident_mib() - before, 40);
   TCPStore good(kHost, {.port = server.port(), .timeout = 5s, .token = "t"});  // still responsive
   good.set("a", "1");
   EXPECT_EQ(good.get("a"), "1");

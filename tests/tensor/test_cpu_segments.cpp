@@ -2,10 +2,8 @@
 // large blocks grow one reserved range and are written there; empty_cache hands the pages back to
 // Linux (the resident size drops); without a range, or past its end, segments are heap
 // allocations of their own on 2 MiB boundaries; and CPU tensors use the range.
-#include <unistd.h>
-
 #include <cstdint>
-#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "minidl/kernels/caching_allocator.h"
@@ -17,15 +15,6 @@ using namespace minidl;
 
 namespace {
 constexpr size_t MiB = size_t(1) << 20;
-
-size_t resident_bytes() {
-  long pages = 0, resident = 0;
-  FILE* f = std::fopen("/proc/self/statm", "r");
-  if (f == nullptr || std::fscanf(f, "%ld %ld", &pages, &resident) != 2)
-    ADD_FAILURE() << "cannot read /proc/self/statm";
-  if (f != nullptr) std::fclose(f);
-  return static_cast<size_t>(resident) * static_cast<size_t>(sysconf(_SC_PAGESIZE));
-}
 }  // namespace
 
 TEST(CpuSegments, LargeBlocksFollowOneAnotherInTheRangeAndAreWritable) {
@@ -49,11 +38,11 @@ TEST(CpuSegments, EmptyCacheHandsTheRangesPagesBackToLinux) {
   char* big = static_cast<char*>(a.allocate(64 * MiB, nullptr));
   std::memset(keep, 1, 2 * MiB);
   std::memset(big, 1, 64 * MiB);
-  const size_t touched = resident_bytes();
+  const int64_t touched = minidl::testing::resident_mib();
   a.free(big);
-  EXPECT_GE(resident_bytes(), touched - 4 * MiB) << "a freed block stays cached";
+  EXPECT_GE(minidl::testing::resident_mib(), touched - 4) << "a freed block stays cached";
   a.empty_cache();
-  EXPECT_LE(resident_bytes(), touched - 60 * MiB) << "empty_cache gave the free end's pages back";
+  EXPECT_LE(minidl::testing::resident_mib(), touched - 60) << "empty_cache gave the free end's pages back";
   EXPECT_EQ(a.stats().reserved, 2 * MiB);
   EXPECT_EQ(keep[2 * MiB - 1], 1) << "the live block below it is untouched";
   char* again = static_cast<char*>(a.allocate(8 * MiB, nullptr));  // grows again where it ended

@@ -2,7 +2,6 @@
 // gaps and overlaps between tensors, a valid file padded to 512 MB (refused without reading the
 // padding: peak memory stays small), /dev/zero (refused at once), a header announcing more
 // than the file holds.
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -29,12 +28,6 @@ std::string crafted(const std::string& json, size_t data) {
   std::string out(8, '\0');
   for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((json.size() >> (8 * i)) & 0xff);
   return out + json + std::string(data, '\0');
-}
-
-int64_t peak_rss_mib() {
-  rusage u{};
-  ::getrusage(RUSAGE_SELF, &u);
-  return u.ru_maxrss / 1024;  // Linux: KiB
 }
 
 }  // namespace
@@ -67,16 +60,16 @@ TEST(SafetensorsHostile, AValidFilePaddedTo512MBIsRefusedWithoutReadingIt) {
   const std::string path = temp_path("padded.safetensors");
   write_bytes(path, serialize({{"w", ones({4, 4})}}));
   fs::resize_file(path, uint64_t{512} << 20);  // sparse: no disk space used
-  const int64_t before = peak_rss_mib();
+  const int64_t before = minidl::testing::peak_resident_mib();
   EXPECT_THROW_MSG(load(path), std::runtime_error, "unexpected bytes after the last tensor");
-  EXPECT_LT(peak_rss_mib() - before, 64) << "load() read the padding into memory";
+  EXPECT_LT(minidl::testing::peak_resident_mib() - before, 64) << "load() read the padding into memory";
   fs::remove(path);
 }
 
 TEST(SafetensorsHostile, DevZeroIsRefusedAtOnce) {
-  const int64_t before = peak_rss_mib();
+  const int64_t before = minidl::testing::peak_resident_mib();
   EXPECT_THROW_MSG(load("/dev/zero"), std::runtime_error, "/dev/zero: not a regular file");
-  EXPECT_LT(peak_rss_mib() - before, 64);
+  EXPECT_LT(minidl::testing::peak_resident_mib() - before, 64);
 }
 
 TEST(SafetensorsHostile, AHeaderAnnouncingMoreThanTheFileHoldsIsRefusedBeforeAllocating) {
