@@ -110,6 +110,11 @@ int64_t peak_resident_mib() {
   return u.ru_maxrss / 1024;  // Linux: KiB
 }
 
+size_t more_bytes_than_memory() {
+  const size_t memory = static_cast<size_t>(::sysconf(_SC_PHYS_PAGES)) * static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  return (memory / 4 + (size_t(1) << 28)) * 4;
+}
+
 std::string run_in_child(const std::function<std::string()>& fn) {
   int fds[2];
   if (::pipe(fds) != 0) throw std::runtime_error("run_in_child: pipe failed");

@@ -36,6 +36,10 @@ void limit_address_space(size_t slack_bytes);
 // This process's resident memory now (/proc/self/statm) and its peak so far (getrusage), in MiB.
 int64_t resident_mib();
 int64_t peak_resident_mib();
+// Bytes of a float32 tensor larger than this machine's memory (its memory + 1 GiB, a multiple of
+// 4): larger than the CPU allocator's reserved range too (tensor/cpu_segments.h), so asking for it
+// fails whatever range a forked parent reserved before its child limited its address space.
+size_t more_bytes_than_memory();
 // Runs fn in a forked child and returns the string it returns, or "threw: <what>" when it throws
 // a std::exception: for limits (setrlimit) that must not touch the test process itself.
 std::string run_in_child(const std::function<std::string()>& fn);

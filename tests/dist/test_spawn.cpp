@@ -17,6 +17,7 @@
 #include "minidl/dist/socket.h"
 #include "minidl/dist/spawn.h"
 #include "minidl/dist/store.h"
+#include "minidl/kernels/caching_allocator.h"
 #include "minidl/tensor/creation.h"
 #include "tests/common/temp_dir.h"
 #include "tests/common/testing.h"
@@ -157,14 +158,15 @@ TEST(Spawn, NprocsMustBePositive) {
 }
 
 TEST(Spawn, ARankOutOfMemoryForATensorSaysHowMuchItAskedFor) {
-  EXPECT_THROW_MSG(
-      spawn(1,
-            [](int) {
-              minidl::testing::limit_address_space(size_t(256) << 20);
-              minidl::Tensor t = minidl::empty({int64_t(3) << 27}, minidl::DType::Float32);  // 1.5 GiB
-            }),
-      minidl::dist::SpawnError,
-      "spawn: rank 0 failed: out of memory: cannot allocate 1.50 GiB for a CPU tensor (1610612736 bytes); ");
+  const size_t bytes = minidl::testing::more_bytes_than_memory();
+  EXPECT_THROW_MSG(spawn(1,
+                         [bytes](int) {
+                           minidl::testing::limit_address_space(size_t(256) << 20);
+                           minidl::Tensor t = minidl::empty({static_cast<int64_t>(bytes / 4)}, minidl::DType::Float32);
+                         }),
+                   minidl::dist::SpawnError,
+                   "spawn: rank 0 failed: out of memory: cannot allocate " + minidl::kernels::format_bytes(bytes) +
+                       " for a CPU tensor (" + std::to_string(bytes) + " bytes); ");
 }
 
 TEST(Spawn, ARankThatCannotStartAThreadSaysSo) {

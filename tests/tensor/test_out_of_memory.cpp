@@ -1,8 +1,6 @@
 // tests/tensor/test_out_of_memory.cpp — a CPU tensor larger than the machine's memory says how
 // much it asked for, and is still a std::bad_alloc. The allocation runs in a forked child whose
 // address space (RLIMIT_AS) is limited, so the test process itself keeps its memory.
-#include <unistd.h>
-
 #include "minidl/kernels/caching_allocator.h"
 #include "tests/common/testing.h"
 
@@ -13,9 +11,7 @@ using ::testing::StartsWith;
 using minidl::testing::run_in_child;
 
 TEST(CpuOutOfMemory, AHugeTensorSaysHowMuchItAskedForAndIsABadAlloc) {
-  // more than the machine has, so more than the allocator's reserved range too (tensor/cpu_segments.h)
-  const size_t memory = static_cast<size_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<size_t>(sysconf(_SC_PAGESIZE));
-  const size_t bytes = (memory / 4 + (size_t(1) << 28)) * 4;  // float32 elements: the memory + 1 GiB
+  const size_t bytes = minidl::testing::more_bytes_than_memory();
   const std::string out = run_in_child([bytes] {
     minidl::testing::limit_address_space(size_t(256) << 20);
     try {
