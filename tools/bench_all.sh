@@ -2,7 +2,7 @@
 # tools/bench_all.sh — every figure of docs/benchmarks.md, from one build of one commit, in one run.
 #
 #   tools/bench_all.sh OUT_DIR [SECTION ...]     sections (default: all, in this order):
-#     step zoo profile scaling trainer precision zero core deterministic dataloader accuracy restart
+#     step zoo profile scaling trainer precision zero core kernels deterministic dataloader accuracy restart
 #
 # Each section writes OUT_DIR/SECTION.txt (its commands, their output, its wall time); OUT_DIR/machine.txt
 # holds the commit, date, CPU and build flags the figures belong to. Run it on a quiet machine (nothing
@@ -20,7 +20,7 @@ fi
 out=$1
 shift
 sections=("$@")
-[[ ${#sections[@]} -gt 0 ]] || sections=(step zoo profile scaling trainer precision zero core deterministic dataloader accuracy restart)
+[[ ${#sections[@]} -gt 0 ]] || sections=(step zoo profile scaling trainer precision zero core kernels deterministic dataloader accuracy restart)
 build=${BUILD:-build}
 torch_python=${TORCH_PYTHON:-/tmp/torch-peer/python}
 ex=$build/examples
@@ -101,6 +101,10 @@ for s in "${sections[@]}"; do
       OMP_NUM_THREADS=1 run "$s" "$ex/bench_core" --benchmark_min_time=0.5
       run "$s" env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE "$torch_python" tools/bench_torch.py --threads 2
       run "$s" env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE "$torch_python" tools/bench_torch.py --threads 1 ;;
+    kernels)  # each fast CPU kernel against its plain *_reference, one thread
+      run "$s" "$ex/bench_gemm" 1 11
+      run "$s" "$ex/bench_attention" 1 11
+      run "$s" "$ex/bench_kernels" 1 11 ;;
     deterministic)  # what DeterministicDDP costs against ordinary DDP
       OMP_WAIT_POLICY=PASSIVE run "$s" "$ex/bench_deterministic" 7 4 ;;
     dataloader)
