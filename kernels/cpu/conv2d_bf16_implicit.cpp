@@ -41,8 +41,6 @@ namespace {
 
 using namespace bf16_pack;
 
-constexpr int64_t kTileWords = 256;  // one tile: 16 rows x 16 32-bit words (or 32 bf16)
-
 int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
 // The flattened padded image of one stride-1 convolution (input H x W, padding, dilated kernel).

@@ -185,8 +185,19 @@ inline void interleave(FloatLanes even, FloatLanes odd, FloatLanes& lo, FloatLan
 // starts anywhere, from the two whole vectors around it (one two-source permute with AVX-512),
 // instead of an unaligned load that would straddle two recent stores and wait for them to reach
 // the cache (store-to-load forwarding serves only a load inside one store).
+// (GCC's __builtin_shuffle takes the lane indices at run time; Clang's __builtin_shufflevector
+// only as constants, so Clang gets the AVX-512 permute itself, or a loop over the lanes.)
 inline FloatLanes lanes_from(FloatLanes lo, FloatLanes hi, int64_t shift) {
-  return __builtin_shuffle(lo, hi, lane_index<float>() + static_cast<int32_t>(shift));
+  const IntLanes index = lane_index<float>() + static_cast<int32_t>(shift);
+#if !defined(__clang__)
+  return __builtin_shuffle(lo, hi, index);
+#elif defined(__AVX512F__)
+  return (FloatLanes)_mm512_permutex2var_ps((__m512)lo, (__m512i)index, (__m512)hi);
+#else
+  FloatLanes out;
+  for (int l = 0; l < 16; ++l) out[l] = index[l] < 16 ? lo[index[l]] : hi[index[l] - 16];
+  return out;
+#endif
 }
 
 // exp(x) for x <= 0: 2^n * p(r), n = round(x / ln 2), r = x - n ln 2 (in two parts, Cody-Waite),
