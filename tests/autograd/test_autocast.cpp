@@ -52,7 +52,7 @@ TEST(Autocast, GuardIsNestableAndRestoresWhatItFound) {
     EXPECT_EQ(autocast_dtype(), DType::BFloat16);
   }
   EXPECT_FALSE(is_autocast_enabled());
-  EXPECT_THROW_MSG(autocast(DType::Float64), std::invalid_argument, "autocast: expected bfloat16, float16 or float32");
+  EXPECT_THROW_MSG(autocast{DType::Float64}, std::invalid_argument, "autocast: expected bfloat16, float16 or float32");
 }
 
 TEST(Autocast, StateBelongsToTheCallingThread) {

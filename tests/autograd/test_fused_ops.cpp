@@ -108,7 +108,8 @@ TEST(FusedOps, PackedCausalAttentionMatchesMaskedComposedFloat64) {
 // Rows of 4 vectors (63 tokens: the register path) and of 5 (65: the scratch rows).
 TEST(FusedOps, PackedCausalAttentionFloat32MatchesComposedAndIgnoresThreadCount) {
   manual_seed(7);
-  for (const auto& [L, H] : {std::pair<int64_t, int64_t>{63, 4}, {65, 2}}) {
+  for (const auto& [L, heads] : {std::pair<int64_t, int64_t>{63, 4}, {65, 2}}) {
+    const int64_t H = heads;  // a plain variable: the lambdas below capture it
     const int64_t B = 2, D = 16, E = H * D;
     const Tensor qkv = randn({B, L, 3 * E}), w = randn({B, L, E});
     const int saved = kernels::cpu::get_num_threads();

@@ -317,7 +317,8 @@ TEST(ShardTree, SumAddsInTheDocumentedOrder) {
 
 // Every rank holds its n leaves of n R; every rank gets the 1-process tree's bits.
 TEST(ShardTree, AllReduceOverGlooRanksGivesTheOneProcessTreesBits) {
-  for (auto [world, n] : std::vector<std::pair<int, int64_t>>{{2, 4}, {4, 2}, {2, 3}, {3, 4}, {4, 3}}) {
+  for (auto [world, leaves] : std::vector<std::pair<int, int64_t>>{{2, 4}, {4, 2}, {2, 3}, {3, 4}, {4, 3}}) {
+    const int64_t n = leaves;  // a plain variable: the lambdas below capture it
     const int64_t total = world * n, L = 1000;
     const auto leaf = [&](int64_t s) { return randn({L}, RandomKey{5, static_cast<uint64_t>(s)}) * 1000.0 + 1.0; };
     const auto results = mt::run_gloo_world(world, [&](dist::ProcessGroupGloo& pg) {

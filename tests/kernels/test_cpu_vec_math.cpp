@@ -78,7 +78,9 @@ TEST(CpuVecMath, EvenAndOddLanesSplitThirtyTwoFloatsAndInterleaveJoinsThem) {
 TEST(CpuVecMath, BroadcastLanesCopiesTheValueExactly) {
   for (const float x : {1.5f, -0.0f, std::numeric_limits<float>::quiet_NaN(), -3e-40f}) {
     const FloatLanes v = broadcast_lanes(&x);
-    for (int64_t l = 0; l < 16; ++l) ASSERT_EQ(std::memcmp(&v[l], &x, sizeof x), 0) << "lane " << l << " of " << x;
+    float lanes[16];
+    std::memcpy(lanes, &v, sizeof v);
+    for (int64_t l = 0; l < 16; ++l) ASSERT_EQ(std::memcmp(&lanes[l], &x, sizeof x), 0) << "lane " << l << " of " << x;
   }
   const double d = -0.0;
   const DoubleLanes w = broadcast_lanes(&d);

@@ -161,7 +161,9 @@ TEST(CudaStub, EachOpFamilyChecksItsArgumentsOnceForBothDevices) {
          matmul(m({2, 3}, f), m({4, 5}, f));
        }},
   };
-  for (const auto& [what, op] : cases) {
+  for (const Case& c : cases) {
+    const char* what = c.first;
+    const auto& op = c.second;  // a plain reference: the lambdas below capture it
     const std::string on_cpu = error_without_device([&] { op(cpu); });
     ASSERT_FALSE(on_cpu.empty()) << what << ": the bad CPU call did not throw";
     EXPECT_EQ(error_without_device([&] { op(cuda); }), on_cpu) << what;

@@ -109,7 +109,8 @@ TEST(AdaptiveAvgPool2d, BackwardMatchesFiniteDifferences) {
 
 TEST(AdaptiveAvgPool2d, BackwardOfWindowsThatTileThePlane) {
   // 6 x 8 -> 3 x 4 and global pooling (4 x 4 -> 1 x 1): each input in one window, written once
-  for (const auto& [h, w, oh, ow] : {std::array<int64_t, 4>{6, 8, 3, 4}, std::array<int64_t, 4>{4, 4, 1, 1}}) {
+  for (const std::array<int64_t, 4>& s : {std::array<int64_t, 4>{6, 8, 3, 4}, std::array<int64_t, 4>{4, 4, 1, 1}}) {
+    const int64_t h = s[0], w = s[1], oh = s[2], ow = s[3];  // plain variables: the lambda captures them
     Tensor x = randn64({2, 3, h, w}, 8);
     Tensor dy = randn64({2, 3, oh, ow}, 9);
     expect_close(adaptive_avg_pool2d_backward(dy, x.shape()),
