@@ -111,6 +111,25 @@ void check_header_length(uint64_t n, uint64_t total, const std::string& what) {
          "truncated: header length " + std::to_string(n) + " but the file has " + std::to_string(total) + " bytes");
 }
 
+// The array at e[key] as integers from 0 to 2^63 - 1. nlohmann's get<> would convert a number
+// written as a float (2.5, or 1e90 for an integer too long for 64 bits) by a C++ cast, which is
+// undefined out of range: each element must be an integer as written.
+std::vector<uint64_t> index_array(const nlohmann::json& e, const char* key, const std::string& name,
+                                  const std::string& what) {
+  const nlohmann::json& a = e.at(key);
+  if (!a.is_array()) fail(what, "tensor '" + name + "' has " + key + " " + a.dump() + ", not an array");
+  std::vector<uint64_t> out;
+  for (const nlohmann::json& v : a) {
+    if (v.is_number_integer() && !v.is_number_unsigned())
+      fail(what, "tensor '" + name + "' has a negative value in its " + key + " " + a.dump());
+    if (!v.is_number_unsigned() || v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+      fail(what,
+           "tensor '" + name + "' has " + key + " " + a.dump() + ": each value must be an integer from 0 to 2^63 - 1");
+    out.push_back(v.get<uint64_t>());
+  }
+  return out;
+}
+
 // Parses and validates the JSON header against a data section of data_size bytes: every tensor's
 // byte range matches its shape and dtype, and the ranges tile the data section exactly, as the
 // reference implementation requires (a gap, an overlap or trailing bytes is an error).
@@ -138,17 +157,16 @@ Header parse_header(const char* json, uint64_t n, uint64_t data_size, const std:
       Entry entry{.name = name, .dtype = DType::Float32, .shape = {}, .begin = 0, .end = 0};
       if (!parse_st_dtype(e.at("dtype").get<std::string>(), entry.dtype))
         fail(what, "tensor '" + name + "' has unsupported dtype " + e.at("dtype").dump());
-      entry.shape = e.at("shape").get<Shape>();
+      for (uint64_t d : index_array(e, "shape", name, what)) entry.shape.push_back(static_cast<int64_t>(d));
       uint64_t numel = 1;
       for (int64_t d : entry.shape) {
-        if (d < 0) fail(what, "tensor '" + name + "' has a negative dimension");
         // bounded by the data size before multiplying further: no overflow
         if (d != 0 && numel > data_size / static_cast<uint64_t>(d))
           fail(what, "tensor '" + name + "' of shape " + shape_str(entry.shape) +
                          " is larger than the data section of " + std::to_string(data_size) + " bytes");
         numel *= static_cast<uint64_t>(d);
       }
-      const auto offs = e.at("data_offsets").get<std::vector<uint64_t>>();
+      const std::vector<uint64_t> offs = index_array(e, "data_offsets", name, what);
       if (offs.size() != 2 || offs[0] > offs[1] || offs[1] > data_size)
         fail(what, "tensor '" + name + "' has data_offsets " + e.at("data_offsets").dump() +
                        " outside the data section of " + std::to_string(data_size) + " bytes");

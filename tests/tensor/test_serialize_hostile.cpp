@@ -40,6 +40,30 @@ TEST(SafetensorsHostile, TrailingBytesAfterTheLastTensorAreAnError) {
                    "buf: 8 unexpected bytes after the last tensor");
 }
 
+// Numbers that are not integers as written: a dimension of 9e89 (an integer too long for 64 bits,
+// which the JSON parser reads as a float; the fuzzer's find, undefined behaviour when cast), a
+// fractional one, a float offset, a negative dimension and offset, a shape that is not an array.
+TEST(SafetensorsHostile, ShapesAndOffsetsMustBeIntegersAsWritten) {
+  const std::string huge(90, '8');
+  EXPECT_THROW_MSG(
+      deserialize(crafted(R"({"a":{"dtype":"F32","shape":[2,)" + huge + R"(],"data_offsets":[0,8]}})", 8), "f"),
+      std::runtime_error, "f: tensor 'a' has shape [2,8.888888888888888e+89]: each value must be an integer");
+  EXPECT_THROW_MSG(deserialize(crafted(R"({"a":{"dtype":"F32","shape":[2.5],"data_offsets":[0,8]}})", 8), "f"),
+                   std::runtime_error, "tensor 'a' has shape [2.5]: each value must be an integer from 0 to 2^63 - 1");
+  EXPECT_THROW_MSG(deserialize(crafted(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8.0]}})", 8), "f"),
+                   std::runtime_error, "tensor 'a' has data_offsets [0,8.0]: each value must be an integer");
+  EXPECT_THROW_MSG(deserialize(crafted(R"({"a":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", 8), "f"),
+                   std::runtime_error, "tensor 'a' has a negative value in its shape [-2]");
+  EXPECT_THROW_MSG(deserialize(crafted(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[-8,8]}})", 8), "f"),
+                   std::runtime_error, "tensor 'a' has a negative value in its data_offsets [-8,8]");
+  EXPECT_THROW_MSG(deserialize(crafted(R"({"a":{"dtype":"F32","shape":2,"data_offsets":[0,8]}})", 8), "f"),
+                   std::runtime_error, "tensor 'a' has shape 2, not an array");
+  // 2^63 fits uint64 but not a dimension
+  EXPECT_THROW_MSG(
+      deserialize(crafted(R"({"a":{"dtype":"F32","shape":[9223372036854775808],"data_offsets":[0,8]}})", 8), "f"),
+      std::runtime_error, "has shape [9223372036854775808]: each value must be an integer from 0 to 2^63 - 1");
+}
+
 TEST(SafetensorsHostile, GapsAndOverlapsBetweenTensorsAreErrors) {
   EXPECT_THROW_MSG(deserialize(crafted(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", 8), "f"),
                    std::runtime_error, "tensor 'a' starts at byte 4 of the data section, expected 0 (a gap before it)");
