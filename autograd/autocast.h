@@ -17,8 +17,10 @@
 // same way, as PyTorch's backward of its autocast products runs in the low dtype; each gradient is
 // rounded to its operand's dtype (and widened again for a float32 operand). conv2d multiplies bfloat16
 // operands too where that pays (kernels/cpu/conv2d_bf16.h: AMX, one group, not a few-channel 3x3
-// layer), and otherwise, like packed_self_attention and float16 on the CPU, the rounded operands widened back
-// to float32 with the float32 kernels. Everything else (softmax,
+// layer), and otherwise, like float16 on the CPU, the rounded operands widened back to float32 with
+// the float32 kernels; packed_self_attention under bfloat16 runs its bfloat16-product kernel where
+// the CPU has AVX512_BF16 (kernels/cpu/attention_bf16.cpp: the weights P and the score gradients
+// rounded for its products too), else the float32 kernel on the rounded qkv. Everything else (softmax,
 // norms, losses, reductions, element-wise ops) stays float32, and so do the parameters and the
 // optimizer's state (master weights): the cast happens in the forward, and its backward casts the
 // gradient back to float32. The state is thread-local; guards nest, each restoring the state it

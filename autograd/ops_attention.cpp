@@ -42,18 +42,20 @@ AttentionResult attention_with_weights(const Variable& q, const Variable& k, con
 }
 
 // Under autocast qkv is rounded to its dtype first (autograd/autocast.h); the softmax stays float32.
-// The fused kernel (kernels/cpu/attention_forward.cpp) multiplies the rounded operands in float32: its
-// q k^T and weights v are small per-(batch, head) products in L1 scratch inside one pass, not
-// gemm() calls that gemm_bf16 could replace; a bfloat16 version of that kernel is still to write.
-// (scaled_dot_product_attention's products are autograd matmuls: the bfloat16 GEMM under autocast.)
+// Under autocast(BFloat16) the fused kernel multiplies in bfloat16 as PyTorch's autocast does its
+// matmuls (kernels/cpu/attention_bf16.cpp: P and dS rounded for the products too, float32 sums);
+// where the CPU lacks AVX512_BF16, and under float16, the float32 kernel multiplies the rounded
+// qkv (P and dS unrounded). (scaled_dot_product_attention's products are autograd matmuls: the
+// bfloat16 GEMM under autocast.)
 namespace {
 // The attention node on a qkv already rounded where autocast wants it.
 Variable packed_attention_node(const Variable& qkv, int64_t num_heads, double scale, bool is_causal) {
-  PackedAttentionResult r = packed_attention_forward(qkv.data(), num_heads, scale, is_causal);
+  const bool bf16 = is_autocast_enabled() && autocast_dtype() == DType::BFloat16;
+  PackedAttentionResult r = packed_attention_forward(qkv.data(), num_heads, scale, is_causal, bf16);
   return Variable::make_result(
       r.out, {qkv},
-      [x = qkv.data(), w = r.weights, num_heads, scale, is_causal](const Tensor& dy) -> std::vector<Tensor> {
-        return {packed_attention_backward(x, w, dy, num_heads, scale, is_causal)};
+      [x = qkv.data(), w = r.weights, num_heads, scale, is_causal, bf16](const Tensor& dy) -> std::vector<Tensor> {
+        return {packed_attention_backward(x, w, dy, num_heads, scale, is_causal, bf16)};
       },
       "PackedAttentionBackward");
 }

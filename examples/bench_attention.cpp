@@ -5,8 +5,11 @@
 // fast kernel skips the masked half), forward and backward, in GFLOP/s: forward S = q k^T and
 // P v, 4 * L^2 * D per head; backward dP, dq, dk, dv, 8 * L^2 * D per head (the softmax and its
 // backward not counted; causal heads counted as full ones, so the ratio is the time ratio).
-// The two alternate on the same operands and each figure is the median over the repetitions;
-// with one thread the clock is the thread's CPU time, with more, wall time.
+// The same for the bfloat16-product kernels (attention_bf16.cpp, where the CPU has AVX512_BF16)
+// against their reference (gemm_bf16_reference per head, a plain loop), and the bfloat16 kernel's
+// speed over the float32 one's (the time ratio). The kernels alternate on the same operands and
+// each figure is the median over the repetitions; with one thread the clock is the thread's CPU
+// time, with more, wall time.
 //   ./build/examples/bench_attention [threads = 1] [repetitions = 21]
 #include <algorithm>
 #include <cstdio>
@@ -21,6 +24,18 @@ namespace {
 
 using minidl::examples::median;
 using minidl::examples::now_s;
+
+// the bfloat16 references as the kernels' signature (they return nothing)
+bool bf16_forward_reference(const float* qkv, int64_t B, int64_t L, int64_t H, int64_t D, float scale, float* P,
+                            float* ctx, bool causal) {
+  minidl::kernels::cpu::packed_attention_forward_bf16_reference(qkv, B, L, H, D, scale, P, ctx, causal);
+  return true;
+}
+bool bf16_backward_reference(const float* qkv, const float* P, const float* dctx, int64_t B, int64_t L, int64_t H,
+                             int64_t D, float scale, float* dqkv, bool causal) {
+  minidl::kernels::cpu::packed_attention_backward_bf16_reference(qkv, P, dctx, B, L, H, D, scale, dqkv, causal);
+  return true;
+}
 
 struct Shape {
   const char* what;
@@ -48,7 +63,11 @@ int main(int argc, char** argv) {
       {"L 64, H 8, D 8", 32, 64, 8, 8},
       {"gpt causal (B 128, L 64, H 4)", 128, 64, 4, 16, true},
   };
-  std::printf("%-30s %-9s %12s %12s %7s\n", "shape", "pass", "fast GF/s", "ref GF/s", "ratio");
+  const bool bf16_here = k::packed_attention_bf16_supported();
+  if (!bf16_here) std::printf("no AVX512_BF16 here (or capped): the bfloat16 kernels are not timed\n");
+  std::printf("%-30s %-9s %12s %12s %7s", "shape", "pass", "fast GF/s", "ref GF/s", "ratio");
+  if (bf16_here) std::printf(" %12s %12s %7s %10s", "bf16 GF/s", "bf16 ref", "ratio", "bf16/fast");
+  std::printf("\n");
   for (const Shape& s : shapes) {
     const int64_t E = s.H * s.D;
     std::vector<float> qkv(static_cast<size_t>(s.B * s.L * 3 * E)), dctx(static_cast<size_t>(s.B * s.L * E));
@@ -61,9 +80,19 @@ int main(int argc, char** argv) {
     for (bool backward : {false, true}) {
       const double flops = (backward ? 8.0 : 4.0) * head_flops;
       const int inner = std::max(1, static_cast<int>(2e8 / flops));  // a few ms per timed sample
-      auto time_one = [&](bool fast) {
+      // 0: the float32 kernel, 1: its reference, 2: the bfloat16 kernel, 3: its reference
+      auto time_one = [&](int which) {
+        const bool fast = which == 0, bf16 = which >= 2;
         const double t0 = now_s();
-        for (int i = 0; i < inner; ++i) {
+        const int n = which == 3 ? 1 : inner;  // the plain loops: one call
+        for (int i = 0; i < n; ++i) {
+          if (bf16 && !backward)
+            (which == 2 ? k::packed_attention_forward_bf16 : bf16_forward_reference)(
+                qkv.data(), s.B, s.L, s.H, s.D, scale, P.data(), ctx.data(), s.causal);
+          if (bf16 && backward)
+            (which == 2 ? k::packed_attention_backward_bf16 : bf16_backward_reference)(
+                qkv.data(), P.data(), dctx.data(), s.B, s.L, s.H, s.D, scale, dqkv.data(), s.causal);
+          if (bf16) continue;
           if (!backward && fast)
             k::packed_attention_forward(qkv.data(), s.B, s.L, s.H, s.D, scale, P.data(), ctx.data(), s.causal);
           if (!backward && !fast)
@@ -76,17 +105,20 @@ int main(int argc, char** argv) {
             k::packed_attention_backward_reference(qkv.data(), P.data(), dctx.data(), s.B, s.L, s.H, s.D, scale,
                                                    work.data(), dqkv.data());
         }
-        return flops * inner / (now_s() - t0) / 1e9;
+        return flops * n / (now_s() - t0) / 1e9;
       };
-      time_one(true);
-      time_one(false);  // warm-up: scratch, caches
-      std::vector<double> fast, ref;
-      for (int r = 0; r < reps; ++r) {
-        fast.push_back(time_one(true));
-        ref.push_back(time_one(false));
+      const int kinds = bf16_here ? 4 : 2;
+      std::vector<double> gf[4];
+      for (int which = 0; which < kinds; ++which) time_one(which);  // warm-up: scratch, caches
+      for (int r = 0; r < reps; ++r)
+        for (int which = 0; which < kinds; ++which) gf[which].push_back(time_one(which));
+      const double f = median(gf[0]), rf = median(gf[1]);
+      std::printf("%-30s %-9s %12.1f %12.1f %6.2fx", s.what, backward ? "backward" : "forward", f, rf, f / rf);
+      if (bf16_here) {
+        const double b = median(gf[2]), rb = median(gf[3]);
+        std::printf(" %12.1f %12.1f %6.2fx %9.2fx", b, rb, b / rb, b / f);
       }
-      std::printf("%-30s %-9s %12.1f %12.1f %6.2fx\n", s.what, backward ? "backward" : "forward", median(fast),
-                  median(ref), median(fast) / median(ref));
+      std::printf("\n");
     }
   }
   return 0;

@@ -1,6 +1,6 @@
 // tensor/ops_attention.cpp — self-attention on a packed (B, L, 3E) projection, forward beside
 // backward: the CPU fast path of nn::MultiheadAttention (kernels/cpu/attention.h reads the heads
-// in place). There is no CUDA kernel: on CUDA tensors these throw, and MultiheadAttention takes
+// in place; with bf16_products its bfloat16-product kernels where the CPU runs them). There is no CUDA kernel: on CUDA tensors these throw, and MultiheadAttention takes
 // the composed path (slices, matmul, softmax), which is also the reference the tests compare with.
 #include <stdexcept>
 #include <string>
@@ -25,11 +25,16 @@ int64_t check_packed(const Tensor& qkv, int64_t num_heads, const char* op) {
 }
 }  // namespace
 
-PackedAttentionResult packed_attention_forward(const Tensor& qkv_in, int64_t num_heads, double scale, bool is_causal) {
+PackedAttentionResult packed_attention_forward(const Tensor& qkv_in, int64_t num_heads, double scale, bool is_causal,
+                                               bool bf16_products) {
   const int64_t D = check_packed(qkv_in, num_heads, "packed_attention_forward");
   const Tensor qkv = qkv_in.contiguous();
   const int64_t B = qkv.size(0), L = qkv.size(1), H = num_heads;
   PackedAttentionResult r{Tensor({B, L, H * D}, qkv.dtype()), Tensor({B, H, L, L}, qkv.dtype())};
+  if (bf16_products && qkv.dtype() == DType::Float32 &&
+      kernels::cpu::packed_attention_forward_bf16(qkv.data<float>(), B, L, H, D, static_cast<float>(scale),
+                                                  r.weights.data<float>(), r.out.data<float>(), is_causal))
+    return r;
   dispatch_floating(qkv.dtype(), "packed_attention_forward", [&](auto tag) {
     using T = decltype(tag);
     kernels::cpu::packed_attention_forward(qkv.data<T>(), B, L, H, D, static_cast<T>(scale), r.weights.data<T>(),
@@ -39,7 +44,7 @@ PackedAttentionResult packed_attention_forward(const Tensor& qkv_in, int64_t num
 }
 
 Tensor packed_attention_backward(const Tensor& qkv_in, const Tensor& weights_in, const Tensor& dout_in,
-                                 int64_t num_heads, double scale, bool is_causal) {
+                                 int64_t num_heads, double scale, bool is_causal, bool bf16_products) {
   constexpr const char* op = "packed_attention_backward";
   const int64_t D = check_packed(qkv_in, num_heads, op);
   const int64_t B = qkv_in.size(0), L = qkv_in.size(1), H = num_heads;
@@ -50,6 +55,10 @@ Tensor packed_attention_backward(const Tensor& qkv_in, const Tensor& weights_in,
                                 " do not match qkv " + qkv_in.desc());
   const Tensor qkv = qkv_in.contiguous(), weights = weights_in.contiguous(), dout = dout_in.contiguous();
   Tensor dqkv(qkv.shape(), qkv.dtype());
+  if (bf16_products && qkv.dtype() == DType::Float32 &&
+      kernels::cpu::packed_attention_backward_bf16(qkv.data<float>(), weights.data<float>(), dout.data<float>(), B, L,
+                                                   H, D, static_cast<float>(scale), dqkv.data<float>(), is_causal))
+    return dqkv;
   dispatch_floating(qkv.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     kernels::cpu::packed_attention_backward(qkv.data<T>(), weights.data<T>(), dout.data<T>(), B, L, H, D,

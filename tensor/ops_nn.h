@@ -212,9 +212,13 @@ struct PackedAttentionResult {
   Tensor out;  // (B, L, E): the heads' contexts side by side, as out_proj takes them
   Tensor weights;  // (B, H, L, L) softmax(scale * q k^T), saved for backward
 };
+// bf16_products (float32 only; autocast(BFloat16)'s attention): the products' operands rounded to
+// bfloat16, float32 sums (kernels/cpu/attention.h's *_bf16), where the CPU runs those kernels
+// (AVX512_BF16); elsewhere the float32 kernels on qkv as given.
 PackedAttentionResult packed_attention_forward(const Tensor& qkv, int64_t num_heads, double scale,
-                                               bool is_causal = false);
+                                               bool is_causal = false, bool bf16_products = false);
 Tensor packed_attention_backward(const Tensor& qkv, const Tensor& weights, const Tensor& dout, int64_t num_heads,
-                                 double scale, bool is_causal = false);  // -> dqkv (B, L, 3E)
+                                 double scale, bool is_causal = false,
+                                 bool bf16_products = false);  // -> dqkv (B, L, 3E)
 
 }  // namespace minidl

@@ -43,6 +43,24 @@ void packed_attention_backward(const float* qkv, const float* P, const float* dc
 void packed_attention_backward(const double* qkv, const double* P, const double* dctx, int64_t B, int64_t L, int64_t H,
                                int64_t D, double scale, double* dqkv, bool causal = false);
 
+// The same attention with bfloat16 products (attention_bf16.cpp; autocast's, as PyTorch's autocast
+// multiplies its matmuls' operands in bfloat16): every product's operands — q, k, v, dctx, and P
+// and dS as the products read them — rounded to bfloat16 (round to nearest even; values that are
+// bfloat16 numbers already stay as they are), float32 sums; S, the softmax, P as stored, dS's
+// formula and the results float32. On AVX512_BF16 (vdpbf16ps: two products per float lane);
+// false, nothing written, where the CPU lacks it (packed_attention_bf16_supported). Causal as above.
+bool packed_attention_bf16_supported();
+bool packed_attention_forward_bf16(const float* qkv, int64_t B, int64_t L, int64_t H, int64_t D, float scale, float* P,
+                                   float* ctx, bool causal = false);
+bool packed_attention_backward_bf16(const float* qkv, const float* P, const float* dctx, int64_t B, int64_t L,
+                                    int64_t H, int64_t D, float scale, float* dqkv, bool causal = false);
+// Their references: each head's operands rounded into bfloat16 copies, gemm_bf16_reference for
+// each product, softmax_row and softmax_backward_row between them (one thread).
+void packed_attention_forward_bf16_reference(const float* qkv, int64_t B, int64_t L, int64_t H, int64_t D, float scale,
+                                             float* P, float* ctx, bool causal = false);
+void packed_attention_backward_bf16_reference(const float* qkv, const float* P, const float* dctx, int64_t B, int64_t L,
+                                              int64_t H, int64_t D, float scale, float* dqkv, bool causal = false);
+
 // The reference: gemm() on each head's strided views, the causal mask added to the scores
 // (-inf above the diagonal) and softmax_row; `work` is (B, H, L, L) scratch for dP / dS. The
 // backward needs no mask: softmax_backward_row gives dS = 0 where P = 0.

@@ -216,9 +216,10 @@ template <class T> [[gnu::always_inline]] inline Lanes<T> load_prefix(const T* r
 // all masked. Numerically stable (the row max subtracted); all -inf gives NaN as in PyTorch.
 // The sum is in T's lanes: the vectors added in order, then the lanes as a fixed tree. NV: nv
 // when known at compile time (x in registers: always inlined, so that x stays there), 0 for
-// scratch rows.
+// scratch rows. Leaves x holding the exponentials and returns the factor (1 / their sum) that
+// scaled them into p, so that x[v] * it are p's values, bit for bit.
 template <class T, int NV>
-[[gnu::always_inline]] inline void softmax_lanes(Lanes<T>* x, int64_t nv_, int64_t n, int64_t len, T* p) {
+[[gnu::always_inline]] inline T softmax_lanes(Lanes<T>* x, int64_t nv_, int64_t n, int64_t len, T* p) {
   constexpr int64_t W = kLanes<T>;
   const int64_t nv = NV ? NV : nv_, last = (nv - 1) * W;
   const T inf = std::numeric_limits<T>::infinity();
@@ -238,6 +239,7 @@ template <class T, int NV>
   store_first_lanes(p + last, x[nv - 1] * inv, len - last < W ? len - last : W);
   for (int64_t j = nv * W; j < len; j += W)  // a causal row's keys past its vectors
     store_first_lanes(p + j, Lanes<T>{}, len - j < W ? len - j : W);
+  return inv;
 }
 
 // sum of d * p over nv vectors, lanes n.. left out ((nv - 2) * W < n as in softmax_lanes); in

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "minidl/autograd/autograd_all.h"
+#include "minidl/kernels/cpu/attention.h"
 #include "minidl/kernels/cpu/parallel.h"
 #include "tests/common/testing.h"
 
@@ -255,6 +256,31 @@ TEST(Autocast, PackedSelfAttentionFromTheProjectionIsTheSameBits) {
   expect_equal(w.grad(), w2.grad(), "dw");
   expect_equal(b.grad(), b2.grad(), "db");
   expect_equal(linear(x, w, b, true).data(), linear(x, w, b).data(), "outside autocast: nothing rounded");
+}
+
+// packed_self_attention under autocast(BFloat16): the tensor op with bf16_products, forward and
+// backward, bit for bit — the bfloat16-product kernel (P and dS rounded for its products too)
+// where the CPU runs it, which differs from the float32 kernel on the same rounded qkv; that
+// float32 kernel where it does not.
+TEST(Autocast, PackedSelfAttentionUnderBfloat16TakesTheBfloat16ProductKernel) {
+  const int64_t B = 2, L = 9, H = 2, D = 8;
+  const Variable qkv = param({B, L, 3 * H * D}, 30);
+  const Tensor g = sample({B, L, H * D}, 31);
+  Variable y;
+  {
+    autocast guard(DType::BFloat16);
+    y = packed_self_attention(qkv, H, 0.35, false);
+  }
+  y.backward(g);
+  const Tensor rq = rounded(qkv.data());
+  const PackedAttentionResult r = packed_attention_forward(rq, H, 0.35, false, /*bf16_products=*/true);
+  expect_equal(y.data(), r.out, "out");
+  expect_equal(qkv.grad(), rounded(packed_attention_backward(rq, r.weights, g, H, 0.35, false, true)), "dqkv");
+  const Tensor f = packed_attention_forward(rq, H, 0.35, false, false).out;
+  if (kernels::cpu::packed_attention_bf16_supported())
+    EXPECT_GT(minidl::testing::max_abs_diff(r.out, f), 0.0) << "the bfloat16 kernel gave the float32 kernel's bits";
+  else
+    expect_equal(r.out, f, "without AVX512_BF16: the float32 kernel");
 }
 
 TEST(Autocast, AttentionRoundsTheOperandsOfBothProducts) {
