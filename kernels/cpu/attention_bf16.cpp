@@ -16,8 +16,9 @@
 // instruction where attention_tiles.h's FMA does 16. As in the float32 kernels, rows of up to 4
 // vectors (L <= 64) run the softmax and its backward on S's and dP's rows while they are still in
 // registers (attention_tiles.h's softmax_lanes and row_dot) and make P's and dS's words there;
-// longer rows go through scratch. A causal head masks S's rows in the softmax and computes the
-// products whole (the zeros of P and dS above the diagonal add nothing).
+// longer rows go through scratch. A causal head computes S and dP only for the key vectors a block
+// of rows sees, and its other products skip the word pairs of P's and dS's zeros above the
+// diagonal (whole pairs; the zeros left in a tile add nothing).
 // Like vec_math.h's masked loads, the bfloat16 instructions are intrinsics under the build's own
 // target: the kernels exist where the library is compiled for AVX512_BF16 (MINIDL_NATIVE, the
 // default, on such a CPU) and run where cpu_has_avx512_bf16() agrees (MINIDL_CPU_CAPABILITY);
@@ -192,43 +193,55 @@ template <int R, int NV>
     for (int v = 0; v < NV; ++v) store_lanes(C + r * ldc + v * W, acc[r][v] * alpha);
 }
 
+// Rows i..i+R of C (C = alpha * A · B, A(i, p) at A[i * ars + p * aks]) for NV vector columns,
+// over the word pairs that `terms` keeps (attention_tiles.h's Terms: a causal head's P and dS are
+// zero above the diagonal, so row i's keys k <= i are words p < ceil((i + R) / 2) for the tile,
+// and P^T's and dS^T's queries k >= i words p >= i / 2; the zeros left inside a tile add nothing).
+template <int R, int NV>
+void pair_rows(int64_t i, Terms terms, const uint32_t* A, int64_t ars, int64_t aks, const uint32_t* B, int64_t ldb,
+               int64_t kp, float alpha, float* C, int64_t ldc) {
+  const int64_t p0 = terms == Terms::FromRow ? i / 2 : 0;
+  const int64_t p1 = terms == Terms::UpToRow ? std::min(kp, (i + R + 1) / 2) : kp;
+  pair_tile<R, NV>(A + i * ars + p0 * aks, ars, aks, B + p0 * ldb, ldb, p1 - p0, alpha, C + i * ldc, ldc);
+}
+
 // All M rows of C for NV vector columns: tiles of R rows (one vector column: 10, whose sums keep
 // the dot-product unit busy; the last tile the 10 rows ending at M, recomputing some with the
 // same bits), then 4, 2, 1.
 template <int NV>
-void pair_panel(int64_t M, const uint32_t* A, int64_t ars, int64_t aks, const uint32_t* B, int64_t ldb, int64_t kp,
-                float alpha, float* C, int64_t ldc) {
+void pair_panel(int64_t M, Terms terms, const uint32_t* A, int64_t ars, int64_t aks, const uint32_t* B, int64_t ldb,
+                int64_t kp, float alpha, float* C, int64_t ldc) {
   constexpr int R = NV == 1 ? 10 : 4;
   int64_t i = 0;
-  for (; i + R <= M; i += R) pair_tile<R, NV>(A + i * ars, ars, aks, B, ldb, kp, alpha, C + i * ldc, ldc);
+  for (; i + R <= M; i += R) pair_rows<R, NV>(i, terms, A, ars, aks, B, ldb, kp, alpha, C, ldc);
   if (NV == 1 && i > 0 && i < M) {
-    pair_tile<R, NV>(A + (M - R) * ars, ars, aks, B, ldb, kp, alpha, C + (M - R) * ldc, ldc);
+    pair_rows<R, NV>(M - R, terms, A, ars, aks, B, ldb, kp, alpha, C, ldc);
     return;
   }
-  for (; i + 4 <= M; i += 4) pair_tile<4, NV>(A + i * ars, ars, aks, B, ldb, kp, alpha, C + i * ldc, ldc);
-  for (; i + 2 <= M; i += 2) pair_tile<2, NV>(A + i * ars, ars, aks, B, ldb, kp, alpha, C + i * ldc, ldc);
-  if (i < M) pair_tile<1, NV>(A + i * ars, ars, aks, B, ldb, kp, alpha, C + i * ldc, ldc);
+  for (; i + 4 <= M; i += 4) pair_rows<4, NV>(i, terms, A, ars, aks, B, ldb, kp, alpha, C, ldc);
+  for (; i + 2 <= M; i += 2) pair_rows<2, NV>(i, terms, A, ars, aks, B, ldb, kp, alpha, C, ldc);
+  if (i < M) pair_rows<1, NV>(i, terms, A, ars, aks, B, ldb, kp, alpha, C, ldc);
 }
 
 // C (M, 16 nv) = alpha * A (M, kp words) · B (kp words, 16 nv lanes), in column blocks of up to 4
 // vectors.
 void pair_products(int64_t M, int64_t nv, const uint32_t* A, int64_t ars, int64_t aks, const uint32_t* B, int64_t ldb,
-                   int64_t kp, float alpha, float* C, int64_t ldc) {
+                   int64_t kp, float alpha, float* C, int64_t ldc, Terms terms = Terms::All) {
   for (int64_t c = 0; c < nv; c += 4) {
     const uint32_t* b = B + c * W;
     float* out = C + c * W;
     switch (std::min<int64_t>(nv - c, 4)) {
       case 1:
-        pair_panel<1>(M, A, ars, aks, b, ldb, kp, alpha, out, ldc);
+        pair_panel<1>(M, terms, A, ars, aks, b, ldb, kp, alpha, out, ldc);
         break;
       case 2:
-        pair_panel<2>(M, A, ars, aks, b, ldb, kp, alpha, out, ldc);
+        pair_panel<2>(M, terms, A, ars, aks, b, ldb, kp, alpha, out, ldc);
         break;
       case 3:
-        pair_panel<3>(M, A, ars, aks, b, ldb, kp, alpha, out, ldc);
+        pair_panel<3>(M, terms, A, ars, aks, b, ldb, kp, alpha, out, ldc);
         break;
       default:
-        pair_panel<4>(M, A, ars, aks, b, ldb, kp, alpha, out, ldc);
+        pair_panel<4>(M, terms, A, ars, aks, b, ldb, kp, alpha, out, ldc);
         break;
     }
   }
@@ -328,7 +341,8 @@ void forward_head(const Head& h, const float* q, const float* k, const float* v,
   }
   row_pairs_as_words(v, ld, L, h.D, h.Dp, vw);
   float* c = h.D == h.Dp ? ctx : out;
-  pair_products(L, h.Dp / W, pw, h.Lw, 1, vw, h.Dp, h.Lw, 1.0f, c, h.D == h.Dp ? ldc : h.Dp);  // ctx = P v
+  pair_products(L, h.Dp / W, pw, h.Lw, 1, vw, h.Dp, h.Lw, 1.0f, c, h.D == h.Dp ? ldc : h.Dp,
+                causal ? Terms::UpToRow : Terms::All);  // ctx = P v
   if (c == out) unpad_rows(out, h.Dp, L, h.D, ctx, ldc);
 }
 std::pair<int64_t, int64_t> forward_scratch(const Head& h) {  // floats, words
@@ -440,14 +454,16 @@ void backward_head(const Head& h, const float* q, const float* k, const float* v
   row_pairs_as_words(q, ld, L, h.D, Dp, qw);
   row_pairs_as_words(g, ldg, L, h.D, Dp, gpw);
   // result (L, D) = alpha * A · B, straight into dst when D is whole vectors
-  auto result = [&](const uint32_t* A, int64_t ars, int64_t aks, const uint32_t* B, float alpha, float* dst) {
+  auto result = [&](const uint32_t* A, int64_t ars, int64_t aks, const uint32_t* B, float alpha, Terms terms,
+                    float* dst) {
     float* c = h.D == Dp ? dst : out;
-    pair_products(L, Dp / W, A, ars, aks, B, Dp, Lw, alpha, c, h.D == Dp ? ld : Dp);
+    pair_products(L, Dp / W, A, ars, aks, B, Dp, Lw, alpha, c, h.D == Dp ? ld : Dp, terms);
     if (c == out) unpad_rows(out, Dp, L, h.D, dst, ld);
   };
-  result(sw, Lw, 1, kw, scale, dq);  // dq = scale * dS k
-  result(stw, 1, Lp, qw, scale, dk);  // dk = scale * dS^T q
-  result(ptw, 1, Lp, gpw, 1.0f, dv);  // dv = P^T dctx
+  const Terms lower = causal ? Terms::UpToRow : Terms::All, upper = causal ? Terms::FromRow : Terms::All;
+  result(sw, Lw, 1, kw, scale, lower, dq);  // dq = scale * dS k
+  result(stw, 1, Lp, qw, scale, upper, dk);  // dk = scale * dS^T q
+  result(ptw, 1, Lp, gpw, 1.0f, upper, dv);  // dv = P^T dctx
 }
 std::pair<int64_t, int64_t> backward_scratch(const Head& h) {  // floats, words
   return {h.L * h.Lp + h.Lp + h.L * h.Dp, h.L * h.Dw + h.Dw16 * h.Lp + h.L * h.Lw + 2 * h.Lw * h.Lp + 3 * h.Lw * h.Dp};
