@@ -23,8 +23,11 @@
 // target: the kernels exist where the library is compiled for AVX512_BF16 (MINIDL_NATIVE, the
 // default, on such a CPU) and run where cpu_has_avx512_bf16() agrees (MINIDL_CPU_CAPABILITY);
 // elsewhere they return false and autocast's attention takes the float32 kernels.
+#if !defined(__clang__)  // GCC 12 reports false "maybe-uninitialized" warnings inside its AVX-512 headers
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <algorithm>
+#include <utility>
 #include <vector>
 
 #include "minidl/kernels/cpu/attention.h"
@@ -475,10 +478,10 @@ template <class Scratch, class F>
 void for_each_head(int64_t B, int64_t L, int64_t H, int64_t D, Scratch&& scratch, F&& f) {
   if (L == 0 || D == 0) return;
   const Head h(L, D);
-  const auto [floats, words] = scratch(h);
+  const std::pair<int64_t, int64_t> need = scratch(h);  // floats, words
   parallel_for(B * H, 1, [&](int64_t t0, int64_t t1) {
-    float* fs = thread_scratch<float>(floats);
-    uint32_t* ws = thread_scratch<uint32_t>(words);
+    float* fs = thread_scratch<float>(need.first);
+    uint32_t* ws = thread_scratch<uint32_t>(need.second);
     for (int64_t t = t0; t < t1; ++t) f(h, t, fs, ws);
   });
 }
