@@ -1,5 +1,6 @@
-// tests/tensor/test_serialize_hostile.cpp — safetensors load() on crafted files: trailing bytes,
-// gaps and overlaps between tensors, a valid file padded to 512 MB (refused without reading the
+// tests/tensor/test_serialize_hostile.cpp — safetensors load() on crafted files: offsets outside
+// the data, a shape the data cannot hold, unknown dtypes, trailing bytes, gaps and overlaps
+// between tensors, a valid file padded to 512 MB (refused without reading the
 // padding: peak memory stays small), /dev/zero (refused at once), a header announcing more
 // than the file holds.
 #include <unistd.h>
@@ -31,6 +32,16 @@ std::string crafted(const std::string& json, size_t data) {
 }
 
 }  // namespace
+
+TEST(SafetensorsHostile, OutOfRangeOffsetsAndBadDtypeAreErrors) {
+  EXPECT_THROW_MSG(deserialize(crafted(R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,16]}})", 8), "f"),
+                   std::runtime_error, "data_offsets [0,16] outside the data section of 8 bytes");
+  EXPECT_THROW_MSG(deserialize(crafted(R"({"x":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8), "f"),
+                   std::runtime_error, "needs 12 bytes");
+  EXPECT_THROW_MSG(deserialize(crafted(R"({"x":{"dtype":"F8_E4M3","shape":[2],"data_offsets":[0,2]}})", 2), "f"),
+                   std::runtime_error, "unsupported dtype");
+  EXPECT_THROW_MSG(deserialize(crafted(R"({"x":{"shape":[2]}})", 0), "f"), std::runtime_error, "malformed entry");
+}
 
 TEST(SafetensorsHostile, TrailingBytesAfterTheLastTensorAreAnError) {
   const std::string path = temp_path("trailing.safetensors");
