@@ -46,9 +46,11 @@ void packed_attention_backward(const double* qkv, const double* P, const double*
 // The same attention with bfloat16 products (attention_bf16.cpp; autocast's, as PyTorch's autocast
 // multiplies its matmuls' operands in bfloat16): every product's operands — q, k, v, dctx, and P
 // and dS as the products read them — rounded to bfloat16 (round to nearest even; values that are
-// bfloat16 numbers already stay as they are), float32 sums; S, the softmax, P as stored, dS's
+// bfloat16 numbers already stay as they are; the kernels flush float32 subnormals to zero, as
+// vdpbf16ps reads them), float32 sums; S, the softmax, P as stored, dS's
 // formula and the results float32. On AVX512_BF16 (vdpbf16ps: two products per float lane);
-// false, nothing written, where the CPU lacks it (packed_attention_bf16_supported). Causal as above.
+// false, nothing written, where the CPU lacks it or the build does not target it
+// (packed_attention_bf16_supported). Causal as above.
 bool packed_attention_bf16_supported();
 bool packed_attention_forward_bf16(const float* qkv, int64_t B, int64_t L, int64_t H, int64_t D, float scale, float* P,
                                    float* ctx, bool causal = false);
