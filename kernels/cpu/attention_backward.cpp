@@ -42,40 +42,19 @@ template <class T, int R, int NV>
   }
 }
 
-template <class T, int R>
-void softmax_backward_rows(int64_t nv, const T* g, int64_t ldg, const T* vt, int64_t Lp, int64_t D, const T* p,
-                           int64_t L, int64_t i0, bool causal, int64_t nl, T* ds) {
-  switch (nv) {
-    case 1:
-      softmax_backward_tile<T, R, 1>(g, ldg, vt, Lp, D, p, L, i0, causal, nl, ds);
-      break;
-    case 2:
-      softmax_backward_tile<T, R, 2>(g, ldg, vt, Lp, D, p, L, i0, causal, nl, ds);
-      break;
-    case 3:
-      softmax_backward_tile<T, R, 3>(g, ldg, vt, Lp, D, p, L, i0, causal, nl, ds);
-      break;
-    default:
-      softmax_backward_tile<T, R, 4>(g, ldg, vt, Lp, D, p, L, i0, causal, nl, ds);
-      break;
-  }
-}
-
 // dS (L, Lp) from dctx, vt and P for rows of nl <= 4 vectors: tiles of 4 rows, then 2, then 1.
 template <class T>
 void softmax_backward_panel(int64_t nl, const T* g, int64_t ldg, const T* vt, int64_t Lp, int64_t D, const T* p,
                             int64_t L, bool causal, T* ds) {
   constexpr int64_t W = kLanes<T>;
-  auto nv = [&](int64_t i_end) { return causal ? (std::min(i_end, L) + W - 1) / W : nl; };  // vectors seen
-  int64_t i = 0;
-  for (; i + 4 <= L; i += 4)
-    softmax_backward_rows<T, 4>(nv(i + 4), g + i * ldg, ldg, vt, Lp, D, p + i * L, L, i, causal, nl, ds + i * Lp);
-  if (i + 2 <= L) {
-    softmax_backward_rows<T, 2>(nv(i + 2), g + i * ldg, ldg, vt, Lp, D, p + i * L, L, i, causal, nl, ds + i * Lp);
-    i += 2;
-  }
-  if (i < L)
-    softmax_backward_rows<T, 1>(nv(i + 1), g + i * ldg, ldg, vt, Lp, D, p + i * L, L, i, causal, nl, ds + i * Lp);
+  for_each_row_block(L, [&](auto r, int64_t i) {
+    constexpr int R = decltype(r)::value;
+    const int64_t seen = causal ? (std::min(i + R, L) + W - 1) / W : nl;  // key vectors these rows see
+    with_vectors(seen, [&](auto nv) {
+      softmax_backward_tile<T, R, decltype(nv)::value>(g + i * ldg, ldg, vt, Lp, D, p + i * L, L, i, causal, nl,
+                                                       ds + i * Lp);
+    });
+  });
 }
 
 // One head: q, k, v (L, D) rows ld apart, g = dctx (L, D) rows ldg apart, p (L, L) ->

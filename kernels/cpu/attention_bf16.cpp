@@ -208,46 +208,16 @@ void pair_rows(int64_t i, Terms terms, const uint32_t* A, int64_t ars, int64_t a
   pair_tile<R, NV>(A + i * ars + p0 * aks, ars, aks, B + p0 * ldb, ldb, p1 - p0, alpha, C + i * ldc, ldc);
 }
 
-// All M rows of C for NV vector columns: tiles of R rows (one vector column: 10, whose sums keep
-// the dot-product unit busy; the last tile the 10 rows ending at M, recomputing some with the
-// same bits), then 4, 2, 1.
-template <int NV>
-void pair_panel(int64_t M, Terms terms, const uint32_t* A, int64_t ars, int64_t aks, const uint32_t* B, int64_t ldb,
-                int64_t kp, float alpha, float* C, int64_t ldc) {
-  constexpr int R = NV == 1 ? 10 : 4;
-  int64_t i = 0;
-  for (; i + R <= M; i += R) pair_rows<R, NV>(i, terms, A, ars, aks, B, ldb, kp, alpha, C, ldc);
-  if (NV == 1 && i > 0 && i < M) {
-    pair_rows<R, NV>(M - R, terms, A, ars, aks, B, ldb, kp, alpha, C, ldc);
-    return;
-  }
-  for (; i + 4 <= M; i += 4) pair_rows<4, NV>(i, terms, A, ars, aks, B, ldb, kp, alpha, C, ldc);
-  for (; i + 2 <= M; i += 2) pair_rows<2, NV>(i, terms, A, ars, aks, B, ldb, kp, alpha, C, ldc);
-  if (i < M) pair_rows<1, NV>(i, terms, A, ars, aks, B, ldb, kp, alpha, C, ldc);
-}
-
-// C (M, 16 nv) = alpha * A (M, kp words) · B (kp words, 16 nv lanes), in column blocks of up to 4
-// vectors.
+// C (M, 16 nv) = alpha * A (M, kp words) · B (kp words, 16 nv lanes), in attention_tiles.h's
+// column blocks and tiles of rows.
 void pair_products(int64_t M, int64_t nv, const uint32_t* A, int64_t ars, int64_t aks, const uint32_t* B, int64_t ldb,
                    int64_t kp, float alpha, float* C, int64_t ldc, Terms terms = Terms::All) {
-  for (int64_t c = 0; c < nv; c += 4) {
-    const uint32_t* b = B + c * W;
-    float* out = C + c * W;
-    switch (std::min<int64_t>(nv - c, 4)) {
-      case 1:
-        pair_panel<1>(M, terms, A, ars, aks, b, ldb, kp, alpha, out, ldc);
-        break;
-      case 2:
-        pair_panel<2>(M, terms, A, ars, aks, b, ldb, kp, alpha, out, ldc);
-        break;
-      case 3:
-        pair_panel<3>(M, terms, A, ars, aks, b, ldb, kp, alpha, out, ldc);
-        break;
-      default:
-        pair_panel<4>(M, terms, A, ars, aks, b, ldb, kp, alpha, out, ldc);
-        break;
-    }
-  }
+  for_each_column_block(nv, [&](auto n, int64_t c) {
+    constexpr int NV = decltype(n)::value;
+    for_each_tile<NV>(M, [&](auto r, int64_t i) {
+      pair_rows<decltype(r)::value, NV>(i, terms, A, ars, aks, B + c * W, ldb, kp, alpha, C + c * W, ldc);
+    });
+  });
 }
 
 // One head's sizes: L queries and keys (Lp padded to vectors, nl vectors, Lw key pairs), D per
@@ -266,20 +236,6 @@ struct Head {
   // the key vectors rows ..i_end see: all, or causal, those of keys < i_end
   int64_t seen(bool causal, int64_t i_end) const { return causal ? (std::min(i_end, L) + W - 1) / W : nl; }
 };
-
-// Calls f(std::integral_constant<int, nv>) for nv = 1..4.
-template <class F> void with_vectors(int64_t nv, F&& f) {
-  switch (nv) {
-    case 1:
-      return f(std::integral_constant<int, 1>{});
-    case 2:
-      return f(std::integral_constant<int, 2>{});
-    case 3:
-      return f(std::integral_constant<int, 3>{});
-    default:
-      return f(std::integral_constant<int, 4>{});
-  }
-}
 
 // ---- forward ----
 
@@ -308,16 +264,12 @@ template <int R, int NV>
 // P (L, L) and its words for rows of nl <= 4 vectors: tiles of 4 rows, then 2, then 1.
 void softmax_panel(const Head& h, const uint32_t* qw, const uint32_t* ktw, bool causal, float scale, float* p,
                    uint32_t* pw) {
-  auto rows = [&](auto r_tag, int64_t i) {
-    constexpr int R = decltype(r_tag)::value;
-    with_vectors(h.seen(causal, i + R), [&](auto nv_tag) {
-      softmax_tile<R, decltype(nv_tag)::value>(h, qw + i * h.Dw, ktw, i, causal, scale, p + i * h.L, pw + i * h.Lw);
+  for_each_row_block(h.L, [&](auto r, int64_t i) {
+    constexpr int R = decltype(r)::value;
+    with_vectors(h.seen(causal, i + R), [&](auto nv) {
+      softmax_tile<R, decltype(nv)::value>(h, qw + i * h.Dw, ktw, i, causal, scale, p + i * h.L, pw + i * h.Lw);
     });
-  };
-  int64_t i = 0;
-  for (; i + 4 <= h.L; i += 4) rows(std::integral_constant<int, 4>{}, i);
-  if (i + 2 <= h.L) rows(std::integral_constant<int, 2>{}, i), i += 2;
-  if (i < h.L) rows(std::integral_constant<int, 1>{}, i);
+  });
 }
 
 // One head: q, k, v (L, D) rows ld apart -> p (L, L), ctx (L, D) rows ldc apart.
@@ -403,17 +355,13 @@ template <int R, int NV>
 // starts at an even row).
 void softmax_backward_panel(const Head& h, const uint32_t* gw, const uint32_t* vtw, const float* p, bool causal,
                             uint32_t* sw, uint32_t* stw, uint32_t* ptw) {
-  auto rows = [&](auto r_tag, int64_t i) {
-    constexpr int R = decltype(r_tag)::value;
-    with_vectors(h.seen(causal, i + R), [&](auto nv_tag) {
-      softmax_backward_tile<R, decltype(nv_tag)::value>(h, gw + i * h.Dw, vtw, p + i * h.L, i, causal, sw + i * h.Lw,
-                                                        stw, ptw);
+  for_each_row_block(h.L, [&](auto r, int64_t i) {
+    constexpr int R = decltype(r)::value;
+    with_vectors(h.seen(causal, i + R), [&](auto nv) {
+      softmax_backward_tile<R, decltype(nv)::value>(h, gw + i * h.Dw, vtw, p + i * h.L, i, causal, sw + i * h.Lw, stw,
+                                                    ptw);
     });
-  };
-  int64_t i = 0;
-  for (; i + 4 <= h.L; i += 4) rows(std::integral_constant<int, 4>{}, i);
-  if (i + 2 <= h.L) rows(std::integral_constant<int, 2>{}, i), i += 2;
-  if (i < h.L) rows(std::integral_constant<int, 1>{}, i);
+  });
 }
 
 // One head: q, k, v (L, D) rows ld apart, g = dctx (L, D) rows ldg apart, p (L, L) ->

@@ -30,38 +30,18 @@ template <class T, int R, int NV>
   for (int r = 0; r < R; ++r) softmax_lanes<T, NV>(acc[r], NV, causal ? i0 + r + 1 : L, L, p + r * L);
 }
 
-template <class T, int R>
-void softmax_rows(int64_t nv, const T* q, int64_t ld, const T* kt, int64_t Lp, int64_t D, int64_t L, int64_t i0,
-                  bool causal, T* p) {
-  switch (nv) {
-    case 1:
-      softmax_tile<T, R, 1>(q, ld, kt, Lp, D, L, i0, causal, p);
-      break;
-    case 2:
-      softmax_tile<T, R, 2>(q, ld, kt, Lp, D, L, i0, causal, p);
-      break;
-    case 3:
-      softmax_tile<T, R, 3>(q, ld, kt, Lp, D, L, i0, causal, p);
-      break;
-    default:
-      softmax_tile<T, R, 4>(q, ld, kt, Lp, D, L, i0, causal, p);
-      break;
-  }
-}
-
 // P (L, L) = softmax(q kt) for rows of nl <= 4 vectors: tiles of 4 rows, then 2, then 1.
 template <class T>
 void softmax_panel(int64_t nl, const T* q, int64_t ld, const T* kt, int64_t Lp, int64_t D, int64_t L, bool causal,
                    T* p) {
   constexpr int64_t W = kLanes<T>;
-  auto nv = [&](int64_t i_end) { return causal ? (std::min(i_end, L) + W - 1) / W : nl; };  // vectors seen
-  int64_t i = 0;
-  for (; i + 4 <= L; i += 4) softmax_rows<T, 4>(nv(i + 4), q + i * ld, ld, kt, Lp, D, L, i, causal, p + i * L);
-  if (i + 2 <= L) {
-    softmax_rows<T, 2>(nv(i + 2), q + i * ld, ld, kt, Lp, D, L, i, causal, p + i * L);
-    i += 2;
-  }
-  if (i < L) softmax_rows<T, 1>(nv(i + 1), q + i * ld, ld, kt, Lp, D, L, i, causal, p + i * L);
+  for_each_row_block(L, [&](auto r, int64_t i) {
+    constexpr int R = decltype(r)::value;
+    const int64_t seen = causal ? (std::min(i + R, L) + W - 1) / W : nl;  // key vectors these rows see
+    with_vectors(seen, [&](auto nv) {
+      softmax_tile<T, R, decltype(nv)::value>(q + i * ld, ld, kt, Lp, D, L, i, causal, p + i * L);
+    });
+  });
 }
 
 // One head: q, k, v (L, D) rows ld apart -> p (L, L), ctx (L, D) rows ldc apart.

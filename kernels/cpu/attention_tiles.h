@@ -102,63 +102,83 @@ void tile_rows(int64_t i, Terms terms, const T* A, int64_t ars, int64_t aks, con
   tile<T, R, NV>(A + i * ars + k0 * aks, ars, aks, B + k0 * ldb, ldb, k1 - k0, alpha, C + i * ldc, ldc);
 }
 
-// All M rows of C for NV vector columns: tiles of R rows (R * NV accumulators), then 8, 4, 2, 1.
-// One vector column takes R = 10 (10 independent sums keep both FMA ports busy), and when M >= R
-// is not a multiple of R the last tile is the R rows ending at M: it recomputes rows of the
-// previous tile (the same sums in the same order, so the same bits) instead of running a short
-// tile whose few sums wait on each other's FMA latency.
-template <class T, int NV>
-void panel(int64_t M, Terms terms, const T* A, int64_t ars, int64_t aks, const T* B, int64_t ldb, int64_t K, T alpha,
-           T* C, int64_t ldc) {
+// f(std::integral_constant<int, nv>{}) for nv = 1..4 (larger: 4), so that a vector count known only
+// at run time picks a tile built for it.
+template <class F> void with_vectors(int64_t nv, F&& f) {
+  switch (nv) {
+    case 1:
+      return f(std::integral_constant<int, 1>{});
+    case 2:
+      return f(std::integral_constant<int, 2>{});
+    case 3:
+      return f(std::integral_constant<int, 3>{});
+    default:
+      return f(std::integral_constant<int, 4>{});
+  }
+}
+
+// The tiles of a product's M rows for NV vector columns, as f(std::integral_constant<int, R>{}, i)
+// for the R rows from i: tiles of R (R * NV accumulators), then 8, 4, 2, 1. One vector column takes
+// R = 10 (10 independent sums keep both FMA ports busy), and when M >= R is not a multiple of R
+// the last tile is the R rows ending at M: it recomputes rows of the previous tile (the same sums
+// in the same order, so the same bits) instead of running a short tile whose few sums wait on
+// each other's latency.
+template <int NV, class F> void for_each_tile(int64_t M, F&& f) {
   constexpr int R = NV == 1 ? 10 : 4;
   int64_t i = 0;
-  for (; i + R <= M; i += R) tile_rows<T, R, NV>(i, terms, A, ars, aks, B, ldb, K, alpha, C, ldc);
+  for (; i + R <= M; i += R) f(std::integral_constant<int, R>{}, i);
   if constexpr (NV == 1) {
     if (i > 0 && i < M) {
-      tile_rows<T, R, NV>(M - R, terms, A, ars, aks, B, ldb, K, alpha, C, ldc);
+      f(std::integral_constant<int, R>{}, M - R);
       return;
     }
     if (i + 8 <= M) {
-      tile_rows<T, 8, NV>(i, terms, A, ars, aks, B, ldb, K, alpha, C, ldc);
+      f(std::integral_constant<int, 8>{}, i);
       i += 8;
     }
   }
   if constexpr (R > 4) {
     if (i + 4 <= M) {
-      tile_rows<T, 4, NV>(i, terms, A, ars, aks, B, ldb, K, alpha, C, ldc);
+      f(std::integral_constant<int, 4>{}, i);
       i += 4;
     }
   }
   if (i + 2 <= M) {
-    tile_rows<T, 2, NV>(i, terms, A, ars, aks, B, ldb, K, alpha, C, ldc);
+    f(std::integral_constant<int, 2>{}, i);
     i += 2;
   }
-  if (i < M) tile_rows<T, 1, NV>(i, terms, A, ars, aks, B, ldb, K, alpha, C, ldc);
+  if (i < M) f(std::integral_constant<int, 1>{}, i);
 }
 
-// C (M, nv * W) = alpha * A (M, K) · B (K, nv * W), in column blocks of up to 4 vectors.
+// A product's nv vector columns in blocks of up to 4: f(std::integral_constant<int, NV>{}, c) for
+// the NV columns from vector c.
+template <class F> void for_each_column_block(int64_t nv, F&& f) {
+  for (int64_t c = 0; c < nv; c += 4) with_vectors(nv - c < 4 ? nv - c : 4, [&](auto n) { f(n, c); });
+}
+
+// The softmax tiles of L rows: f(std::integral_constant<int, R>{}, i) for tiles of 4 rows, then 2,
+// then 1 (each starting at an even row).
+template <class F> void for_each_row_block(int64_t L, F&& f) {
+  int64_t i = 0;
+  for (; i + 4 <= L; i += 4) f(std::integral_constant<int, 4>{}, i);
+  if (i + 2 <= L) {
+    f(std::integral_constant<int, 2>{}, i);
+    i += 2;
+  }
+  if (i < L) f(std::integral_constant<int, 1>{}, i);
+}
+
+// C (M, nv * W) = alpha * A (M, K) · B (K, nv * W), in the tiles above.
 template <class T>
 void products(int64_t M, int64_t nv, const T* A, int64_t ars, int64_t aks, const T* B, int64_t ldb, int64_t K, T alpha,
               T* C, int64_t ldc, Terms terms = Terms::All) {
   constexpr int64_t W = kLanes<T>;
-  for (int64_t c = 0; c < nv; c += 4) {
-    const T* b = B + c * W;
-    T* out = C + c * W;
-    switch (nv - c < 4 ? nv - c : 4) {
-      case 1:
-        panel<T, 1>(M, terms, A, ars, aks, b, ldb, K, alpha, out, ldc);
-        break;
-      case 2:
-        panel<T, 2>(M, terms, A, ars, aks, b, ldb, K, alpha, out, ldc);
-        break;
-      case 3:
-        panel<T, 3>(M, terms, A, ars, aks, b, ldb, K, alpha, out, ldc);
-        break;
-      default:
-        panel<T, 4>(M, terms, A, ars, aks, b, ldb, K, alpha, out, ldc);
-        break;
-    }
-  }
+  for_each_column_block(nv, [&](auto n, int64_t c) {
+    constexpr int NV = decltype(n)::value;
+    for_each_tile<NV>(M, [&](auto r, int64_t i) {
+      tile_rows<T, decltype(r)::value, NV>(i, terms, A, ars, aks, B + c * W, ldb, K, alpha, C + c * W, ldc);
+    });
+  });
 }
 
 // dst (D, Lp) = alpha * src (L, D; rows ld apart) transposed, columns L.. zero. Float: 16 x 16
