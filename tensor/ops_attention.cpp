@@ -1,7 +1,8 @@
 // tensor/ops_attention.cpp — self-attention on a packed (B, L, 3E) projection, forward beside
 // backward: the CPU fast path of nn::MultiheadAttention (kernels/cpu/attention.h reads the heads
-// in place; with bf16_products its bfloat16-product kernels where the CPU runs them). There is no CUDA kernel: on CUDA tensors these throw, and MultiheadAttention takes
-// the composed path (slices, matmul, softmax), which is also the reference the tests compare with.
+// in place; with bf16_products its bfloat16-product kernels where the CPU runs them). There is no
+// CUDA kernel: on CUDA tensors these throw, and MultiheadAttention takes the composed path
+// (slices, matmul, softmax), which is also the reference the tests compare with.
 #include <stdexcept>
 #include <string>
 
