@@ -12,7 +12,9 @@
 #include "minidl/kernels/cpu/gemm.h"
 
 // GCC 12 reports false "maybe-uninitialized" warnings inside Eigen's packing code.
+#if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <Eigen/Core>
 #include <algorithm>
 #include <cstring>
