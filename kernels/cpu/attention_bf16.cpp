@@ -23,9 +23,6 @@
 // target: the kernels exist where the library is compiled for AVX512_BF16 (MINIDL_NATIVE, the
 // default, on such a CPU) and run where cpu_has_avx512_bf16() agrees (MINIDL_CPU_CAPABILITY);
 // elsewhere they return false and autocast's attention takes the float32 kernels.
-#if !defined(__clang__)  // GCC 12 reports false "maybe-uninitialized" warnings inside its AVX-512 headers
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
 #include <algorithm>
 #include <utility>
 #include <vector>

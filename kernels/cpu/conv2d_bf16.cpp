@@ -2,10 +2,6 @@
 // between it and the implicit-GEMM one (conv2d_bf16.h).
 #include "minidl/kernels/cpu/conv2d_bf16.h"
 
-// GCC 12 reports false "maybe-uninitialized" warnings inside its AVX-512 conversion intrinsics.
-#if !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
 #include <immintrin.h>
 
 #include <algorithm>

@@ -21,9 +21,6 @@
 // taps and channels; the weight gradient sums its images in conv2d's fixed blocks (depending on N
 // alone), added in order, so nothing depends on the thread count. Tested against the float32
 // im2col reference on the widened operands (tests/kernels/test_cpu_conv_bf16.cpp).
-#if !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
 #include <algorithm>
 #include <vector>
 

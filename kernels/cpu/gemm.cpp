@@ -11,10 +11,6 @@
 // Small products skip Eigen for a register-blocked loop (small_gemm below).
 #include "minidl/kernels/cpu/gemm.h"
 
-// GCC 12 reports false "maybe-uninitialized" warnings inside Eigen's packing code.
-#if !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
 #include <Eigen/Core>
 #include <algorithm>
 #include <cstring>

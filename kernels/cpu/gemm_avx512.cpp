@@ -38,9 +38,6 @@
 // target("avx512f,avx2,fma") attributes so that one binary runs on any x86-64 (the run-time check picks
 // it), and vec_math.h's inline helpers are compiled for the build's -march, which may lack
 // AVX-512; the packing and the micro-kernel's edges also use masked loads and stores.
-#if !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
 #include <algorithm>
 #include <cstring>
 #include <vector>

@@ -36,9 +36,6 @@
 // Written in intrinsics, not vec_math.h's lane types: its functions carry their own
 // target("avx512bf16") attributes for the run-time dispatch, and vdpbf16ps (two bf16 products per
 // float lane) has no vector-type spelling.
-#if !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
 #include "minidl/kernels/cpu/gemm_bf16.h"
 
 #include <algorithm>

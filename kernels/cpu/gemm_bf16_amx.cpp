@@ -30,9 +30,6 @@
 // kernels/cpu/split_over_k.h's schedule), whose partial products are then added in K order:
 // bit-identical for any thread count. GFLOP/s:
 // `bench_gemm bf16` (examples/bench_gemm.cpp).
-#if !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
 #include <algorithm>
 
 #include "minidl/kernels/cpu/aligned_buffer.h"

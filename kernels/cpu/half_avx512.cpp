@@ -4,9 +4,6 @@
 // Written in __m512 intrinsics, not vec_math.h's lane types: the kernel carries its own
 // target("avx512f,avx512bw,avx512vl") attributes for the run-time dispatch (vec_math.h's helpers are compiled for
 // the build's -march), and needs vpmovdw's 32 -> 16-bit narrowing and masked tail stores.
-#if !defined(__clang__)  // GCC 12, inside its own AVX-512 headers
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
 #include "minidl/kernels/cpu/half_span.h"
 
 #include "minidl/kernels/cpu/bf16_round_avx512.h"

@@ -10,9 +10,6 @@
 // target("avx512f") attributes for the run-time dispatch (vec_math.h's helpers are compiled for
 // the build's -march), and the loop needs masked loads, lane permutes (vpermt2ps) and mask
 // registers for the winner's index, which the vector types do not express.
-#if !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
 #include "minidl/kernels/cpu/cpu_features.h"
 #include "minidl/kernels/cpu/pool.h"
 
