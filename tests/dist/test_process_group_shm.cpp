@@ -121,8 +121,8 @@ TEST_P(ProcessGroupShmWorld, AllReduceAddsInRankOrderAndEveryRankGetsTheSameBits
   // Random float32 values of magnitudes 2^-20..2^20: the sum's last bits depend on the order of
   // the additions. Every rank must get exactly (x0 + x1) + x2 ..., computed here in float32.
   const int world = GetParam();
-  const int64_t n = 5000;  // 5 pieces of the small segment
-  EXPECT_NO_THROW(run_shm_world(world, [world, n](ProcessGroupShm& pg) {
+  constexpr int64_t n = 5000;  // 5 pieces of the small segment
+  EXPECT_NO_THROW(run_shm_world(world, [world](ProcessGroupShm& pg) {
     Tensor t = random_floats(pg.rank(), n);
     pg.all_reduce(t);
     std::vector<float> expected = random_floats(0, n).to_vector<float>();
