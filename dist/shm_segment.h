@@ -122,41 +122,42 @@ inline void cpu_relax() {
 }
 
 // ---- the reduction of one part: out = src[0] op src[1] op ... in rank order ----
-// A float or double sum or average goes 16 floats (8 doubles) at a time: every source's lanes are
-// loaded before any output's are stored, so the sources may alias the outputs (rank r's own source
-// is its tensor, which is also one of the outputs), and each source and output is touched once.
-// Through the stack buffer below instead (copy the first source in, add the others, copy it out
-// to each output), a 1 MB symmetric all-reduce on two ranks took 27-35 us against 21-22, and the
-// mlp's two-process DDP step 1.46 against 1.40 ms (docs/benchmarks.md). The other ops and
-// dtypes, and the tail, go block by block through that buffer.
+// A float or double sum or average goes 16 floats (8 doubles) at a time, the tail masked: every source's lanes are loaded before any output's are stored, so the sources may
+// alias the outputs (rank r's own source is its tensor, which is also one of the outputs), and
+// each source and output is touched once. Through the stack buffer below instead (copy the first
+// source in, add the others, copy it out to each output), a 1 MB symmetric all-reduce on two
+// ranks took 27-35 us against 21-22, and the mlp's two-process DDP step 1.46 against 1.40 ms
+// (docs/benchmarks.md). The other ops and dtypes go block by block through that buffer.
 // Both give the same bits: ((src[0] + src[1]) + ...) / world, element by element.
 template <class T>
-size_t reduce_part_lanes(ReduceOp op, int world, const std::vector<const T*>& src, const std::vector<T*>& outs,
-                         size_t n) {
-  using kernels::cpu::Lanes;
-  constexpr size_t kW = kernels::cpu::kLanes<T>;
+bool reduce_part_lanes(ReduceOp op, int world, const std::vector<const T*>& src, const std::vector<T*>& outs,
+                       size_t n) {
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-    if (op != ReduceOp::SUM && op != ReduceOp::AVG) return 0;
-    const Lanes<T> divisor = kernels::cpu::splat(static_cast<T>(world));
-    size_t i = 0;
-    for (; i + kW <= n; i += kW) {
-      Lanes<T> acc = kernels::cpu::load_lanes(src[0] + i);
-      for (int r = 1; r < world; ++r) acc += kernels::cpu::load_lanes(src[static_cast<size_t>(r)] + i);
+    namespace cpu = kernels::cpu;
+    if (op != ReduceOp::SUM && op != ReduceOp::AVG) return false;
+    constexpr size_t kW = cpu::kLanes<T>;
+    const cpu::Lanes<T> divisor = cpu::splat(static_cast<T>(world));
+    auto lanes_at = [&](size_t i, int64_t m) {  // elements i .. i + m - 1 (m <= kW)
+      cpu::Lanes<T> acc = cpu::load_first_lanes(src[0] + i, m);
+      for (int r = 1; r < world; ++r) acc += cpu::load_first_lanes(src[static_cast<size_t>(r)] + i, m);
       if (op == ReduceOp::AVG) acc /= divisor;
-      for (T* out : outs) kernels::cpu::store_lanes(out + i, acc);
-    }
-    return i;
+      for (T* out : outs) cpu::store_first_lanes(out + i, acc, m);
+    };
+    size_t i = 0;
+    for (; i + kW <= n; i += kW) lanes_at(i, kW);  // whole vectors: the mask folds away
+    if (i < n) lanes_at(i, static_cast<int64_t>(n - i));
+    return true;
   } else {
-    return 0;
+    return false;
   }
 }
 
 template <class T>
 void reduce_part(ReduceOp op, int world, const std::vector<const T*>& src, const std::vector<T*>& outs, size_t n) {
-  const size_t done = reduce_part_lanes<T>(op, world, src, outs, n);
+  if (reduce_part_lanes<T>(op, world, src, outs, n)) return;
   constexpr size_t kBlock = 4096 / sizeof(T);
   T acc[kBlock];
-  for (size_t base = done; base < n; base += kBlock) {
+  for (size_t base = 0; base < n; base += kBlock) {
     const size_t m = std::min(kBlock, n - base);
     std::memcpy(acc, src[0] + base, m * sizeof(T));
     for (int r = 1; r < world; ++r) {
